@@ -1,0 +1,2 @@
+//! amdgpu-criu: command-line tool (subcommands are added by their issues).
+fn main() {}
