@@ -1,2 +1,31 @@
-//! amdgpu-criu: command-line tool (subcommands are added by their issues).
-fn main() {}
+//! `amdgpu-criu`: inspect topologies and checkpoint images of the amdgpu CRIU
+//! plugin, check whether a checkpoint can be restored here, and run the
+//! simulated end-to-end demo.
+//!
+//! Each subcommand lives in its own module under `cmd/`, with an `Args` struct
+//! (clap) and a `run` function returning the process exit code. Exit codes:
+//! 0 success, 1 a negative answer (incompatible, problems found), 2 usage or
+//! read errors.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+#[derive(Parser)]
+#[command(name = "amdgpu-criu", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+    }
+}
