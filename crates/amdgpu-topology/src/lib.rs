@@ -1,1 +1,11 @@
-//! placeholder, replaced by the crate's implementation
+//! KFD sysfs topology: the model of a machine's CPUs, GPUs, memory and links
+//! as amdkfd reports them under `/sys/class/kfd/kfd/topology`.
+//!
+//! This crate is pure: it reads and writes files under a root you pass in and
+//! never opens devices.
+
+#![forbid(unsafe_code)]
+
+pub mod model;
+
+pub use model::{GpuId, Indexed, Link, Node, NodeKind, Properties, RenderMinor, System};
