@@ -1,0 +1,199 @@
+//! The one boundary between this stack and the kernel.
+//!
+//! Every byte the stack sends to amdkfd/amdgpu goes through [`Driver`]:
+//! [`HostDriver`] performs the real system calls, and a simulated kernel
+//! (the `kfd-sim` crate) implements the same trait at the ABI level, receiving
+//! the same request codes and `#[repr(C)]` argument structs with real user
+//! pointers. Code above this module cannot tell the two apart.
+//!
+//! This module never interprets ioctl arguments; typed wrappers live in the
+//! modules above it.
+
+use std::ffi::{c_int, c_void, CString};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::ptr::NonNull;
+
+/// The device number of a character device: `(major, minor)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DeviceNumber {
+    /// Major number.
+    pub major: u32,
+    /// Minor number.
+    pub minor: u32,
+}
+
+/// What an open file descriptor refers to, as far as this stack cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FdKind {
+    /// A character device (`/dev/kfd`, `/dev/dri/renderD*`, or another one).
+    CharDevice(DeviceNumber),
+    /// A dma-buf (anon inode whose link target starts with `/dmabuf:`).
+    DmaBuf,
+    /// Anything else (regular file, socket, pipe, other anon inode).
+    Other,
+}
+
+/// The system-call boundary: open a device path, ioctl on a typed argument,
+/// mmap/munmap a device file, and identify file descriptors.
+///
+/// Implementations must behave like the Linux kernel: the same errno values,
+/// the same copy-in/copy-out of argument structs (including user pointers
+/// inside them), the same file-descriptor semantics (`dup`, passing over unix
+/// sockets and `close` work on the returned fds).
+pub trait Driver: Send + Sync {
+    /// `open(2)` of `path` with `flags` (`O_RDWR | O_CLOEXEC`, ...).
+    fn open(&self, path: &Path, flags: c_int) -> io::Result<OwnedFd>;
+
+    /// `ioctl(2)` with request code `request` and argument pointer `arg`.
+    /// Returns the non-negative result of the call.
+    ///
+    /// # Safety
+    /// `arg` must be valid for reads and writes of `_IOC_SIZE(request)` bytes,
+    /// and every user pointer inside the argument must be valid for the use
+    /// the kernel makes of it (the size of the array it describes), for the
+    /// duration of the call; host memory handed to the device (userptr) must
+    /// stay valid until the device is done with it.
+    unsafe fn ioctl(&self, fd: BorrowedFd<'_>, request: u64, arg: *mut c_void)
+        -> io::Result<c_int>;
+
+    /// `mmap(2)` of `len` bytes of `fd` at `offset` with `prot`/`flags`
+    /// (`MAP_SHARED` for device files). `addr` is a placement hint or, with
+    /// `MAP_FIXED`, the required address.
+    ///
+    /// # Safety
+    /// With `MAP_FIXED`, `addr..addr+len` must not hold memory the caller
+    /// still uses; the returned memory is only valid until `munmap`.
+    unsafe fn mmap(
+        &self,
+        addr: *mut c_void,
+        len: usize,
+        prot: c_int,
+        flags: c_int,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+    ) -> io::Result<NonNull<c_void>>;
+
+    /// `munmap(2)`.
+    ///
+    /// # Safety
+    /// `addr..addr+len` must be a mapping made by [`Driver::mmap`] that no
+    /// live reference points into.
+    unsafe fn munmap(&self, addr: NonNull<c_void>, len: usize) -> io::Result<()>;
+
+    /// What `fd` refers to (`fstat` plus, for anon inodes, the link target).
+    fn fd_kind(&self, fd: BorrowedFd<'_>) -> io::Result<FdKind>;
+
+    /// The device number of the character device at `path` (`stat(2)`);
+    /// `ENOENT` when it does not exist, `ENOTBLK`-like errors are reported as
+    /// `io::ErrorKind::InvalidInput` when `path` is not a character device.
+    fn device_number(&self, path: &Path) -> io::Result<DeviceNumber>;
+}
+
+/// The real kernel: plain system calls.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostDriver;
+
+fn cstring(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
+}
+
+impl Driver for HostDriver {
+    fn open(&self, path: &Path, flags: c_int) -> io::Result<OwnedFd> {
+        let path = cstring(path)?;
+        // SAFETY: `path` is a valid NUL-terminated string for the duration of
+        // the call; open(2) has no other memory arguments.
+        let fd = unsafe { libc::open(path.as_ptr(), flags) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: open(2) succeeded, so `fd` is a new descriptor we own.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    unsafe fn ioctl(
+        &self,
+        fd: BorrowedFd<'_>,
+        request: u64,
+        arg: *mut c_void,
+    ) -> io::Result<c_int> {
+        // SAFETY: the caller guarantees `arg` (and the pointers inside it) are
+        // valid for the request, as this function's contract states.
+        let ret = unsafe { libc::ioctl(fd.as_raw_fd(), request as _, arg) };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(ret)
+    }
+
+    unsafe fn mmap(
+        &self,
+        addr: *mut c_void,
+        len: usize,
+        prot: c_int,
+        flags: c_int,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+    ) -> io::Result<NonNull<c_void>> {
+        let offset = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        // SAFETY: the caller upholds the MAP_FIXED contract; otherwise the
+        // kernel picks an unused range and touches no existing memory.
+        let ptr = unsafe { libc::mmap(addr, len, prot, flags, fd.as_raw_fd(), offset) };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        NonNull::new(ptr).ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))
+    }
+
+    unsafe fn munmap(&self, addr: NonNull<c_void>, len: usize) -> io::Result<()> {
+        // SAFETY: the caller guarantees the range is a mapping of ours that
+        // nothing references any more.
+        let ret = unsafe { libc::munmap(addr.as_ptr(), len) };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn fd_kind(&self, fd: BorrowedFd<'_>) -> io::Result<FdKind> {
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: `st` is a writable buffer of the size fstat(2) fills.
+        let ret = unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fstat(2) succeeded and initialised the whole struct.
+        let st = unsafe { st.assume_init() };
+        if st.st_mode & libc::S_IFMT == libc::S_IFCHR {
+            return Ok(FdKind::CharDevice(DeviceNumber {
+                major: libc::major(st.st_rdev),
+                minor: libc::minor(st.st_rdev),
+            }));
+        }
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
+        if link.as_os_str().as_bytes().starts_with(b"/dmabuf") {
+            return Ok(FdKind::DmaBuf);
+        }
+        Ok(FdKind::Other)
+    }
+
+    fn device_number(&self, path: &Path) -> io::Result<DeviceNumber> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let meta = std::fs::metadata(path)?;
+        if !meta.file_type().is_char_device() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a character device", path.display()),
+            ));
+        }
+        let rdev = meta.rdev();
+        Ok(DeviceNumber {
+            major: libc::major(rdev),
+            minor: libc::minor(rdev),
+        })
+    }
+}
