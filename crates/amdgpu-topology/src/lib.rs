@@ -8,4 +8,6 @@
 
 pub mod model;
 
-pub use model::{GpuId, Indexed, Link, Node, NodeKind, Properties, RenderMinor, System};
+pub use model::{
+    GpuId, Indexed, Link, Node, NodeKind, Properties, PropertyValue, RenderMinor, System,
+};

@@ -5,6 +5,7 @@
 //! sit on top for the keys the checks and the mapping use. This module never
 //! touches the filesystem.
 
+use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
 /// A KFD gpu_id: the kernel's non-zero 16-bit hash of a GPU (or partition).
@@ -16,9 +17,39 @@ pub type RenderMinor = u32;
 
 /// A `properties` file: `key value` lines, values decimal unsigned integers.
 /// Order and unknown keys are preserved.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+///
+/// A few keys carry a comma-separated list of decimal numbers instead of one
+/// number (`sibling_map` in `caches/*/properties`); those are kept verbatim as
+/// list values so the file round-trips. [`Properties::get`] and
+/// [`Properties::iter`] see only the numeric entries.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Properties {
-    entries: Vec<(String, u64)>,
+    entries: Vec<(String, Value)>,
+}
+
+/// How a value is stored: a number, or a verbatim comma-separated list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Value {
+    Number(u64),
+    List(String),
+}
+
+/// One value of a [`Properties`] entry, as returned by [`Properties::entries`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PropertyValue<'a> {
+    /// A decimal unsigned integer.
+    Number(u64),
+    /// A comma-separated list of decimal numbers, verbatim (`sibling_map`).
+    List(&'a str),
+}
+
+impl std::fmt::Display for PropertyValue<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PropertyValue::Number(n) => write!(f, "{n}"),
+            PropertyValue::List(s) => f.write_str(s),
+        }
+    }
 }
 
 impl Properties {
@@ -27,9 +58,15 @@ impl Properties {
         Self::default()
     }
 
-    /// The value of `key`, if present.
+    /// The value of `key`, if present and numeric.
     pub fn get(&self, key: &str) -> Option<u64> {
-        self.entries.iter().find(|(k, _)| k == key).map(|&(_, v)| v)
+        self.entries
+            .iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| match v {
+                Value::Number(n) => Some(*n),
+                Value::List(_) => None,
+            })
     }
 
     /// The value of `key`, or 0 when absent (as the C plugin reads it).
@@ -37,27 +74,70 @@ impl Properties {
         self.get(key).unwrap_or(0)
     }
 
+    /// The verbatim list value of `key` (e.g. `sibling_map`), if present and a list.
+    pub fn list(&self, key: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| match v {
+                Value::List(s) => Some(s.as_str()),
+                Value::Number(_) => None,
+            })
+    }
+
+    /// Whether `key` is present (numeric or list).
+    pub fn contains(&self, key: &str) -> bool {
+        self.entries.iter().any(|(k, _)| k == key)
+    }
+
     /// Sets `key` to `value`, replacing an existing value in place or
     /// appending a new key at the end.
     pub fn set(&mut self, key: &str, value: u64) {
+        self.put(key, Value::Number(value));
+    }
+
+    /// Sets `key` to the list value `list` (comma-separated decimal numbers,
+    /// kept verbatim), replacing in place or appending at the end.
+    pub fn set_list(&mut self, key: &str, list: impl Into<String>) {
+        self.put(key, Value::List(list.into()));
+    }
+
+    fn put(&mut self, key: &str, value: Value) {
         match self.entries.iter_mut().find(|(k, _)| k == key) {
             Some(entry) => entry.1 = value,
             None => self.entries.push((key.to_owned(), value)),
         }
     }
 
-    /// Removes `key`, returning its value.
+    /// Removes `key`, returning its value if it was numeric.
     pub fn remove(&mut self, key: &str) -> Option<u64> {
         let pos = self.entries.iter().position(|(k, _)| k == key)?;
-        Some(self.entries.remove(pos).1)
+        match self.entries.remove(pos).1 {
+            Value::Number(n) => Some(n),
+            Value::List(_) => None,
+        }
     }
 
-    /// All entries in file order.
+    /// The numeric entries in file order (list values are left out).
     pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> {
-        self.entries.iter().map(|(k, v)| (k.as_str(), *v))
+        self.entries.iter().filter_map(|(k, v)| match v {
+            Value::Number(n) => Some((k.as_str(), *n)),
+            Value::List(_) => None,
+        })
     }
 
-    /// Number of keys.
+    /// All entries in file order, numeric and list values alike.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, PropertyValue<'_>)> {
+        self.entries.iter().map(|(k, v)| {
+            let value = match v {
+                Value::Number(n) => PropertyValue::Number(*n),
+                Value::List(s) => PropertyValue::List(s),
+            };
+            (k.as_str(), value)
+        })
+    }
+
+    /// Number of keys (numeric and list).
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -65,6 +145,21 @@ impl Properties {
     /// Whether there are no keys.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+}
+
+/// Serialized as a map from key to value in file order: numbers as JSON
+/// numbers, list values as strings.
+impl Serialize for Properties {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.entries.len()))?;
+        for (key, value) in &self.entries {
+            match value {
+                Value::Number(n) => map.serialize_entry(key, n)?,
+                Value::List(s) => map.serialize_entry(key, s)?,
+            }
+        }
+        map.end()
     }
 }
 
@@ -131,6 +226,21 @@ pub struct Indexed {
     pub index: u32,
     /// The entry's properties.
     pub properties: Properties,
+    /// Contents of `mem_banks/M/used_memory` (bytes of the bank in use when
+    /// the tree was read); `None` when the file is absent, always for caches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub used_memory: Option<u64>,
+}
+
+impl Indexed {
+    /// An entry with `index` and `properties`, without `used_memory`.
+    pub fn new(index: u32, properties: Properties) -> Self {
+        Self {
+            index,
+            properties,
+            used_memory: None,
+        }
+    }
 }
 
 /// What a node is.
