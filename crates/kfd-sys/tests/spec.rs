@@ -30,7 +30,7 @@ fn check(rows: &[(&str, u64, u64)]) {
 
 macro_rules! rows {
     ($($e:expr => $v:expr),* $(,)?) => {
-        vec![$((stringify!($e), ($e) as u64, ($v) as u64)),*]
+        [$((stringify!($e), ($e) as u64, ($v) as u64)),*]
     };
 }
 
