@@ -6,7 +6,10 @@
 
 #![forbid(unsafe_code)]
 
+pub mod checks;
+pub mod devices;
 pub mod model;
+pub mod options;
 
 pub use model::{
     GpuId, Indexed, Link, Node, NodeKind, Properties, PropertyValue, RenderMinor, System,
