@@ -1,0 +1,198 @@
+//! The crate's error type and validation problems.
+
+use std::fmt;
+use std::io;
+
+/// Everything that can go wrong reading or writing images.
+///
+/// Each variant names the file (image name) it concerns; message-level errors
+/// also name the field path (`criu_kfd.bo_entries[17].size`).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file name that is not one of the amdgpu image names.
+    #[error("{name}: {reason}")]
+    BadName {
+        /// The offending name.
+        name: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// An I/O operation on an image file failed.
+    #[error("{file}: {op}: {source}")]
+    Io {
+        /// Image file name.
+        file: String,
+        /// What was being done ("read length header", "write payload", ...).
+        op: &'static str,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// The file ended before the length its header announced.
+    #[error(
+        "{file}: truncated: the length header announces {expected} bytes, only {actual} follow"
+    )]
+    Truncated {
+        /// Image file name.
+        file: String,
+        /// Payload length from the header.
+        expected: u64,
+        /// Bytes actually present.
+        actual: u64,
+    },
+    /// Bytes follow the payload the length header announced.
+    #[error(
+        "{file}: trailing bytes after the {expected}-byte payload the length header announces"
+    )]
+    TrailingBytes {
+        /// Image file name.
+        file: String,
+        /// Payload length from the header.
+        expected: u64,
+    },
+    /// A length header beyond the configured limit for this kind of image.
+    #[error("{file}: length header of {len} bytes exceeds the limit of {limit} bytes")]
+    TooLarge {
+        /// Image file name.
+        file: String,
+        /// Length from the header.
+        len: u64,
+        /// The limit in force.
+        limit: u64,
+    },
+    /// The protobuf payload does not decode.
+    #[error("{file}: {message}: {source}")]
+    Decode {
+        /// Image file name.
+        file: String,
+        /// Proto message name (`criu_kfd`).
+        message: &'static str,
+        /// prost's description, with its own field path.
+        #[source]
+        source: prost::DecodeError,
+    },
+    /// A proto2 `required` field is absent from the payload.
+    #[error("{file}: {path}: required field missing")]
+    MissingField {
+        /// Image file name.
+        file: String,
+        /// Field path (`criu_kfd.bo_entries[17].size`).
+        path: String,
+    },
+    /// A writer received more or fewer bytes than it announced.
+    #[error("{file}: {what}: announced {expected} bytes, got {actual}")]
+    LengthMismatch {
+        /// Image file name.
+        file: String,
+        /// What was being written.
+        what: &'static str,
+        /// Announced length.
+        expected: u64,
+        /// Bytes supplied.
+        actual: u64,
+    },
+    /// A BO's contents do not match the checksum recorded at dump time.
+    #[error("{file}: bo {bo} (entry {entry}): content checksum {actual:#018x} does not match the recorded {expected:#018x}")]
+    ChecksumMismatch {
+        /// Pages file name.
+        file: String,
+        /// Index of the BO within the pages file.
+        bo: usize,
+        /// Index of the BO entry in its message (`bo_entries[entry]`).
+        entry: usize,
+        /// Recorded checksum.
+        expected: u64,
+        /// Checksum of the bytes read.
+        actual: u64,
+    },
+    /// A read outside a BO or a pages file.
+    #[error("{file}: {what}")]
+    OutOfRange {
+        /// Pages file name.
+        file: String,
+        /// What was asked.
+        what: String,
+    },
+    /// A message or image set failed validation.
+    #[error("{}", Problems(.0))]
+    Invalid(Vec<Problem>),
+}
+
+struct Problems<'a>(&'a [Problem]);
+
+impl fmt::Display for Problems<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Error {
+    pub(crate) fn io(file: impl fmt::Display, op: &'static str, source: io::Error) -> Self {
+        Self::Io {
+            file: file.to_string(),
+            op,
+            source,
+        }
+    }
+}
+
+/// One problem found by validation: which file, which field, what is wrong.
+///
+/// Displays as `amdgpu-kfd-5.img: criu_kfd.bo_entries[17].size: <message>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// Image file name.
+    pub file: String,
+    /// Field path inside the file's message, empty for file-level problems.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl Problem {
+    /// A problem with a field of a message.
+    pub fn new(
+        file: impl fmt::Display,
+        path: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            file: file.to_string(),
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Turns an error of reading a file into a problem of that file.
+    pub fn from_error(file: impl fmt::Display, err: &Error) -> Self {
+        let file = file.to_string();
+        let text = err.to_string();
+        // Errors already start with the file name; do not repeat it.
+        let message = text
+            .strip_prefix(&format!("{file}: "))
+            .map(str::to_owned)
+            .unwrap_or(text);
+        Self {
+            file,
+            path: String::new(),
+            message,
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}: {}", self.file, self.message)
+        } else {
+            write!(f, "{}: {}: {}", self.file, self.path, self.message)
+        }
+    }
+}

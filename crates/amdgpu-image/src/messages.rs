@@ -1,0 +1,410 @@
+//! The protobuf messages of `criu-amdgpu.proto`, written by hand with prost's
+//! derive (no protoc, no build script).
+//!
+//! Field numbers and types are identical to upstream's proto2 schema, in which
+//! every scalar is `required`. Required fields are plain Rust values, always
+//! emitted on encode (also when zero, as protobuf-c's reader demands) and in
+//! tag order, so our encoding is byte-identical to protobuf-c's. prost does not
+//! check presence on decode; [`decode_message`](crate::decode_message) does.
+//!
+//! Our additions use tags 100 and above and are all optional, so the C
+//! plugin's reader skips them and images without them stay valid:
+//!
+//! | message | tag | field | meaning |
+//! |---|---|---|---|
+//! | `criu_kfd`, `criu_render_node`, `criu_dmabuf_node` | 100 | `producer` (string) | who wrote the image, [`PRODUCER`] |
+//! | same | 101 | `format_version` (uint32) | [`FORMAT_VERSION`] of our additions |
+//! | `kfd_bo_entry`, `drm_bo_entry` | 100 | `content_checksum` (fixed64) | [`content_checksum`](crate::content_checksum) of the BO's bytes in its pages file |
+//!
+//! Messages serialize with serde under the proto field names; `bytes` fields
+//! serialize as `{ "len": n, "hex_prefix": "…" }`. This module never reads
+//! files.
+
+use serde::{Serialize, Serializer};
+
+/// The producer string our images carry in tag 100.
+pub const PRODUCER: &str = concat!("amdgpu-criu-rs ", env!("CARGO_PKG_VERSION"));
+
+/// Version of our additions to the format. Version 1: tags 100/101 on the
+/// top-level messages and 100 (`content_checksum`, the 4-lane
+/// multiply-rotate hash of [`checksum`](crate::checksum)) on BO entries.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Allocation flags and GEM domains stored in BO entries.
+pub mod flags {
+    /// KFD BO in VRAM (`KFD_IOC_ALLOC_MEM_FLAGS_VRAM`).
+    pub const KFD_VRAM: u32 = 1 << 0;
+    /// KFD BO in GTT (system memory mapped for the GPU).
+    pub const KFD_GTT: u32 = 1 << 1;
+    /// KFD BO over user memory (contents are dumped by CRIU as process memory).
+    pub const KFD_USERPTR: u32 = 1 << 2;
+    /// KFD doorbell page(s).
+    pub const KFD_DOORBELL: u32 = 1 << 3;
+    /// KFD MMIO remap page.
+    pub const KFD_MMIO_REMAP: u32 = 1 << 4;
+    /// Mask of the memory-type bits.
+    pub const KFD_MEM_TYPE_MASK: u32 =
+        KFD_VRAM | KFD_GTT | KFD_USERPTR | KFD_DOORBELL | KFD_MMIO_REMAP;
+    /// BO handle value meaning "no GEM handle" (`KFD_INVALID_FD`).
+    pub const NO_HANDLE: u32 = 0xffff_ffff;
+    /// GEM domain: CPU.
+    pub const GEM_DOMAIN_CPU: u32 = 0x1;
+    /// GEM domain: GTT.
+    pub const GEM_DOMAIN_GTT: u32 = 0x2;
+    /// GEM domain: VRAM.
+    pub const GEM_DOMAIN_VRAM: u32 = 0x4;
+}
+
+/// A message that is the payload of one image file.
+pub trait ImageMessage: prost::Message + Default + crate::presence::Checked {
+    /// The proto message name (`criu_kfd`), used in error paths.
+    const PROTO_NAME: &'static str;
+}
+
+/// `dev_iolink`: one valid io link of a topology node.
+#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
+pub struct DevIolink {
+    /// Link type (sysfs `type`).
+    #[prost(uint32, required, tag = "1")]
+    #[serde(rename = "type")]
+    pub r#type: u32,
+    /// Node id at the far end of the link.
+    #[prost(uint32, required, tag = "2")]
+    pub node_to_id: u32,
+}
+
+/// `kfd_device_entry`: one topology node (GPU or CPU) at checkpoint time.
+///
+/// CPU entries have only `node_id`, `cpu_cores_count` and `iolinks` set.
+#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
+pub struct KfdDeviceEntry {
+    /// Topology node id.
+    #[prost(uint32, required, tag = "1")]
+    pub node_id: u32,
+    /// User-visible GPU id (0 for CPU nodes).
+    #[prost(uint32, required, tag = "2")]
+    pub gpu_id: u32,
+    /// CPU cores (non-zero only for CPU nodes).
+    #[prost(uint32, required, tag = "3")]
+    pub cpu_cores_count: u32,
+    /// SIMD count.
+    #[prost(uint32, required, tag = "4")]
+    pub simd_count: u32,
+    /// Memory bank count.
+    #[prost(uint32, required, tag = "5")]
+    pub mem_banks_count: u32,
+    /// Cache count.
+    #[prost(uint32, required, tag = "6")]
+    pub caches_count: u32,
+    /// Io link count (sysfs).
+    #[prost(uint32, required, tag = "7")]
+    pub io_links_count: u32,
+    /// Max waves per SIMD.
+    #[prost(uint32, required, tag = "8")]
+    pub max_waves_per_simd: u32,
+    /// LDS size in KiB.
+    #[prost(uint32, required, tag = "9")]
+    pub lds_size_in_kb: u32,
+    /// GDS size in KiB (never filled by the C plugin).
+    #[prost(uint32, required, tag = "10")]
+    pub gds_size_in_kb: u32,
+    /// Global wave syncs.
+    #[prost(uint32, required, tag = "11")]
+    pub num_gws: u32,
+    /// Wavefront size.
+    #[prost(uint32, required, tag = "12")]
+    pub wave_front_size: u32,
+    /// Array count.
+    #[prost(uint32, required, tag = "13")]
+    pub array_count: u32,
+    /// SIMD arrays per engine.
+    #[prost(uint32, required, tag = "14")]
+    pub simd_arrays_per_engine: u32,
+    /// CUs per SIMD array.
+    #[prost(uint32, required, tag = "15")]
+    pub cu_per_simd_array: u32,
+    /// SIMDs per CU.
+    #[prost(uint32, required, tag = "16")]
+    pub simd_per_cu: u32,
+    /// Max scratch slots per CU.
+    #[prost(uint32, required, tag = "17")]
+    pub max_slots_scratch_cu: u32,
+    /// PCI vendor id.
+    #[prost(uint32, required, tag = "18")]
+    pub vendor_id: u32,
+    /// PCI device id.
+    #[prost(uint32, required, tag = "19")]
+    pub device_id: u32,
+    /// PCI domain.
+    #[prost(uint32, required, tag = "20")]
+    pub domain: u32,
+    /// DRM render minor.
+    #[prost(uint32, required, tag = "21")]
+    pub drm_render_minor: u32,
+    /// XGMI hive id.
+    #[prost(uint64, required, tag = "22")]
+    pub hive_id: u64,
+    /// SDMA engines.
+    #[prost(uint32, required, tag = "23")]
+    pub num_sdma_engines: u32,
+    /// XGMI SDMA engines.
+    #[prost(uint32, required, tag = "24")]
+    pub num_sdma_xgmi_engines: u32,
+    /// SDMA queues per engine.
+    #[prost(uint32, required, tag = "25")]
+    pub num_sdma_queues_per_engine: u32,
+    /// CP queues.
+    #[prost(uint32, required, tag = "26")]
+    pub num_cp_queues: u32,
+    /// Firmware version.
+    #[prost(uint32, required, tag = "27")]
+    pub fw_version: u32,
+    /// Capability bits.
+    #[prost(uint32, required, tag = "28")]
+    pub capability: u32,
+    /// SDMA firmware version.
+    #[prost(uint32, required, tag = "29")]
+    pub sdma_fw_version: u32,
+    /// Whether VRAM is CPU-visible (0/1).
+    #[prost(uint32, required, tag = "30")]
+    pub vram_public: u32,
+    /// VRAM size in bytes.
+    #[prost(uint64, required, tag = "31")]
+    pub vram_size: u64,
+    /// Valid io links.
+    #[prost(message, repeated, tag = "32")]
+    pub iolinks: Vec<DevIolink>,
+}
+
+impl KfdDeviceEntry {
+    /// Whether the entry describes a GPU (`gpu_id != 0`); otherwise a CPU node.
+    pub fn is_gpu(&self) -> bool {
+        self.gpu_id != 0
+    }
+}
+
+/// `kfd_bo_entry`: one KFD buffer object.
+#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
+pub struct KfdBoEntry {
+    /// GPU virtual address.
+    #[prost(uint64, required, tag = "1")]
+    pub addr: u64,
+    /// Size in bytes.
+    #[prost(uint64, required, tag = "2")]
+    pub size: u64,
+    /// mmap offset at checkpoint.
+    #[prost(uint64, required, tag = "3")]
+    pub offset: u64,
+    /// `KFD_IOC_ALLOC_MEM_FLAGS_*`, see [`flags`].
+    #[prost(uint32, required, tag = "4")]
+    pub alloc_flags: u32,
+    /// User-visible GPU id.
+    #[prost(uint32, required, tag = "5")]
+    pub gpu_id: u32,
+    /// GEM handle, or [`flags::NO_HANDLE`].
+    #[prost(uint32, required, tag = "6")]
+    pub handle: u32,
+    /// Ours (tag 100): checksum of the BO's bytes in the pages file.
+    #[prost(fixed64, optional, tag = "100")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_checksum: Option<u64>,
+}
+
+impl KfdBoEntry {
+    /// Whether the BO's contents are saved in the GPU's pages file (VRAM or GTT).
+    pub fn has_contents(&self) -> bool {
+        self.alloc_flags & (flags::KFD_VRAM | flags::KFD_GTT) != 0
+    }
+}
+
+/// `criu_kfd`: the `amdgpu-kfd-<id>.img` payload.
+#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
+pub struct CriuKfd {
+    /// Pid of the checkpointed process.
+    #[prost(uint32, required, tag = "1")]
+    pub pid: u32,
+    /// Number of GPU device entries.
+    #[prost(uint32, required, tag = "2")]
+    pub num_of_gpus: u32,
+    /// Number of CPU device entries.
+    #[prost(uint32, required, tag = "3")]
+    pub num_of_cpus: u32,
+    /// Topology nodes.
+    #[prost(message, repeated, tag = "4")]
+    pub device_entries: Vec<KfdDeviceEntry>,
+    /// Number of BO entries.
+    #[prost(uint64, required, tag = "5")]
+    pub num_of_bos: u64,
+    /// BOs in KFD bucket order.
+    #[prost(message, repeated, tag = "6")]
+    pub bo_entries: Vec<KfdBoEntry>,
+    /// Number of KFD private objects (queues, events, ...).
+    #[prost(uint32, required, tag = "7")]
+    pub num_of_objects: u32,
+    /// Size of `/dev/shm/hsakmt_shared_mem`, 0 if absent.
+    #[prost(uint64, required, tag = "8")]
+    pub shared_mem_size: u64,
+    /// First 4 bytes of the hsakmt shared memory.
+    #[prost(uint32, required, tag = "9")]
+    pub shared_mem_magic: u32,
+    /// KFD private data, opaque.
+    #[prost(bytes = "vec", required, tag = "10")]
+    #[serde(serialize_with = "serialize_bytes")]
+    pub priv_data: Vec<u8>,
+    /// Ours (tag 100): producer, [`PRODUCER`].
+    #[prost(string, optional, tag = "100")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub producer: Option<String>,
+    /// Ours (tag 101): [`FORMAT_VERSION`].
+    #[prost(uint32, optional, tag = "101")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format_version: Option<u32>,
+}
+
+/// `drm_vm_entry`: one GPU VA mapping of a DRM BO.
+#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
+pub struct DrmVmEntry {
+    /// GPU virtual address.
+    #[prost(uint64, required, tag = "1")]
+    pub addr: u64,
+    /// Mapping size.
+    #[prost(uint64, required, tag = "2")]
+    pub size: u64,
+    /// Offset in the BO.
+    #[prost(uint64, required, tag = "3")]
+    pub offset: u64,
+    /// Mapping flags.
+    #[prost(uint64, required, tag = "4")]
+    pub flags: u64,
+}
+
+/// `drm_bo_entry`: one GEM BO of a render node.
+#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
+pub struct DrmBoEntry {
+    /// Address of the last VM mapping (0 if none).
+    #[prost(uint64, required, tag = "1")]
+    pub addr: u64,
+    /// Size in bytes.
+    #[prost(uint64, required, tag = "2")]
+    pub size: u64,
+    /// mmap offset at checkpoint.
+    #[prost(uint64, required, tag = "3")]
+    pub offset: u64,
+    /// GEM create flags.
+    #[prost(uint64, required, tag = "4")]
+    pub alloc_flags: u64,
+    /// Alignment.
+    #[prost(uint64, required, tag = "5")]
+    pub alignment: u64,
+    /// `AMDGPU_GEM_DOMAIN_*`, see [`flags`].
+    #[prost(uint32, required, tag = "6")]
+    pub preferred_domains: u32,
+    /// GEM handle.
+    #[prost(uint32, required, tag = "7")]
+    pub handle: u32,
+    /// Whether the BO is imported (0/1).
+    #[prost(uint32, required, tag = "8")]
+    pub is_import: u32,
+    /// Number of VM entries.
+    #[prost(uint32, required, tag = "9")]
+    pub num_of_vms: u32,
+    /// VM mappings.
+    #[prost(message, repeated, tag = "10")]
+    pub vm_entries: Vec<DrmVmEntry>,
+    /// Ours (tag 100): checksum of the BO's bytes in its drm-pages file.
+    #[prost(fixed64, optional, tag = "100")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_checksum: Option<u64>,
+}
+
+impl DrmBoEntry {
+    /// Whether restore writes this BO's contents back (VRAM or GTT preferred
+    /// domain and at least one VM mapping), as the C plugin decides.
+    pub fn restore_needs_contents(&self) -> bool {
+        self.preferred_domains & (flags::GEM_DOMAIN_VRAM | flags::GEM_DOMAIN_GTT) != 0
+            && !self.vm_entries.is_empty()
+    }
+}
+
+/// `criu_render_node`: the `amdgpu-renderD-<id>.img` payload.
+#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
+pub struct CriuRenderNode {
+    /// User-visible GPU id.
+    #[prost(uint32, required, tag = "1")]
+    pub gpu_id: u32,
+    /// CRIU ext-file id.
+    #[prost(uint32, required, tag = "2")]
+    pub id: u32,
+    /// Render minor at checkpoint.
+    #[prost(uint32, required, tag = "3")]
+    pub drm_render_minor: u32,
+    /// Number of BO entries.
+    #[prost(uint64, required, tag = "4")]
+    pub num_of_bos: u64,
+    /// BOs in GEM_LIST_HANDLES order; the index names the drm-pages file.
+    #[prost(message, repeated, tag = "5")]
+    pub bo_entries: Vec<DrmBoEntry>,
+    /// Ours (tag 100): producer, [`PRODUCER`].
+    #[prost(string, optional, tag = "100")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub producer: Option<String>,
+    /// Ours (tag 101): [`FORMAT_VERSION`].
+    #[prost(uint32, optional, tag = "101")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format_version: Option<u32>,
+}
+
+/// `criu_dmabuf_node`: the `amdgpu-dmabuf_<id>.img` payload.
+#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
+pub struct CriuDmabufNode {
+    /// GEM handle of the BO the dma-buf exports.
+    #[prost(uint32, required, tag = "1")]
+    pub gem_handle: u32,
+    /// Ours (tag 100): producer, [`PRODUCER`].
+    #[prost(string, optional, tag = "100")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub producer: Option<String>,
+    /// Ours (tag 101): [`FORMAT_VERSION`].
+    #[prost(uint32, optional, tag = "101")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format_version: Option<u32>,
+}
+
+macro_rules! image_message {
+    ($($ty:ident => $name:literal),* $(,)?) => {$(
+        impl ImageMessage for $ty {
+            const PROTO_NAME: &'static str = $name;
+        }
+        impl $ty {
+            /// Sets our producer marker (tags 100 and 101) to this crate's values.
+            pub fn mark_producer(&mut self) {
+                self.producer = Some(PRODUCER.to_owned());
+                self.format_version = Some(FORMAT_VERSION);
+            }
+        }
+    )*};
+}
+
+image_message!(CriuKfd => "criu_kfd", CriuRenderNode => "criu_render_node", CriuDmabufNode => "criu_dmabuf_node");
+
+#[derive(Serialize)]
+struct BytesSummary<'a> {
+    len: usize,
+    hex_prefix: &'a str,
+}
+
+/// How many leading bytes of a `bytes` field serde output shows.
+const HEX_PREFIX_BYTES: usize = 16;
+
+fn serialize_bytes<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    let mut hex = String::with_capacity(HEX_PREFIX_BYTES * 2);
+    for b in bytes.iter().take(HEX_PREFIX_BYTES) {
+        hex.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
+        hex.push(char::from(b"0123456789abcdef"[usize::from(b & 15)]));
+    }
+    BytesSummary {
+        len: bytes.len(),
+        hex_prefix: &hex,
+    }
+    .serialize(s)
+}
