@@ -8,9 +8,13 @@
 
 pub mod checks;
 pub mod devices;
+pub mod hive;
 pub mod model;
 pub mod options;
+pub mod parse;
 
+pub use hive::Hive;
 pub use model::{
     GpuId, Indexed, Link, Node, NodeKind, Properties, PropertyValue, RenderMinor, System,
 };
+pub use parse::{parse, ParseError, Parsed, SkipReason, Skipped};
