@@ -9,12 +9,15 @@
 pub mod checks;
 pub mod devices;
 pub mod hive;
+pub mod mapping;
 pub mod model;
 pub mod options;
 pub mod parse;
+pub mod write;
 
 pub use hive::Hive;
 pub use model::{
     GpuId, Indexed, Link, Node, NodeKind, Properties, PropertyValue, RenderMinor, System,
 };
 pub use parse::{parse, ParseError, Parsed, SkipReason, Skipped};
+pub use write::write;
