@@ -22,13 +22,18 @@
 //! - [`ImageStore`] with [`DirStore`], [`StreamStore`] and [`MemStore`].
 #![forbid(unsafe_code)]
 
+pub mod checksum;
 mod error;
 pub mod framing;
 pub mod messages;
 pub mod name;
+pub mod pages;
 #[doc(hidden)]
 pub mod presence;
+pub mod store;
+pub mod validate;
 
+pub use checksum::{content_checksum, ContentHasher};
 pub use error::{Error, Problem};
 pub use framing::{
     decode_message, encode_message, read_message, write_message, FramedWriter, ReadLimits,
@@ -39,3 +44,9 @@ pub use messages::{
     ImageMessage, KfdBoEntry, KfdDeviceEntry, FORMAT_VERSION, PRODUCER,
 };
 pub use name::{ImageKind, ImageName};
+pub use pages::{
+    PagesBo, PagesChunk, PagesFile, PagesLayout, PagesReader, PagesSink, PagesWriter, Sequential,
+    WrittenPages, PAGE_SIZE,
+};
+pub use store::{DirStore, ImageStore, ImageWriter, MemStore, StreamMode, StreamStore};
+pub use validate::{verify_set, SetReport, ValidatedKfd, ValidatedRenderNode};

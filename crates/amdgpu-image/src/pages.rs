@@ -1,0 +1,600 @@
+//! Pages files: the raw contents of BOs, concatenated without per-BO headers
+//! behind the 8-byte length header.
+//!
+//! `amdgpu-pages-<id>-<gpu>.img` holds the VRAM and GTT BOs of one GPU in
+//! bucket order; `amdgpu-drm-pages-…` holds one DRM BO. A [`PagesLayout`] says
+//! which BOs a file holds, their sizes and (when the image records them) their
+//! checksums; positions are implicit.
+//!
+//! - [`PagesWriter`] streams BO bytes into a [`PagesSink`] with bounded memory
+//!   (it keeps no copy of the data), computes each BO's checksum in the same
+//!   pass, and turns whole zero file blocks into holes when the sink can seek
+//!   (a directory store's file); holes read back as zeros, also for the C
+//!   plugin. On a sequential sink (CRIU's image streamer) it writes the zeros.
+//! - [`PagesReader`] streams a pages file from any `Read` (also a pipe) in
+//!   caller-sized chunks that never straddle two BOs, verifying each BO's
+//!   checksum when it completes.
+//! - [`PagesFile`] reads ranges of a pages file at given positions (`pread`,
+//!   no shared cursor), for restoring GPUs in parallel from one file.
+//!
+//! Zero-copy decision: this crate is `#![forbid(unsafe_code)]` and mapping a
+//! file (`memmap2::Mmap::map`) is unsafe, because another process may truncate
+//! the file under the mapping and turn reads into SIGBUS. So [`PagesFile`]
+//! copies with `read_exact_at` into buffers the caller reuses
+//! ([`PagesFile::read_range`]), and [`PagesFile::bo_bytes`] returns an owned
+//! [`bytes::Bytes`] sized by the BO, which the open-time length check bounds by
+//! the real file size. This module never talks to the kernel beyond file I/O.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+
+use bytes::Bytes;
+
+use crate::checksum::ContentHasher;
+use crate::framing::{expect_end, read_header, write_header, HEADER_LEN};
+use crate::Error;
+
+/// Block size used for hole detection (file offsets, header included).
+pub const PAGE_SIZE: u64 = 4096;
+
+/// One BO of a pages file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PagesBo {
+    /// Index of the BO in its message's `bo_entries`.
+    pub entry: usize,
+    /// Size in bytes.
+    pub size: u64,
+    /// Recorded checksum, if the image carries one.
+    pub checksum: Option<u64>,
+}
+
+/// Which BOs a pages file holds, in file order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PagesLayout {
+    bos: Vec<PagesBo>,
+    offsets: Vec<u64>,
+    total: u64,
+}
+
+impl PagesLayout {
+    /// Builds a layout; `None` if the sizes add up beyond `u64`.
+    pub fn new(bos: Vec<PagesBo>) -> Option<Self> {
+        let mut offsets = Vec::with_capacity(bos.len());
+        let mut total = 0u64;
+        for bo in &bos {
+            offsets.push(total);
+            total = total.checked_add(bo.size)?;
+        }
+        Some(Self {
+            bos,
+            offsets,
+            total,
+        })
+    }
+
+    /// A layout of BOs with the given sizes, numbered 0.., without checksums.
+    pub fn from_sizes(sizes: impl IntoIterator<Item = u64>) -> Option<Self> {
+        Self::new(
+            sizes
+                .into_iter()
+                .enumerate()
+                .map(|(entry, size)| PagesBo {
+                    entry,
+                    size,
+                    checksum: None,
+                })
+                .collect(),
+        )
+    }
+
+    /// The BOs in file order.
+    pub fn bos(&self) -> &[PagesBo] {
+        &self.bos
+    }
+
+    /// Payload length: the sum of the BO sizes (the value of the length header).
+    pub fn total_len(&self) -> u64 {
+        self.total
+    }
+
+    /// Offset of BO `index` within the payload.
+    pub fn offset_of(&self, index: usize) -> Option<u64> {
+        self.offsets.get(index).copied()
+    }
+
+    /// Whether every BO has a recorded checksum.
+    pub fn has_checksums(&self) -> bool {
+        self.bos.iter().all(|b| b.checksum.is_some())
+    }
+}
+
+/// Where a [`PagesWriter`] puts bytes: a `Write` that may be able to skip
+/// forward, leaving a hole that reads as zeros.
+pub trait PagesSink: Write {
+    /// Whether [`skip`](Self::skip) leaves holes; if not, the writer writes zeros.
+    fn can_skip(&self) -> bool {
+        false
+    }
+
+    /// Moves the write position `len` bytes forward without writing.
+    /// Only called when [`can_skip`](Self::can_skip) is true.
+    fn skip(&mut self, len: u64) -> io::Result<()> {
+        write_zeros(self, len)
+    }
+
+    /// Called when the payload ended in a skip: makes the file exactly `len` bytes long.
+    fn set_final_len(&mut self, len: u64) -> io::Result<()> {
+        let _ = len;
+        Ok(())
+    }
+}
+
+fn write_zeros<W: Write + ?Sized>(w: &mut W, mut len: u64) -> io::Result<()> {
+    static ZEROS: [u8; PAGE_SIZE as usize] = [0; PAGE_SIZE as usize];
+    while len > 0 {
+        let n = len.min(PAGE_SIZE) as usize;
+        w.write_all(&ZEROS[..n])?;
+        len -= n as u64;
+    }
+    Ok(())
+}
+
+/// A regular file: holes by seeking. It must be new or empty and positioned at
+/// its start (skipped ranges keep whatever the file held before).
+impl PagesSink for File {
+    fn can_skip(&self) -> bool {
+        true
+    }
+
+    fn skip(&mut self, len: u64) -> io::Result<()> {
+        let delta = i64::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        self.seek(SeekFrom::Current(delta)).map(drop)
+    }
+
+    fn set_final_len(&mut self, len: u64) -> io::Result<()> {
+        self.set_len(len)
+    }
+}
+
+impl<S: PagesSink + ?Sized> PagesSink for &mut S {
+    fn can_skip(&self) -> bool {
+        (**self).can_skip()
+    }
+    fn skip(&mut self, len: u64) -> io::Result<()> {
+        (**self).skip(len)
+    }
+    fn set_final_len(&mut self, len: u64) -> io::Result<()> {
+        (**self).set_final_len(len)
+    }
+}
+
+/// A sink that can only append (a pipe, CRIU's image streamer): zeros are written.
+#[derive(Debug)]
+pub struct Sequential<W>(pub W);
+
+impl<W: Write> Write for Sequential<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.0.write_all(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl<W: Write> PagesSink for Sequential<W> {}
+
+impl PagesSink for Vec<u8> {}
+
+/// What a [`PagesWriter`] wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WrittenPages {
+    /// `(entry, checksum)` for every BO, in file order; store them in the
+    /// entries' `content_checksum` before writing the message.
+    pub checksums: Vec<(usize, u64)>,
+    /// Payload bytes (the length header's value).
+    pub payload_len: u64,
+    /// Payload bytes left as holes instead of written.
+    pub hole_bytes: u64,
+}
+
+/// Streams the BOs of a [`PagesLayout`] into a pages file; see the module docs.
+#[derive(Debug)]
+pub struct PagesWriter<S: PagesSink> {
+    sink: S,
+    file: String,
+    layout: PagesLayout,
+    bo: usize,
+    bo_written: u64,
+    hasher: ContentHasher,
+    /// Logical file position (header included).
+    pos: u64,
+    pending_hole: u64,
+    hole_bytes: u64,
+    checksums: Vec<(usize, u64)>,
+    can_skip: bool,
+}
+
+impl<S: PagesSink> PagesWriter<S> {
+    /// Writes the length header (the layout's total) and gets ready for the
+    /// first BO's bytes. `file` names the image in errors.
+    pub fn new(mut sink: S, file: &str, layout: PagesLayout) -> Result<Self, Error> {
+        write_header(&mut sink, file, layout.total_len())?;
+        let can_skip = sink.can_skip();
+        let mut w = Self {
+            sink,
+            file: file.to_owned(),
+            checksums: Vec::with_capacity(layout.bos().len()),
+            layout,
+            bo: 0,
+            bo_written: 0,
+            hasher: ContentHasher::new(),
+            pos: HEADER_LEN as u64,
+            pending_hole: 0,
+            hole_bytes: 0,
+            can_skip,
+        };
+        w.close_finished_bos();
+        Ok(w)
+    }
+
+    /// Index (in the layout) of the BO the next bytes belong to; `None` when all are written.
+    pub fn current_bo(&self) -> Option<usize> {
+        (self.bo < self.layout.bos().len()).then_some(self.bo)
+    }
+
+    /// Payload bytes still expected.
+    pub fn remaining(&self) -> u64 {
+        self.layout.total_len() - (self.pos - HEADER_LEN as u64)
+    }
+
+    /// Appends bytes; they may span several BOs.
+    pub fn write(&mut self, mut data: &[u8]) -> Result<(), Error> {
+        if data.len() as u64 > self.remaining() {
+            return Err(Error::LengthMismatch {
+                file: self.file.clone(),
+                what: "pages payload",
+                expected: self.layout.total_len(),
+                actual: self.pos - HEADER_LEN as u64 + data.len() as u64,
+            });
+        }
+        while !data.is_empty() {
+            let Some(bo) = self.layout.bos().get(self.bo).copied() else {
+                break;
+            };
+            let take = (bo.size - self.bo_written).min(data.len() as u64) as usize;
+            let (piece, rest) = data.split_at(take);
+            self.hasher.update(piece);
+            self.emit(piece)
+                .map_err(|e| Error::io(&self.file, "write pages", e))?;
+            self.bo_written += take as u64;
+            data = rest;
+            self.close_finished_bos();
+        }
+        Ok(())
+    }
+
+    /// Records checksums of every BO that is complete (including empty ones).
+    fn close_finished_bos(&mut self) {
+        while let Some(bo) = self.layout.bos().get(self.bo) {
+            if self.bo_written < bo.size {
+                break;
+            }
+            self.checksums.push((bo.entry, self.hasher.finish()));
+            self.hasher = ContentHasher::new();
+            self.bo_written = 0;
+            self.bo += 1;
+        }
+    }
+
+    fn emit(&mut self, piece: &[u8]) -> io::Result<()> {
+        let mut run_start = 0usize;
+        let mut i = 0usize;
+        while i < piece.len() {
+            let pos = self.pos + i as u64;
+            let seg_len = ((PAGE_SIZE - pos % PAGE_SIZE) as usize).min(piece.len() - i);
+            let seg = &piece[i..i + seg_len];
+            if self.can_skip && seg_len as u64 == PAGE_SIZE && is_zero(seg) {
+                if run_start < i {
+                    self.flush_hole()?;
+                    self.sink.write_all(&piece[run_start..i])?;
+                }
+                self.pending_hole += PAGE_SIZE;
+                self.hole_bytes += PAGE_SIZE;
+                run_start = i + seg_len;
+            }
+            i += seg_len;
+        }
+        if run_start < piece.len() {
+            self.flush_hole()?;
+            self.sink.write_all(&piece[run_start..])?;
+        }
+        self.pos += piece.len() as u64;
+        Ok(())
+    }
+
+    fn flush_hole(&mut self) -> io::Result<()> {
+        if self.pending_hole > 0 {
+            self.sink.skip(self.pending_hole)?;
+            self.pending_hole = 0;
+        }
+        Ok(())
+    }
+
+    /// Checks that every BO was written in full, fixes the file length when it
+    /// ends in a hole, flushes, and returns the sink and the checksums.
+    pub fn finish(mut self) -> Result<(S, WrittenPages), Error> {
+        if self.remaining() != 0 {
+            return Err(Error::LengthMismatch {
+                file: self.file,
+                what: "pages payload",
+                expected: self.layout.total_len(),
+                actual: self.pos - HEADER_LEN as u64,
+            });
+        }
+        let io = |e| Error::io(&self.file, "finish pages", e);
+        if self.pending_hole > 0 {
+            self.sink.skip(self.pending_hole).map_err(io)?;
+            self.sink.set_final_len(self.pos).map_err(io)?;
+        }
+        self.sink.flush().map_err(io)?;
+        let written = WrittenPages {
+            checksums: self.checksums,
+            payload_len: self.layout.total_len(),
+            hole_bytes: self.hole_bytes,
+        };
+        Ok((self.sink, written))
+    }
+}
+
+fn is_zero(block: &[u8]) -> bool {
+    // Most data blocks have a non-zero byte early; check a few words first.
+    block.iter().take(32).all(|&b| b == 0) && block.iter().fold(0u8, |acc, &b| acc | b) == 0
+}
+
+/// A piece of one BO handed out by [`PagesReader::read_chunk`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PagesChunk {
+    /// Index of the BO in the layout.
+    pub bo: usize,
+    /// Index of the BO in its message's `bo_entries`.
+    pub entry: usize,
+    /// Offset of the piece within the BO.
+    pub offset: u64,
+    /// Bytes placed at the start of the caller's buffer.
+    pub len: usize,
+    /// Whether this piece completes the BO (its checksum, if any, was verified).
+    pub last: bool,
+}
+
+/// Streams a pages file from any `Read`, verifying checksums; see the module docs.
+#[derive(Debug)]
+pub struct PagesReader<R: Read> {
+    src: R,
+    file: String,
+    layout: PagesLayout,
+    bo: usize,
+    bo_read: u64,
+    hasher: ContentHasher,
+    verify: bool,
+    ended: bool,
+}
+
+impl<R: Read> PagesReader<R> {
+    /// Reads the length header and checks it against the layout's total.
+    pub fn new(mut src: R, file: &str, layout: PagesLayout) -> Result<Self, Error> {
+        let len = read_header(&mut src, file)?;
+        if len != layout.total_len() {
+            return Err(Error::LengthMismatch {
+                file: file.to_owned(),
+                what: "length header against the sizes of the bos it holds",
+                expected: layout.total_len(),
+                actual: len,
+            });
+        }
+        Ok(Self {
+            src,
+            file: file.to_owned(),
+            layout,
+            bo: 0,
+            bo_read: 0,
+            hasher: ContentHasher::new(),
+            verify: true,
+            ended: false,
+        })
+    }
+
+    /// Turns checksum verification off (it is on by default when the layout has checksums).
+    pub fn without_verification(mut self) -> Self {
+        self.verify = false;
+        self
+    }
+
+    /// The layout being read.
+    pub fn layout(&self) -> &PagesLayout {
+        &self.layout
+    }
+
+    /// Reads the next piece of the current BO into `buf` (at most `buf.len()`
+    /// bytes, never past the BO's end). Returns `None` once every BO was read
+    /// and the input ends right after the payload.
+    pub fn read_chunk(&mut self, buf: &mut [u8]) -> Result<Option<PagesChunk>, Error> {
+        let Some(bo) = self.layout.bos().get(self.bo).copied() else {
+            if !self.ended {
+                expect_end(&mut self.src, &self.file, self.layout.total_len())?;
+                self.ended = true;
+            }
+            return Ok(None);
+        };
+        let want = (bo.size - self.bo_read).min(buf.len() as u64) as usize;
+        if want == 0 && bo.size > 0 {
+            return Err(Error::OutOfRange {
+                file: self.file.clone(),
+                what: "read_chunk with an empty buffer".into(),
+            });
+        }
+        let dst = &mut buf[..want];
+        if let Err(e) = self.src.read_exact(dst) {
+            if e.kind() == io::ErrorKind::UnexpectedEof {
+                let offset = self.layout.offset_of(self.bo).unwrap_or(0) + self.bo_read;
+                return Err(Error::Truncated {
+                    file: self.file.clone(),
+                    expected: self.layout.total_len(),
+                    actual: offset,
+                });
+            }
+            return Err(Error::io(&self.file, "read pages", e));
+        }
+        let checks = self.verify && bo.checksum.is_some();
+        if checks {
+            self.hasher.update(dst);
+        }
+        let chunk = PagesChunk {
+            bo: self.bo,
+            entry: bo.entry,
+            offset: self.bo_read,
+            len: want,
+            last: false,
+        };
+        self.bo_read += want as u64;
+        if self.bo_read < bo.size {
+            return Ok(Some(chunk));
+        }
+        if let (true, Some(expected)) = (checks, bo.checksum) {
+            let actual = self.hasher.finish();
+            if actual != expected {
+                return Err(Error::ChecksumMismatch {
+                    file: self.file.clone(),
+                    bo: self.bo,
+                    entry: bo.entry,
+                    expected,
+                    actual,
+                });
+            }
+        }
+        self.hasher = ContentHasher::new();
+        self.bo += 1;
+        self.bo_read = 0;
+        Ok(Some(PagesChunk {
+            last: true,
+            ..chunk
+        }))
+    }
+
+    /// Reads the whole file through `scratch`, verifying lengths and checksums.
+    pub fn verify_all(mut self, scratch: &mut [u8]) -> Result<(), Error> {
+        while self.read_chunk(scratch)?.is_some() {}
+        Ok(())
+    }
+}
+
+/// Positional reads from a pages file; see the module docs.
+#[derive(Debug)]
+pub struct PagesFile {
+    file: File,
+    name: String,
+    layout: PagesLayout,
+}
+
+impl PagesFile {
+    /// Checks the length header against the layout and the file's size against the header.
+    pub fn open(file: File, name: &str, layout: PagesLayout) -> Result<Self, Error> {
+        let mut header = [0u8; HEADER_LEN];
+        file.read_exact_at(&mut header, 0)
+            .map_err(|e| Error::io(name, "read length header", e))?;
+        let len = u64::from_le_bytes(header);
+        if len != layout.total_len() {
+            return Err(Error::LengthMismatch {
+                file: name.to_owned(),
+                what: "length header against the sizes of the bos it holds",
+                expected: layout.total_len(),
+                actual: len,
+            });
+        }
+        let size = file
+            .metadata()
+            .map_err(|e| Error::io(name, "stat", e))?
+            .len();
+        let payload = size.saturating_sub(HEADER_LEN as u64);
+        if payload < len {
+            return Err(Error::Truncated {
+                file: name.to_owned(),
+                expected: len,
+                actual: payload,
+            });
+        }
+        if payload > len {
+            return Err(Error::TrailingBytes {
+                file: name.to_owned(),
+                expected: len,
+            });
+        }
+        Ok(Self {
+            file,
+            name: name.to_owned(),
+            layout,
+        })
+    }
+
+    /// The layout of the file.
+    pub fn layout(&self) -> &PagesLayout {
+        &self.layout
+    }
+
+    /// Fills `buf` with BO `bo`'s bytes starting at `offset` within the BO.
+    pub fn read_range(&self, bo: usize, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
+        let (Some(info), Some(start)) = (self.layout.bos().get(bo), self.layout.offset_of(bo))
+        else {
+            return Err(Error::OutOfRange {
+                file: self.name.clone(),
+                what: format!("no bo {bo}"),
+            });
+        };
+        let end = offset.checked_add(buf.len() as u64);
+        if end.is_none_or(|end| end > info.size) {
+            return Err(Error::OutOfRange {
+                file: self.name.clone(),
+                what: format!(
+                    "bytes {offset}..+{} lie outside bo {bo} of {} bytes",
+                    buf.len(),
+                    info.size
+                ),
+            });
+        }
+        self.file
+            .read_exact_at(buf, HEADER_LEN as u64 + start + offset)
+            .map_err(|e| Error::io(&self.name, "read pages", e))
+    }
+
+    /// The whole of BO `bo`, its checksum verified when recorded.
+    pub fn bo_bytes(&self, bo: usize) -> Result<Bytes, Error> {
+        let Some(info) = self.layout.bos().get(bo).copied() else {
+            return Err(Error::OutOfRange {
+                file: self.name.clone(),
+                what: format!("no bo {bo}"),
+            });
+        };
+        let size = usize::try_from(info.size).map_err(|_| Error::OutOfRange {
+            file: self.name.clone(),
+            what: format!("bo {bo} of {} bytes does not fit in memory", info.size),
+        })?;
+        let mut buf = vec![0u8; size];
+        self.read_range(bo, 0, &mut buf)?;
+        if let Some(expected) = info.checksum {
+            let actual = crate::content_checksum(&buf);
+            if actual != expected {
+                return Err(Error::ChecksumMismatch {
+                    file: self.name.clone(),
+                    bo,
+                    entry: info.entry,
+                    expected,
+                    actual,
+                });
+            }
+        }
+        Ok(Bytes::from(buf))
+    }
+}

@@ -1,0 +1,439 @@
+//! Where image files live: [`ImageStore`] and its implementations.
+//!
+//! - [`DirStore`]: a directory held open; files are opened relative to the
+//!   held directory (through `/proc/self/fd/<dirfd>/` when available, so a
+//!   renamed or replaced path does not matter), created mode 0600 under a
+//!   temporary name and renamed into place on [`ImageWriter::commit`]: an
+//!   interrupted dump never leaves a complete-looking image, and dropping an
+//!   uncommitted writer removes the temporary file. Pages files get holes.
+//! - [`StreamStore`]: CRIU's image streamer (`--stream`): a caller-supplied
+//!   open function (the plugin backs it with `img_streamer_open`), strictly
+//!   sequential, so no holes and no listing.
+//! - [`MemStore`]: in memory, for tests, fuzzing and tools.
+//!
+//! Every writer receives the 8-byte length header first and the payload after
+//! it, so a known total can be announced before the payload streams. This
+//! module never interprets file contents beyond that framing.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Cursor, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::framing::{self, ReadLimits};
+use crate::messages::ImageMessage;
+use crate::pages::{PagesLayout, PagesSink, PagesWriter};
+use crate::{Error, ImageName};
+
+/// A writer for one image file; nothing is visible as a complete image
+/// before [`commit`](Self::commit).
+pub trait ImageWriter: PagesSink {
+    /// Makes the file visible under its final name (flushes first).
+    fn commit(self) -> io::Result<()>;
+}
+
+/// A place where the files of an image set are written and read.
+pub trait ImageStore {
+    /// Writer for one file.
+    type Writer: ImageWriter;
+    /// Reader for one file; sequential (a stream may not seek).
+    type Reader: Read;
+
+    /// Starts writing `name` (replacing it on commit).
+    fn create(&self, name: &ImageName) -> Result<Self::Writer, Error>;
+
+    /// Opens `name` for reading; `Ok(None)` if the store has no such file.
+    fn open(&self, name: &ImageName) -> Result<Option<Self::Reader>, Error>;
+
+    /// The amdgpu image files present, sorted; foreign files are ignored.
+    /// Stores that cannot list (streams) return an `Unsupported` I/O error.
+    fn list(&self) -> Result<Vec<ImageName>, Error>;
+
+    /// Writes one framed message and commits it.
+    fn write_message<M: ImageMessage>(&self, name: &ImageName, msg: &M) -> Result<(), Error> {
+        let file = name.to_string();
+        let mut w = self.create(name)?;
+        framing::write_message(&mut w, &file, msg)?;
+        w.commit().map_err(|e| Error::io(&file, "commit", e))
+    }
+
+    /// Reads and decodes one framed message; `Ok(None)` if the file is absent.
+    fn read_message<M: ImageMessage>(
+        &self,
+        name: &ImageName,
+        limits: ReadLimits,
+    ) -> Result<Option<M>, Error> {
+        let file = name.to_string();
+        match self.open(name)? {
+            None => Ok(None),
+            Some(r) => framing::read_message(r, &file, limits).map(Some),
+        }
+    }
+
+    /// Starts a pages file for `layout`; after [`PagesWriter::finish`], commit
+    /// the returned writer.
+    fn create_pages(
+        &self,
+        name: &ImageName,
+        layout: PagesLayout,
+    ) -> Result<PagesWriter<Self::Writer>, Error> {
+        let w = self.create(name)?;
+        PagesWriter::new(w, &name.to_string(), layout)
+    }
+}
+
+/// An image directory held open; see the module docs.
+#[derive(Debug)]
+pub struct DirStore {
+    dir: File,
+    base: PathBuf,
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl DirStore {
+    /// Opens the directory at `path`.
+    pub fn open_dir(path: impl AsRef<Path>) -> Result<Self, Error> {
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        let dir = File::open(path).map_err(|e| Error::io(&shown, "open image directory", e))?;
+        let meta = dir
+            .metadata()
+            .map_err(|e| Error::io(&shown, "stat image directory", e))?;
+        if !meta.is_dir() {
+            return Err(Error::io(
+                &shown,
+                "open image directory",
+                io::Error::from(io::ErrorKind::NotADirectory),
+            ));
+        }
+        let proc_path = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+        let base = match fs::metadata(&proc_path) {
+            Ok(m) if m.dev() == meta.dev() && m.ino() == meta.ino() => proc_path,
+            _ => path.to_path_buf(),
+        };
+        Ok(Self { dir, base })
+    }
+
+    /// Takes over a directory fd (CRIU's `criu_get_image_dir()`, dup'ed).
+    /// Needs `/proc/self/fd`.
+    pub fn from_dir_fd(fd: OwnedFd) -> Result<Self, Error> {
+        let dir = File::from(fd);
+        let base = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+        let shown = base.display().to_string();
+        let meta = fs::metadata(&base).map_err(|e| Error::io(&shown, "open image directory", e))?;
+        if !meta.is_dir() {
+            return Err(Error::io(
+                &shown,
+                "open image directory",
+                io::Error::from(io::ErrorKind::NotADirectory),
+            ));
+        }
+        Ok(Self { dir, base })
+    }
+
+    /// The held directory.
+    pub fn dir(&self) -> &File {
+        &self.dir
+    }
+
+    /// The path files are resolved against.
+    pub fn base(&self) -> &Path {
+        &self.base
+    }
+
+    /// Opens `name` as a `File` (for [`PagesFile`](crate::PagesFile)'s positional reads).
+    pub fn open_file(&self, name: &ImageName) -> Result<Option<File>, Error> {
+        match File::open(self.base.join(name.to_string())) {
+            Ok(f) => Ok(Some(f)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(name, "open", e)),
+        }
+    }
+}
+
+impl ImageStore for DirStore {
+    type Writer = DirWriter;
+    type Reader = File;
+
+    fn create(&self, name: &ImageName) -> Result<DirWriter, Error> {
+        let target = self.base.join(name.to_string());
+        let temp = self.base.join(format!(
+            ".{name}.part-{}-{}",
+            std::process::id(),
+            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)
+            .map_err(|e| Error::io(name, "create", e))?;
+        Ok(DirWriter {
+            file,
+            temp,
+            target,
+            committed: false,
+        })
+    }
+
+    fn open(&self, name: &ImageName) -> Result<Option<File>, Error> {
+        self.open_file(name)
+    }
+
+    fn list(&self) -> Result<Vec<ImageName>, Error> {
+        let shown = self.base.display().to_string();
+        let mut names = Vec::new();
+        for entry in
+            fs::read_dir(&self.base).map_err(|e| Error::io(&shown, "list image directory", e))?
+        {
+            let entry = entry.map_err(|e| Error::io(&shown, "list image directory", e))?;
+            if let Some(name) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| ImageName::parse(n).ok())
+            {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+}
+
+/// A file being written into a [`DirStore`].
+#[derive(Debug)]
+pub struct DirWriter {
+    file: File,
+    temp: PathBuf,
+    target: PathBuf,
+    committed: bool,
+}
+
+impl Write for DirWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.file.write(buf)
+    }
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.file.write_all(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+impl PagesSink for DirWriter {
+    fn can_skip(&self) -> bool {
+        true
+    }
+    fn skip(&mut self, len: u64) -> io::Result<()> {
+        self.file.skip(len)
+    }
+    fn set_final_len(&mut self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+}
+
+impl ImageWriter for DirWriter {
+    fn commit(mut self) -> io::Result<()> {
+        self.file.flush()?;
+        fs::rename(&self.temp, &self.target)?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for DirWriter {
+    fn drop(&mut self) {
+        if !self.committed {
+            // Best effort: an error here leaves a dot-file no reader takes for an image.
+            let _ = fs::remove_file(&self.temp);
+        }
+    }
+}
+
+/// Direction of a streamer open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamMode {
+    /// Writing images (CRIU's `O_DUMP`).
+    Dump,
+    /// Reading images (CRIU's `O_RSTR`).
+    Restore,
+}
+
+/// Images through a sequential stream per file; see the module docs.
+pub struct StreamStore<F> {
+    open: F,
+}
+
+impl<F> std::fmt::Debug for StreamStore<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamStore").finish_non_exhaustive()
+    }
+}
+
+impl<F, S> StreamStore<F>
+where
+    F: Fn(&str, StreamMode) -> io::Result<S>,
+    S: Read + Write,
+{
+    /// A store whose files are opened by `open(name, mode)`; an open for
+    /// [`StreamMode::Restore`] failing with `NotFound` means the image is absent.
+    pub fn new(open: F) -> Self {
+        Self { open }
+    }
+}
+
+impl<F, S> ImageStore for StreamStore<F>
+where
+    F: Fn(&str, StreamMode) -> io::Result<S>,
+    S: Read + Write,
+{
+    type Writer = StreamWriter<S>;
+    type Reader = S;
+
+    fn create(&self, name: &ImageName) -> Result<StreamWriter<S>, Error> {
+        let s = (self.open)(&name.to_string(), StreamMode::Dump)
+            .map_err(|e| Error::io(name, "open stream", e))?;
+        Ok(StreamWriter(s))
+    }
+
+    fn open(&self, name: &ImageName) -> Result<Option<S>, Error> {
+        match (self.open)(&name.to_string(), StreamMode::Restore) {
+            Ok(s) => Ok(Some(s)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(name, "open stream", e)),
+        }
+    }
+
+    fn list(&self) -> Result<Vec<ImageName>, Error> {
+        Err(Error::io(
+            "image stream",
+            "list",
+            io::Error::from(io::ErrorKind::Unsupported),
+        ))
+    }
+}
+
+/// A file being written into a [`StreamStore`]: append only.
+#[derive(Debug)]
+pub struct StreamWriter<S>(S);
+
+impl<S: Write> Write for StreamWriter<S> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.0.write_all(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl<S: Write> PagesSink for StreamWriter<S> {}
+
+impl<S: Write> ImageWriter for StreamWriter<S> {
+    fn commit(mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+type MemFiles = Arc<Mutex<BTreeMap<ImageName, Arc<Vec<u8>>>>>;
+
+/// Image files in memory; clones share the same files.
+#[derive(Clone, Debug, Default)]
+pub struct MemStore {
+    files: MemFiles,
+}
+
+fn lock(files: &MemFiles) -> MutexGuard<'_, BTreeMap<ImageName, Arc<Vec<u8>>>> {
+    // A panic elsewhere while holding the lock leaves the map consistent.
+    files
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl MemStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Puts a file's raw bytes (header included).
+    pub fn insert(&self, name: ImageName, bytes: Vec<u8>) {
+        lock(&self.files).insert(name, Arc::new(bytes));
+    }
+
+    /// A file's raw bytes.
+    pub fn get(&self, name: &ImageName) -> Option<Arc<Vec<u8>>> {
+        lock(&self.files).get(name).cloned()
+    }
+
+    /// Removes a file.
+    pub fn remove(&self, name: &ImageName) -> Option<Arc<Vec<u8>>> {
+        lock(&self.files).remove(name)
+    }
+}
+
+impl ImageStore for MemStore {
+    type Writer = MemWriter;
+    type Reader = Cursor<MemBytes>;
+
+    fn create(&self, name: &ImageName) -> Result<MemWriter, Error> {
+        Ok(MemWriter {
+            files: Arc::clone(&self.files),
+            name: *name,
+            buf: Vec::new(),
+        })
+    }
+
+    fn open(&self, name: &ImageName) -> Result<Option<Self::Reader>, Error> {
+        Ok(self.get(name).map(|bytes| Cursor::new(MemBytes(bytes))))
+    }
+
+    fn list(&self) -> Result<Vec<ImageName>, Error> {
+        Ok(lock(&self.files).keys().copied().collect())
+    }
+}
+
+/// Shared bytes of a [`MemStore`] file.
+#[derive(Clone, Debug)]
+pub struct MemBytes(Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for MemBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// A file being written into a [`MemStore`].
+#[derive(Debug)]
+pub struct MemWriter {
+    files: MemFiles,
+    name: ImageName,
+    buf: Vec<u8>,
+}
+
+impl Write for MemWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.buf.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl PagesSink for MemWriter {}
+
+impl ImageWriter for MemWriter {
+    fn commit(self) -> io::Result<()> {
+        lock(&self.files).insert(self.name, Arc::new(self.buf));
+        Ok(())
+    }
+}

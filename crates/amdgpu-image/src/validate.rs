@@ -1,0 +1,577 @@
+//! Validation: the checks that make an image safe to act on.
+//!
+//! [`ValidatedKfd`] and [`ValidatedRenderNode`] wrap a decoded message once
+//! its counts, ids, sizes and addresses are consistent, and then answer the
+//! questions restore asks (which GPUs, which BOs go into which pages file) with
+//! no further checks needed. [`verify_set`] checks a whole image set in a
+//! store: every message, every pages file's length and every recorded
+//! checksum, and the references between files.
+//!
+//! Problems are collected, not stopped at: each names the file, the field path
+//! and what is wrong. Nothing here panics or allocates more than the
+//! messages already hold; nothing here writes.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use crate::framing::ReadLimits;
+use crate::messages::{flags, CriuDmabufNode, CriuKfd, CriuRenderNode, KfdBoEntry, FORMAT_VERSION};
+use crate::pages::{PagesBo, PagesLayout, PagesReader};
+use crate::store::ImageStore;
+use crate::{Error, ImageKind, ImageName, Problem, PAGE_SIZE};
+
+/// KFD memory types whose sizes the kernel requires to be page multiples.
+const PAGE_ALIGNED_TYPES: u32 =
+    flags::KFD_VRAM | flags::KFD_GTT | flags::KFD_DOORBELL | flags::KFD_MMIO_REMAP;
+
+/// A `criu_kfd` message whose contents are consistent.
+///
+/// Guarantees: `num_of_bos` equals the BO entries; `num_of_gpus` / `num_of_cpus`
+/// equal the GPU (`gpu_id != 0`) / CPU entries; GPU ids and node ids are
+/// unique; iolinks point at listed nodes; every BO names a listed GPU, has
+/// exactly one memory type, does not wrap the address space, has a page
+/// multiple size where the kernel requires it, and carries a checksum only if
+/// its contents are saved; per-GPU pages totals fit in `u64`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValidatedKfd {
+    id: u32,
+    msg: CriuKfd,
+}
+
+impl ValidatedKfd {
+    /// Validates the message of `amdgpu-kfd-<id>.img`.
+    pub fn new(id: u32, msg: CriuKfd) -> Result<Self, Error> {
+        let problems = Self::problems(id, &msg);
+        if problems.is_empty() {
+            Ok(Self { id, msg })
+        } else {
+            Err(Error::Invalid(problems))
+        }
+    }
+
+    /// Every problem of the message of `amdgpu-kfd-<id>.img`.
+    pub fn problems(id: u32, msg: &CriuKfd) -> Vec<Problem> {
+        let file = ImageName::Kfd { id }.to_string();
+        let mut out = Vec::new();
+        let mut p = |path: String, message: String| out.push(Problem::new(&file, path, message));
+
+        if msg.num_of_bos != msg.bo_entries.len() as u64 {
+            p(
+                "criu_kfd.num_of_bos".into(),
+                format!(
+                    "is {} but the image has {} bo entries",
+                    msg.num_of_bos,
+                    msg.bo_entries.len()
+                ),
+            );
+        }
+        let gpus = msg.device_entries.iter().filter(|d| d.is_gpu()).count() as u64;
+        let cpus = msg.device_entries.len() as u64 - gpus;
+        if u64::from(msg.num_of_gpus) != gpus {
+            p(
+                "criu_kfd.num_of_gpus".into(),
+                format!(
+                    "is {} but the image has {gpus} gpu device entries",
+                    msg.num_of_gpus
+                ),
+            );
+        }
+        if u64::from(msg.num_of_cpus) != cpus {
+            p(
+                "criu_kfd.num_of_cpus".into(),
+                format!(
+                    "is {} but the image has {cpus} cpu device entries",
+                    msg.num_of_cpus
+                ),
+            );
+        }
+        if let Some(v) = msg.format_version.filter(|&v| v > FORMAT_VERSION) {
+            p(
+                "criu_kfd.format_version".into(),
+                format!("{v} is newer than the supported {FORMAT_VERSION}; update amdgpu-criu-rs"),
+            );
+        }
+
+        let node_ids: BTreeSet<u32> = msg.device_entries.iter().map(|d| d.node_id).collect();
+        let mut seen_nodes = HashSet::new();
+        let mut seen_gpus = HashSet::new();
+        for (i, d) in msg.device_entries.iter().enumerate() {
+            let at = |f: &str| format!("criu_kfd.device_entries[{i}].{f}");
+            if !seen_nodes.insert(d.node_id) {
+                p(
+                    at("node_id"),
+                    format!("node id {} appears twice", d.node_id),
+                );
+            }
+            if d.is_gpu() {
+                if !seen_gpus.insert(d.gpu_id) {
+                    p(
+                        at("gpu_id"),
+                        format!("gpu id {:#x} appears twice", d.gpu_id),
+                    );
+                }
+                if d.cpu_cores_count != 0 {
+                    p(
+                        at("cpu_cores_count"),
+                        "is non-zero on a gpu entry (restore would take it for a cpu)".into(),
+                    );
+                }
+            } else if d.cpu_cores_count == 0 {
+                p(
+                    at("gpu_id"),
+                    "0 on an entry without cpu cores: neither a gpu nor a cpu".into(),
+                );
+            }
+            for (j, link) in d.iolinks.iter().enumerate() {
+                if !node_ids.contains(&link.node_to_id) {
+                    p(
+                        format!("criu_kfd.device_entries[{i}].iolinks[{j}].node_to_id"),
+                        format!("no device entry has node id {}", link.node_to_id),
+                    );
+                }
+            }
+        }
+
+        let mut gpu_totals: BTreeMap<u32, u64> = BTreeMap::new();
+        for (i, bo) in msg.bo_entries.iter().enumerate() {
+            let at = |f: &str| format!("criu_kfd.bo_entries[{i}].{f}");
+            if !seen_gpus.contains(&bo.gpu_id) {
+                p(
+                    at("gpu_id"),
+                    format!("{:#x} is not a checkpointed gpu", bo.gpu_id),
+                );
+            }
+            if bo.addr.checked_add(bo.size).is_none() {
+                p(
+                    at("size"),
+                    format!("addr {:#x} + size {:#x} overflows", bo.addr, bo.size),
+                );
+            }
+            let mem_type = bo.alloc_flags & flags::KFD_MEM_TYPE_MASK;
+            if mem_type.count_ones() != 1 {
+                p(
+                    at("alloc_flags"),
+                    format!(
+                        "{:#x} does not name exactly one memory type",
+                        bo.alloc_flags
+                    ),
+                );
+            }
+            if mem_type & PAGE_ALIGNED_TYPES != 0 && bo.size % PAGE_SIZE != 0 {
+                p(
+                    at("size"),
+                    format!(
+                        "{:#x} is not a multiple of the {PAGE_SIZE}-byte page",
+                        bo.size
+                    ),
+                );
+            }
+            if bo.content_checksum.is_some() && !bo.has_contents() {
+                p(
+                    at("content_checksum"),
+                    "set on a bo whose contents are not saved".into(),
+                );
+            }
+            if bo.has_contents() {
+                let total = gpu_totals.entry(bo.gpu_id).or_insert(0);
+                match total.checked_add(bo.size) {
+                    Some(t) => *total = t,
+                    None => p(
+                        at("size"),
+                        "the gpu's pages file would exceed 2^64 bytes".into(),
+                    ),
+                }
+            }
+        }
+        out
+    }
+
+    /// The ext-file id of the image.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The validated message.
+    pub fn message(&self) -> &CriuKfd {
+        &self.msg
+    }
+
+    /// Gives the message back.
+    pub fn into_message(self) -> CriuKfd {
+        self.msg
+    }
+
+    /// GPU device entries, in image order.
+    pub fn gpus(&self) -> impl Iterator<Item = &crate::KfdDeviceEntry> {
+        self.msg.device_entries.iter().filter(|d| d.is_gpu())
+    }
+
+    /// CPU device entries, in image order.
+    pub fn cpus(&self) -> impl Iterator<Item = &crate::KfdDeviceEntry> {
+        self.msg.device_entries.iter().filter(|d| !d.is_gpu())
+    }
+
+    /// The BOs of `gpu_id` whose contents are in its pages file, in file order.
+    pub fn pages_layout(&self, gpu_id: u32) -> PagesLayout {
+        layout_of(&self.msg.bo_entries, gpu_id)
+    }
+
+    /// Every pages file of the image (one per GPU, image order) with its layout.
+    pub fn pages_files(&self) -> Vec<(ImageName, PagesLayout)> {
+        self.gpus()
+            .map(|d| {
+                (
+                    ImageName::Pages {
+                        id: self.id,
+                        gpu_id: d.gpu_id,
+                    },
+                    self.pages_layout(d.gpu_id),
+                )
+            })
+            .collect()
+    }
+}
+
+fn layout_of(bos: &[KfdBoEntry], gpu_id: u32) -> PagesLayout {
+    let list = bos
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.gpu_id == gpu_id && b.has_contents())
+        .map(|(entry, b)| PagesBo {
+            entry,
+            size: b.size,
+            checksum: b.content_checksum,
+        })
+        .collect();
+    // Validation proved the per-GPU sum fits.
+    PagesLayout::new(list).unwrap_or_default()
+}
+
+/// A `criu_render_node` message whose contents are consistent.
+///
+/// Guarantees: `gpu_id` is non-zero; `num_of_bos` equals the BO entries; each
+/// BO's `num_of_vms` equals its VM entries; BO and VM ranges do not wrap; BO
+/// sizes are page multiples (GEM rounds them); each VM mapping lies inside
+/// its BO.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValidatedRenderNode {
+    id: u32,
+    msg: CriuRenderNode,
+}
+
+impl ValidatedRenderNode {
+    /// Validates the message of `amdgpu-renderD-<id>.img`.
+    pub fn new(id: u32, msg: CriuRenderNode) -> Result<Self, Error> {
+        let problems = Self::problems(id, &msg);
+        if problems.is_empty() {
+            Ok(Self { id, msg })
+        } else {
+            Err(Error::Invalid(problems))
+        }
+    }
+
+    /// Every problem of the message of `amdgpu-renderD-<id>.img`.
+    pub fn problems(id: u32, msg: &CriuRenderNode) -> Vec<Problem> {
+        let file = ImageName::RenderNode { id }.to_string();
+        let mut out = Vec::new();
+        let mut p = |path: String, message: String| out.push(Problem::new(&file, path, message));
+        if msg.gpu_id == 0 {
+            p("criu_render_node.gpu_id".into(), "is 0, not a gpu".into());
+        }
+        if msg.num_of_bos != msg.bo_entries.len() as u64 {
+            p(
+                "criu_render_node.num_of_bos".into(),
+                format!(
+                    "is {} but the image has {} bo entries",
+                    msg.num_of_bos,
+                    msg.bo_entries.len()
+                ),
+            );
+        }
+        if let Some(v) = msg.format_version.filter(|&v| v > FORMAT_VERSION) {
+            p(
+                "criu_render_node.format_version".into(),
+                format!("{v} is newer than the supported {FORMAT_VERSION}; update amdgpu-criu-rs"),
+            );
+        }
+        for (i, bo) in msg.bo_entries.iter().enumerate() {
+            let at = |f: &str| format!("criu_render_node.bo_entries[{i}].{f}");
+            if u64::from(bo.num_of_vms) != bo.vm_entries.len() as u64 {
+                p(
+                    at("num_of_vms"),
+                    format!(
+                        "is {} but the bo has {} vm entries",
+                        bo.num_of_vms,
+                        bo.vm_entries.len()
+                    ),
+                );
+            }
+            if bo.addr.checked_add(bo.size).is_none() {
+                p(
+                    at("size"),
+                    format!("addr {:#x} + size {:#x} overflows", bo.addr, bo.size),
+                );
+            }
+            if bo.size % PAGE_SIZE != 0 {
+                p(
+                    at("size"),
+                    format!(
+                        "{:#x} is not a multiple of the {PAGE_SIZE}-byte page",
+                        bo.size
+                    ),
+                );
+            }
+            for (j, vm) in bo.vm_entries.iter().enumerate() {
+                let at = |f: &str| format!("criu_render_node.bo_entries[{i}].vm_entries[{j}].{f}");
+                if vm.addr.checked_add(vm.size).is_none() {
+                    p(
+                        at("size"),
+                        format!("addr {:#x} + size {:#x} overflows", vm.addr, vm.size),
+                    );
+                }
+                if vm
+                    .offset
+                    .checked_add(vm.size)
+                    .is_none_or(|end| end > bo.size)
+                {
+                    p(
+                        at("offset"),
+                        format!(
+                            "mapping {:#x}+{:#x} extends past the bo's {:#x} bytes",
+                            vm.offset, vm.size, bo.size
+                        ),
+                    );
+                }
+            }
+        }
+        out
+    }
+
+    /// The ext-file id of the image.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The validated message.
+    pub fn message(&self) -> &CriuRenderNode {
+        &self.msg
+    }
+
+    /// Gives the message back.
+    pub fn into_message(self) -> CriuRenderNode {
+        self.msg
+    }
+
+    /// The drm-pages file of BO `index` and its one-BO layout.
+    pub fn drm_pages(&self, index: usize) -> Option<(ImageName, PagesLayout)> {
+        let bo = self.msg.bo_entries.get(index)?;
+        let name = ImageName::DrmPages {
+            id: self.id,
+            minor: self.msg.drm_render_minor,
+            bo_index: u32::try_from(index).ok()?,
+        };
+        let layout = PagesLayout::new(vec![PagesBo {
+            entry: index,
+            size: bo.size,
+            checksum: bo.content_checksum,
+        }])?;
+        Some((name, layout))
+    }
+}
+
+/// What [`verify_set`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SetReport {
+    /// Every problem found, in file order.
+    pub problems: Vec<Problem>,
+    /// Image files examined.
+    pub files: usize,
+    /// BOs whose bytes were read back.
+    pub bos_read: usize,
+    /// BOs whose checksum was verified.
+    pub checksums_verified: usize,
+    /// Pages bytes read back.
+    pub bytes_read: u64,
+}
+
+impl SetReport {
+    /// Whether no problem was found.
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Size of the buffer pages files are verified through.
+const VERIFY_CHUNK: usize = 1 << 20;
+
+/// Validates the whole image set of a store: every message, every pages
+/// file (length header, exact length, checksums), and the references between
+/// files (pages files of listed GPUs, render nodes of checkpointed GPUs,
+/// dma-bufs of known GEM handles, no stray pages files).
+///
+/// Problems go into the report; only failing to list the store is an error.
+pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetReport, Error> {
+    let names = store.list()?;
+    let mut report = SetReport {
+        files: names.len(),
+        ..SetReport::default()
+    };
+    let mut referenced: HashSet<ImageName> = HashSet::new();
+    let mut kfd_gpus: HashSet<u32> = HashSet::new();
+    let mut handles: HashSet<u32> = HashSet::new();
+    let mut scratch = Vec::new();
+
+    for name in names.iter().filter(|n| n.kind() == ImageKind::Kfd) {
+        let Some(msg) = read(store, name, limits, &mut report) else {
+            continue;
+        };
+        let msg: CriuKfd = msg;
+        let problems = ValidatedKfd::problems(name.id(), &msg);
+        if !problems.is_empty() {
+            report.problems.extend(problems);
+            continue;
+        }
+        let kfd = ValidatedKfd { id: name.id(), msg };
+        kfd_gpus.extend(kfd.gpus().map(|d| d.gpu_id));
+        handles.extend(
+            kfd.message()
+                .bo_entries
+                .iter()
+                .map(|b| b.handle)
+                .filter(|&h| h != flags::NO_HANDLE),
+        );
+        for (pages, layout) in kfd.pages_files() {
+            referenced.insert(pages);
+            verify_pages(store, &pages, layout, true, &mut scratch, &mut report);
+        }
+    }
+
+    for name in names.iter().filter(|n| n.kind() == ImageKind::RenderNode) {
+        let Some(msg) = read(store, name, limits, &mut report) else {
+            continue;
+        };
+        let msg: CriuRenderNode = msg;
+        let problems = ValidatedRenderNode::problems(name.id(), &msg);
+        if !problems.is_empty() {
+            report.problems.extend(problems);
+            continue;
+        }
+        let rn = ValidatedRenderNode { id: name.id(), msg };
+        if !kfd_gpus.contains(&rn.msg.gpu_id) {
+            report.problems.push(Problem::new(
+                name,
+                "criu_render_node.gpu_id",
+                format!(
+                    "{:#x} is not a gpu of any kfd image in the set",
+                    rn.msg.gpu_id
+                ),
+            ));
+        }
+        handles.extend(rn.msg.bo_entries.iter().map(|b| b.handle));
+        for (i, bo) in rn.msg.bo_entries.iter().enumerate() {
+            let Some((pages, layout)) = rn.drm_pages(i) else {
+                continue;
+            };
+            referenced.insert(pages);
+            verify_pages(
+                store,
+                &pages,
+                layout,
+                bo.restore_needs_contents(),
+                &mut scratch,
+                &mut report,
+            );
+        }
+    }
+
+    for name in names.iter().filter(|n| n.kind() == ImageKind::Dmabuf) {
+        let Some(msg) = read(store, name, limits, &mut report) else {
+            continue;
+        };
+        let msg: CriuDmabufNode = msg;
+        if !handles.contains(&msg.gem_handle) {
+            report.problems.push(Problem::new(
+                name,
+                "criu_dmabuf_node.gem_handle",
+                format!(
+                    "{} is not the handle of any bo in the set (restore would wait for it forever)",
+                    msg.gem_handle
+                ),
+            ));
+        }
+    }
+
+    for name in &names {
+        if matches!(name.kind(), ImageKind::Pages | ImageKind::DrmPages)
+            && !referenced.contains(name)
+        {
+            report.problems.push(Problem::new(
+                name,
+                "",
+                "not referenced by any image of the set",
+            ));
+        }
+    }
+    report.problems.sort_by(|a, b| a.file.cmp(&b.file));
+    Ok(report)
+}
+
+fn read<S: ImageStore, M: crate::ImageMessage>(
+    store: &S,
+    name: &ImageName,
+    limits: ReadLimits,
+    report: &mut SetReport,
+) -> Option<M> {
+    match store.read_message::<M>(name, limits) {
+        Ok(Some(m)) => Some(m),
+        Ok(None) => {
+            report
+                .problems
+                .push(Problem::new(name, "", "listed but cannot be opened"));
+            None
+        }
+        Err(e) => {
+            report.problems.push(Problem::from_error(name, &e));
+            None
+        }
+    }
+}
+
+fn verify_pages<S: ImageStore>(
+    store: &S,
+    name: &ImageName,
+    layout: PagesLayout,
+    required: bool,
+    scratch: &mut Vec<u8>,
+    report: &mut SetReport,
+) {
+    let src = match store.open(name) {
+        Ok(Some(src)) => src,
+        Ok(None) => {
+            if required {
+                report
+                    .problems
+                    .push(Problem::new(name, "", "missing (restore reads it)"));
+            }
+            return;
+        }
+        Err(e) => {
+            report.problems.push(Problem::from_error(name, &e));
+            return;
+        }
+    };
+    let file = name.to_string();
+    let checksums = layout.bos().iter().filter(|b| b.checksum.is_some()).count();
+    let bos = layout.bos().len();
+    let total = layout.total_len();
+    if scratch.is_empty() {
+        scratch.resize(VERIFY_CHUNK, 0);
+    }
+    match PagesReader::new(src, &file, layout).and_then(|r| r.verify_all(scratch)) {
+        Ok(()) => {
+            report.bos_read += bos;
+            report.checksums_verified += checksums;
+            report.bytes_read += total;
+        }
+        Err(e) => report.problems.push(Problem::from_error(name, &e)),
+    }
+}
