@@ -67,8 +67,14 @@ macro_rules! union_impls {
 }
 pub(crate) use union_impls;
 
+pub mod amdgpu_drm;
+pub mod drm;
 pub mod ioctl;
 pub mod kfd;
+pub mod sdma;
 
+pub use amdgpu_drm::*;
+pub use drm::*;
 pub use ioctl::*;
 pub use kfd::*;
+pub use sdma::*;

@@ -132,3 +132,156 @@ fn kfd_flags_and_mmap_layout_match_spec() {
         KFD_MMAP_GET_GPU_ID(KFD_MMAP_TYPE_DOORBELL | (0x2BA7u64 << 46) | 0x1000) => 0x2BA7,
     ]);
 }
+
+#[test]
+fn drm_request_codes_match_spec() {
+    check(&rows![
+        DRM_IOCTL_VERSION => 0xC0406400u32,
+        DRM_IOCTL_GEM_CLOSE => 0x40086409u32,
+        DRM_IOCTL_PRIME_HANDLE_TO_FD => 0xC00C642Du32,
+        DRM_IOCTL_PRIME_FD_TO_HANDLE => 0xC00C642Eu32,
+        DRM_IOCTL_GEM_CHANGE_HANDLE => 0xC00864D2u32,
+        DRM_IOCTL_AMDGPU_GEM_CREATE => 0xC0206440u32,
+        DRM_IOCTL_AMDGPU_GEM_MMAP => 0xC0086441u32,
+        DRM_IOCTL_AMDGPU_CTX => 0xC0106442u32,
+        DRM_IOCTL_AMDGPU_BO_LIST => 0xC0186443u32,
+        DRM_IOCTL_AMDGPU_CS => 0xC0186444u32,
+        DRM_IOCTL_AMDGPU_INFO => 0x40206445u32,
+        DRM_IOCTL_AMDGPU_GEM_VA => 0x40286448u32,
+        DRM_IOCTL_AMDGPU_WAIT_CS => 0xC0206449u32,
+        DRM_IOCTL_AMDGPU_GEM_OP => 0xC0186450u32,
+        DRM_IOCTL_AMDGPU_GEM_USERPTR => 0xC0186451u32,
+        DRM_IOCTL_AMDGPU_GEM_LIST_HANDLES => 0xC0106459u32,
+    ]);
+}
+
+#[test]
+fn drm_newer_layouts_match_spec() {
+    check(&rows![
+        size_of::<drm_gem_change_handle>() => 8,
+        offset_of!(drm_gem_change_handle, handle) => 0,
+        offset_of!(drm_gem_change_handle, new_handle) => 4,
+        size_of::<drm_amdgpu_gem_op>() => 24,
+        offset_of!(drm_amdgpu_gem_op, handle) => 0,
+        offset_of!(drm_amdgpu_gem_op, op) => 4,
+        offset_of!(drm_amdgpu_gem_op, value) => 8,
+        offset_of!(drm_amdgpu_gem_op, num_entries) => 16,
+        offset_of!(drm_amdgpu_gem_op, padding) => 20,
+        AMDGPU_GEM_OP_GET_MAPPING_INFO => 2,
+        size_of::<drm_amdgpu_gem_vm_entry>() => 32,
+        offset_of!(drm_amdgpu_gem_vm_entry, addr) => 0,
+        offset_of!(drm_amdgpu_gem_vm_entry, size) => 8,
+        offset_of!(drm_amdgpu_gem_vm_entry, offset) => 16,
+        offset_of!(drm_amdgpu_gem_vm_entry, flags) => 24,
+        DRM_AMDGPU_GEM_LIST_HANDLES => 0x19,
+        DRM_COMMAND_BASE + DRM_AMDGPU_GEM_LIST_HANDLES => 0x59,
+        size_of::<drm_amdgpu_gem_list_handles>() => 16,
+        offset_of!(drm_amdgpu_gem_list_handles, entries) => 0,
+        offset_of!(drm_amdgpu_gem_list_handles, num_entries) => 8,
+        offset_of!(drm_amdgpu_gem_list_handles, padding) => 12,
+        size_of::<drm_amdgpu_gem_list_handles_entry>() => 40,
+        offset_of!(drm_amdgpu_gem_list_handles_entry, gem_handle) => 0,
+        offset_of!(drm_amdgpu_gem_list_handles_entry, flags) => 4,
+        offset_of!(drm_amdgpu_gem_list_handles_entry, size) => 8,
+        offset_of!(drm_amdgpu_gem_list_handles_entry, preferred_domains) => 16,
+        offset_of!(drm_amdgpu_gem_list_handles_entry, alloc_flags) => 24,
+        offset_of!(drm_amdgpu_gem_list_handles_entry, alignment) => 32,
+        AMDGPU_GEM_LIST_HANDLES_FLAG_IS_IMPORT => 1,
+        AMDGPU_GEM_DOMAIN_DOORBELL => 0x40,
+        AMDGPU_GEM_DOMAIN_MMIO_REMAP => 0x80,
+        AMDGPU_VM_PAGE_NOALLOC => 1u32 << 9,
+        AMDGPU_CHUNK_ID_CP_GFX_SHADOW => 0xA,
+        AMDGPU_FAMILY_GC_11_0_0 => 145,
+        AMDGPU_FAMILY_GC_11_0_1 => 148,
+        AMDGPU_FAMILY_GC_10_3_6 => 149,
+        AMDGPU_FAMILY_GC_11_5_0 => 150,
+        AMDGPU_FAMILY_GC_10_3_7 => 151,
+        AMDGPU_FAMILY_GC_12_0_0 => 152,
+        DRM_FILE_PAGE_OFFSET_START => 0x1_0000_0000u64,
+    ]);
+}
+
+#[test]
+fn drm_installed_layouts_match_spec() {
+    // kernel.md §4.2 field tables (installed-header layouts).
+    check(&rows![
+        size_of::<drm_version>() => 64,
+        offset_of!(drm_version, name_len) => 16,
+        offset_of!(drm_version, desc) => 56,
+        size_of::<drm_prime_handle>() => 12,
+        offset_of!(drm_prime_handle, fd) => 8,
+        size_of::<drm_amdgpu_gem_va>() => 40,
+        offset_of!(drm_amdgpu_gem_va, operation) => 8,
+        offset_of!(drm_amdgpu_gem_va, flags) => 12,
+        offset_of!(drm_amdgpu_gem_va, va_address) => 16,
+        offset_of!(drm_amdgpu_gem_va, offset_in_bo) => 24,
+        offset_of!(drm_amdgpu_gem_va, map_size) => 32,
+        size_of::<drm_amdgpu_gem_userptr>() => 24,
+        offset_of!(drm_amdgpu_gem_userptr, flags) => 16,
+        offset_of!(drm_amdgpu_gem_userptr, handle) => 20,
+        size_of::<drm_amdgpu_cs_chunk_ib>() => 32,
+        offset_of!(drm_amdgpu_cs_chunk_ib, va_start) => 8,
+        offset_of!(drm_amdgpu_cs_chunk_ib, ib_bytes) => 16,
+        offset_of!(drm_amdgpu_cs_chunk_ib, ip_type) => 20,
+        offset_of!(drm_amdgpu_cs_chunk_ib, ip_instance) => 24,
+        offset_of!(drm_amdgpu_cs_chunk_ib, ring) => 28,
+        size_of::<drm_amdgpu_wait_cs_in>() => 32,
+        offset_of!(drm_amdgpu_wait_cs_in, ctx_id) => 28,
+        offset_of!(drm_amdgpu_info, request) => 16,
+        size_of::<drm_amdgpu_info_hw_ip>() => 32,
+        offset_of!(drm_amdgpu_info_hw_ip, available_rings) => 24,
+        offset_of!(drm_amdgpu_info_device, family) => 16,
+        offset_of!(drm_amdgpu_info_device, ids_flags) => 136,
+        offset_of!(drm_amdgpu_info_device, virtual_address_offset) => 144,
+        offset_of!(drm_amdgpu_info_device, virtual_address_max) => 152,
+        offset_of!(drm_amdgpu_info_device, virtual_address_alignment) => 160,
+        offset_of!(drm_amdgpu_info_device, high_va_offset) => 336,
+        offset_of!(drm_amdgpu_info_device, high_va_max) => 344,
+        AMDGPU_GEM_DOMAIN_CPU => 1,
+        AMDGPU_GEM_DOMAIN_GTT => 2,
+        AMDGPU_GEM_DOMAIN_VRAM => 4,
+        AMDGPU_VA_OP_MAP => 1,
+        AMDGPU_VA_OP_UNMAP => 2,
+        AMDGPU_VA_OP_CLEAR => 3,
+        AMDGPU_VA_OP_REPLACE => 4,
+        AMDGPU_HW_IP_DMA => 2,
+        AMDGPU_FAMILY_AI => 141,
+        AMDGPU_INFO_DEV_INFO => 0x16,
+        AMDGPU_INFO_HW_IP_INFO => 0x02,
+        AMDGPU_INFO_HW_IP_COUNT => 0x03,
+        AMDGPU_INFO_ACCEL_WORKING => 0x00,
+        AMDGPU_INFO_READ_MMR_REG => 0x15,
+    ]);
+}
+
+#[test]
+fn sdma_packet_matches_spec() {
+    // kernel.md §4.4.
+    let header = SDMA_PKT_COPY_LINEAR_HEADER_OP(SDMA_OP_COPY)
+        | SDMA_PKT_COPY_LINEAR_HEADER_SUB_OP(SDMA_SUBOP_COPY_LINEAR);
+    check(&rows![
+        size_of::<sdma_pkt_copy_linear>() => 28,
+        offset_of!(sdma_pkt_copy_linear, header) => 0,
+        offset_of!(sdma_pkt_copy_linear, count) => 4,
+        offset_of!(sdma_pkt_copy_linear, parameter) => 8,
+        offset_of!(sdma_pkt_copy_linear, src_addr_lo) => 12,
+        offset_of!(sdma_pkt_copy_linear, src_addr_hi) => 16,
+        offset_of!(sdma_pkt_copy_linear, dst_addr_lo) => 20,
+        offset_of!(sdma_pkt_copy_linear, dst_addr_hi) => 24,
+        SDMA_OP_NOP => 0,
+        SDMA_OP_COPY => 1,
+        SDMA_SUBOP_COPY_LINEAR => 0,
+        header => 0x0000_0001u32,
+        SDMA_PKT_COPY_LINEAR_HEADER_SUB_OP(0x1FF) => 0xFF00u32,
+        SDMA_PKT_COPY_LINEAR_COUNT_count_mask => 0x3F_FFFFu32,
+        SDMA_PKT_COPY_LINEAR_COUNT_COUNT(0x40_0000 - 1) => 0x3F_FFFFu32,
+        SDMA_PKT_NOP_HEADER_COUNT(3) => 3u32 << 16,
+        SDMA_CIK_COPY_MAX_BYTES => 0x1F_FFFFu32,
+        SDMA_V2_4_COPY_MAX_BYTES => 0x1F_FFFFu32,
+        SDMA_V3_0_COPY_MAX_BYTES => 0x3F_FFE0u32,
+        SDMA_V4_COPY_MAX_BYTES => 0x40_0000u32,
+        SI_DMA_COPY_MAX_BYTES => 0xF_FFF8u32,
+        SDMA_IB_ALIGNMENT => 32,
+        SDMA_IB_PAD_DWORDS => 8,
+    ]);
+}
