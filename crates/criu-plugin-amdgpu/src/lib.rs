@@ -1,1 +1,25 @@
-//! placeholder, replaced by the crate's implementation
+//! The CRIU plugin for AMD GPU (ROCm) processes: a drop-in replacement for
+//! CRIU's C `amdgpu_plugin.so`, built as a `cdylib` (installed as
+//! `amdgpu_plugin.so`) and as an `rlib` for tests and tools.
+//!
+//! Layout:
+//! - [`abi`]: the `CR_PLUGIN_DESC` symbol CRIU loads, the hook trampolines,
+//!   the choice of `max_hooks` for the CRIU version that loads the `.so`, and
+//!   what happens where a hook is missing.
+//! - [`criu`]: CRIU's services (log, image dir, inventory, fd store, image
+//!   streamer), looked up at run time so the `.so` has no link-time
+//!   dependency on CRIU.
+//! - [`log`]: log lines with the `amdgpu_plugin: ` prefix, into CRIU's log or
+//!   stderr.
+//! - [`core`]: the plugin logic, generic over [`kfd::Driver`], so it runs
+//!   against the real kernel inside CRIU and against `kfd-sim` in tests.
+//! - `runtime` (private): the process-wide state of the loaded plugin.
+//!
+//! The plugin never parses sysfs or image bytes itself: it uses
+//! `amdgpu-topology` and `amdgpu-image`.
+
+pub mod abi;
+pub mod core;
+pub mod criu;
+pub mod log;
+mod runtime;

@@ -1,0 +1,245 @@
+//! CRIU's services, looked up at run time.
+//!
+//! The `criu` executable is linked with `-rdynamic`, so its global functions
+//! are visible to `dlsym(RTLD_DEFAULT, ...)` from a plugin it `dlopen`ed. The
+//! plugin has no link-time dependency on any of them: the `.so` loads into any
+//! host, and a service that is absent (older CRIU, no CRIU at all) is reported
+//! as such and handled by the caller (see each method).
+//!
+//! Deliberately **not** used: CRIU's `opts` global. Reading `opts.stream`
+//! would tie the plugin to the layout of `struct cr_options`, which changes
+//! between releases. Streaming is detected from the image streamer's sockets
+//! instead ([`Services::streaming`]).
+//!
+//! This module never interprets images and never talks to the kernel.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::OnceLock;
+
+use crate::log::Level;
+
+type PrintOnLevelFn = unsafe extern "C" fn(c_uint, *const c_char, ...);
+type NoArgIntFn = unsafe extern "C" fn() -> c_int;
+type IntIntFn = unsafe extern "C" fn(c_int) -> c_int;
+type ImgStreamerOpenFn = unsafe extern "C" fn(*mut c_char, c_int) -> c_int;
+type AddInventoryPluginFn = unsafe extern "C" fn(*const c_char) -> c_int;
+type CheckInventoryPluginFn = unsafe extern "C" fn(*const c_char, c_int) -> bool;
+
+/// The image streamer's socket at dump (criu/img-streamer.c).
+pub const STREAMER_CAPTURE_SOCKET: &str = "streamer-capture.sock";
+/// The image streamer's socket at restore.
+pub const STREAMER_SERVE_SOCKET: &str = "streamer-serve.sock";
+
+/// `O_DUMP` of CRIU (`O_WRONLY | O_CREAT | O_TRUNC`), the streamer's dump mode.
+const O_DUMP: c_int = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
+/// `O_RSTR` of CRIU (`O_RDONLY`), the streamer's restore mode.
+const O_RSTR: c_int = libc::O_RDONLY;
+
+/// Looks up `name` in the global scope of the process.
+pub(crate) fn lookup(name: &CStr) -> Option<*mut c_void> {
+    // SAFETY: `name` is NUL-terminated; RTLD_DEFAULT searches the global
+    // scope and dlsym has no other memory arguments.
+    let ptr = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    (!ptr.is_null()).then_some(ptr)
+}
+
+macro_rules! resolve {
+    ($name:literal as $ty:ty) => {
+        lookup($name).map(|ptr| {
+            // SAFETY: CRIU defines this symbol as a function with exactly the
+            // C signature `$ty` (criu/include/*.h); a host that exports the
+            // same name with another type violates the plugin ABI, which no
+            // loader can detect.
+            unsafe { std::mem::transmute::<*mut c_void, $ty>(ptr) }
+        })
+    };
+}
+
+/// The CRIU services found in this process.
+#[derive(Debug, Clone, Copy)]
+pub struct Services {
+    print_on_level: Option<PrintOnLevelFn>,
+    get_image_dir: Option<NoArgIntFn>,
+    img_streamer_open: Option<ImgStreamerOpenFn>,
+    add_inventory_plugin: Option<AddInventoryPluginFn>,
+    check_and_remove_inventory_plugin: Option<CheckInventoryPluginFn>,
+    find_unused_fd_pid: Option<IntIntFn>,
+    fdstore_add: Option<IntIntFn>,
+    fdstore_get: Option<IntIntFn>,
+}
+
+/// The services of this process, resolved on first use.
+pub fn services() -> &'static Services {
+    static SERVICES: OnceLock<Services> = OnceLock::new();
+    SERVICES.get_or_init(Services::resolve)
+}
+
+impl Services {
+    fn resolve() -> Services {
+        Services {
+            print_on_level: resolve!(c"print_on_level" as PrintOnLevelFn),
+            get_image_dir: resolve!(c"criu_get_image_dir" as NoArgIntFn),
+            img_streamer_open: resolve!(c"img_streamer_open" as ImgStreamerOpenFn),
+            add_inventory_plugin: resolve!(c"add_inventory_plugin" as AddInventoryPluginFn),
+            check_and_remove_inventory_plugin: resolve!(
+                c"check_and_remove_inventory_plugin" as CheckInventoryPluginFn
+            ),
+            find_unused_fd_pid: resolve!(c"find_unused_fd_pid" as IntIntFn),
+            fdstore_add: resolve!(c"fdstore_add" as IntIntFn),
+            fdstore_get: resolve!(c"fdstore_get" as IntIntFn),
+        }
+    }
+
+    /// Whether this process is CRIU (it offers `criu_get_image_dir`, the one
+    /// documented plugin API).
+    pub fn in_criu(&self) -> bool {
+        self.get_image_dir.is_some()
+    }
+
+    /// Prints `prefix` + `text` through CRIU's `print_on_level`. Returns
+    /// false when CRIU's logger is not available.
+    pub fn print(&self, level: Level, prefix: &str, text: &str) -> bool {
+        let Some(print_on_level) = self.print_on_level else {
+            return false;
+        };
+        let mut line = String::with_capacity(prefix.len() + text.len() + 1);
+        line.push_str(prefix);
+        // An interior NUL would cut the line short; make it visible instead.
+        line.extend(text.chars().map(|c| if c == '\0' { '?' } else { c }));
+        line.push('\n');
+        let Ok(line) = CString::new(line) else {
+            return false;
+        };
+        // SAFETY: print_on_level is printf-like; the format "%s" consumes
+        // exactly one argument, a NUL-terminated string that outlives the call.
+        unsafe { print_on_level(level as c_uint, c"%s".as_ptr(), line.as_ptr()) };
+        true
+    }
+
+    /// `criu_get_image_dir()`: CRIU's service fd of the images directory,
+    /// borrowed (CRIU owns it). `None` outside CRIU.
+    pub fn image_dir_fd(&self) -> Option<c_int> {
+        let get = self.get_image_dir?;
+        // SAFETY: criu_get_image_dir takes no arguments.
+        let fd = unsafe { get() };
+        (fd >= 0).then_some(fd)
+    }
+
+    /// Whether CRIU runs with `--stream`: the image streamer's socket for
+    /// this direction exists in the images directory and CRIU offers
+    /// `img_streamer_open`. `AMDGPU_PLUGIN_STREAM=1`/`0` overrides the
+    /// detection.
+    pub fn streaming(&self, dump: bool) -> bool {
+        match std::env::var("AMDGPU_PLUGIN_STREAM").as_deref() {
+            Ok("1") | Ok("yes") | Ok("YES") => return true,
+            Ok("0") | Ok("no") | Ok("NO") => return false,
+            _ => {}
+        }
+        if self.img_streamer_open.is_none() {
+            return false;
+        }
+        let Some(dir) = self.image_dir_fd() else {
+            return false;
+        };
+        let socket = if dump {
+            STREAMER_CAPTURE_SOCKET
+        } else {
+            STREAMER_SERVE_SOCKET
+        };
+        let path = format!("/proc/self/fd/{dir}/{socket}");
+        std::fs::symlink_metadata(path).is_ok_and(|meta| {
+            use std::os::unix::fs::FileTypeExt;
+            meta.file_type().is_socket()
+        })
+    }
+
+    /// `img_streamer_open(name, O_DUMP or O_RSTR)`: a pipe to the image
+    /// streamer for one image. `Err(ENOSYS)` when CRIU has no streamer;
+    /// `Err(ENOENT)` at restore when the image does not exist.
+    pub fn streamer_open(&self, name: &str, dump: bool) -> std::io::Result<OwnedFd> {
+        let open = self
+            .img_streamer_open
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOSYS))?;
+        let name =
+            CString::new(name).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        let mode = if dump { O_DUMP } else { O_RSTR };
+        // SAFETY: the name is NUL-terminated and CRIU only reads it (the
+        // parameter lacks `const` in CRIU's prototype only).
+        let fd = unsafe { open(name.as_ptr().cast_mut(), mode) };
+        if fd == -libc::ENOENT {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        if fd < 0 {
+            return Err(std::io::Error::from_raw_os_error(libc::EIO));
+        }
+        // SAFETY: on success img_streamer_open returns a new pipe fd that
+        // the caller owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// `add_inventory_plugin(name)`: records the plugin in the inventory so
+    /// a restore loads it. `Ok(false)` when CRIU predates inventory gating
+    /// (v4.1).
+    pub fn add_inventory_plugin(&self, name: &CStr) -> std::io::Result<bool> {
+        let Some(add) = self.add_inventory_plugin else {
+            return Ok(false);
+        };
+        // SAFETY: `name` is NUL-terminated and CRIU copies it.
+        let ret = unsafe { add(name.as_ptr()) };
+        if ret != 0 {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));
+        }
+        Ok(true)
+    }
+
+    /// `check_and_remove_inventory_plugin(name, len)`: whether the inventory
+    /// of the images being restored names this plugin. `true` when CRIU
+    /// predates inventory gating, as CRIU itself treats such images.
+    pub fn inventory_names_plugin(&self, name: &CStr) -> bool {
+        let Some(check) = self.check_and_remove_inventory_plugin else {
+            return true;
+        };
+        let len = c_int::try_from(name.to_bytes().len()).unwrap_or(c_int::MAX);
+        // SAFETY: `name` is NUL-terminated and at least `len` bytes long.
+        unsafe { check(name.as_ptr(), len) }
+    }
+
+    /// `find_unused_fd_pid(pid)`: the lowest fd number above every fd the
+    /// restored task `pid` will own. `None` when CRIU lacks the service or
+    /// answers an error.
+    pub fn find_unused_fd(&self, pid: i32) -> Option<c_int> {
+        let find = self.find_unused_fd_pid?;
+        // SAFETY: find_unused_fd_pid takes a pid by value.
+        let fd = unsafe { find(pid) };
+        (fd > 0).then_some(fd)
+    }
+
+    /// `fdstore_add(fd)`: parks a duplicate of `fd` in CRIU's fd store and
+    /// returns its id.
+    pub fn fdstore_add(&self, fd: c_int) -> std::io::Result<c_int> {
+        let add = self
+            .fdstore_add
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOSYS))?;
+        // SAFETY: fdstore_add takes an fd by value and sends a copy of it.
+        let id = unsafe { add(fd) };
+        if id < 0 {
+            return Err(std::io::Error::from_raw_os_error(libc::EIO));
+        }
+        Ok(id)
+    }
+
+    /// `fdstore_get(id)`: a new fd for the file parked under `id`.
+    pub fn fdstore_get(&self, id: c_int) -> std::io::Result<OwnedFd> {
+        let get = self
+            .fdstore_get
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOSYS))?;
+        // SAFETY: fdstore_get takes an id by value.
+        let fd = unsafe { get(id) };
+        if fd < 0 {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        // SAFETY: on success fdstore_get returns a new fd owned by the caller.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+}
