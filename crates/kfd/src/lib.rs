@@ -3,7 +3,25 @@
 //!
 //! All system calls go through the [`Driver`] trait, so the same code runs
 //! against the real kernel ([`HostDriver`]) or a simulated one.
+//!
+//! - [`Kfd`]: `/dev/kfd` — version, memory, queues, events, dma-buf import
+//!   and export, and the five CRIU ops ([`Kfd::process_info`],
+//!   [`Kfd::checkpoint`], [`Kfd::unpause`], [`Kfd::restore`], [`Kfd::resume`]).
+//! - [`ioctl::ioctl`]: the single typed ioctl entry point under every wrapper.
+//! - [`Error`]: names the failed operation and keeps the errno.
 
+pub mod criu;
 pub mod driver;
+pub mod error;
+pub mod ioctl;
+pub mod kfd;
+pub mod mapping;
 
+pub use criu::{Checkpoint, CheckpointBo, ProcessInfo, RestoredBo};
 pub use driver::{DeviceNumber, Driver, FdKind, HostDriver};
+pub use error::{Errno, Error, Result};
+pub use kfd::{
+    AllocFlags, AllocRequest, Allocation, DmabufInfo, Event, GpuId, Kfd, MemHandle, Queue,
+    QueueRequest, Version, KFD_PATH,
+};
+pub use mapping::DeviceMapping;
