@@ -9,6 +9,7 @@
 pub mod checks;
 pub mod devices;
 pub mod hive;
+pub mod mapping;
 pub mod model;
 pub mod options;
 pub mod parse;

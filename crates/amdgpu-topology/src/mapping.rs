@@ -1,0 +1,1056 @@
+//! GPU mapping: which local GPU stands in for each checkpointed GPU, by the
+//! C plugin's rules (upstream-plugin.md §7.5–§7.6), or every reason why no
+//! assignment exists.
+//!
+//! # What is accepted
+//!
+//! The rules are the C plugin's:
+//! - the GPU counts are equal;
+//! - there are no more checkpointed XGMI hives than local ones, and the
+//!   members of each checkpointed hive go into one local hive (at least as
+//!   large), a different one per checkpointed hive;
+//! - each pair passes [`device_mismatches`](crate::checks::device_mismatches),
+//!   the local GPU has at least as many valid io links, and every link of
+//!   the checkpointed GPU to a CPU has a counterpart on the local GPU
+//!   (`iolink_match`: XGMI may replace PCIe, not the reverse; a
+//!   bi-directional link needs a bi-directional one);
+//! - with `KFD_NUMA_CHECK` on, checkpointed CPU nodes that carry GPUs map
+//!   one to one onto local CPU nodes, and a GPU's link to checkpointed CPU
+//!   `x` needs a link of the same type to the image of `x`.
+//!
+//! Differences from C, on purpose: hives are the connected components of
+//! bi-directional GPU-to-GPU XGMI links (C's group building can put a GPU in
+//! two groups when a hive is not fully meshed); with the NUMA check on, every
+//! GPU needs the same link type to its CPU's image (C lets the first GPU
+//! that fixes a CPU's image use any matching type); and the search is
+//! complete where C's backtracking commits to the first assignment found
+//! inside each hive.
+//!
+//! # How
+//!
+//! C backtracks over single GPUs and does not finish on large partitioned
+//! machines. Here: a GPU-by-GPU compatibility matrix; early refusal when a
+//! checkpointed GPU has no compatible local GPU or when a maximum bipartite
+//! matching (Hall's condition) shows the counts cannot work; then a bounded
+//! search over CPU placements (only with the NUMA check, one local CPU per
+//! checkpointed CPU, pruned by per-CPU matchings, skipping local CPUs that
+//! are interchangeable) and over hive assignments (pruned by per-hive
+//! matchings, skipping interchangeable local hives), each leaf settled by
+//! one bipartite matching. At most [`MAX_SEARCH_STATES`] states are
+//! explored; beyond that the answer is [`MapError::SearchLimit`].
+//!
+//! # Tie-break
+//!
+//! Deterministic. CPU nodes prefer the local CPU with the same node id, then
+//! node order; a hive prefers the local hive holding a GPU with the same
+//! gpu_id as its first member, then hive order (by first member's node id);
+//! a GPU prefers the local GPU with the same gpu_id, then the first free
+//! compatible local GPU in node order (checkpointed GPUs taken in node
+//! order). So equal topologies map by identity and a renumbered copy pairs
+//! GPUs by node order within each group of equivalent GPUs.
+//!
+//! This module is a pure function of two [`DeviceTopology`] values; it never
+//! reads files or the environment.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::checks::{device_mismatches, rule, Reason};
+use crate::devices::{DeviceNode, DeviceTopology};
+use crate::model::{link_type, GpuId};
+use crate::options::CheckOptions;
+
+/// At most this many search states (CPU placements, hive assignments and
+/// leaves) are explored before giving up with [`MapError::SearchLimit`].
+pub const MAX_SEARCH_STATES: u64 = 20_000;
+
+/// At most this many nodes per topology are accepted (KFD has far fewer).
+pub const MAX_NODES: usize = 1024;
+
+/// A successful mapping.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct Mapping {
+    /// Checkpointed gpu_id to local gpu_id, for every checkpointed GPU.
+    pub gpu_map: BTreeMap<GpuId, GpuId>,
+    /// Checkpointed CPU node id to local CPU node id, for the CPU nodes GPUs
+    /// link to; empty when the NUMA check is off (as in C, CPUs are mapped
+    /// only as a constraint).
+    pub cpu_map: BTreeMap<u32, u32>,
+}
+
+/// The answer to "can this checkpoint be restored here?".
+///
+/// Serialises as `{"compatible", "gpu_map", "cpu_map", "reasons"}` with
+/// decimal ids as map keys: the JSON the `map` and `check` commands print.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MapResult {
+    /// Whether a mapping exists (then `reasons` is empty).
+    pub compatible: bool,
+    /// The GPU mapping when compatible, empty otherwise.
+    pub gpu_map: BTreeMap<GpuId, GpuId>,
+    /// The CPU mapping when compatible (see [`Mapping::cpu_map`]).
+    pub cpu_map: BTreeMap<u32, u32>,
+    /// Why not, when not compatible.
+    pub reasons: Vec<Reason>,
+}
+
+impl MapResult {
+    fn refused(reasons: Vec<Reason>) -> Self {
+        Self {
+            compatible: false,
+            gpu_map: BTreeMap::new(),
+            cpu_map: BTreeMap::new(),
+            reasons,
+        }
+    }
+
+    /// The mapping, or the reasons there is none.
+    pub fn into_mapping(self) -> Result<Mapping, Vec<Reason>> {
+        if self.compatible {
+            Ok(Mapping {
+                gpu_map: self.gpu_map,
+                cpu_map: self.cpu_map,
+            })
+        } else {
+            Err(self.reasons)
+        }
+    }
+}
+
+/// Which topology an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The checkpointed topology.
+    Checkpointed,
+    /// The local topology.
+    Local,
+}
+
+impl fmt::Display for Side {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Side::Checkpointed => "checkpointed",
+            Side::Local => "local",
+        })
+    }
+}
+
+/// Why no answer could be given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MapError {
+    /// Two nodes share a node id.
+    #[error("{side} topology: node id {node} appears twice")]
+    DuplicateNodeId {
+        /// Which topology.
+        side: Side,
+        /// The node id.
+        node: u32,
+    },
+    /// Two GPU nodes share a gpu_id.
+    #[error("{side} topology: gpu_id {gpu} appears twice")]
+    DuplicateGpuId {
+        /// Which topology.
+        side: Side,
+        /// The gpu_id.
+        gpu: GpuId,
+    },
+    /// More nodes than [`MAX_NODES`].
+    #[error("{side} topology: {count} nodes, more than the {max} supported")]
+    TooManyNodes {
+        /// Which topology.
+        side: Side,
+        /// The node count.
+        count: usize,
+        /// [`MAX_NODES`].
+        max: usize,
+    },
+    /// The search explored [`MAX_SEARCH_STATES`] states without an answer.
+    #[error("no answer after exploring {states} search states; the topologies are too irregular to decide (try KFD_NUMA_CHECK=0)")]
+    SearchLimit {
+        /// States explored.
+        states: u64,
+    },
+}
+
+/// Maps the checkpointed topology onto the local one.
+///
+/// `Ok` carries either the mapping (`compatible`) or every reason found for
+/// refusing; `Err` means the inputs were malformed or no answer was reached.
+pub fn map_topologies(
+    checkpointed: &DeviceTopology,
+    local: &DeviceTopology,
+    options: &CheckOptions,
+) -> Result<MapResult, MapError> {
+    let src = View::new(checkpointed, Side::Checkpointed)?;
+    let dst = View::new(local, Side::Local)?;
+    let n = src.gpus.len();
+    if n != dst.gpus.len() {
+        return Ok(MapResult::refused(vec![Reason {
+            gpu: None,
+            check: rule::GPU_COUNT,
+            checkpointed: n as u64,
+            local: dst.gpus.len() as u64,
+            local_gpu: None,
+        }]));
+    }
+    if src.hives.len() > dst.hives.len() {
+        return Ok(MapResult::refused(vec![Reason {
+            gpu: None,
+            check: rule::XGMI_HIVE_COUNT,
+            checkpointed: src.hives.len() as u64,
+            local: dst.hives.len() as u64,
+            local_gpu: None,
+        }]));
+    }
+
+    let mut base = Matrix::new(n);
+    for i in 0..n {
+        for j in 0..n {
+            base.set(i, j, pair_reasons(&src, i, &dst, j, options).is_empty());
+        }
+    }
+
+    // A checkpointed GPU nothing can stand in for: explain against the
+    // closest local GPU.
+    let mut reasons = Vec::new();
+    for i in 0..n {
+        if (0..n).any(|j| base.get(i, j)) {
+            continue;
+        }
+        reasons.extend(closest_mismatches(&src, i, &dst, 0..n, options));
+    }
+    if !reasons.is_empty() {
+        return Ok(MapResult::refused(reasons));
+    }
+
+    // Counting: a maximum matching ignoring hives and CPU placement.
+    let adjacency = src.adjacency(&dst, &base, |_, _| true);
+    let matching = Matching::maximum(&adjacency, n);
+    if let Some(unmatched) = matching.first_unmatched() {
+        return Ok(MapResult::refused(hall_reasons(
+            &src, &dst, &adjacency, &matching, unmatched, options,
+        )));
+    }
+
+    let mut search = Search {
+        src: &src,
+        dst: &dst,
+        base: &base,
+        states: 0,
+        first_failure: None,
+    };
+    match search.run(options)? {
+        Some(mapping) => Ok(MapResult {
+            compatible: true,
+            gpu_map: mapping.gpu_map,
+            cpu_map: mapping.cpu_map,
+            reasons: Vec::new(),
+        }),
+        // Every exhausted search has recorded its first failing leaf.
+        None => Ok(MapResult::refused(search.first_failure.unwrap_or_else(
+            || {
+                vec![Reason {
+                    gpu: None,
+                    check: rule::COMPATIBLE_GPUS,
+                    checkpointed: n as u64,
+                    local: 0,
+                    local_gpu: None,
+                }]
+            },
+        ))),
+    }
+}
+
+/// A link from a GPU to a CPU, as the placement rules see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct CpuLink {
+    /// Position of the CPU in [`View::cpus`].
+    cpu: usize,
+    link_type: u32,
+    bidirectional: bool,
+}
+
+/// One topology, analysed: GPUs and CPUs in node order, links resolved.
+struct View<'a> {
+    nodes: &'a [DeviceNode],
+    /// Indices into `nodes` of the GPU nodes, by node id.
+    gpus: Vec<usize>,
+    /// Indices into `nodes` of the CPU nodes, by node id.
+    cpus: Vec<usize>,
+    /// Per GPU position: number of valid links.
+    valid_links: Vec<usize>,
+    /// Per GPU position: valid links to CPUs.
+    cpu_links: Vec<Vec<CpuLink>>,
+    /// Hives as GPU positions, members and hives in node order.
+    hives: Vec<Vec<usize>>,
+}
+
+impl<'a> View<'a> {
+    fn new(topology: &'a DeviceTopology, side: Side) -> Result<Self, MapError> {
+        let nodes = &topology.nodes[..];
+        if nodes.len() > MAX_NODES {
+            return Err(MapError::TooManyNodes {
+                side,
+                count: nodes.len(),
+                max: MAX_NODES,
+            });
+        }
+        let mut by_id = HashMap::with_capacity(nodes.len());
+        let mut gpu_ids = HashSet::new();
+        for (index, node) in nodes.iter().enumerate() {
+            if by_id.insert(node.node_id, index).is_some() {
+                return Err(MapError::DuplicateNodeId {
+                    side,
+                    node: node.node_id,
+                });
+            }
+            if node.is_gpu() && !gpu_ids.insert(node.gpu_id) {
+                return Err(MapError::DuplicateGpuId {
+                    side,
+                    gpu: node.gpu_id,
+                });
+            }
+        }
+        let mut order: Vec<usize> = (0..nodes.len()).collect();
+        order.sort_by_key(|&i| nodes[i].node_id);
+        let gpus: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|&i| nodes[i].is_gpu())
+            .collect();
+        let cpus: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|&i| !nodes[i].is_gpu())
+            .collect();
+        let mut position = vec![0; nodes.len()];
+        for list in [&gpus, &cpus] {
+            for (pos, &index) in list.iter().enumerate() {
+                position[index] = pos;
+            }
+        }
+
+        let kept = |t: u32| t as u64 == link_type::PCIE || t as u64 == link_type::XGMI;
+        let all_links: HashSet<(u32, u32, u32)> = nodes
+            .iter()
+            .flat_map(|n| {
+                n.iolinks
+                    .iter()
+                    .filter(|l| kept(l.link_type) && by_id.contains_key(&l.node_to))
+                    .map(move |l| (n.node_id, l.node_to, l.link_type))
+            })
+            .collect();
+
+        let mut valid_links = Vec::with_capacity(gpus.len());
+        let mut cpu_links = Vec::with_capacity(gpus.len());
+        let mut hive_parent: Vec<usize> = (0..gpus.len()).collect();
+        for (pos, &index) in gpus.iter().enumerate() {
+            let node = &nodes[index];
+            let mut valid = 0;
+            let mut to_cpus = Vec::new();
+            for link in &node.iolinks {
+                let Some(&target) = by_id.get(&link.node_to) else {
+                    continue;
+                };
+                if !kept(link.link_type) {
+                    continue;
+                }
+                valid += 1;
+                let bidirectional =
+                    all_links.contains(&(link.node_to, node.node_id, link.link_type));
+                if nodes[target].is_gpu() {
+                    if bidirectional && link.link_type as u64 == link_type::XGMI {
+                        union(&mut hive_parent, pos, position[target]);
+                    }
+                } else {
+                    to_cpus.push(CpuLink {
+                        cpu: position[target],
+                        link_type: link.link_type,
+                        bidirectional,
+                    });
+                }
+            }
+            valid_links.push(valid);
+            cpu_links.push(to_cpus);
+        }
+        let mut components: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for pos in 0..gpus.len() {
+            let root = find(&mut hive_parent, pos);
+            components.entry(root).or_default().push(pos);
+        }
+        let mut hives: Vec<Vec<usize>> = components
+            .into_values()
+            .filter(|members| members.len() > 1)
+            .collect();
+        hives.sort_by_key(|members| members[0]);
+
+        Ok(Self {
+            nodes,
+            gpus,
+            cpus,
+            valid_links,
+            cpu_links,
+            hives,
+        })
+    }
+
+    fn gpu(&self, pos: usize) -> &DeviceNode {
+        &self.nodes[self.gpus[pos]]
+    }
+
+    fn cpu_node_id(&self, pos: usize) -> u32 {
+        self.nodes[self.cpus[pos]].node_id
+    }
+
+    /// For each checkpointed GPU, the local GPUs `compat` allows and `keep`
+    /// keeps, in preference order: same gpu_id first, then node order.
+    fn adjacency(
+        &self,
+        dst: &View<'_>,
+        compat: &Matrix,
+        keep: impl Fn(usize, usize) -> bool,
+    ) -> Vec<Vec<usize>> {
+        (0..self.gpus.len())
+            .map(|i| {
+                let id = self.gpu(i).gpu_id;
+                let mut list: Vec<usize> = (0..dst.gpus.len())
+                    .filter(|&j| compat.get(i, j) && keep(i, j))
+                    .collect();
+                if let Some(same) = list.iter().position(|&j| dst.gpu(j).gpu_id == id) {
+                    let j = list.remove(same);
+                    list.insert(0, j);
+                }
+                list
+            })
+            .collect()
+    }
+}
+
+fn find(parent: &mut [usize], mut x: usize) -> usize {
+    while parent[x] != x {
+        parent[x] = parent[parent[x]];
+        x = parent[x];
+    }
+    x
+}
+
+fn union(parent: &mut [usize], a: usize, b: usize) {
+    let (ra, rb) = (find(parent, a), find(parent, b));
+    // Keep the smaller position as root so roots are deterministic.
+    let (low, high) = if ra < rb { (ra, rb) } else { (rb, ra) };
+    parent[high] = low;
+}
+
+/// Whether local CPU link `d` can stand in for checkpointed CPU link `s`
+/// (`iolink_match` for two valid links to CPUs).
+fn link_stands_in(s: &CpuLink, d: &CpuLink) -> bool {
+    let xgmi_to_pcie =
+        s.link_type as u64 == link_type::XGMI && d.link_type as u64 == link_type::PCIE;
+    !xgmi_to_pcie && (!s.bidirectional || d.bidirectional)
+}
+
+/// Every reason local GPU `j` cannot stand in for checkpointed GPU `i`,
+/// CPU placement aside.
+fn pair_reasons(
+    src: &View<'_>,
+    i: usize,
+    dst: &View<'_>,
+    j: usize,
+    options: &CheckOptions,
+) -> Vec<Reason> {
+    let (s, d) = (src.gpu(i), dst.gpu(j));
+    let mut reasons = device_mismatches(s, d, options);
+    if src.valid_links[i] > dst.valid_links[j] {
+        reasons.push(Reason {
+            gpu: Some(s.gpu_id),
+            check: rule::VALID_IO_LINKS,
+            checkpointed: src.valid_links[i] as u64,
+            local: dst.valid_links[j] as u64,
+            local_gpu: Some(d.gpu_id),
+        });
+    }
+    for link in &src.cpu_links[i] {
+        if !dst.cpu_links[j].iter().any(|l| link_stands_in(link, l)) {
+            reasons.push(Reason {
+                gpu: Some(s.gpu_id),
+                check: rule::CPU_LINK,
+                checkpointed: link.link_type.into(),
+                local: dst.cpu_links[j].first().map_or(0, |l| l.link_type.into()),
+                local_gpu: Some(d.gpu_id),
+            });
+        }
+    }
+    reasons
+}
+
+/// The mismatches of checkpointed GPU `i` against the local GPU among
+/// `candidates` with the fewest (the first in node order on ties).
+fn closest_mismatches(
+    src: &View<'_>,
+    i: usize,
+    dst: &View<'_>,
+    candidates: impl Iterator<Item = usize>,
+    options: &CheckOptions,
+) -> Vec<Reason> {
+    let mut best: Option<Vec<Reason>> = None;
+    for j in candidates {
+        let reasons = pair_reasons(src, i, dst, j, options);
+        if best.as_ref().is_none_or(|b| reasons.len() < b.len()) {
+            best = Some(reasons);
+        }
+    }
+    best.unwrap_or_default()
+}
+
+/// Reasons for a matching that cannot cover checkpointed GPU `unmatched`:
+/// the Hall violator around it, then why the local GPUs outside its
+/// neighbourhood do not fit its first member.
+fn hall_reasons(
+    src: &View<'_>,
+    dst: &View<'_>,
+    adjacency: &[Vec<usize>],
+    matching: &Matching,
+    unmatched: usize,
+    options: &CheckOptions,
+) -> Vec<Reason> {
+    let (group, reachable) = matching.hall_violator(adjacency, unmatched);
+    let mut reasons = vec![Reason {
+        gpu: Some(src.gpu(unmatched).gpu_id),
+        check: rule::COMPATIBLE_GPUS,
+        checkpointed: group.len() as u64,
+        local: reachable.len() as u64,
+        local_gpu: None,
+    }];
+    let outside = (0..dst.gpus.len()).filter(|j| !reachable.contains(j));
+    let explained = closest_mismatches(src, unmatched, dst, outside, options);
+    reasons.extend(explained);
+    reasons
+}
+
+/// A dense boolean matrix, checkpointed GPUs by local GPUs.
+#[derive(Clone)]
+struct Matrix {
+    n: usize,
+    cells: Vec<bool>,
+}
+
+impl Matrix {
+    fn new(n: usize) -> Self {
+        Self {
+            n,
+            cells: vec![false; n * n],
+        }
+    }
+    fn get(&self, i: usize, j: usize) -> bool {
+        self.cells[i * self.n + j]
+    }
+    fn set(&mut self, i: usize, j: usize, value: bool) {
+        self.cells[i * self.n + j] = value;
+    }
+    /// Column `j` as a bitset over rows.
+    fn column(&self, j: usize) -> Vec<u64> {
+        let mut bits = vec![0u64; self.n.div_ceil(64)];
+        for i in 0..self.n {
+            if self.get(i, j) {
+                bits[i / 64] |= 1 << (i % 64);
+            }
+        }
+        bits
+    }
+}
+
+/// A maximum bipartite matching (greedy in preference order, then
+/// augmenting paths), left vertices are indices of `adjacency`.
+struct Matching {
+    left: Vec<Option<usize>>,
+    right: Vec<Option<usize>>,
+}
+
+impl Matching {
+    fn maximum(adjacency: &[Vec<usize>], right_count: usize) -> Self {
+        let mut m = Self {
+            left: vec![None; adjacency.len()],
+            right: vec![None; right_count],
+        };
+        for (l, candidates) in adjacency.iter().enumerate() {
+            if let Some(&r) = candidates.iter().find(|&&r| m.right[r].is_none()) {
+                m.left[l] = Some(r);
+                m.right[r] = Some(l);
+            }
+        }
+        let mut visited = vec![usize::MAX; right_count];
+        for l in 0..adjacency.len() {
+            if m.left[l].is_none() {
+                m.augment(adjacency, l, l, &mut visited);
+            }
+        }
+        m
+    }
+
+    fn augment(
+        &mut self,
+        adjacency: &[Vec<usize>],
+        l: usize,
+        stamp: usize,
+        visited: &mut [usize],
+    ) -> bool {
+        for &r in &adjacency[l] {
+            if visited[r] == stamp {
+                continue;
+            }
+            visited[r] = stamp;
+            let free = match self.right[r] {
+                None => true,
+                Some(other) => self.augment(adjacency, other, stamp, visited),
+            };
+            if free {
+                self.left[l] = Some(r);
+                self.right[r] = Some(l);
+                return true;
+            }
+        }
+        false
+    }
+
+    fn size(&self) -> usize {
+        self.left.iter().flatten().count()
+    }
+
+    fn first_unmatched(&self) -> Option<usize> {
+        self.left.iter().position(Option::is_none)
+    }
+
+    /// From unmatched left `start`: the left vertices reachable by
+    /// alternating paths and their right neighbours (one fewer).
+    fn hall_violator(&self, adjacency: &[Vec<usize>], start: usize) -> (Vec<usize>, Vec<usize>) {
+        let mut lefts = vec![start];
+        let mut seen_left = HashSet::from([start]);
+        let mut rights = Vec::new();
+        let mut seen_right = HashSet::new();
+        let mut next = 0;
+        while next < lefts.len() {
+            let l = lefts[next];
+            next += 1;
+            for &r in &adjacency[l] {
+                if seen_right.insert(r) {
+                    rights.push(r);
+                    if let Some(owner) = self.right[r] {
+                        if seen_left.insert(owner) {
+                            lefts.push(owner);
+                        }
+                    }
+                }
+            }
+        }
+        (lefts, rights)
+    }
+}
+
+/// The bounded search over CPU placements and hive assignments.
+struct Search<'v, 'a> {
+    src: &'v View<'a>,
+    dst: &'v View<'a>,
+    base: &'v Matrix,
+    states: u64,
+    /// Reasons from the first (most preferred) leaf that failed.
+    first_failure: Option<Vec<Reason>>,
+}
+
+impl Search<'_, '_> {
+    fn step(&mut self) -> Result<(), MapError> {
+        self.states += 1;
+        if self.states > MAX_SEARCH_STATES {
+            return Err(MapError::SearchLimit {
+                states: MAX_SEARCH_STATES,
+            });
+        }
+        Ok(())
+    }
+
+    fn fail(&mut self, reasons: Vec<Reason>) {
+        if self.first_failure.is_none() {
+            self.first_failure = Some(reasons);
+        }
+    }
+
+    fn run(&mut self, options: &CheckOptions) -> Result<Option<Mapping>, MapError> {
+        let (src, dst) = (self.src, self.dst);
+        let to_place: Vec<usize> = if options.numa {
+            let cpus: std::collections::BTreeSet<usize> = src
+                .cpu_links
+                .iter()
+                .flatten()
+                .map(|link| link.cpu)
+                .collect();
+            cpus.into_iter().collect()
+        } else {
+            Vec::new()
+        };
+        if to_place.is_empty() {
+            return self.leaf(None);
+        }
+
+        // Which local CPU can host the GPUs of each checkpointed CPU.
+        let mut feasible = vec![vec![false; dst.cpus.len()]; to_place.len()];
+        let mut reasons = Vec::new();
+        for (k, &x) in to_place.iter().enumerate() {
+            let attached: Vec<usize> = (0..src.gpus.len())
+                .filter(|&i| src.cpu_links[i].iter().any(|l| l.cpu == x))
+                .collect();
+            let mut best = 0;
+            for (y, slot) in feasible[k].iter_mut().enumerate() {
+                let adjacency: Vec<Vec<usize>> = attached
+                    .iter()
+                    .map(|&i| {
+                        (0..dst.gpus.len())
+                            .filter(|&j| {
+                                self.base.get(i, j) && placed_links_match(src, i, dst, j, x, y)
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let size = Matching::maximum(&adjacency, dst.gpus.len()).size();
+                *slot = size == attached.len();
+                best = best.max(size);
+            }
+            if !feasible[k].iter().any(|&f| f) {
+                reasons.push(Reason {
+                    gpu: attached.first().map(|&i| src.gpu(i).gpu_id),
+                    check: rule::NUMA,
+                    checkpointed: attached.len() as u64,
+                    local: best as u64,
+                    local_gpu: None,
+                });
+            }
+        }
+        if !reasons.is_empty() {
+            self.fail(reasons);
+            return Ok(None);
+        }
+        let cpu_adjacency: Vec<Vec<usize>> = feasible
+            .iter()
+            .map(|row| (0..row.len()).filter(|&y| row[y]).collect())
+            .collect();
+        let cpu_matching = Matching::maximum(&cpu_adjacency, dst.cpus.len());
+        if cpu_matching.size() < to_place.len() {
+            self.fail(vec![Reason {
+                gpu: None,
+                check: rule::NUMA,
+                checkpointed: to_place.len() as u64,
+                local: cpu_matching.size() as u64,
+                local_gpu: None,
+            }]);
+            return Ok(None);
+        }
+
+        let keys = self.cpu_keys();
+        let mut sigma = vec![None; src.cpus.len()];
+        let mut used = vec![false; dst.cpus.len()];
+        self.place_cpus(&to_place, 0, &feasible, &keys, &mut sigma, &mut used)
+    }
+
+    /// Interchangeability keys of local CPUs: two CPUs with equal keys can
+    /// be swapped (with their GPUs) without changing any answer. `None` when
+    /// a GPU on the CPU also links to another CPU.
+    fn cpu_keys(&self) -> Vec<Option<Vec<CpuKeyEntry>>> {
+        let dst = self.dst;
+        (0..dst.cpus.len())
+            .map(|y| {
+                let mut entries = Vec::new();
+                for j in 0..dst.gpus.len() {
+                    let links = &dst.cpu_links[j];
+                    if !links.iter().any(|l| l.cpu == y) {
+                        continue;
+                    }
+                    if links.iter().any(|l| l.cpu != y) {
+                        return None;
+                    }
+                    let mut kinds: Vec<(u32, bool)> = links
+                        .iter()
+                        .map(|l| (l.link_type, l.bidirectional))
+                        .collect();
+                    kinds.sort_unstable();
+                    let hive = dst.hives.iter().position(|h| h.contains(&j));
+                    entries.push((hive, kinds, self.base.column(j)));
+                }
+                entries.sort();
+                Some(entries)
+            })
+            .collect()
+    }
+
+    fn place_cpus(
+        &mut self,
+        to_place: &[usize],
+        k: usize,
+        feasible: &[Vec<bool>],
+        keys: &[Option<Vec<CpuKeyEntry>>],
+        sigma: &mut Vec<Option<usize>>,
+        used: &mut Vec<bool>,
+    ) -> Result<Option<Mapping>, MapError> {
+        let (src, dst) = (self.src, self.dst);
+        let Some(&x) = to_place.get(k) else {
+            return self.leaf(Some(sigma));
+        };
+        let mut candidates: Vec<usize> = (0..dst.cpus.len())
+            .filter(|&y| feasible[k][y] && !used[y])
+            .collect();
+        let x_id = src.cpu_node_id(x);
+        candidates.sort_by_key(|&y| (dst.cpu_node_id(y) != x_id, y));
+        let mut tried: Vec<&Vec<CpuKeyEntry>> = Vec::new();
+        for y in candidates {
+            if let Some(key) = &keys[y] {
+                if tried.contains(&key) {
+                    continue;
+                }
+                tried.push(key);
+            }
+            self.step()?;
+            sigma[x] = Some(y);
+            used[y] = true;
+            let found = self.place_cpus(to_place, k + 1, feasible, keys, sigma, used)?;
+            sigma[x] = None;
+            used[y] = false;
+            if found.is_some() {
+                return Ok(found);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Settles one CPU placement (`None`: NUMA check off): hive assignment
+    /// and the final matching.
+    fn leaf(&mut self, sigma: Option<&[Option<usize>]>) -> Result<Option<Mapping>, MapError> {
+        self.step()?;
+        let (src, dst) = (self.src, self.dst);
+        let n = src.gpus.len();
+        let compat = match sigma {
+            None => self.base.clone(),
+            Some(sigma) => {
+                let mut m = self.base.clone();
+                for i in 0..n {
+                    for j in 0..n {
+                        if m.get(i, j) {
+                            let ok = src.cpu_links[i].iter().all(|s| {
+                                sigma[s.cpu]
+                                    .is_some_and(|y| placed_link_matches(s, &dst.cpu_links[j], y))
+                            });
+                            m.set(i, j, ok);
+                        }
+                    }
+                }
+                m
+            }
+        };
+        let cpu_map = || -> BTreeMap<u32, u32> {
+            sigma
+                .map(|sigma| {
+                    sigma
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(x, y)| Some((src.cpu_node_id(x), dst.cpu_node_id((*y)?))))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+
+        let adjacency = src.adjacency(dst, &compat, |_, _| true);
+        let matching = Matching::maximum(&adjacency, n);
+        if let Some(unmatched) = matching.first_unmatched() {
+            let (group, reachable) = matching.hall_violator(&adjacency, unmatched);
+            self.fail(vec![Reason {
+                gpu: Some(src.gpu(unmatched).gpu_id),
+                check: rule::COMPATIBLE_GPUS,
+                checkpointed: group.len() as u64,
+                local: reachable.len() as u64,
+                local_gpu: None,
+            }]);
+            return Ok(None);
+        }
+        if src.hives.is_empty() {
+            return Ok(Some(self.mapping(&matching, cpu_map())));
+        }
+
+        // Which local hive can take each checkpointed hive.
+        let mut fits = vec![vec![false; dst.hives.len()]; src.hives.len()];
+        let mut reasons = Vec::new();
+        for (h, members) in src.hives.iter().enumerate() {
+            let mut best = 0;
+            for (k, targets) in dst.hives.iter().enumerate() {
+                let adjacency: Vec<Vec<usize>> = members
+                    .iter()
+                    .map(|&i| {
+                        targets
+                            .iter()
+                            .copied()
+                            .filter(|&j| compat.get(i, j))
+                            .collect()
+                    })
+                    .collect();
+                let size = Matching::maximum(&adjacency, n).size();
+                fits[h][k] = size == members.len();
+                best = best.max(size);
+            }
+            if !fits[h].iter().any(|&f| f) {
+                reasons.push(Reason {
+                    gpu: Some(src.gpu(members[0]).gpu_id),
+                    check: rule::XGMI_HIVE,
+                    checkpointed: members.len() as u64,
+                    local: best as u64,
+                    local_gpu: None,
+                });
+            }
+        }
+        if !reasons.is_empty() {
+            self.fail(reasons);
+            return Ok(None);
+        }
+        let hive_adjacency: Vec<Vec<usize>> = fits
+            .iter()
+            .map(|row| (0..row.len()).filter(|&k| row[k]).collect())
+            .collect();
+        let hive_matching = Matching::maximum(&hive_adjacency, dst.hives.len());
+        if hive_matching.size() < src.hives.len() {
+            self.fail(vec![Reason {
+                gpu: None,
+                check: rule::XGMI_HIVE,
+                checkpointed: src.hives.len() as u64,
+                local: hive_matching.size() as u64,
+                local_gpu: None,
+            }]);
+            return Ok(None);
+        }
+
+        let keys: Vec<Vec<Vec<u64>>> = dst
+            .hives
+            .iter()
+            .map(|members| {
+                let mut columns: Vec<Vec<u64>> =
+                    members.iter().map(|&j| compat.column(j)).collect();
+                columns.sort();
+                columns
+            })
+            .collect();
+        let mut hive_of_dst = vec![None; n];
+        for (k, members) in dst.hives.iter().enumerate() {
+            for &j in members {
+                hive_of_dst[j] = Some(k);
+            }
+        }
+        let mut assignment = vec![None; src.hives.len()];
+        let mut used = vec![false; dst.hives.len()];
+        let found = self.assign_hives(
+            0,
+            &compat,
+            &fits,
+            &keys,
+            &hive_of_dst,
+            &mut assignment,
+            &mut used,
+        )?;
+        Ok(found.map(|matching| self.mapping(&matching, cpu_map())))
+    }
+
+    #[allow(clippy::too_many_arguments)] // the recursion's state, kept explicit
+    fn assign_hives(
+        &mut self,
+        h: usize,
+        compat: &Matrix,
+        fits: &[Vec<bool>],
+        keys: &[Vec<Vec<u64>>],
+        hive_of_dst: &[Option<usize>],
+        assignment: &mut Vec<Option<usize>>,
+        used: &mut Vec<bool>,
+    ) -> Result<Option<Matching>, MapError> {
+        let (src, dst) = (self.src, self.dst);
+        if h == src.hives.len() {
+            let mut hive_of_src = vec![None; src.gpus.len()];
+            for (h, members) in src.hives.iter().enumerate() {
+                for &i in members {
+                    hive_of_src[i] = assignment[h];
+                }
+            }
+            let adjacency = src.adjacency(dst, compat, |i, j| {
+                hive_of_src[i].is_none_or(|k| hive_of_dst[j] == Some(k))
+            });
+            let matching = Matching::maximum(&adjacency, dst.gpus.len());
+            if let Some(unmatched) = matching.first_unmatched() {
+                let (group, reachable) = matching.hall_violator(&adjacency, unmatched);
+                self.fail(vec![Reason {
+                    gpu: Some(src.gpu(unmatched).gpu_id),
+                    check: rule::COMPATIBLE_GPUS,
+                    checkpointed: group.len() as u64,
+                    local: reachable.len() as u64,
+                    local_gpu: None,
+                }]);
+                return Ok(None);
+            }
+            return Ok(Some(matching));
+        }
+        let first_id = src.gpu(src.hives[h][0]).gpu_id;
+        let mut candidates: Vec<usize> = (0..dst.hives.len())
+            .filter(|&k| fits[h][k] && !used[k])
+            .collect();
+        candidates.sort_by_key(|&k| {
+            let same = dst.hives[k].iter().any(|&j| dst.gpu(j).gpu_id == first_id);
+            (!same, k)
+        });
+        let mut tried: Vec<&Vec<Vec<u64>>> = Vec::new();
+        for k in candidates {
+            if tried.contains(&&keys[k]) {
+                continue;
+            }
+            tried.push(&keys[k]);
+            self.step()?;
+            assignment[h] = Some(k);
+            used[k] = true;
+            let found =
+                self.assign_hives(h + 1, compat, fits, keys, hive_of_dst, assignment, used)?;
+            assignment[h] = None;
+            used[k] = false;
+            if found.is_some() {
+                return Ok(found);
+            }
+        }
+        Ok(None)
+    }
+
+    fn mapping(&self, matching: &Matching, cpu_map: BTreeMap<u32, u32>) -> Mapping {
+        let gpu_map = matching
+            .left
+            .iter()
+            .enumerate()
+            .filter_map(|(i, j)| Some((self.src.gpu(i).gpu_id, self.dst.gpu((*j)?).gpu_id)))
+            .collect();
+        Mapping { gpu_map, cpu_map }
+    }
+}
+
+type CpuKeyEntry = (Option<usize>, Vec<(u32, bool)>, Vec<u64>);
+
+/// With the NUMA check: whether local GPU `j`'s links can stand in for
+/// checkpointed GPU `i`'s links to CPU `x` when `x` maps to local CPU `y`.
+fn placed_links_match(
+    src: &View<'_>,
+    i: usize,
+    dst: &View<'_>,
+    j: usize,
+    x: usize,
+    y: usize,
+) -> bool {
+    src.cpu_links[i]
+        .iter()
+        .filter(|s| s.cpu == x)
+        .all(|s| placed_link_matches(s, &dst.cpu_links[j], y))
+}
+
+/// Whether `local_links` has a link to local CPU `y` of the same type as
+/// `s` that can stand in for it.
+fn placed_link_matches(s: &CpuLink, local_links: &[CpuLink], y: usize) -> bool {
+    local_links
+        .iter()
+        .any(|d| d.cpu == y && d.link_type == s.link_type && link_stands_in(s, d))
+}
