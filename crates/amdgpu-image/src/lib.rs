@@ -25,6 +25,8 @@
 pub mod checksum;
 mod error;
 pub mod framing;
+#[doc(hidden)]
+pub mod fuzz_support;
 pub mod messages;
 pub mod name;
 pub mod pages;

@@ -7,9 +7,10 @@
 //! checksums; positions are implicit.
 //!
 //! - [`PagesWriter`] streams BO bytes into a [`PagesSink`] with bounded memory
-//!   (it keeps no copy of the data), computes each BO's checksum in the same
-//!   pass, and turns whole zero file blocks into holes when the sink can seek
-//!   (a directory store's file); holes read back as zeros, also for the C
+//!   (at most one 4 KiB file block is buffered, so zero blocks are found in
+//!   pieces of any size), computes each BO's checksum in the same pass, and
+//!   turns whole zero file blocks into holes when the sink can seek (a
+//!   directory store's file); holes read back as zeros, also for the C
 //!   plugin. On a sequential sink (CRIU's image streamer) it writes the zeros.
 //! - [`PagesReader`] streams a pages file from any `Read` (also a pipe) in
 //!   caller-sized chunks that never straddle two BOs, verifying each BO's
@@ -216,6 +217,8 @@ pub struct PagesWriter<S: PagesSink> {
     hole_bytes: u64,
     checksums: Vec<(usize, u64)>,
     can_skip: bool,
+    /// Bytes of the file block being assembled (at most one block).
+    block: Vec<u8>,
 }
 
 impl<S: PagesSink> PagesWriter<S> {
@@ -236,6 +239,7 @@ impl<S: PagesSink> PagesWriter<S> {
             pending_hole: 0,
             hole_bytes: 0,
             can_skip,
+            block: Vec::with_capacity(if can_skip { PAGE_SIZE as usize } else { 0 }),
         };
         w.close_finished_bos();
         Ok(w)
@@ -290,29 +294,57 @@ impl<S: PagesSink> PagesWriter<S> {
         }
     }
 
-    fn emit(&mut self, piece: &[u8]) -> io::Result<()> {
+    fn emit(&mut self, mut data: &[u8]) -> io::Result<()> {
+        if !self.can_skip {
+            self.sink.write_all(data)?;
+            self.pos += data.len() as u64;
+            return Ok(());
+        }
+        // Complete the file block being assembled (the caller's pieces need
+        // not be block-aligned; at most one block is ever buffered).
+        if !self.block.is_empty() || self.pos % PAGE_SIZE != 0 {
+            let need = ((PAGE_SIZE - self.pos % PAGE_SIZE) as usize).min(data.len());
+            self.block.extend_from_slice(&data[..need]);
+            self.pos += need as u64;
+            data = &data[need..];
+            if self.pos % PAGE_SIZE != 0 {
+                return Ok(());
+            }
+            let block = std::mem::take(&mut self.block);
+            if block.len() as u64 == PAGE_SIZE && is_zero(&block) {
+                self.pending_hole += PAGE_SIZE;
+                self.hole_bytes += PAGE_SIZE;
+            } else {
+                self.flush_hole()?;
+                self.sink.write_all(&block)?;
+            }
+            self.block = block;
+            self.block.clear();
+        }
+        // Whole aligned blocks straight from the caller's buffer, with runs of
+        // data blocks written in one call.
+        let whole = data.len() - data.len() % PAGE_SIZE as usize;
         let mut run_start = 0usize;
-        let mut i = 0usize;
-        while i < piece.len() {
-            let pos = self.pos + i as u64;
-            let seg_len = ((PAGE_SIZE - pos % PAGE_SIZE) as usize).min(piece.len() - i);
-            let seg = &piece[i..i + seg_len];
-            if self.can_skip && seg_len as u64 == PAGE_SIZE && is_zero(seg) {
-                if run_start < i {
+        for (i, block) in data[..whole].chunks_exact(PAGE_SIZE as usize).enumerate() {
+            if is_zero(block) {
+                let at = i * PAGE_SIZE as usize;
+                if run_start < at {
                     self.flush_hole()?;
-                    self.sink.write_all(&piece[run_start..i])?;
+                    self.sink.write_all(&data[run_start..at])?;
                 }
                 self.pending_hole += PAGE_SIZE;
                 self.hole_bytes += PAGE_SIZE;
-                run_start = i + seg_len;
+                run_start = at + PAGE_SIZE as usize;
             }
-            i += seg_len;
         }
-        if run_start < piece.len() {
+        if run_start < whole {
             self.flush_hole()?;
-            self.sink.write_all(&piece[run_start..])?;
+            self.sink.write_all(&data[run_start..whole])?;
         }
-        self.pos += piece.len() as u64;
+        self.pos += whole as u64;
+        let tail = &data[whole..];
+        self.block.extend_from_slice(tail);
+        self.pos += tail.len() as u64;
         Ok(())
     }
 
@@ -335,7 +367,12 @@ impl<S: PagesSink> PagesWriter<S> {
                 actual: self.pos - HEADER_LEN as u64,
             });
         }
-        let io = |e| Error::io(&self.file, "finish pages", e);
+        let file = self.file.clone();
+        let io = |e| Error::io(&file, "finish pages", e);
+        if !self.block.is_empty() {
+            self.flush_hole().map_err(io)?;
+            self.sink.write_all(&self.block).map_err(io)?;
+        }
         if self.pending_hole > 0 {
             self.sink.skip(self.pending_hole).map_err(io)?;
             self.sink.set_final_len(self.pos).map_err(io)?;
