@@ -22,4 +22,5 @@ pub mod abi;
 pub mod core;
 pub mod criu;
 pub mod log;
+pub mod options;
 mod runtime;

@@ -21,6 +21,7 @@ use crate::abi::{host_profile, Stage, PLUGIN_NAME};
 use crate::core::identify::{Devices, FdClass};
 use crate::core::vma::{VmaAnswer, VmaTranslations};
 use crate::criu::services;
+use crate::options::Options;
 use crate::{log_debug, log_error, log_info, log_warn};
 
 /// `-ENOTSUP`: "not mine", the next plugin in CRIU's chain is asked.
@@ -118,6 +119,13 @@ pub fn init(raw_stage: c_int) -> c_int {
             None
         }
     };
+    let (options, invalid) = Options::from_env();
+    for problem in &invalid {
+        log_error!("{problem}");
+    }
+    for line in options.describe() {
+        log_info!("{line}");
+    }
     *state() = Some(Runtime {
         stage,
         disabled,

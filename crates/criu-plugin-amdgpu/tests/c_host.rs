@@ -1,0 +1,199 @@
+//! Loads the built `amdgpu_plugin.so` into small C programs that behave like
+//! CRIU's plugin loader (tests/c_host/host.c), one per CRIU generation, and
+//! checks the descriptor, the load-time `max_hooks` choice, the `-ENOTSUP`
+//! answers for foreign files and the log lines that reach CRIU's logger.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The cdylib in target/<profile>/, next to this test's binary. `cargo test`
+/// builds the crate's rlib for the tests but not necessarily a fresh cdylib,
+/// so the test asks cargo to bring it up to date (a no-op when it is).
+fn plugin_so() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("test executable path");
+            // target/<profile>/deps/c_host-<hash>
+            let profile_dir = exe
+                .parent()
+                .and_then(Path::parent)
+                .expect("test binary lives in target/<profile>/deps");
+            let target_dir = profile_dir.parent().expect("target dir");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut cmd = Command::new(cargo);
+            cmd.args(["build", "--quiet", "-p", "criu-plugin-amdgpu", "--lib"])
+                .arg("--target-dir")
+                .arg(target_dir);
+            if profile_dir.file_name().is_some_and(|p| p == "release") {
+                cmd.arg("--release");
+            }
+            let status = cmd.status().expect("run cargo build");
+            assert!(status.success(), "cargo build of the plugin failed");
+            let so = profile_dir.join("libcriu_plugin_amdgpu.so");
+            assert!(so.exists(), "{} was not built", so.display());
+            so
+        })
+        .clone()
+}
+
+fn c_compiler() -> Option<String> {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    Command::new(&cc)
+        .arg("--version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|_| cc)
+}
+
+struct Host {
+    exe: PathBuf,
+}
+
+fn build_host(dir: &Path, name: &str, defines: &[&str]) -> Option<Host> {
+    let Some(cc) = c_compiler() else {
+        println!("skipped: no C compiler (set CC or install cc)");
+        return None;
+    };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c_host/host.c");
+    let exe = dir.join(name);
+    let out = Command::new(cc)
+        .args(["-std=gnu11", "-Wall", "-Werror", "-O1", "-rdynamic", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(defines)
+        .arg("-ldl")
+        .output()
+        .expect("run the C compiler");
+    assert!(
+        out.status.success(),
+        "compiling the C host failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(Host { exe })
+}
+
+struct Run {
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn log_lines(&self) -> Vec<&str> {
+        self.stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("LOG "))
+            .collect()
+    }
+}
+
+fn run_host(host: &Host, expected_max_hooks: u32, env: &[(&str, &str)]) -> Run {
+    let images = tempfile::tempdir().expect("images dir");
+    let mut cmd = Command::new(&host.exe);
+    cmd.arg(plugin_so())
+        .arg(expected_max_hooks.to_string())
+        .arg(images.path())
+        .env_remove("AMDGPU_PLUGIN_MAX_HOOKS");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run the C host");
+    let run = Run {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert!(
+        out.status.success() && run.stdout.contains("PASS"),
+        "C host failed (expected max_hooks {expected_max_hooks}):\nstdout:\n{}\nstderr:\n{}",
+        run.stdout,
+        run.stderr
+    );
+    run
+}
+
+#[test]
+fn max_hooks_follows_criu_hook_table() {
+    let dir = tempfile::tempdir().unwrap();
+    for (criu_max, expected) in [(10, 10), (12, 12), (13, 13), (14, 14), (15, 15), (17, 15)] {
+        let Some(host) = build_host(
+            dir.path(),
+            &format!("host{criu_max}"),
+            &[&format!("-DHOOK_MAX={criu_max}"), "-DINVENTORY"],
+        ) else {
+            return;
+        };
+        let run = run_host(&host, expected, &[]);
+        let lines = run.log_lines();
+        assert!(
+            lines.iter().all(|l| l[2..].starts_with("amdgpu_plugin: ")),
+            "{lines:?}"
+        );
+        assert!(
+            lines.iter().any(|l| l.contains("initialized for Dump")),
+            "{lines:?}"
+        );
+        assert!(
+            lines.iter().any(|l| l.contains("initialized for Restore")),
+            "{lines:?}"
+        );
+    }
+}
+
+#[test]
+fn marker_symbols_when_the_hook_table_is_not_exported() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(v41) = build_host(dir.path(), "v41", &["-DINVENTORY"]) else {
+        return;
+    };
+    run_host(&v41, 12, &[]);
+    let Some(v317) = build_host(dir.path(), "v317", &[]) else {
+        return;
+    };
+    run_host(&v317, 10, &[]);
+}
+
+#[test]
+fn environment_override_and_its_validation() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(host) = build_host(dir.path(), "host12", &["-DHOOK_MAX=12"]) else {
+        return;
+    };
+    run_host(&host, 14, &[("AMDGPU_PLUGIN_MAX_HOOKS", "14")]);
+    let run = run_host(&host, 12, &[("AMDGPU_PLUGIN_MAX_HOOKS", "99")]);
+    assert!(
+        run.log_lines()
+            .iter()
+            .any(|l| l.starts_with("1 ") && l.contains("AMDGPU_PLUGIN_MAX_HOOKS=\"99\"")),
+        "no error line about the invalid override:\n{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn inventory_without_the_plugin_disables_it_at_restore() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(listed) = build_host(dir.path(), "listed", &["-DHOOK_MAX=13", "-DINVENTORY"]) else {
+        return;
+    };
+    let run = run_host(&listed, 13, &[]);
+    assert!(
+        !run.stdout.contains("disabled for this restore"),
+        "{}",
+        run.stdout
+    );
+    let Some(unlisted) = build_host(
+        dir.path(),
+        "unlisted",
+        &["-DHOOK_MAX=13", "-DINVENTORY", "-DINVENTORY_WITHOUT_US"],
+    ) else {
+        return;
+    };
+    let run = run_host(&unlisted, 13, &[]);
+    assert!(
+        run.stdout.contains("disabled for this restore"),
+        "{}",
+        run.stdout
+    );
+}

@@ -1,0 +1,226 @@
+/*
+ * A minimal CRIU stand-in: loads amdgpu_plugin.so the way criu/plugin.c does
+ * (dlopen RTLD_LAZY, no RTLD_GLOBAL, dlsym "CR_PLUGIN_DESC", verify version
+ * and max_hooks), exports the CRIU services the plugin looks up at run time
+ * (built with -rdynamic), and calls init/exit and every hook below max_hooks
+ * with files that are not the plugin's.
+ *
+ * Build-time knobs (-D):
+ *   HOOK_MAX=<n>   export cr_plugin_ctl sized like CRIU's with n hooks
+ *   INVENTORY      export the inventory services of CRIU >= 4.1
+ *   INVENTORY_WITHOUT_US  ... with an inventory that does not name the plugin
+ * Usage: host <plugin.so> <expected max_hooks> <images dir>
+ * Prints "LOG <level> <line>" for every log line and "PASS" at the end;
+ * any failed expectation prints "FAIL ..." to stderr and exits 1.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SLOTS 15
+
+typedef struct {
+	const char *name;
+	int (*init)(int stage);
+	void (*exit)(int stage, int ret);
+	unsigned int version;
+	unsigned int max_hooks;
+	void *hooks[SLOTS];
+} desc_t;
+
+struct list_head {
+	struct list_head *next, *prev;
+};
+
+#ifdef HOOK_MAX
+struct {
+	struct list_head head;
+	struct list_head hook_chain[HOOK_MAX];
+} cr_plugin_ctl;
+#endif
+
+static int image_dir_fd = -1;
+static int log_lines;
+static int bad_prefix;
+
+void print_on_level(unsigned int level, const char *fmt, ...)
+{
+	char buf[4096];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	log_lines++;
+	if (strncmp(buf, "amdgpu_plugin: ", 15))
+		bad_prefix++;
+	printf("LOG %u %s", level, buf);
+	if (!strchr(buf, '\n'))
+		printf("\n");
+	fflush(stdout);
+}
+
+int criu_get_image_dir(void)
+{
+	return image_dir_fd;
+}
+
+#ifdef INVENTORY
+static int inventory_adds;
+int add_inventory_plugin(const char *name)
+{
+	inventory_adds++;
+	return name ? 0 : -1;
+}
+
+bool check_and_remove_inventory_plugin(const char *name, int n)
+{
+#ifdef INVENTORY_WITHOUT_US
+	/* Images dumped without any GPU file: the inventory lists no plugin. */
+	(void)name;
+	(void)n;
+	return false;
+#else
+	return strncmp(name, "amdgpu_plugin", n) == 0;
+#endif
+}
+#endif
+
+static int failures;
+#define EXPECT(cond, ...)                                      \
+	do {                                                   \
+		if (!(cond)) {                                 \
+			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+			fprintf(stderr, __VA_ARGS__);          \
+			fprintf(stderr, "\n");                 \
+			failures++;                            \
+		}                                              \
+	} while (0)
+
+typedef int (*fd_id_t)(int, int);
+typedef int (*restore_file_t)(int, bool *);
+typedef int (*vma_t)(int, const struct stat *);
+typedef int (*update_vma_t)(const char *, uint64_t, uint64_t, uint64_t *, int *);
+typedef int (*int_t)(int);
+typedef int (*void_t)(void);
+
+int main(int argc, char **argv)
+{
+	void *h;
+	desc_t *d;
+	unsigned int expected;
+	int stage, i, ret;
+	int pipefd[2];
+	int null_fd;
+	struct stat st;
+	bool have_kfd = access("/dev/kfd", F_OK) == 0;
+
+	if (argc != 4) {
+		fprintf(stderr, "usage: %s plugin.so max_hooks images-dir\n", argv[0]);
+		return 2;
+	}
+	expected = (unsigned int)atoi(argv[2]);
+	image_dir_fd = open(argv[3], O_RDONLY | O_DIRECTORY);
+	EXPECT(image_dir_fd >= 0, "cannot open images dir %s", argv[3]);
+
+	h = dlopen(argv[1], RTLD_LAZY);
+	if (!h) {
+		fprintf(stderr, "FAIL dlopen: %s\n", dlerror());
+		return 1;
+	}
+	d = dlsym(h, "CR_PLUGIN_DESC");
+	if (!d) {
+		fprintf(stderr, "FAIL no CR_PLUGIN_DESC\n");
+		return 1;
+	}
+	EXPECT(d->name && strcmp(d->name, "amdgpu_plugin") == 0, "name %s", d->name ? d->name : "(null)");
+	EXPECT(d->version == 0x200, "version %#x", d->version);
+	EXPECT(d->max_hooks == expected, "max_hooks %u, expected %u", d->max_hooks, expected);
+	EXPECT(d->init && d->exit, "init/exit missing");
+	{
+		int ours[] = { 2, 3, 7, 8, 9, 12, 13, 14 };
+		bool want[SLOTS] = { false };
+
+		for (i = 0; i < (int)(sizeof(ours) / sizeof(ours[0])); i++)
+			want[ours[i]] = true;
+		for (i = 0; i < SLOTS; i++)
+			EXPECT((d->hooks[i] != NULL) == want[i], "hook slot %d", i);
+	}
+
+	EXPECT(pipe(pipefd) == 0, "pipe");
+	null_fd = open("/dev/null", O_RDWR);
+	EXPECT(null_fd >= 0 && fstat(null_fd, &st) == 0, "/dev/null");
+
+	for (stage = 0; stage <= 2; stage++) {
+		ret = d->init(stage);
+		EXPECT(ret == 0, "init(%d) = %d", stage, ret);
+
+		/* Like CRIU, never call a hook at or above max_hooks. */
+		if (7 < d->max_hooks) {
+			ret = ((vma_t)d->hooks[7])(null_fd, &st);
+			EXPECT(ret == -ENOTSUP, "HANDLE_DEVICE_VMA(/dev/null) = %d", ret);
+		}
+		ret = ((fd_id_t)d->hooks[2])(pipefd[0], 11);
+		EXPECT(ret == -ENOTSUP, "DUMP_EXT_FILE(pipe) = %d", ret);
+		ret = ((fd_id_t)d->hooks[2])(null_fd, 12);
+		EXPECT(ret == -ENOTSUP, "DUMP_EXT_FILE(/dev/null) = %d", ret);
+		if (14 < d->max_hooks) {
+			ret = ((int_t)d->hooks[14])(getpid());
+			EXPECT(ret == -ENOTSUP, "DUMP_DEVICES_LATE = %d", ret);
+		}
+		if (13 < d->max_hooks) {
+			ret = ((void_t)d->hooks[13])();
+			EXPECT(ret == -ENOTSUP, "RESTORE_INIT = %d", ret);
+		}
+		if (12 < d->max_hooks) {
+			ret = ((void_t)d->hooks[12])();
+			EXPECT(ret == -ENOTSUP, "POST_FORKING = %d", ret);
+		}
+		{
+			/* A canary: hosts without the retry protocol must find it intact. */
+			union {
+				bool b;
+				unsigned char raw;
+			} retry = { .raw = 0x55 };
+
+			ret = ((restore_file_t)d->hooks[3])(77, &retry.b);
+			EXPECT(ret == -ENOTSUP, "RESTORE_EXT_FILE(77) = %d", ret);
+			if (d->max_hooks >= 14)
+				EXPECT(retry.raw == 0, "retry_needed not written: %#x", retry.raw);
+			else
+				EXPECT(retry.raw == 0x55, "retry_needed written on an old host: %#x", retry.raw);
+		}
+		{
+			uint64_t new_pgoff = 0xdead;
+			int plugin_fd = 1234;
+
+			ret = ((update_vma_t)d->hooks[8])("/usr/lib/libfoo.so", 0x7f0000000000ULL, 0, &new_pgoff, &plugin_fd);
+			EXPECT(ret == -ENOTSUP, "UPDATE_VMA_MAP(foreign) = %d", ret);
+			if (!have_kfd) {
+				ret = ((update_vma_t)d->hooks[8])("/dev/kfd", 0x7f0000000000ULL, 0, &new_pgoff, &plugin_fd);
+				EXPECT(ret == -ENOTSUP, "UPDATE_VMA_MAP(/dev/kfd) without KFD = %d", ret);
+			}
+			EXPECT(new_pgoff == 0xdead, "new_pgoff written for a foreign mapping");
+		}
+		ret = ((int_t)d->hooks[9])(getpid());
+		EXPECT(ret == -ENOTSUP, "RESUME_DEVICES_LATE(self) = %d", ret);
+
+		d->exit(stage, 0);
+	}
+
+	EXPECT(log_lines > 0, "no log line reached print_on_level");
+	EXPECT(bad_prefix == 0, "%d log lines without the amdgpu_plugin: prefix", bad_prefix);
+	dlclose(h);
+	if (failures)
+		return 1;
+	printf("PASS\n");
+	return 0;
+}
