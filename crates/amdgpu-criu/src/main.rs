@@ -22,10 +22,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Print every message of an image set or image file.
+    Show(cmd::show::Args),
+    /// Validate an image set, checksums included, and list every problem.
+    Verify(cmd::verify::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Show(args) => cmd::show::run(args),
+        Command::Verify(args) => cmd::verify::run(args),
     }
 }

@@ -1,1 +1,4 @@
 //! One module per subcommand.
+
+pub mod show;
+pub mod verify;

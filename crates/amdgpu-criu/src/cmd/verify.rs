@@ -1,0 +1,49 @@
+//! `amdgpu-criu verify DIR`: validate a whole image set, checksums included,
+//! and list every problem. Exit 0 when clean, 1 when problems were found, 2
+//! on usage or I/O errors. Reads only.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use amdgpu_image::{verify_set, DirStore, ReadLimits};
+
+/// Arguments of `verify`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The image directory.
+    pub dir: PathBuf,
+}
+
+/// Runs `verify`.
+pub fn run(args: Args) -> ExitCode {
+    let report = match DirStore::open_dir(&args.dir)
+        .and_then(|store| verify_set(&store, ReadLimits::default()))
+    {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("amdgpu-criu verify: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for problem in &report.problems {
+        println!("{problem}");
+    }
+    let summary = format!(
+        "{} files, {} bos read ({} bytes), {} checksums verified",
+        report.files, report.bos_read, report.bytes_read, report.checksums_verified
+    );
+    if report.files == 0 {
+        eprintln!(
+            "amdgpu-criu verify: {}: no amdgpu image files",
+            args.dir.display()
+        );
+        return ExitCode::from(2);
+    }
+    if report.is_clean() {
+        println!("{summary}: clean");
+        ExitCode::SUCCESS
+    } else {
+        println!("{summary}: {} problems", report.problems.len());
+        ExitCode::from(1)
+    }
+}
