@@ -7,6 +7,8 @@
 //! - [`Kfd`]: `/dev/kfd` — version, memory, queues, events, dma-buf import
 //!   and export, and the five CRIU ops ([`Kfd::process_info`],
 //!   [`Kfd::checkpoint`], [`Kfd::unpause`], [`Kfd::restore`], [`Kfd::resume`]).
+//! - [`RenderNode`]: `/dev/dri/renderD*` — GEM, PRIME, VA, contexts, BO
+//!   lists, command submission, fence waits and device queries.
 //! - [`ioctl::ioctl`]: the single typed ioctl entry point under every wrapper.
 //! - [`Error`]: names the failed operation and keeps the errno.
 
@@ -16,6 +18,7 @@ pub mod error;
 pub mod ioctl;
 pub mod kfd;
 pub mod mapping;
+pub mod render;
 
 pub use criu::{Checkpoint, CheckpointBo, ProcessInfo, RestoredBo};
 pub use driver::{DeviceNumber, Driver, FdKind, HostDriver};
@@ -25,3 +28,7 @@ pub use kfd::{
     QueueRequest, Version, KFD_PATH,
 };
 pub use mapping::DeviceMapping;
+pub use render::{
+    dmabuf_size, BoListHandle, CtxId, DrmVersion, GemCreate, GemHandle, IbChunk, RenderMinor,
+    RenderNode, SubmissionFence,
+};
