@@ -1,0 +1,187 @@
+//! `show` and `verify` on image sets written with amdgpu-image, through the
+//! built binary.
+
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use amdgpu_image::fuzz_support::{write_sample_set, SampleSpec};
+use amdgpu_image::{CriuKfd, DirStore, ImageName, ImageStore};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn sample_dir() -> (tempfile::TempDir, CriuKfd) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirStore::open_dir(dir.path()).unwrap();
+    let kfd = write_sample_set(&store, SampleSpec::default()).unwrap();
+    (dir, kfd)
+}
+
+fn path(dir: &Path, name: ImageName) -> String {
+    dir.join(name.to_string()).to_str().unwrap().to_owned()
+}
+
+#[test]
+fn show_json_uses_proto_field_names() {
+    let (dir, kfd) = sample_dir();
+    let out = run(&["show", "--json", dir.path().to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let files = v["files"].as_array().unwrap();
+    assert_eq!(files.len(), 7);
+    let k = files
+        .iter()
+        .find(|f| f["file"] == "amdgpu-kfd-1.img")
+        .unwrap();
+    assert_eq!(k["message"], "criu_kfd");
+    let c = &k["content"];
+    assert_eq!(c["pid"], 4242);
+    assert_eq!(c["num_of_bos"], kfd.num_of_bos);
+    assert_eq!(
+        c["device_entries"][1]["gpu_id"],
+        kfd.device_entries[1].gpu_id
+    );
+    assert_eq!(c["device_entries"][0]["iolinks"][0]["type"], 2);
+    assert_eq!(
+        c["bo_entries"][0]["content_checksum"],
+        kfd.bo_entries[0].content_checksum.unwrap()
+    );
+    assert_eq!(c["priv_data"]["len"], 64);
+    assert_eq!(
+        c["priv_data"]["hex_prefix"],
+        "000102030405060708090a0b0c0d0e0f"
+    );
+    assert_eq!(c["producer"], amdgpu_image::PRODUCER);
+    let p = files
+        .iter()
+        .find(|f| f["file"] == "amdgpu-pages-1-1000.img")
+        .unwrap();
+    assert_eq!(p["pages"]["length_header"], 3 * 4 * 4096);
+    assert_eq!(p["pages"]["payload_bytes"], 3 * 4 * 4096);
+    let r = files
+        .iter()
+        .find(|f| f["file"] == "amdgpu-renderD-2.img")
+        .unwrap();
+    assert_eq!(r["content"]["bo_entries"][0]["vm_entries"][0]["flags"], 0xe);
+    let d = files
+        .iter()
+        .find(|f| f["file"] == "amdgpu-dmabuf_3.img")
+        .unwrap();
+    assert_eq!(d["content"]["gem_handle"], 2);
+}
+
+#[test]
+fn show_text_of_one_file() {
+    let (dir, _) = sample_dir();
+    let out = run(&["show", &path(dir.path(), ImageName::Kfd { id: 1 })]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("amdgpu-kfd-1.img (criu_kfd)\n"), "{text}");
+    assert!(text.contains("  bo_entries: 8 entries\n"), "{text}");
+    assert!(text.contains("      gpu_id: 0x1000\n"), "{text}");
+    assert!(
+        text.contains("  priv_data: 64 bytes [000102030405060708090a0b0c0d0e0f…]\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn show_reports_unreadable_files_and_bad_paths() {
+    let (dir, _) = sample_dir();
+    fs::write(
+        dir.path().join("amdgpu-renderD-2.img"),
+        [5, 0, 0, 0, 0, 0, 0, 0, 1],
+    )
+    .unwrap();
+    let out = run(&["show", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("amdgpu-renderD-2.img: error: amdgpu-renderD-2.img: truncated"),
+        "{text}"
+    );
+    assert!(text.contains("amdgpu-kfd-1.img (criu_kfd)"), "{text}");
+
+    let other = dir.path().join("notes.txt");
+    fs::write(&other, "x").unwrap();
+    let out = run(&["show", other.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(
+        "notes.txt: does not end in .img (the kind of an image is told by its file name)"
+    ));
+}
+
+#[test]
+fn verify_clean_set_exits_0() {
+    let (dir, _) = sample_dir();
+    let out = run(&["verify", dir.path().to_str().unwrap()]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert_eq!(
+        text,
+        "7 files, 8 bos read (110592 bytes), 8 checksums verified: clean\n"
+    );
+}
+
+#[test]
+fn verify_lists_each_problem_and_exits_1() {
+    let (dir, kfd) = sample_dir();
+    let store = DirStore::open_dir(dir.path()).unwrap();
+    // A flipped byte in a BO, and a kfd image whose BO count lies.
+    let pages = path(
+        dir.path(),
+        ImageName::Pages {
+            id: 1,
+            gpu_id: 0x1111,
+        },
+    );
+    let mut bytes = fs::read(&pages).unwrap();
+    bytes[100] ^= 1;
+    fs::write(&pages, bytes).unwrap();
+    let mut bad = kfd.clone();
+    bad.num_of_bos += 1;
+    store
+        .write_message(&ImageName::Kfd { id: 7 }, &bad)
+        .unwrap();
+
+    let out = run(&["verify", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines[0].starts_with(
+            "amdgpu-kfd-7.img: criu_kfd.num_of_bos: is 9 but the image has 8 bo entries"
+        ),
+        "{text}"
+    );
+    assert!(
+        lines[1].starts_with("amdgpu-pages-1-1111.img: bo 0 (entry 4): content checksum"),
+        "{text}"
+    );
+    assert!(lines[2].ends_with(": 2 problems"), "{text}");
+}
+
+#[test]
+fn verify_usage_and_io_errors_exit_2() {
+    let out = run(&["verify", "/nonexistent/amdgpu-images"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/amdgpu-images"));
+    let empty = tempfile::tempdir().unwrap();
+    assert_eq!(
+        run(&["verify", empty.path().to_str().unwrap()])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(run(&["verify"]).status.code(), Some(2));
+}
