@@ -9,6 +9,7 @@
 //!   [`Kfd::checkpoint`], [`Kfd::unpause`], [`Kfd::restore`], [`Kfd::resume`]).
 //! - [`RenderNode`]: `/dev/dri/renderD*` — GEM, PRIME, VA, contexts, BO
 //!   lists, command submission, fence waits and device queries.
+//! - [`sdma`]: SDMA linear-copy packets per GPU family.
 //! - [`ioctl::ioctl`]: the single typed ioctl entry point under every wrapper.
 //! - [`Error`]: names the failed operation and keeps the errno.
 
@@ -19,6 +20,7 @@ pub mod ioctl;
 pub mod kfd;
 pub mod mapping;
 pub mod render;
+pub mod sdma;
 
 pub use criu::{Checkpoint, CheckpointBo, ProcessInfo, RestoredBo};
 pub use driver::{DeviceNumber, Driver, FdKind, HostDriver};
