@@ -112,6 +112,24 @@ const ALWAYS_EQUAL: [(&str, Getter); 18] = [
     ("vram_public", |p| p.vram_public.into()),
 ];
 
+/// The values of every compared property (always-equal and gated), for
+/// telling apart GPUs that are identical in the checks' eyes.
+pub(crate) fn compared_values(p: &DeviceProps) -> [u64; 24] {
+    let mut values = [0; 24];
+    for (slot, (_, get)) in values.iter_mut().zip(ALWAYS_EQUAL) {
+        *slot = get(p);
+    }
+    values[18..].copy_from_slice(&[
+        p.capability.into(),
+        p.vram_size,
+        p.num_gws.into(),
+        p.caches_count.into(),
+        p.fw_version.into(),
+        p.sdma_fw_version.into(),
+    ]);
+    values
+}
+
 /// Every property mismatch between checkpointed GPU `src` and local GPU
 /// `dest`, in the C plugin's order: the always-equal properties, then
 /// `capability` (equal), `vram_size`, `num_gws`, `caches_count`,

@@ -43,11 +43,13 @@
 //!
 //! Deterministic. CPU nodes prefer the local CPU with the same node id, then
 //! node order; a hive prefers the local hive holding a GPU with the same
-//! gpu_id as its first member, then hive order (by first member's node id);
-//! a GPU prefers the local GPU with the same gpu_id, then the first free
-//! compatible local GPU in node order (checkpointed GPUs taken in node
-//! order). So equal topologies map by identity and a renumbered copy pairs
-//! GPUs by node order within each group of equivalent GPUs.
+//! gpu_id as its first member, then one with the same `hive_id`, then hive
+//! order (by first member's node id); a GPU prefers the local GPU with the
+//! same gpu_id, then the first free local GPU (node order) equal in every
+//! compared property, then the first free compatible one (checkpointed GPUs
+//! taken in node order; augmenting paths only when that greedy pass falls
+//! short). So equal topologies map by identity and a renumbered copy pairs
+//! GPUs by node order within each group of equal GPUs on the same CPU.
 //!
 //! This module is a pure function of two [`DeviceTopology`] values; it never
 //! reads files or the environment.
@@ -57,7 +59,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::checks::{device_mismatches, rule, Reason};
+use crate::checks::{compared_values, device_mismatches, rule, Reason};
 use crate::devices::{DeviceNode, DeviceTopology};
 use crate::model::{link_type, GpuId};
 use crate::options::CheckOptions;
@@ -286,6 +288,9 @@ struct View<'a> {
     cpu_links: Vec<Vec<CpuLink>>,
     /// Hives as GPU positions, members and hives in node order.
     hives: Vec<Vec<usize>>,
+    /// Per GPU position: the compared property values (GPUs with equal
+    /// values are preferred partners).
+    classes: Vec<[u64; 24]>,
 }
 
 impl<'a> View<'a> {
@@ -387,6 +392,10 @@ impl<'a> View<'a> {
             .collect();
         hives.sort_by_key(|members| members[0]);
 
+        let classes = gpus
+            .iter()
+            .map(|&index| compared_values(&nodes[index].props))
+            .collect();
         Ok(Self {
             nodes,
             gpus,
@@ -394,6 +403,7 @@ impl<'a> View<'a> {
             valid_links,
             cpu_links,
             hives,
+            classes,
         })
     }
 
@@ -406,7 +416,8 @@ impl<'a> View<'a> {
     }
 
     /// For each checkpointed GPU, the local GPUs `compat` allows and `keep`
-    /// keeps, in preference order: same gpu_id first, then node order.
+    /// keeps, in preference order: same gpu_id first, then GPUs equal in
+    /// every compared property, then the others; node order within each.
     fn adjacency(
         &self,
         dst: &View<'_>,
@@ -419,10 +430,15 @@ impl<'a> View<'a> {
                 let mut list: Vec<usize> = (0..dst.gpus.len())
                     .filter(|&j| compat.get(i, j) && keep(i, j))
                     .collect();
-                if let Some(same) = list.iter().position(|&j| dst.gpu(j).gpu_id == id) {
-                    let j = list.remove(same);
-                    list.insert(0, j);
-                }
+                list.sort_by_key(|&j| {
+                    if dst.gpu(j).gpu_id == id {
+                        0
+                    } else if dst.classes[j] == self.classes[i] {
+                        1
+                    } else {
+                        2
+                    }
+                });
                 list
             })
             .collect()
@@ -990,13 +1006,16 @@ impl Search<'_, '_> {
             }
             return Ok(Some(matching));
         }
-        let first_id = src.gpu(src.hives[h][0]).gpu_id;
+        let first = src.gpu(src.hives[h][0]);
         let mut candidates: Vec<usize> = (0..dst.hives.len())
             .filter(|&k| fits[h][k] && !used[k])
             .collect();
         candidates.sort_by_key(|&k| {
-            let same = dst.hives[k].iter().any(|&j| dst.gpu(j).gpu_id == first_id);
-            (!same, k)
+            let same_gpu = dst.hives[k]
+                .iter()
+                .any(|&j| dst.gpu(j).gpu_id == first.gpu_id);
+            let same_hive = dst.gpu(dst.hives[k][0]).props.hive_id == first.props.hive_id;
+            (!same_gpu, !same_hive, k)
         });
         let mut tried: Vec<&Vec<Vec<u64>>> = Vec::new();
         for k in candidates {

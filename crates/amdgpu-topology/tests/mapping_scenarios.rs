@@ -559,7 +559,9 @@ fn each_switch_lets_exactly_its_own_mismatch_through() {
         switch(&mut options);
         let r = map_with(&src, &dst, options);
         assert!(r.compatible, "{name} off: {:?}", r.reasons);
-        assert_eq!(r.gpu_map[&1007], 2007);
+        // equal GPUs are preferred partners: the odd one goes to the last
+        assert_eq!(r.gpu_map[&1009], 2007);
+        assert_eq!(r.gpu_map[&1007], 2008);
 
         // Every other switch off keeps the refusal.
         for (other, _, other_switch) in cases {
