@@ -1,0 +1,395 @@
+//! The buffer-object store shared by the KFD and DRM halves of the simulator.
+//!
+//! In the real kernel a KFD VRAM/GTT allocation *is* an amdgpu GEM object, so
+//! both halves keep their BOs here: a [`Bo`] has a GPU, a size, a memory
+//! domain, its KFD allocation flags, a DRM fake mmap offset and its backing.
+//! VRAM and GTT BOs are backed by a memfd of the BO size (real, sparse memory);
+//! a dma-buf of such a BO is a re-open of that memfd through `/proc/self/fd`,
+//! so `lseek(fd, 0, SEEK_END)` reports the BO size as on a real dma-buf and
+//! `mmap` of the dma-buf shows the BO's bytes. USERPTR BOs point at host
+//! memory of the simulated application; DOORBELL and MMIO_REMAP BOs point at
+//! small per-process / per-GPU aperture pages.
+//!
+//! A BO lives while a handle (KFD IDR slot or GEM handle) refers to it, or
+//! while a dma-buf fd of it may still be open; [`BoStore::collect`] frees
+//! exported BOs whose last dma-buf fd is gone. This module never interprets
+//! ioctl arguments and never decides errno policy beyond allocation failures.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use crate::sim::FileKey;
+use crate::Errno;
+
+/// Page size the simulator uses for every aperture and offset (4 KiB, as on x86-64).
+pub(crate) const PAGE_SIZE: u64 = 4096;
+
+/// First DRM fake mmap offset (`DRM_FILE_PAGE_OFFSET_START` on 64-bit).
+pub(crate) const DRM_FILE_PAGE_OFFSET_START: u64 = 0x1_0000_0000;
+/// Size of the DRM fake-offset window (about 1 TiB, as `DRM_FILE_PAGE_OFFSET_SIZE`).
+pub(crate) const DRM_FILE_PAGE_OFFSET_SIZE: u64 = 0x100_0000_0000;
+
+/// Identity of a BO in the store; never reused within one simulator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct BoId(pub(crate) u64);
+
+/// Where a BO's memory lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Domain {
+    /// Device memory (simulated by a memfd).
+    Vram,
+    /// System memory mapped through the GART (simulated by a memfd).
+    Gtt,
+    /// Existing host memory of the application.
+    UserPtr,
+    /// The process's doorbell slice on a GPU.
+    Doorbell,
+    /// The GPU's HDP-flush MMIO page.
+    Mmio,
+}
+
+/// A memfd owned by the simulator: the real memory behind VRAM/GTT BOs and
+/// aperture pages.
+#[derive(Debug)]
+pub(crate) struct Memfd {
+    file: File,
+    key: FileKey,
+    size: u64,
+}
+
+impl Memfd {
+    /// A new memfd of `size` bytes (sparse; unwritten pages cost nothing).
+    pub(crate) fn new(name: &str, size: u64) -> Result<Memfd, Errno> {
+        let fd = memfd_create(name, true)?;
+        let file = File::from(fd);
+        file.set_len(size).map_err(|_| Errno(libc::ENOMEM))?;
+        let key = FileKey::of_raw(file.as_raw_fd())?;
+        Ok(Memfd { file, key, size })
+    }
+
+    /// The open file (for `pread`/`pwrite` and `mmap`).
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// The inode identity every re-open (dma-buf) of this memfd shares.
+    pub(crate) fn key(&self) -> FileKey {
+        self.key
+    }
+
+    /// Size in bytes.
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Reads `buf.len()` bytes at `offset`; the range must lie inside the memfd.
+    pub(crate) fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), Errno> {
+        self.check_range(offset, buf.len())?;
+        self.file.read_exact_at(buf, offset).map_err(|_| Errno(libc::EIO))
+    }
+
+    /// Writes `data` at `offset`; the range must lie inside the memfd.
+    pub(crate) fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), Errno> {
+        self.check_range(offset, data.len())?;
+        self.file.write_all_at(data, offset).map_err(|_| Errno(libc::EIO))
+    }
+
+    /// Zeroes the whole memfd (VRAM is wiped on allocation; a fresh memfd
+    /// already is zero, so this is only needed when memory is reused).
+    pub(crate) fn clear(&self) -> Result<(), Errno> {
+        self.file.set_len(0).map_err(|_| Errno(libc::EIO))?;
+        self.file.set_len(self.size).map_err(|_| Errno(libc::ENOMEM))
+    }
+
+    fn check_range(&self, offset: u64, len: usize) -> Result<(), Errno> {
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= self.size => Ok(()),
+            _ => Err(Errno(libc::EINVAL)),
+        }
+    }
+}
+
+/// `memfd_create(2)`, optionally with `MFD_CLOEXEC`.
+pub(crate) fn memfd_create(name: &str, cloexec: bool) -> Result<OwnedFd, Errno> {
+    let name = CString::new(name).map_err(|_| Errno(libc::EINVAL))?;
+    let flags = if cloexec { libc::MFD_CLOEXEC } else { 0 };
+    // SAFETY: `name` is a valid NUL-terminated string for the duration of the
+    // call; memfd_create has no other memory arguments.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: memfd_create succeeded, so `fd` is a new descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// What backs a BO.
+#[derive(Debug, Clone)]
+pub(crate) enum Backing {
+    /// VRAM/GTT: a memfd of the BO size.
+    Memory(Arc<Memfd>),
+    /// USERPTR: `size` bytes of host memory at `addr`. `valid` is false
+    /// between a CRIU RESTORE (pages not looked up) and RESUME.
+    UserPtr {
+        /// Host address of the first byte.
+        addr: u64,
+        /// Whether the pages are currently pinned.
+        valid: bool,
+    },
+    /// DOORBELL / MMIO_REMAP: an aperture page shared with the process or GPU.
+    Aperture(Arc<Memfd>),
+}
+
+/// One buffer object.
+#[derive(Debug)]
+pub(crate) struct Bo {
+    /// Store identity.
+    pub(crate) id: BoId,
+    /// Index of the GPU the BO was created on.
+    pub(crate) gpu: usize,
+    /// Real size in bytes.
+    pub(crate) size: u64,
+    /// Memory domain.
+    pub(crate) domain: Domain,
+    /// KFD allocation flags (`KFD_IOC_ALLOC_MEM_FLAGS_*`); GEM BOs carry the
+    /// KFD equivalent of their domain and access.
+    pub(crate) alloc_flags: u32,
+    /// The memory.
+    pub(crate) backing: Backing,
+    /// DRM fake mmap offset on the GPU's render node (bytes, page aligned).
+    pub(crate) mmap_offset: u64,
+    /// Handles (KFD IDR slots and GEM handles) referring to this BO.
+    pub(crate) handles: u32,
+    /// A dma-buf fd of this BO was handed out and may still be open.
+    pub(crate) exported: bool,
+    /// Render files allowed to mmap the BO (`drm_vma_node_allow`).
+    pub(crate) allowed_files: BTreeSet<FileKey>,
+}
+
+impl Bo {
+    /// The memfd behind a VRAM/GTT BO.
+    pub(crate) fn memory(&self) -> Option<&Arc<Memfd>> {
+        match &self.backing {
+            Backing::Memory(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// Number of host pages a USERPTR BO pins while valid.
+    pub(crate) fn pinned_pages(&self) -> u64 {
+        match self.backing {
+            Backing::UserPtr { valid: true, .. } => self.size.div_ceil(PAGE_SIZE),
+            _ => 0,
+        }
+    }
+}
+
+/// All BOs of one simulator.
+#[derive(Debug)]
+pub(crate) struct BoStore {
+    bos: HashMap<BoId, Bo>,
+    by_inode: HashMap<FileKey, BoId>,
+    next_id: u64,
+    next_offset: Vec<u64>,
+}
+
+impl BoStore {
+    /// An empty store for `gpus` devices.
+    pub(crate) fn new(gpus: usize) -> BoStore {
+        BoStore {
+            bos: HashMap::new(),
+            by_inode: HashMap::new(),
+            next_id: 1,
+            next_offset: vec![DRM_FILE_PAGE_OFFSET_START; gpus],
+        }
+    }
+
+    fn alloc_offset(&mut self, gpu: usize, size: u64) -> Result<u64, Errno> {
+        let pages = size.div_ceil(PAGE_SIZE).max(1);
+        let slot = self.next_offset.get_mut(gpu).ok_or(Errno(libc::EINVAL))?;
+        let start = *slot;
+        let end = start
+            .checked_add(pages * PAGE_SIZE)
+            .filter(|&e| e <= DRM_FILE_PAGE_OFFSET_START + DRM_FILE_PAGE_OFFSET_SIZE)
+            .ok_or(Errno(libc::ENOSPC))?;
+        *slot = end;
+        Ok(start)
+    }
+
+    fn insert(&mut self, gpu: usize, size: u64, domain: Domain, flags: u32, backing: Backing) -> Result<BoId, Errno> {
+        let mmap_offset = self.alloc_offset(gpu, size)?;
+        let id = BoId(self.next_id);
+        self.next_id += 1;
+        if let Backing::Memory(m) = &backing {
+            self.by_inode.insert(m.key(), id);
+        }
+        self.bos.insert(
+            id,
+            Bo {
+                id,
+                gpu,
+                size,
+                domain,
+                alloc_flags: flags,
+                backing,
+                mmap_offset,
+                handles: 0,
+                exported: false,
+                allowed_files: BTreeSet::new(),
+            },
+        );
+        Ok(id)
+    }
+
+    /// A new zero-filled VRAM or GTT BO of `size` bytes with no handles yet.
+    pub(crate) fn create_memory(&mut self, gpu: usize, size: u64, domain: Domain, flags: u32) -> Result<BoId, Errno> {
+        debug_assert!(matches!(domain, Domain::Vram | Domain::Gtt));
+        let name = if domain == Domain::Vram { "kfd-sim-vram" } else { "kfd-sim-gtt" };
+        let memfd = Arc::new(Memfd::new(name, size)?);
+        self.insert(gpu, size, domain, flags, Backing::Memory(memfd))
+    }
+
+    /// A new USERPTR BO over host memory at `addr`.
+    pub(crate) fn create_userptr(&mut self, gpu: usize, addr: u64, size: u64, flags: u32, valid: bool) -> Result<BoId, Errno> {
+        self.insert(gpu, size, Domain::UserPtr, flags, Backing::UserPtr { addr, valid })
+    }
+
+    /// A new DOORBELL or MMIO_REMAP BO showing `page`.
+    pub(crate) fn create_aperture(&mut self, gpu: usize, size: u64, domain: Domain, flags: u32, page: Arc<Memfd>) -> Result<BoId, Errno> {
+        self.insert(gpu, size, domain, flags, Backing::Aperture(page))
+    }
+
+    /// The BO `id`.
+    pub(crate) fn get(&self, id: BoId) -> Option<&Bo> {
+        self.bos.get(&id)
+    }
+
+    /// The BO `id`, mutably.
+    pub(crate) fn get_mut(&mut self, id: BoId) -> Option<&mut Bo> {
+        self.bos.get_mut(&id)
+    }
+
+    /// All live BOs.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Bo> {
+        self.bos.values()
+    }
+
+    /// Number of live BOs.
+    pub(crate) fn len(&self) -> usize {
+        self.bos.len()
+    }
+
+    /// A new handle refers to `id`.
+    pub(crate) fn add_handle(&mut self, id: BoId) {
+        if let Some(bo) = self.bos.get_mut(&id) {
+            bo.handles += 1;
+        }
+    }
+
+    /// A handle to `id` went away; the BO is freed when nothing refers to it
+    /// any more (exported BOs wait for [`BoStore::collect`]).
+    pub(crate) fn drop_handle(&mut self, id: BoId) {
+        let free = match self.bos.get_mut(&id) {
+            Some(bo) => {
+                bo.handles = bo.handles.saturating_sub(1);
+                bo.handles == 0 && !bo.exported
+            }
+            None => false,
+        };
+        if free {
+            self.remove(id);
+        }
+    }
+
+    fn remove(&mut self, id: BoId) {
+        if let Some(bo) = self.bos.remove(&id) {
+            if let Backing::Memory(m) = &bo.backing {
+                self.by_inode.remove(&m.key());
+            }
+        }
+    }
+
+    /// Exports `id` as a dma-buf: a new fd re-opening the BO's memfd,
+    /// read-write or read-only, with or without close-on-exec. Only VRAM/GTT
+    /// BOs can be exported (`EINVAL` otherwise).
+    pub(crate) fn export_dmabuf(&mut self, id: BoId, writable: bool, cloexec: bool) -> Result<OwnedFd, Errno> {
+        let bo = self.bos.get_mut(&id).ok_or(Errno(libc::EINVAL))?;
+        let memfd = bo.memory().ok_or(Errno(libc::EINVAL))?.clone();
+        let path = CString::new(format!("/proc/self/fd/{}", memfd.file().as_raw_fd()))
+            .map_err(|_| Errno(libc::EINVAL))?;
+        let mut flags = if writable { libc::O_RDWR } else { libc::O_RDONLY };
+        if cloexec {
+            flags |= libc::O_CLOEXEC;
+        }
+        // SAFETY: `path` is a valid NUL-terminated string for the duration of
+        // the call; open(2) has no other memory arguments.
+        let fd = unsafe { libc::open(path.as_ptr(), flags) };
+        if fd < 0 {
+            return Err(Errno::last());
+        }
+        bo.exported = true;
+        // SAFETY: open(2) succeeded, so `fd` is a new descriptor we own.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// The BO a dma-buf fd refers to: `EBADF` when `fd` is not open, `EINVAL`
+    /// when it is not a dma-buf of this simulator.
+    pub(crate) fn lookup_dmabuf(&self, fd: i32) -> Result<BoId, Errno> {
+        let key = FileKey::of_raw(fd)?;
+        self.by_inode.get(&key).copied().ok_or(Errno(libc::EINVAL))
+    }
+
+    /// The BO whose memfd has inode `key`, if any.
+    pub(crate) fn by_key(&self, key: FileKey) -> Option<BoId> {
+        self.by_inode.get(&key).copied()
+    }
+
+    /// The BO on `gpu` whose fake-offset range contains `[offset, offset+len)`.
+    pub(crate) fn lookup_offset(&self, gpu: usize, offset: u64, len: u64) -> Option<BoId> {
+        let end = offset.checked_add(len)?;
+        self.bos
+            .values()
+            .find(|bo| {
+                bo.gpu == gpu
+                    && bo.mmap_offset <= offset
+                    && end <= bo.mmap_offset + bo.size.div_ceil(PAGE_SIZE).max(1) * PAGE_SIZE
+            })
+            .map(|bo| bo.id)
+    }
+
+    /// Raw fds the store itself holds (excluded when scanning for user fds).
+    pub(crate) fn own_fds(&self) -> HashSet<i32> {
+        self.bos
+            .values()
+            .filter_map(|bo| bo.memory().map(|m| m.file().as_raw_fd()))
+            .collect()
+    }
+
+    /// Frees exported BOs without handles whose dma-buf fds are all closed;
+    /// `open` holds the inodes of every fd the application still has open.
+    pub(crate) fn collect(&mut self, open: &HashSet<FileKey>) {
+        let dead: Vec<BoId> = self
+            .bos
+            .values()
+            .filter(|bo| bo.handles == 0)
+            .filter(|bo| match bo.memory() {
+                Some(m) => !open.contains(&m.key()),
+                None => true,
+            })
+            .map(|bo| bo.id)
+            .collect();
+        for id in dead {
+            self.remove(id);
+        }
+    }
+
+    /// Number of application fds (from `open`, a multiset of inodes) that are
+    /// dma-bufs of live BOs.
+    pub(crate) fn count_dmabuf_fds(&self, open: &[FileKey]) -> usize {
+        open.iter().filter(|k| self.by_inode.contains_key(k)).count()
+    }
+}

@@ -1,0 +1,1 @@
+//! CRIU private data (being written).

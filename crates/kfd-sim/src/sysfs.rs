@@ -1,0 +1,203 @@
+//! The simulated machine's topology: a built-in synthetic topology and where
+//! the simulator writes the sysfs tree for its topology.
+//!
+//! The tree itself is written by `amdgpu_topology::write` into a temporary
+//! directory the [`crate::Sim`] owns, at [`TOPOLOGY_DIR`] below it, so a
+//! reader finds the same layout as under `/sys`. This module never writes
+//! anywhere but into that directory, and never reads the host's real sysfs.
+
+use amdgpu_topology::model::{heap_type, link_type};
+use amdgpu_topology::{Indexed, Link, Node, Properties, System};
+
+/// Where, below the simulator's temporary root, the topology tree lives.
+pub(crate) const TOPOLOGY_DIR: &str = "sys/class/kfd/kfd/topology";
+
+/// VRAM of each synthetic GPU (64 GiB, as an MI210).
+const SYNTHETIC_VRAM: u64 = 64 << 30;
+
+fn props(entries: &[(&str, u64)]) -> Properties {
+    let mut p = Properties::new();
+    for (k, v) in entries {
+        p.set(k, *v);
+    }
+    p
+}
+
+fn link(index: u32, ty: u64, from: u32, to: u32, weight: u64, max_bw: u64, flags: u64) -> Link {
+    Link {
+        index,
+        properties: props(&[
+            ("type", ty),
+            ("version_major", 0),
+            ("version_minor", 0),
+            ("node_from", from.into()),
+            ("node_to", to.into()),
+            ("weight", weight),
+            ("min_latency", 0),
+            ("max_latency", 0),
+            ("min_bandwidth", 0),
+            ("max_bandwidth", max_bw),
+            ("recommended_transfer_size", 0),
+            ("recommended_sdma_engine_id_mask", 0),
+            ("flags", flags),
+        ]),
+    }
+}
+
+/// The synthetic gpu_id of GPU number `i` (0-based): distinct, non-zero,
+/// 16-bit values spread like real crc16 ids.
+fn synthetic_gpu_id(i: u32) -> u32 {
+    let id = (0x4a3d_u32.wrapping_add(i.wrapping_mul(0x2c51))) & 0xffff;
+    if id == 0 {
+        1
+    } else {
+        id
+    }
+}
+
+/// A complete topology with one CPU node (node 0) and `gpus` GFX9 dGPUs
+/// modelled on an Instinct MI210 (gfx90a, `gfx_target_version` 90010, 64 GiB
+/// large-BAR VRAM, 2 PCIe + 3 XGMI SDMA engines), each linked to the CPU over
+/// PCIe. GPU nodes carry distinct non-zero 16-bit gpu_ids and render minors
+/// 128, 129, ... . Key order follows the kernel's (spec §5.2, §5.4).
+pub fn synthetic_system(gpus: usize) -> System {
+    let n = u32::try_from(gpus).unwrap_or(u32::MAX).min(64);
+    let mut nodes = Vec::new();
+    let cpu_links: Vec<Link> = (0..n).map(|i| link(i, link_type::PCIE, 0, i + 1, 20, 64_000, 3)).collect();
+    nodes.push(Node {
+        id: 0,
+        gpu_id: Some(0),
+        name: Some(String::new()),
+        properties: props(&[
+            ("cpu_cores_count", 64),
+            ("simd_count", 0),
+            ("mem_banks_count", 1),
+            ("caches_count", 0),
+            ("io_links_count", n.into()),
+            ("p2p_links_count", 0),
+            ("cpu_core_id_base", 0),
+            ("simd_id_base", 0),
+            ("max_waves_per_simd", 0),
+            ("lds_size_in_kb", 0),
+            ("gds_size_in_kb", 0),
+            ("num_gws", 0),
+            ("wave_front_size", 0),
+            ("array_count", 0),
+            ("simd_arrays_per_engine", 0),
+            ("cu_per_simd_array", 0),
+            ("simd_per_cu", 0),
+            ("max_slots_scratch_cu", 0),
+            ("gfx_target_version", 0),
+            ("vendor_id", 0),
+            ("device_id", 0),
+            ("location_id", 0),
+            ("domain", 0),
+            ("drm_render_minor", 0),
+            ("hive_id", 0),
+            ("num_sdma_engines", 0),
+            ("num_sdma_xgmi_engines", 0),
+            ("num_sdma_queues_per_engine", 0),
+            ("num_cp_queues", 0),
+            ("max_engine_clk_ccompute", 3000),
+        ]),
+        mem_banks: Some(vec![Indexed::new(
+            0,
+            props(&[
+                ("heap_type", heap_type::SYSTEM),
+                ("size_in_bytes", 256 << 30),
+                ("flags", 0),
+                ("width", 64),
+                ("mem_clk_max", 3200),
+            ]),
+        )]),
+        caches: Some(Vec::new()),
+        io_links: Some(cpu_links),
+        p2p_links: Some(Vec::new()),
+    });
+    for i in 0..n {
+        let node_id = i + 1;
+        let bus = 0x03 + u64::from(i) * 0x20;
+        nodes.push(Node {
+            id: node_id,
+            gpu_id: Some(synthetic_gpu_id(i)),
+            name: Some("aldebaran".to_owned()),
+            properties: props(&[
+                ("cpu_cores_count", 0),
+                ("simd_count", 416),
+                ("mem_banks_count", 1),
+                ("caches_count", 0),
+                ("io_links_count", 1),
+                ("p2p_links_count", 0),
+                ("cpu_core_id_base", 0),
+                ("simd_id_base", 2_147_487_744 + u64::from(i) * 512),
+                ("max_waves_per_simd", 8),
+                ("lds_size_in_kb", 64),
+                ("gds_size_in_kb", 0),
+                ("num_gws", 64),
+                ("wave_front_size", 64),
+                ("array_count", 8),
+                ("simd_arrays_per_engine", 1),
+                ("cu_per_simd_array", 13),
+                ("simd_per_cu", 4),
+                ("max_slots_scratch_cu", 32),
+                ("gfx_target_version", 90010),
+                ("vendor_id", 4098),
+                ("device_id", 29711),
+                ("location_id", bus << 8),
+                ("domain", 0),
+                ("drm_render_minor", 128 + u64::from(i)),
+                ("hive_id", 0),
+                ("num_sdma_engines", 2),
+                ("num_sdma_xgmi_engines", 3),
+                ("num_sdma_queues_per_engine", 8),
+                ("num_cp_queues", 24),
+                ("max_engine_clk_fcompute", 1700),
+                ("local_mem_size", 0),
+                ("fw_version", 78),
+                ("capability", 0x2838_2280),
+                ("debug_prop", 0x27),
+                ("sdma_fw_version", 8),
+                ("unique_id", 0x5f2b_1e00_0000_0000 | u64::from(i)),
+                ("num_xcc", 1),
+                ("max_engine_clk_ccompute", 3000),
+            ]),
+            mem_banks: Some(vec![Indexed::new(
+                0,
+                props(&[
+                    ("heap_type", heap_type::FB_PUBLIC),
+                    ("size_in_bytes", SYNTHETIC_VRAM),
+                    ("flags", 0),
+                    ("width", 4096),
+                    ("mem_clk_max", 1600),
+                ]),
+            )]),
+            caches: Some(Vec::new()),
+            io_links: Some(vec![link(0, link_type::PCIE, node_id, 0, 20, 64_000, 3)]),
+            p2p_links: Some(Vec::new()),
+        });
+    }
+    System {
+        generation_id: Some(1),
+        system_properties: Some(props(&[("platform_oem", 0), ("platform_id", 0), ("platform_rev", 0)])),
+        nodes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn synthetic_gpus_are_complete_and_distinct() {
+        let sys = synthetic_system(8);
+        assert_eq!(sys.gpus().count(), 8);
+        assert_eq!(sys.nodes[0].gpu_id, Some(0), "cpu node first with gpu_id 0");
+        let ids: HashSet<_> = sys.gpus().map(|n| n.gpu_id.unwrap()).collect();
+        assert_eq!(ids.len(), 8);
+        assert!(ids.iter().all(|&id| id != 0 && id <= 0xffff));
+        let minors: HashSet<_> = sys.gpus().map(|n| n.render_minor().unwrap()).collect();
+        assert_eq!(minors.len(), 8);
+        assert!(sys.gpus().all(|n| n.vram() == Some((SYNTHETIC_VRAM, true))));
+    }
+}

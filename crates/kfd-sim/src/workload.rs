@@ -1,0 +1,1 @@
+//! Workloads for tests (being written).
