@@ -22,6 +22,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Could a process checkpointed on one topology be restored on another?
+    Map(cmd::map::Args),
     /// Print every message of an image set or image file.
     Show(cmd::show::Args),
     /// Validate an image set, checksums included, and list every problem.
@@ -31,6 +33,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Map(args) => cmd::map::run(args),
         Command::Show(args) => cmd::show::run(args),
         Command::Verify(args) => cmd::verify::run(args),
     }

@@ -1,4 +1,5 @@
 //! One module per subcommand.
 
+pub mod map;
 pub mod show;
 pub mod verify;

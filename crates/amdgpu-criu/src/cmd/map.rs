@@ -1,0 +1,128 @@
+//! `amdgpu-criu map --from DIR --to DIR [--json]`: could a process
+//! checkpointed on topology FROM be restored on topology TO? Prints the GPU
+//! (and CPU) mapping the plugin would use, or every reason it would refuse.
+//!
+//! Honours the `KFD_*_CHECK` variables as the plugin does (invalid values are
+//! reported and the default kept). The decision itself is
+//! `amdgpu_topology::mapping`; this module only reads, prints and picks the
+//! exit code, and never touches devices.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use amdgpu_topology::devices::DeviceTopology;
+use amdgpu_topology::mapping::{map_topologies, MapResult};
+use amdgpu_topology::options::CheckOptions;
+use amdgpu_topology::parse;
+
+/// Arguments of `map`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The checkpointed machine's topology: a copy of
+    /// `/sys/class/kfd/kfd/topology` (the directory holding `nodes/`).
+    #[arg(long, value_name = "DIR")]
+    pub from: String,
+    /// The restoring machine's topology, same form.
+    #[arg(long, value_name = "DIR")]
+    pub to: String,
+    /// Print JSON (`{"compatible", "gpu_map", "cpu_map", "reasons"}`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `map`: 0 when compatible, 1 when not, 2 when a topology cannot be
+/// read or no answer could be reached.
+pub fn run(args: Args) -> ExitCode {
+    let (options, invalid) = CheckOptions::from_env();
+    for warning in &invalid {
+        eprintln!("amdgpu-criu map: warning: {warning}");
+    }
+    let loaded = load(&args.from).and_then(|from| Ok((from, load(&args.to)?)));
+    let (from, to) = match loaded {
+        Ok(pair) => pair,
+        Err(message) => {
+            eprintln!("amdgpu-criu map: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match map_topologies(&from, &to, &options) {
+        Ok(result) => result,
+        Err(e) => {
+            eprintln!("amdgpu-criu map: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.json {
+        match serde_json::to_string_pretty(&result) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("amdgpu-criu map: cannot format the result as JSON: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        print_text(&result, &from, &to, &options);
+    }
+    if result.compatible {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// Reads one topology into the device view, printing what the parser had
+/// to skip.
+fn load(spec: &str) -> Result<DeviceTopology, String> {
+    let root = Path::new(spec);
+    let parsed = parse(root).map_err(|e| format!("{spec}: {e}"))?;
+    for skipped in &parsed.skipped {
+        eprintln!("amdgpu-criu map: {spec}: note: {skipped}");
+    }
+    DeviceTopology::from_system(&parsed.system).map_err(|e| format!("{spec}: {e}"))
+}
+
+fn node_of(topology: &DeviceTopology, gpu_id: u32) -> String {
+    topology
+        .gpus()
+        .find(|n| n.gpu_id == gpu_id)
+        .map_or_else(|| "?".to_owned(), |n| n.node_id.to_string())
+}
+
+fn print_text(
+    result: &MapResult,
+    from: &DeviceTopology,
+    to: &DeviceTopology,
+    options: &CheckOptions,
+) {
+    let off: Vec<&str> = options
+        .flags()
+        .iter()
+        .filter(|(_, on)| !on)
+        .map(|(name, _)| *name)
+        .collect();
+    if !off.is_empty() {
+        println!("checks switched off: {}", off.join(", "));
+    }
+    if !result.compatible {
+        println!("not compatible:");
+        for reason in &result.reasons {
+            println!("  {reason}");
+        }
+        return;
+    }
+    println!("compatible");
+    println!("GPUs (checkpointed gpu_id -> local gpu_id):");
+    for (src, dst) in &result.gpu_map {
+        println!(
+            "  {src} -> {dst}  (node {} -> node {})",
+            node_of(from, *src),
+            node_of(to, *dst)
+        );
+    }
+    if !result.cpu_map.is_empty() {
+        println!("CPU nodes (checkpointed -> local):");
+        for (src, dst) in &result.cpu_map {
+            println!("  {src} -> {dst}");
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! `amdgpu-criu map` on the real topology captures, through the built binary.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"));
+    command.args(args);
+    for (name, _) in CHECK_VARIABLES {
+        command.env_remove(name);
+    }
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.output().unwrap()
+}
+
+const CHECK_VARIABLES: [(&str, ()); 7] = [
+    ("KFD_FW_VER_CHECK", ()),
+    ("KFD_SDMA_FW_VER_CHECK", ()),
+    ("KFD_CACHES_COUNT_CHECK", ()),
+    ("KFD_NUM_GWS_CHECK", ()),
+    ("KFD_VRAM_SIZE_CHECK", ()),
+    ("KFD_NUMA_CHECK", ()),
+    ("KFD_CAPABILITY_CHECK", ()),
+];
+
+/// `../shared/fixtures/topology/<name>` next to the workspace, or `None`
+/// after printing why the test is skipped.
+fn fixture(name: &str) -> Option<String> {
+    let mut dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    while !fs::read_to_string(dir.join("Cargo.toml")).is_ok_and(|t| t.contains("[workspace]")) {
+        dir = dir.parent()?;
+    }
+    let path = dir.join("../shared/fixtures/topology").join(name);
+    if path.is_dir() {
+        Some(path.to_str().unwrap().to_owned())
+    } else {
+        println!("skipped: {} is absent", path.display());
+        None
+    }
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_machine_maps_onto_itself_by_identity() {
+    let Some(dir) = fixture("mi308x-cpx-8gpu") else {
+        return;
+    };
+    let out = run(&["map", "--from", &dir, "--to", &dir, "--json"], &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&out);
+    assert_eq!(v["compatible"], true);
+    assert_eq!(v["reasons"], serde_json::json!([]));
+    let gpu_map = v["gpu_map"].as_object().unwrap();
+    assert_eq!(gpu_map.len(), 32);
+    // keys are the decimal gpu_ids of the sysfs files, mapped to themselves
+    let node2 = fs::read_to_string(Path::new(&dir).join("nodes/2/gpu_id")).unwrap();
+    let node2 = node2.trim();
+    assert_eq!(gpu_map[node2], node2.parse::<u64>().unwrap());
+    for (from, to) in gpu_map {
+        assert_eq!(from.parse::<u64>().unwrap(), to.as_u64().unwrap());
+    }
+    assert_eq!(v["cpu_map"], serde_json::json!({"0": 0, "1": 1}));
+
+    let out = run(&["map", "--from", &dir, "--to", &dir], &[]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("compatible\n"), "{text}");
+    assert!(
+        text.contains(&format!("  {node2} -> {node2}  (node 2 -> node 2)")),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_gpu_count_mismatch_is_refused_with_exit_1() {
+    let (Some(big), Some(small)) = (fixture("mi308x-cpx-8gpu"), fixture("vega10-mi25-1gpu")) else {
+        return;
+    };
+    let out = run(&["map", "--from", &big, "--to", &small, "--json"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let v = json(&out);
+    assert_eq!(v["compatible"], false);
+    assert_eq!(v["gpu_map"], serde_json::json!({}));
+    assert_eq!(
+        v["reasons"],
+        serde_json::json!([{"gpu": null, "check": "gpu_count", "checkpointed": 32, "local": 1, "local_gpu": null}])
+    );
+    let out = run(&["map", "--from", &big, "--to", &small], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        text,
+        "not compatible:\n  number of GPUs mismatch: 32 checkpointed, 1 local\n"
+    );
+}
+
+#[test]
+fn less_vram_is_refused_unless_the_check_is_off() {
+    let Some(dir) = fixture("vega10-mi25-1gpu") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let smaller = tmp.path().join("smaller");
+    copy_tree(Path::new(&dir), &smaller);
+    let bank = smaller.join("nodes/1/mem_banks/0/properties");
+    let text = fs::read_to_string(&bank).unwrap();
+    fs::write(
+        &bank,
+        text.replace("size_in_bytes 17163091968", "size_in_bytes 8581545984"),
+    )
+    .unwrap();
+    let smaller = smaller.to_str().unwrap();
+
+    let out = run(&["map", "--from", &dir, "--to", smaller, "--json"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let gpu_id: u64 = fs::read_to_string(Path::new(&dir).join("nodes/1/gpu_id"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        json(&out)["reasons"],
+        serde_json::json!([{"gpu": gpu_id, "check": "vram_size", "checkpointed": 17163091968u64, "local": 8581545984u64, "local_gpu": gpu_id}])
+    );
+
+    let out = run(
+        &["map", "--from", &dir, "--to", smaller],
+        &[("KFD_VRAM_SIZE_CHECK", "no")],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("checks switched off: KFD_VRAM_SIZE_CHECK\ncompatible\n"),
+        "{text}"
+    );
+
+    // the other way round needs no switch
+    let out = run(&["map", "--from", smaller, "--to", &dir], &[]);
+    assert_eq!(out.status.code(), Some(0));
+
+    // an invalid value is reported and the check stays on
+    let out = run(
+        &["map", "--from", &dir, "--to", smaller],
+        &[("KFD_VRAM_SIZE_CHECK", "off")],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("KFD_VRAM_SIZE_CHECK") && stderr.contains("\"off\""),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn unreadable_topologies_and_bad_usage_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing: PathBuf = tmp.path().join("nowhere");
+    let missing = missing.to_str().unwrap();
+    let out = run(&["map", "--from", missing, "--to", missing], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8(out.stderr).unwrap().contains(missing));
+
+    let out = run(&["map", "--from", missing], &[]);
+    assert_eq!(out.status.code(), Some(2));
+
+    // a malformed properties file names the file
+    let broken = tmp.path().join("broken");
+    fs::create_dir_all(broken.join("nodes/0")).unwrap();
+    fs::write(broken.join("nodes/0/properties"), "cpu_cores_count many\n").unwrap();
+    fs::write(broken.join("nodes/0/gpu_id"), "0\n").unwrap();
+    let broken = broken.to_str().unwrap();
+    let out = run(&["map", "--from", broken, "--to", broken], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8(out.stderr)
+        .unwrap()
+        .contains("properties"));
+}
