@@ -826,8 +826,128 @@ pub const AMDGPU_INFO_RAS_ENABLED_FEATURES: u32 = 0x20;
 /// INFO query: video encode/decode capabilities.
 pub const AMDGPU_INFO_VIDEO_CAPS: u32 = 0x21;
 
+/// FW_VERSION sub-query: VCE firmware.
+pub const AMDGPU_INFO_FW_VCE: u32 = 0x1;
+/// FW_VERSION sub-query: UVD firmware.
+pub const AMDGPU_INFO_FW_UVD: u32 = 0x2;
+/// FW_VERSION sub-query: GMC firmware.
+pub const AMDGPU_INFO_FW_GMC: u32 = 0x03;
+/// FW_VERSION sub-query: GFX ME firmware.
+pub const AMDGPU_INFO_FW_GFX_ME: u32 = 0x04;
+/// FW_VERSION sub-query: GFX PFP firmware.
+pub const AMDGPU_INFO_FW_GFX_PFP: u32 = 0x05;
+/// FW_VERSION sub-query: GFX CE firmware.
+pub const AMDGPU_INFO_FW_GFX_CE: u32 = 0x06;
+/// FW_VERSION sub-query: GFX RLC firmware.
+pub const AMDGPU_INFO_FW_GFX_RLC: u32 = 0x07;
+/// FW_VERSION sub-query: GFX MEC firmware.
+pub const AMDGPU_INFO_FW_GFX_MEC: u32 = 0x08;
+/// FW_VERSION sub-query: SMC firmware.
+pub const AMDGPU_INFO_FW_SMC: u32 = 0x0a;
 /// FW_VERSION sub-query: SDMA firmware.
 pub const AMDGPU_INFO_FW_SDMA: u32 = 0x0b;
+/// FW_VERSION sub-query: SOS firmware.
+pub const AMDGPU_INFO_FW_SOS: u32 = 0x0c;
+/// FW_VERSION sub-query: ASD firmware.
+pub const AMDGPU_INFO_FW_ASD: u32 = 0x0d;
+/// FW_VERSION sub-query: VCN firmware.
+pub const AMDGPU_INFO_FW_VCN: u32 = 0x0e;
+/// FW_VERSION sub-query: GFX RLC RESTORE LIST CNTL firmware.
+pub const AMDGPU_INFO_FW_GFX_RLC_RESTORE_LIST_CNTL: u32 = 0x0f;
+/// FW_VERSION sub-query: GFX RLC RESTORE LIST GPM MEM firmware.
+pub const AMDGPU_INFO_FW_GFX_RLC_RESTORE_LIST_GPM_MEM: u32 = 0x10;
+/// FW_VERSION sub-query: GFX RLC RESTORE LIST SRM MEM firmware.
+pub const AMDGPU_INFO_FW_GFX_RLC_RESTORE_LIST_SRM_MEM: u32 = 0x11;
+/// FW_VERSION sub-query: DMCU firmware.
+pub const AMDGPU_INFO_FW_DMCU: u32 = 0x12;
+/// FW_VERSION sub-query: TA firmware.
+pub const AMDGPU_INFO_FW_TA: u32 = 0x13;
+/// FW_VERSION sub-query: DMCUB firmware.
+pub const AMDGPU_INFO_FW_DMCUB: u32 = 0x14;
+/// FW_VERSION sub-query: TOC firmware.
+pub const AMDGPU_INFO_FW_TOC: u32 = 0x15;
+/// VBIOS sub-query: size.
+pub const AMDGPU_INFO_VBIOS_SIZE: u32 = 0x1;
+/// VBIOS sub-query: image.
+pub const AMDGPU_INFO_VBIOS_IMAGE: u32 = 0x2;
+/// VBIOS sub-query: info.
+pub const AMDGPU_INFO_VBIOS_INFO: u32 = 0x3;
+/// SENSOR sub-query: gfx sclk.
+pub const AMDGPU_INFO_SENSOR_GFX_SCLK: u32 = 0x1;
+/// SENSOR sub-query: gfx mclk.
+pub const AMDGPU_INFO_SENSOR_GFX_MCLK: u32 = 0x2;
+/// SENSOR sub-query: gpu temp.
+pub const AMDGPU_INFO_SENSOR_GPU_TEMP: u32 = 0x3;
+/// SENSOR sub-query: gpu load.
+pub const AMDGPU_INFO_SENSOR_GPU_LOAD: u32 = 0x4;
+/// SENSOR sub-query: gpu avg power.
+pub const AMDGPU_INFO_SENSOR_GPU_AVG_POWER: u32 = 0x5;
+/// SENSOR sub-query: vddnb.
+pub const AMDGPU_INFO_SENSOR_VDDNB: u32 = 0x6;
+/// SENSOR sub-query: vddgfx.
+pub const AMDGPU_INFO_SENSOR_VDDGFX: u32 = 0x7;
+/// SENSOR sub-query: stable pstate gfx sclk.
+pub const AMDGPU_INFO_SENSOR_STABLE_PSTATE_GFX_SCLK: u32 = 0x8;
+/// SENSOR sub-query: stable pstate gfx mclk.
+pub const AMDGPU_INFO_SENSOR_STABLE_PSTATE_GFX_MCLK: u32 = 0x9;
+/// RAS_ENABLED_FEATURES bit: UMC.
+pub const AMDGPU_INFO_RAS_ENABLED_UMC: u64 = (1 << 0);
+/// RAS_ENABLED_FEATURES bit: SDMA.
+pub const AMDGPU_INFO_RAS_ENABLED_SDMA: u64 = (1 << 1);
+/// RAS_ENABLED_FEATURES bit: GFX.
+pub const AMDGPU_INFO_RAS_ENABLED_GFX: u64 = (1 << 2);
+/// RAS_ENABLED_FEATURES bit: MMHUB.
+pub const AMDGPU_INFO_RAS_ENABLED_MMHUB: u64 = (1 << 3);
+/// RAS_ENABLED_FEATURES bit: ATHUB.
+pub const AMDGPU_INFO_RAS_ENABLED_ATHUB: u64 = (1 << 4);
+/// RAS_ENABLED_FEATURES bit: PCIE.
+pub const AMDGPU_INFO_RAS_ENABLED_PCIE: u64 = (1 << 5);
+/// RAS_ENABLED_FEATURES bit: HDP.
+pub const AMDGPU_INFO_RAS_ENABLED_HDP: u64 = (1 << 6);
+/// RAS_ENABLED_FEATURES bit: XGMI.
+pub const AMDGPU_INFO_RAS_ENABLED_XGMI: u64 = (1 << 7);
+/// RAS_ENABLED_FEATURES bit: DF.
+pub const AMDGPU_INFO_RAS_ENABLED_DF: u64 = (1 << 8);
+/// RAS_ENABLED_FEATURES bit: SMN.
+pub const AMDGPU_INFO_RAS_ENABLED_SMN: u64 = (1 << 9);
+/// RAS_ENABLED_FEATURES bit: SEM.
+pub const AMDGPU_INFO_RAS_ENABLED_SEM: u64 = (1 << 10);
+/// RAS_ENABLED_FEATURES bit: MP0.
+pub const AMDGPU_INFO_RAS_ENABLED_MP0: u64 = (1 << 11);
+/// RAS_ENABLED_FEATURES bit: MP1.
+pub const AMDGPU_INFO_RAS_ENABLED_MP1: u64 = (1 << 12);
+/// RAS_ENABLED_FEATURES bit: FUSE.
+pub const AMDGPU_INFO_RAS_ENABLED_FUSE: u64 = (1 << 13);
+/// VIDEO_CAPS sub-query: decode.
+pub const AMDGPU_INFO_VIDEO_CAPS_DECODE: u32 = 0;
+/// VIDEO_CAPS sub-query: encode.
+pub const AMDGPU_INFO_VIDEO_CAPS_ENCODE: u32 = 1;
+/// READ_MMR_REG `instance` field: se index shift.
+pub const AMDGPU_INFO_MMR_SE_INDEX_SHIFT: u32 = 0;
+/// READ_MMR_REG `instance` field: se index mask.
+pub const AMDGPU_INFO_MMR_SE_INDEX_MASK: u32 = 0xff;
+/// READ_MMR_REG `instance` field: sh index shift.
+pub const AMDGPU_INFO_MMR_SH_INDEX_SHIFT: u32 = 8;
+/// READ_MMR_REG `instance` field: sh index mask.
+pub const AMDGPU_INFO_MMR_SH_INDEX_MASK: u32 = 0xff;
+/// VIDEO_CAPS codec index: MPEG2.
+pub const AMDGPU_INFO_VIDEO_CAPS_CODEC_IDX_MPEG2: u32 = 0;
+/// VIDEO_CAPS codec index: MPEG4.
+pub const AMDGPU_INFO_VIDEO_CAPS_CODEC_IDX_MPEG4: u32 = 1;
+/// VIDEO_CAPS codec index: VC1.
+pub const AMDGPU_INFO_VIDEO_CAPS_CODEC_IDX_VC1: u32 = 2;
+/// VIDEO_CAPS codec index: MPEG4 AVC.
+pub const AMDGPU_INFO_VIDEO_CAPS_CODEC_IDX_MPEG4_AVC: u32 = 3;
+/// VIDEO_CAPS codec index: HEVC.
+pub const AMDGPU_INFO_VIDEO_CAPS_CODEC_IDX_HEVC: u32 = 4;
+/// VIDEO_CAPS codec index: JPEG.
+pub const AMDGPU_INFO_VIDEO_CAPS_CODEC_IDX_JPEG: u32 = 5;
+/// VIDEO_CAPS codec index: VP9.
+pub const AMDGPU_INFO_VIDEO_CAPS_CODEC_IDX_VP9: u32 = 6;
+/// VIDEO_CAPS codec index: AV1.
+pub const AMDGPU_INFO_VIDEO_CAPS_CODEC_IDX_AV1: u32 = 7;
+/// VIDEO_CAPS codec index: COUNT.
+pub const AMDGPU_INFO_VIDEO_CAPS_CODEC_IDX_COUNT: u32 = 8;
 
 /// `drm_amdgpu_info.query_fw` member type.
 #[repr(C)]
@@ -843,6 +963,18 @@ pub struct drm_amdgpu_query_fw {
     pub index: u32,
     /// Padding.
     pub _pad: u32,
+}
+
+/// Answer of [`AMDGPU_INFO_FW_VERSION`].
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct drm_amdgpu_info_firmware {
+    /// Firmware version.
+    pub ver: u32,
+    /// Firmware feature version.
+    pub feature: u32,
 }
 
 /// `drm_amdgpu_info.mode_crtc` (anonymous in C).
