@@ -10,9 +10,12 @@
 //! - [`RenderNode`]: `/dev/dri/renderD*` — GEM, PRIME, VA, contexts, BO
 //!   lists, command submission, fence waits and device queries.
 //! - [`sdma`]: SDMA linear-copy packets per GPU family.
+//! - [`copy::CopyEngine`]: asynchronous SDMA copies between a BO's dma-buf
+//!   and page-aligned host memory ([`StagingBuffer`]), with fences.
 //! - [`ioctl::ioctl`]: the single typed ioctl entry point under every wrapper.
 //! - [`Error`]: names the failed operation and keeps the errno.
 
+pub mod copy;
 pub mod criu;
 pub mod driver;
 pub mod error;
@@ -21,7 +24,10 @@ pub mod kfd;
 pub mod mapping;
 pub mod render;
 pub mod sdma;
+pub mod staging;
+pub mod va;
 
+pub use copy::{CopyEngine, CopyEngineConfig, Fence, ImportedBo, StagingSlot};
 pub use criu::{Checkpoint, CheckpointBo, ProcessInfo, RestoredBo};
 pub use driver::{DeviceNumber, Driver, FdKind, HostDriver};
 pub use error::{Errno, Error, Result};
@@ -34,3 +40,5 @@ pub use render::{
     dmabuf_size, BoListHandle, CtxId, DrmVersion, GemCreate, GemHandle, IbChunk, RenderMinor,
     RenderNode, SubmissionFence,
 };
+pub use staging::StagingBuffer;
+pub use va::VaAllocator;
