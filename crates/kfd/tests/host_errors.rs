@@ -67,3 +67,40 @@ fn open_of_missing_device_names_the_path() {
         "open /nonexistent/kfd failed: No such file or directory (ENOENT)"
     );
 }
+
+#[test]
+fn render_ioctls_on_dev_null_are_enotty() {
+    use kfd::{CopyEngine, CopyEngineConfig, GemHandle, RenderNode};
+    let file = dev_null();
+    let render = RenderNode::from_fd(HostDriver, file.as_fd());
+    let err = render.version().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "DRM_IOCTL_VERSION failed: Inappropriate ioctl for device (ENOTTY)"
+    );
+    assert_eq!(
+        render.gem_close(GemHandle(1)).unwrap_err().op(),
+        "DRM_IOCTL_GEM_CLOSE"
+    );
+    assert_eq!(render.device_info().unwrap_err().op(), "AMDGPU_INFO");
+    assert_eq!(render.gem_list_handles().unwrap_err().errno(), libc::ENOTTY);
+    assert_eq!(
+        render.gem_mapping_info(GemHandle(1)).unwrap_err().op(),
+        "AMDGPU_GEM_OP GET_MAPPING_INFO"
+    );
+    // An engine cannot be built on a file that is no amdgpu device.
+    let err = CopyEngine::new(render, CopyEngineConfig::default()).unwrap_err();
+    assert_eq!(err.errno(), libc::ENOTTY);
+    assert_eq!(err.op(), "AMDGPU_INFO");
+}
+
+#[test]
+fn dmabuf_import_of_a_non_dmabuf_is_reported() {
+    use kfd::RenderNode;
+    let file = dev_null();
+    let render = RenderNode::from_fd(HostDriver, file.as_fd());
+    let other = tempfile::tempfile().unwrap();
+    let err = render.prime_fd_to_handle(other.as_fd()).unwrap_err();
+    assert_eq!(err.op(), "DRM_IOCTL_PRIME_FD_TO_HANDLE");
+    assert_eq!(err.errno(), libc::ENOTTY);
+}
