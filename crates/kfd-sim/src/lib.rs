@@ -50,7 +50,9 @@
 
 pub mod accounting;
 pub(crate) mod bo;
+pub(crate) mod drm;
 pub mod fault;
+pub mod sdma;
 pub(crate) mod kfd;
 mod sim;
 mod sysfs;

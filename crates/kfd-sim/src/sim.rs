@@ -175,6 +175,8 @@ pub(crate) struct Gpu {
     pub(crate) sdma_queues_per_engine: u32,
     /// The HDP-flush MMIO page (one per GPU).
     pub(crate) mmio_page: Arc<Memfd>,
+    /// The render-node side (SDMA engines, GEM facts); owned by `crate::drm`.
+    pub(crate) drm: Arc<crate::drm::DrmDevice>,
 }
 
 impl Gpu {
@@ -230,6 +232,8 @@ pub(crate) struct RenderFile {
     /// "VM owned by a KFD process": set by ACQUIRE_VM / CRIU RESTORE to the
     /// process whose compute VM this file's VM became.
     pub(crate) kfd_vm_owner: Option<Pid>,
+    /// GEM handles, GPU VM, contexts, BO lists; owned by `crate::drm`.
+    pub(crate) drm: crate::drm::DrmFile,
 }
 
 /// What an open file of the simulator is.
@@ -386,6 +390,7 @@ impl Sim {
                 sdma_engines,
                 sdma_queues_per_engine,
                 mmio_page,
+                drm: Arc::new(crate::drm::DrmDevice::new(node, vram, sdma_engines)),
             });
         }
         if gpus.is_empty() {
@@ -666,7 +671,8 @@ impl State {
         };
         match file {
             OpenFile::Kfd(_) => {}
-            OpenFile::Render(_) => {
+            OpenFile::Render(render) => {
+                crate::drm::release(&mut self.bos, key, render.drm);
                 let ids: Vec<_> = self.bos.iter().filter(|b| b.allowed_files.contains(&key)).map(|b| b.id).collect();
                 for id in ids {
                     if let Some(bo) = self.bos.get_mut(id) {
@@ -865,6 +871,7 @@ impl SimDriver {
                     gpu,
                     opener: self.pid,
                     kfd_vm_owner: None,
+                    drm: crate::drm::DrmFile::new(&shared.gpus[gpu].drm),
                 }),
             );
             return Ok(fd);
@@ -883,16 +890,19 @@ impl SimDriver {
             Some(OpenFile::Render(_)) => None,
             None => return Err(Errno(libc::ENOTTY)),
         };
-        let mut ctx = Ctx {
-            sim: &self.sim.shared,
-            st: &mut st,
-            caller: self.pid,
-        };
         match owner {
-            // SAFETY: forwarded Driver::ioctl contract.
-            Some(owner) => unsafe { crate::kfd::ioctl(&mut ctx, owner, request, arg) },
-            // The DRM half (render-node ioctls) routes here once registered.
-            None => Err(Errno(libc::ENOTTY)),
+            Some(owner) => {
+                let mut ctx = Ctx {
+                    sim: &self.sim.shared,
+                    st: &mut st,
+                    caller: self.pid,
+                };
+                // SAFETY: forwarded Driver::ioctl contract.
+                unsafe { crate::kfd::ioctl(&mut ctx, owner, request, arg) }
+            }
+            // SAFETY: forwarded Driver::ioctl contract. The DRM half takes
+            // the lock: fence waits happen without it.
+            None => unsafe { crate::drm::ioctl(&self.sim.shared, st, key, request, arg) },
         }
     }
 

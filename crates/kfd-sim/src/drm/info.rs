@@ -1,0 +1,230 @@
+//! DRM_IOCTL_VERSION and DRM_IOCTL_AMDGPU_INFO: what a render node says
+//! about its driver and device.
+//!
+//! Device facts come from the GPU's topology node (device id, shader
+//! layout, clocks, VRAM) and its generation (family, VM layout, SDMA
+//! version); queries the simulator cannot answer truthfully are refused
+//! with the kernel's "invalid request" `EINVAL`, never invented.
+
+use std::ffi::c_int;
+
+use amdgpu_topology::{Node, NodeKind};
+use kfd_sys as k;
+
+use super::va::{GPU_PAGE, HOLE_END, HOLE_START, VA_RESERVED_BOTTOM, VA_RESERVED_TOP};
+use super::{read_arg, write_arg, Call, DrmDevice, Step};
+use crate::sdma::family;
+use crate::sim::copy_to_user;
+use crate::Errno;
+
+/// amdgpu's DRM driver version: major 3, KMS minor 58.
+pub(crate) const DRIVER_MAJOR: i32 = 3;
+/// `KMS_DRIVER_MINOR` of the kernel the simulator models.
+pub(crate) const DRIVER_MINOR: i32 = 58;
+/// Driver name.
+pub(crate) const DRIVER_NAME: &str = "amdgpu";
+/// Driver date (before the field was deprecated).
+pub(crate) const DRIVER_DATE: &str = "20150101";
+/// Driver description.
+pub(crate) const DRIVER_DESC: &str = "AMD GPU";
+
+/// The topology facts DEV_INFO reports.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DeviceFacts {
+    device_id: u32,
+    shader_engines: u32,
+    arrays_per_engine: u32,
+    engine_clock_khz: u64,
+    memory_clock_khz: u64,
+    active_cus: u32,
+    cus_per_array: u32,
+    wave_front_size: u32,
+    vram_bit_width: u32,
+    vram_bytes: u64,
+    fusion: bool,
+}
+
+fn prop32(node: &Node, key: &str) -> u32 {
+    u32::try_from(node.prop(key)).unwrap_or(u32::MAX)
+}
+
+impl DeviceFacts {
+    /// Facts of the GPU at `node` with `vram_bytes` of VRAM.
+    pub(crate) fn from_node(node: &Node, vram_bytes: u64) -> DeviceFacts {
+        let arrays = prop32(node, "array_count");
+        let per_engine = prop32(node, "simd_arrays_per_engine").max(1);
+        let simd_per_cu = prop32(node, "simd_per_cu").max(1);
+        let bank = node.mem_banks.as_ref().and_then(|banks| banks.first());
+        let bank_prop = |key: &str| bank.map_or(0, |b| b.properties.get_or_zero(key));
+        DeviceFacts {
+            device_id: prop32(node, "device_id"),
+            shader_engines: arrays / per_engine,
+            arrays_per_engine: per_engine,
+            engine_clock_khz: node.prop("max_engine_clk_fcompute").saturating_mul(1000),
+            memory_clock_khz: bank_prop("mem_clk_max").saturating_mul(1000),
+            active_cus: prop32(node, "simd_count") / simd_per_cu,
+            cus_per_array: prop32(node, "cu_per_simd_array"),
+            wave_front_size: prop32(node, "wave_front_size"),
+            vram_bit_width: u32::try_from(bank_prop("width")).unwrap_or(0),
+            vram_bytes,
+            fusion: node.kind() == NodeKind::Apu,
+        }
+    }
+}
+
+impl DrmDevice {
+    /// VRAM size in bytes.
+    pub(crate) fn facts_vram_bytes(&self) -> u64 {
+        self.facts.vram_bytes
+    }
+
+    /// `drm_amdgpu_info_device` for this GPU (`AMDGPU_INFO_DEV_INFO`).
+    pub(crate) fn dev_info(&self) -> k::drm_amdgpu_info_device {
+        let f = &self.facts;
+        let vm_bytes = self.generation.vm_bytes();
+        let usable = vm_bytes - VA_RESERVED_TOP;
+        let mut info = k::drm_amdgpu_info_device {
+            device_id: f.device_id,
+            family: self.generation.family(),
+            num_shader_engines: f.shader_engines,
+            num_shader_arrays_per_engine: f.arrays_per_engine,
+            // The GPU timestamp counter runs at 100 MHz.
+            gpu_counter_freq: 100_000,
+            max_engine_clock: f.engine_clock_khz,
+            max_memory_clock: f.memory_clock_khz,
+            cu_active_number: f.active_cus,
+            ids_flags: if f.fusion {
+                k::AMDGPU_IDS_FLAGS_FUSION
+            } else {
+                0
+            },
+            virtual_address_offset: VA_RESERVED_BOTTOM,
+            virtual_address_max: usable.min(HOLE_START),
+            virtual_address_alignment: GPU_PAGE as u32,
+            // Fragment size 9 (2 MiB) on GFX9+, 4 (64 KiB) before.
+            pte_fragment_size: if self.generation.is_ai_or_later() {
+                2 << 20
+            } else {
+                64 << 10
+            },
+            gart_page_size: GPU_PAGE as u32,
+            vram_bit_width: f.vram_bit_width,
+            wave_front_size: f.wave_front_size,
+            num_cu_per_sh: f.cus_per_array,
+            ..Default::default()
+        };
+        if usable > HOLE_START {
+            info.high_va_offset = HOLE_END;
+            info.high_va_max = HOLE_END | usable;
+        }
+        info
+    }
+
+    /// SDMA IP block version (major, minor) of this generation.
+    fn sdma_version(&self) -> (u32, u32) {
+        let gfx = self.generation.gfx_target_version();
+        match self.generation.family() {
+            family::CI | family::KV => (2, 0),
+            family::VI | family::CZ => (3, 0),
+            family::AI | family::RV => (4, 0),
+            family::GC_11_0_0 | family::GC_11_0_1 | family::GC_11_5_0 => (6, 0),
+            family::GC_12_0_0 => (7, 0),
+            _ if gfx / 100 == 1003 => (5, 2),
+            _ => (5, 0),
+        }
+    }
+}
+
+/// Copies a driver string like `drm_copy_field`: at most `*len` bytes, then
+/// `*len` becomes the true length.
+fn copy_field(ptr: usize, len: &mut usize, value: &str) -> Result<(), Errno> {
+    let n = value.len().min(*len);
+    *len = value.len();
+    if n > 0 && ptr != 0 {
+        copy_to_user(ptr as u64, &value.as_bytes()[..n])?;
+    }
+    Ok(())
+}
+
+/// DRM_IOCTL_VERSION (`drm_version`).
+pub(super) fn version(_call: &mut Call<'_>, buf: &mut [u8]) -> Result<Step, Errno> {
+    let mut v: k::drm_version = read_arg(buf);
+    v.version_major = DRIVER_MAJOR;
+    v.version_minor = DRIVER_MINOR;
+    v.version_patchlevel = 0;
+    let result = copy_field(v.name, &mut v.name_len, DRIVER_NAME)
+        .and_then(|()| copy_field(v.date, &mut v.date_len, DRIVER_DATE))
+        .and_then(|()| copy_field(v.desc, &mut v.desc_len, DRIVER_DESC));
+    write_arg(buf, 0, &v);
+    result.map(|()| Step::Done(0))
+}
+
+/// Answers one INFO query, or the kernel's errno.
+fn answer(device: &DrmDevice, args: &k::drm_amdgpu_info, request: &[u8]) -> Result<Vec<u8>, Errno> {
+    use zerocopy::IntoBytes;
+    match args.query {
+        k::AMDGPU_INFO_ACCEL_WORKING => Ok(1u32.to_ne_bytes().to_vec()),
+        k::AMDGPU_INFO_HW_IP_INFO => {
+            let q: k::drm_amdgpu_info_query_hw_ip = read_arg(request);
+            if q.ip_instance >= k::AMDGPU_HW_IP_INSTANCE_MAX_COUNT
+                || q.r#type >= k::AMDGPU_HW_IP_NUM
+            {
+                return Err(Errno(libc::EINVAL));
+            }
+            let mut ip = k::drm_amdgpu_info_hw_ip::default();
+            // Other IP types have no IP block in the simulator: the kernel
+            // then answers a zeroed structure.
+            if q.r#type == k::AMDGPU_HW_IP_DMA {
+                let (major, minor) = device.sdma_version();
+                let rings = device.sdma.ring_count().min(32);
+                ip.hw_ip_version_major = major;
+                ip.hw_ip_version_minor = minor;
+                ip.ib_start_alignment = 256;
+                ip.ib_size_alignment = 4;
+                ip.available_rings = if rings == 32 {
+                    u32::MAX
+                } else {
+                    (1u32 << rings) - 1
+                };
+            }
+            Ok(ip.as_bytes().to_vec())
+        }
+        k::AMDGPU_INFO_HW_IP_COUNT => {
+            let q: k::drm_amdgpu_info_query_hw_ip = read_arg(request);
+            if q.r#type >= k::AMDGPU_HW_IP_NUM {
+                return Err(Errno(libc::EINVAL));
+            }
+            let count: u32 = u32::from(q.r#type == k::AMDGPU_HW_IP_DMA);
+            Ok(count.to_ne_bytes().to_vec())
+        }
+        k::AMDGPU_INFO_DEV_INFO => Ok(device.dev_info().as_bytes().to_vec()),
+        k::AMDGPU_INFO_VRAM_GTT => {
+            let vram = device.facts.vram_bytes;
+            let out = k::drm_amdgpu_info_vram_gtt {
+                vram_size: vram,
+                vram_cpu_accessible_size: vram,
+                gtt_size: 0,
+            };
+            Ok(out.as_bytes().to_vec())
+        }
+        _ => Err(Errno(libc::EINVAL)),
+    }
+}
+
+/// DRM_IOCTL_AMDGPU_INFO (`amdgpu_info_ioctl`): write-only argument; the
+/// answer goes to `return_pointer`, at most `return_size` bytes of it.
+pub(super) fn info(call: &mut Call<'_>, buf: &mut [u8]) -> Result<Step, Errno> {
+    let args: k::drm_amdgpu_info = read_arg(buf);
+    if args.return_size == 0 || args.return_pointer == 0 {
+        return Err(Errno(libc::EINVAL));
+    }
+    let request = buf.get(16..).unwrap_or(&[]);
+    let mut out = answer(call.device(), &args, request)?;
+    if args.query == k::AMDGPU_INFO_VRAM_GTT {
+        let gtt = call.shared.config.system_memory_bytes;
+        out[16..24].copy_from_slice(&gtt.to_ne_bytes());
+    }
+    out.truncate(args.return_size as usize);
+    copy_to_user(args.return_pointer, &out)?;
+    Ok(Step::Done(0 as c_int))
+}
