@@ -4,9 +4,10 @@
 //! later additions the CRIU path and a ROCm runtime rely on (marked with the interface
 //! version that introduced them), and the kernel-internal mmap-offset layout and CRIU
 //! private-data constants that userspace observes. Names, field order and field types
-//! are those of the C header; user pointers are `u64` as in C. This module holds data
-//! definitions only: it must never perform an ioctl or hold logic beyond the header's
-//! own macros.
+//! are those of the C header; user pointers are `u64` as in C. amdkfd refuses 32-bit
+//! (compat) processes, so layouts are those of 64-bit targets (explicit tail padding
+//! included). This module holds data definitions only: it must never perform an ioctl
+//! or hold logic beyond the header's own macros.
 
 use core::mem::size_of;
 

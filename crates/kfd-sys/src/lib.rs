@@ -12,6 +12,20 @@
 //! This crate holds types and numbers only: no system calls, no `unsafe`, no logic.
 //! The safe layer lives in the `kfd` crate.
 //!
+//! | module | mirrors |
+//! |---|---|
+//! | [`ioctl`] | `<asm-generic/ioctl.h>`: request-code encoding and decoding |
+//! | [`kfd`] | `linux/kfd_ioctl.h` 1.11, later additions, `/dev/kfd` mmap-offset layout |
+//! | [`drm`] | `drm.h`: version, GEM close, PRIME, GEM_CHANGE_HANDLE |
+//! | [`amdgpu_drm`] | `amdgpu_drm.h`: GEM, CTX, BO_LIST, CS, WAIT_CS, INFO |
+//! | [`sdma`] | the SDMA linear-copy packet and per-family limits |
+//!
+//! Items newer than the installed headers (Debian 12: KFD ioctl 1.11, libdrm 2.4.114)
+//! say so in their docs. Two layouts are chosen on purpose: [`drm_amdgpu_gem_op`] is the
+//! current 24-byte upstream layout (the installed 16-byte one is its prefix) and
+//! [`drm_amdgpu_gem_va`] the installed 40-byte one (newer headers have 64 bytes); the
+//! kernel accepts both sizes of each.
+//!
 //! # Layout and zerocopy
 //!
 //! Structs derive `zerocopy`'s `FromBytes`, `IntoBytes`, `Immutable` and `KnownLayout`,
