@@ -14,7 +14,7 @@
 //! This module never interprets images and never talks to the kernel.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::OnceLock;
 
 use crate::log::Level;
@@ -124,6 +124,18 @@ impl Services {
         // SAFETY: criu_get_image_dir takes no arguments.
         let fd = unsafe { get() };
         (fd >= 0).then_some(fd)
+    }
+
+    /// A duplicate of CRIU's images directory fd, owned by the caller.
+    /// `Ok(None)` outside CRIU.
+    pub fn image_dir(&self) -> std::io::Result<Option<OwnedFd>> {
+        let Some(fd) = self.image_dir_fd() else {
+            return Ok(None);
+        };
+        // SAFETY: CRIU keeps its images directory service fd open for the
+        // whole run; the borrow only lives for the duplication below.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        borrowed.try_clone_to_owned().map(Some)
     }
 
     /// Whether CRIU runs with `--stream`: the image streamer's socket for

@@ -24,3 +24,4 @@ pub mod criu;
 pub mod log;
 pub mod options;
 mod runtime;
+pub mod sys;

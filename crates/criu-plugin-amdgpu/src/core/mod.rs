@@ -5,5 +5,12 @@
 //! in `cargo test`. Nothing in this module touches CRIU's symbols or global
 //! state; callers pass what CRIU would provide.
 
+pub mod convert;
+pub mod dump;
+pub mod error;
 pub mod identify;
+pub mod restore;
+pub mod transfer;
 pub mod vma;
+
+pub use error::Error;

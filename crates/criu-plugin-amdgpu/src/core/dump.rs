@@ -1,0 +1,434 @@
+//! Dump of a process's `/dev/kfd` file (`DUMP_EXT_FILE` in CRIU's dumper)
+//! and the late unpause (`DUMP_DEVICES_LATE`).
+//!
+//! Per KFD file: a version gate on a private `/dev/kfd` (the target's fd may
+//! only carry the CRIU op), `PROCESS_INFO` (pauses the process's queues),
+//! `CHECKPOINT`, the local topology, the `CriuKfd` message with GPUs named
+//! by their user ids, the BO contents per GPU ([`super::transfer`]), and
+//! `amdgpu-kfd-<id>.img`. The paused process is remembered (through a `dup`
+//! of its fd) and unpaused by [`Dumper::unpause_all`]; without a
+//! `DUMP_DEVICES_LATE` hook in the host it is unpaused right after its
+//! image is written.
+//!
+//! Fixed here compared with the C plugin: any failure after `PROCESS_INFO`
+//! unpauses the process before the error is returned; the image write
+//! result is checked; pages files are named by the user gpu_id at dump as at
+//! restore (C names them by the local id at dump, which breaks
+//! re-checkpointing a remapped process); every paused process is unpaused
+//! even when one unpause fails.
+//!
+//! This module never parses sysfs or image bytes itself and never touches
+//! CRIU: the caller passes the store and the configuration.
+
+use std::collections::BTreeMap;
+use std::os::fd::BorrowedFd;
+use std::path::{Path, PathBuf};
+
+use amdgpu_image::{
+    CriuKfd, CriuRenderNode, ImageName, ImageStore, KfdBoEntry, FORMAT_VERSION, PRODUCER,
+};
+use amdgpu_topology::devices::DeviceTopology;
+use kfd::{Driver, Kfd, ProcessInfo};
+
+use super::convert::device_entry;
+use super::error::Error;
+use super::transfer;
+use crate::options::Options;
+use crate::{log_error, log_info, log_warn};
+
+/// The hsakmt (ROCt) shared-memory object, as `/dev/shm` names it.
+pub const HSAKMT_SHM: &str = "hsakmt_shared_mem";
+
+/// Where and how a dump runs.
+#[derive(Debug, Clone)]
+pub struct DumpConfig {
+    /// The KFD topology root (`/sys/class/kfd/kfd/topology` on a host).
+    pub topology_root: PathBuf,
+    /// Options from the environment.
+    pub options: Options,
+    /// Unpause each process right after its image is written (hosts without
+    /// `DUMP_DEVICES_LATE`).
+    pub unpause_early: bool,
+    /// The POSIX shared-memory directory (`/dev/shm`).
+    pub shm_dir: PathBuf,
+}
+
+/// What one KFD dump did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KfdDump {
+    /// CRIU's file id.
+    pub id: u32,
+    /// The process's pid (in its namespace) as KFD reports it.
+    pub pid: u32,
+    /// GPUs of the process.
+    pub gpus: usize,
+    /// BOs of the process.
+    pub bos: usize,
+    /// Bytes of BO contents written to pages files.
+    pub content_bytes: u64,
+    /// Whether the process was already unpaused.
+    pub unpaused: bool,
+}
+
+/// What one render-node dump did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderDump {
+    /// CRIU's file id.
+    pub id: u32,
+    /// The render minor at checkpoint.
+    pub minor: u32,
+    /// The user gpu_id of the node's GPU.
+    pub gpu_id: u32,
+}
+
+struct Paused<D: Driver> {
+    kfd: Kfd<D>,
+    pid: u32,
+    id: u32,
+}
+
+/// The dump side of the plugin in CRIU's dumper process.
+pub struct Dumper<D: Driver + Clone> {
+    driver: D,
+    config: DumpConfig,
+    paused: Vec<Paused<D>>,
+    /// Local (actual) gpu_id to user gpu_id, from every KFD file dumped.
+    user_gpu_ids: BTreeMap<u32, u32>,
+    /// Local gpu_id to render minor, from the local topology.
+    render_minors: BTreeMap<u32, u32>,
+}
+
+impl<D: Driver + Clone> std::fmt::Debug for Dumper<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dumper")
+            .field("config", &self.config)
+            .field("paused", &self.paused.len())
+            .finish()
+    }
+}
+
+impl<D: Driver + Clone> Dumper<D> {
+    /// A dumper issuing its system calls through `driver`.
+    pub fn new(driver: D, config: DumpConfig) -> Self {
+        Dumper {
+            driver,
+            config,
+            paused: Vec::new(),
+            user_gpu_ids: BTreeMap::new(),
+            render_minors: BTreeMap::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DumpConfig {
+        &self.config
+    }
+
+    /// Number of processes paused and waiting for [`Dumper::unpause_all`].
+    pub fn paused(&self) -> usize {
+        self.paused.len()
+    }
+
+    /// Dumps the KFD state behind `fd` (the target's `/dev/kfd`, drained
+    /// into the dumper) as CRIU file `id`.
+    pub fn dump_kfd<S: ImageStore + Sync>(
+        &mut self,
+        store: &S,
+        fd: BorrowedFd<'_>,
+        id: u32,
+    ) -> Result<KfdDump, Error> {
+        {
+            let private = Kfd::open(self.driver.clone()).map_err(Error::kfd(
+                "opening a private /dev/kfd for the version check",
+            ))?;
+            let version = private
+                .version()
+                .map_err(Error::kfd("reading the KFD interface version"))?;
+            if !version.supports_criu() {
+                return Err(Error::KfdTooOld {
+                    major: version.major,
+                    minor: version.minor,
+                });
+            }
+        }
+        let own = fd
+            .try_clone_to_owned()
+            .map_err(Error::io("duplicating the KFD fd"))?;
+        let target = Kfd::from_fd(self.driver.clone(), own);
+        let info = target
+            .process_info()
+            .map_err(Error::kfd("pausing the process (CRIU_OP PROCESS_INFO)"))?;
+        log_info!(
+            "file {id}: pid {} paused: {} GPUs, {} BOs, {} objects, {} bytes of private data",
+            info.pid,
+            info.num_devices,
+            info.num_bos,
+            info.num_objects,
+            info.priv_data_size
+        );
+        match self.checkpoint_paused(&target, &info, store, id) {
+            Ok(mut dump) => {
+                if self.config.unpause_early {
+                    target
+                        .unpause()
+                        .map_err(Error::kfd("unpausing the process after its dump"))?;
+                    dump.unpaused = true;
+                } else {
+                    self.paused.push(Paused {
+                        kfd: target,
+                        pid: info.pid,
+                        id,
+                    });
+                }
+                Ok(dump)
+            }
+            Err(err) => {
+                // A failed dump must never leave the application frozen.
+                match target.unpause() {
+                    Ok(()) => log_info!("file {id}: pid {} unpaused after the failure", info.pid),
+                    Err(e) => log_error!("file {id}: pid {} stays paused: {e}", info.pid),
+                }
+                Err(err)
+            }
+        }
+    }
+
+    fn checkpoint_paused<S: ImageStore + Sync>(
+        &mut self,
+        target: &Kfd<D>,
+        info: &ProcessInfo,
+        store: &S,
+        id: u32,
+    ) -> Result<KfdDump, Error> {
+        let checkpoint = target
+            .checkpoint(info)
+            .map_err(Error::kfd("reading the process state (CRIU_OP CHECKPOINT)"))?;
+        let local = local_topology(&self.config.topology_root)?;
+
+        // actual (local) gpu_id -> user gpu_id
+        let mut user_of: BTreeMap<u32, u32> = BTreeMap::new();
+        for dev in &checkpoint.devices {
+            if local.gpus().all(|n| n.gpu_id != dev.actual_gpu_id) {
+                return Err(Error::Inconsistent(format!(
+                    "the process uses GPU {:#x}, which the topology at {} does not list",
+                    dev.actual_gpu_id,
+                    self.config.topology_root.display()
+                )));
+            }
+            user_of.insert(dev.actual_gpu_id, dev.user_gpu_id);
+        }
+        let mut device_entries = Vec::with_capacity(local.nodes.len());
+        for node in &local.nodes {
+            let user = if node.is_gpu() {
+                *user_of.get(&node.gpu_id).ok_or_else(|| {
+                    Error::Inconsistent(format!(
+                        "GPU {:#x} (node {}) is visible here but not to the process; \
+                         every visible GPU must belong to the process",
+                        node.gpu_id, node.node_id
+                    ))
+                })?
+            } else {
+                0
+            };
+            device_entries.push(device_entry(node, user, &local));
+        }
+
+        let mut bo_entries: Vec<KfdBoEntry> = checkpoint
+            .bos
+            .iter()
+            .map(|bo| KfdBoEntry {
+                addr: bo.bucket.addr,
+                size: bo.bucket.size,
+                offset: bo.bucket.offset,
+                alloc_flags: bo.bucket.alloc_flags,
+                gpu_id: bo.bucket.gpu_id,
+                handle: amdgpu_image::flags::NO_HANDLE,
+                content_checksum: None,
+            })
+            .collect();
+
+        let gpus: Vec<transfer::GpuTarget> = checkpoint
+            .devices
+            .iter()
+            .map(|d| transfer::GpuTarget {
+                user_gpu_id: d.user_gpu_id,
+                local_gpu_id: d.actual_gpu_id,
+                render_minor: local
+                    .gpus()
+                    .find(|n| n.gpu_id == d.actual_gpu_id)
+                    .map_or(0, |n| n.props.drm_render_minor),
+            })
+            .collect();
+        let contents = transfer::dump_contents(
+            &self.driver,
+            store,
+            id,
+            &gpus,
+            &checkpoint.bos,
+            &self.config.options,
+        )?;
+        for (entry, checksum) in &contents.checksums {
+            if let Some(bo) = bo_entries.get_mut(*entry) {
+                bo.content_checksum = Some(*checksum);
+            }
+        }
+
+        let (shared_mem_size, shared_mem_magic) = probe_hsakmt_shm(&self.config.shm_dir);
+        let num_of_gpus = checkpoint.devices.len() as u32;
+        let msg = CriuKfd {
+            pid: info.pid,
+            num_of_gpus,
+            num_of_cpus: (device_entries.len() as u32).saturating_sub(num_of_gpus),
+            device_entries,
+            num_of_bos: bo_entries.len() as u64,
+            bo_entries,
+            num_of_objects: info.num_objects,
+            shared_mem_size,
+            shared_mem_magic,
+            priv_data: checkpoint.priv_data,
+            producer: Some(PRODUCER.to_owned()),
+            format_version: Some(FORMAT_VERSION),
+        };
+        store
+            .write_message(&ImageName::Kfd { id }, &msg)
+            .map_err(Error::image("writing the KFD image"))?;
+        self.user_gpu_ids.extend(user_of);
+        self.render_minors
+            .extend(local.gpus().map(|n| (n.gpu_id, n.props.drm_render_minor)));
+        Ok(KfdDump {
+            id,
+            pid: info.pid,
+            gpus: gpus.len(),
+            bos: msg.bo_entries.len(),
+            content_bytes: contents.bytes,
+            unpaused: false,
+        })
+    }
+
+    /// Dumps a render-node fd (minor `minor`) as CRIU file `id`: a
+    /// `CriuRenderNode` naming the GPU by its user id. The process's KFD file
+    /// must have been dumped first (ROCm opens `/dev/kfd` before the render
+    /// nodes, and CRIU dumps fds in ascending order). Render nodes holding
+    /// DRM BOs of their own are not supported by this build.
+    pub fn dump_render_node<S: ImageStore>(
+        &mut self,
+        store: &S,
+        fd: BorrowedFd<'_>,
+        minor: u32,
+        id: u32,
+    ) -> Result<RenderDump, Error> {
+        let Some((&local, _)) = self.render_minors.iter().find(|(_, m)| **m == minor) else {
+            return Err(Error::Inconsistent(format!(
+                "render node renderD{minor} (file {id}) belongs to no GPU of a dumped KFD file;                  processes that use render nodes without /dev/kfd cannot be dumped"
+            )));
+        };
+        let gpu_id = *self.user_gpu_ids.get(&local).ok_or_else(|| {
+            Error::Inconsistent(format!(
+                "render node renderD{minor} (file {id}) belongs to GPU {local:#x},                  which no dumped process uses"
+            ))
+        })?;
+        let own = fd
+            .try_clone_to_owned()
+            .map_err(Error::io("duplicating the render-node fd"))?;
+        let node = kfd::RenderNode::from_fd(self.driver.clone(), own);
+        let handles = match node.gem_list_handles() {
+            Ok(handles) => handles,
+            // Kernels without GEM_LIST_HANDLES: no DRM BOs can be listed.
+            Err(e) if e.errno() == libc::EINVAL => Vec::new(),
+            Err(e) => {
+                return Err(Error::Kfd {
+                    step: "listing the render node's BOs (AMDGPU_GEM_LIST_HANDLES)",
+                    source: e,
+                })
+            }
+        };
+        if !handles.is_empty() {
+            return Err(Error::Unsupported {
+                what: format!(
+                    "dumping render node renderD{minor} (file {id}) with {} DRM BOs",
+                    handles.len()
+                ),
+            });
+        }
+        let msg = CriuRenderNode {
+            gpu_id,
+            id,
+            drm_render_minor: minor,
+            num_of_bos: 0,
+            bo_entries: Vec::new(),
+            producer: Some(PRODUCER.to_owned()),
+            format_version: Some(FORMAT_VERSION),
+        };
+        store
+            .write_message(&ImageName::RenderNode { id }, &msg)
+            .map_err(Error::image("writing the render-node image"))?;
+        Ok(RenderDump { id, minor, gpu_id })
+    }
+
+    /// Unpauses every paused process (`DUMP_DEVICES_LATE`), all of them even
+    /// when one fails; returns how many were unpaused, or the first error.
+    pub fn unpause_all(&mut self) -> Result<usize, Error> {
+        let mut first_error = None;
+        let mut unpaused = 0;
+        for paused in self.paused.drain(..) {
+            match paused.kfd.unpause() {
+                Ok(()) => {
+                    unpaused += 1;
+                    log_info!("file {}: pid {} unpaused", paused.id, paused.pid);
+                }
+                Err(e) => {
+                    log_error!("file {}: cannot unpause pid {}: {e}", paused.id, paused.pid);
+                    first_error.get_or_insert(Error::Kfd {
+                        step: "unpausing a dumped process (CRIU_OP UNPAUSE)",
+                        source: e,
+                    });
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(unpaused),
+        }
+    }
+}
+
+impl<D: Driver + Clone> Drop for Dumper<D> {
+    fn drop(&mut self) {
+        if !self.paused.is_empty() {
+            log_warn!(
+                "{} dumped process(es) still paused at teardown; unpausing",
+                self.paused.len()
+            );
+            let _ = self.unpause_all();
+        }
+    }
+}
+
+/// Parses the local topology under `root` into the device view.
+pub fn local_topology(root: &Path) -> Result<DeviceTopology, Error> {
+    let parsed = amdgpu_topology::parse(root).map_err(|e| Error::Topology {
+        root: root.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    DeviceTopology::from_system(&parsed.system).map_err(|e| Error::Topology {
+        root: root.display().to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// Size and first four bytes of hsakmt's shared memory, `(0, 0)` when absent.
+fn probe_hsakmt_shm(shm_dir: &Path) -> (u64, u32) {
+    let path = shm_dir.join(HSAKMT_SHM);
+    let Ok(meta) = std::fs::metadata(&path) else {
+        return (0, 0);
+    };
+    let mut magic = [0u8; 4];
+    match std::fs::File::open(&path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+    {
+        Ok(()) => (meta.len(), u32::from_ne_bytes(magic)),
+        Err(e) => {
+            log_warn!("cannot read the magic of {}: {e}", path.display());
+            (meta.len(), 0)
+        }
+    }
+}

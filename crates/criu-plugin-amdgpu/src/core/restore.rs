@@ -1,0 +1,421 @@
+//! Restore: `RESTORE_EXT_FILE` in the restored task, and `RESUME_DEVICES_LATE`
+//! in CRIU's main process.
+//!
+//! For a KFD image (`amdgpu-kfd-<id>.img`): validate it, parse the local
+//! topology, map the checkpointed GPUs onto local ones under the check
+//! options, open each mapped GPU's render node above every fd the task will
+//! own (CRIU's `find_unused_fd_pid`), `CRIU_OP RESTORE` on a fresh
+//! `/dev/kfd`, write the BO contents back ([`super::transfer`]), record the
+//! mmap-offset translations for `UPDATE_VMA_MAP`, and recreate hsakmt's shared
+//! memory. The returned fd is the new `/dev/kfd`, which CRIU installs at the
+//! saved number.
+//!
+//! A render-node image of the same task (restored after the KFD file: fds are
+//! restored in ascending order) gets a `dup` of the render file KFD already
+//! uses for that GPU, so BOs stay mappable through it.
+//!
+//! Fixed compared with the C plugin: a render node that cannot be opened is
+//! an error (C logs and carries on); an image id with no amdgpu image is not
+//! ours (C answers `-EINVAL` for every ext file); a pid without KFD state is
+//! not ours at resume.
+//!
+//! Not in this build (answered as [`Error::Unsupported`]): render-node images
+//! with DRM BOs, dma-buf images.
+//!
+//! This module never touches CRIU's symbols: the caller passes the store and
+//! CRIU's `find_unused_fd_pid` as a function.
+
+use std::collections::BTreeMap;
+use std::ffi::CStr;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use amdgpu_image::{
+    flags, CriuDmabufNode, CriuKfd, CriuRenderNode, ImageName, ImageStore, ReadLimits, ValidatedKfd,
+};
+use amdgpu_topology::mapping::map_topologies;
+use kfd::{Driver, Kfd};
+use kfd_sys::{kfd_criu_bo_bucket, kfd_criu_device_bucket, KFD_INVALID_FD};
+
+use super::convert::checkpointed_topology;
+use super::dump::{local_topology, HSAKMT_SHM};
+use super::error::Error;
+use super::identify::render_node_path;
+use super::transfer;
+use super::vma::{Translation, VmaTranslations};
+use crate::options::Options;
+use crate::{log_debug, log_info, log_warn};
+
+/// hsakmt's named semaphore (`/dev/shm/sem.hsakmt_semaphore`).
+pub const HSAKMT_SEMAPHORE: &CStr = c"hsakmt_semaphore";
+
+/// Where and how a restore runs.
+#[derive(Debug, Clone)]
+pub struct RestoreConfig {
+    /// The local KFD topology root.
+    pub topology_root: PathBuf,
+    /// Options from the environment.
+    pub options: Options,
+    /// The POSIX shared-memory directory. hsakmt's semaphore is created only
+    /// when this is the system's `/dev/shm` (other directories are for
+    /// tests, which must not touch the system's semaphores).
+    pub shm_dir: PathBuf,
+}
+
+/// What a successful KFD restore did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KfdRestore {
+    /// CRIU's file id.
+    pub id: u32,
+    /// Checkpointed (user) gpu_id to local gpu_id.
+    pub gpu_map: BTreeMap<u32, u32>,
+    /// BOs re-created.
+    pub bos: usize,
+    /// Bytes of contents written back.
+    pub content_bytes: u64,
+}
+
+/// The restore side of the plugin in one restored task.
+pub struct Restorer<D: Driver + Clone> {
+    driver: D,
+    config: RestoreConfig,
+    fd_floor: Option<i32>,
+    /// Local gpu_id to the task's render file for it (also KFD's `drm_fd`).
+    render_files: BTreeMap<u32, Arc<OwnedFd>>,
+    /// Checkpointed gpu_id to local gpu_id, once a KFD image was restored.
+    gpu_map: BTreeMap<u32, u32>,
+    translations: VmaTranslations,
+    restored: Vec<KfdRestore>,
+}
+
+impl<D: Driver + Clone> std::fmt::Debug for Restorer<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Restorer")
+            .field("config", &self.config)
+            .field("fd_floor", &self.fd_floor)
+            .field("render_files", &self.render_files.len())
+            .field("gpu_map", &self.gpu_map)
+            .field("translations", &self.translations.len())
+            .finish()
+    }
+}
+
+impl<D: Driver + Clone> Restorer<D> {
+    /// A restorer issuing its system calls through `driver`.
+    pub fn new(driver: D, config: RestoreConfig) -> Self {
+        Restorer {
+            driver,
+            config,
+            fd_floor: None,
+            render_files: BTreeMap::new(),
+            gpu_map: BTreeMap::new(),
+            translations: VmaTranslations::new(),
+            restored: Vec::new(),
+        }
+    }
+
+    /// The mmap-offset translations recorded so far.
+    pub fn translations(&self) -> &VmaTranslations {
+        &self.translations
+    }
+
+    /// The KFD files restored so far.
+    pub fn restored(&self) -> &[KfdRestore] {
+        &self.restored
+    }
+
+    /// `RESTORE_EXT_FILE(id)`: `Ok(None)` when the store holds no amdgpu
+    /// image for `id` (not ours). `find_unused_fd` is CRIU's
+    /// `find_unused_fd_pid` (the checkpointed pid in, a free fd number above
+    /// all the task's fds out).
+    pub fn restore_file<S: ImageStore + Sync>(
+        &mut self,
+        store: &S,
+        id: u32,
+        find_unused_fd: &dyn Fn(u32) -> Option<i32>,
+    ) -> Result<Option<OwnedFd>, Error> {
+        let limits = ReadLimits::default();
+        if let Some(msg) = store
+            .read_message::<CriuKfd>(&ImageName::Kfd { id }, limits)
+            .map_err(Error::image("reading the KFD image"))?
+        {
+            return self.restore_kfd(store, id, msg, find_unused_fd).map(Some);
+        }
+        if let Some(msg) = store
+            .read_message::<CriuRenderNode>(&ImageName::RenderNode { id }, limits)
+            .map_err(Error::image("reading the render-node image"))?
+        {
+            return self.restore_render_node(id, &msg).map(Some);
+        }
+        if store
+            .read_message::<CriuDmabufNode>(&ImageName::Dmabuf { id }, limits)
+            .map_err(Error::image("reading the dma-buf image"))?
+            .is_some()
+        {
+            return Err(Error::Unsupported {
+                what: format!("restoring dma-buf file {id}"),
+            });
+        }
+        Ok(None)
+    }
+
+    fn restore_kfd<S: ImageStore + Sync>(
+        &mut self,
+        store: &S,
+        id: u32,
+        msg: CriuKfd,
+        find_unused_fd: &dyn Fn(u32) -> Option<i32>,
+    ) -> Result<OwnedFd, Error> {
+        let image = ValidatedKfd::new(id, msg).map_err(Error::image("validating the KFD image"))?;
+        let msg = image.message();
+        let kfd = Kfd::open(self.driver.clone()).map_err(Error::kfd("opening /dev/kfd"))?;
+        let version = kfd
+            .version()
+            .map_err(Error::kfd("reading the KFD interface version"))?;
+        if !version.supports_criu() {
+            return Err(Error::KfdTooOld {
+                major: version.major,
+                minor: version.minor,
+            });
+        }
+        if self.fd_floor.is_none() {
+            self.fd_floor = find_unused_fd(msg.pid);
+            log_debug!(
+                "render nodes go at fd {:?} or above (pid {})",
+                self.fd_floor,
+                msg.pid
+            );
+        }
+
+        let checkpointed = checkpointed_topology(&msg.device_entries);
+        let local = local_topology(&self.config.topology_root)?;
+        let mapping = map_topologies(&checkpointed, &local, &self.config.options.checks)
+            .map_err(|e| Error::Incompatible {
+                reasons: e.to_string(),
+            })?
+            .into_mapping()
+            .map_err(|reasons| Error::Incompatible {
+                reasons: reasons
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            })?;
+
+        let mut devices = Vec::new();
+        let mut gpus = Vec::new();
+        for entry in image.gpus() {
+            let local_id = *mapping.gpu_map.get(&entry.gpu_id).ok_or_else(|| {
+                Error::Inconsistent(format!(
+                    "the GPU mapping has no local GPU for checkpointed GPU {:#x}",
+                    entry.gpu_id
+                ))
+            })?;
+            let node = local.gpus().find(|n| n.gpu_id == local_id).ok_or_else(|| {
+                Error::Inconsistent(format!(
+                    "local GPU {local_id:#x} vanished from the topology"
+                ))
+            })?;
+            let minor = node.props.drm_render_minor;
+            let file = self.render_file(local_id, minor)?;
+            log_info!(
+                "file {id}: GPU {:#x} restored on local GPU {local_id:#x} (renderD{minor})",
+                entry.gpu_id
+            );
+            devices.push(kfd_criu_device_bucket {
+                user_gpu_id: entry.gpu_id,
+                actual_gpu_id: local_id,
+                drm_fd: file.as_raw_fd() as u32,
+                ..Default::default()
+            });
+            gpus.push(transfer::GpuTarget {
+                user_gpu_id: entry.gpu_id,
+                local_gpu_id: local_id,
+                render_minor: minor,
+            });
+        }
+        let buckets: Vec<kfd_criu_bo_bucket> = msg
+            .bo_entries
+            .iter()
+            .map(|bo| kfd_criu_bo_bucket {
+                addr: bo.addr,
+                size: bo.size,
+                offset: bo.offset,
+                gpu_id: bo.gpu_id,
+                alloc_flags: bo.alloc_flags,
+                dmabuf_fd: KFD_INVALID_FD,
+                ..Default::default()
+            })
+            .collect();
+        let restored = kfd
+            .restore(&devices, &buckets, &msg.priv_data, msg.num_of_objects)
+            .map_err(Error::kfd("re-creating the process (CRIU_OP RESTORE)"))?;
+        if restored.len() != buckets.len() {
+            return Err(Error::Inconsistent(format!(
+                "CRIU_OP RESTORE returned {} BOs for {} in the image",
+                restored.len(),
+                buckets.len()
+            )));
+        }
+
+        let content_bytes = transfer::restore_contents(
+            &self.driver,
+            store,
+            &image,
+            &gpus,
+            &restored,
+            &self.config.options,
+        )?;
+
+        for (entry, bo) in msg.bo_entries.iter().zip(&restored) {
+            let mem = entry.alloc_flags & flags::KFD_MEM_TYPE_MASK;
+            if mem & !flags::KFD_USERPTR == 0 {
+                continue;
+            }
+            let local_id = mapping.gpu_map.get(&entry.gpu_id).copied();
+            self.translations.push(Translation {
+                addr: entry.addr,
+                old_offset: entry.offset,
+                new_offset: bo.bucket.restored_offset,
+                file: local_id.and_then(|g| self.render_files.get(&g).cloned()),
+            });
+        }
+        self.recreate_hsakmt_shm(msg.shared_mem_size, msg.shared_mem_magic)?;
+
+        self.gpu_map
+            .extend(mapping.gpu_map.iter().map(|(k, v)| (*k, *v)));
+        self.restored.push(KfdRestore {
+            id,
+            gpu_map: mapping.gpu_map.clone(),
+            bos: restored.len(),
+            content_bytes,
+        });
+        Ok(kfd.into_fd())
+    }
+
+    fn restore_render_node(&mut self, id: u32, msg: &CriuRenderNode) -> Result<OwnedFd, Error> {
+        if !msg.bo_entries.is_empty() {
+            return Err(Error::Unsupported {
+                what: format!(
+                    "restoring render-node file {id} with {} DRM BOs",
+                    msg.bo_entries.len()
+                ),
+            });
+        }
+        let local_id = *self.gpu_map.get(&msg.gpu_id).ok_or_else(|| {
+            Error::Inconsistent(format!(
+                "render-node file {id} names GPU {:#x}, but no KFD file of this task mapped it; \
+                 the KFD file must be restored first",
+                msg.gpu_id
+            ))
+        })?;
+        let file = self.render_files.get(&local_id).ok_or_else(|| {
+            Error::Inconsistent(format!("no render file for local GPU {local_id:#x}"))
+        })?;
+        file.try_clone().map_err(Error::io(format!(
+            "duplicating the render file of GPU {local_id:#x}"
+        )))
+    }
+
+    /// The task's render file for a local GPU, opened on first use at
+    /// `fd_floor` or above.
+    fn render_file(&mut self, local_id: u32, minor: u32) -> Result<Arc<OwnedFd>, Error> {
+        if let Some(file) = self.render_files.get(&local_id) {
+            return Ok(file.clone());
+        }
+        let path = render_node_path(minor);
+        let opened = self
+            .driver
+            .open(&path, libc::O_RDWR | libc::O_CLOEXEC)
+            .map_err(|e| {
+                let hint = if e.raw_os_error() == Some(libc::EACCES) {
+                    " (is the user in the video/render group?)"
+                } else {
+                    ""
+                };
+                Error::io(format!("opening {}{hint}", path.display()))(e)
+            })?;
+        let file = match self.fd_floor {
+            Some(floor) if opened.as_raw_fd() < floor => {
+                crate::sys::dup_at_least(opened.as_fd(), floor).map_err(Error::io(format!(
+                    "moving {} above fd {floor}",
+                    path.display()
+                )))?
+            }
+            _ => opened,
+        };
+        let file = Arc::new(file);
+        self.render_files.insert(local_id, file.clone());
+        Ok(file)
+    }
+
+    fn recreate_hsakmt_shm(&self, size: u64, magic: u32) -> Result<(), Error> {
+        if size == 0 {
+            return Ok(());
+        }
+        let path = self.config.shm_dir.join(HSAKMT_SHM);
+        if !path.exists() {
+            log_warn!(
+                "{} is missing and is recreated; GPU performance counters may be lost",
+                path.display()
+            );
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o666)
+            .open(&path)
+            .map_err(Error::io(format!("creating {}", path.display())))?;
+        file.set_len(size)
+            .map_err(Error::io(format!("sizing {}", path.display())))?;
+        file.write_all_at(&magic.to_ne_bytes(), 0)
+            .map_err(Error::io(format!(
+                "writing the magic of {}",
+                path.display()
+            )))?;
+        if self.config.shm_dir == Path::new("/dev/shm") {
+            crate::sys::ensure_named_semaphore(HSAKMT_SEMAPHORE)
+                .map_err(Error::io("creating hsakmt's semaphore"))?;
+        }
+        Ok(())
+    }
+}
+
+/// What `RESUME_DEVICES_LATE(pid)` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resume {
+    /// The process's queues run again.
+    Resumed,
+    /// No KFD state for this pid (or no KFD here): not ours.
+    NotOurs,
+}
+
+/// `RESUME_DEVICES_LATE(pid)` in CRIU's main process: `CRIU_OP RESUME` on a
+/// freshly opened `/dev/kfd`.
+pub fn resume<D: Driver>(driver: D, pid: u32) -> Result<Resume, Error> {
+    let kfd = match Kfd::open(driver) {
+        Ok(kfd) => kfd,
+        Err(e) if e.errno() == libc::ENOENT => return Ok(Resume::NotOurs),
+        Err(e) => {
+            return Err(Error::Kfd {
+                step: "opening /dev/kfd to resume",
+                source: e,
+            })
+        }
+    };
+    match kfd.resume(pid) {
+        Ok(()) => Ok(Resume::Resumed),
+        Err(e) if e.errno() == libc::ESRCH => {
+            log_debug!("pid {pid} has no KFD state");
+            Ok(Resume::NotOurs)
+        }
+        Err(e) => Err(Error::Kfd {
+            step: "resuming the process (CRIU_OP RESUME)",
+            source: e,
+        }),
+    }
+}
