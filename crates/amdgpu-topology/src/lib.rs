@@ -6,18 +6,24 @@
 
 #![forbid(unsafe_code)]
 
+pub mod builtin;
 pub mod checks;
 pub mod devices;
+pub mod gpu_id;
 pub mod hive;
 pub mod mapping;
+pub mod memfs;
 pub mod model;
 pub mod options;
 pub mod parse;
+pub mod synthesize;
 pub mod write;
 
+pub use builtin::{builtin, builtin_names, renumbered, renumbered_with_map};
 pub use hive::Hive;
 pub use model::{
     GpuId, Indexed, Link, Node, NodeKind, Properties, PropertyValue, RenderMinor, System,
 };
 pub use parse::{parse, ParseError, Parsed, SkipReason, Skipped};
+pub use synthesize::synthesize_missing;
 pub use write::write;

@@ -102,6 +102,22 @@ impl Properties {
         self.put(key, Value::List(list.into()));
     }
 
+    /// Sets `key` to `value`; a new key goes right after `anchor` (where the
+    /// kernel prints it), or at the end when `anchor` is absent.
+    pub fn insert_after(&mut self, anchor: &str, key: &str, value: u64) {
+        if self.contains(key) {
+            self.set(key, value);
+            return;
+        }
+        let at = self
+            .entries
+            .iter()
+            .position(|(k, _)| k == anchor)
+            .map_or(self.entries.len(), |i| i + 1);
+        self.entries
+            .insert(at, (key.to_owned(), Value::Number(value)));
+    }
+
     fn put(&mut self, key: &str, value: Value) {
         match self.entries.iter_mut().find(|(k, _)| k == key) {
             Some(entry) => entry.1 = value,

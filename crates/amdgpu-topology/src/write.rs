@@ -14,6 +14,30 @@ use std::io;
 use std::path::Path;
 
 use crate::model::{Indexed, Link, Properties, System};
+use crate::parse::RealFs;
+
+/// The file system operations the writer needs: [`RealFs`] writes files,
+/// [`crate::memfs::MemoryFs`] keeps them in memory.
+pub trait SysfsWriter {
+    /// Creates `path` and its missing parents; fine if it exists.
+    fn create_dir_all(&mut self, path: &Path) -> io::Result<()>;
+    /// Creates directory `path`; `AlreadyExists` if it exists.
+    fn create_dir(&mut self, path: &Path) -> io::Result<()>;
+    /// Creates or replaces file `path` with `contents`.
+    fn write_file(&mut self, path: &Path, contents: &[u8]) -> io::Result<()>;
+}
+
+impl SysfsWriter for RealFs {
+    fn create_dir_all(&mut self, path: &Path) -> io::Result<()> {
+        fs::create_dir_all(path)
+    }
+    fn create_dir(&mut self, path: &Path) -> io::Result<()> {
+        fs::create_dir(path)
+    }
+    fn write_file(&mut self, path: &Path, contents: &[u8]) -> io::Result<()> {
+        fs::write(path, contents)
+    }
+}
 
 /// The text of a `properties` file: one `key value` line per entry.
 pub fn format_properties(properties: &Properties) -> String {
@@ -30,9 +54,14 @@ pub fn format_properties(properties: &Properties) -> String {
 /// holds. Fails with `AlreadyExists` when `root/nodes` exists, so two trees
 /// are never mixed.
 pub fn write(system: &System, root: &Path) -> io::Result<()> {
-    fs::create_dir_all(root)?;
+    write_with(&mut RealFs, system, root)
+}
+
+/// [`write`] through `out`.
+pub fn write_with(out: &mut impl SysfsWriter, system: &System, root: &Path) -> io::Result<()> {
+    out.create_dir_all(root)?;
     let nodes_dir = root.join("nodes");
-    fs::create_dir(&nodes_dir).map_err(|e| {
+    out.create_dir(&nodes_dir).map_err(|e| {
         if e.kind() == io::ErrorKind::AlreadyExists {
             io::Error::new(
                 e.kind(),
@@ -46,56 +75,71 @@ pub fn write(system: &System, root: &Path) -> io::Result<()> {
         }
     })?;
     if let Some(generation) = system.generation_id {
-        fs::write(root.join("generation_id"), format!("{generation}\n"))?;
+        out.write_file(
+            &root.join("generation_id"),
+            format!("{generation}\n").as_bytes(),
+        )?;
     }
     if let Some(props) = &system.system_properties {
-        fs::write(root.join("system_properties"), format_properties(props))?;
+        out.write_file(
+            &root.join("system_properties"),
+            format_properties(props).as_bytes(),
+        )?;
     }
     for node in &system.nodes {
         let dir = nodes_dir.join(node.id.to_string());
-        fs::create_dir(&dir)?;
+        out.create_dir(&dir)?;
         if let Some(gpu_id) = node.gpu_id {
-            fs::write(dir.join("gpu_id"), format!("{gpu_id}\n"))?;
+            out.write_file(&dir.join("gpu_id"), format!("{gpu_id}\n").as_bytes())?;
         }
         if let Some(name) = &node.name {
-            fs::write(dir.join("name"), format!("{name}\n"))?;
+            out.write_file(&dir.join("name"), format!("{name}\n").as_bytes())?;
         }
-        fs::write(dir.join("properties"), format_properties(&node.properties))?;
+        out.write_file(
+            &dir.join("properties"),
+            format_properties(&node.properties).as_bytes(),
+        )?;
         if let Some(banks) = &node.mem_banks {
-            write_indexed(&dir.join("mem_banks"), banks)?;
+            write_indexed(out, &dir.join("mem_banks"), banks)?;
         }
         if let Some(caches) = &node.caches {
-            write_indexed(&dir.join("caches"), caches)?;
+            write_indexed(out, &dir.join("caches"), caches)?;
         }
         if let Some(links) = &node.io_links {
-            write_links(&dir.join("io_links"), links)?;
+            write_links(out, &dir.join("io_links"), links)?;
         }
         if let Some(links) = &node.p2p_links {
-            write_links(&dir.join("p2p_links"), links)?;
+            write_links(out, &dir.join("p2p_links"), links)?;
         }
     }
     Ok(())
 }
 
-fn write_indexed(dir: &Path, entries: &[Indexed]) -> io::Result<()> {
-    fs::create_dir(dir)?;
+fn write_indexed(out: &mut impl SysfsWriter, dir: &Path, entries: &[Indexed]) -> io::Result<()> {
+    out.create_dir(dir)?;
     for entry in entries {
         let sub = dir.join(entry.index.to_string());
-        fs::create_dir(&sub)?;
-        fs::write(sub.join("properties"), format_properties(&entry.properties))?;
+        out.create_dir(&sub)?;
+        out.write_file(
+            &sub.join("properties"),
+            format_properties(&entry.properties).as_bytes(),
+        )?;
         if let Some(used) = entry.used_memory {
-            fs::write(sub.join("used_memory"), format!("{used}\n"))?;
+            out.write_file(&sub.join("used_memory"), format!("{used}\n").as_bytes())?;
         }
     }
     Ok(())
 }
 
-fn write_links(dir: &Path, links: &[Link]) -> io::Result<()> {
-    fs::create_dir(dir)?;
+fn write_links(out: &mut impl SysfsWriter, dir: &Path, links: &[Link]) -> io::Result<()> {
+    out.create_dir(dir)?;
     for link in links {
         let sub = dir.join(link.index.to_string());
-        fs::create_dir(&sub)?;
-        fs::write(sub.join("properties"), format_properties(&link.properties))?;
+        out.create_dir(&sub)?;
+        out.write_file(
+            &sub.join("properties"),
+            format_properties(&link.properties).as_bytes(),
+        )?;
     }
     Ok(())
 }

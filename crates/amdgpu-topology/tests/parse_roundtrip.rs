@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use amdgpu_topology::memfs::MemoryFs;
+use amdgpu_topology::parse::parse_with;
+use amdgpu_topology::write::write_with;
 use amdgpu_topology::{parse, write};
 use fixture_dir::{topology_fixtures, FIXTURES};
 
@@ -35,12 +38,17 @@ fn fixtures_round_trip_through_write() {
     };
     for name in FIXTURES {
         let original = parse(&dir.join(name)).unwrap().system;
-        let tmp = tempfile::tempdir().unwrap();
-        write(&original, tmp.path()).unwrap();
-        let again = parse(tmp.path()).unwrap();
+        let mut tree = MemoryFs::new();
+        write_with(&mut tree, &original, Path::new("/t")).unwrap();
+        let again = parse_with(&tree, Path::new("/t")).unwrap();
         assert!(again.skipped.is_empty(), "{name}");
         assert_eq!(again.system, original, "{name}: parse(write(m)) != m");
     }
+    // Through real files too, for a complete fixture of modest size.
+    let original = parse(&dir.join("vega10-mi25-1gpu")).unwrap().system;
+    let tmp = tempfile::tempdir().unwrap();
+    write(&original, tmp.path()).unwrap();
+    assert_eq!(parse(tmp.path()).unwrap().system, original);
 }
 
 #[test]
@@ -50,10 +58,14 @@ fn written_files_match_the_fixture_bytes() {
     };
     for name in FIXTURES {
         let source = dir.join(name);
-        let tmp = tempfile::tempdir().unwrap();
-        write(&parse(&source).unwrap().system, tmp.path()).unwrap();
+        let mut tree = MemoryFs::new();
+        let root = Path::new("/t");
+        write_with(&mut tree, &parse(&source).unwrap().system, root).unwrap();
         let expected = files(&source);
-        let written = files(tmp.path());
+        let written: BTreeMap<PathBuf, Vec<u8>> = tree
+            .files()
+            .map(|(path, bytes)| (path.strip_prefix(root).unwrap().to_owned(), bytes.to_vec()))
+            .collect();
         assert_eq!(
             expected.keys().collect::<Vec<_>>(),
             written.keys().collect::<Vec<_>>(),
