@@ -10,11 +10,16 @@
 //! This module decides what moves where; the copy itself belongs to the
 //! `kfd` crate's SDMA copy engine. It never parses image bytes.
 
+use std::os::fd::AsFd;
+
 use amdgpu_image::{ImageName, ImageStore, ImageWriter, PagesLayout, PagesReader, ValidatedKfd};
-use kfd::{CheckpointBo, Driver, RestoredBo};
+use kfd::{
+    CheckpointBo, CopyEngine, CopyEngineConfig, Driver, Fence, RenderMinor, RenderNode, RestoredBo,
+    StagingBuffer, StagingSlot,
+};
 
 use super::error::Error;
-use crate::options::Options;
+use crate::options::{Options, Staging};
 
 /// One GPU of a transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,13 +92,76 @@ pub fn dump_contents<D: Driver + Clone, S: ImageStore + Sync>(
     Ok(report)
 }
 
+/// Staging slots of one engine with the copy in flight on each, used
+/// round-robin so chunks complete in submission order.
+struct Ring {
+    slots: Vec<StagingSlot>,
+    pending: Vec<Option<(Fence, usize)>>,
+    next: usize,
+}
+
+impl Ring {
+    fn new<D: Driver + Clone>(
+        engine: &mut CopyEngine<D>,
+        staging: Staging,
+        gpu: u32,
+    ) -> Result<Ring, Error> {
+        let mut slots = Vec::with_capacity(staging.buffers);
+        for _ in 0..staging.buffers {
+            let len = usize::try_from(staging.buffer_size).map_err(|_| Error::Transfer {
+                gpu_id: gpu,
+                step: "allocating staging memory",
+                reason: format!("{} bytes do not fit in memory", staging.buffer_size),
+            })?;
+            let buffer = StagingBuffer::new(len).map_err(transfer_error(
+                gpu,
+                "allocating staging memory (lower KFD_MAX_BUFFER_SIZE if memory is short)",
+            ))?;
+            slots.push(
+                engine
+                    .add_staging(buffer)
+                    .map_err(transfer_error(gpu, "registering staging memory"))?,
+            );
+        }
+        Ok(Ring {
+            pending: vec![None; slots.len()],
+            slots,
+            next: 0,
+        })
+    }
+}
+
+fn transfer_error(gpu: u32, step: &'static str) -> impl FnOnce(kfd::Error) -> Error {
+    move |e| Error::Transfer {
+        gpu_id: gpu,
+        step,
+        reason: e.to_string(),
+    }
+}
+
+fn wait_copy<D: Driver + Clone>(
+    engine: &mut CopyEngine<D>,
+    fence: &Fence,
+    gpu: u32,
+) -> Result<(), Error> {
+    match engine.wait(fence, None) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Error::Transfer {
+            gpu_id: gpu,
+            step: "waiting for an SDMA copy",
+            reason: "the copy did not complete".into(),
+        }),
+        Err(e) => Err(transfer_error(gpu, "SDMA copy")(e)),
+    }
+}
+
 fn dump_gpu<D: Driver + Clone, S: ImageStore>(
-    _driver: &D,
+    driver: &D,
     store: &S,
     id: u32,
     target: GpuTarget,
     bos: &[(usize, &CheckpointBo)],
-    _options: &Options,
+    options: &Options,
 ) -> Result<ContentReport, Error> {
     let gpu = target.user_gpu_id;
     let name = ImageName::Pages { id, gpu_id: gpu };
@@ -111,14 +179,76 @@ fn dump_gpu<D: Driver + Clone, S: ImageStore>(
         step: "sizing the pages file",
         reason: "the BO sizes overflow 64 bits".into(),
     })?;
-    if let Some((entry, _)) = bos.first() {
-        return Err(Error::Unsupported {
-            what: format!("copying the VRAM/GTT contents of BO {entry} on GPU {gpu:#x}"),
-        });
-    }
-    let writer = store
+    let mut writer = store
         .create_pages(&name, layout)
         .map_err(Error::image("creating a pages file"))?;
+    if !bos.is_empty() {
+        let largest = bos.iter().map(|(_, bo)| bo.bucket.size).max().unwrap_or(0);
+        let staging = options.staging.for_largest_bo(largest);
+        // A private render file: its VM holds nothing but the engine's
+        // mappings, so no VA can collide with the process's BOs.
+        let render = RenderNode::open(driver.clone(), RenderMinor(target.render_minor))
+            .map_err(transfer_error(gpu, "opening a private render node"))?;
+        let mut engine = CopyEngine::new(render, CopyEngineConfig::default())
+            .map_err(transfer_error(gpu, "setting up the SDMA copy engine"))?;
+        let mut ring = Ring::new(&mut engine, staging, gpu)?;
+        for (entry, bo) in bos {
+            let dmabuf = bo.dmabuf.as_ref().ok_or_else(|| {
+                Error::Inconsistent(format!(
+                    "BO {entry} on GPU {gpu:#x} has contents but the kernel exported no dma-buf"
+                ))
+            })?;
+            let imported = engine
+                .import_dmabuf(dmabuf.as_fd())
+                .map_err(transfer_error(gpu, "importing a BO's dma-buf"))?;
+            let size = bo.bucket.size;
+            if imported.size() < size {
+                return Err(Error::Inconsistent(format!(
+                    "BO {entry} on GPU {gpu:#x}: the dma-buf has {:#x} bytes, the bucket says {size:#x}",
+                    imported.size()
+                )));
+            }
+            let mut offset = 0u64;
+            while offset < size {
+                let i = ring.next;
+                if let Some((fence, len)) = ring.pending[i].take() {
+                    wait_copy(&mut engine, &fence, gpu)?;
+                    let data = engine
+                        .staging(ring.slots[i])
+                        .map_err(transfer_error(gpu, "reading staging memory"))?;
+                    writer
+                        .write(&data[..len])
+                        .map_err(Error::image("writing a pages file"))?;
+                }
+                let len = (size - offset).min(staging.buffer_size) as usize;
+                let fence = engine
+                    .submit_read(&imported, offset, ring.slots[i], len)
+                    .map_err(transfer_error(gpu, "submitting an SDMA read"))?;
+                ring.pending[i] = Some((fence, len));
+                ring.next = (i + 1) % ring.slots.len();
+                offset += len as u64;
+            }
+            // Drain in submission order before the BO is released.
+            for k in 0..ring.slots.len() {
+                let i = (ring.next + k) % ring.slots.len();
+                if let Some((fence, len)) = ring.pending[i].take() {
+                    wait_copy(&mut engine, &fence, gpu)?;
+                    let data = engine
+                        .staging(ring.slots[i])
+                        .map_err(transfer_error(gpu, "reading staging memory"))?;
+                    writer
+                        .write(&data[..len])
+                        .map_err(Error::image("writing a pages file"))?;
+                }
+            }
+            engine
+                .release_bo(imported)
+                .map_err(transfer_error(gpu, "releasing an imported BO"))?;
+        }
+        engine
+            .close()
+            .map_err(transfer_error(gpu, "closing the SDMA copy engine"))?;
+    }
     let (sink, written) = writer
         .finish()
         .map_err(Error::image("finishing a pages file"))?;
@@ -170,12 +300,12 @@ pub fn restore_contents<D: Driver + Clone, S: ImageStore + Sync>(
 }
 
 fn restore_gpu<D: Driver + Clone, S: ImageStore>(
-    _driver: &D,
+    driver: &D,
     store: &S,
     image: &ValidatedKfd,
     target: GpuTarget,
-    _restored: &[RestoredBo],
-    _options: &Options,
+    restored: &[RestoredBo],
+    options: &Options,
 ) -> Result<u64, Error> {
     let gpu = target.user_gpu_id;
     let layout = image.pages_layout(gpu);
@@ -183,7 +313,7 @@ fn restore_gpu<D: Driver + Clone, S: ImageStore>(
         id: image.id(),
         gpu_id: gpu,
     };
-    let Some(reader) = store
+    let Some(source) = store
         .open(&name)
         .map_err(Error::image("opening a pages file"))?
     else {
@@ -196,18 +326,94 @@ fn restore_gpu<D: Driver + Clone, S: ImageStore>(
             reason: format!("{name} is missing"),
         });
     };
-    let reader = PagesReader::new(reader, &name.to_string(), layout)
+    let total = layout.total_len();
+    let mut reader = PagesReader::new(source, &name.to_string(), layout)
         .map_err(Error::image("reading a pages file"))?;
-    if let Some(bo) = reader.layout().bos().first() {
-        return Err(Error::Unsupported {
-            what: format!(
-                "writing back the VRAM/GTT contents of BO {} on GPU {gpu:#x}",
-                bo.entry
-            ),
-        });
+    let bos: Vec<amdgpu_image::pages::PagesBo> = reader.layout().bos().to_vec();
+    if bos.is_empty() {
+        reader
+            .verify_all(&mut [])
+            .map_err(Error::image("reading a pages file"))?;
+        return Ok(0);
     }
+    let largest = bos.iter().map(|b| b.size).max().unwrap_or(0);
+    let staging = options.staging.for_largest_bo(largest);
+    let render = RenderNode::open(driver.clone(), RenderMinor(target.render_minor))
+        .map_err(transfer_error(gpu, "opening a private render node"))?;
+    let mut engine = CopyEngine::new(render, CopyEngineConfig::default())
+        .map_err(transfer_error(gpu, "setting up the SDMA copy engine"))?;
+    let mut ring = Ring::new(&mut engine, staging, gpu)?;
+    for bo in &bos {
+        let entry = bo.entry;
+        let dmabuf = restored
+            .get(entry)
+            .and_then(|r| r.dmabuf.as_ref())
+            .ok_or_else(|| {
+                Error::Inconsistent(format!(
+                    "BO {entry} on GPU {gpu:#x} has contents but RESTORE returned no dma-buf"
+                ))
+            })?;
+        let imported = engine
+            .import_dmabuf(dmabuf.as_fd())
+            .map_err(transfer_error(gpu, "importing a restored BO's dma-buf"))?;
+        if imported.size() < bo.size {
+            return Err(Error::Inconsistent(format!(
+                "BO {entry} on GPU {gpu:#x}: the restored BO has {:#x} bytes, the image {:#x}",
+                imported.size(),
+                bo.size
+            )));
+        }
+        let mut offset = 0u64;
+        while offset < bo.size {
+            let i = ring.next;
+            if let Some((fence, _)) = ring.pending[i].take() {
+                wait_copy(&mut engine, &fence, gpu)?;
+            }
+            let want = (bo.size - offset).min(staging.buffer_size) as usize;
+            let buf = engine
+                .staging_mut(ring.slots[i])
+                .map_err(transfer_error(gpu, "filling staging memory"))?;
+            let chunk = reader
+                .read_chunk(&mut buf[..want])
+                .map_err(Error::image("reading a pages file"))?
+                .ok_or_else(|| Error::Transfer {
+                    gpu_id: gpu,
+                    step: "reading the pages file",
+                    reason: format!("{name} ended inside BO {entry}"),
+                })?;
+            if chunk.entry != entry || chunk.offset != offset || chunk.len == 0 {
+                return Err(Error::Transfer {
+                    gpu_id: gpu,
+                    step: "reading the pages file",
+                    reason: format!(
+                        "{name}: expected BO {entry} at {offset:#x}, got BO {} at {:#x}",
+                        chunk.entry, chunk.offset
+                    ),
+                });
+            }
+            let fence = engine
+                .submit_write(&imported, offset, ring.slots[i], chunk.len)
+                .map_err(transfer_error(gpu, "submitting an SDMA write"))?;
+            ring.pending[i] = Some((fence, chunk.len));
+            ring.next = (i + 1) % ring.slots.len();
+            offset += chunk.len as u64;
+        }
+        for k in 0..ring.slots.len() {
+            let i = (ring.next + k) % ring.slots.len();
+            if let Some((fence, _)) = ring.pending[i].take() {
+                wait_copy(&mut engine, &fence, gpu)?;
+            }
+        }
+        engine
+            .release_bo(imported)
+            .map_err(transfer_error(gpu, "releasing an imported BO"))?;
+    }
+    // The end of the file and the last checksum.
     reader
         .verify_all(&mut [])
         .map_err(Error::image("reading a pages file"))?;
-    Ok(0)
+    engine
+        .close()
+        .map_err(transfer_error(gpu, "closing the SDMA copy engine"))?;
+    Ok(total)
 }
