@@ -54,7 +54,7 @@
 //! This module is a pure function of two [`DeviceTopology`] values; it never
 //! reads files or the environment.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
 use serde::Serialize;
@@ -208,10 +208,20 @@ pub fn map_topologies(
         }]));
     }
 
+    let class_ok: Vec<Vec<bool>> = src
+        .pair_class_reps
+        .iter()
+        .map(|&i| {
+            dst.pair_class_reps
+                .iter()
+                .map(|&j| pair_reasons(&src, i, &dst, j, options).is_empty())
+                .collect()
+        })
+        .collect();
     let mut base = Matrix::new(n);
     for i in 0..n {
         for j in 0..n {
-            base.set(i, j, pair_reasons(&src, i, &dst, j, options).is_empty());
+            base.set(i, j, class_ok[src.pair_class[i]][dst.pair_class[j]]);
         }
     }
 
@@ -291,6 +301,12 @@ struct View<'a> {
     /// Per GPU position: the compared property values (GPUs with equal
     /// values are preferred partners).
     classes: Vec<[u64; 24]>,
+    /// Per GPU position: its pair class. GPUs of one pair class have equal
+    /// compared properties, valid link counts and CPU link kinds, so
+    /// [`pair_reasons`] gives them the same answer.
+    pair_class: Vec<usize>,
+    /// One GPU position per pair class.
+    pair_class_reps: Vec<usize>,
 }
 
 impl<'a> View<'a> {
@@ -303,24 +319,28 @@ impl<'a> View<'a> {
                 max: MAX_NODES,
             });
         }
-        let mut by_id = HashMap::with_capacity(nodes.len());
-        let mut gpu_ids = HashSet::new();
-        for (index, node) in nodes.iter().enumerate() {
-            if by_id.insert(node.node_id, index).is_some() {
-                return Err(MapError::DuplicateNodeId {
-                    side,
-                    node: node.node_id,
-                });
-            }
-            if node.is_gpu() && !gpu_ids.insert(node.gpu_id) {
-                return Err(MapError::DuplicateGpuId {
-                    side,
-                    gpu: node.gpu_id,
-                });
-            }
-        }
         let mut order: Vec<usize> = (0..nodes.len()).collect();
         order.sort_by_key(|&i| nodes[i].node_id);
+        if let Some(pair) = order
+            .windows(2)
+            .find(|w| nodes[w[0]].node_id == nodes[w[1]].node_id)
+        {
+            return Err(MapError::DuplicateNodeId {
+                side,
+                node: nodes[pair[0]].node_id,
+            });
+        }
+        let mut gpu_ids: Vec<GpuId> = nodes
+            .iter()
+            .filter(|n| n.is_gpu())
+            .map(|n| n.gpu_id)
+            .collect();
+        gpu_ids.sort_unstable();
+        if let Some(pair) = gpu_ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(MapError::DuplicateGpuId { side, gpu: pair[0] });
+        }
+        let node_index = NodeIndex::new(nodes, &order);
+        let by_id = |id: u32| node_index.get(id);
         let gpus: Vec<usize> = order
             .iter()
             .copied()
@@ -339,13 +359,19 @@ impl<'a> View<'a> {
         }
 
         let kept = |t: u32| t as u64 == link_type::PCIE || t as u64 == link_type::XGMI;
-        let all_links: HashSet<(u32, u32, u32)> = nodes
+        // Per node: its valid kept links as sorted (target index, type), to
+        // find the link back that makes a link bi-directional.
+        let links_of: Vec<Vec<(usize, u32)>> = nodes
             .iter()
-            .flat_map(|n| {
-                n.iolinks
+            .map(|n| {
+                let mut links: Vec<(usize, u32)> = n
+                    .iolinks
                     .iter()
-                    .filter(|l| kept(l.link_type) && by_id.contains_key(&l.node_to))
-                    .map(move |l| (n.node_id, l.node_to, l.link_type))
+                    .filter(|l| kept(l.link_type))
+                    .filter_map(|l| Some((by_id(l.node_to)?, l.link_type)))
+                    .collect();
+                links.sort_unstable();
+                links
             })
             .collect();
 
@@ -357,15 +383,16 @@ impl<'a> View<'a> {
             let mut valid = 0;
             let mut to_cpus = Vec::new();
             for link in &node.iolinks {
-                let Some(&target) = by_id.get(&link.node_to) else {
+                let Some(target) = by_id(link.node_to) else {
                     continue;
                 };
                 if !kept(link.link_type) {
                     continue;
                 }
                 valid += 1;
-                let bidirectional =
-                    all_links.contains(&(link.node_to, node.node_id, link.link_type));
+                let bidirectional = links_of[target]
+                    .binary_search(&(index, link.link_type))
+                    .is_ok();
                 if nodes[target].is_gpu() {
                     if bidirectional && link.link_type as u64 == link_type::XGMI {
                         union(&mut hive_parent, pos, position[target]);
@@ -392,10 +419,28 @@ impl<'a> View<'a> {
             .collect();
         hives.sort_by_key(|members| members[0]);
 
-        let classes = gpus
+        let classes: Vec<[u64; 24]> = gpus
             .iter()
             .map(|&index| compared_values(&nodes[index].props))
             .collect();
+        let mut class_ids: BTreeMap<PairKey, usize> = BTreeMap::new();
+        let mut pair_class = Vec::with_capacity(gpus.len());
+        let mut pair_class_reps = Vec::new();
+        for (pos, links) in cpu_links.iter().enumerate() {
+            let mut kinds: Vec<(u32, bool)> = links
+                .iter()
+                .map(|l: &CpuLink| (l.link_type, l.bidirectional))
+                .collect();
+            kinds.sort_unstable();
+            let next = class_ids.len();
+            let id = *class_ids
+                .entry((classes[pos], valid_links[pos], kinds))
+                .or_insert(next);
+            if id == next {
+                pair_class_reps.push(pos);
+            }
+            pair_class.push(id);
+        }
         Ok(Self {
             nodes,
             gpus,
@@ -404,6 +449,8 @@ impl<'a> View<'a> {
             cpu_links,
             hives,
             classes,
+            pair_class,
+            pair_class_reps,
         })
     }
 
@@ -442,6 +489,39 @@ impl<'a> View<'a> {
                 list
             })
             .collect()
+    }
+}
+
+/// Node id to index into the node slice: a dense table when ids are small
+/// (always, from sysfs), binary search otherwise.
+enum NodeIndex<'n> {
+    Dense(Vec<Option<usize>>),
+    Sorted(&'n [DeviceNode], &'n [usize]),
+}
+
+impl<'n> NodeIndex<'n> {
+    /// `order`: indices into `nodes` sorted by node id.
+    fn new(nodes: &'n [DeviceNode], order: &'n [usize]) -> Self {
+        let max = nodes.iter().map(|n| n.node_id as usize).max().unwrap_or(0);
+        if max < 4 * nodes.len() + 1024 {
+            let mut table = vec![None; max + 1];
+            for (index, node) in nodes.iter().enumerate() {
+                table[node.node_id as usize] = Some(index);
+            }
+            NodeIndex::Dense(table)
+        } else {
+            NodeIndex::Sorted(nodes, order)
+        }
+    }
+
+    fn get(&self, id: u32) -> Option<usize> {
+        match self {
+            NodeIndex::Dense(table) => table.get(id as usize).copied().flatten(),
+            NodeIndex::Sorted(nodes, order) => order
+                .binary_search_by_key(&id, |&i| nodes[i].node_id)
+                .ok()
+                .map(|k| order[k]),
+        }
     }
 }
 
@@ -1047,6 +1127,8 @@ impl Search<'_, '_> {
         Mapping { gpu_map, cpu_map }
     }
 }
+
+type PairKey = ([u64; 24], usize, Vec<(u32, bool)>);
 
 type CpuKeyEntry = (Option<usize>, Vec<(u32, bool)>, Vec<u64>);
 
