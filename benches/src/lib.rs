@@ -1,1 +1,3 @@
 //! Shared helpers for the benchmarks.
+
+pub mod topology;
