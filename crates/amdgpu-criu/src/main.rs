@@ -28,6 +28,8 @@ enum Command {
     Show(cmd::show::Args),
     /// Validate an image set, checksums included, and list every problem.
     Verify(cmd::verify::Args),
+    /// Print a KFD topology: nodes, gpu_ids, VRAM, render minors, hives, links.
+    Topology(cmd::topology::Args),
 }
 
 fn main() -> ExitCode {
@@ -36,5 +38,6 @@ fn main() -> ExitCode {
         Command::Map(args) => cmd::map::run(args),
         Command::Show(args) => cmd::show::run(args),
         Command::Verify(args) => cmd::verify::run(args),
+        Command::Topology(args) => cmd::topology::run(args),
     }
 }

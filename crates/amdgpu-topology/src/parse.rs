@@ -33,6 +33,8 @@ use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
+use serde::Serialize;
+
 use crate::model::{Indexed, Link, Node, Properties, System};
 
 /// Where the kernel publishes the topology.
@@ -67,7 +69,7 @@ pub struct Parsed {
 }
 
 /// A node left out of the [`System`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Skipped {
     /// The node id.
     pub node: u32,
@@ -90,7 +92,7 @@ impl fmt::Display for Skipped {
 }
 
 /// Why a node was skipped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub enum SkipReason {
     /// EPERM or EACCES: the device cgroup hides this GPU from us.
@@ -116,7 +118,7 @@ impl fmt::Display for SkipReason {
 }
 
 /// Something the parse noticed that is not an error.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub enum Note {
     /// A node without a `gpu_id` file (partial capture); `gpu_id` is `None`.
@@ -210,7 +212,7 @@ impl fmt::Display for SyntaxError {
 #[non_exhaustive]
 pub enum ParseError {
     /// The root has no `nodes` directory.
-    #[error("no KFD topology at {}: {} does not exist (is amdgpu loaded? use another root to read a copy)", .root.display(), .root.join("nodes").display())]
+    #[error("no KFD topology at {}: {} does not exist", .root.display(), .root.join("nodes").display())]
     NoTopology {
         /// The root that was tried.
         root: PathBuf,

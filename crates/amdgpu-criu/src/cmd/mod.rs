@@ -2,4 +2,5 @@
 
 pub mod map;
 pub mod show;
+pub mod topology;
 pub mod verify;

@@ -1,0 +1,431 @@
+//! `amdgpu-criu topology [--sysfs DIR | --builtin NAME] [--complete] [--json]`:
+//! print a KFD topology as the plugin sees it: nodes, gpu_ids, device ids,
+//! VRAM, render minors, XGMI hives and links.
+//!
+//! The topology comes from this machine's sysfs, from a copy of it, or from
+//! a built-in synthetic machine. This module only reads and prints; it never
+//! opens devices.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use amdgpu_topology::model::link_type;
+use amdgpu_topology::parse::{Note, DEFAULT_ROOT};
+use amdgpu_topology::synthesize::Synthesized;
+use amdgpu_topology::{
+    builtin, builtin_names, parse, synthesize_missing, Hive, Link, Node, NodeKind, ParseError,
+    Skipped, System,
+};
+use serde::Serialize;
+
+/// Arguments of `topology`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Read a copy of a topology tree (the directory holding `nodes/`)
+    /// instead of this machine's `/sys/class/kfd/kfd/topology`.
+    #[arg(long, value_name = "DIR", conflicts_with = "builtin")]
+    pub sysfs: Option<PathBuf>,
+    /// Show a built-in synthetic machine instead (`--builtin list` prints
+    /// their names).
+    #[arg(long, value_name = "NAME")]
+    pub builtin: Option<String>,
+    /// Fill in missing gpu_ids, VRAM banks and render minors as the
+    /// simulator does, and list what was filled in.
+    #[arg(long)]
+    pub complete: bool,
+    /// Print one JSON object (`source`, `gpus`, `hives`, `skipped`, `notes`,
+    /// `synthesized`, `system`) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Where the topology came from and what was learnt reading it.
+struct Loaded {
+    source: String,
+    system: System,
+    skipped: Vec<Skipped>,
+    notes: Vec<Note>,
+}
+
+/// Runs `topology`: 0 on success, 2 when the topology cannot be read.
+pub fn run(args: Args) -> ExitCode {
+    if args.builtin.as_deref() == Some("list") {
+        let mut text = builtin_names().join("\n");
+        text.push('\n');
+        return emit(&text);
+    }
+    let mut loaded = match load(&args) {
+        Ok(loaded) => loaded,
+        Err(message) => {
+            eprintln!("amdgpu-criu topology: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let synthesized = if args.complete {
+        synthesize_missing(&mut loaded.system)
+    } else {
+        Vec::new()
+    };
+    let text = if args.json {
+        match serde_json::to_string_pretty(&Report::new(&loaded, &synthesized)) {
+            Ok(mut text) => {
+                text.push('\n');
+                text
+            }
+            Err(e) => {
+                eprintln!("amdgpu-criu topology: cannot format the topology as JSON: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        render_text(&loaded, &synthesized)
+    };
+    emit(&text)
+}
+
+/// Writes `text` to stdout. A reader that went away (`| head`) is not an
+/// error; any other write failure is.
+fn emit(text: &str) -> ExitCode {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("amdgpu-criu topology: cannot write to stdout: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn load(args: &Args) -> Result<Loaded, String> {
+    if let Some(name) = &args.builtin {
+        let names = builtin_names().join(", ");
+        let system = builtin(name)
+            .ok_or_else(|| format!("no built-in topology {name:?} (known: {names})"))?;
+        return Ok(Loaded {
+            source: format!("builtin:{name}"),
+            system,
+            skipped: Vec::new(),
+            notes: Vec::new(),
+        });
+    }
+    let root = args
+        .sysfs
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
+    match parse(&root) {
+        Ok(parsed) => Ok(Loaded {
+            source: root.display().to_string(),
+            system: parsed.system,
+            skipped: parsed.skipped,
+            notes: parsed.notes,
+        }),
+        Err(ParseError::NoTopology { .. }) if args.sysfs.is_none() => Err(format!(
+            "{DEFAULT_ROOT} does not exist: this machine has no amdkfd topology \
+             (amdgpu not loaded, or no AMD GPU); use --sysfs DIR to read a copy of \
+             one, or --builtin NAME for a synthetic machine ({})",
+            builtin_names().join(", ")
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// One GPU node, summarized.
+#[derive(Serialize)]
+struct GpuSummary {
+    node: u32,
+    kind: NodeKind,
+    gpu_id: Option<u32>,
+    name: Option<String>,
+    device_id: u64,
+    gfx_target: Option<String>,
+    pci: String,
+    vram_bytes: Option<u64>,
+    vram_public: Option<bool>,
+    render_minor: Option<u32>,
+    hive_id: u64,
+}
+
+impl GpuSummary {
+    fn new(node: &Node) -> Self {
+        let vram = node.vram();
+        GpuSummary {
+            node: node.id,
+            kind: node.kind(),
+            gpu_id: node.gpu_id,
+            name: node.name.clone(),
+            device_id: node.prop("device_id"),
+            gfx_target: gfx_target(node.prop("gfx_target_version")),
+            pci: pci_address(node),
+            vram_bytes: vram.map(|(size, _)| size),
+            vram_public: vram.map(|(_, public)| public),
+            render_minor: node.render_minor(),
+            hive_id: node.hive_id(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    source: &'a str,
+    nodes: usize,
+    cpus: usize,
+    gpus: Vec<GpuSummary>,
+    hives: Vec<Hive>,
+    skipped: &'a [Skipped],
+    notes: Vec<String>,
+    synthesized: Vec<String>,
+    system: &'a System,
+}
+
+impl<'a> Report<'a> {
+    fn new(loaded: &'a Loaded, synthesized: &[Synthesized]) -> Self {
+        let s = &loaded.system;
+        Report {
+            source: &loaded.source,
+            nodes: s.nodes.len(),
+            cpus: s.cpus().count(),
+            gpus: s.gpus().map(GpuSummary::new).collect(),
+            hives: s.hives(),
+            skipped: &loaded.skipped,
+            notes: loaded.notes.iter().map(ToString::to_string).collect(),
+            synthesized: synthesized.iter().map(ToString::to_string).collect(),
+            system: s,
+        }
+    }
+}
+
+/// `gfx942` from 90402: major, minor and stepping, the last two in hex.
+fn gfx_target(version: u64) -> Option<String> {
+    if version == 0 {
+        return None;
+    }
+    let (major, minor, step) = (version / 10000, (version / 100) % 100, version % 100);
+    Some(format!("gfx{major}{minor:x}{step:x}"))
+}
+
+/// `domain:bus:device.function` from `domain` and `location_id`.
+fn pci_address(node: &Node) -> String {
+    let location = node.prop("location_id");
+    let devfn = location & 0xff;
+    format!(
+        "{:04x}:{:02x}:{:02x}.{}",
+        node.prop("domain"),
+        (location >> 8) & 0xff,
+        devfn >> 3,
+        devfn & 7
+    )
+}
+
+fn human_bytes(bytes: u64) -> String {
+    const GIB: f64 = (1u64 << 30) as f64;
+    const MIB: f64 = (1u64 << 20) as f64;
+    let b = bytes as f64;
+    if b >= GIB {
+        format!("{:.1} GiB", b / GIB)
+    } else {
+        format!("{:.1} MiB", b / MIB)
+    }
+}
+
+fn link_type_name(kind: u64) -> String {
+    match kind {
+        link_type::HYPERTRANSPORT => "HyperTransport".into(),
+        link_type::PCIE => "PCIe".into(),
+        link_type::QPI => "QPI".into(),
+        link_type::XGMI => "XGMI".into(),
+        other => format!("type {other}"),
+    }
+}
+
+/// `2-5,7,9` from sorted node ids.
+fn ranges(ids: &[u32]) -> String {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < ids.len() {
+        let mut j = i;
+        while j + 1 < ids.len() && ids[j + 1] == ids[j] + 1 {
+            j += 1;
+        }
+        out.push(if j > i {
+            format!("{}-{}", ids[i], ids[j])
+        } else {
+            ids[i].to_string()
+        });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+/// `PCIe->0; XGMI->3-5` for a node's links, grouped by type.
+fn link_summary(links: &[Link]) -> String {
+    let mut kinds: Vec<u64> = links.iter().map(Link::link_type).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    kinds
+        .into_iter()
+        .map(|kind| {
+            let mut targets: Vec<u32> = links
+                .iter()
+                .filter(|l| l.link_type() == kind)
+                .map(Link::node_to)
+                .collect();
+            targets.sort_unstable();
+            format!("{}->{}", link_type_name(kind), ranges(&targets))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn render_text(loaded: &Loaded, synthesized: &[Synthesized]) -> String {
+    let s = &loaded.system;
+    let mut out = String::new();
+    let generation = s.generation_id.map_or_else(
+        || "no generation_id".to_owned(),
+        |g| format!("generation {g}"),
+    );
+    // Writing to a String cannot fail; the results are ignored below.
+    let _ = writeln!(out, "topology: {} ({generation})", loaded.source);
+    let hives = s.hives();
+    let _ = writeln!(
+        out,
+        "{} nodes: {} CPU, {} GPU; {} XGMI hive(s)",
+        s.nodes.len(),
+        s.cpus().count(),
+        s.gpus().count(),
+        hives.len()
+    );
+    let _ = writeln!(
+        out,
+        "\n{:>4}  {:<4}  {:>6}  {:<14} {:>6}  {:<8} {:<13} {:>10}  {:>5}  hive_id",
+        "node", "kind", "gpu_id", "name", "device", "target", "pci", "vram", "minor"
+    );
+    for node in &s.nodes {
+        let gpu_id = node.gpu_id.map_or("-".to_owned(), |id| id.to_string());
+        let name = node.name.clone().unwrap_or_else(|| "-".to_owned());
+        if node.kind() == NodeKind::Cpu {
+            let _ = writeln!(
+                out,
+                "{:>4}  {:<4}  {:>6}  {:<14} {} cores",
+                node.id,
+                "CPU",
+                gpu_id,
+                name,
+                node.prop("cpu_cores_count")
+            );
+            continue;
+        }
+        let g = GpuSummary::new(node);
+        let kind = if g.kind == NodeKind::Apu {
+            "APU"
+        } else {
+            "GPU"
+        };
+        let vram = g.vram_bytes.map_or("-".to_owned(), human_bytes);
+        let minor = g.render_minor.map_or("-".to_owned(), |m| m.to_string());
+        let _ = writeln!(
+            out,
+            "{:>4}  {:<4}  {:>6}  {:<14} {:>#6x}  {:<8} {:<13} {:>10}  {:>5}  {}",
+            g.node,
+            kind,
+            gpu_id,
+            name,
+            g.device_id,
+            g.gfx_target.unwrap_or_else(|| "-".to_owned()),
+            g.pci,
+            vram,
+            minor,
+            g.hive_id
+        );
+    }
+    if !hives.is_empty() {
+        let _ = writeln!(out, "\nhives:");
+        for hive in &hives {
+            let agrees = if hive.hive_id_agrees {
+                ""
+            } else {
+                " (hive_id properties disagree with the links)"
+            };
+            let _ = writeln!(
+                out,
+                "  hive_id {}: nodes {} ({} GPUs){agrees}",
+                hive.hive_id,
+                ranges(&hive.nodes),
+                hive.nodes.len()
+            );
+        }
+    }
+    let _ = writeln!(out, "\nlinks:");
+    for node in &s.nodes {
+        let io = link_summary(node.io_links());
+        let p2p = link_summary(node.p2p_links());
+        if io.is_empty() && p2p.is_empty() {
+            continue;
+        }
+        let _ = write!(
+            out,
+            "  node {:>3}: io {}",
+            node.id,
+            if io.is_empty() { "-" } else { &io }
+        );
+        if !p2p.is_empty() {
+            let _ = write!(out, " | p2p {p2p}");
+        }
+        out.push('\n');
+    }
+    for skipped in &loaded.skipped {
+        let _ = writeln!(out, "skipped: {skipped}");
+    }
+    // Per-node notes of partial captures are grouped into one line each.
+    let mut no_gpu_id = Vec::new();
+    let mut no_banks = Vec::new();
+    for note in &loaded.notes {
+        match note {
+            Note::MissingGpuId { node } => no_gpu_id.push(*node),
+            Note::MissingMemBanks { node } => no_banks.push(*node),
+            other => {
+                let _ = writeln!(out, "note: {other}");
+            }
+        }
+    }
+    if !no_gpu_id.is_empty() {
+        let _ = writeln!(out, "note: no gpu_id file in nodes {}", ranges(&no_gpu_id));
+    }
+    if !no_banks.is_empty() {
+        let _ = writeln!(
+            out,
+            "note: no mem_banks (VRAM size unknown) in GPU nodes {}",
+            ranges(&no_banks)
+        );
+    }
+    for item in synthesized {
+        let _ = writeln!(out, "synthesized: {item}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gfx_names() {
+        assert_eq!(gfx_target(90402).as_deref(), Some("gfx942"));
+        assert_eq!(gfx_target(90010).as_deref(), Some("gfx90a"));
+        assert_eq!(gfx_target(90008).as_deref(), Some("gfx908"));
+        assert_eq!(gfx_target(110000).as_deref(), Some("gfx1100"));
+        assert_eq!(gfx_target(0), None);
+    }
+
+    #[test]
+    fn node_ranges() {
+        assert_eq!(ranges(&[]), "");
+        assert_eq!(ranges(&[3]), "3");
+        assert_eq!(ranges(&[2, 3, 4, 5, 7, 9, 10]), "2-5,7,9-10");
+    }
+}
