@@ -138,6 +138,14 @@ pub enum SimError {
     /// No live process has this pid.
     #[error("no simulated process with pid {0}")]
     NoSuchProcess(Pid),
+    /// Host memory for a simulated application could not be mapped.
+    #[error("mapping {len} bytes of host memory: {errno}")]
+    HostMemory {
+        /// Requested length.
+        len: usize,
+        /// The mmap error.
+        errno: Errno,
+    },
     /// A gpu_id named in a process configuration is not in the topology.
     #[error("gpu_id {0} is not a gpu of this simulator")]
     NoSuchGpu(GpuId),
@@ -264,6 +272,52 @@ pub(crate) struct CpuMapping {
     pub(crate) pid: Pid,
 }
 
+/// Anonymous host memory owned by the simulator: the simulated
+/// applications' CPU memory that USERPTR BOs point at. Unmapped when the
+/// simulator is dropped.
+#[derive(Debug)]
+pub(crate) struct HostRegion {
+    addr: usize,
+    len: usize,
+}
+
+impl HostRegion {
+    fn new(len: usize) -> Result<HostRegion, Errno> {
+        // SAFETY: an anonymous private mapping at an address the kernel
+        // picks touches no existing memory.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(Errno::last());
+        }
+        Ok(HostRegion { addr: ptr as usize, len })
+    }
+
+    fn contains(&self, addr: u64, len: usize) -> bool {
+        let Ok(addr) = usize::try_from(addr) else {
+            return false;
+        };
+        addr >= self.addr && addr.checked_add(len).is_some_and(|end| end <= self.addr + self.len)
+    }
+}
+
+impl Drop for HostRegion {
+    fn drop(&mut self) {
+        // SAFETY: the region was mapped by HostRegion::new and is unmapped
+        // once, here; the simulator hands out no references into it that
+        // outlive it (users hold raw addresses only, by contract).
+        unsafe { libc::munmap(self.addr as *mut c_void, self.len) };
+    }
+}
+
 /// Mutable simulator state, behind one mutex.
 #[derive(Debug)]
 pub(crate) struct State {
@@ -272,6 +326,7 @@ pub(crate) struct State {
     pub(crate) bos: BoStore,
     pub(crate) faults: FaultTable,
     pub(crate) cpu_maps: BTreeMap<usize, CpuMapping>,
+    pub(crate) host_regions: BTreeMap<usize, HostRegion>,
     next_pid: u32,
 }
 
@@ -421,6 +476,7 @@ impl Sim {
                     bos: BoStore::new(n),
                     faults: FaultTable::default(),
                     cpu_maps: BTreeMap::new(),
+                    host_regions: BTreeMap::new(),
                     next_pid: 1000,
                 }),
             }),
@@ -592,6 +648,30 @@ impl Sim {
         self.lock().processes.contains_key(&pid)
     }
 
+    /// Allocates `len` bytes (rounded up to pages) of zeroed host memory that
+    /// lives as long as the simulator: CPU memory of a simulated application,
+    /// e.g. the target of a USERPTR allocation. A restored process finds it at
+    /// the same address, as CRIU restores CPU memory in place.
+    pub fn alloc_host_memory(&self, len: usize) -> Result<u64, SimError> {
+        let len = len.max(1).div_ceil(4096) * 4096;
+        let region = HostRegion::new(len).map_err(|e| SimError::HostMemory { len, errno: e })?;
+        let addr = region.addr;
+        self.lock().host_regions.insert(addr, region);
+        Ok(addr as u64)
+    }
+
+    /// Reads simulator-owned host memory; `None` when the range is not inside
+    /// one allocation of [`Sim::alloc_host_memory`].
+    pub fn read_host_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        self.lock().read_host(addr, len)
+    }
+
+    /// Writes simulator-owned host memory; false when the range is not inside
+    /// one allocation of [`Sim::alloc_host_memory`].
+    pub fn write_host_memory(&self, addr: u64, data: &[u8]) -> bool {
+        self.lock().write_host(addr, data)
+    }
+
     /// Arms a fault (see [`FaultSpec`]).
     pub fn inject(&self, spec: FaultSpec) {
         self.lock().faults.arm(spec);
@@ -690,6 +770,32 @@ impl State {
             self.release_file(key);
         }
         self.files.insert(key, file);
+    }
+
+    fn host_region(&self, addr: u64, len: usize) -> Option<&HostRegion> {
+        let a = usize::try_from(addr).ok()?;
+        let (_, r) = self.host_regions.range(..=a).next_back()?;
+        r.contains(addr, len).then_some(r)
+    }
+
+    /// Reads simulator-owned host memory (`None` outside every region).
+    pub(crate) fn read_host(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        self.host_region(addr, len)?;
+        let mut out = vec![0u8; len];
+        // SAFETY: `[addr, addr+len)` lies inside a live region mapped
+        // read-write by this simulator; `out` is a separate allocation.
+        unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, out.as_mut_ptr(), len) };
+        Some(out)
+    }
+
+    /// Writes simulator-owned host memory; false outside every region.
+    pub(crate) fn write_host(&self, addr: u64, data: &[u8]) -> bool {
+        if self.host_region(addr, data.len()).is_none() {
+            return false;
+        }
+        // SAFETY: as in read_host, the range is inside a live read-write region.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as usize as *mut u8, data.len()) };
+        true
     }
 
     /// The render file `key`, if it is one.
