@@ -760,19 +760,28 @@ const THROTTLE_CHUNK: u64 = 64 << 10;
 const BOUNCE_BYTES: u64 = 1 << 20;
 
 impl Pacer {
-    fn account(&mut self, bytes: u64, bandwidth: u64) {
-        if bandwidth == 0 || bytes == 0 {
+    /// Longest single sleep, so a bandwidth change takes effect promptly.
+    const SLICE: Duration = Duration::from_millis(10);
+
+    /// Account `bytes` moved and sleep until the configured rate allows the
+    /// next piece. Setting the bandwidth to unlimited ends a pending wait.
+    fn account(&mut self, bytes: u64, bandwidth: &AtomicU64) {
+        let rate = bandwidth.load(Ordering::Relaxed);
+        if rate == 0 || bytes == 0 {
             self.next = None;
             return;
         }
         let now = Instant::now();
         let start = self.next.filter(|n| *n > now).unwrap_or(now);
-        let nanos = u128::from(bytes) * 1_000_000_000 / u128::from(bandwidth);
+        let nanos = u128::from(bytes) * 1_000_000_000 / u128::from(rate);
         let next = start + Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
-        if let Some(wait) = next.checked_duration_since(now) {
-            std::thread::sleep(wait);
-        }
         self.next = Some(next);
+        while let Some(left) = next.checked_duration_since(Instant::now()) {
+            if left.is_zero() || bandwidth.load(Ordering::Relaxed) != rate {
+                break;
+            }
+            std::thread::sleep(left.min(Self::SLICE));
+        }
     }
 }
 
@@ -929,7 +938,7 @@ impl Executor<'_> {
                 );
             }
             done += n;
-            self.pacer.account(n, bandwidth);
+            self.pacer.account(n, &self.shared.bandwidth);
         }
     }
 }

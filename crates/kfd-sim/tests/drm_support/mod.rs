@@ -11,7 +11,6 @@ use std::ptr::NonNull;
 use kfd::Driver;
 use kfd_sim::{Sim, SimConfig, SimDriver};
 use kfd_sys as k;
-use zerocopy::IntoBytes;
 
 /// A simulator with `gpus` synthetic GPUs whose `gfx_target_version` is
 /// `gfx` (e.g. 90010 for gfx90a, 80003 for a pre-AI Polaris).
@@ -60,15 +59,9 @@ pub fn render() -> Render {
     open_render(&sim_with(1, 90010), 0)
 }
 
-/// `ioctl(fd, request, arg)` through the driver. `T` must be the argument
-/// type whose size the request encodes (or any size when `raw` tests size
-/// tolerance).
-pub fn ioctl<T: IntoBytes>(
-    drv: &SimDriver,
-    fd: &OwnedFd,
-    request: u32,
-    arg: &mut T,
-) -> io::Result<c_int> {
+/// `ioctl(fd, request, arg)` through the driver. `T` is a plain `repr(C)`
+/// argument (no implicit padding) at least as large as the request says.
+pub fn ioctl<T>(drv: &SimDriver, fd: &OwnedFd, request: u32, arg: &mut T) -> io::Result<c_int> {
     assert!(
         k::_IOC_SIZE(request) <= std::mem::size_of_val(arg),
         "argument smaller than the request's size"
@@ -179,7 +172,7 @@ impl Drop for CpuMap<'_> {
 
 impl Render {
     /// `ioctl` on this render fd.
-    pub fn ioctl<T: IntoBytes>(&self, request: u32, arg: &mut T) -> io::Result<c_int> {
+    pub fn ioctl<T>(&self, request: u32, arg: &mut T) -> io::Result<c_int> {
         ioctl(&self.drv, &self.fd, request, arg)
     }
 
