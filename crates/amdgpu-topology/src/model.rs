@@ -96,8 +96,10 @@ impl Properties {
         self.put(key, Value::Number(value));
     }
 
-    /// Sets `key` to the list value `list` (comma-separated decimal numbers,
-    /// kept verbatim), replacing in place or appending at the end.
+    /// Sets `key` to the list value `list` (one or more comma-separated
+    /// decimal numbers, kept verbatim), replacing in place or appending at
+    /// the end. The parser reads list values only for
+    /// [`crate::parse::LIST_KEYS`], so only those round-trip through files.
     pub fn set_list(&mut self, key: &str, list: impl Into<String>) {
         self.put(key, Value::List(list.into()));
     }

@@ -21,7 +21,9 @@
 //!   carry them), and so is a missing final newline;
 //! * blank lines, a third field, duplicate keys and empty files are errors;
 //! * the keys in [`LIST_KEYS`] (`sibling_map`) take a comma-separated list of
-//!   decimal numbers, kept verbatim.
+//!   decimal numbers (one or more), kept verbatim as a list value.
+//!
+//! Not read: `nodes/N/perf/` and anything else the model has no place for.
 //!
 //! Single-value files (`gpu_id`, `generation_id`, `used_memory`) are one
 //! decimal number with optional trailing whitespace. `name` is any UTF-8
@@ -308,7 +310,7 @@ pub fn parse_host() -> Result<Parsed, ParseError> {
 
 /// [`parse`] through `reader`. When `generation_id` differs before and
 /// after the read, the tree is read again (a few times at most).
-pub fn parse_with(reader: &impl SysfsReader, root: &Path) -> Result<Parsed, ParseError> {
+pub fn parse_with(reader: &(impl SysfsReader + ?Sized), root: &Path) -> Result<Parsed, ParseError> {
     let mut rereads = Vec::new();
     let mut last = (0, 0);
     for _ in 0..=GENERATION_RETRIES {
@@ -336,7 +338,10 @@ pub fn parse_with(reader: &impl SysfsReader, root: &Path) -> Result<Parsed, Pars
     })
 }
 
-fn read_generation(reader: &impl SysfsReader, root: &Path) -> Result<Option<u64>, ParseError> {
+fn read_generation(
+    reader: &(impl SysfsReader + ?Sized),
+    root: &Path,
+) -> Result<Option<u64>, ParseError> {
     let path = root.join("generation_id");
     match read_file(reader, &path) {
         Ok(bytes) => Ok(Some(parse_u64_file(&bytes, &path)?)),
@@ -345,7 +350,7 @@ fn read_generation(reader: &impl SysfsReader, root: &Path) -> Result<Option<u64>
     }
 }
 
-fn parse_once(reader: &impl SysfsReader, root: &Path) -> Result<Parsed, ParseError> {
+fn parse_once(reader: &(impl SysfsReader + ?Sized), root: &Path) -> Result<Parsed, ParseError> {
     let mut notes = Vec::new();
     let nodes_dir = root.join("nodes");
     let names = match reader.read_dir(&nodes_dir) {
@@ -431,7 +436,7 @@ type Step<T> = Result<Result<T, Skip>, ParseError>;
 
 /// Turns an I/O error inside a node into a skip or a hard error.
 fn classify(
-    reader: &impl SysfsReader,
+    reader: &(impl SysfsReader + ?Sized),
     node_dir: &Path,
     path: PathBuf,
     e: io::Error,
@@ -459,7 +464,7 @@ const EACCES: i32 = 13;
 /// Reads an optional file: `Ok(None)` when it does not exist (but the node
 /// does), `Err(skip)` when the node must be skipped.
 fn read_optional(
-    reader: &impl SysfsReader,
+    reader: &(impl SysfsReader + ?Sized),
     node_dir: &Path,
     path: PathBuf,
 ) -> Step<Option<Vec<u8>>> {
@@ -476,7 +481,11 @@ fn read_optional(
 }
 
 /// Reads a required file, or says why the node must be skipped.
-fn read_required(reader: &impl SysfsReader, node_dir: &Path, path: PathBuf) -> Step<Vec<u8>> {
+fn read_required(
+    reader: &(impl SysfsReader + ?Sized),
+    node_dir: &Path,
+    path: PathBuf,
+) -> Step<Vec<u8>> {
     match read_file(reader, &path) {
         Ok(bytes) => {
             check_size(&bytes, &path)?;
@@ -488,7 +497,7 @@ fn read_required(reader: &impl SysfsReader, node_dir: &Path, path: PathBuf) -> S
 
 /// Lists an optional numbered subdirectory (`io_links`, ...).
 fn list_optional(
-    reader: &impl SysfsReader,
+    reader: &(impl SysfsReader + ?Sized),
     node_dir: &Path,
     dir: PathBuf,
     notes: &mut Vec<Note>,
@@ -512,7 +521,12 @@ macro_rules! or_skip {
     };
 }
 
-fn read_node(reader: &impl SysfsReader, id: u32, dir: &Path, notes: &mut Vec<Note>) -> Step<Node> {
+fn read_node(
+    reader: &(impl SysfsReader + ?Sized),
+    id: u32,
+    dir: &Path,
+    notes: &mut Vec<Note>,
+) -> Step<Node> {
     match reader.is_dir(dir) {
         Ok(true) => {}
         Ok(false) => return Ok(Err((dir.to_owned(), SkipReason::NotADirectory))),
@@ -564,7 +578,7 @@ fn read_node(reader: &impl SysfsReader, id: u32, dir: &Path, notes: &mut Vec<Not
 }
 
 fn read_indexed(
-    reader: &impl SysfsReader,
+    reader: &(impl SysfsReader + ?Sized),
     node_dir: &Path,
     sub: &str,
     with_used_memory: bool,
@@ -601,7 +615,7 @@ fn read_indexed(
 }
 
 fn read_links(
-    reader: &impl SysfsReader,
+    reader: &(impl SysfsReader + ?Sized),
     node_dir: &Path,
     sub: &str,
     notes: &mut Vec<Note>,
@@ -623,7 +637,7 @@ fn read_links(
 }
 
 /// Reads one more byte than the cap so an oversized file is detected.
-fn read_file(reader: &impl SysfsReader, path: &Path) -> io::Result<Vec<u8>> {
+fn read_file(reader: &(impl SysfsReader + ?Sized), path: &Path) -> io::Result<Vec<u8>> {
     reader.read(path, MAX_FILE_SIZE + 1)
 }
 
@@ -721,7 +735,7 @@ pub fn parse_properties(bytes: &[u8], path: &Path) -> Result<Properties, ParseEr
                 SyntaxError::DuplicateKey(key.to_owned()),
             ));
         }
-        if LIST_KEYS.contains(&key) && value.contains(',') {
+        if LIST_KEYS.contains(&key) {
             if !is_list(value) {
                 return Err(syntax(
                     path,
@@ -815,9 +829,13 @@ mod tests {
         let p = props("level 1\nsibling_map 1,0,1\n").unwrap();
         assert_eq!(p.list("sibling_map"), Some("1,0,1"));
         assert_eq!(p.get("sibling_map"), None);
-        // A single element is a number, as `sibling_map 1` would be printed.
+        // A list key holds a list even with one element.
         let p = props("sibling_map 1\n").unwrap();
-        assert_eq!(p.get("sibling_map"), Some(1));
+        assert_eq!(p.list("sibling_map"), Some("1"));
+        assert_eq!(
+            syntax_of("sibling_map x\n").1,
+            SyntaxError::NotANumber("x".into())
+        );
         assert_eq!(
             syntax_of("sibling_map 1,,0\n").1,
             SyntaxError::NotANumber("1,,0".into())
