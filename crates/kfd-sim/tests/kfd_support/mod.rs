@@ -158,7 +158,7 @@ pub fn apertures(drv: &SimDriver, kfd: BorrowedFd<'_>) -> Vec<kfd_process_device
     list
 }
 
-pub fn criu(drv: &SimDriver, fd: BorrowedFd<'_>, args: &mut kfd_ioctl_criu_args) -> Result<i32, i32> {
+pub fn criu_op(drv: &SimDriver, fd: BorrowedFd<'_>, args: &mut kfd_ioctl_criu_args) -> Result<i32, i32> {
     ioctl(drv, fd, AMDKFD_IOC_CRIU_OP, args)
 }
 
@@ -167,7 +167,7 @@ pub fn process_info(drv: &SimDriver, fd: BorrowedFd<'_>) -> Result<kfd_ioctl_cri
         op: KFD_CRIU_OP_PROCESS_INFO,
         ..Default::default()
     };
-    criu(drv, fd, &mut a).map(|_| a)
+    criu_op(drv, fd, &mut a).map(|_| a)
 }
 
 pub fn unpause(drv: &SimDriver, fd: BorrowedFd<'_>) -> Result<i32, i32> {
@@ -175,7 +175,7 @@ pub fn unpause(drv: &SimDriver, fd: BorrowedFd<'_>) -> Result<i32, i32> {
         op: KFD_CRIU_OP_UNPAUSE,
         ..Default::default()
     };
-    criu(drv, fd, &mut a)
+    criu_op(drv, fd, &mut a)
 }
 
 /// What CHECKPOINT produced, plus the BO contents read through the dma-bufs.
@@ -204,7 +204,7 @@ pub fn checkpoint_raw(drv: &SimDriver, fd: BorrowedFd<'_>, info: &kfd_ioctl_criu
         op: KFD_CRIU_OP_CHECKPOINT,
         ..Default::default()
     };
-    let r = criu(drv, fd, &mut a);
+    let r = criu_op(drv, fd, &mut a);
     (
         r,
         Dump {
@@ -313,7 +313,7 @@ pub fn restore_with(sim: &Sim, pid: Pid, dump: &Dump, actual: &[u32], priv_data:
         op: KFD_CRIU_OP_RESTORE,
         ..Default::default()
     };
-    let r = criu(&drv, kfd.as_fd(), &mut a);
+    let r = criu_op(&drv, kfd.as_fd(), &mut a);
     if r.is_ok() {
         for (b, c) in bos.iter().zip(&dump.contents) {
             if let Some(c) = c {
@@ -341,7 +341,7 @@ pub fn resume(tracer: &SimDriver, target: Pid) -> Result<i32, i32> {
         op: KFD_CRIU_OP_RESUME,
         ..Default::default()
     };
-    criu(tracer, kfd.as_fd(), &mut a)
+    criu_op(tracer, kfd.as_fd(), &mut a)
 }
 
 /// A CRIU process ptracing `target`.
