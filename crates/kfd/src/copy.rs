@@ -229,9 +229,12 @@ impl<D: Driver + Clone, F: AsFd> CopyEngine<D, F> {
         let format = CopyFormat::for_family(info.family)?;
         let ip = render.hw_ip_info(AMDGPU_HW_IP_DMA, 0)?;
         if config.ring >= 32 || ip.available_rings & (1 << config.ring) == 0 {
-            return Err(Error::Os {
-                op: "SDMA ring lookup",
-                errno: libc::ENODEV,
+            return Err(Error::Unsupported {
+                op: "copy engine setup",
+                reason: format!(
+                    "SDMA ring {} is not available (ready rings mask {:#x})",
+                    config.ring, ip.available_rings
+                ),
             });
         }
         let mut window = info.virtual_address_offset..info.virtual_address_max;

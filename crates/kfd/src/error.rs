@@ -49,6 +49,15 @@ pub enum Error {
         /// What was inconsistent.
         reason: String,
     },
+    /// The device lacks something this crate needs (a GPU family without
+    /// a supported SDMA packet, a missing SDMA ring).
+    #[error("{op}: {reason}")]
+    Unsupported {
+        /// The operation that needs it.
+        op: &'static str,
+        /// What is missing.
+        reason: String,
+    },
     /// A staging slot was used while a copy into or out of it may still run.
     #[error("{op}: staging slot {slot} is busy; wait for its fence first")]
     Busy {
@@ -62,12 +71,15 @@ pub enum Error {
 impl Error {
     /// The errno that best describes this error: the kernel's own for
     /// [`Error::Os`] and [`Error::Open`], `EINVAL` for rejected arguments,
-    /// `EPROTO` for inconsistent kernel answers and `EBUSY` for busy slots.
+    /// `EPROTO` for inconsistent kernel answers, `ENODEV` for unsupported
+    /// devices (deliberately not `EOPNOTSUPP`, which CRIU reads as "not
+    /// mine") and `EBUSY` for busy slots.
     pub fn errno(&self) -> i32 {
         match self {
             Error::Os { errno, .. } | Error::Open { errno, .. } => *errno,
             Error::InvalidArgument { .. } => libc::EINVAL,
             Error::Protocol { .. } => libc::EPROTO,
+            Error::Unsupported { .. } => libc::ENODEV,
             Error::Busy { .. } => libc::EBUSY,
         }
     }
@@ -78,6 +90,7 @@ impl Error {
             Error::Os { op, .. }
             | Error::InvalidArgument { op, .. }
             | Error::Protocol { op, .. }
+            | Error::Unsupported { op, .. }
             | Error::Busy { op, .. } => op,
             Error::Open { .. } => "open",
         }
@@ -240,6 +253,12 @@ mod tests {
     fn non_os_errors_map_to_errnos() {
         assert_eq!(Error::invalid("x", "y").errno(), libc::EINVAL);
         assert_eq!(Error::protocol("x", "y").errno(), libc::EPROTO);
+        let unsupported = Error::Unsupported {
+            op: "SDMA copy format",
+            reason: "GPU family 110".into(),
+        };
+        assert_eq!(unsupported.errno(), libc::ENODEV);
+        assert_eq!(unsupported.op(), "SDMA copy format");
         assert_eq!(
             Error::Busy {
                 op: "staging",

@@ -51,10 +51,12 @@ impl CopyFormat {
         } else if family >= AMDGPU_FAMILY_CI {
             (false, round(SDMA_CIK_COPY_MAX_BYTES))
         } else {
-            return Err(Error::invalid(
-                OP,
-                format!("GPU family {family} has no SDMA linear-copy packet this crate can encode (SI and older use a different DMA engine)"),
-            ));
+            return Err(Error::Unsupported {
+                op: OP,
+                reason: format!(
+                    "GPU family {family} has no SDMA linear-copy packet this crate can encode (SI and older use a different DMA engine)"
+                ),
+            });
         };
         Ok(CopyFormat {
             family,
@@ -219,7 +221,9 @@ mod tests {
         assert_eq!(max(AMDGPU_FAMILY_CZ), 0x3F_F000);
         assert_eq!(max(AMDGPU_FAMILY_AI), 0x40_0000);
         assert_eq!(max(AMDGPU_FAMILY_GC_12_0_0), 0x40_0000);
-        assert!(CopyFormat::for_family(AMDGPU_FAMILY_SI).is_err());
+        let err = CopyFormat::for_family(AMDGPU_FAMILY_SI).unwrap_err();
+        assert_eq!(err.errno(), libc::ENODEV);
+        assert!(err.to_string().contains("family 110"), "{err}");
         assert!(CopyFormat::for_family(0).is_err());
     }
 

@@ -323,3 +323,23 @@ fn drop_with_copies_in_flight_is_safe() {
     assert_eq!(after.live_bos, before.live_bos);
     assert_eq!(after.pinned_userptr_pages, before.pinned_userptr_pages);
 }
+
+#[test]
+fn a_missing_ring_is_reported() {
+    let sim = sim(1);
+    let pid = sim.spawn_process().unwrap();
+    let render =
+        RenderNode::open(sim.driver(pid), RenderMinor(sim.gpus()[0].render_minor)).unwrap();
+    let config = CopyEngineConfig {
+        ring: 31,
+        ..Default::default()
+    };
+    let err = CopyEngine::new(render, config).unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+    assert_eq!(err.errno(), libc::ENODEV);
+    assert!(
+        err.to_string()
+            .starts_with("copy engine setup: SDMA ring 31 is not available"),
+        "{err}"
+    );
+}

@@ -532,3 +532,42 @@ fn restore_argument_errors() {
     let err = kfd.restore(&[dev], &[], &[9; 16], 0).unwrap_err();
     assert_eq!(err.errno(), libc::EINVAL);
 }
+
+#[test]
+fn restore_failing_after_the_bo_stage_closes_the_installed_fds() {
+    let sim = sim(1);
+    let p = GpuProcess::start(&sim);
+    workload(&p);
+    let d = dumper(&sim, &p);
+    let info = d.process_info().unwrap();
+    let cp = d.checkpoint(&info).unwrap();
+    d.unpause().unwrap();
+    drop(d);
+
+    let pid = sim.spawn_process().unwrap();
+    let driver = sim.driver(pid);
+    let kfd = Kfd::open(driver.clone()).unwrap();
+    let gpu = &sim.gpus()[0];
+    let render = RenderNode::open(driver, RenderMinor(gpu.render_minor)).unwrap();
+    let devices = [kfd_criu_device_bucket {
+        user_gpu_id: cp.devices[0].user_gpu_id,
+        actual_gpu_id: gpu.gpu_id,
+        drm_fd: render.as_fd().as_raw_fd() as u32,
+        pad: 0,
+    }];
+    let buckets: Vec<_> = cp.bos.iter().map(|b| b.bucket).collect();
+    // Trailing bytes: every object is re-created, the BOs' dma-bufs are
+    // installed, then the exact-size check fails.
+    let mut priv_data = cp.priv_data.clone();
+    priv_data.extend_from_slice(&[0; 8]);
+    drop(cp);
+    let before = sim.accounting();
+    let err = kfd
+        .restore(&devices, &buckets, &priv_data, info.num_objects)
+        .unwrap_err();
+    assert_eq!(err.errno(), libc::EINVAL);
+    let after = sim.accounting();
+    // The BOs exist (no rollback) but no dma-buf fd is left open.
+    assert_eq!(after.live_bos, before.live_bos + 3);
+    assert_eq!(after.dmabuf_fds, before.dmabuf_fds);
+}
