@@ -291,7 +291,7 @@ pub(crate) fn release(bos: &mut BoStore, key: FileKey, mut file: DrmFile) {
     }
 }
 
-/// A KFD allocation that sits in a compute VM.
+/// A KFD allocation mapped into a compute VM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct KfdRange {
     /// GPU VA.
@@ -300,15 +300,14 @@ pub(crate) struct KfdRange {
     pub(crate) size: u64,
     /// The BO.
     pub(crate) bo: BoId,
-    /// Mapped to the GPU on this VM (PTEs valid); otherwise only reserved.
-    pub(crate) mapped: bool,
     /// `KFD_IOC_ALLOC_MEM_FLAGS_*`.
     pub(crate) flags: u32,
 }
 
-/// KFD allocations in the VM of render file `key` (non-empty only when the
-/// file became a KFD process's compute VM): those allocated on the pdd
-/// whose VM it is, and those of other pdds attached (mapped) to it.
+/// KFD allocations mapped (MAP_MEMORY_TO_GPU) into the VM of render file
+/// `key`: non-empty only when the file became a KFD process's compute VM.
+/// As in the kernel, an allocation occupies VA in the VM only while mapped
+/// (`kfd_mem_attach` at the first map, `amdgpu_vm_bo_unmap` at unmap).
 pub(crate) fn kfd_ranges(st: &State, key: FileKey) -> Vec<KfdRange> {
     let mut out = Vec::new();
     for process in st.processes.values() {
@@ -319,15 +318,13 @@ pub(crate) fn kfd_ranges(st: &State, key: FileKey) -> Vec<KfdRange> {
             if pdd.drm_file != Some(key) {
                 continue;
             }
-            for (owner, other) in kfd.pdds.iter().enumerate() {
+            for other in &kfd.pdds {
                 for mem in other.idr.values() {
-                    let mapped = mem.mapped.contains(&this);
-                    if (owner == this || mapped) && mem.size != 0 {
+                    if mem.mapped.contains(&this) && mem.size != 0 {
                         out.push(KfdRange {
                             va: mem.va,
                             size: mem.size,
                             bo: mem.bo,
-                            mapped,
                             flags: mem.flags,
                         });
                     }
@@ -391,9 +388,6 @@ fn vm_view(st: &State, device: &DrmDevice, file: &DrmFile, key: FileKey) -> VmVi
         });
     }
     for r in kfd_ranges(st, key) {
-        if !r.mapped {
-            continue;
-        }
         let Some(bo) = st.bos.get(r.bo) else { continue };
         let Some(memory) = bo_memory(bo) else {
             continue;

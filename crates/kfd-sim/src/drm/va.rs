@@ -223,8 +223,9 @@ impl<T: Clone> VaSpace<T> {
         Ok(())
     }
 
-    /// The first existing mapping intersecting `[start, end)`.
-    fn first_overlap(&self, start: u64, end: u64) -> Option<&Mapping<T>> {
+    /// The first existing mapping intersecting `[start, end)` (the KFD half
+    /// checks its MAP_MEMORY_TO_GPU ranges of a compute VM with this).
+    pub(crate) fn first_overlap(&self, start: u64, end: u64) -> Option<&Mapping<T>> {
         if let Some((_, m)) = self.maps.range(..start).next_back() {
             if m.end() > start {
                 return Some(m);
