@@ -774,7 +774,11 @@ impl Pacer {
         let now = Instant::now();
         let start = self.next.filter(|n| *n > now).unwrap_or(now);
         let nanos = u128::from(bytes) * 1_000_000_000 / u128::from(rate);
-        let next = start + Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+        let wait = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+        let Some(next) = start.checked_add(wait) else {
+            self.next = None;
+            return;
+        };
         self.next = Some(next);
         while let Some(left) = next.checked_duration_since(Instant::now()) {
             if left.is_zero() || bandwidth.load(Ordering::Relaxed) != rate {
@@ -852,7 +856,7 @@ impl Executor<'_> {
         let mut bytes = vec![0u8; len as usize];
         let mut done = 0u64;
         while done < len {
-            let va = ib.va + done;
+            let va = ib.va.wrapping_add(done);
             let (landing, piece) = vm.resolve(va, len - done, Access::Read);
             let buf = &mut bytes[done as usize..(done + piece) as usize];
             let fetched = match landing {
@@ -1031,7 +1035,11 @@ impl SdmaEngine {
                     for dependency in &job.dependencies {
                         dependency.wait(Deadline::Infinite);
                     }
-                    let outcome = exec.run(&job);
+                    // A bug in the executor must not leave the fence pending
+                    // forever (WAIT_CS would hang): it fails the job instead.
+                    let outcome =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exec.run(&job)))
+                            .unwrap_or(Err(JobError::RingLost));
                     if let Some(on_done) = job.on_done.take() {
                         on_done(&outcome);
                     }
@@ -1485,6 +1493,25 @@ mod tests {
         fence.signal(Err(JobError::RingLost));
         assert_eq!(fence.wait(Deadline::Poll), Some(Ok(())));
         assert_eq!(fence.outcome(), Some(Ok(())));
+    }
+
+    #[test]
+    fn addresses_at_the_top_of_the_va_space_fault_without_overflow() {
+        let rules = GpuGeneration::from_gfx_target_version(90008).sdma_rules();
+        let engine = SdmaEngine::new("test", 1, rules);
+        let top = 0xFFFF_FFFF_FFFF_FFE0;
+        let err = run_job(&engine, VmView::default(), top, 64).unwrap_err();
+        assert_eq!(
+            err,
+            JobError::VmFault {
+                va: top,
+                access: "read"
+            }
+        );
+        let ib = ib_buffer(&copy_packet(rules, u64::MAX - 3, u64::MAX - 3, 64));
+        let vm = VmView::new(vec![range(0x40_0000, &ib)]);
+        let err = run_job(&engine, vm, 0x40_0000, 28).unwrap_err();
+        assert!(matches!(err, JobError::VmFault { .. }));
     }
 
     #[test]
