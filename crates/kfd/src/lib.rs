@@ -14,6 +14,35 @@
 //!   and page-aligned host memory ([`StagingBuffer`]), with fences.
 //! - [`ioctl::ioctl`]: the single typed ioctl entry point under every wrapper.
 //! - [`Error`]: names the failed operation and keeps the errno.
+//!
+//! The dumper's side of a checkpoint, on the target's `/dev/kfd` fd that
+//! CRIU hands over (the dumper is the target's ptrace parent):
+//!
+//! ```no_run
+//! use std::os::fd::BorrowedFd;
+//! use kfd::{HostDriver, Kfd};
+//!
+//! fn dump(target_kfd: BorrowedFd<'_>) -> kfd::Result<()> {
+//!     let kfd = Kfd::from_fd(HostDriver, target_kfd);
+//!     let info = kfd.process_info()?; // pauses the target's queues
+//!     let saved = kfd.checkpoint(&info).map(|checkpoint| {
+//!         for bo in &checkpoint.bos {
+//!             // While paused, copy VRAM/GTT contents out of `bo.dmabuf` (an
+//!             // OwnedFd, closed when `checkpoint` drops) with a CopyEngine.
+//!             let _ = (bo.bucket.addr, bo.bucket.size, &bo.dmabuf);
+//!         }
+//!         checkpoint.priv_data.len()
+//!     });
+//!     // Unpause whatever happened, then report the first error.
+//!     let unpaused = kfd.unpause();
+//!     saved?;
+//!     unpaused
+//! }
+//! ```
+//!
+//! This crate never parses sysfs or image files and keeps no kernel state of
+//! its own beyond what a [`CopyEngine`] creates (and releases) in its DRM
+//! file.
 
 pub mod copy;
 pub mod criu;
