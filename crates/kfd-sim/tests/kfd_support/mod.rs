@@ -290,8 +290,14 @@ pub fn restore_with(sim: &Sim, pid: Pid, dump: &Dump, actual: &[u32], priv_data:
     let kfd = open(&drv, "/dev/kfd");
     let mut renders = Vec::new();
     let mut devices = dump.devices.clone();
+    // Render nodes the process may not open itself (hidden by its cgroup)
+    // come from a process that sees every GPU, as fds in the same host.
+    let all_seeing = sim.driver(sim.spawn_process().unwrap());
     for (d, &a) in devices.iter_mut().zip(actual) {
-        let r = open(&drv, sim.render_path(a).unwrap().to_str().unwrap());
+        let path = sim.render_path(a).or_else(|| sim.render_path(sim.gpus()[0].gpu_id)).unwrap();
+        let r = drv
+            .open(&path, libc::O_RDWR | libc::O_CLOEXEC)
+            .unwrap_or_else(|_| open(&all_seeing, path.to_str().unwrap()));
         d.actual_gpu_id = a;
         d.drm_fd = r.as_raw_fd() as u32;
         renders.push(r);
