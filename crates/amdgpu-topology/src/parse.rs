@@ -303,9 +303,16 @@ pub fn parse(root: &Path) -> Result<Parsed, ParseError> {
     parse_with(&RealFs, root)
 }
 
-/// Reads this machine's topology from [`DEFAULT_ROOT`].
+/// Reads this machine's topology from [`DEFAULT_ROOT`], or from
+/// [`DEVICES_ROOT`] when the class symlink is missing (a sysfs mounted
+/// without `/sys/class`, as in some containers).
 pub fn parse_host() -> Result<Parsed, ParseError> {
-    parse(Path::new(DEFAULT_ROOT))
+    match parse(Path::new(DEFAULT_ROOT)) {
+        Err(ParseError::NoTopology { .. }) if Path::new(DEVICES_ROOT).is_dir() => {
+            parse(Path::new(DEVICES_ROOT))
+        }
+        other => other,
+    }
 }
 
 /// [`parse`] through `reader`. When `generation_id` differs before and

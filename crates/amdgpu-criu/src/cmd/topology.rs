@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use amdgpu_topology::model::link_type;
-use amdgpu_topology::parse::{Note, DEFAULT_ROOT};
+use amdgpu_topology::parse::{parse_host, Note, DEFAULT_ROOT};
 use amdgpu_topology::synthesize::Synthesized;
 use amdgpu_topology::{
     builtin, builtin_names, parse, synthesize_missing, Hive, Link, Node, NodeKind, ParseError,
@@ -118,7 +118,11 @@ fn load(args: &Args) -> Result<Loaded, String> {
         .sysfs
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
-    match parse(&root) {
+    let parsed = match &args.sysfs {
+        Some(dir) => parse(dir),
+        None => parse_host(),
+    };
+    match parsed {
         Ok(parsed) => Ok(Loaded {
             source: root.display().to_string(),
             system: parsed.system,
