@@ -186,8 +186,19 @@ pub fn map_topologies(
     local: &DeviceTopology,
     options: &CheckOptions,
 ) -> Result<MapResult, MapError> {
-    let src = View::new(checkpointed, Side::Checkpointed)?;
-    let dst = View::new(local, Side::Local)?;
+    let mut src = View::new(checkpointed, Side::Checkpointed)?;
+    let mut dst = View::new(local, Side::Local)?;
+    let mut class_ids: BTreeMap<[u64; 24], usize> = BTreeMap::new();
+    for view in [&mut src, &mut dst] {
+        view.class_ids = view
+            .classes
+            .iter()
+            .map(|class| {
+                let next = class_ids.len();
+                *class_ids.entry(*class).or_insert(next)
+            })
+            .collect();
+    }
     let n = src.gpus.len();
     if n != dst.gpus.len() {
         return Ok(MapResult::refused(vec![Reason {
@@ -301,6 +312,9 @@ struct View<'a> {
     /// Per GPU position: the compared property values (GPUs with equal
     /// values are preferred partners).
     classes: Vec<[u64; 24]>,
+    /// Per GPU position: an id of `classes`, shared by both topologies
+    /// (set by [`map_topologies`]).
+    class_ids: Vec<usize>,
     /// Per GPU position: its pair class. GPUs of one pair class have equal
     /// compared properties, valid link counts and CPU link kinds, so
     /// [`pair_reasons`] gives them the same answer.
@@ -449,6 +463,7 @@ impl<'a> View<'a> {
             cpu_links,
             hives,
             classes,
+            class_ids: Vec::new(),
             pair_class,
             pair_class_reps,
         })
@@ -480,7 +495,7 @@ impl<'a> View<'a> {
                 list.sort_by_key(|&j| {
                     if dst.gpu(j).gpu_id == id {
                         0
-                    } else if dst.classes[j] == self.classes[i] {
+                    } else if dst.class_ids[j] == self.class_ids[i] {
                         1
                     } else {
                         2
@@ -907,7 +922,12 @@ impl Search<'_, '_> {
             self.step()?;
             sigma[x] = Some(y);
             used[y] = true;
-            let found = self.place_cpus(to_place, k + 1, feasible, keys, sigma, used)?;
+            let last = k + 1 == to_place.len();
+            let found = if last || self.placement_check(Some(sigma)).is_some() {
+                self.place_cpus(to_place, k + 1, feasible, keys, sigma, used)?
+            } else {
+                None
+            };
             sigma[x] = None;
             used[y] = false;
             if found.is_some() {
@@ -917,41 +937,30 @@ impl Search<'_, '_> {
         Ok(None)
     }
 
-    /// Settles one CPU placement (`None`: NUMA check off): hive assignment
-    /// and the final matching.
-    fn leaf(&mut self, sigma: Option<&[Option<usize>]>) -> Result<Option<Mapping>, MapError> {
-        self.step()?;
+    /// The compatibility matrix under a (possibly partial) CPU placement
+    /// (`None`: NUMA check off), if it passes the necessary conditions: a
+    /// perfect matching exists, each checkpointed hive fits into some local
+    /// hive, and the hives can be placed on distinct local hives. Otherwise
+    /// records why not and returns `None`. A link to a CPU not placed yet
+    /// constrains nothing, so a partial placement that fails here fails for
+    /// every completion.
+    fn placement_check(&mut self, sigma: Option<&[Option<usize>]>) -> Option<Placement> {
         let (src, dst) = (self.src, self.dst);
         let n = src.gpus.len();
-        let compat = match sigma {
-            None => self.base.clone(),
-            Some(sigma) => {
-                let mut m = self.base.clone();
-                for i in 0..n {
-                    for j in 0..n {
-                        if m.get(i, j) {
-                            let ok = src.cpu_links[i].iter().all(|s| {
-                                sigma[s.cpu]
-                                    .is_some_and(|y| placed_link_matches(s, &dst.cpu_links[j], y))
-                            });
-                            m.set(i, j, ok);
-                        }
+        let mut compat = self.base.clone();
+        if let Some(sigma) = sigma {
+            for i in 0..n {
+                for j in 0..n {
+                    if compat.get(i, j) {
+                        let ok = src.cpu_links[i].iter().all(|s| {
+                            sigma[s.cpu]
+                                .is_none_or(|y| placed_link_matches(s, &dst.cpu_links[j], y))
+                        });
+                        compat.set(i, j, ok);
                     }
                 }
-                m
             }
-        };
-        let cpu_map = || -> BTreeMap<u32, u32> {
-            sigma
-                .map(|sigma| {
-                    sigma
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(x, y)| Some((src.cpu_node_id(x), dst.cpu_node_id((*y)?))))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        }
 
         let adjacency = src.adjacency(dst, &compat, |_, _| true);
         let matching = Matching::maximum(&adjacency, n);
@@ -964,10 +973,7 @@ impl Search<'_, '_> {
                 local: reachable.len() as u64,
                 local_gpu: None,
             }]);
-            return Ok(None);
-        }
-        if src.hives.is_empty() {
-            return Ok(Some(self.mapping(&matching, cpu_map())));
+            return None;
         }
 
         // Which local hive can take each checkpointed hive.
@@ -976,6 +982,9 @@ impl Search<'_, '_> {
         for (h, members) in src.hives.iter().enumerate() {
             let mut best = 0;
             for (k, targets) in dst.hives.iter().enumerate() {
+                if targets.len() < members.len() {
+                    continue;
+                }
                 let adjacency: Vec<Vec<usize>> = members
                     .iter()
                     .map(|&i| {
@@ -1002,7 +1011,7 @@ impl Search<'_, '_> {
         }
         if !reasons.is_empty() {
             self.fail(reasons);
-            return Ok(None);
+            return None;
         }
         let hive_adjacency: Vec<Vec<usize>> = fits
             .iter()
@@ -1017,7 +1026,42 @@ impl Search<'_, '_> {
                 local: hive_matching.size() as u64,
                 local_gpu: None,
             }]);
+            return None;
+        }
+        Some(Placement {
+            compat,
+            matching,
+            fits,
+        })
+    }
+
+    /// Settles one complete CPU placement (`None`: NUMA check off): hive
+    /// assignment and the final matching.
+    fn leaf(&mut self, sigma: Option<&[Option<usize>]>) -> Result<Option<Mapping>, MapError> {
+        self.step()?;
+        let (src, dst) = (self.src, self.dst);
+        let n = src.gpus.len();
+        let cpu_map = || -> BTreeMap<u32, u32> {
+            sigma
+                .map(|sigma| {
+                    sigma
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(x, y)| Some((src.cpu_node_id(x), dst.cpu_node_id((*y)?))))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let Some(Placement {
+            compat,
+            matching,
+            fits,
+        }) = self.placement_check(sigma)
+        else {
             return Ok(None);
+        };
+        if src.hives.is_empty() {
+            return Ok(Some(self.mapping(&matching, cpu_map())));
         }
 
         let keys: Vec<Vec<Vec<u64>>> = dst
@@ -1126,6 +1170,13 @@ impl Search<'_, '_> {
             .collect();
         Mapping { gpu_map, cpu_map }
     }
+}
+
+/// What [`Search::placement_check`] hands on.
+struct Placement {
+    compat: Matrix,
+    matching: Matching,
+    fits: Vec<Vec<bool>>,
 }
 
 type PairKey = ([u64; 24], usize, Vec<(u32, bool)>);

@@ -746,3 +746,53 @@ fn json_shape() {
     );
     assert_eq!(json["reasons"][0]["local_gpu"], serde_json::Value::Null);
 }
+
+/// 16 CPUs with 2 GPUs each. Checkpointed hives pair the GPUs of CPUs
+/// (2h, 2h+1); `striped` local hives take one GPU from each of 4 CPUs.
+fn sixteen_sockets(base: u32, striped: bool) -> DeviceTopology {
+    let mut topo = Topo::cpus(16);
+    for g in 0..32 {
+        topo = topo.gpu(16 + g, base + g, model_a(), g / 2);
+    }
+    for h in 0..8 {
+        let members: Vec<u32> = if striped {
+            (0..4).map(|k| 16 + h + 8 * k).collect()
+        } else {
+            (0..4).map(|k| 16 + 4 * h + k).collect()
+        };
+        topo = topo.hive(&members);
+    }
+    topo.finish()
+}
+
+#[test]
+fn placement_and_hives_that_cannot_agree_are_refused_without_exhaustive_search() {
+    // Without pruning partial CPU placements this would try 2^16 placements.
+    let src = sixteen_sockets(1000, false);
+    let dst = sixteen_sockets(2000, true);
+    let r = map(&src, &dst);
+    assert_eq!(
+        r.reasons,
+        [Reason {
+            gpu: Some(1000),
+            check: rule::XGMI_HIVE,
+            checkpointed: 4,
+            local: 3,
+            local_gpu: None,
+        }]
+    );
+    // Without the NUMA check any hive can take any hive.
+    let r = map_with(
+        &src,
+        &dst,
+        CheckOptions {
+            numa: false,
+            ..CheckOptions::all()
+        },
+    );
+    assert!(r.compatible);
+    // The same machine renumbered is accepted with the NUMA check on.
+    let r = map(&src, &sixteen_sockets(3000, false));
+    assert_eq!(r.cpu_map.len(), 16);
+    assert!(r.cpu_map.iter().all(|(a, b)| a == b));
+}
