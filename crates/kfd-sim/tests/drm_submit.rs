@@ -448,3 +448,38 @@ fn host_write(buf: &HostBuf, bytes: &[u8]) {
     // job reads it yet.
     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.addr() as *mut u8, bytes.len()) };
 }
+
+#[test]
+fn cs_waits_for_a_free_fence_slot_after_32_jobs_in_flight() {
+    let r = render();
+    r.sim.set_sdma_bandwidth(Some(1));
+    let host = HostBuf::new(2 * 4096, |_| 0);
+    let h = r.userptr(&host).unwrap();
+    r.map(h, 16 * MIB, 2 * 4096).unwrap();
+    let mut ib =
+        drm_support::packet::copy(true, 16 * MIB + 4096, 16 * MIB + 4096 + 64, 16).to_vec();
+    drm_support::packet::pad(&mut ib);
+    host_write(&host, &drm_support::packet::bytes(&ib));
+    let ctx = r.ctx_alloc().unwrap();
+    for seq in 1..=32 {
+        assert_eq!(r.submit(ctx, 0, 16 * MIB, 32, 0).unwrap(), seq);
+    }
+    assert_eq!(r.wait(ctx, 0, 1, 0).unwrap(), 1, "throttled: still busy");
+    // Lift the limit a little later from another thread; the 33rd CS must
+    // block until job 1 is done (amdgpu_ctx_wait_prev_fence).
+    let sim = r.sim.clone();
+    let lifter = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        sim.set_sdma_bandwidth(None);
+    });
+    assert_eq!(r.submit(ctx, 0, 16 * MIB, 32, 0).unwrap(), 33);
+    assert_eq!(
+        r.wait(ctx, 0, 1, 0).unwrap(),
+        0,
+        "job 1 finished before CS 33 returned"
+    );
+    lifter.join().unwrap();
+    assert_eq!(r.wait(ctx, 0, 33, u64::MAX).unwrap(), 0);
+    // Fences older than the last 32 are forgotten and count as done.
+    assert_eq!(r.wait(ctx, 0, 1, u64::MAX).unwrap(), 0);
+}
