@@ -1,5 +1,5 @@
 //! Writing a [`System`] out as a KFD sysfs tree, the inverse of
-//! [`crate::parse`].
+//! [`crate::parse()`].
 //!
 //! Files are written as the kernel prints them: `key value\n` lines in model
 //! order, single-value files with a trailing newline. Only what the model
@@ -57,7 +57,7 @@ pub fn write(system: &System, root: &Path) -> io::Result<()> {
     write_with(&mut RealFs, system, root)
 }
 
-/// [`write`] through `out`.
+/// [`write()`] through `out`.
 pub fn write_with(out: &mut impl SysfsWriter, system: &System, root: &Path) -> io::Result<()> {
     out.create_dir_all(root)?;
     let nodes_dir = root.join("nodes");
