@@ -21,6 +21,8 @@
 pub mod abi;
 pub mod core;
 pub mod criu;
+#[cfg(feature = "emulator")]
+pub mod emulator;
 pub mod log;
 pub mod options;
 mod runtime;

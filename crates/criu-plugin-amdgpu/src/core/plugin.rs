@@ -1,0 +1,418 @@
+//! The plugin's answers to CRIU's hooks, generic over the driver and over
+//! what CRIU provides ([`CriuHost`]).
+//!
+//! [`Plugin`] holds the state of one CRIU process role (the dumper, the main
+//! restorer, or a restored task — which starts as a fork of the main
+//! restorer, see [`Plugin::forked`]) and answers each hook in CRIU's
+//! convention: 0 or a value on success, a negative errno on failure, and
+//! [`NOT_MINE`] (`-ENOTSUP`) for every fd, VMA, path, pid or image id that
+//! carries no KFD state, so other plugins in CRIU's chain get their turn.
+//! The `.so` instantiates it over the real kernel and CRIU's services; the
+//! emulator over `kfd-sim` and an images directory.
+//!
+//! Errors are logged here, once, with the hook and the object they concern.
+
+use std::ffi::c_int;
+use std::os::fd::{BorrowedFd, IntoRawFd, OwnedFd};
+use std::path::PathBuf;
+
+use amdgpu_image::ImageStore;
+use kfd::{DeviceNumber, Driver};
+
+use super::dump::{DumpConfig, Dumper};
+use super::error::Error;
+use super::identify::{Devices, FdClass};
+use super::restore::{resume, RestoreConfig, Restorer, Resume};
+use super::vma::VmaAnswer;
+use crate::abi::Stage;
+use crate::options::Options;
+use crate::{log_debug, log_error, log_info, log_warn};
+
+/// `-ENOTSUP`: "not mine", the next plugin in CRIU's chain is asked.
+pub const NOT_MINE: c_int = -libc::ENOTSUP;
+
+/// What CRIU offers the plugin in one process role.
+pub trait CriuHost {
+    /// Where images live.
+    type Store: ImageStore + Sync;
+
+    /// The image store, for writing (`dump`) or reading.
+    fn image_store(&self, dump: bool) -> Result<Self::Store, Error>;
+
+    /// `add_inventory_plugin("amdgpu_plugin")`: the restore of these images
+    /// needs this plugin.
+    fn add_inventory_plugin(&self) -> std::io::Result<()>;
+
+    /// Whether the inventory of the images being restored names this plugin
+    /// (always true for CRIU older than inventory gating).
+    fn inventory_names_plugin(&self) -> bool;
+
+    /// `find_unused_fd_pid(pid)`: a free fd number above every fd the
+    /// restored task will own.
+    fn find_unused_fd(&self, pid: u32) -> Option<i32>;
+}
+
+/// Paths and host capabilities that shape the plugin's behaviour.
+#[derive(Debug, Clone)]
+pub struct PluginConfig {
+    /// The KFD topology root.
+    pub topology_root: PathBuf,
+    /// The POSIX shared-memory directory.
+    pub shm_dir: PathBuf,
+    /// Whether CRIU calls `DUMP_DEVICES_LATE` (else processes are unpaused
+    /// right after their dump).
+    pub has_dump_devices_late: bool,
+}
+
+/// What `UPDATE_VMA_MAP` answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VmaUpdate {
+    /// Return 1: CRIU maps `fd` (if >= 0; CRIU then owns it) at page offset
+    /// `pgoff` instead of the saved one.
+    Translated {
+        /// The new offset.
+        pgoff: u64,
+        /// The fd to map, or -1 to let CRIU open the saved path.
+        fd: c_int,
+    },
+    /// Return 0: keep the saved offset and path.
+    Unchanged,
+    /// A negative errno (`-ENOTSUP` for paths that are not ours).
+    Errno(c_int),
+}
+
+/// The plugin in one CRIU process role.
+pub struct Plugin<D: Driver + Clone, H: CriuHost> {
+    driver: D,
+    host: H,
+    stage: Stage,
+    config: PluginConfig,
+    options: Options,
+    /// Restore of images that do not name this plugin in the inventory.
+    disabled: bool,
+    /// `None`: no `/dev/kfd` on this machine; every hook is not ours.
+    devices: Option<Devices>,
+    added_to_inventory: bool,
+    dumper: Option<Dumper<D>>,
+    restorer: Option<Restorer<D>>,
+}
+
+impl<D: Driver + Clone, H: CriuHost> std::fmt::Debug for Plugin<D, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("stage", &self.stage)
+            .field("disabled", &self.disabled)
+            .field("devices", &self.devices)
+            .field("dumper", &self.dumper)
+            .field("restorer", &self.restorer)
+            .finish_non_exhaustive()
+    }
+}
+
+fn fail(hook: &str, what: &str, err: &Error) -> c_int {
+    log_error!("{hook}: {what}: {err}");
+    err.errno()
+}
+
+impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
+    /// `init(stage)`: probes `/dev/kfd`, applies the inventory gate at
+    /// restore, and takes the options.
+    pub fn init(driver: D, host: H, stage: Stage, config: PluginConfig, options: Options) -> Self {
+        let disabled = stage == Stage::Restore && !host.inventory_names_plugin();
+        if disabled {
+            log_info!("images do not need this plugin: disabled for this restore");
+        }
+        let devices = match Devices::probe(&driver) {
+            Ok(Some(devices)) => Some(devices),
+            Ok(None) => {
+                log_info!("no /dev/kfd on this machine: GPU files are not handled");
+                None
+            }
+            Err(e) => {
+                log_warn!("cannot stat /dev/kfd ({e}): GPU files are not handled");
+                None
+            }
+        };
+        log_info!("initialized for {stage:?}");
+        Plugin {
+            driver,
+            host,
+            stage,
+            config,
+            options,
+            disabled,
+            devices,
+            added_to_inventory: false,
+            dumper: None,
+            restorer: None,
+        }
+    }
+
+    /// The state a restored task starts with: CRIU forks it from the main
+    /// restorer after `init` and `RESTORE_INIT`, so it inherits the options
+    /// and the gate but has its own driver (process identity) and host.
+    pub fn forked(&self, driver: D, host: H) -> Self {
+        Plugin {
+            driver,
+            host,
+            stage: self.stage,
+            config: self.config.clone(),
+            options: self.options,
+            disabled: self.disabled,
+            devices: self.devices,
+            added_to_inventory: self.added_to_inventory,
+            dumper: None,
+            restorer: None,
+        }
+    }
+
+    /// The stage.
+    pub fn stage(&self) -> Stage {
+        self.stage
+    }
+
+    /// Whether hooks can be ours at all (enabled, `/dev/kfd` present).
+    fn active(&self) -> Option<Devices> {
+        if self.disabled {
+            return None;
+        }
+        self.devices
+    }
+
+    /// The dumper, if a GPU file was dumped.
+    pub fn dumper(&self) -> Option<&Dumper<D>> {
+        self.dumper.as_ref()
+    }
+
+    /// The restorer, if a GPU file was restored.
+    pub fn restorer(&self) -> Option<&Restorer<D>> {
+        self.restorer.as_ref()
+    }
+
+    /// `exit(stage, ret)`: never leaves a dumped process paused.
+    pub fn exit(mut self, ret: c_int) {
+        if let Some(dumper) = self.dumper.as_mut() {
+            if dumper.paused() > 0 {
+                if let Err(e) = dumper.unpause_all() {
+                    log_error!("exit: {e}");
+                }
+            }
+        }
+        log_info!("finished {:?} (CRIU result {ret})", self.stage);
+    }
+
+    /// `HANDLE_DEVICE_VMA`: accepts mappings of `/dev/kfd` and of amdgpu
+    /// render nodes (and records the plugin in the inventory); everything
+    /// else is not ours.
+    pub fn handle_device_vma(&mut self, dev: DeviceNumber) -> c_int {
+        let Some(devices) = self.active() else {
+            return NOT_MINE;
+        };
+        match devices.classify_vma(&self.driver, dev) {
+            FdClass::Foreign | FdClass::DmaBuf => NOT_MINE,
+            FdClass::Kfd | FdClass::Render { .. } => {
+                if !self.added_to_inventory {
+                    if let Err(e) = self.host.add_inventory_plugin() {
+                        log_error!(
+                            "HANDLE_DEVICE_VMA: cannot add the plugin to the inventory: {e}"
+                        );
+                        return -libc::ENOMEM;
+                    }
+                    self.added_to_inventory = true;
+                }
+                0
+            }
+        }
+    }
+
+    fn dumper_mut(&mut self) -> &mut Dumper<D> {
+        let config = DumpConfig {
+            topology_root: self.config.topology_root.clone(),
+            options: self.options,
+            unpause_early: !self.config.has_dump_devices_late,
+            shm_dir: self.config.shm_dir.clone(),
+        };
+        let driver = &self.driver;
+        self.dumper
+            .get_or_insert_with(|| Dumper::new(driver.clone(), config))
+    }
+
+    /// `DUMP_EXT_FILE(fd, id)`.
+    pub fn dump_ext_file(&mut self, fd: BorrowedFd<'_>, id: c_int) -> c_int {
+        let Some(devices) = self.active() else {
+            return NOT_MINE;
+        };
+        if self.stage != Stage::Dump {
+            return NOT_MINE;
+        }
+        let class = match devices.classify_fd(&self.driver, fd) {
+            Ok(class) => class,
+            Err(e) => {
+                log_debug!("DUMP_EXT_FILE: cannot identify file {id}: {e}; not ours");
+                return NOT_MINE;
+            }
+        };
+        if matches!(class, FdClass::Foreign) {
+            return NOT_MINE;
+        }
+        if matches!(class, FdClass::DmaBuf) {
+            // Whether a dma-buf is ours is only known by resolving it against
+            // dumped BOs, which this build does not do: let others try.
+            log_debug!("DUMP_EXT_FILE: file {id} is a dma-buf; dma-buf files are not supported by this build");
+            return NOT_MINE;
+        }
+        let store = match self.host.image_store(true) {
+            Ok(store) => store,
+            Err(e) => return fail("DUMP_EXT_FILE", &format!("file {id}"), &e),
+        };
+        let file = id as u32;
+        let result = match class {
+            FdClass::Render { minor } => self
+                .dumper_mut()
+                .dump_render_node(&store, fd, minor, file)
+                .map(|d| {
+                    log_info!(
+                        "file {id}: renderD{} of GPU {:#x} dumped",
+                        d.minor,
+                        d.gpu_id
+                    )
+                }),
+            _ => self.dumper_mut().dump_kfd(&store, fd, file).map(|d| {
+                log_info!(
+                    "file {id}: KFD state of pid {} dumped ({} GPUs, {} BOs, {} content bytes{})",
+                    d.pid,
+                    d.gpus,
+                    d.bos,
+                    d.content_bytes,
+                    if d.unpaused { ", unpaused" } else { "" }
+                )
+            }),
+        };
+        match result {
+            Ok(()) => 0,
+            Err(e) => fail("DUMP_EXT_FILE", &format!("file {id}"), &e),
+        }
+    }
+
+    /// `DUMP_DEVICES_LATE(pid)`: unpauses every process paused by the dump;
+    /// not ours when nothing was paused.
+    pub fn dump_devices_late(&mut self, _pid: c_int) -> c_int {
+        if self.active().is_none() {
+            return NOT_MINE;
+        }
+        let Some(dumper) = self.dumper.as_mut() else {
+            return NOT_MINE;
+        };
+        match dumper.unpause_all() {
+            Ok(0) => NOT_MINE,
+            Ok(_) => 0,
+            Err(e) => fail("DUMP_DEVICES_LATE", "unpausing", &e),
+        }
+    }
+
+    /// `RESTORE_INIT()`: nothing is shared between restored tasks in this
+    /// build (no DRM BO handle table), so nothing is prepared before fork.
+    pub fn restore_init(&mut self) -> c_int {
+        NOT_MINE
+    }
+
+    /// `POST_FORKING()`: BO contents are restored inside the restored task,
+    /// so there is no background work to start.
+    pub fn post_forking(&mut self) -> c_int {
+        NOT_MINE
+    }
+
+    /// `RESTORE_EXT_FILE(id)`: the new fd (CRIU owns it) or an errno; the
+    /// second value is `retry_needed`, never needed by this build (KFD and
+    /// render-node files do not wait for other files).
+    pub fn restore_ext_file(&mut self, id: c_int) -> (c_int, bool) {
+        match self.restore_file(id) {
+            Ok(Some(fd)) => (fd.into_raw_fd(), false),
+            Ok(None) => (NOT_MINE, false),
+            Err(errno) => (errno, false),
+        }
+    }
+
+    /// [`Plugin::restore_ext_file`] with the fd as an [`OwnedFd`]:
+    /// `Ok(None)` when not ours, `Err(errno)` on failure (logged).
+    pub fn restore_file(&mut self, id: c_int) -> Result<Option<OwnedFd>, c_int> {
+        if self.active().is_none() || self.stage != Stage::Restore {
+            return Ok(None);
+        }
+        let store = self
+            .host
+            .image_store(false)
+            .map_err(|e| fail("RESTORE_EXT_FILE", &format!("file {id}"), &e))?;
+        let config = RestoreConfig {
+            topology_root: self.config.topology_root.clone(),
+            options: self.options,
+            shm_dir: self.config.shm_dir.clone(),
+        };
+        let driver = &self.driver;
+        let restorer = self
+            .restorer
+            .get_or_insert_with(|| Restorer::new(driver.clone(), config));
+        let host = &self.host;
+        let find_unused_fd = |pid: u32| host.find_unused_fd(pid);
+        match restorer.restore_file(&store, id as u32, &find_unused_fd) {
+            Ok(Some(fd)) => {
+                log_info!("file {id}: restored");
+                Ok(Some(fd))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(fail("RESTORE_EXT_FILE", &format!("file {id}"), &e)),
+        }
+    }
+
+    /// `UPDATE_VMA_MAP(path, addr, old_pgoff)`.
+    pub fn update_vma_map(&self, path: &[u8], addr: u64, old_pgoff: u64) -> VmaUpdate {
+        if self.active().is_none() {
+            return VmaUpdate::Errno(NOT_MINE);
+        }
+        let Some(restorer) = self.restorer.as_ref() else {
+            return VmaUpdate::Errno(NOT_MINE);
+        };
+        match restorer.translations().answer(path, addr, old_pgoff) {
+            VmaAnswer::NotOurs => VmaUpdate::Errno(NOT_MINE),
+            VmaAnswer::Unchanged => {
+                log_debug!(
+                    "UPDATE_VMA_MAP: no translation for {} at {addr:#x} offset {old_pgoff:#x}",
+                    String::from_utf8_lossy(path)
+                );
+                VmaUpdate::Unchanged
+            }
+            VmaAnswer::Translated { new_offset, file } => {
+                let fd = match file.map(|f| f.try_clone_to_owned()) {
+                    None => -1,
+                    Some(Ok(fd)) => fd.into_raw_fd(),
+                    Some(Err(e)) => {
+                        log_error!(
+                            "UPDATE_VMA_MAP: cannot duplicate the render fd for {addr:#x}: {e}"
+                        );
+                        return VmaUpdate::Errno(-e.raw_os_error().unwrap_or(libc::EIO));
+                    }
+                };
+                VmaUpdate::Translated {
+                    pgoff: new_offset,
+                    fd,
+                }
+            }
+        }
+    }
+
+    /// `RESUME_DEVICES_LATE(pid)` in the main restorer: `CRIU_OP RESUME`;
+    /// pids without KFD state are not ours.
+    pub fn resume_devices_late(&mut self, pid: c_int) -> c_int {
+        if self.active().is_none() || self.stage != Stage::Restore || pid <= 0 {
+            return NOT_MINE;
+        }
+        match resume(self.driver.clone(), pid as u32) {
+            Ok(Resume::Resumed) => {
+                log_info!("pid {pid}: GPU queues resumed");
+                0
+            }
+            Ok(Resume::NotOurs) => NOT_MINE,
+            Err(e) => fail("RESUME_DEVICES_LATE", &format!("pid {pid}"), &e),
+        }
+    }
+}

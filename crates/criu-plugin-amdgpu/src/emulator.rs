@@ -1,0 +1,487 @@
+//! A CRIU host emulator over `kfd-sim`: calls the plugin's hooks in the
+//! order and from the process roles CRIU uses, against a simulated machine,
+//! writing a real images directory.
+//!
+//! Dump ([`CriuEmulator::dump`]), in CRIU's dumper (a simulated process that
+//! ptrace-attaches the target): `init(DUMP)`, `HANDLE_DEVICE_VMA` per device
+//! mapping, `DUMP_EXT_FILE` per GPU fd in ascending fd order (on a `dup`, as
+//! CRIU drains fds through its parasite and closes them after the batch),
+//! `DUMP_DEVICES_LATE(root pid)` when the emulated CRIU has that hook, and
+//! `exit(DUMP, ret)`. Any hook failure fails the dump as in CRIU: `exit` runs
+//! with the error and the target keeps running.
+//!
+//! Restore ([`CriuEmulator::restore`]): in the main restorer `init(RESTORE)`
+//! and `RESTORE_INIT`; the task is forked ([`Plugin::forked`], the
+//! simulated process recreated under its old pid); `POST_FORKING` in the main
+//! restorer; in the task `RESTORE_EXT_FILE` per file in ascending fd order,
+//! then `UPDATE_VMA_MAP` per device mapping; back in the main restorer
+//! `RESUME_DEVICES_LATE(pid)` and `exit(RESTORE)`. The restored task keeps
+//! its plugin state, as the real restored process keeps the render fds the
+//! plugin opened.
+//!
+//! Which hooks exist follows the emulated CRIU's `max_hooks`
+//! ([`EmulatorConfig::max_hooks`]), so the fallbacks for older CRIU are
+//! exercised too. Test support only: compiled with the `emulator` feature,
+//! never part of the `.so` CRIU loads.
+
+use std::collections::BTreeSet;
+use std::ffi::c_int;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use amdgpu_image::DirStore;
+use kfd::{DeviceNumber, Driver};
+use kfd_sim::{Pid, ProcessConfig, Sim, SimDriver, SimError};
+
+use crate::abi::{hook, Stage, HOOK_SLOTS};
+use crate::core::plugin::{CriuHost, Plugin, PluginConfig, VmaUpdate, NOT_MINE};
+use crate::core::Error;
+use crate::options::Options;
+
+/// The file in the images directory where the emulator keeps the
+/// inventory's plugin list (CRIU keeps it in `inventory.img`).
+pub const INVENTORY_FILE: &str = "emulator-inventory.txt";
+
+/// What CRIU gives the plugin, emulated over an images directory.
+#[derive(Debug, Clone)]
+pub struct EmulatedHost {
+    images: PathBuf,
+    /// Plugins added to the inventory during a dump.
+    added: Arc<Mutex<BTreeSet<String>>>,
+    /// `find_unused_fd_pid`'s answer.
+    fd_floor: Option<i32>,
+}
+
+impl EmulatedHost {
+    /// A host writing to / reading from `images`.
+    pub fn new(images: &Path, fd_floor: Option<i32>) -> Self {
+        EmulatedHost {
+            images: images.to_path_buf(),
+            added: Arc::default(),
+            fd_floor,
+        }
+    }
+
+    /// Writes the inventory's plugin list, as CRIU does after the dump.
+    fn write_inventory(&self) -> io::Result<()> {
+        let added = self.added.lock().unwrap_or_else(PoisonError::into_inner);
+        let text: String = added.iter().map(|p| format!("{p}\n")).collect();
+        std::fs::write(self.images.join(INVENTORY_FILE), text)
+    }
+}
+
+impl CriuHost for EmulatedHost {
+    type Store = DirStore;
+
+    fn image_store(&self, _dump: bool) -> Result<DirStore, Error> {
+        DirStore::open_dir(&self.images).map_err(|source| Error::Image {
+            step: "opening the images directory",
+            source,
+        })
+    }
+
+    fn add_inventory_plugin(&self) -> io::Result<()> {
+        self.added
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert("amdgpu_plugin".to_owned());
+        Ok(())
+    }
+
+    fn inventory_names_plugin(&self) -> bool {
+        // No inventory file: images of a CRIU without inventory gating.
+        match std::fs::read_to_string(self.images.join(INVENTORY_FILE)) {
+            Ok(text) => text.lines().any(|l| l == "amdgpu_plugin"),
+            Err(_) => true,
+        }
+    }
+
+    fn find_unused_fd(&self, _pid: u32) -> Option<i32> {
+        self.fd_floor
+    }
+}
+
+/// How the emulated CRIU behaves.
+#[derive(Debug, Clone)]
+pub struct EmulatorConfig {
+    /// The emulated CRIU's `CR_PLUGIN_HOOK__MAX` (10 for v3.17–v3.19, 12 for
+    /// v4.0–v4.1, 13 for v4.2, 15 after): hooks at or above it are never
+    /// called.
+    pub max_hooks: u32,
+    /// Plugin options (what the environment would say).
+    pub options: Options,
+    /// The shared-memory directory the plugin probes and recreates.
+    pub shm_dir: PathBuf,
+    /// What `find_unused_fd_pid` answers in the restored task.
+    pub fd_floor: Option<i32>,
+}
+
+impl EmulatorConfig {
+    /// CRIU after v4.2 with default options; `shm_dir` must be a private
+    /// directory (never the system's `/dev/shm` in tests).
+    pub fn new(shm_dir: &Path) -> Self {
+        EmulatorConfig {
+            max_hooks: HOOK_SLOTS as u32,
+            options: Options::default(),
+            shm_dir: shm_dir.to_path_buf(),
+            fd_floor: Some(200),
+        }
+    }
+}
+
+/// One of the target's files CRIU hands to `DUMP_EXT_FILE`.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskFile<'a> {
+    /// The target's fd.
+    pub fd: BorrowedFd<'a>,
+    /// CRIU's file id for it.
+    pub id: u32,
+}
+
+/// A device mapping of the target, as CRIU records it from `/proc/pid/smaps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceVma {
+    /// The mapped file's path.
+    pub path: PathBuf,
+    /// Start address.
+    pub addr: u64,
+    /// Offset in the file (bytes).
+    pub pgoff: u64,
+}
+
+/// A failure of an emulated CRIU run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EmulatorError {
+    /// A hook answered an error that makes CRIU abort.
+    #[error("{hook} for {object} failed with errno {}", -errno)]
+    Hook {
+        /// The hook.
+        hook: &'static str,
+        /// What it was called for.
+        object: String,
+        /// Its (negative) answer.
+        errno: c_int,
+    },
+    /// The simulator refused a process operation.
+    #[error("simulator: {0}")]
+    Sim(#[from] SimError),
+    /// Host I/O of the emulator failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What the emulator was doing.
+        what: &'static str,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The answers of a successful dump.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DumpReport {
+    /// `HANDLE_DEVICE_VMA` answer per mapping.
+    pub vma_answers: Vec<c_int>,
+    /// `DUMP_EXT_FILE` answer per file id.
+    pub file_answers: Vec<(u32, c_int)>,
+    /// `DUMP_DEVICES_LATE`'s answer, when the emulated CRIU has the hook.
+    pub late_answer: Option<c_int>,
+}
+
+/// A restored task.
+pub struct RestoredTask {
+    /// The restored process.
+    pub pid: Pid,
+    /// The fd `RESTORE_EXT_FILE` returned per file id (CRIU would `dup2` it
+    /// onto the saved number).
+    pub files: Vec<(u32, OwnedFd)>,
+    /// `UPDATE_VMA_MAP`'s answer per mapping (fds owned here).
+    pub vmas: Vec<(DeviceVma, VmaOutcome)>,
+    /// `RESUME_DEVICES_LATE`'s answer.
+    pub resume_answer: c_int,
+    /// The plugin state of the task (holds the render files it opened).
+    pub plugin: Plugin<SimDriver, EmulatedHost>,
+}
+
+impl std::fmt::Debug for RestoredTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RestoredTask")
+            .field("pid", &self.pid)
+            .field("files", &self.files)
+            .field("vmas", &self.vmas)
+            .field("resume_answer", &self.resume_answer)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What `UPDATE_VMA_MAP` answered for one mapping.
+#[derive(Debug)]
+pub enum VmaOutcome {
+    /// Map at `pgoff`, through `file` when given.
+    Translated {
+        /// The new offset.
+        pgoff: u64,
+        /// The file to map instead of the saved path.
+        file: Option<OwnedFd>,
+    },
+    /// Keep the saved offset and path.
+    Unchanged,
+    /// Not ours.
+    NotOurs,
+}
+
+/// An emulated CRIU over one simulated machine and one images directory.
+#[derive(Debug)]
+pub struct CriuEmulator {
+    sim: Sim,
+    images: PathBuf,
+    config: EmulatorConfig,
+}
+
+impl CriuEmulator {
+    /// An emulated CRIU for `sim` using the images directory `images`.
+    pub fn new(sim: Sim, images: &Path, config: EmulatorConfig) -> Self {
+        CriuEmulator {
+            sim,
+            images: images.to_path_buf(),
+            config,
+        }
+    }
+
+    /// The simulated machine.
+    pub fn sim(&self) -> &Sim {
+        &self.sim
+    }
+
+    fn has(&self, hook_id: usize) -> bool {
+        (hook_id as u32) < self.config.max_hooks
+    }
+
+    fn plugin_config(&self) -> PluginConfig {
+        PluginConfig {
+            topology_root: self.sim.sysfs_root(),
+            shm_dir: self.config.shm_dir.clone(),
+            has_dump_devices_late: self.has(hook::DUMP_DEVICES_LATE),
+        }
+    }
+
+    /// The device numbers of the mappings, as `stat` on their paths gives.
+    fn vma_device(&self, driver: &SimDriver, vma: &DeviceVma) -> Option<DeviceNumber> {
+        driver.device_number(&vma.path).ok()
+    }
+
+    /// `criu dump` of process `target` with its GPU `files` and device
+    /// `vmas`. The target keeps running afterwards (`--leave-running`).
+    pub fn dump(
+        &self,
+        target: Pid,
+        files: &[TaskFile<'_>],
+        vmas: &[DeviceVma],
+    ) -> Result<DumpReport, EmulatorError> {
+        let dumper = self.sim.spawn_process()?;
+        let result = self
+            .sim
+            .ptrace_attach(dumper, target)
+            .map_err(EmulatorError::from)
+            .and_then(|()| self.dump_as(dumper, target, files, vmas));
+        let _ = self.sim.ptrace_detach(target);
+        self.sim.exit_process(dumper)?;
+        result
+    }
+
+    fn dump_as(
+        &self,
+        dumper: Pid,
+        target: Pid,
+        files: &[TaskFile<'_>],
+        vmas: &[DeviceVma],
+    ) -> Result<DumpReport, EmulatorError> {
+        let driver = self.sim.driver(dumper);
+        let host = EmulatedHost::new(&self.images, None);
+        let mut plugin = Plugin::init(
+            driver.clone(),
+            host.clone(),
+            Stage::Dump,
+            self.plugin_config(),
+            self.config.options,
+        );
+        let mut report = DumpReport {
+            vma_answers: Vec::new(),
+            file_answers: Vec::new(),
+            late_answer: None,
+        };
+        for vma in vmas {
+            let answer = match self.vma_device(&driver, vma) {
+                Some(dev) => plugin.handle_device_vma(dev),
+                None => NOT_MINE,
+            };
+            report.vma_answers.push(answer);
+            if answer < 0 {
+                plugin.exit(-1);
+                return Err(EmulatorError::Hook {
+                    hook: "HANDLE_DEVICE_VMA",
+                    object: vma.path.display().to_string(),
+                    errno: answer,
+                });
+            }
+        }
+        let mut ordered: Vec<TaskFile<'_>> = files.to_vec();
+        ordered.sort_by_key(|f| std::os::fd::AsRawFd::as_raw_fd(&f.fd));
+        for file in &ordered {
+            let drained = file
+                .fd
+                .try_clone_to_owned()
+                .map_err(|source| EmulatorError::Io {
+                    what: "draining a file of the target",
+                    source,
+                })?;
+            let answer = plugin.dump_ext_file(drained.as_fd(), file.id as c_int);
+            drop(drained);
+            report.file_answers.push((file.id, answer));
+            if answer < 0 {
+                plugin.exit(-1);
+                return Err(EmulatorError::Hook {
+                    hook: "DUMP_EXT_FILE",
+                    object: format!("file {}", file.id),
+                    errno: answer,
+                });
+            }
+        }
+        if self.has(hook::DUMP_DEVICES_LATE) {
+            let answer = plugin.dump_devices_late(target.0 as c_int);
+            report.late_answer = Some(answer);
+            if answer != 0 && answer != NOT_MINE {
+                plugin.exit(-1);
+                return Err(EmulatorError::Hook {
+                    hook: "DUMP_DEVICES_LATE",
+                    object: format!("pid {target}"),
+                    errno: answer,
+                });
+            }
+        }
+        plugin.exit(0);
+        host.write_inventory().map_err(|source| EmulatorError::Io {
+            what: "writing the inventory",
+            source,
+        })?;
+        Ok(report)
+    }
+
+    /// `criu restore` of process `pid` (recreated under that pid) whose GPU
+    /// files had ids `file_ids` (in ascending fd order) and whose device
+    /// mappings were `vmas`.
+    pub fn restore(
+        &self,
+        pid: Pid,
+        file_ids: &[u32],
+        vmas: &[DeviceVma],
+    ) -> Result<RestoredTask, EmulatorError> {
+        let main = self.sim.spawn_process()?;
+        let result = self.restore_as(main, pid, file_ids, vmas);
+        self.sim.exit_process(main)?;
+        result
+    }
+
+    fn restore_as(
+        &self,
+        main: Pid,
+        pid: Pid,
+        file_ids: &[u32],
+        vmas: &[DeviceVma],
+    ) -> Result<RestoredTask, EmulatorError> {
+        let host = EmulatedHost::new(&self.images, self.config.fd_floor);
+        let mut main_plugin = Plugin::init(
+            self.sim.driver(main),
+            host.clone(),
+            Stage::Restore,
+            self.plugin_config(),
+            self.config.options,
+        );
+        let fail = |plugin: Plugin<SimDriver, EmulatedHost>,
+                    hook: &'static str,
+                    object: String,
+                    errno: c_int| {
+            plugin.exit(-1);
+            EmulatorError::Hook {
+                hook,
+                object,
+                errno,
+            }
+        };
+        if self.has(hook::RESTORE_INIT) {
+            let answer = main_plugin.restore_init();
+            if answer < 0 && answer != NOT_MINE {
+                return Err(fail(main_plugin, "RESTORE_INIT", "images".into(), answer));
+            }
+        }
+        let task = self.sim.spawn_process_with(ProcessConfig {
+            pid: Some(pid),
+            ..ProcessConfig::default()
+        })?;
+        let mut task_plugin = main_plugin.forked(self.sim.driver(task), host);
+        if self.has(hook::POST_FORKING) {
+            let answer = main_plugin.post_forking();
+            if answer < 0 && answer != NOT_MINE {
+                return Err(fail(main_plugin, "POST_FORKING", "tasks".into(), answer));
+            }
+        }
+        let mut files = Vec::new();
+        for &id in file_ids {
+            match task_plugin.restore_file(id as c_int) {
+                Ok(Some(fd)) => files.push((id, fd)),
+                Ok(None) => {
+                    return Err(fail(
+                        main_plugin,
+                        "RESTORE_EXT_FILE",
+                        format!("file {id}"),
+                        NOT_MINE,
+                    ));
+                }
+                Err(errno) => {
+                    return Err(fail(
+                        main_plugin,
+                        "RESTORE_EXT_FILE",
+                        format!("file {id}"),
+                        errno,
+                    ));
+                }
+            }
+        }
+        let mut mapped = Vec::new();
+        for vma in vmas {
+            let path = vma.path.as_os_str().as_encoded_bytes();
+            let outcome = match task_plugin.update_vma_map(path, vma.addr, vma.pgoff) {
+                VmaUpdate::Translated { pgoff, fd } => VmaOutcome::Translated {
+                    pgoff,
+                    // SAFETY: an fd >= 0 from UPDATE_VMA_MAP is a new fd
+                    // owned by CRIU, here the emulator.
+                    file: (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) }),
+                },
+                VmaUpdate::Unchanged => VmaOutcome::Unchanged,
+                VmaUpdate::Errno(NOT_MINE) => VmaOutcome::NotOurs,
+                VmaUpdate::Errno(errno) => {
+                    return Err(fail(
+                        main_plugin,
+                        "UPDATE_VMA_MAP",
+                        vma.path.display().to_string(),
+                        errno,
+                    ));
+                }
+            };
+            mapped.push((vma.clone(), outcome));
+        }
+        // CRIU only logs RESUME failures (at debug level) and releases the
+        // task anyway; the answer is reported to the caller.
+        let resume_answer = main_plugin.resume_devices_late(task.0 as c_int);
+        main_plugin.exit(0);
+        Ok(RestoredTask {
+            pid: task,
+            files,
+            vmas: mapped,
+            resume_answer,
+            plugin: task_plugin,
+        })
+    }
+}
