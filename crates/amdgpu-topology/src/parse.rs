@@ -419,11 +419,15 @@ fn parse_once(reader: &(impl SysfsReader + ?Sized), root: &Path) -> Result<Parse
     })
 }
 
-/// Entry names that are decimal numbers, as sorted numbers; others noted.
+/// Entry names that are canonical decimal numbers (as the kernel prints
+/// them: no sign, no leading zeros), as sorted numbers; others noted.
 fn numbered_entries(dir: &Path, names: Vec<String>, notes: &mut Vec<Note>) -> Vec<u32> {
     let mut ids: Vec<u32> = Vec::with_capacity(names.len());
     for name in names {
-        match decimal(&name).and_then(|v| u32::try_from(v).ok()) {
+        let canonical = decimal(&name)
+            .and_then(|v| u32::try_from(v).ok())
+            .filter(|id| id.to_string() == name);
+        match canonical {
             Some(id) => ids.push(id),
             None => notes.push(Note::IgnoredEntry {
                 path: dir.join(name),

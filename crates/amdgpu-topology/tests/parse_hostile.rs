@@ -177,6 +177,7 @@ fn missing_files_are_skips_or_notes() {
     fs::remove_file(root.join("nodes/8/io_links/3/properties")).unwrap();
     fs::remove_dir_all(root.join("nodes/7/p2p_links")).unwrap();
     fs::create_dir(root.join("nodes/not-a-node")).unwrap();
+    fs::create_dir(root.join("nodes/02")).unwrap();
     fs::write(root.join("nodes/40"), "a file where a node should be\n").unwrap();
 
     let parsed = parse(root).unwrap();
@@ -205,6 +206,9 @@ fn missing_files_are_skips_or_notes() {
     assert!(parsed.notes.contains(&Note::MissingMemBanks { node: 7 }));
     assert!(parsed.notes.contains(&Note::IgnoredEntry {
         path: root.join("nodes/not-a-node")
+    }));
+    assert!(parsed.notes.contains(&Note::IgnoredEntry {
+        path: root.join("nodes/02")
     }));
     // The hives are what remains reachable over bidirectional XGMI links.
     let hives: Vec<Vec<u32>> = s.hives().into_iter().map(|h| h.nodes).collect();
