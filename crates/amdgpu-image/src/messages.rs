@@ -26,7 +26,7 @@ use serde::{Serialize, Serializer};
 pub const PRODUCER: &str = concat!("amdgpu-criu-rs ", env!("CARGO_PKG_VERSION"));
 
 /// Version of our additions to the format. Version 1: tags 100/101 on the
-/// top-level messages and 100 (`content_checksum`, the 4-lane
+/// top-level messages and 100 (`content_checksum`, the 8-lane
 /// multiply-rotate hash of [`checksum`](crate::checksum)) on BO entries.
 pub const FORMAT_VERSION: u32 = 1;
 

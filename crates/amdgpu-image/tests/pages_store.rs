@@ -514,3 +514,37 @@ fn stream_store_dumps_and_restores_sequentially() {
     }
     assert_eq!(all, bos.concat());
 }
+
+#[test]
+fn pipelined_verification_finds_the_same_problems() {
+    let bos = bos();
+    let file = expected_file(&bos);
+    // Scratch sizes: sequential (1 byte), two tiny buffers, two large ones.
+    for scratch_len in [1usize, 2 * 1000, 2 * P + 2, 1 << 20] {
+        let mut scratch = vec![0u8; scratch_len];
+        PagesReader::new(&file[..], "f.img", layout(&bos, true))
+            .unwrap()
+            .verify_all_pipelined(&mut scratch)
+            .unwrap();
+        for (bo, at) in [(0usize, 8 + 5), (2, file.len() - 1)] {
+            let mut corrupt = file.clone();
+            corrupt[at] ^= 0x40;
+            let err = PagesReader::new(&corrupt[..], "f.img", layout(&bos, true))
+                .unwrap()
+                .verify_all_pipelined(&mut scratch)
+                .unwrap_err();
+            assert!(
+                matches!(err, Error::ChecksumMismatch { bo: b, .. } if b == bo),
+                "scratch {scratch_len}: {err}"
+            );
+        }
+        let err = PagesReader::new(&file[..file.len() - 10], "f.img", layout(&bos, true))
+            .unwrap()
+            .verify_all_pipelined(&mut scratch)
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::Truncated { actual, .. } if actual == file.len() as u64 - 18),
+            "scratch {scratch_len}: {err}"
+        );
+    }
+}
