@@ -1,3 +1,4 @@
 //! Shared helpers for the benchmarks.
 
 pub mod topology;
+pub mod image;

@@ -1,0 +1,74 @@
+//! Image benchmarks: decode + validate a `criu_kfd` of 100,000 BOs; verify a
+//! pages file with checksums against a plain read of the same file; the
+//! checksum alone. Prints the summary figures of `benches::image::measure`
+//! at the end.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use amdgpu_image::{content_checksum, encode_message};
+use benches::image::{
+    decode_and_validate, kfd_with_bos, measure, raw_read, verify_pages, verify_pages_pipelined,
+    write_pages_file,
+};
+use criterion::{Criterion, Throughput};
+
+fn kfd_decode(c: &mut Criterion) {
+    let payload = encode_message(&kfd_with_bos(100_000));
+    let mut g = c.benchmark_group("kfd_image");
+    g.sample_size(20);
+    g.throughput(Throughput::Bytes(payload.len() as u64));
+    g.bench_function("decode_validate_100k_bos", |b| {
+        b.iter(|| decode_and_validate(black_box(&payload)).map(|v| v.message().bo_entries.len()))
+    });
+    g.finish();
+}
+
+fn pages(c: &mut Criterion) {
+    let dir = std::env::temp_dir().join(format!("amdgpu-image-bench-{}", std::process::id()));
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("skipped pages benches: {}: {e}", dir.display());
+        return;
+    }
+    let path = dir.join("amdgpu-pages-1-1000.img");
+    let layout = match write_pages_file(&path, 32, 2 << 20) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("skipped pages benches: {e}");
+            return;
+        }
+    };
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pipelined_buf = vec![0u8; 2 << 20];
+    let mut g = c.benchmark_group("pages_64MiB");
+    g.sample_size(20);
+    g.measurement_time(Duration::from_secs(4));
+    g.throughput(Throughput::Bytes(layout.total_len()));
+    g.bench_function("raw_read", |b| b.iter(|| raw_read(&path, &mut buf).ok()));
+    g.bench_function("verify_checksums", |b| {
+        b.iter(|| verify_pages(&path, &layout, &mut buf).ok())
+    });
+    g.bench_function("verify_checksums_pipelined", |b| {
+        b.iter(|| verify_pages_pipelined(&path, &layout, &mut pipelined_buf).ok())
+    });
+    g.finish();
+
+    let data = vec![0x5au8; 1 << 20];
+    let mut g = c.benchmark_group("checksum");
+    g.throughput(Throughput::Bytes(data.len() as u64));
+    g.bench_function("1MiB", |b| b.iter(|| content_checksum(black_box(&data))));
+    g.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    kfd_decode(&mut c);
+    pages(&mut c);
+    c.final_summary();
+    let dir = std::env::temp_dir();
+    match measure(&dir) {
+        Ok(figures) => println!("{figures}"),
+        Err(e) => eprintln!("image figures: {e}"),
+    }
+}
