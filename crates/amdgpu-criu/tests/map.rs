@@ -204,3 +204,78 @@ fn unreadable_topologies_and_bad_usage_exit_2() {
         .unwrap()
         .contains("properties"));
 }
+
+#[test]
+fn builtin_machines_map_onto_themselves() {
+    let out = run(
+        &[
+            "map",
+            "--from",
+            "builtin:mi300x-64",
+            "--to",
+            "builtin:mi300x-64",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let v = json(&out);
+    let gpu_map = v["gpu_map"].as_object().unwrap();
+    assert_eq!(gpu_map.len(), 64);
+    for (from, to) in gpu_map {
+        assert_eq!(from.parse::<u64>().unwrap(), to.as_u64().unwrap());
+    }
+
+    let out = run(
+        &[
+            "map",
+            "--from",
+            "builtin:single-gpu",
+            "--to",
+            "builtin:mi300x-64",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8(out.stdout)
+        .unwrap()
+        .contains("number of GPUs mismatch: 1 checkpointed, 64 local"));
+
+    let out = run(
+        &[
+            "map",
+            "--from",
+            "builtin:nope",
+            "--to",
+            "builtin:single-gpu",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8(out.stderr).unwrap().contains("mi300x-64"));
+}
+
+#[test]
+fn partial_captures_need_complete() {
+    let Some(dir) = fixture("mi210-8gpu-xgmi-2hives") else {
+        return;
+    };
+    let out = run(&["map", "--from", &dir, "--to", &dir], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("has no gpu_id") && stderr.contains("--complete"),
+        "{stderr}"
+    );
+
+    let out = run(
+        &["map", "--from", &dir, "--to", &dir, "--complete", "--json"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let v = json(&out);
+    assert_eq!(v["gpu_map"].as_object().unwrap().len(), 8);
+    assert_eq!(v["cpu_map"], serde_json::json!({"0": 0, "1": 1}));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("filled in: node 2: gpu_id"), "{stderr}");
+}

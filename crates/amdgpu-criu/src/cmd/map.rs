@@ -2,8 +2,9 @@
 //! checkpointed on topology FROM be restored on topology TO? Prints the GPU
 //! (and CPU) mapping the plugin would use, or every reason it would refuse.
 //!
-//! Honours the `KFD_*_CHECK` variables as the plugin does (invalid values are
-//! reported and the default kept). The decision itself is
+//! Each side is a copy of a sysfs topology tree or `builtin:NAME` (a built-in
+//! synthetic machine). Honours the `KFD_*_CHECK` variables as the plugin does
+//! (invalid values are reported and the default kept). The decision itself is
 //! `amdgpu_topology::mapping`; this module only reads, prints and picks the
 //! exit code, and never touches devices.
 
@@ -13,18 +14,23 @@ use std::process::ExitCode;
 use amdgpu_topology::devices::DeviceTopology;
 use amdgpu_topology::mapping::{map_topologies, MapResult};
 use amdgpu_topology::options::CheckOptions;
-use amdgpu_topology::parse;
+use amdgpu_topology::{builtin, builtin_names, parse, synthesize_missing};
 
 /// Arguments of `map`.
 #[derive(clap::Args)]
 pub struct Args {
     /// The checkpointed machine's topology: a copy of
-    /// `/sys/class/kfd/kfd/topology` (the directory holding `nodes/`).
-    #[arg(long, value_name = "DIR")]
+    /// `/sys/class/kfd/kfd/topology` (the directory holding `nodes/`), or
+    /// `builtin:NAME` for a built-in machine.
+    #[arg(long, value_name = "DIR|builtin:NAME")]
     pub from: String,
-    /// The restoring machine's topology, same form.
-    #[arg(long, value_name = "DIR")]
+    /// The restoring machine's topology, same forms.
+    #[arg(long, value_name = "DIR|builtin:NAME")]
     pub to: String,
+    /// Fill in what partial captures lack (gpu_ids, VRAM banks, render
+    /// minors) as the simulator does, and note it on stderr.
+    #[arg(long)]
+    pub complete: bool,
     /// Print JSON (`{"compatible", "gpu_map", "cpu_map", "reasons"}`).
     #[arg(long)]
     pub json: bool,
@@ -37,7 +43,8 @@ pub fn run(args: Args) -> ExitCode {
     for warning in &invalid {
         eprintln!("amdgpu-criu map: warning: {warning}");
     }
-    let loaded = load(&args.from).and_then(|from| Ok((from, load(&args.to)?)));
+    let loaded =
+        load(&args.from, args.complete).and_then(|from| Ok((from, load(&args.to, args.complete)?)));
     let (from, to) = match loaded {
         Ok(pair) => pair,
         Err(message) => {
@@ -71,14 +78,35 @@ pub fn run(args: Args) -> ExitCode {
 }
 
 /// Reads one topology into the device view, printing what the parser had
-/// to skip.
-fn load(spec: &str) -> Result<DeviceTopology, String> {
-    let root = Path::new(spec);
-    let parsed = parse(root).map_err(|e| format!("{spec}: {e}"))?;
-    for skipped in &parsed.skipped {
-        eprintln!("amdgpu-criu map: {spec}: note: {skipped}");
+/// to skip and what `--complete` filled in.
+fn load(spec: &str, complete: bool) -> Result<DeviceTopology, String> {
+    let mut system = if let Some(name) = spec.strip_prefix("builtin:") {
+        builtin(name).ok_or_else(|| {
+            format!(
+                "no built-in topology {name:?} (known: {})",
+                builtin_names().join(", ")
+            )
+        })?
+    } else {
+        let parsed = parse(Path::new(spec)).map_err(|e| format!("{spec}: {e}"))?;
+        for skipped in &parsed.skipped {
+            eprintln!("amdgpu-criu map: {spec}: note: {skipped}");
+        }
+        parsed.system
+    };
+    if complete {
+        for item in synthesize_missing(&mut system) {
+            eprintln!("amdgpu-criu map: {spec}: filled in: {item}");
+        }
     }
-    DeviceTopology::from_system(&parsed.system).map_err(|e| format!("{spec}: {e}"))
+    DeviceTopology::from_system(&system).map_err(|e| {
+        let hint = if complete {
+            ""
+        } else {
+            " (a partial capture? --complete fills in gpu_ids and VRAM banks)"
+        };
+        format!("{spec}: {e}{hint}")
+    })
 }
 
 fn node_of(topology: &DeviceTopology, gpu_id: u32) -> String {
