@@ -700,13 +700,17 @@ impl<D: Driver + Clone, F: AsFd> CopyEngine<D, F> {
         );
         let destroyed = self.render.bo_list_destroy(list);
         let fence = submitted?;
+        if let Err(err) = destroyed {
+            // The copy is queued but the caller gets an error instead of its
+            // fence: finish it here so the slot is not left busy with a
+            // fence nobody can wait for. The caller treats the chunk as not
+            // copied, so the copy's own outcome adds nothing to the error.
+            let _ = self.render.wait_cs(&fence, None);
+            return Err(err);
+        }
         let s = self.slots[slot.index].as_mut().expect("slot checked above");
         s.in_flight = Some(fence);
         s.in_flight_bo = Some(bo.handle);
-        // The job is queued and owns its references: a failed list destroy
-        // is reported, but the fence must still be waited for, so the slot
-        // stays busy with it.
-        destroyed?;
         Ok(Fence {
             engine: self.id,
             slot: slot.index,

@@ -343,3 +343,27 @@ fn a_missing_ring_is_reported() {
         "{err}"
     );
 }
+
+#[test]
+fn a_failed_bo_list_destroy_leaves_the_slot_usable() {
+    let sim = sim(1);
+    let p = GpuProcess::start(&sim);
+    let a = p.alloc(0, VA, 64 << 10, gtt());
+    p.fill(0, &a, 64 << 10, pattern(21));
+    let dmabuf = p.kfd.export_dmabuf(a.handle).unwrap();
+    let mut e = engine(&sim);
+    let bo = e.import_dmabuf(dmabuf.as_fd()).unwrap();
+    let slot = e
+        .add_staging(StagingBuffer::new(64 << 10).unwrap())
+        .unwrap();
+    // The second BO_LIST call of the next submission is its DESTROY.
+    sim.inject(FaultSpec::from_str("AMDGPU_BO_LIST:2=EIO").unwrap());
+    let err = e.submit_read(&bo, 0, slot, 64 << 10).unwrap_err();
+    assert_eq!(err.op(), "AMDGPU_BO_LIST DESTROY");
+    assert_eq!(err.errno(), libc::EIO);
+    // No fence was handed out, so the engine finished the copy itself.
+    assert!(e.is_idle(slot).unwrap());
+    let mut out = vec![0u8; 64 << 10];
+    e.copy_bo_to_host(&bo, 0, &mut out, slot).unwrap();
+    assert_eq!(out, p.read(0, &a, 64 << 10));
+}
