@@ -754,7 +754,7 @@ struct Pacer {
     next: Option<Instant>,
 }
 
-/// Bytes moved between throttle checks when a bandwidth is set.
+/// Smallest piece a throttled copy moves between rate checks.
 const THROTTLE_CHUNK: u64 = 64 << 10;
 /// Largest piece an unthrottled copy moves at once (the bounce buffer size).
 const BOUNCE_BYTES: u64 = 1 << 20;
@@ -772,7 +772,12 @@ impl Pacer {
             return;
         }
         let now = Instant::now();
-        let start = self.next.filter(|n| *n > now).unwrap_or(now);
+        // Keep the long-run rate: oversleeping is made up by the next piece,
+        // but a backlog older than one slice (a pause, a slow host) is dropped.
+        let start = match self.next {
+            Some(n) if n + Self::SLICE >= now => n,
+            _ => now,
+        };
         let nanos = u128::from(bytes) * 1_000_000_000 / u128::from(rate);
         let wait = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
         let Some(next) = start.checked_add(wait) else {
