@@ -571,3 +571,21 @@ fn restore_failing_after_the_bo_stage_closes_the_installed_fds() {
     assert_eq!(after.live_bos, before.live_bos + 3);
     assert_eq!(after.dmabuf_fds, before.dmabuf_fds);
 }
+
+#[test]
+fn checkpoint_of_a_process_without_bos() {
+    let sim = sim(2);
+    let p = GpuProcess::start(&sim);
+    let d = dumper(&sim, &p);
+    let info = d.process_info().unwrap();
+    assert_eq!(
+        (info.num_devices, info.num_bos, info.num_objects),
+        (2, 0, 0)
+    );
+    // The kernel wants a non-null BO array even for zero BOs.
+    let cp = d.checkpoint(&info).unwrap();
+    assert!(cp.bos.is_empty());
+    assert_eq!(cp.devices.len(), 2);
+    assert_eq!(cp.priv_data.len() as u64, info.priv_data_size);
+    d.unpause().unwrap();
+}
