@@ -407,8 +407,31 @@ fn render_text(loaded: &Loaded, synthesized: &[Synthesized]) -> String {
             ranges(&no_banks)
         );
     }
+    // Fill-ins, one line per kind.
+    let mut cpu_ids = Vec::new();
+    let mut gpu_ids = Vec::new();
+    let mut banks = Vec::new();
+    let mut minors = Vec::new();
     for item in synthesized {
-        let _ = writeln!(out, "synthesized: {item}");
+        match *item {
+            Synthesized::CpuGpuId { node } => cpu_ids.push(node),
+            Synthesized::GpuId { node, .. } => gpu_ids.push(node),
+            Synthesized::VramBank { node, .. } => banks.push(node),
+            Synthesized::RenderMinor { node, .. } => minors.push(node),
+            _ => {
+                let _ = writeln!(out, "synthesized: {item}");
+            }
+        }
+    }
+    for (what, nodes) in [
+        ("gpu_id 0 for CPU nodes", cpu_ids),
+        ("VRAM bank for nodes", banks),
+        ("gpu_id for nodes", gpu_ids),
+        ("drm_render_minor for nodes", minors),
+    ] {
+        if !nodes.is_empty() {
+            let _ = writeln!(out, "synthesized: {what} {}", ranges(&nodes));
+        }
     }
     out
 }
