@@ -30,8 +30,11 @@ fn every_fixture_parses() {
         .map(|e| e.file_name().into_string().unwrap())
         .collect();
     found.sort();
-    assert_eq!(found, FIXTURES, "the fixture set changed: update the tests");
     for name in FIXTURES {
+        assert!(found.iter().any(|f| f == name), "fixture {name} is missing");
+    }
+    // Fixtures added later are parsed too.
+    for name in &found {
         let parsed = parse(&dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(!parsed.system.nodes.is_empty(), "{name}");
         assert!(parsed.skipped.is_empty(), "{name}: {:?}", parsed.skipped);
