@@ -1,7 +1,7 @@
 //! The simulated SDMA engines: IB decoding, copy execution and fences.
 //!
-//! A command submission on a render node becomes a [`Job`]: the IBs to run,
-//! a snapshot of the submitting file's GPU VM ([`VmView`]) and a [`Fence`].
+//! A command submission on a render node becomes a `Job`: the IBs to run,
+//! a snapshot of the submitting file's GPU VM (`VmView`) and a `Fence`.
 //! Each GPU ring has a worker thread (started on first use) that fetches the
 //! IB through the VM, decodes the SDMA packets and performs the copies on the
 //! memory the VM maps, at a configurable bandwidth, then signals the fence.
@@ -11,7 +11,7 @@
 //! already submitted on that VM, and the snapshot keeps the BOs' memory alive
 //! until the job is done.
 //!
-//! Error model (what `WAIT_CS` reports for a failed job, see [`JobError`]):
+//! Error model (what `WAIT_CS` reports for a failed job, see `JobError`):
 //! a malformed packet hangs a real engine until the scheduler's job timeout,
 //! and the kernel marks the guilty job's fence `-ETIME`; an access outside
 //! every mapping is a VM fault: the write is dropped, the fault is recorded
@@ -20,7 +20,7 @@
 //! logs such a fault; the simulator fails the fence so that a copy into
 //! unmapped VA is never silent.
 //!
-//! This module must never touch memory outside the ranges a [`VmView`]
+//! This module must never touch memory outside the ranges a `VmView`
 //! maps, and never decides about ioctl arguments (the DRM module validates
 //! them before a job exists).
 
