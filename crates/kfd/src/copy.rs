@@ -262,7 +262,9 @@ impl<D: Driver + Clone, F: AsFd> CopyEngine<D, F> {
         })
     }
 
-    /// The render node the engine submits through.
+    /// The render node the engine submits through. Work submitted through
+    /// it ([`RenderNode::cs_submit`] is `unsafe`) must leave the engine's
+    /// staging mappings alone.
     pub fn render(&self) -> &RenderNode<D, F> {
         &self.render
     }
@@ -686,18 +688,25 @@ impl<D: Driver + Clone, F: AsFd> CopyEngine<D, F> {
         let list = self
             .render
             .bo_list_create(&[bo.handle, staging_handle, ib_handle])?;
-        let submitted = self.render.cs_submit(
-            ctx,
-            Some(list),
-            &[IbChunk {
-                va_start: ib_va,
-                ib_bytes: ib_bytes.len() as u32,
-                ip_type: AMDGPU_HW_IP_DMA,
-                ip_instance: 0,
-                ring: self.ring,
-                flags: 0,
-            }],
-        );
+        // SAFETY: the IB only touches the BO's mapping and this slot's
+        // staging mapping. The staging memory is owned by the slot, `&mut
+        // self` proves no borrow from `staging`/`staging_mut` is alive, and
+        // the slot is marked in flight right below, so the CPU cannot touch
+        // it again until `wait` saw the fence signal (or teardown leaked it).
+        let submitted = unsafe {
+            self.render.cs_submit(
+                ctx,
+                Some(list),
+                &[IbChunk {
+                    va_start: ib_va,
+                    ib_bytes: ib_bytes.len() as u32,
+                    ip_type: AMDGPU_HW_IP_DMA,
+                    ip_instance: 0,
+                    ring: self.ring,
+                    flags: 0,
+                }],
+            )
+        };
         let destroyed = self.render.bo_list_destroy(list);
         let fence = submitted?;
         if let Err(err) = destroyed {

@@ -598,8 +598,15 @@ impl<D: Driver, F: AsFd> RenderNode<D, F> {
     /// mapped: a bad address becomes a GPU VM fault, reported by the fence.
     /// All IBs must target the same engine and ring (the fence identifies
     /// one ring).
+    ///
+    /// # Safety
+    /// The device executes the IBs asynchronously: every memory they write
+    /// through a userptr BO must not be read or written by the CPU (no live
+    /// Rust reference into it) until the returned fence has signalled, and
+    /// must stay mapped until then (the contract of
+    /// [`RenderNode::gem_userptr`]).
     #[doc(alias = "DRM_IOCTL_AMDGPU_CS")]
-    pub fn cs_submit(
+    pub unsafe fn cs_submit(
         &self,
         ctx: CtxId,
         bo_list: Option<BoListHandle>,

@@ -259,34 +259,38 @@ fn submit_and_wait_a_copy() {
         ip_type: AMDGPU_HW_IP_DMA,
         ..Default::default()
     };
-    let fence = r.cs_submit(ctx, Some(list), &[ibc]).unwrap();
+    // SAFETY: `dst` is not touched by the CPU until the fence signalled.
+    let fence = unsafe { r.cs_submit(ctx, Some(list), &[ibc]) }.unwrap();
     r.bo_list_destroy(list).unwrap();
     assert!(r.wait_cs(&fence, Some(Duration::from_secs(60))).unwrap());
     // A completed fence polls as done.
     assert!(r.wait_cs(&fence, Some(Duration::ZERO)).unwrap());
     assert_eq!(dst.as_mut_slice(), &data[..]);
 
-    // Errors: no IB, mixed rings, bad ring, unknown context.
-    assert!(r.cs_submit(ctx, None, &[]).is_err());
+    // Errors: no IB, mixed rings, bad ring, unknown context, and an
+    // injected failure. None of these submissions reaches the device.
+    let refused = |ctx: kfd::CtxId, ibs: &[IbChunk]| {
+        // SAFETY: every call below is refused before the device runs
+        // anything, so no memory is written behind the CPU's back.
+        unsafe { r.cs_submit(ctx, None, ibs) }.unwrap_err()
+    };
+    assert!(matches!(
+        refused(ctx, &[]),
+        kfd::Error::InvalidArgument { .. }
+    ));
     let other_ring = IbChunk { ring: 1, ..ibc };
     assert!(matches!(
-        r.cs_submit(ctx, None, &[ibc, other_ring]),
-        Err(kfd::Error::InvalidArgument { .. })
+        refused(ctx, &[ibc, other_ring]),
+        kfd::Error::InvalidArgument { .. }
     ));
     let bad_ring = IbChunk { ring: 31, ..ibc };
-    assert_eq!(
-        r.cs_submit(ctx, None, &[bad_ring]).unwrap_err().errno(),
-        libc::EINVAL
-    );
-    let err = r.cs_submit(kfd::CtxId(77), None, &[ibc]).unwrap_err();
+    assert_eq!(refused(ctx, &[bad_ring]).errno(), libc::EINVAL);
+    let err = refused(kfd::CtxId(77), &[ibc]);
     assert_eq!(err.errno(), libc::EINVAL);
     assert_eq!(err.op(), "AMDGPU_CS");
-
-    // An injected submission failure comes back as the CS error.
     sim.inject("AMDGPU_CS=ENOMEM".parse::<FaultSpec>().unwrap());
-    let err = r.cs_submit(ctx, None, &[ibc]).unwrap_err();
     assert_eq!(
-        err.to_string(),
+        refused(ctx, &[ibc]).to_string(),
         "AMDGPU_CS failed: Cannot allocate memory (ENOMEM)"
     );
     r.ctx_free(ctx).unwrap();
