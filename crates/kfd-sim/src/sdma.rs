@@ -1519,6 +1519,53 @@ mod tests {
         assert!(matches!(err, JobError::VmFault { .. }));
     }
 
+    /// xorshift64*: a small deterministic generator for robustness tests.
+    fn next(state: &mut u64) -> u64 {
+        *state ^= *state >> 12;
+        *state ^= *state << 25;
+        *state ^= *state >> 27;
+        state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    #[test]
+    fn arbitrary_ibs_decode_and_run_without_panicking() {
+        let rules = GpuGeneration::from_gfx_target_version(90008).sdma_rules();
+        let engine = SdmaEngine::new("test", 1, rules);
+        let target = Buffer::new(8192, |_| 0);
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        for round in 0..200 {
+            let len = (next(&mut seed) % 40) as usize + 1;
+            let ib: Vec<u32> = (0..len)
+                .map(|i| {
+                    let r = next(&mut seed);
+                    match (r % 4, i % 7) {
+                        // Mostly plausible headers and small addresses, so
+                        // copies land inside, across and outside the mapping.
+                        (0, _) => OP_COPY,
+                        (1, 1) => (r >> 8) as u32 % 0x3000,
+                        (1, _) => 0x10_0000 + (r >> 8) as u32 % 0x4000,
+                        _ => (r >> 16) as u32,
+                    }
+                })
+                .collect();
+            let mut at = 0;
+            while at < ib.len() {
+                match decode_packet(&ib, at, rules) {
+                    Ok((_, used)) => {
+                        assert!(used >= 1 && at + used <= ib.len(), "round {round}");
+                        at += used;
+                    }
+                    Err(_) => break,
+                }
+            }
+            let ibb = ib_buffer(&ib);
+            let vm = VmView::new(vec![range(0x10_0000, &target), range(0x40_0000, &ibb)]);
+            // Any outcome is fine; the fence must signal.
+            let _ = run_job(&engine, vm, 0x40_0000, (ib.len() * 4) as u32);
+        }
+        assert_eq!(engine.stats().jobs, 200);
+    }
+
     #[test]
     fn out_of_range_ring_fails_the_fence() {
         let rules = GpuGeneration::from_gfx_target_version(90008).sdma_rules();
