@@ -89,20 +89,17 @@ impl Memfd {
     /// Reads `buf.len()` bytes at `offset`; the range must lie inside the memfd.
     pub(crate) fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), Errno> {
         self.check_range(offset, buf.len())?;
-        self.file.read_exact_at(buf, offset).map_err(|_| Errno(libc::EIO))
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|_| Errno(libc::EIO))
     }
 
     /// Writes `data` at `offset`; the range must lie inside the memfd.
     pub(crate) fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), Errno> {
         self.check_range(offset, data.len())?;
-        self.file.write_all_at(data, offset).map_err(|_| Errno(libc::EIO))
-    }
-
-    /// Zeroes the whole memfd (VRAM is wiped on allocation; a fresh memfd
-    /// already is zero, so this is only needed when memory is reused).
-    pub(crate) fn clear(&self) -> Result<(), Errno> {
-        self.file.set_len(0).map_err(|_| Errno(libc::EIO))?;
-        self.file.set_len(self.size).map_err(|_| Errno(libc::ENOMEM))
+        self.file
+            .write_all_at(data, offset)
+            .map_err(|_| Errno(libc::EIO))
     }
 
     fn check_range(&self, offset: u64, len: usize) -> Result<(), Errno> {
@@ -220,7 +217,14 @@ impl BoStore {
         Ok(start)
     }
 
-    fn insert(&mut self, gpu: usize, size: u64, domain: Domain, flags: u32, backing: Backing) -> Result<BoId, Errno> {
+    fn insert(
+        &mut self,
+        gpu: usize,
+        size: u64,
+        domain: Domain,
+        flags: u32,
+        backing: Backing,
+    ) -> Result<BoId, Errno> {
         let mmap_offset = self.alloc_offset(gpu, size)?;
         let id = BoId(self.next_id);
         self.next_id += 1;
@@ -246,20 +250,50 @@ impl BoStore {
     }
 
     /// A new zero-filled VRAM or GTT BO of `size` bytes with no handles yet.
-    pub(crate) fn create_memory(&mut self, gpu: usize, size: u64, domain: Domain, flags: u32) -> Result<BoId, Errno> {
+    pub(crate) fn create_memory(
+        &mut self,
+        gpu: usize,
+        size: u64,
+        domain: Domain,
+        flags: u32,
+    ) -> Result<BoId, Errno> {
         debug_assert!(matches!(domain, Domain::Vram | Domain::Gtt));
-        let name = if domain == Domain::Vram { "kfd-sim-vram" } else { "kfd-sim-gtt" };
+        let name = if domain == Domain::Vram {
+            "kfd-sim-vram"
+        } else {
+            "kfd-sim-gtt"
+        };
         let memfd = Arc::new(Memfd::new(name, size)?);
         self.insert(gpu, size, domain, flags, Backing::Memory(memfd))
     }
 
     /// A new USERPTR BO over host memory at `addr`.
-    pub(crate) fn create_userptr(&mut self, gpu: usize, addr: u64, size: u64, flags: u32, valid: bool) -> Result<BoId, Errno> {
-        self.insert(gpu, size, Domain::UserPtr, flags, Backing::UserPtr { addr, valid })
+    pub(crate) fn create_userptr(
+        &mut self,
+        gpu: usize,
+        addr: u64,
+        size: u64,
+        flags: u32,
+        valid: bool,
+    ) -> Result<BoId, Errno> {
+        self.insert(
+            gpu,
+            size,
+            Domain::UserPtr,
+            flags,
+            Backing::UserPtr { addr, valid },
+        )
     }
 
     /// A new DOORBELL or MMIO_REMAP BO showing `page`.
-    pub(crate) fn create_aperture(&mut self, gpu: usize, size: u64, domain: Domain, flags: u32, page: Arc<Memfd>) -> Result<BoId, Errno> {
+    pub(crate) fn create_aperture(
+        &mut self,
+        gpu: usize,
+        size: u64,
+        domain: Domain,
+        flags: u32,
+        page: Arc<Memfd>,
+    ) -> Result<BoId, Errno> {
         self.insert(gpu, size, domain, flags, Backing::Aperture(page))
     }
 
@@ -316,12 +350,21 @@ impl BoStore {
     /// Exports `id` as a dma-buf: a new fd re-opening the BO's memfd,
     /// read-write or read-only, with or without close-on-exec. Only VRAM/GTT
     /// BOs can be exported (`EINVAL` otherwise).
-    pub(crate) fn export_dmabuf(&mut self, id: BoId, writable: bool, cloexec: bool) -> Result<OwnedFd, Errno> {
+    pub(crate) fn export_dmabuf(
+        &mut self,
+        id: BoId,
+        writable: bool,
+        cloexec: bool,
+    ) -> Result<OwnedFd, Errno> {
         let bo = self.bos.get_mut(&id).ok_or(Errno(libc::EINVAL))?;
         let memfd = bo.memory().ok_or(Errno(libc::EINVAL))?.clone();
         let path = CString::new(format!("/proc/self/fd/{}", memfd.file().as_raw_fd()))
             .map_err(|_| Errno(libc::EINVAL))?;
-        let mut flags = if writable { libc::O_RDWR } else { libc::O_RDONLY };
+        let mut flags = if writable {
+            libc::O_RDWR
+        } else {
+            libc::O_RDONLY
+        };
         if cloexec {
             flags |= libc::O_CLOEXEC;
         }
@@ -390,6 +433,8 @@ impl BoStore {
     /// Number of application fds (from `open`, a multiset of inodes) that are
     /// dma-bufs of live BOs.
     pub(crate) fn count_dmabuf_fds(&self, open: &[FileKey]) -> usize {
-        open.iter().filter(|k| self.by_inode.contains_key(k)).count()
+        open.iter()
+            .filter(|k| self.by_inode.contains_key(k))
+            .count()
     }
 }

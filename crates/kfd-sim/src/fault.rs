@@ -126,13 +126,19 @@ pub enum FaultParseError {
 }
 
 /// CRIU sub-operation names, by op number.
-pub(crate) const CRIU_OP_NAMES: [&str; 5] = ["PROCESS_INFO", "CHECKPOINT", "UNPAUSE", "RESTORE", "RESUME"];
+pub(crate) const CRIU_OP_NAMES: [&str; 5] =
+    ["PROCESS_INFO", "CHECKPOINT", "UNPAUSE", "RESTORE", "RESUME"];
 
 /// Upper-cases and strips the ioctl prefixes.
 pub(crate) fn normalize(name: &str) -> String {
     let up = name.trim().to_ascii_uppercase();
-    let up = up.strip_prefix("AMDKFD_IOC_").map(str::to_owned).unwrap_or(up);
-    up.strip_prefix("DRM_IOCTL_").map(str::to_owned).unwrap_or(up)
+    let up = up
+        .strip_prefix("AMDKFD_IOC_")
+        .map(str::to_owned)
+        .unwrap_or(up);
+    up.strip_prefix("DRM_IOCTL_")
+        .map(str::to_owned)
+        .unwrap_or(up)
 }
 
 fn parse_errno(spec: &str, s: &str) -> Result<Errno, FaultParseError> {
@@ -209,7 +215,11 @@ impl FromStr for FaultSpec {
                 });
             }
         }
-        let default = if op == "MMAP" { libc::ENOMEM } else { libc::EIO };
+        let default = if op == "MMAP" {
+            libc::ENOMEM
+        } else {
+            libc::EIO
+        };
         Ok(FaultSpec {
             op,
             nth,
@@ -291,26 +301,56 @@ mod tests {
     #[test]
     fn parses_full_and_short_forms() {
         let f: FaultSpec = "CRIU_OP:CHECKPOINT=EIO".parse().unwrap();
-        assert_eq!((f.op.as_str(), f.nth, f.errno), ("CRIU_OP:CHECKPOINT", 1, Errno(libc::EIO)));
+        assert_eq!(
+            (f.op.as_str(), f.nth, f.errno),
+            ("CRIU_OP:CHECKPOINT", 1, Errno(libc::EIO))
+        );
         assert_eq!(f.kind(), FaultKind::CriuOp);
         let f: FaultSpec = "DRM_IOCTL_AMDGPU_CS:3=ENOMEM".parse().unwrap();
-        assert_eq!((f.op.as_str(), f.nth, f.errno), ("AMDGPU_CS", 3, Errno(libc::ENOMEM)));
+        assert_eq!(
+            (f.op.as_str(), f.nth, f.errno),
+            ("AMDGPU_CS", 3, Errno(libc::ENOMEM))
+        );
         let f: FaultSpec = "mmap".parse().unwrap();
-        assert_eq!((f.op.as_str(), f.nth, f.errno), ("MMAP", 1, Errno(libc::ENOMEM)));
+        assert_eq!(
+            (f.op.as_str(), f.nth, f.errno),
+            ("MMAP", 1, Errno(libc::ENOMEM))
+        );
         let f: FaultSpec = "AMDKFD_IOC_ALLOC_MEMORY_OF_GPU:2=12".parse().unwrap();
-        assert_eq!((f.op.as_str(), f.nth, f.errno), ("ALLOC_MEMORY_OF_GPU", 2, Errno(12)));
+        assert_eq!(
+            (f.op.as_str(), f.nth, f.errno),
+            ("ALLOC_MEMORY_OF_GPU", 2, Errno(12))
+        );
         let f: FaultSpec = "CRIU_OP:RESTORE:2".parse().unwrap();
         assert_eq!((f.op.as_str(), f.nth), ("CRIU_OP:RESTORE", 2));
     }
 
     #[test]
     fn rejects_bad_specs() {
-        assert!(matches!("".parse::<FaultSpec>(), Err(FaultParseError::EmptyOp(_))));
-        assert!(matches!("=EIO".parse::<FaultSpec>(), Err(FaultParseError::EmptyOp(_))));
-        assert!(matches!("X:0".parse::<FaultSpec>(), Err(FaultParseError::BadCount { .. })));
-        assert!(matches!("X=EWHAT".parse::<FaultSpec>(), Err(FaultParseError::BadErrno { .. })));
-        assert!(matches!("X=-3".parse::<FaultSpec>(), Err(FaultParseError::BadErrno { .. })));
-        assert!(matches!("CRIU_OP:DANCE".parse::<FaultSpec>(), Err(FaultParseError::BadCriuOp { .. })));
+        assert!(matches!(
+            "".parse::<FaultSpec>(),
+            Err(FaultParseError::EmptyOp(_))
+        ));
+        assert!(matches!(
+            "=EIO".parse::<FaultSpec>(),
+            Err(FaultParseError::EmptyOp(_))
+        ));
+        assert!(matches!(
+            "X:0".parse::<FaultSpec>(),
+            Err(FaultParseError::BadCount { .. })
+        ));
+        assert!(matches!(
+            "X=EWHAT".parse::<FaultSpec>(),
+            Err(FaultParseError::BadErrno { .. })
+        ));
+        assert!(matches!(
+            "X=-3".parse::<FaultSpec>(),
+            Err(FaultParseError::BadErrno { .. })
+        ));
+        assert!(matches!(
+            "CRIU_OP:DANCE".parse::<FaultSpec>(),
+            Err(FaultParseError::BadCriuOp { .. })
+        ));
     }
 
     #[test]

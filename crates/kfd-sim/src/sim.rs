@@ -235,8 +235,6 @@ pub(crate) struct KfdFile {
 pub(crate) struct RenderFile {
     /// Index of the GPU.
     pub(crate) gpu: usize,
-    /// The process that opened it.
-    pub(crate) opener: Pid,
     /// "VM owned by a KFD process": set by ACQUIRE_VM / CRIU RESTORE to the
     /// process whose compute VM this file's VM became.
     pub(crate) kfd_vm_owner: Option<Pid>,
@@ -256,7 +254,6 @@ pub(crate) enum OpenFile {
 /// A simulated process.
 #[derive(Debug)]
 pub(crate) struct Process {
-    pub(crate) pid: Pid,
     pub(crate) capable: bool,
     pub(crate) ptrace_parent: Option<Pid>,
     /// GPU indices the device cgroup allows, in topology order.
@@ -269,7 +266,6 @@ pub(crate) struct Process {
 #[derive(Debug, Clone)]
 pub(crate) struct CpuMapping {
     pub(crate) len: usize,
-    pub(crate) pid: Pid,
 }
 
 /// Anonymous host memory owned by the simulator: the simulated
@@ -298,14 +294,20 @@ impl HostRegion {
         if ptr == libc::MAP_FAILED {
             return Err(Errno::last());
         }
-        Ok(HostRegion { addr: ptr as usize, len })
+        Ok(HostRegion {
+            addr: ptr as usize,
+            len,
+        })
     }
 
     fn contains(&self, addr: u64, len: usize) -> bool {
         let Ok(addr) = usize::try_from(addr) else {
             return false;
         };
-        addr >= self.addr && addr.checked_add(len).is_some_and(|end| end <= self.addr + self.len)
+        addr >= self.addr
+            && addr
+                .checked_add(len)
+                .is_some_and(|end| end <= self.addr + self.len)
     }
 }
 
@@ -397,7 +399,10 @@ impl Sim {
                 .filter(|&id| id != 0)
                 .ok_or_else(|| node_err(node.id, "gpu node without a non-zero gpu_id"))?;
             if gpu_id > 0xffff {
-                return Err(node_err(node.id, format!("gpu_id {gpu_id} does not fit 16 bits")));
+                return Err(node_err(
+                    node.id,
+                    format!("gpu_id {gpu_id} does not fit 16 bits"),
+                ));
             }
             let minor = node
                 .render_minor()
@@ -421,11 +426,13 @@ impl Sim {
             }
             let gfx = u32::try_from(node.prop("gfx_target_version")).unwrap_or(0);
             let family = family_of(gfx);
-            let sdma_engines = u32::try_from(node.prop("num_sdma_engines") + node.prop("num_sdma_xgmi_engines"))
-                .unwrap_or(u32::MAX)
+            let sdma_engines =
+                u32::try_from(node.prop("num_sdma_engines") + node.prop("num_sdma_xgmi_engines"))
+                    .unwrap_or(u32::MAX)
+                    .max(1);
+            let sdma_queues_per_engine = u32::try_from(node.prop("num_sdma_queues_per_engine"))
+                .unwrap_or(2)
                 .max(1);
-            let sdma_queues_per_engine =
-                u32::try_from(node.prop("num_sdma_queues_per_engine")).unwrap_or(2).max(1);
             let mmio_page = Arc::new(
                 Memfd::new("kfd-sim-mmio", crate::bo::PAGE_SIZE)
                     .map_err(|e| node_err(node.id, format!("cannot create the mmio page: {e}")))?,
@@ -451,9 +458,12 @@ impl Sim {
         if gpus.is_empty() {
             return Err(SimError::NoGpus);
         }
+        // Prefer tmpfs (/dev/shm): a large topology is thousands of small
+        // files, which a disk file system creates far more slowly.
         let sysfs = tempfile::Builder::new()
             .prefix("kfd-sim-sysfs")
-            .tempdir()
+            .tempdir_in("/dev/shm")
+            .or_else(|_| tempfile::Builder::new().prefix("kfd-sim-sysfs").tempdir())
             .map_err(|source| SimError::Sysfs {
                 path: std::env::temp_dir(),
                 source,
@@ -581,7 +591,6 @@ impl Sim {
         st.processes.insert(
             pid,
             Process {
-                pid,
                 capable: cfg.checkpoint_restore_capable,
                 ptrace_parent: None,
                 visible,
@@ -605,7 +614,10 @@ impl Sim {
         if !st.processes.contains_key(&tracer) {
             return Err(SimError::NoSuchProcess(tracer));
         }
-        let p = st.processes.get_mut(&tracee).ok_or(SimError::NoSuchProcess(tracee))?;
+        let p = st
+            .processes
+            .get_mut(&tracee)
+            .ok_or(SimError::NoSuchProcess(tracee))?;
         p.ptrace_parent = Some(tracer);
         Ok(())
     }
@@ -613,7 +625,10 @@ impl Sim {
     /// Detaches `tracee` from its ptrace parent.
     pub fn ptrace_detach(&self, tracee: Pid) -> Result<(), SimError> {
         let mut st = self.lock();
-        let p = st.processes.get_mut(&tracee).ok_or(SimError::NoSuchProcess(tracee))?;
+        let p = st
+            .processes
+            .get_mut(&tracee)
+            .ok_or(SimError::NoSuchProcess(tracee))?;
         p.ptrace_parent = None;
         Ok(())
     }
@@ -621,7 +636,10 @@ impl Sim {
     /// Grants or revokes `CAP_CHECKPOINT_RESTORE`/`CAP_SYS_ADMIN`.
     pub fn set_checkpoint_restore_capable(&self, pid: Pid, capable: bool) -> Result<(), SimError> {
         let mut st = self.lock();
-        let p = st.processes.get_mut(&pid).ok_or(SimError::NoSuchProcess(pid))?;
+        let p = st
+            .processes
+            .get_mut(&pid)
+            .ok_or(SimError::NoSuchProcess(pid))?;
         p.capable = capable;
         Ok(())
     }
@@ -631,7 +649,10 @@ impl Sim {
     /// until closed; using them from another process then fails as usual.
     pub fn exit_process(&self, pid: Pid) -> Result<(), SimError> {
         let mut st = self.lock();
-        let proc_ = st.processes.remove(&pid).ok_or(SimError::NoSuchProcess(pid))?;
+        let proc_ = st
+            .processes
+            .remove(&pid)
+            .ok_or(SimError::NoSuchProcess(pid))?;
         if let Some(kfd) = proc_.kfd {
             kfd.teardown(&mut st, pid);
         }
@@ -706,7 +727,11 @@ impl State {
             return keys;
         };
         for entry in dir.flatten() {
-            let Some(fd) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            let Some(fd) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<i32>().ok())
+            else {
                 continue;
             };
             if own.contains(&fd) {
@@ -753,7 +778,12 @@ impl State {
             OpenFile::Kfd(_) => {}
             OpenFile::Render(render) => {
                 crate::drm::release(&mut self.bos, key, render.drm);
-                let ids: Vec<_> = self.bos.iter().filter(|b| b.allowed_files.contains(&key)).map(|b| b.id).collect();
+                let ids: Vec<_> = self
+                    .bos
+                    .iter()
+                    .filter(|b| b.allowed_files.contains(&key))
+                    .map(|b| b.id)
+                    .collect();
                 for id in ids {
                     if let Some(bo) = self.bos.get_mut(id) {
                         bo.allowed_files.remove(&key);
@@ -794,7 +824,9 @@ impl State {
             return false;
         }
         // SAFETY: as in read_host, the range is inside a live read-write region.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as usize as *mut u8, data.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), addr as usize as *mut u8, data.len())
+        };
         true
     }
 
@@ -906,7 +938,9 @@ where
     let size = std::mem::size_of::<T>();
     // The marshalling buffer is never smaller than the kernel's struct; a
     // shorter one would be a dispatch-table bug, answered with a zeroed struct.
-    let mut value = T::read_from_prefix(buf).map(|(v, _)| v).unwrap_or_else(|_| T::new_zeroed());
+    let mut value = T::read_from_prefix(buf)
+        .map(|(v, _)| v)
+        .unwrap_or_else(|_| T::new_zeroed());
     let r = f(&mut value);
     if buf.len() >= size {
         buf[..size].copy_from_slice(value.as_bytes());
@@ -965,7 +999,10 @@ impl SimDriver {
                 .iter()
                 .position(|g| g.info.render_minor == minor)
                 .ok_or(Errno(libc::ENOENT))?;
-            let visible = st.processes.get(&self.pid).is_some_and(|p| p.visible.contains(&gpu));
+            let visible = st
+                .processes
+                .get(&self.pid)
+                .is_some_and(|p| p.visible.contains(&gpu));
             if !visible {
                 return Err(Errno(libc::EPERM));
             }
@@ -975,7 +1012,6 @@ impl SimDriver {
                 key,
                 OpenFile::Render(RenderFile {
                     gpu,
-                    opener: self.pid,
                     kfd_vm_owner: None,
                     drm: crate::drm::DrmFile::new(&shared.gpus[gpu].drm),
                 }),
@@ -987,7 +1023,12 @@ impl SimDriver {
 
     /// # Safety
     /// The [`Driver::ioctl`] contract.
-    unsafe fn ioctl_inner(&self, fd: BorrowedFd<'_>, request: u64, arg: *mut c_void) -> Result<c_int, Errno> {
+    unsafe fn ioctl_inner(
+        &self,
+        fd: BorrowedFd<'_>,
+        request: u64,
+        arg: *mut c_void,
+    ) -> Result<c_int, Errno> {
         let key = FileKey::of_raw(fd.as_raw_fd())?;
         let mut st = self.sim.lock();
         self.alive(&st)?;
@@ -1012,14 +1053,23 @@ impl SimDriver {
         }
     }
 
-    fn mmap_source(&self, st: &mut State, key: FileKey, len: usize, offset: u64) -> Result<Option<(Arc<Memfd>, u64)>, Errno> {
+    fn mmap_source(
+        &self,
+        st: &mut State,
+        key: FileKey,
+        len: usize,
+        offset: u64,
+    ) -> Result<Option<(Arc<Memfd>, u64)>, Errno> {
         match st.files.get(&key) {
             Some(OpenFile::Kfd(_)) => {
                 crate::kfd::mmap(&self.sim.shared, st, self.pid, offset, len as u64).map(Some)
             }
             Some(OpenFile::Render(r)) => {
                 let gpu = r.gpu;
-                let id = st.bos.lookup_offset(gpu, offset, len as u64).ok_or(Errno(libc::EINVAL))?;
+                let id = st
+                    .bos
+                    .lookup_offset(gpu, offset, len as u64)
+                    .ok_or(Errno(libc::EINVAL))?;
                 let bo = st.bos.get(id).ok_or(Errno(libc::EINVAL))?;
                 if !bo.allowed_files.contains(&key) {
                     return Err(Errno(libc::EACCES));
@@ -1040,7 +1090,12 @@ impl Driver for SimDriver {
         self.open_inner(path, flags).map_err(Into::into)
     }
 
-    unsafe fn ioctl(&self, fd: BorrowedFd<'_>, request: u64, arg: *mut c_void) -> io::Result<c_int> {
+    unsafe fn ioctl(
+        &self,
+        fd: BorrowedFd<'_>,
+        request: u64,
+        arg: *mut c_void,
+    ) -> io::Result<c_int> {
         // SAFETY: forwarded Driver::ioctl contract.
         unsafe { self.ioctl_inner(fd, request, arg) }.map_err(Into::into)
     }
@@ -1075,7 +1130,7 @@ impl Driver for SimDriver {
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        st.cpu_maps.insert(ptr as usize, CpuMapping { len, pid: self.pid });
+        st.cpu_maps.insert(ptr as usize, CpuMapping { len });
         NonNull::new(ptr).ok_or_else(|| Errno(libc::EFAULT).into())
     }
 
@@ -1127,15 +1182,26 @@ impl Driver for SimDriver {
     }
 
     fn device_number(&self, path: &Path) -> io::Result<DeviceNumber> {
-        let s = path.to_str().ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+        let s = path
+            .to_str()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
         if s == "/dev/kfd" {
             return Ok(DeviceNumber {
                 major: KFD_MAJOR,
                 minor: 0,
             });
         }
-        if let Some(m) = s.strip_prefix("/dev/dri/renderD").and_then(|m| m.parse::<u32>().ok()) {
-            if self.sim.shared.gpus.iter().any(|g| g.info.render_minor == m) {
+        if let Some(m) = s
+            .strip_prefix("/dev/dri/renderD")
+            .and_then(|m| m.parse::<u32>().ok())
+        {
+            if self
+                .sim
+                .shared
+                .gpus
+                .iter()
+                .any(|g| g.info.render_minor == m)
+            {
                 return Ok(DeviceNumber {
                     major: DRM_MAJOR,
                     minor: m,

@@ -63,7 +63,9 @@ fn synthetic_gpu_id(i: u32) -> u32 {
 pub fn synthetic_system(gpus: usize) -> System {
     let n = u32::try_from(gpus).unwrap_or(u32::MAX).min(64);
     let mut nodes = Vec::new();
-    let cpu_links: Vec<Link> = (0..n).map(|i| link(i, link_type::PCIE, 0, i + 1, 20, 64_000, 3)).collect();
+    let cpu_links: Vec<Link> = (0..n)
+        .map(|i| link(i, link_type::PCIE, 0, i + 1, 20, 64_000, 3))
+        .collect();
     nodes.push(Node {
         id: 0,
         gpu_id: Some(0),
@@ -178,7 +180,11 @@ pub fn synthetic_system(gpus: usize) -> System {
     }
     System {
         generation_id: Some(1),
-        system_properties: Some(props(&[("platform_oem", 0), ("platform_id", 0), ("platform_rev", 0)])),
+        system_properties: Some(props(&[
+            ("platform_oem", 0),
+            ("platform_id", 0),
+            ("platform_rev", 0),
+        ])),
         nodes,
     }
 }

@@ -28,8 +28,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use amdgpu_topology::GpuId;
 use ::kfd::Driver;
+use amdgpu_topology::GpuId;
 use kfd_sys::*;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -204,13 +204,22 @@ impl WorkloadDescription {
             out.push(format!("unexpected bo {h:#x}"));
         }
         if self.queues != other.queues {
-            out.push(format!("queues: expected {:?}, found {:?}", self.queues, other.queues));
+            out.push(format!(
+                "queues: expected {:?}, found {:?}",
+                self.queues, other.queues
+            ));
         }
         if self.events != other.events {
-            out.push(format!("events: expected {:?}, found {:?}", self.events, other.events));
+            out.push(format!(
+                "events: expected {:?}, found {:?}",
+                self.events, other.events
+            ));
         }
         if self.svm_ranges != other.svm_ranges {
-            out.push(format!("svm ranges: expected {:?}, found {:?}", self.svm_ranges, other.svm_ranges));
+            out.push(format!(
+                "svm ranges: expected {:?}, found {:?}",
+                self.svm_ranges, other.svm_ranges
+            ));
         }
         out
     }
@@ -228,12 +237,20 @@ pub struct Workload {
 
 impl fmt::Debug for Workload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Workload").field("pid", &self.pid).finish_non_exhaustive()
+        f.debug_struct("Workload")
+            .field("pid", &self.pid)
+            .finish_non_exhaustive()
     }
 }
 
 /// Issues one KFD ioctl with a typed argument.
-fn kioctl<T>(drv: &SimDriver, fd: BorrowedFd<'_>, request: u32, arg: &mut T, op: &'static str) -> Result<(), WorkloadError>
+fn kioctl<T>(
+    drv: &SimDriver,
+    fd: BorrowedFd<'_>,
+    request: u32,
+    arg: &mut T,
+    op: &'static str,
+) -> Result<(), WorkloadError>
 where
     T: IntoBytes + FromBytes + Immutable + KnownLayout,
 {
@@ -273,7 +290,9 @@ impl Hasher {
     fn bytes(&mut self, b: &[u8]) {
         let mut chunks = b.chunks_exact(8);
         for c in &mut chunks {
-            self.u64(u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]));
+            self.u64(u64::from_le_bytes([
+                c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
+            ]));
         }
         let rest = chunks.remainder();
         if !rest.is_empty() {
@@ -325,7 +344,12 @@ fn data_allocs<'a>(st: &State, pid: Pid, list: &'a [Alloc]) -> Vec<&'a Alloc> {
     };
     list.iter()
         .filter(|a| Some(a.bo) != page)
-        .filter(|a| matches!(st.bos.get(a.bo).map(|b| b.domain), Some(Domain::Vram | Domain::Gtt | Domain::UserPtr)))
+        .filter(|a| {
+            matches!(
+                st.bos.get(a.bo).map(|b| b.domain),
+                Some(Domain::Vram | Domain::Gtt | Domain::UserPtr)
+            )
+        })
         .collect()
 }
 
@@ -333,7 +357,12 @@ fn data_allocs<'a>(st: &State, pid: Pid, list: &'a [Alloc]) -> Vec<&'a Alloc> {
 fn control_alloc<'a>(st: &State, pid: Pid, list: &'a [Alloc]) -> Result<&'a Alloc, WorkloadError> {
     data_allocs(st, pid, list)
         .into_iter()
-        .find(|a| matches!(st.bos.get(a.bo).map(|b| b.domain), Some(Domain::Vram | Domain::Gtt)))
+        .find(|a| {
+            matches!(
+                st.bos.get(a.bo).map(|b| b.domain),
+                Some(Domain::Vram | Domain::Gtt)
+            )
+        })
         .ok_or(WorkloadError::NoMemory(pid))
 }
 
@@ -343,15 +372,28 @@ fn content_hash(st: &State, pid: Pid, a: &Alloc) -> Result<u64, WorkloadError> {
         return Ok(0);
     };
     let mut h = Hasher::new();
-    let err = |errno| WorkloadError::Memory { pid, handle: a.handle, errno };
+    let err = |errno| WorkloadError::Memory {
+        pid,
+        handle: a.handle,
+        errno,
+    };
     match &bo.backing {
         Backing::Memory(m) => {
+            // Zero pages are skipped, so a page never written and a page
+            // written with zeros (by a restore's copy) hash alike.
+            const PAGE: usize = 4096;
+            let zero = [0u8; PAGE];
             let mut buf = vec![0u8; (4 * MIB).min(bo.size) as usize];
             let mut off = 0;
             while off < bo.size {
                 let n = (bo.size - off).min(buf.len() as u64) as usize;
                 m.read_at(off, &mut buf[..n]).map_err(err)?;
-                h.bytes(&buf[..n]);
+                for (i, page) in buf[..n].chunks(PAGE).enumerate() {
+                    if page != &zero[..page.len()] {
+                        h.u64(off + (i * PAGE) as u64);
+                        h.bytes(page);
+                    }
+                }
                 off += n as u64;
             }
         }
@@ -437,11 +479,14 @@ impl Workload {
         let gpus = w.gpu_ids()?;
         for (i, &gpu) in gpus.iter().enumerate() {
             let path = sim.render_path(gpu).ok_or(SimError::NoSuchGpu(gpu))?;
-            let render = w.driver.open(&path, libc::O_RDWR | libc::O_CLOEXEC).map_err(|e| WorkloadError::Open {
-                pid,
-                path: path.display().to_string(),
-                errno: Errno(e.raw_os_error().unwrap_or(libc::EIO)),
-            })?;
+            let render = w
+                .driver
+                .open(&path, libc::O_RDWR | libc::O_CLOEXEC)
+                .map_err(|e| WorkloadError::Open {
+                    pid,
+                    path: path.display().to_string(),
+                    errno: Errno(e.raw_os_error().unwrap_or(libc::EIO)),
+                })?;
             let mut acquire = kfd_ioctl_acquire_vm_args {
                 drm_fd: std::os::fd::AsRawFd::as_raw_fd(&render) as u32,
                 gpu_id: gpu,
@@ -491,18 +536,32 @@ impl Workload {
     where
         T: IntoBytes + FromBytes + Immutable + KnownLayout,
     {
-        let fd = self.kfd.as_ref().ok_or(WorkloadError::NoKfdProcess(self.pid))?;
+        let fd = self
+            .kfd
+            .as_ref()
+            .ok_or(WorkloadError::NoKfdProcess(self.pid))?;
         kioctl(&self.driver, fd.as_fd(), request, arg, op)
     }
 
     /// The gpu_ids the process sees (GET_PROCESS_APERTURES_NEW).
     fn gpu_ids(&self) -> Result<Vec<GpuId>, WorkloadError> {
         let mut q = kfd_ioctl_get_process_apertures_new_args::default();
-        self.ioctl(AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, &mut q, "GET_PROCESS_APERTURES_NEW")?;
+        self.ioctl(
+            AMDKFD_IOC_GET_PROCESS_APERTURES_NEW,
+            &mut q,
+            "GET_PROCESS_APERTURES_NEW",
+        )?;
         let mut list = vec![kfd_process_device_apertures::default(); q.num_of_nodes as usize];
         q.kfd_process_device_apertures_ptr = list.as_mut_ptr() as u64;
-        self.ioctl(AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, &mut q, "GET_PROCESS_APERTURES_NEW")?;
-        Ok(list[..q.num_of_nodes as usize].iter().map(|a| a.gpu_id).collect())
+        self.ioctl(
+            AMDKFD_IOC_GET_PROCESS_APERTURES_NEW,
+            &mut q,
+            "GET_PROCESS_APERTURES_NEW",
+        )?;
+        Ok(list[..q.num_of_nodes as usize]
+            .iter()
+            .map(|a| a.gpu_id)
+            .collect())
     }
 
     fn next_va(&mut self, gpu: GpuId, size: u64) -> u64 {
@@ -513,7 +572,13 @@ impl Workload {
     }
 
     /// ALLOC_MEMORY_OF_GPU + MAP_MEMORY_TO_GPU on `map_on`; returns the handle.
-    pub fn alloc(&mut self, gpu: GpuId, size: u64, flags: u32, map_on: &[GpuId]) -> Result<u64, WorkloadError> {
+    pub fn alloc(
+        &mut self,
+        gpu: GpuId,
+        size: u64,
+        flags: u32,
+        map_on: &[GpuId],
+    ) -> Result<u64, WorkloadError> {
         let (va, mmap_offset) = if flags & KFD_IOC_ALLOC_MEM_FLAGS_USERPTR != 0 {
             let addr = self.sim.alloc_host_memory(size as usize)?;
             (addr, addr)
@@ -528,7 +593,11 @@ impl Workload {
             gpu_id: gpu,
             flags,
         };
-        self.ioctl(AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, &mut a, "ALLOC_MEMORY_OF_GPU")?;
+        self.ioctl(
+            AMDKFD_IOC_ALLOC_MEMORY_OF_GPU,
+            &mut a,
+            "ALLOC_MEMORY_OF_GPU",
+        )?;
         if !map_on.is_empty() {
             self.map(a.handle, map_on)?;
         }
@@ -556,9 +625,16 @@ impl Workload {
             .map_or(8192, |g| g.doorbell_slice)
     }
 
-    fn create_queue(&mut self, gpu: GpuId, user_type: u32, rings: u64, index: u64) -> Result<u32, WorkloadError> {
+    fn create_queue(
+        &mut self,
+        gpu: GpuId,
+        user_type: u32,
+        rings: u64,
+        index: u64,
+    ) -> Result<u32, WorkloadError> {
         let ring = rings + index * 64 * KIB;
-        let compute = user_type == KFD_IOC_QUEUE_TYPE_COMPUTE_AQL || user_type == KFD_IOC_QUEUE_TYPE_COMPUTE;
+        let compute =
+            user_type == KFD_IOC_QUEUE_TYPE_COMPUTE_AQL || user_type == KFD_IOC_QUEUE_TYPE_COMPUTE;
         let mut q = kfd_ioctl_create_queue_args {
             ring_base_address: ring,
             write_pointer_address: ring + 32 * KIB,
@@ -616,17 +692,27 @@ impl Workload {
                 },
             ],
         };
-        let request = _IOC(_IOC_READ | _IOC_WRITE, AMDKFD_IOCTL_BASE, 0x20, std::mem::size_of::<SvmArgs>());
+        let request = _IOC(
+            _IOC_READ | _IOC_WRITE,
+            AMDKFD_IOCTL_BASE,
+            0x20,
+            std::mem::size_of::<SvmArgs>(),
+        );
         self.ioctl(request, &mut a, "SVM")
     }
 
     fn build(&mut self, profile: &Profile, gpus: &[GpuId]) -> Result<(), WorkloadError> {
-        const VRAM: u32 = KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE | KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE;
+        const VRAM: u32 = KFD_IOC_ALLOC_MEM_FLAGS_VRAM
+            | KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE
+            | KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE;
         const GTT: u32 = KFD_IOC_ALLOC_MEM_FLAGS_GTT | KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE;
         const USERPTR: u32 = KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE;
         let (n_bos, max_bo, compute_q, sdma_q, events, userptrs, svm) = match *profile {
             Profile::Basic => (0usize, 0u64, 1u64, 0u64, 1usize, 1usize, false),
-            Profile::PyTorchLike { bos_per_gpu, max_bo_bytes } => (bos_per_gpu, max_bo_bytes.max(4 * KIB), 8, 2, 16, 4, true),
+            Profile::PyTorchLike {
+                bos_per_gpu,
+                max_bo_bytes,
+            } => (bos_per_gpu, max_bo_bytes.max(4 * KIB), 8, 2, 16, 4, true),
             Profile::TensorFlowLike { bo_bytes } => (6, bo_bytes.max(4 * KIB), 2, 4, 4, 0, false),
         };
         let first = gpus.first().copied();
@@ -639,8 +725,18 @@ impl Workload {
                 0
             };
             let doorbells = self.doorbell_slice(gpu);
-            self.alloc(gpu, doorbells, KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL | KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE, &own)?;
-            self.alloc(gpu, 4 * KIB, KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP | KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE, &own)?;
+            self.alloc(
+                gpu,
+                doorbells,
+                KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL | KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE,
+                &own,
+            )?;
+            self.alloc(
+                gpu,
+                4 * KIB,
+                KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP | KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE,
+                &own,
+            )?;
             match profile {
                 Profile::Basic => {
                     self.alloc(gpu, 64 * KIB, VRAM, &own)?;
@@ -668,7 +764,11 @@ impl Workload {
                 }
             }
             for _ in 0..userptrs {
-                let size = if matches!(profile, Profile::Basic) { 16 * KIB } else { 64 * KIB };
+                let size = if matches!(profile, Profile::Basic) {
+                    16 * KIB
+                } else {
+                    64 * KIB
+                };
                 self.alloc(gpu, size, USERPTR, &own)?;
             }
             let n_queues = compute_q + sdma_q;
@@ -678,7 +778,11 @@ impl Workload {
                 self.create_queue(gpu, KFD_IOC_QUEUE_TYPE_COMPUTE_AQL, rings, i)?;
             }
             for i in 0..sdma_q {
-                let ty = if i % 2 == 0 { KFD_IOC_QUEUE_TYPE_SDMA } else { KFD_IOC_QUEUE_TYPE_SDMA_XGMI };
+                let ty = if i % 2 == 0 {
+                    KFD_IOC_QUEUE_TYPE_SDMA
+                } else {
+                    KFD_IOC_QUEUE_TYPE_SDMA_XGMI
+                };
                 self.create_queue(gpu, ty, rings, compute_q + i)?;
             }
             for e in 0..events {
@@ -718,8 +822,13 @@ impl Workload {
         };
         self.ioctl(AMDKFD_IOC_EXPORT_DMABUF, &mut e, "EXPORT_DMABUF")?;
         // SAFETY: EXPORT_DMABUF succeeded, so `dmabuf_fd` is a new fd we own.
-        let dmabuf = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(e.dmabuf_fd as i32) };
-        let gpu = *other.va_next.keys().next().ok_or(WorkloadError::NoKfdProcess(other.pid))?;
+        let dmabuf =
+            unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(e.dmabuf_fd as i32) };
+        let gpu = *other
+            .va_next
+            .keys()
+            .next()
+            .ok_or(WorkloadError::NoKfdProcess(other.pid))?;
         let size = {
             let st = self.sim.lock();
             st.bos
@@ -743,7 +852,11 @@ impl Workload {
 
     /// Launches `n` processes with `profile` and shares the first VRAM BO of
     /// the first process with every other one through a dma-buf.
-    pub fn launch_sharing(sim: &Sim, n: usize, profile: &Profile) -> Result<Vec<Workload>, WorkloadError> {
+    pub fn launch_sharing(
+        sim: &Sim,
+        n: usize,
+        profile: &Profile,
+    ) -> Result<Vec<Workload>, WorkloadError> {
         let mut all = Vec::new();
         for _ in 0..n {
             all.push(Workload::launch(sim, profile)?);
@@ -769,11 +882,17 @@ impl Workload {
     pub fn write_bo(&self, handle: u64, offset: u64, data: &[u8]) -> Result<(), WorkloadError> {
         let st = self.sim.lock();
         let a = find(&st, self.pid, handle)?;
-        let err = |errno| WorkloadError::Memory { pid: self.pid, handle, errno };
+        let err = |errno| WorkloadError::Memory {
+            pid: self.pid,
+            handle,
+            errno,
+        };
         match st.bos.get(a.bo).map(|b| &b.backing) {
             Some(Backing::Memory(m)) => m.write_at(offset, data).map_err(err),
             Some(Backing::UserPtr { addr, .. }) => {
-                if offset.saturating_add(data.len() as u64) > a.size || !st.write_host(addr + offset, data) {
+                if offset.saturating_add(data.len() as u64) > a.size
+                    || !st.write_host(addr + offset, data)
+                {
                     return Err(err(Errno(libc::EFAULT)));
                 }
                 Ok(())
@@ -786,7 +905,11 @@ impl Workload {
     pub fn read_bo(&self, handle: u64, offset: u64, len: usize) -> Result<Vec<u8>, WorkloadError> {
         let st = self.sim.lock();
         let a = find(&st, self.pid, handle)?;
-        let err = |errno| WorkloadError::Memory { pid: self.pid, handle, errno };
+        let err = |errno| WorkloadError::Memory {
+            pid: self.pid,
+            handle,
+            errno,
+        };
         match st.bos.get(a.bo).map(|b| &b.backing) {
             Some(Backing::Memory(m)) => {
                 let mut buf = vec![0u8; len];
@@ -794,7 +917,8 @@ impl Workload {
                 Ok(buf)
             }
             Some(Backing::UserPtr { addr, .. }) if offset.saturating_add(len as u64) <= a.size => {
-                st.read_host(addr + offset, len).ok_or(err(Errno(libc::EFAULT)))
+                st.read_host(addr + offset, len)
+                    .ok_or(err(Errno(libc::EFAULT)))
             }
             _ => Err(err(Errno(libc::EINVAL))),
         }
@@ -827,14 +951,25 @@ impl Workload {
                     continue;
                 }
                 let old = read8(&st, pid, a, off)?;
-                write8(&st, pid, a, off, splitmix(old ^ counter.rotate_left(13) ^ a.handle))?;
+                write8(
+                    &st,
+                    pid,
+                    a,
+                    off,
+                    splitmix(old ^ counter.rotate_left(13) ^ a.handle),
+                )?;
             }
         }
         let p = st.kfd_mut(pid).ok_or(WorkloadError::NoKfdProcess(pid))?;
         for q in p.queues.values_mut() {
             q.advance();
         }
-        let signal_ids: Vec<u32> = p.events.values().filter(|e| is_signal_type(e.etype)).map(|e| e.id).collect();
+        let signal_ids: Vec<u32> = p
+            .events
+            .values()
+            .filter(|e| is_signal_type(e.etype))
+            .map(|e| e.id)
+            .collect();
         if !signal_ids.is_empty() {
             let id = signal_ids[(counter % signal_ids.len() as u64) as usize];
             crate::kfd::event::signal(&mut st, pid, id).map_err(|errno| WorkloadError::Ioctl {
@@ -861,7 +996,11 @@ impl Workload {
     /// Checks that process `pid` holds what `expected` describes (same
     /// handles, addresses, sizes, flags, mappings and contents; same queues,
     /// events and SVM ranges).
-    pub fn verify(sim: &Sim, pid: Pid, expected: &WorkloadDescription) -> Result<(), WorkloadError> {
+    pub fn verify(
+        sim: &Sim,
+        pid: Pid,
+        expected: &WorkloadDescription,
+    ) -> Result<(), WorkloadError> {
         let found = describe_locked(&sim.lock(), pid)?;
         let differences = expected.differences(&found);
         if differences.is_empty() {
@@ -877,13 +1016,19 @@ impl Workload {
     pub fn fingerprint(&self) -> Result<u64, WorkloadError> {
         let st = self.sim.lock();
         let d = describe_locked(&st, self.pid)?;
-        let p = st.kfd(self.pid).ok_or(WorkloadError::NoKfdProcess(self.pid))?;
+        let p = st
+            .kfd(self.pid)
+            .ok_or(WorkloadError::NoKfdProcess(self.pid))?;
         let mut h = Hasher::new();
         for b in &d.bos {
             // A USERPTR BO sits wherever the application's CPU memory is,
             // which differs between two runs in one host: its address is
             // checked by `verify`, not fingerprinted.
-            let va = if b.flags & KFD_IOC_ALLOC_MEM_FLAGS_USERPTR != 0 { 0 } else { b.va };
+            let va = if b.flags & KFD_IOC_ALLOC_MEM_FLAGS_USERPTR != 0 {
+                0
+            } else {
+                b.va
+            };
             for v in [b.handle, va, b.size, u64::from(b.flags), b.content_hash] {
                 h.u64(v);
             }
@@ -944,12 +1089,19 @@ fn find(st: &State, pid: Pid, handle: u64) -> Result<Alloc, WorkloadError> {
 }
 
 fn read8(st: &State, pid: Pid, a: &Alloc, off: u64) -> Result<u64, WorkloadError> {
-    let err = |errno| WorkloadError::Memory { pid, handle: a.handle, errno };
+    let err = |errno| WorkloadError::Memory {
+        pid,
+        handle: a.handle,
+        errno,
+    };
     let mut b = [0u8; 8];
     match st.bos.get(a.bo).map(|b| &b.backing) {
         Some(Backing::Memory(m)) => m.read_at(off, &mut b).map_err(err)?,
         Some(Backing::UserPtr { addr, .. }) => {
-            b.copy_from_slice(&st.read_host(addr + off, 8).ok_or(err(Errno(libc::EFAULT)))?);
+            b.copy_from_slice(
+                &st.read_host(addr + off, 8)
+                    .ok_or(err(Errno(libc::EFAULT)))?,
+            );
         }
         _ => return Err(err(Errno(libc::EINVAL))),
     }
@@ -957,7 +1109,11 @@ fn read8(st: &State, pid: Pid, a: &Alloc, off: u64) -> Result<u64, WorkloadError
 }
 
 fn write8(st: &State, pid: Pid, a: &Alloc, off: u64, v: u64) -> Result<(), WorkloadError> {
-    let err = |errno| WorkloadError::Memory { pid, handle: a.handle, errno };
+    let err = |errno| WorkloadError::Memory {
+        pid,
+        handle: a.handle,
+        errno,
+    };
     match st.bos.get(a.bo).map(|b| &b.backing) {
         Some(Backing::Memory(m)) => m.write_at(off, &v.to_le_bytes()).map_err(err),
         Some(Backing::UserPtr { addr, .. }) => {

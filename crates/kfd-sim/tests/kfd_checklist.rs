@@ -36,7 +36,10 @@ fn item1_kfd_dispatch_is_by_number_with_enotty_outside_the_table() {
     // A non-device fd is not an ioctl target.
     let (r, _w) = std::io::pipe().unwrap();
     let fd: OwnedFd = r.into();
-    assert_eq!(ioctl(&p.drv, fd.as_fd(), AMDKFD_IOC_GET_VERSION, &mut v), Err(libc::ENOTTY));
+    assert_eq!(
+        ioctl(&p.drv, fd.as_fd(), AMDKFD_IOC_GET_VERSION, &mut v),
+        Err(libc::ENOTTY)
+    );
 }
 
 #[test]
@@ -61,13 +64,19 @@ fn item1_struct_size_differences_are_tolerated() {
     let p = Proc::new(&sim);
     // Larger than the kernel's struct: the tail is copied back untouched-as-zero.
     let mut big = [0xAAu8; 16];
-    p.ioctl(resized(AMDKFD_IOC_GET_VERSION, 16), &mut big).unwrap();
+    p.ioctl(resized(AMDKFD_IOC_GET_VERSION, 16), &mut big)
+        .unwrap();
     assert_eq!(&big[..8], &[1, 0, 0, 0, 18, 0, 0, 0]);
-    assert_eq!(&big[8..], &[0; 8], "IOR buffers are zeroed before the handler, tail included");
+    assert_eq!(
+        &big[8..],
+        &[0; 8],
+        "IOR buffers are zeroed before the handler, tail included"
+    );
     // Smaller (an older struct without the pad): still works.
     let mut small = [0u8; 12];
     small[8..12].copy_from_slice(&p.gpu_ids[0].to_ne_bytes());
-    p.ioctl(resized(AMDKFD_IOC_AVAILABLE_MEMORY, 12), &mut small).unwrap();
+    p.ioctl(resized(AMDKFD_IOC_AVAILABLE_MEMORY, 12), &mut small)
+        .unwrap();
     let avail = u64::from_ne_bytes(small[..8].try_into().unwrap());
     assert!(avail > 0 && avail % (2 << 20) == 0, "{avail:#x}");
 }
@@ -76,7 +85,9 @@ fn item1_struct_size_differences_are_tolerated() {
 fn item1_arguments_are_copied_out_even_on_failure() {
     let sim = sim(2);
     let p = Proc::new(&sim);
-    let bo = p.alloc(p.gpu_ids[0], 0x10_0000_0000, 64 * KIB, VRAM_W, 0).unwrap();
+    let bo = p
+        .alloc(p.gpu_ids[0], 0x10_0000_0000, 64 * KIB, VRAM_W, 0)
+        .unwrap();
     // The second device id is unknown: one device mapped, EINVAL, n_success = 1 copied back.
     let (r, n) = p.map(bo.handle, &[p.gpu_ids[0], 0xDEAD], 0);
     assert_eq!(r, Err(libc::EINVAL));
@@ -100,7 +111,10 @@ fn item1_arguments_are_copied_out_even_on_failure() {
         ..Default::default()
     };
     assert_eq!(criu_op(&drv, kfd.as_fd(), &mut a), Err(libc::ENODEV));
-    assert_eq!(a.pid, 0x5A5A, "the struct is copied back as the handler left it");
+    assert_eq!(
+        a.pid, 0x5A5A,
+        "the struct is copied back as the handler left it"
+    );
     drop(criu);
 }
 
@@ -110,7 +124,13 @@ fn item1_null_argument_is_efault() {
     let p = Proc::new(&sim);
     // SAFETY: a null argument is exactly what is being tested; the simulator
     // must not dereference it.
-    let r = unsafe { p.drv.ioctl(p.kfd.as_fd(), u64::from(AMDKFD_IOC_GET_VERSION), std::ptr::null_mut()) };
+    let r = unsafe {
+        p.drv.ioctl(
+            p.kfd.as_fd(),
+            u64::from(AMDKFD_IOC_GET_VERSION),
+            std::ptr::null_mut(),
+        )
+    };
     assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EFAULT));
 }
 
@@ -122,11 +142,20 @@ fn item2_non_owner_gets_ebadf_even_for_get_version() {
     let owner = Proc::new(&sim);
     let other = sim.driver(sim.spawn_process().unwrap());
     let mut v = kfd_ioctl_get_version_args::default();
-    assert_eq!(ioctl(&other, owner.kfd.as_fd(), AMDKFD_IOC_GET_VERSION, &mut v), Err(libc::EBADF));
-    assert_eq!(process_info(&other, owner.kfd.as_fd()).map(|_| ()), Err(libc::EBADF));
+    assert_eq!(
+        ioctl(&other, owner.kfd.as_fd(), AMDKFD_IOC_GET_VERSION, &mut v),
+        Err(libc::EBADF)
+    );
+    assert_eq!(
+        process_info(&other, owner.kfd.as_fd()).map(|_| ()),
+        Err(libc::EBADF)
+    );
     // The ptrace parent may issue CRIU_OP, but nothing else.
     let criu = criu_for(&sim, owner.pid);
-    assert_eq!(ioctl(&criu, owner.kfd.as_fd(), AMDKFD_IOC_GET_VERSION, &mut v), Err(libc::EBADF));
+    assert_eq!(
+        ioctl(&criu, owner.kfd.as_fd(), AMDKFD_IOC_GET_VERSION, &mut v),
+        Err(libc::EBADF)
+    );
     process_info(&criu, owner.kfd.as_fd()).unwrap();
     unpause(&criu, owner.kfd.as_fd()).unwrap();
 }
@@ -143,13 +172,23 @@ fn item2_criu_op_needs_the_capability_and_ebadf_comes_first() {
         .unwrap();
     let weak_drv = sim.driver(weak);
     // Not the ptrace parent and not capable: EBADF, not EACCES.
-    assert_eq!(process_info(&weak_drv, owner.kfd.as_fd()).map(|_| ()), Err(libc::EBADF));
+    assert_eq!(
+        process_info(&weak_drv, owner.kfd.as_fd()).map(|_| ()),
+        Err(libc::EBADF)
+    );
     // Ptrace parent without the capability: EACCES.
     sim.ptrace_attach(weak, owner.pid).unwrap();
-    assert_eq!(process_info(&weak_drv, owner.kfd.as_fd()).map(|_| ()), Err(libc::EACCES));
+    assert_eq!(
+        process_info(&weak_drv, owner.kfd.as_fd()).map(|_| ()),
+        Err(libc::EACCES)
+    );
     // The owner itself without the capability: EACCES on CRIU_OP, GET_VERSION fine.
-    sim.set_checkpoint_restore_capable(owner.pid, false).unwrap();
-    assert_eq!(process_info(&owner.drv, owner.kfd.as_fd()).map(|_| ()), Err(libc::EACCES));
+    sim.set_checkpoint_restore_capable(owner.pid, false)
+        .unwrap();
+    assert_eq!(
+        process_info(&owner.drv, owner.kfd.as_fd()).map(|_| ()),
+        Err(libc::EACCES)
+    );
     let mut v = kfd_ioctl_get_version_args::default();
     owner.ioctl(AMDKFD_IOC_GET_VERSION, &mut v).unwrap();
     // Capability back: the tracer succeeds.
@@ -171,26 +210,65 @@ fn item2_dup_and_fd_passing_resolve_to_the_same_open_file() {
     let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
     let received = pass_fd(&a, &b, p.kfd.as_raw_fd());
     ioctl(&p.drv, received.as_fd(), AMDKFD_IOC_GET_VERSION, &mut v).unwrap();
-    assert_eq!(p.drv.fd_kind(received.as_fd()).unwrap(), FdKind::CharDevice(DeviceNumber { major: KFD_MAJOR, minor: 0 }));
+    assert_eq!(
+        p.drv.fd_kind(received.as_fd()).unwrap(),
+        FdKind::CharDevice(DeviceNumber {
+            major: KFD_MAJOR,
+            minor: 0
+        })
+    );
     // Ownership follows the open file, not the fd: another process still gets EBADF.
     let other = sim.driver(sim.spawn_process().unwrap());
-    assert_eq!(ioctl(&other, received.as_fd(), AMDKFD_IOC_GET_VERSION, &mut v), Err(libc::EBADF));
+    assert_eq!(
+        ioctl(&other, received.as_fd(), AMDKFD_IOC_GET_VERSION, &mut v),
+        Err(libc::EBADF)
+    );
     // Render nodes identify as DRM char devices.
     let minor = sim.gpus()[0].render_minor;
-    assert_eq!(p.drv.fd_kind(p.renders[0].as_fd()).unwrap(), FdKind::CharDevice(DeviceNumber { major: DRM_MAJOR, minor }));
-    assert_eq!(p.drv.device_number(format!("/dev/dri/renderD{minor}").as_ref()).unwrap(), DeviceNumber { major: DRM_MAJOR, minor });
-    assert_eq!(p.drv.device_number("/dev/kfd".as_ref()).unwrap(), DeviceNumber { major: KFD_MAJOR, minor: 0 });
+    assert_eq!(
+        p.drv.fd_kind(p.renders[0].as_fd()).unwrap(),
+        FdKind::CharDevice(DeviceNumber {
+            major: DRM_MAJOR,
+            minor
+        })
+    );
+    assert_eq!(
+        p.drv
+            .device_number(format!("/dev/dri/renderD{minor}").as_ref())
+            .unwrap(),
+        DeviceNumber {
+            major: DRM_MAJOR,
+            minor
+        }
+    );
+    assert_eq!(
+        p.drv.device_number("/dev/kfd".as_ref()).unwrap(),
+        DeviceNumber {
+            major: KFD_MAJOR,
+            minor: 0
+        }
+    );
     assert!(p.drv.device_number("/dev/dri/renderD250".as_ref()).is_err());
-    assert!(p.drv.open("/dev/dri/renderD250".as_ref(), libc::O_RDWR).is_err());
+    assert!(p
+        .drv
+        .open("/dev/dri/renderD250".as_ref(), libc::O_RDWR)
+        .is_err());
 }
 
-fn pass_fd(tx: &std::os::unix::net::UnixStream, rx: &std::os::unix::net::UnixStream, fd: i32) -> OwnedFd {
+fn pass_fd(
+    tx: &std::os::unix::net::UnixStream,
+    rx: &std::os::unix::net::UnixStream,
+    fd: i32,
+) -> OwnedFd {
     use std::mem::{size_of, zeroed};
     // SAFETY: plain sendmsg/recvmsg with SCM_RIGHTS on a connected socket
     // pair; every buffer lives on this stack frame for the calls' duration.
     unsafe {
         let mut byte = [0u8; 1];
-        let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
         let space = libc::CMSG_SPACE(size_of::<i32>() as u32) as usize;
         let mut cbuf = vec![0u8; space];
         let mut msg: libc::msghdr = zeroed();
@@ -207,7 +285,10 @@ fn pass_fd(tx: &std::os::unix::net::UnixStream, rx: &std::os::unix::net::UnixStr
         let mut rbuf = vec![0u8; space];
         let mut rmsg: libc::msghdr = zeroed();
         let mut rbyte = [0u8; 1];
-        let mut riov = libc::iovec { iov_base: rbyte.as_mut_ptr().cast(), iov_len: 1 };
+        let mut riov = libc::iovec {
+            iov_base: rbyte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
         rmsg.msg_iov = &mut riov;
         rmsg.msg_iovlen = 1;
         rmsg.msg_control = rbuf.as_mut_ptr().cast();
@@ -232,7 +313,10 @@ fn item3_process_info_enodev_without_gpus() {
         .unwrap();
     let drv = sim.driver(pid);
     let kfd = open(&drv, "/dev/kfd");
-    assert_eq!(process_info(&drv, kfd.as_fd()).map(|_| ()), Err(libc::ENODEV));
+    assert_eq!(
+        process_info(&drv, kfd.as_fd()).map(|_| ()),
+        Err(libc::ENODEV)
+    );
 }
 
 #[test]
@@ -253,7 +337,10 @@ fn item3_process_info_counts_and_size_follow_the_formula() {
     let criu = criu_for(&sim, p.pid);
     let info = process_info(&criu, p.kfd.as_fd()).unwrap();
     assert_eq!(info.pid, p.pid.0);
-    assert_eq!((info.num_devices, info.num_bos, info.num_objects), (2, 3, 4));
+    assert_eq!(
+        (info.num_devices, info.num_bos, info.num_objects),
+        (2, 3, 4)
+    );
     let d = 2u64;
     let compute = 120 + 2048 + 4096; // MQD (1 XCC) + control stack
     let sdma = 120 + 512;
@@ -270,7 +357,8 @@ fn item3_process_info_counts_and_size_follow_the_formula() {
     )
     .unwrap();
     let p16 = Proc::new(&small);
-    p16.alloc(p16.gpu_ids[0], 0x10_0000_0000, 4 * KIB, GTT_W, 0).unwrap();
+    p16.alloc(p16.gpu_ids[0], 0x10_0000_0000, 4 * KIB, GTT_W, 0)
+        .unwrap();
     let info = process_info(&p16.drv, p16.kfd.as_fd()).unwrap();
     assert_eq!(info.priv_data_size, 8 + 8 + 80);
 }
@@ -283,7 +371,10 @@ fn item3_eviction_is_reference_counted() {
     process_info(&criu, w.kfd_fd().unwrap()).unwrap();
     process_info(&criu, w.kfd_fd().unwrap()).unwrap();
     unpause(&criu, w.kfd_fd().unwrap()).unwrap();
-    assert!(w.step().is_err(), "one UNPAUSE undoes only one of two PROCESS_INFO levels");
+    assert!(
+        w.step().is_err(),
+        "one UNPAUSE undoes only one of two PROCESS_INFO levels"
+    );
     // queues_paused was cleared by the first UNPAUSE.
     assert_eq!(unpause(&criu, w.kfd_fd().unwrap()), Err(libc::EINVAL));
     process_info(&criu, w.kfd_fd().unwrap()).unwrap();
@@ -297,7 +388,8 @@ fn item3_eviction_is_reference_counted() {
 fn item4_checkpoint_rejects_null_pointers_unpaused_and_stale_counts() {
     let sim = sim(1);
     let p = Proc::new(&sim);
-    p.alloc(p.gpu_ids[0], 0x10_0000_0000, 64 * KIB, VRAM_W, 0).unwrap();
+    p.alloc(p.gpu_ids[0], 0x10_0000_0000, 64 * KIB, VRAM_W, 0)
+        .unwrap();
     let criu = criu_for(&sim, p.pid);
     let fd = p.kfd.as_fd();
     let info = process_info(&criu, fd).unwrap();
@@ -324,7 +416,11 @@ fn item4_checkpoint_rejects_null_pointers_unpaused_and_stale_counts() {
             1 => a.bos = 0,
             _ => a.priv_data = 0,
         }
-        assert_eq!(criu_op(&criu, fd, &mut a), Err(libc::EINVAL), "null pointer {null}");
+        assert_eq!(
+            criu_op(&criu, fd, &mut a),
+            Err(libc::EINVAL),
+            "null pointer {null}"
+        );
     }
     for stale in 0..4 {
         let mut a = base;
@@ -334,28 +430,27 @@ fn item4_checkpoint_rejects_null_pointers_unpaused_and_stale_counts() {
             2 => a.num_objects += 1,
             _ => a.priv_data_size -= 1,
         }
-        assert_eq!(criu_op(&criu, fd, &mut a), Err(libc::EINVAL), "stale count {stale}");
+        assert_eq!(
+            criu_op(&criu, fd, &mut a),
+            Err(libc::EINVAL),
+            "stale count {stale}"
+        );
     }
     // Allocating between PROCESS_INFO and CHECKPOINT makes the counts stale.
-    p.alloc(p.gpu_ids[0], 0x11_0000_0000, 4 * KIB, GTT_W, 0).unwrap();
+    p.alloc(p.gpu_ids[0], 0x11_0000_0000, 4 * KIB, GTT_W, 0)
+        .unwrap();
     let mut a = base;
     assert_eq!(criu_op(&criu, fd, &mut a), Err(libc::EINVAL));
     // Not paused: EINVAL.
     unpause(&criu, fd).unwrap();
-    let info = kfd_ioctl_criu_args {
-        num_bos: 2,
-        ..info
-    };
+    let info = kfd_ioctl_criu_args { num_bos: 2, ..info };
     let (r, _) = checkpoint_raw(&criu, fd, &info);
     assert_eq!(r, Err(libc::EINVAL));
     // The bos pointer is required even with no BOs.
     let q = Proc::new(&sim);
     let info = process_info(&q.drv, q.kfd.as_fd()).unwrap();
     assert_eq!(info.num_bos, 0);
-    let mut a = kfd_ioctl_criu_args {
-        bos: 0,
-        ..base
-    };
+    let mut a = kfd_ioctl_criu_args { bos: 0, ..base };
     a.num_bos = 0;
     a.num_objects = 0;
     a.priv_data_size = info.priv_data_size;
@@ -368,12 +463,38 @@ fn item4_checkpoint_layout_fds_and_offsets() {
     let p = Proc::new(&sim);
     let (g0, g1) = (p.gpu_ids[0], p.gpu_ids[1]);
     let vram = p.alloc(g0, 0x10_0000_0000, 64 * KIB, VRAM_W, 0).unwrap();
-    let ro = p.alloc(g0, 0x10_0010_0000, 8 * KIB, KFD_IOC_ALLOC_MEM_FLAGS_VRAM, 0).unwrap();
+    let ro = p
+        .alloc(g0, 0x10_0010_0000, 8 * KIB, KFD_IOC_ALLOC_MEM_FLAGS_VRAM, 0)
+        .unwrap();
     let gtt = p.alloc(g1, 0x20_0000_0000, 16 * KIB, GTT_W, 0).unwrap();
     let host = sim.alloc_host_memory(16 * KIB as usize).unwrap();
-    let uptr = p.alloc(g1, host, 16 * KIB, KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE, host).unwrap();
-    let db = p.alloc(g0, 0x10_0020_0000, 8 * KIB, KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL, 0).unwrap();
-    let mmio = p.alloc(g1, 0x20_0020_0000, 4 * KIB, KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP, 0).unwrap();
+    let uptr = p
+        .alloc(
+            g1,
+            host,
+            16 * KIB,
+            KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE,
+            host,
+        )
+        .unwrap();
+    let db = p
+        .alloc(
+            g0,
+            0x10_0020_0000,
+            8 * KIB,
+            KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL,
+            0,
+        )
+        .unwrap();
+    let mmio = p
+        .alloc(
+            g1,
+            0x20_0020_0000,
+            4 * KIB,
+            KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP,
+            0,
+        )
+        .unwrap();
     assert_eq!(p.map(vram.handle, &[g0, g1], 0), (Ok(0), 2));
     assert_eq!(p.map(gtt.handle, &[g1], 0), (Ok(0), 1));
     let q = p.create_queue(g0, KFD_IOC_QUEUE_TYPE_COMPUTE_AQL).unwrap();
@@ -385,26 +506,49 @@ fn item4_checkpoint_layout_fds_and_offsets() {
     let d = dump(&criu, p.kfd.as_fd());
     // Devices: user == actual before any restore; drm_fd/pad zero.
     for (dev, &g) in d.devices.iter().zip(&[g0, g1]) {
-        assert_eq!((dev.user_gpu_id, dev.actual_gpu_id, dev.drm_fd, dev.pad), (g, g, 0, 0));
+        assert_eq!(
+            (dev.user_gpu_id, dev.actual_gpu_id, dev.drm_fd, dev.pad),
+            (g, g, 0, 0)
+        );
     }
     let by_handle = |h: u64| {
         let (gpu, slot) = ((h >> 32) as u32, h as u32);
-        let i = d.bos.iter().position(|b| b.gpu_id == gpu && {
-            let rec = 8 + 8 * 2 + 272 * d.bos.iter().position(|x| std::ptr::eq(x, b)).unwrap();
-            u32::from_le_bytes(d.priv_data[rec + 8..rec + 12].try_into().unwrap()) == slot
+        let i = d.bos.iter().position(|b| {
+            b.gpu_id == gpu && {
+                let rec = 8 + 8 * 2 + 272 * d.bos.iter().position(|x| std::ptr::eq(x, b)).unwrap();
+                u32::from_le_bytes(d.priv_data[rec + 8..rec + 12].try_into().unwrap()) == slot
+            }
         });
         i.unwrap()
     };
     let iv = by_handle(vram.handle);
-    assert_eq!(d.bos[iv].offset, vram.mmap_offset, "VRAM offset is the DRM fake offset");
+    assert_eq!(
+        d.bos[iv].offset, vram.mmap_offset,
+        "VRAM offset is the DRM fake offset"
+    );
     assert_eq!(d.contents[iv].as_ref().unwrap()[..13], *b"vram contents");
     assert_eq!(d.bos[iv].alloc_flags, VRAM_W);
     assert_eq!(d.bos[iv].addr, 0x10_0000_0000);
     let rec = 8 + 16 + 272 * iv;
-    let mapped: Vec<u32> = (0..3).map(|j| u32::from_le_bytes(d.priv_data[rec + 12 + 4 * j..rec + 16 + 4 * j].try_into().unwrap())).collect();
-    assert_eq!(mapped, vec![g0, g1, 0], "mapped_gpuids in pdd order, zero-terminated");
+    let mapped: Vec<u32> = (0..3)
+        .map(|j| {
+            u32::from_le_bytes(
+                d.priv_data[rec + 12 + 4 * j..rec + 16 + 4 * j]
+                    .try_into()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        mapped,
+        vec![g0, g1, 0],
+        "mapped_gpuids in pdd order, zero-terminated"
+    );
     let idb = by_handle(db.handle);
-    assert_eq!(d.bos[idb].offset, KFD_MMAP_TYPE_DOORBELL | KFD_MMAP_GPU_ID(g0));
+    assert_eq!(
+        d.bos[idb].offset,
+        KFD_MMAP_TYPE_DOORBELL | KFD_MMAP_GPU_ID(g0)
+    );
     assert_eq!(d.bos[idb].dmabuf_fd, KFD_INVALID_FD);
     let im = by_handle(mmio.handle);
     assert_eq!(d.bos[im].offset, KFD_MMAP_TYPE_MMIO | KFD_MMAP_GPU_ID(g1));
@@ -412,17 +556,33 @@ fn item4_checkpoint_layout_fds_and_offsets() {
     let iu = by_handle(uptr.handle);
     assert_eq!(d.bos[iu].dmabuf_fd, KFD_INVALID_FD);
     let rec = 8 + 16 + 272 * iu;
-    assert_eq!(u64::from_le_bytes(d.priv_data[rec..rec + 8].try_into().unwrap()), host, "user_addr recorded");
+    assert_eq!(
+        u64::from_le_bytes(d.priv_data[rec..rec + 8].try_into().unwrap()),
+        host,
+        "user_addr recorded"
+    );
     // Process record and device records.
     assert_eq!(&d.priv_data[..8], &[1, 0, 0, 0, 0, 0, 0, 0]);
     assert!(d.priv_data[8..24].iter().all(|&b| b == 0));
     // Objects right after the BO hole: the queue (type 0) then the event (type 1).
     let objs = 8 + 16 + 272 * d.bos.len();
-    assert_eq!(u32::from_le_bytes(d.priv_data[objs..objs + 4].try_into().unwrap()), 0);
-    assert_eq!(u32::from_le_bytes(d.priv_data[objs + 76..objs + 80].try_into().unwrap()), q.queue_id);
+    assert_eq!(
+        u32::from_le_bytes(d.priv_data[objs..objs + 4].try_into().unwrap()),
+        0
+    );
+    assert_eq!(
+        u32::from_le_bytes(d.priv_data[objs + 76..objs + 80].try_into().unwrap()),
+        q.queue_id
+    );
     let ev_off = objs + 120 + 2048 + 4096;
-    assert_eq!(u32::from_le_bytes(d.priv_data[ev_off..ev_off + 4].try_into().unwrap()), 1);
-    assert_eq!(u32::from_le_bytes(d.priv_data[ev_off + 16..ev_off + 20].try_into().unwrap()), ev.event_id);
+    assert_eq!(
+        u32::from_le_bytes(d.priv_data[ev_off..ev_off + 4].try_into().unwrap()),
+        1
+    );
+    assert_eq!(
+        u32::from_le_bytes(d.priv_data[ev_off + 16..ev_off + 20].try_into().unwrap()),
+        ev.event_id
+    );
 
     // A second CHECKPOINT (still paused) mints new fds in the caller:
     // RW iff WRITABLE, never CLOEXEC, only for VRAM/GTT.
@@ -431,18 +591,35 @@ fn item4_checkpoint_layout_fds_and_offsets() {
     let ir = by_handle(ro.handle);
     for (i, b) in d2.bos.iter().enumerate() {
         if b.dmabuf_fd == KFD_INVALID_FD {
-            assert!(b.alloc_flags & (KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT) == 0);
+            assert!(
+                b.alloc_flags & (KFD_IOC_ALLOC_MEM_FLAGS_VRAM | KFD_IOC_ALLOC_MEM_FLAGS_GTT) == 0
+            );
             continue;
         }
         let fd = b.dmabuf_fd as i32;
         // SAFETY: fcntl queries on an fd the checkpoint installed for us.
-        let (fl, fdfl) = unsafe { (libc::fcntl(fd, libc::F_GETFL), libc::fcntl(fd, libc::F_GETFD)) };
+        let (fl, fdfl) = unsafe {
+            (
+                libc::fcntl(fd, libc::F_GETFL),
+                libc::fcntl(fd, libc::F_GETFD),
+            )
+        };
         assert_eq!(fdfl & libc::FD_CLOEXEC, 0, "no CLOEXEC");
-        let want = if i == ir { libc::O_RDONLY } else { libc::O_RDWR };
+        let want = if i == ir {
+            libc::O_RDONLY
+        } else {
+            libc::O_RDWR
+        };
         assert_eq!(fl & libc::O_ACCMODE, want, "bo {i}");
-        assert_eq!(p.drv.fd_kind(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }).unwrap(), FdKind::DmaBuf);
+        // SAFETY: `fd` is open until the close below.
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        assert_eq!(p.drv.fd_kind(borrowed).unwrap(), FdKind::DmaBuf);
         // SAFETY: lseek on an fd we own.
-        assert_eq!(unsafe { libc::lseek(fd, 0, libc::SEEK_END) } as u64, b.size, "dma-buf size via lseek");
+        assert_eq!(
+            unsafe { libc::lseek(fd, 0, libc::SEEK_END) } as u64,
+            b.size,
+            "dma-buf size via lseek"
+        );
         close(fd);
     }
     unpause(&criu, p.kfd.as_fd()).unwrap();
@@ -461,7 +638,11 @@ fn item5_unpause_needs_a_pause_and_releases_one_level() {
     assert!(w.step().is_err());
     unpause(&criu, w.kfd_fd().unwrap()).unwrap();
     w.step().unwrap();
-    assert_eq!(unpause(&criu, w.kfd_fd().unwrap()), Err(libc::EINVAL), "UNPAUSE twice");
+    assert_eq!(
+        unpause(&criu, w.kfd_fd().unwrap()),
+        Err(libc::EINVAL),
+        "UNPAUSE twice"
+    );
 }
 
 // §6.7 RESUME.
@@ -471,10 +652,18 @@ fn item7_resume_esrch_and_einval_rules() {
     let sim = sim(1);
     let w = Workload::launch(&sim, &Profile::Basic).unwrap();
     let criu = criu_for(&sim, w.pid());
-    assert_eq!(resume(&criu, kfd_sim::Pid(99_999)), Err(libc::ESRCH), "unknown pid");
+    assert_eq!(
+        resume(&criu, kfd_sim::Pid(99_999)),
+        Err(libc::ESRCH),
+        "unknown pid"
+    );
     let plain = sim.spawn_process().unwrap();
     assert_eq!(resume(&criu, plain), Err(libc::ESRCH), "not a KFD process");
-    assert_eq!(resume(&criu, w.pid()), Err(libc::EINVAL), "no RESTORE before it");
+    assert_eq!(
+        resume(&criu, w.pid()),
+        Err(libc::EINVAL),
+        "no RESTORE before it"
+    );
     let d = dump(&criu, w.kfd_fd().unwrap());
     w.exit().unwrap();
     let pid = sim.spawn_process().unwrap();
@@ -482,7 +671,8 @@ fn item7_resume_esrch_and_einval_rules() {
     resume(&criu, pid).unwrap();
     assert_eq!(resume(&criu, pid), Err(libc::EINVAL), "RESUME twice");
     // RESUME needs the capability too.
-    sim.set_checkpoint_restore_capable(criu.pid(), false).unwrap();
+    sim.set_checkpoint_restore_capable(criu.pid(), false)
+        .unwrap();
     assert_eq!(resume(&criu, pid), Err(libc::EACCES));
 }
 
@@ -492,7 +682,12 @@ fn item7_resume_esrch_and_einval_rules() {
 fn item8_restore_onto_other_gpu_ids_translates_and_leaks_actual_ids() {
     let src = sim(2);
     let mut other = kfd_sim::synthetic_system(2);
-    for (i, n) in other.nodes.iter_mut().filter(|n| n.gpu_id != Some(0)).enumerate() {
+    for (i, n) in other
+        .nodes
+        .iter_mut()
+        .filter(|n| n.gpu_id != Some(0))
+        .enumerate()
+    {
         n.gpu_id = Some(0x7000 + i as u32);
     }
     let dst = Sim::new(other, SimConfig::default()).unwrap();
@@ -516,7 +711,10 @@ fn item8_restore_onto_other_gpu_ids_translates_and_leaks_actual_ids() {
     for b in &restored.bos {
         let i = old.iter().position(|&o| o == b.gpu_id).unwrap();
         if b.alloc_flags & KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL != 0 {
-            assert_eq!(b.restored_offset, KFD_MMAP_TYPE_DOORBELL | KFD_MMAP_GPU_ID(new[i]));
+            assert_eq!(
+                b.restored_offset,
+                KFD_MMAP_TYPE_DOORBELL | KFD_MMAP_GPU_ID(new[i])
+            );
         }
     }
     // The application keeps using its old ids...
@@ -530,25 +728,60 @@ fn item8_restore_onto_other_gpu_ids_translates_and_leaks_actual_ids() {
     ioctl(&drv, kfd, AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, &mut a).unwrap();
     assert_eq!((a.handle >> 32) as u32, old[0]);
     // ... and the new actual ids are not user ids.
-    let mut bad = kfd_ioctl_alloc_memory_of_gpu_args { gpu_id: new[0], ..a };
-    assert_eq!(ioctl(&drv, kfd, AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, &mut bad), Err(libc::EINVAL));
+    let mut bad = kfd_ioctl_alloc_memory_of_gpu_args {
+        gpu_id: new[0],
+        ..a
+    };
+    assert_eq!(
+        ioctl(&drv, kfd, AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, &mut bad),
+        Err(libc::EINVAL)
+    );
     // Apertures leak the actual ids.
-    assert_eq!(apertures(&drv, kfd).iter().map(|x| x.gpu_id).collect::<Vec<_>>(), new);
+    assert_eq!(
+        apertures(&drv, kfd)
+            .iter()
+            .map(|x| x.gpu_id)
+            .collect::<Vec<_>>(),
+        new
+    );
     // EXPORT_DMABUF resolves the handle's gpu against the topology: a user-id
     // handle fails, an actual-id handle works.
-    let mut e = kfd_ioctl_export_dmabuf_args { handle: a.handle, flags: libc::O_CLOEXEC as u32, dmabuf_fd: 0 };
-    assert_eq!(ioctl(&drv, kfd, AMDKFD_IOC_EXPORT_DMABUF, &mut e), Err(libc::EINVAL));
+    let mut e = kfd_ioctl_export_dmabuf_args {
+        handle: a.handle,
+        flags: libc::O_CLOEXEC as u32,
+        dmabuf_fd: 0,
+    };
+    assert_eq!(
+        ioctl(&drv, kfd, AMDKFD_IOC_EXPORT_DMABUF, &mut e),
+        Err(libc::EINVAL)
+    );
     e.handle = (u64::from(new[0]) << 32) | (a.handle & 0xFFFF_FFFF);
     ioctl(&drv, kfd, AMDKFD_IOC_EXPORT_DMABUF, &mut e).unwrap();
     // GET_DMABUF_INFO reports the exporter's actual id.
-    let mut info = kfd_ioctl_get_dmabuf_info_args { dmabuf_fd: e.dmabuf_fd, ..Default::default() };
+    let mut info = kfd_ioctl_get_dmabuf_info_args {
+        dmabuf_fd: e.dmabuf_fd,
+        ..Default::default()
+    };
     ioctl(&drv, kfd, AMDKFD_IOC_GET_DMABUF_INFO, &mut info).unwrap();
-    assert_eq!((info.gpu_id, info.size, info.flags), (new[0], 4 * KIB, KFD_IOC_ALLOC_MEM_FLAGS_GTT));
+    assert_eq!(
+        (info.gpu_id, info.size, info.flags),
+        (new[0], 4 * KIB, KFD_IOC_ALLOC_MEM_FLAGS_GTT)
+    );
     close(e.dmabuf_fd as i32);
     // A second checkpoint reports user (old) != actual (new).
     let d2 = dump(&dcriu, kfd);
-    let pairs: Vec<(u32, u32)> = d2.devices.iter().map(|b| (b.user_gpu_id, b.actual_gpu_id)).collect();
-    assert_eq!(pairs, old.iter().copied().zip(new.iter().copied()).collect::<Vec<_>>());
+    let pairs: Vec<(u32, u32)> = d2
+        .devices
+        .iter()
+        .map(|b| (b.user_gpu_id, b.actual_gpu_id))
+        .collect();
+    assert_eq!(
+        pairs,
+        old.iter()
+            .copied()
+            .zip(new.iter().copied())
+            .collect::<Vec<_>>()
+    );
     unpause(&dcriu, kfd).unwrap();
 }
 
@@ -558,17 +791,50 @@ fn item8_restore_onto_other_gpu_ids_translates_and_leaks_actual_ids() {
 fn item10_kfd_bo_mmap_only_through_the_vm_owning_render_fd() {
     let sim = sim(1);
     let p = Proc::new(&sim);
-    let bo = p.alloc(p.gpu_ids[0], 0x10_0000_0000, 64 * KIB, VRAM_W | KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC, 0).unwrap();
-    Workload::attach(&sim, p.pid).write_bo(bo.handle, 4096, b"through the vm").unwrap();
-    let other_render = open(&p.drv, sim.render_path(p.gpu_ids[0]).unwrap().to_str().unwrap());
+    let bo = p
+        .alloc(
+            p.gpu_ids[0],
+            0x10_0000_0000,
+            64 * KIB,
+            VRAM_W | KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC,
+            0,
+        )
+        .unwrap();
+    Workload::attach(&sim, p.pid)
+        .write_bo(bo.handle, 4096, b"through the vm")
+        .unwrap();
+    let other_render = open(
+        &p.drv,
+        sim.render_path(p.gpu_ids[0]).unwrap().to_str().unwrap(),
+    );
     let prot = libc::PROT_READ | libc::PROT_WRITE;
     // SAFETY: no MAP_FIXED; the mapping is released below.
-    let r = unsafe { p.drv.mmap(std::ptr::null_mut(), 64 * 1024, prot, libc::MAP_SHARED, other_render.as_fd(), bo.mmap_offset) };
+    let r = unsafe {
+        p.drv.mmap(
+            std::ptr::null_mut(),
+            64 * 1024,
+            prot,
+            libc::MAP_SHARED,
+            other_render.as_fd(),
+            bo.mmap_offset,
+        )
+    };
     assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EACCES));
     // SAFETY: as above.
-    let m = unsafe { p.drv.mmap(std::ptr::null_mut(), 64 * 1024, prot, libc::MAP_SHARED, p.renders[0].as_fd(), bo.mmap_offset) }.unwrap();
+    let m = unsafe {
+        p.drv.mmap(
+            std::ptr::null_mut(),
+            64 * 1024,
+            prot,
+            libc::MAP_SHARED,
+            p.renders[0].as_fd(),
+            bo.mmap_offset,
+        )
+    }
+    .unwrap();
     // SAFETY: the mapping is 64 KiB long and readable.
-    let seen = unsafe { std::slice::from_raw_parts(m.as_ptr().cast::<u8>().add(4096), 14) }.to_vec();
+    let seen =
+        unsafe { std::slice::from_raw_parts(m.as_ptr().cast::<u8>().add(4096), 14) }.to_vec();
     assert_eq!(seen, b"through the vm");
     assert_eq!(sim.accounting().cpu_mappings, 1);
     // SAFETY: unmapping the mapping made above, no references remain.
@@ -576,17 +842,57 @@ fn item10_kfd_bo_mmap_only_through_the_vm_owning_render_fd() {
     assert_eq!(sim.accounting().cpu_mappings, 0);
     // Doorbell and MMIO pages map through /dev/kfd at their KFD offsets.
     let g = p.gpu_ids[0];
-    let db = p.alloc(g, 0x10_0100_0000, 8 * KIB, KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL, 0).unwrap();
+    let db = p
+        .alloc(
+            g,
+            0x10_0100_0000,
+            8 * KIB,
+            KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL,
+            0,
+        )
+        .unwrap();
     assert!(db.mmap_offset >= 0x1_0000_0000);
     // SAFETY: no MAP_FIXED; released below.
-    let m = unsafe { p.drv.mmap(std::ptr::null_mut(), 8192, prot, libc::MAP_SHARED, p.kfd.as_fd(), KFD_MMAP_TYPE_DOORBELL | KFD_MMAP_GPU_ID(g)) }.unwrap();
+    let m = unsafe {
+        p.drv.mmap(
+            std::ptr::null_mut(),
+            8192,
+            prot,
+            libc::MAP_SHARED,
+            p.kfd.as_fd(),
+            KFD_MMAP_TYPE_DOORBELL | KFD_MMAP_GPU_ID(g),
+        )
+    }
+    .unwrap();
     // SAFETY: unmapping the mapping made above.
     unsafe { p.drv.munmap(m, 8192) }.unwrap();
     // SAFETY: no MAP_FIXED; a wrong size is refused before anything is mapped.
-    let r = unsafe { p.drv.mmap(std::ptr::null_mut(), 8192, prot, libc::MAP_SHARED, p.kfd.as_fd(), KFD_MMAP_TYPE_MMIO | KFD_MMAP_GPU_ID(g)) };
-    assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EINVAL), "MMIO mmap must be one page");
+    let r = unsafe {
+        p.drv.mmap(
+            std::ptr::null_mut(),
+            8192,
+            prot,
+            libc::MAP_SHARED,
+            p.kfd.as_fd(),
+            KFD_MMAP_TYPE_MMIO | KFD_MMAP_GPU_ID(g),
+        )
+    };
+    assert_eq!(
+        r.unwrap_err().raw_os_error(),
+        Some(libc::EINVAL),
+        "MMIO mmap must be one page"
+    );
     // SAFETY: as above; an unknown gpu id is refused.
-    let r = unsafe { p.drv.mmap(std::ptr::null_mut(), 8192, prot, libc::MAP_SHARED, p.kfd.as_fd(), KFD_MMAP_TYPE_DOORBELL | KFD_MMAP_GPU_ID(0xBEEF)) };
+    let r = unsafe {
+        p.drv.mmap(
+            std::ptr::null_mut(),
+            8192,
+            prot,
+            libc::MAP_SHARED,
+            p.kfd.as_fd(),
+            KFD_MMAP_TYPE_DOORBELL | KFD_MMAP_GPU_ID(0xBEEF),
+        )
+    };
     assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::ENODEV));
 }
 
@@ -596,13 +902,24 @@ fn item10_kfd_bo_mmap_only_through_the_vm_owning_render_fd() {
 fn item11_sysfs_tree_has_cpu_nodes_first_unique_ids_and_openable_minors() {
     let sim = sim(3);
     let parsed = amdgpu_topology::parse(&sim.sysfs_root()).unwrap();
-    assert_eq!(&parsed.system, sim.topology(), "the written tree reads back as the model");
+    assert_eq!(
+        &parsed.system,
+        sim.topology(),
+        "the written tree reads back as the model"
+    );
     let nodes = &parsed.system.nodes;
     assert_eq!(nodes[0].gpu_id, Some(0));
     let first_gpu = nodes.iter().position(|n| n.is_gpu()).unwrap();
     assert!(nodes[..first_gpu].iter().all(|n| !n.is_gpu()));
-    assert!(nodes[first_gpu..].iter().all(|n| n.is_gpu()), "CPU nodes first");
-    let mut ids: Vec<u32> = nodes.iter().filter(|n| n.is_gpu()).map(|n| n.gpu_id.unwrap()).collect();
+    assert!(
+        nodes[first_gpu..].iter().all(|n| n.is_gpu()),
+        "CPU nodes first"
+    );
+    let mut ids: Vec<u32> = nodes
+        .iter()
+        .filter(|n| n.is_gpu())
+        .map(|n| n.gpu_id.unwrap())
+        .collect();
     assert!(ids.iter().all(|&i| i != 0 && i <= 0xFFFF));
     ids.sort_unstable();
     ids.dedup();
@@ -616,7 +933,9 @@ fn item11_sysfs_tree_has_cpu_nodes_first_unique_ids_and_openable_minors() {
     // Key order of a GPU node follows the kernel (spec §5.2).
     let keys: Vec<&str> = nodes[first_gpu].properties.iter().map(|(k, _)| k).collect();
     let pos = |k: &str| keys.iter().position(|&x| x == k).unwrap();
-    assert!(pos("cpu_cores_count") < pos("simd_count") && pos("simd_count") < pos("drm_render_minor"));
+    assert!(
+        pos("cpu_cores_count") < pos("simd_count") && pos("simd_count") < pos("drm_render_minor")
+    );
     assert!(pos("num_cp_queues") < pos("max_engine_clk_fcompute"));
     assert_eq!(*keys.last().unwrap(), "max_engine_clk_ccompute");
 }
@@ -636,7 +955,11 @@ fn item11_fixture_topologies_build_simulators() {
         let sim = Sim::from_sysfs(&root, SimConfig::default()).unwrap();
         let fixture = amdgpu_topology::parse(&root).unwrap().system;
         let ids: Vec<u32> = fixture.gpus().map(|n| n.gpu_id.unwrap()).collect();
-        assert_eq!(sim.gpus().iter().map(|g| g.gpu_id).collect::<Vec<_>>(), ids, "{name}: the fixture's gpu_ids");
+        assert_eq!(
+            sim.gpus().iter().map(|g| g.gpu_id).collect::<Vec<_>>(),
+            ids,
+            "{name}: the fixture's gpu_ids"
+        );
         let w = Workload::launch(&sim, &Profile::Basic).unwrap();
         let (pid, desc, _r) = checkpoint_restore(&sim, w);
         Workload::verify(&sim, pid, &desc).unwrap();
@@ -646,7 +969,11 @@ fn item11_fixture_topologies_build_simulators() {
 fn shared_dir() -> Option<std::path::PathBuf> {
     let mut dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     loop {
-        if dir.join("Cargo.toml").exists() && std::fs::read_to_string(dir.join("Cargo.toml")).ok()?.contains("[workspace]") {
+        if dir.join("Cargo.toml").exists()
+            && std::fs::read_to_string(dir.join("Cargo.toml"))
+                .ok()?
+                .contains("[workspace]")
+        {
             let shared = dir.join("../shared");
             return shared.exists().then_some(shared);
         }

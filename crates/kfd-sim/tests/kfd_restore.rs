@@ -26,23 +26,53 @@ fn rich_dump(sim: &Sim) -> (Dump, Workload) {
     let a = p.alloc(g, 0x10_0000_0000, 64 * KIB, VRAM_W, 0).unwrap();
     let gap = p.alloc(g, 0x10_0010_0000, 4 * KIB, GTT_W, 0).unwrap();
     let page = p.alloc(g, 0x10_0020_0000, 64 * KIB, GTT_W, 0).unwrap();
-    p.alloc(g, 0x10_0030_0000, 8 * KIB, KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL, 0).unwrap();
-    p.alloc(g, 0x10_0040_0000, 4 * KIB, KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP, 0).unwrap();
+    p.alloc(
+        g,
+        0x10_0030_0000,
+        8 * KIB,
+        KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL,
+        0,
+    )
+    .unwrap();
+    p.alloc(
+        g,
+        0x10_0040_0000,
+        4 * KIB,
+        KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP,
+        0,
+    )
+    .unwrap();
     let host = sim.alloc_host_memory(8 * KIB as usize).unwrap();
-    p.alloc(g, host, 8 * KIB, KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE, host).unwrap();
+    p.alloc(
+        g,
+        host,
+        8 * KIB,
+        KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE,
+        host,
+    )
+    .unwrap();
     p.free(gap.handle).unwrap();
     assert_eq!(p.map(a.handle, &[g], 0), (Ok(0), 1));
     let q0 = p.create_queue(g, KFD_IOC_QUEUE_TYPE_COMPUTE_AQL).unwrap();
     p.create_queue(g, KFD_IOC_QUEUE_TYPE_COMPUTE_AQL).unwrap();
     p.create_queue(g, KFD_IOC_QUEUE_TYPE_SDMA).unwrap();
-    let mut d = kfd_ioctl_destroy_queue_args { queue_id: q0.queue_id, pad: 0 };
+    let mut d = kfd_ioctl_destroy_queue_args {
+        queue_id: q0.queue_id,
+        pad: 0,
+    };
     p.ioctl(AMDKFD_IOC_DESTROY_QUEUE, &mut d).unwrap();
     p.create_event(page.handle).unwrap();
     let e1 = p.create_event(0).unwrap();
     p.create_event(0).unwrap();
-    let mut de = kfd_ioctl_destroy_event_args { event_id: e1.event_id, pad: 0 };
+    let mut de = kfd_ioctl_destroy_event_args {
+        event_id: e1.event_id,
+        pad: 0,
+    };
     p.ioctl(AMDKFD_IOC_DESTROY_EVENT, &mut de).unwrap();
-    let mut se = kfd_ioctl_set_event_args { event_id: e1.event_id + 1, pad: 0 };
+    let mut se = kfd_ioctl_set_event_args {
+        event_id: e1.event_id + 1,
+        pad: 0,
+    };
     p.ioctl(AMDKFD_IOC_SET_EVENT, &mut se).unwrap();
     let w = Workload::attach(sim, p.pid);
     w.write_bo(a.handle, 0, b"payload").unwrap();
@@ -75,21 +105,38 @@ fn restore_recreates_identical_ids_and_contents() {
     Workload::verify(&sim, pid, &desc).unwrap();
     // Same IDR slots (with the gap), q_ids, doorbell ids, event ids.
     let got = Workload::attach(&sim, pid).describe().unwrap();
-    assert_eq!(got.bos.iter().map(|b| b.handle).collect::<Vec<_>>(), desc.bos.iter().map(|b| b.handle).collect::<Vec<_>>());
+    assert_eq!(
+        got.bos.iter().map(|b| b.handle).collect::<Vec<_>>(),
+        desc.bos.iter().map(|b| b.handle).collect::<Vec<_>>()
+    );
     assert_eq!(got.queues, desc.queues);
     assert_eq!(got.events, desc.events);
-    assert!(desc.bos.iter().all(|b| b.handle as u32 != 1), "slot 1 stays a gap");
+    assert!(
+        desc.bos.iter().all(|b| b.handle as u32 != 1),
+        "slot 1 stays a gap"
+    );
     // Restored VRAM/GTT offsets are DRM offsets that map through the drm_fd.
     let vram = r.bos.iter().find(|b| b.alloc_flags == VRAM_W).unwrap();
     assert!(vram.restored_offset >= 0x1_0000_0000);
     let drv = sim.driver(pid);
     // SAFETY: no MAP_FIXED; unmapped below.
     let m = unsafe {
-        ::kfd::Driver::mmap(&drv, std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_SHARED, r.renders[0].as_fd(), vram.restored_offset)
+        ::kfd::Driver::mmap(
+            &drv,
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            r.renders[0].as_fd(),
+            vram.restored_offset,
+        )
     }
     .unwrap();
     // SAFETY: the mapping is 4096 bytes long and readable.
-    assert_eq!(unsafe { std::slice::from_raw_parts(m.as_ptr().cast::<u8>(), 7) }, b"payload");
+    assert_eq!(
+        unsafe { std::slice::from_raw_parts(m.as_ptr().cast::<u8>(), 7) },
+        b"payload"
+    );
     // SAFETY: unmapping the mapping made above.
     unsafe { ::kfd::Driver::munmap(&drv, m, 4096) }.unwrap();
 }
@@ -124,14 +171,23 @@ fn restore_preconditions_are_einval() {
             3 => a.priv_data_size = 0,
             _ => a.num_devices = 0,
         }
-        assert_eq!(criu_op(&drv, kfd.as_fd(), &mut a), Err(libc::EINVAL), "case {case}");
+        assert_eq!(
+            criu_op(&drv, kfd.as_fd(), &mut a),
+            Err(libc::EINVAL),
+            "case {case}"
+        );
     }
     // Unknown op.
     let mut a = kfd_ioctl_criu_args { op: 5, ..base };
     assert_eq!(criu_op(&drv, kfd.as_fd(), &mut a), Err(libc::EINVAL));
 }
 
-fn restore_patched(sim: &Sim, d: &Dump, pid: Pid, patch: impl FnOnce(&mut Dump, &mut Vec<u8>)) -> (Result<i32, i32>, Restored) {
+fn restore_patched(
+    sim: &Sim,
+    d: &Dump,
+    pid: Pid,
+    patch: impl FnOnce(&mut Dump, &mut Vec<u8>),
+) -> (Result<i32, i32>, Restored) {
     let mut d = d.clone();
     let mut priv_data = d.priv_data.clone();
     patch(&mut d, &mut priv_data);
@@ -171,23 +227,59 @@ fn restore_device_rules() {
         .unwrap()
     };
     // num_devices must equal the restoring process's GPU count.
-    let (r, _) = restore_with(&sim, spawn(vec![ids[0]]), &d, &[ids[0], ids[1]], &d.priv_data);
+    let (r, _) = restore_with(
+        &sim,
+        spawn(vec![ids[0]]),
+        &d,
+        &[ids[0], ids[1]],
+        &d.priv_data,
+    );
     assert_eq!(r, Err(libc::EINVAL), "fewer visible GPUs");
-    let (r, _) = restore_with(&sim, spawn(ids.clone()), &d, &[ids[0], ids[1]], &d.priv_data);
+    let (r, _) = restore_with(
+        &sim,
+        spawn(ids.clone()),
+        &d,
+        &[ids[0], ids[1]],
+        &d.priv_data,
+    );
     assert_eq!(r, Err(libc::EINVAL), "more visible GPUs");
     // Actual id visible to the system but hidden from the process.
-    let (r, _) = restore_with(&sim, spawn(vec![ids[0], ids[2]]), &d, &[ids[0], ids[1]], &d.priv_data);
+    let (r, _) = restore_with(
+        &sim,
+        spawn(vec![ids[0], ids[2]]),
+        &d,
+        &[ids[0], ids[1]],
+        &d.priv_data,
+    );
     assert_eq!(r, Err(libc::EINVAL), "actual id hidden by cgroup");
     // Actual id not in the topology.
-    let (r, _) = restore_with(&sim, spawn(vec![ids[0], ids[1]]), &d, &[ids[0], 0xBEEF], &d.priv_data);
+    let (r, _) = restore_with(
+        &sim,
+        spawn(vec![ids[0], ids[1]]),
+        &d,
+        &[ids[0], 0xBEEF],
+        &d.priv_data,
+    );
     assert_eq!(r, Err(libc::EINVAL), "unknown actual id");
     // user_gpu_id 0.
     let mut zero = d.clone();
     zero.devices[1].user_gpu_id = 0;
-    let (r, _) = restore_with(&sim, spawn(vec![ids[0], ids[1]]), &zero, &[ids[0], ids[1]], &d.priv_data);
+    let (r, _) = restore_with(
+        &sim,
+        spawn(vec![ids[0], ids[1]]),
+        &zero,
+        &[ids[0], ids[1]],
+        &d.priv_data,
+    );
     assert_eq!(r, Err(libc::EINVAL), "user id 0");
     // The restoring process may map the devices onto each other (swap).
-    let (r, _) = restore_with(&sim, spawn(vec![ids[0], ids[1]]), &d, &[ids[1], ids[0]], &d.priv_data);
+    let (r, _) = restore_with(
+        &sim,
+        spawn(vec![ids[0], ids[1]]),
+        &d,
+        &[ids[1], ids[0]],
+        &d.priv_data,
+    );
     r.unwrap();
 }
 
@@ -235,23 +327,44 @@ fn restore_drm_fd_rules() {
         .unwrap()
     };
     // Not an open fd.
-    assert_eq!(restore_with_drm_fd(&sim, one(), &d, 9999), Err(libc::EINVAL));
+    assert_eq!(
+        restore_with_drm_fd(&sim, one(), &d, 9999),
+        Err(libc::EINVAL)
+    );
     // Not a render node: a /dev/kfd fd, a pipe.
     let pid = one();
     let k = open(&sim.driver(pid), "/dev/kfd");
-    assert_eq!(restore_with_drm_fd(&sim, pid, &d, k.as_raw_fd() as u32), Err(libc::EINVAL));
+    assert_eq!(
+        restore_with_drm_fd(&sim, pid, &d, k.as_raw_fd() as u32),
+        Err(libc::EINVAL)
+    );
     let (pr, _pw) = std::io::pipe().unwrap();
-    assert_eq!(restore_with_drm_fd(&sim, one(), &d, pr.as_raw_fd() as u32), Err(libc::EINVAL));
+    assert_eq!(
+        restore_with_drm_fd(&sim, one(), &d, pr.as_raw_fd() as u32),
+        Err(libc::EINVAL)
+    );
     // A render node of another GPU.
     let pid = one();
     let all_seeing = sim.driver(sim.spawn_process().unwrap());
-    let wrong = open(&all_seeing, sim.render_path(ids[1]).unwrap().to_str().unwrap());
-    assert_eq!(restore_with_drm_fd(&sim, pid, &d, wrong.as_raw_fd() as u32), Err(libc::EINVAL));
+    let wrong = open(
+        &all_seeing,
+        sim.render_path(ids[1]).unwrap().to_str().unwrap(),
+    );
+    assert_eq!(
+        restore_with_drm_fd(&sim, pid, &d, wrong.as_raw_fd() as u32),
+        Err(libc::EINVAL)
+    );
     // A render fd whose VM already belongs to a KFD process (the dumpee's).
-    assert_eq!(restore_with_drm_fd(&sim, one(), &d, p.renders[0].as_raw_fd() as u32), Err(libc::EINVAL));
+    assert_eq!(
+        restore_with_drm_fd(&sim, one(), &d, p.renders[0].as_raw_fd() as u32),
+        Err(libc::EINVAL)
+    );
     // The right one works.
     let pid = one();
-    let good = open(&sim.driver(pid), sim.render_path(ids[0]).unwrap().to_str().unwrap());
+    let good = open(
+        &sim.driver(pid),
+        sim.render_path(ids[0]).unwrap().to_str().unwrap(),
+    );
     restore_with_drm_fd(&sim, pid, &d, good.as_raw_fd() as u32).unwrap();
 }
 
@@ -262,7 +375,11 @@ fn restore_is_single_shot() {
     let pid = sim.spawn_process().unwrap();
     let _first = restore(&sim, pid, &d);
     let (r, _) = restore_with(&sim, pid, &d, &actual_of(&d), &d.priv_data);
-    assert_eq!(r, Err(libc::EINVAL), "RESTORE twice fails at the device stage");
+    assert_eq!(
+        r,
+        Err(libc::EINVAL),
+        "RESTORE twice fails at the device stage"
+    );
     // A process that acquired a VM itself cannot RESTORE either.
     let q = Proc::new(&sim);
     let (r, _) = restore_with(&sim, q.pid, &d, &actual_of(&d), &d.priv_data);
@@ -273,10 +390,17 @@ fn restore_is_single_shot() {
 fn restore_doorbell_and_mmio_size_rules() {
     let sim = sim(1);
     let (d, _w) = rich_dump(&sim);
-    for (flag, name) in [(KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL, "doorbell"), (KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP, "mmio")] {
+    for (flag, name) in [
+        (KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL, "doorbell"),
+        (KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP, "mmio"),
+    ] {
         let pid = sim.spawn_process().unwrap();
         let (r, _) = restore_patched(&sim, &d, pid, |d, _| {
-            let b = d.bos.iter_mut().find(|b| b.alloc_flags & flag != 0).unwrap();
+            let b = d
+                .bos
+                .iter_mut()
+                .find(|b| b.alloc_flags & flag != 0)
+                .unwrap();
             b.size += 4096;
         });
         assert_eq!(r, Err(libc::EINVAL), "{name} size");
@@ -316,9 +440,17 @@ fn restore_consumes_private_data_exactly() {
     let (r, _) = restore_with(&sim, pid, &d, &actual_of(&d), shorter);
     assert_eq!(r, Err(libc::EINVAL), "truncated");
     // A blob from a MAX_GPU_INSTANCE=16 kernel does not restore on a 64 one.
-    let old = Sim::synthetic(1, SimConfig { max_gpu_instance: 16, ..SimConfig::default() }).unwrap();
+    let old = Sim::synthetic(
+        1,
+        SimConfig {
+            max_gpu_instance: 16,
+            ..SimConfig::default()
+        },
+    )
+    .unwrap();
     let p = Proc::new(&old);
-    p.alloc(p.gpu_ids[0], 0x10_0000_0000, 4 * KIB, GTT_W, 0).unwrap();
+    p.alloc(p.gpu_ids[0], 0x10_0000_0000, 4 * KIB, GTT_W, 0)
+        .unwrap();
     let d16 = dump(&p.drv, p.kfd.as_fd());
     let mut other = kfd_sim::synthetic_system(1);
     other.nodes[1].gpu_id = Some(d16.devices[0].actual_gpu_id);
@@ -349,15 +481,28 @@ fn restore_has_no_rollback_and_installs_fds_before_a_later_failure() {
             continue;
         }
         // SAFETY: fcntl queries on fds RESTORE installed for this process.
-        let (fl, fdfl) = unsafe { (libc::fcntl(b.dmabuf_fd as i32, libc::F_GETFL), libc::fcntl(b.dmabuf_fd as i32, libc::F_GETFD)) };
-        assert_eq!(fl & libc::O_ACCMODE, libc::O_RDWR, "RESTORE fds are always read-write");
+        let (fl, fdfl) = unsafe {
+            (
+                libc::fcntl(b.dmabuf_fd as i32, libc::F_GETFL),
+                libc::fcntl(b.dmabuf_fd as i32, libc::F_GETFD),
+            )
+        };
+        assert_eq!(
+            fl & libc::O_ACCMODE,
+            libc::O_RDWR,
+            "RESTORE fds are always read-write"
+        );
         assert_eq!(fdfl & libc::FD_CLOEXEC, 0);
         assert!(b.restored_offset >= 0x1_0000_0000);
         installed += 1;
         close(b.dmabuf_fd as i32);
     }
     assert_eq!(installed, 2);
-    assert!(Workload::attach(&sim, pid).describe().unwrap().queues.is_empty());
+    assert!(Workload::attach(&sim, pid)
+        .describe()
+        .unwrap()
+        .queues
+        .is_empty());
     // A failure inside the BO stage releases the fds it made.
     let pid = sim.spawn_process().unwrap();
     let before = sim.accounting().dmabuf_fds;
@@ -379,8 +524,13 @@ fn restore_queue_and_event_id_rules() {
     let q2 = objs + q1_len; // second queue record (SDMA)
     let rd = |p: &[u8], o: usize| u32::from_le_bytes(p[o..o + 4].try_into().unwrap());
     assert_eq!(rd(&d.priv_data, q2 + 68), 1, "second queue is SDMA");
-    let cases: Vec<(&str, i32, Box<dyn Fn(&mut Vec<u8>)>)> = vec![
-        ("q_id >= 1024", libc::EINVAL, Box::new(move |p| p[q1 + 76..q1 + 80].copy_from_slice(&1024u32.to_le_bytes()))),
+    type Patch = Box<dyn Fn(&mut Vec<u8>)>;
+    let cases: Vec<(&str, i32, Patch)> = vec![
+        (
+            "q_id >= 1024",
+            libc::EINVAL,
+            Box::new(move |p| p[q1 + 76..q1 + 80].copy_from_slice(&1024u32.to_le_bytes())),
+        ),
         (
             "q_id reused",
             libc::ENOSPC,
@@ -389,12 +539,36 @@ fn restore_queue_and_event_id_rules() {
                 p[q2 + 76..q2 + 80].copy_from_slice(&id);
             }),
         ),
-        ("sdma doorbell not dictated by the sdma id", libc::EINVAL, Box::new(move |p| p[q2 + 88..q2 + 92].copy_from_slice(&7u32.to_le_bytes()))),
-        ("sdma id out of range", libc::EINVAL, Box::new(move |p| p[q2 + 96..q2 + 100].copy_from_slice(&999u32.to_le_bytes()))),
-        ("compute doorbell out of range", libc::EINVAL, Box::new(move |p| p[q1 + 88..q1 + 92].copy_from_slice(&1024u32.to_le_bytes()))),
-        ("queue type past the max", libc::EINVAL, Box::new(move |p| p[q1 + 68..q1 + 72].copy_from_slice(&9u32.to_le_bytes()))),
-        ("queue gpu unknown", libc::EINVAL, Box::new(move |p| p[q1 + 64..q1 + 68].copy_from_slice(&0x4321u32.to_le_bytes()))),
-        ("unknown object tag", libc::EINVAL, Box::new(move |p| p[q1..q1 + 4].copy_from_slice(&7u32.to_le_bytes()))),
+        (
+            "sdma doorbell not dictated by the sdma id",
+            libc::EINVAL,
+            Box::new(move |p| p[q2 + 88..q2 + 92].copy_from_slice(&7u32.to_le_bytes())),
+        ),
+        (
+            "sdma id out of range",
+            libc::EINVAL,
+            Box::new(move |p| p[q2 + 96..q2 + 100].copy_from_slice(&999u32.to_le_bytes())),
+        ),
+        (
+            "compute doorbell out of range",
+            libc::EINVAL,
+            Box::new(move |p| p[q1 + 88..q1 + 92].copy_from_slice(&1024u32.to_le_bytes())),
+        ),
+        (
+            "queue type past the max",
+            libc::EINVAL,
+            Box::new(move |p| p[q1 + 68..q1 + 72].copy_from_slice(&9u32.to_le_bytes())),
+        ),
+        (
+            "queue gpu unknown",
+            libc::EINVAL,
+            Box::new(move |p| p[q1 + 64..q1 + 68].copy_from_slice(&0x4321u32.to_le_bytes())),
+        ),
+        (
+            "unknown object tag",
+            libc::EINVAL,
+            Box::new(move |p| p[q1..q1 + 4].copy_from_slice(&7u32.to_le_bytes())),
+        ),
     ];
     for (name, errno, patch) in cases {
         let pid = sim.spawn_process().unwrap();
@@ -404,7 +578,11 @@ fn restore_queue_and_event_id_rules() {
     // Events: the second event record reuses the first one's id.
     let ev = q2 + 120 + 512;
     assert_eq!(rd(&d.priv_data, ev), 1, "event record");
-    assert_ne!(rd(&d.priv_data, ev + 8), 0, "the first event carries the event page handle");
+    assert_ne!(
+        rd(&d.priv_data, ev + 8),
+        0,
+        "the first event carries the event page handle"
+    );
     let pid = sim.spawn_process().unwrap();
     let (r, _) = restore_patched(&sim, &d, pid, |_, p| {
         let id: [u8; 4] = p[ev + 16..ev + 20].try_into().unwrap();
@@ -423,7 +601,14 @@ fn restore_queue_and_event_id_rules() {
 #[test]
 fn restore_of_a_workload_with_svm_ranges_replays_them_at_resume() {
     let sim = sim(1);
-    let w = Workload::launch(&sim, &Profile::PyTorchLike { bos_per_gpu: 10, max_bo_bytes: 64 * KIB }).unwrap();
+    let w = Workload::launch(
+        &sim,
+        &Profile::PyTorchLike {
+            bos_per_gpu: 10,
+            max_bo_bytes: 64 * KIB,
+        },
+    )
+    .unwrap();
     let criu = criu_for(&sim, w.pid());
     let d = dump(&criu, w.kfd_fd().unwrap());
     let desc = w.describe().unwrap();
@@ -431,7 +616,14 @@ fn restore_of_a_workload_with_svm_ranges_replays_them_at_resume() {
     w.exit().unwrap();
     let pid = sim.spawn_process().unwrap();
     let _r = restore(&sim, pid, &d);
-    assert!(Workload::attach(&sim, pid).describe().unwrap().svm_ranges.is_empty(), "SVM ranges wait for RESUME");
+    assert!(
+        Workload::attach(&sim, pid)
+            .describe()
+            .unwrap()
+            .svm_ranges
+            .is_empty(),
+        "SVM ranges wait for RESUME"
+    );
     resume(&criu, pid).unwrap();
     Workload::verify(&sim, pid, &desc).unwrap();
 }

@@ -35,7 +35,10 @@ fn same_result(profile: Profile, gpus: usize) {
     let sim = Sim::synthetic(gpus, SimConfig::default()).unwrap();
     let a = run_interrupted(&sim, &profile, 3, 4);
     let b = run_uninterrupted(&sim, &profile, 7);
-    assert_eq!(a, b, "{profile:?}: restored run diverged from the uninterrupted one");
+    assert_eq!(
+        a, b,
+        "{profile:?}: restored run diverged from the uninterrupted one"
+    );
     let c = run_uninterrupted(&sim, &profile, 6);
     assert_ne!(b, c, "the fingerprint must see progress");
 }
@@ -68,7 +71,10 @@ fn paused_process_makes_no_progress_until_unpaused() {
     w.step().unwrap();
     let criu = criu_for(&sim, w.pid());
     process_info(&criu, w.kfd_fd().unwrap()).unwrap();
-    assert!(matches!(w.step(), Err(WorkloadError::QueuesNotRunning { .. })));
+    assert!(matches!(
+        w.step(),
+        Err(WorkloadError::QueuesNotRunning { .. })
+    ));
     unpause(&criu, w.kfd_fd().unwrap()).unwrap();
     w.step().unwrap();
     assert_eq!(w.steps().unwrap(), 2);
@@ -86,7 +92,10 @@ fn restored_process_runs_only_after_resume() {
     let pid = sim.spawn_process().unwrap();
     let _restored = restore(&sim, pid, &d);
     let mut r = Workload::attach(&sim, pid);
-    assert!(matches!(r.step(), Err(WorkloadError::QueuesNotRunning { .. })));
+    assert!(matches!(
+        r.step(),
+        Err(WorkloadError::QueuesNotRunning { .. })
+    ));
     Workload::verify(&sim, pid, &desc).unwrap();
     resume(&criu, pid).unwrap();
     r.step().unwrap();
@@ -96,11 +105,21 @@ fn restored_process_runs_only_after_resume() {
 #[test]
 fn multi_process_workloads_share_dmabufs_and_restore() {
     let sim = Sim::synthetic(2, SimConfig::default()).unwrap();
-    let mut all: Vec<Workload> = (0..3).map(|_| Workload::launch(&sim, &Profile::Basic).unwrap()).collect();
+    let mut all: Vec<Workload> = (0..3)
+        .map(|_| Workload::launch(&sim, &Profile::Basic).unwrap())
+        .collect();
     let exporter = all[0].describe().unwrap();
-    let shared = exporter.bos.iter().find(|b| b.flags & kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_VRAM != 0).unwrap().handle;
+    let shared = exporter
+        .bos
+        .iter()
+        .find(|b| b.flags & kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_VRAM != 0)
+        .unwrap()
+        .handle;
     let (first, rest) = all.split_first_mut().unwrap();
-    let imported: Vec<u64> = rest.iter_mut().map(|w| first.share_with(shared, w).unwrap()).collect();
+    let imported: Vec<u64> = rest
+        .iter_mut()
+        .map(|w| first.share_with(shared, w).unwrap())
+        .collect();
     for w in &mut all {
         w.step().unwrap();
     }
@@ -110,7 +129,10 @@ fn multi_process_workloads_share_dmabufs_and_restore() {
         assert_eq!(w.read_bo(h, 100, 7).unwrap(), b"shared!");
     }
     let again = Workload::launch_sharing(&sim, 2, &Profile::Basic).unwrap();
-    assert_eq!(again[1].describe().unwrap().bos.len(), again[0].describe().unwrap().bos.len() + 1);
+    assert_eq!(
+        again[1].describe().unwrap().bos.len(),
+        again[0].describe().unwrap().bos.len() + 1
+    );
     drop(again);
     for w in all {
         let (pid, desc, _r) = checkpoint_restore(&sim, w);

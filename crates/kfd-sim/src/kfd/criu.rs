@@ -21,10 +21,13 @@ use std::ffi::c_int;
 use kfd_sys::*;
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::memory::{create_bo, export_fd, install, map_one, NewAlloc};
+use super::memory::{create_bo, export_fd, install, map_checked, NewAlloc};
 use super::priv_data::*;
 use super::process::{KfdProcess, Queue, SignalPage};
-use super::queue::{is_sdma, mqd_size, sdma_doorbell, sdma_slots, KFD_QUEUE_TYPE_COMPUTE, MAX_QUEUES_PER_PROCESS, SDMA_DOORBELL_BASE};
+use super::queue::{
+    is_sdma, mqd_size, sdma_doorbell, sdma_slots, KFD_QUEUE_TYPE_COMPUTE, MAX_QUEUES_PER_PROCESS,
+    SDMA_DOORBELL_BASE,
+};
 use super::{init_vm, proc_mut, GPUVM_BASE};
 use crate::bo::{Domain, PAGE_SIZE};
 use crate::fault::CRIU_OP_NAMES;
@@ -48,7 +51,12 @@ fn checkpointed(va: u64) -> bool {
 
 fn counts(max_gpu: usize, p: &KfdProcess) -> Result<Counts, Errno> {
     let d = p.pdds.len();
-    let bos = p.pdds.iter().flat_map(|pdd| pdd.idr.values()).filter(|m| checkpointed(m.va)).count() as u64;
+    let bos = p
+        .pdds
+        .iter()
+        .flat_map(|pdd| pdd.idr.values())
+        .filter(|m| checkpointed(m.va))
+        .count() as u64;
     let mut queue_bytes = 0u64;
     for q in p.queues.values() {
         if q.ktype != KFD_QUEUE_TYPE_COMPUTE && !is_sdma(q.ktype) {
@@ -77,13 +85,15 @@ pub(crate) fn criu_op(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_i
     let mut a = typed(buf, |a: &mut kfd_ioctl_criu_args| *a);
     let r = match CRIU_OP_NAMES.get(a.op as usize) {
         None => Err(Errno(libc::EINVAL)),
-        Some(name) => crate::fault::check(ctx.st, &format!("CRIU_OP:{name}")).and_then(|()| match a.op {
-            KFD_CRIU_OP_PROCESS_INFO => process_info(ctx, pid, &mut a),
-            KFD_CRIU_OP_CHECKPOINT => checkpoint(ctx, pid, &mut a),
-            KFD_CRIU_OP_UNPAUSE => unpause(ctx, pid),
-            KFD_CRIU_OP_RESTORE => restore(ctx, pid, &mut a),
-            _ => resume(ctx, &a),
-        }),
+        Some(name) => {
+            crate::fault::check(ctx.st, &format!("CRIU_OP:{name}")).and_then(|()| match a.op {
+                KFD_CRIU_OP_PROCESS_INFO => process_info(ctx, pid, &mut a),
+                KFD_CRIU_OP_CHECKPOINT => checkpoint(ctx, pid, &mut a),
+                KFD_CRIU_OP_UNPAUSE => unpause(ctx, pid),
+                KFD_CRIU_OP_RESTORE => restore(ctx, pid, &mut a),
+                _ => resume(ctx, &a),
+            })
+        }
     };
     typed(buf, |out: &mut kfd_ioctl_criu_args| *out = a);
     r.map(|()| 0)
@@ -149,7 +159,11 @@ fn checkpoint(ctx: &mut Ctx<'_>, pid: Pid, a: &mut kfd_ioctl_criu_args) -> Resul
         return Err(Errno(libc::EINVAL));
     }
     let c = counts(max_gpu, p)?;
-    if c.devices != a.num_devices || c.bos != a.num_bos || c.objects != a.num_objects || c.priv_size != a.priv_data_size {
+    if c.devices != a.num_devices
+        || c.bos != a.num_bos
+        || c.objects != a.num_objects
+        || c.priv_size != a.priv_data_size
+    {
         return Err(Errno(libc::EINVAL));
     }
     // Devices.
@@ -236,7 +250,14 @@ fn checkpoint(ctx: &mut Ctx<'_>, pid: Pid, a: &mut kfd_ioctl_criu_args) -> Resul
     for (pdd_idx, pdd) in p.pdds.iter().enumerate() {
         for (&slot, mem) in pdd.idr.iter().filter(|(_, m)| checkpointed(m.va)) {
             let mapped: Vec<u32> = mem.mapped.iter().map(|&i| p.pdds[i].user_gpu_id).collect();
-            plan.push((pdd_idx, slot, mem.clone(), pdd.user_gpu_id, sim.gpus[pdd.gpu].id(), mapped));
+            plan.push((
+                pdd_idx,
+                slot,
+                mem.clone(),
+                pdd.user_gpu_id,
+                sim.gpus[pdd.gpu].id(),
+                mapped,
+            ));
         }
     }
     let mut buckets = Vec::new();
@@ -306,7 +327,12 @@ fn unpause(ctx: &mut Ctx<'_>, pid: Pid) -> Result<(), Errno> {
 }
 
 fn restore(ctx: &mut Ctx<'_>, pid: Pid, a: &mut kfd_ioctl_criu_args) -> Result<(), Errno> {
-    if (a.num_bos > 0 && a.bos == 0) || a.devices == 0 || a.priv_data == 0 || a.priv_data_size == 0 || a.num_devices == 0 {
+    if (a.num_bos > 0 && a.bos == 0)
+        || a.devices == 0
+        || a.priv_data == 0
+        || a.priv_data_size == 0
+        || a.num_devices == 0
+    {
         return Err(Errno(libc::EINVAL));
     }
     // 1. Evict; the RESUME worker brings the queues back.
@@ -347,7 +373,12 @@ fn restore(ctx: &mut Ctx<'_>, pid: Pid, a: &mut kfd_ioctl_criu_args) -> Result<(
     Ok(())
 }
 
-fn restore_devices(ctx: &mut Ctx<'_>, pid: Pid, a: &kfd_ioctl_criu_args, r: &mut UserReader) -> Result<(), Errno> {
+fn restore_devices(
+    ctx: &mut Ctx<'_>,
+    pid: Pid,
+    a: &kfd_ioctl_criu_args,
+    r: &mut UserReader,
+) -> Result<(), Errno> {
     let n = proc_mut(ctx.st, pid)?.pdds.len();
     if a.num_devices as usize != n {
         return Err(Errno(libc::EINVAL));
@@ -362,7 +393,12 @@ fn restore_devices(ctx: &mut Ctx<'_>, pid: Pid, a: &kfd_ioctl_criu_args, r: &mut
         if b.user_gpu_id == 0 {
             return Err(Errno(libc::EINVAL));
         }
-        let gpu = ctx.sim.gpus.iter().position(|g| g.id() == b.actual_gpu_id).ok_or(Errno(libc::EINVAL))?;
+        let gpu = ctx
+            .sim
+            .gpus
+            .iter()
+            .position(|g| g.id() == b.actual_gpu_id)
+            .ok_or(Errno(libc::EINVAL))?;
         let p = proc_mut(ctx.st, pid)?;
         let pdd = p.pdd_by_gpu(gpu).ok_or(Errno(libc::EINVAL))?;
         p.pdds[pdd].user_gpu_id = b.user_gpu_id;
@@ -380,7 +416,12 @@ fn restore_devices(ctx: &mut Ctx<'_>, pid: Pid, a: &kfd_ioctl_criu_args, r: &mut
     r.skip(DEVICE_RECORD * u64::from(a.num_devices))
 }
 
-fn restore_bos(ctx: &mut Ctx<'_>, pid: Pid, a: &kfd_ioctl_criu_args, r: &mut UserReader) -> Result<(), Errno> {
+fn restore_bos(
+    ctx: &mut Ctx<'_>,
+    pid: Pid,
+    a: &kfd_ioctl_criu_args,
+    r: &mut UserReader,
+) -> Result<(), Errno> {
     let max_gpu = ctx.sim.config.max_gpu_instance;
     let rec_size = bo_record_size(max_gpu);
     r.need(rec_size * u64::from(a.num_bos))?;
@@ -413,7 +454,12 @@ fn restore_bos(ctx: &mut Ctx<'_>, pid: Pid, a: &kfd_ioctl_criu_args, r: &mut Use
     Ok(())
 }
 
-fn restore_bo(ctx: &mut Ctx<'_>, pid: Pid, bucket: &mut kfd_criu_bo_bucket, rec: &BoRecord) -> Result<(), Errno> {
+fn restore_bo(
+    ctx: &mut Ctx<'_>,
+    pid: Pid,
+    bucket: &mut kfd_criu_bo_bucket,
+    rec: &BoRecord,
+) -> Result<(), Errno> {
     let sim = ctx.sim;
     let p = proc_mut(ctx.st, pid)?;
     let pdd = p.pdd_by_user_id(bucket.gpu_id).ok_or(Errno(libc::ENODEV))?;
@@ -422,7 +468,9 @@ fn restore_bo(ctx: &mut Ctx<'_>, pid: Pid, bucket: &mut kfd_criu_bo_bucket, rec:
     let flags = bucket.alloc_flags;
     let domain = super::memory::domain_of(flags)?;
     match domain {
-        Domain::Doorbell if bucket.size != sim.gpus[gpu].doorbell_slice => return Err(Errno(libc::EINVAL)),
+        Domain::Doorbell if bucket.size != sim.gpus[gpu].doorbell_slice => {
+            return Err(Errno(libc::EINVAL))
+        }
         Domain::Mmio if bucket.size != PAGE_SIZE => return Err(Errno(libc::EINVAL)),
         _ => {}
     }
@@ -431,24 +479,34 @@ fn restore_bo(ctx: &mut Ctx<'_>, pid: Pid, bucket: &mut kfd_criu_bo_bucket, rec:
         va: bucket.addr,
         size: bucket.size,
         flags,
-        user_addr: if domain == Domain::UserPtr { rec.user_addr } else { 0 },
+        user_addr: if domain == Domain::UserPtr {
+            rec.user_addr
+        } else {
+            0
+        },
         userptr_valid: false,
     };
     let (bo, size) = create_bo(ctx, pid, &req)?;
     install(ctx.st, pid, &req, bo, size, Some(rec.idr_handle), false)?;
     match domain {
-        Domain::Doorbell => bucket.restored_offset = KFD_MMAP_TYPE_DOORBELL | KFD_MMAP_GPU_ID(actual),
+        Domain::Doorbell => {
+            bucket.restored_offset = KFD_MMAP_TYPE_DOORBELL | KFD_MMAP_GPU_ID(actual)
+        }
         Domain::Mmio => bucket.restored_offset = KFD_MMAP_TYPE_MMIO | KFD_MMAP_GPU_ID(actual),
         Domain::Vram | Domain::Gtt => {
             bucket.restored_offset = ctx.st.bos.get(bo).map(|b| b.mmap_offset).unwrap_or(0);
         }
         Domain::UserPtr => {}
     }
-    let p = proc_mut(ctx.st, pid)?;
-    let limit = p.pdds.len().min(rec.mapped_gpuids.len());
+    let limit = proc_mut(ctx.st, pid)?
+        .pdds
+        .len()
+        .min(rec.mapped_gpuids.len());
     for &id in rec.mapped_gpuids[..limit].iter().take_while(|&&id| id != 0) {
-        let peer = p.pdd_by_user_id(id).ok_or(Errno(libc::EINVAL))?;
-        map_one(p, pdd, rec.idr_handle, peer)?;
+        let peer = proc_mut(ctx.st, pid)?
+            .pdd_by_user_id(id)
+            .ok_or(Errno(libc::EINVAL))?;
+        map_checked(ctx.st, pid, pdd, rec.idr_handle, peer)?;
     }
     bucket.dmabuf_fd = if matches!(domain, Domain::Vram | Domain::Gtt) {
         export_fd(ctx.st, bo, true, false)? as u32
@@ -464,7 +522,9 @@ fn restore_queue(ctx: &mut Ctx<'_>, pid: Pid, r: &mut UserReader) -> Result<(), 
     let p = proc_mut(ctx.st, pid)?;
     let pdd = p.pdd_by_user_id(h.gpu_id).ok_or(Errno(libc::EINVAL))?;
     let gpu = &sim.gpus[p.pdds[pdd].gpu];
-    if h.ktype >= super::queue::KFD_QUEUE_TYPE_MAX || (h.ktype != KFD_QUEUE_TYPE_COMPUTE && !is_sdma(h.ktype)) {
+    if h.ktype >= super::queue::KFD_QUEUE_TYPE_MAX
+        || (h.ktype != KFD_QUEUE_TYPE_COMPUTE && !is_sdma(h.ktype))
+    {
         return Err(Errno(libc::EINVAL));
     }
     if h.mqd_size as usize != mqd_size(gpu, h.ktype) {
@@ -488,7 +548,8 @@ fn restore_queue(ctx: &mut Ctx<'_>, pid: Pid, r: &mut UserReader) -> Result<(), 
             return Err(Errno(libc::EINVAL));
         }
     } else if gpu.is_soc15() {
-        if h.doorbell_id >= SDMA_DOORBELL_BASE || p.pdds[pdd].doorbell_ids.contains(&h.doorbell_id) {
+        if h.doorbell_id >= SDMA_DOORBELL_BASE || p.pdds[pdd].doorbell_ids.contains(&h.doorbell_id)
+        {
             return Err(Errno(libc::EINVAL));
         }
     } else if h.doorbell_id != h.q_id {
@@ -555,8 +616,14 @@ fn restore_event(st: &mut State, pid: Pid, r: &mut UserReader) -> Result<(), Err
 fn restore_svm_record(st: &mut State, pid: Pid, rec: &SvmRecord) -> Result<(), Errno> {
     let p = st.kfd_mut(pid).ok_or(Errno(libc::ESRCH))?;
     let mut range = super::process::SvmRange {
-        start: rec.start_pages.checked_mul(PAGE_SIZE).ok_or(Errno(libc::EINVAL))?,
-        size: rec.size_pages.checked_mul(PAGE_SIZE).ok_or(Errno(libc::EINVAL))?,
+        start: rec
+            .start_pages
+            .checked_mul(PAGE_SIZE)
+            .ok_or(Errno(libc::EINVAL))?,
+        size: rec
+            .size_pages
+            .checked_mul(PAGE_SIZE)
+            .ok_or(Errno(libc::EINVAL))?,
         preferred_loc: KFD_IOCTL_SVM_LOCATION_UNDEFINED,
         prefetch_loc: KFD_IOCTL_SVM_LOCATION_UNDEFINED,
         flags: 0,
@@ -569,7 +636,9 @@ fn restore_svm_record(st: &mut State, pid: Pid, rec: &SvmRecord) -> Result<(), E
             KFD_IOCTL_SVM_ATTR_PREFETCH_LOC => range.prefetch_loc = v,
             KFD_IOCTL_SVM_ATTR_SET_FLAGS => range.flags = v,
             KFD_IOCTL_SVM_ATTR_GRANULARITY => range.granularity = v,
-            KFD_IOCTL_SVM_ATTR_ACCESS | KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE | KFD_IOCTL_SVM_ATTR_NO_ACCESS => {
+            KFD_IOCTL_SVM_ATTR_ACCESS
+            | KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE
+            | KFD_IOCTL_SVM_ATTR_NO_ACCESS => {
                 let i = p.pdd_by_user_id(v).ok_or(Errno(libc::EINVAL))?;
                 range.access[i] = t;
             }
@@ -610,7 +679,11 @@ fn resume(ctx: &mut Ctx<'_>, a: &kfd_ioctl_criu_args) -> Result<(), Errno> {
     p.resumed += 1;
     // The restore worker: revalidate userptrs, restart the queues.
     restore_once(p);
-    let bos: Vec<_> = p.pdds.iter().flat_map(|pdd| pdd.idr.values().map(|m| m.bo)).collect();
+    let bos: Vec<_> = p
+        .pdds
+        .iter()
+        .flat_map(|pdd| pdd.idr.values().map(|m| m.bo))
+        .collect();
     for id in bos {
         if let Some(bo) = ctx.st.bos.get_mut(id) {
             if let crate::bo::Backing::UserPtr { valid, .. } = &mut bo.backing {

@@ -78,19 +78,34 @@ pub(crate) fn set_user_page(st: &mut State, pid: Pid, handle: u64) -> Result<(),
 }
 
 /// Creates an event with a chosen or the next free id.
-pub(crate) fn add_event(st: &mut State, pid: Pid, etype: u32, auto_reset: bool, want_id: Option<u32>) -> Result<u32, Errno> {
+pub(crate) fn add_event(
+    st: &mut State,
+    pid: Pid,
+    etype: u32,
+    auto_reset: bool,
+    want_id: Option<u32>,
+) -> Result<u32, Errno> {
     let p = st.kfd_mut(pid).ok_or(Errno(libc::ESRCH))?;
     let signal = is_signal_type(etype);
-    let range = if signal { 1..KFD_SIGNAL_EVENT_LIMIT } else { FIRST_NONSIGNAL_EVENT_ID..u32::MAX };
+    let range = if signal {
+        1..KFD_SIGNAL_EVENT_LIMIT
+    } else {
+        FIRST_NONSIGNAL_EVENT_ID..u32::MAX
+    };
     if signal && p.signal_page.is_none() {
         let page = Memfd::new("kfd-sim-events", SIGNAL_PAGE_SIZE)?;
         page.write_at(0, &vec![0xFF; SIGNAL_PAGE_SIZE as usize])?;
         p.signal_page = Some(SignalPage::Kernel(Arc::new(page)));
     }
     let id = match want_id {
-        Some(id) if !range.contains(&id) || p.events.contains_key(&id) => return Err(Errno(libc::ENOSPC)),
+        Some(id) if !range.contains(&id) || p.events.contains_key(&id) => {
+            return Err(Errno(libc::ENOSPC))
+        }
         Some(id) => id,
-        None => range.clone().find(|id| !p.events.contains_key(id)).ok_or(Errno(libc::ENOSPC))?,
+        None => range
+            .clone()
+            .find(|id| !p.events.contains_key(id))
+            .ok_or(Errno(libc::ENOSPC))?,
     };
     p.events.insert(
         id,
@@ -128,7 +143,10 @@ pub(crate) fn create_event(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Resul
 
 pub(crate) fn destroy_event(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
     let id = typed(buf, |a: &mut kfd_ioctl_destroy_event_args| a.event_id);
-    proc_mut(ctx.st, pid)?.events.remove(&id).ok_or(Errno(libc::EINVAL))?;
+    proc_mut(ctx.st, pid)?
+        .events
+        .remove(&id)
+        .ok_or(Errno(libc::EINVAL))?;
     Ok(0)
 }
 
@@ -155,7 +173,10 @@ pub(crate) fn set_event(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c
 
 pub(crate) fn reset_event(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
     let id = typed(buf, |a: &mut kfd_ioctl_reset_event_args| a.event_id);
-    let ev = proc_mut(ctx.st, pid)?.events.get_mut(&id).ok_or(Errno(libc::EINVAL))?;
+    let ev = proc_mut(ctx.st, pid)?
+        .events
+        .get_mut(&id)
+        .ok_or(Errno(libc::EINVAL))?;
     if !is_signal_type(ev.etype) {
         return Err(Errno(libc::EINVAL));
     }
@@ -170,7 +191,10 @@ const EVENT_DATA_SIZE: usize = 48;
 pub(crate) fn wait_events(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
     let a = typed(buf, |a: &mut kfd_ioctl_wait_events_args| *a);
     let n = a.num_events as usize;
-    let mut data = copy_from_user(a.events_ptr, n.checked_mul(EVENT_DATA_SIZE).ok_or(Errno(libc::EINVAL))?)?;
+    let mut data = copy_from_user(
+        a.events_ptr,
+        n.checked_mul(EVENT_DATA_SIZE).ok_or(Errno(libc::EINVAL))?,
+    )?;
     let p = proc_mut(ctx.st, pid)?;
     let mut ids = Vec::with_capacity(n);
     for i in 0..n {
@@ -192,7 +216,8 @@ pub(crate) fn wait_events(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result
             if let Some(ev) = p.events.get_mut(id) {
                 if signaled[i] {
                     // Copy exception data out and consume auto-reset signals.
-                    data[i * EVENT_DATA_SIZE..i * EVENT_DATA_SIZE + 32].copy_from_slice(&ev.exception);
+                    data[i * EVENT_DATA_SIZE..i * EVENT_DATA_SIZE + 32]
+                        .copy_from_slice(&ev.exception);
                     if ev.auto_reset {
                         ev.signaled = false;
                     }

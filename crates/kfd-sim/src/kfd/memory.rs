@@ -79,7 +79,10 @@ pub(crate) fn create_bo(ctx: &mut Ctx<'_>, pid: Pid, req: &NewAlloc) -> Result<(
     let st: &mut State = ctx.st;
     let id = match domain {
         Domain::Vram | Domain::Gtt => st.bos.create_memory(gpu, size, domain, req.flags)?,
-        Domain::UserPtr => st.bos.create_userptr(gpu, req.user_addr, size, req.flags, req.userptr_valid)?,
+        Domain::UserPtr => {
+            st.bos
+                .create_userptr(gpu, req.user_addr, size, req.flags, req.userptr_valid)?
+        }
         Domain::Doorbell => {
             let p = st.kfd_mut(pid).ok_or(Errno(libc::ESRCH))?;
             let page = super::doorbell_page(sim, p, req.pdd)?;
@@ -97,7 +100,15 @@ pub(crate) fn create_bo(ctx: &mut Ctx<'_>, pid: Pid, req: &NewAlloc) -> Result<(
 /// one), grants its VM's render file mmap access, and accounts VRAM.
 /// Returns the slot. A taken slot frees the BO and fails with `ENOMEM`
 /// (the RESTORE rule); IDR exhaustion is `EFAULT`.
-pub(crate) fn install(st: &mut State, pid: Pid, req: &NewAlloc, bo: BoId, size: u64, slot: Option<u32>, imported: bool) -> Result<u32, Errno> {
+pub(crate) fn install(
+    st: &mut State,
+    pid: Pid,
+    req: &NewAlloc,
+    bo: BoId,
+    size: u64,
+    slot: Option<u32>,
+    imported: bool,
+) -> Result<u32, Errno> {
     let p = st.kfd_mut(pid).ok_or(Errno(libc::ESRCH))?;
     let pdd = &mut p.pdds[req.pdd];
     let slot = match slot {
@@ -137,7 +148,11 @@ pub(crate) fn install(st: &mut State, pid: Pid, req: &NewAlloc, bo: BoId, size: 
     Ok(slot)
 }
 
-pub(crate) fn alloc_memory_of_gpu(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
+pub(crate) fn alloc_memory_of_gpu(
+    ctx: &mut Ctx<'_>,
+    pid: Pid,
+    buf: &mut [u8],
+) -> Result<c_int, Errno> {
     let a = typed(buf, |a: &mut kfd_ioctl_alloc_memory_of_gpu_args| *a);
     if a.size == 0 {
         return Err(Errno(libc::EINVAL));
@@ -174,7 +189,11 @@ pub(crate) fn alloc_memory_of_gpu(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -
         va: a.va_addr,
         size: a.size,
         flags,
-        user_addr: if domain == Domain::UserPtr { a.mmap_offset } else { 0 },
+        user_addr: if domain == Domain::UserPtr {
+            a.mmap_offset
+        } else {
+            0
+        },
         userptr_valid: true,
     };
     let (bo, size) = create_bo(ctx, pid, &req)?;
@@ -203,7 +222,11 @@ pub(crate) fn release_slot(st: &mut State, pid: Pid, pdd: usize, slot: u32) -> R
     Ok(())
 }
 
-pub(crate) fn free_memory_of_gpu(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
+pub(crate) fn free_memory_of_gpu(
+    ctx: &mut Ctx<'_>,
+    pid: Pid,
+    buf: &mut [u8],
+) -> Result<c_int, Errno> {
     let handle = typed(buf, |a: &mut kfd_ioctl_free_memory_of_gpu_args| a.handle);
     let p = proc_mut(ctx.st, pid)?;
     if let Some(super::process::SignalPage::User { handle: h, .. }) = &p.signal_page {
@@ -248,6 +271,32 @@ pub(crate) fn map_one(p: &mut KfdProcess, pdd: usize, slot: u32, peer: usize) ->
     Ok(())
 }
 
+/// [`map_one`] after checking the peer VM's GEM_VA mappings: a KFD mapping
+/// overlapping one made through GEM_VA on the same VM is `EINVAL` too
+/// (spec §4.3: both live in one address space).
+pub(crate) fn map_checked(
+    st: &mut State,
+    pid: Pid,
+    pdd: usize,
+    slot: u32,
+    peer: usize,
+) -> Result<(), Errno> {
+    let p = st.kfd(pid).ok_or(Errno(libc::ESRCH))?;
+    bind(p, peer)?;
+    let mem = p.pdds[pdd].idr.get(&slot).ok_or(Errno(libc::ENOMEM))?;
+    if !mem.mapped.contains(&peer) {
+        let (va, end) = (mem.va, mem.va.saturating_add(mem.size));
+        let overlap = p.pdds[peer]
+            .drm_file
+            .and_then(|key| st.render(key))
+            .is_some_and(|r| r.drm.vm.iter().any(|m| m.start < end && va < m.end()));
+        if overlap {
+            return Err(Errno(libc::EINVAL));
+        }
+    }
+    map_one(st.kfd_mut(pid).ok_or(Errno(libc::ESRCH))?, pdd, slot, peer)
+}
+
 fn map_or_unmap(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8], map: bool) -> Result<c_int, Errno> {
     // Both argument structs have the same layout.
     let a = typed(buf, |a: &mut kfd_ioctl_map_memory_to_gpu_args| *a);
@@ -255,7 +304,10 @@ fn map_or_unmap(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8], map: bool) -> Resul
         return Err(Errno(libc::EINVAL));
     }
     let ids = copy_from_user(a.device_ids_array_ptr, a.n_devices as usize * 4)?;
-    let ids: Vec<u32> = ids.chunks_exact(4).map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let ids: Vec<u32> = ids
+        .chunks_exact(4)
+        .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
     let p = proc_mut(ctx.st, pid)?;
     let (gpu_id, slot) = split_handle(a.handle);
     let pdd = p.pdd_by_user_id(gpu_id).ok_or(Errno(libc::EINVAL))?;
@@ -268,14 +320,14 @@ fn map_or_unmap(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8], map: bool) -> Resul
     let mut n_success = a.n_success;
     let mut result = Ok(0);
     for (i, &id) in ids.iter().enumerate().skip(a.n_success as usize) {
-        let Some(peer) = p.pdd_by_user_id(id) else {
+        let Some(peer) = proc_mut(ctx.st, pid)?.pdd_by_user_id(id) else {
             result = Err(Errno(libc::EINVAL));
             break;
         };
         let r = if map {
-            map_one(p, pdd, slot, peer)
+            map_checked(ctx.st, pid, pdd, slot, peer)
         } else {
-            match p.pdds[pdd].idr.get_mut(&slot) {
+            match proc_mut(ctx.st, pid)?.pdds[pdd].idr.get_mut(&slot) {
                 Some(mem) => {
                     if mem.mapped.remove(&peer) {
                         Ok(())
@@ -292,26 +344,45 @@ fn map_or_unmap(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8], map: bool) -> Resul
         }
         n_success = i as u32 + 1;
     }
-    typed(buf, |out: &mut kfd_ioctl_map_memory_to_gpu_args| out.n_success = n_success);
+    typed(buf, |out: &mut kfd_ioctl_map_memory_to_gpu_args| {
+        out.n_success = n_success
+    });
     result
 }
 
-pub(crate) fn map_memory_to_gpu(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
+pub(crate) fn map_memory_to_gpu(
+    ctx: &mut Ctx<'_>,
+    pid: Pid,
+    buf: &mut [u8],
+) -> Result<c_int, Errno> {
     map_or_unmap(ctx, pid, buf, true)
 }
 
-pub(crate) fn unmap_memory_from_gpu(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
+pub(crate) fn unmap_memory_from_gpu(
+    ctx: &mut Ctx<'_>,
+    pid: Pid,
+    buf: &mut [u8],
+) -> Result<c_int, Errno> {
     map_or_unmap(ctx, pid, buf, false)
 }
 
 /// Creates a dma-buf fd for `bo` (fault point `DMABUF_EXPORT`) and returns
 /// the raw fd, now owned by the calling process.
-pub(crate) fn export_fd(st: &mut State, bo: BoId, writable: bool, cloexec: bool) -> Result<i32, Errno> {
+pub(crate) fn export_fd(
+    st: &mut State,
+    bo: BoId,
+    writable: bool,
+    cloexec: bool,
+) -> Result<i32, Errno> {
     crate::fault::check(st, "DMABUF_EXPORT")?;
     Ok(st.bos.export_dmabuf(bo, writable, cloexec)?.into_raw_fd())
 }
 
-pub(crate) fn get_dmabuf_info(ctx: &mut Ctx<'_>, _pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
+pub(crate) fn get_dmabuf_info(
+    ctx: &mut Ctx<'_>,
+    _pid: Pid,
+    buf: &mut [u8],
+) -> Result<c_int, Errno> {
     let a = typed(buf, |a: &mut kfd_ioctl_get_dmabuf_info_args| *a);
     let fd = i32::try_from(a.dmabuf_fd).map_err(|_| Errno(libc::EBADF))?;
     let id = ctx.st.bos.lookup_dmabuf(fd)?;
@@ -369,7 +440,12 @@ pub(crate) fn export_dmabuf(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Resu
     let a = typed(buf, |a: &mut kfd_ioctl_export_dmabuf_args| *a);
     let (gpu_id, slot) = split_handle(a.handle);
     // EXPORT_DMABUF resolves the handle's gpu against the topology (actual ids).
-    let gpu = ctx.sim.gpus.iter().position(|g| g.id() == gpu_id).ok_or(Errno(libc::EINVAL))?;
+    let gpu = ctx
+        .sim
+        .gpus
+        .iter()
+        .position(|g| g.id() == gpu_id)
+        .ok_or(Errno(libc::EINVAL))?;
     let p = proc_mut(ctx.st, pid)?;
     let pdd = p.pdd_by_gpu(gpu).ok_or(Errno(libc::EINVAL))?;
     let mem = p.pdds[pdd].idr.get(&slot).ok_or(Errno(libc::EINVAL))?;

@@ -61,34 +61,118 @@ fn lookup(nr: u32) -> Option<IoctlDesc> {
     Some(match nr {
         0x01 => d(AMDKFD_IOC_GET_VERSION, "GET_VERSION", get_version),
         0x02 => d(AMDKFD_IOC_CREATE_QUEUE, "CREATE_QUEUE", queue::create_queue),
-        0x03 => d(AMDKFD_IOC_DESTROY_QUEUE, "DESTROY_QUEUE", queue::destroy_queue),
-        0x04 => d(AMDKFD_IOC_SET_MEMORY_POLICY, "SET_MEMORY_POLICY", set_memory_policy),
-        0x05 => d(AMDKFD_IOC_GET_CLOCK_COUNTERS, "GET_CLOCK_COUNTERS", get_clock_counters),
-        0x06 => d(AMDKFD_IOC_GET_PROCESS_APERTURES, "GET_PROCESS_APERTURES", get_process_apertures),
+        0x03 => d(
+            AMDKFD_IOC_DESTROY_QUEUE,
+            "DESTROY_QUEUE",
+            queue::destroy_queue,
+        ),
+        0x04 => d(
+            AMDKFD_IOC_SET_MEMORY_POLICY,
+            "SET_MEMORY_POLICY",
+            set_memory_policy,
+        ),
+        0x05 => d(
+            AMDKFD_IOC_GET_CLOCK_COUNTERS,
+            "GET_CLOCK_COUNTERS",
+            get_clock_counters,
+        ),
+        0x06 => d(
+            AMDKFD_IOC_GET_PROCESS_APERTURES,
+            "GET_PROCESS_APERTURES",
+            get_process_apertures,
+        ),
         0x07 => d(AMDKFD_IOC_UPDATE_QUEUE, "UPDATE_QUEUE", queue::update_queue),
         0x08 => d(AMDKFD_IOC_CREATE_EVENT, "CREATE_EVENT", event::create_event),
-        0x09 => d(AMDKFD_IOC_DESTROY_EVENT, "DESTROY_EVENT", event::destroy_event),
+        0x09 => d(
+            AMDKFD_IOC_DESTROY_EVENT,
+            "DESTROY_EVENT",
+            event::destroy_event,
+        ),
         0x0A => d(AMDKFD_IOC_SET_EVENT, "SET_EVENT", event::set_event),
         0x0B => d(AMDKFD_IOC_RESET_EVENT, "RESET_EVENT", event::reset_event),
         0x0C => d(AMDKFD_IOC_WAIT_EVENTS, "WAIT_EVENTS", event::wait_events),
-        0x0D => d(AMDKFD_IOC_DBG_REGISTER_DEPRECATED, "DBG_REGISTER_DEPRECATED", deprecated),
-        0x0E => d(AMDKFD_IOC_DBG_UNREGISTER_DEPRECATED, "DBG_UNREGISTER_DEPRECATED", deprecated),
-        0x0F => d(AMDKFD_IOC_DBG_ADDRESS_WATCH_DEPRECATED, "DBG_ADDRESS_WATCH_DEPRECATED", deprecated),
-        0x10 => d(AMDKFD_IOC_DBG_WAVE_CONTROL_DEPRECATED, "DBG_WAVE_CONTROL_DEPRECATED", deprecated),
-        0x11 => d(AMDKFD_IOC_SET_SCRATCH_BACKING_VA, "SET_SCRATCH_BACKING_VA", set_scratch_backing_va),
-        0x12 => d(AMDKFD_IOC_GET_TILE_CONFIG, "GET_TILE_CONFIG", get_tile_config),
-        0x13 => d(AMDKFD_IOC_SET_TRAP_HANDLER, "SET_TRAP_HANDLER", set_trap_handler),
-        0x14 => d(AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, "GET_PROCESS_APERTURES_NEW", get_process_apertures_new),
+        0x0D => d(
+            AMDKFD_IOC_DBG_REGISTER_DEPRECATED,
+            "DBG_REGISTER_DEPRECATED",
+            deprecated,
+        ),
+        0x0E => d(
+            AMDKFD_IOC_DBG_UNREGISTER_DEPRECATED,
+            "DBG_UNREGISTER_DEPRECATED",
+            deprecated,
+        ),
+        0x0F => d(
+            AMDKFD_IOC_DBG_ADDRESS_WATCH_DEPRECATED,
+            "DBG_ADDRESS_WATCH_DEPRECATED",
+            deprecated,
+        ),
+        0x10 => d(
+            AMDKFD_IOC_DBG_WAVE_CONTROL_DEPRECATED,
+            "DBG_WAVE_CONTROL_DEPRECATED",
+            deprecated,
+        ),
+        0x11 => d(
+            AMDKFD_IOC_SET_SCRATCH_BACKING_VA,
+            "SET_SCRATCH_BACKING_VA",
+            set_scratch_backing_va,
+        ),
+        0x12 => d(
+            AMDKFD_IOC_GET_TILE_CONFIG,
+            "GET_TILE_CONFIG",
+            get_tile_config,
+        ),
+        0x13 => d(
+            AMDKFD_IOC_SET_TRAP_HANDLER,
+            "SET_TRAP_HANDLER",
+            set_trap_handler,
+        ),
+        0x14 => d(
+            AMDKFD_IOC_GET_PROCESS_APERTURES_NEW,
+            "GET_PROCESS_APERTURES_NEW",
+            get_process_apertures_new,
+        ),
         0x15 => d(AMDKFD_IOC_ACQUIRE_VM, "ACQUIRE_VM", acquire_vm),
-        0x16 => d(AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, "ALLOC_MEMORY_OF_GPU", memory::alloc_memory_of_gpu),
-        0x17 => d(AMDKFD_IOC_FREE_MEMORY_OF_GPU, "FREE_MEMORY_OF_GPU", memory::free_memory_of_gpu),
-        0x18 => d(AMDKFD_IOC_MAP_MEMORY_TO_GPU, "MAP_MEMORY_TO_GPU", memory::map_memory_to_gpu),
-        0x19 => d(AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, "UNMAP_MEMORY_FROM_GPU", memory::unmap_memory_from_gpu),
+        0x16 => d(
+            AMDKFD_IOC_ALLOC_MEMORY_OF_GPU,
+            "ALLOC_MEMORY_OF_GPU",
+            memory::alloc_memory_of_gpu,
+        ),
+        0x17 => d(
+            AMDKFD_IOC_FREE_MEMORY_OF_GPU,
+            "FREE_MEMORY_OF_GPU",
+            memory::free_memory_of_gpu,
+        ),
+        0x18 => d(
+            AMDKFD_IOC_MAP_MEMORY_TO_GPU,
+            "MAP_MEMORY_TO_GPU",
+            memory::map_memory_to_gpu,
+        ),
+        0x19 => d(
+            AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU,
+            "UNMAP_MEMORY_FROM_GPU",
+            memory::unmap_memory_from_gpu,
+        ),
         0x1A => d(AMDKFD_IOC_SET_CU_MASK, "SET_CU_MASK", queue::set_cu_mask),
-        0x1B => d(AMDKFD_IOC_GET_QUEUE_WAVE_STATE, "GET_QUEUE_WAVE_STATE", queue::get_queue_wave_state),
-        0x1C => d(AMDKFD_IOC_GET_DMABUF_INFO, "GET_DMABUF_INFO", memory::get_dmabuf_info),
-        0x1D => d(AMDKFD_IOC_IMPORT_DMABUF, "IMPORT_DMABUF", memory::import_dmabuf),
-        0x1E => d(AMDKFD_IOC_ALLOC_QUEUE_GWS, "ALLOC_QUEUE_GWS", queue::alloc_queue_gws),
+        0x1B => d(
+            AMDKFD_IOC_GET_QUEUE_WAVE_STATE,
+            "GET_QUEUE_WAVE_STATE",
+            queue::get_queue_wave_state,
+        ),
+        0x1C => d(
+            AMDKFD_IOC_GET_DMABUF_INFO,
+            "GET_DMABUF_INFO",
+            memory::get_dmabuf_info,
+        ),
+        0x1D => d(
+            AMDKFD_IOC_IMPORT_DMABUF,
+            "IMPORT_DMABUF",
+            memory::import_dmabuf,
+        ),
+        0x1E => d(
+            AMDKFD_IOC_ALLOC_QUEUE_GWS,
+            "ALLOC_QUEUE_GWS",
+            queue::alloc_queue_gws,
+        ),
         0x1F => d(AMDKFD_IOC_SMI_EVENTS, "SMI_EVENTS", smi_events),
         0x20 => d(AMDKFD_IOC_SVM, "SVM", svm::svm),
         0x21 => d(AMDKFD_IOC_SET_XNACK_MODE, "SET_XNACK_MODE", set_xnack_mode),
@@ -98,8 +182,16 @@ fn lookup(nr: u32) -> Option<IoctlDesc> {
             checkpoint_restore: true,
             func: criu::criu_op,
         },
-        0x23 => d(AMDKFD_IOC_AVAILABLE_MEMORY, "AVAILABLE_MEMORY", available_memory),
-        0x24 => d(AMDKFD_IOC_EXPORT_DMABUF, "EXPORT_DMABUF", memory::export_dmabuf),
+        0x23 => d(
+            AMDKFD_IOC_AVAILABLE_MEMORY,
+            "AVAILABLE_MEMORY",
+            available_memory,
+        ),
+        0x24 => d(
+            AMDKFD_IOC_EXPORT_DMABUF,
+            "EXPORT_DMABUF",
+            memory::export_dmabuf,
+        ),
         _ => return None,
     })
 }
@@ -108,7 +200,12 @@ fn lookup(nr: u32) -> Option<IoctlDesc> {
 ///
 /// # Safety
 /// The [`kfd::Driver::ioctl`] contract for `arg`.
-pub(crate) unsafe fn ioctl(ctx: &mut Ctx<'_>, owner: Pid, request: u64, arg: *mut c_void) -> Result<c_int, Errno> {
+pub(crate) unsafe fn ioctl(
+    ctx: &mut Ctx<'_>,
+    owner: Pid,
+    request: u64,
+    arg: *mut c_void,
+) -> Result<c_int, Errno> {
     let request = request as u32;
     let nr = u32::from(_IOC_NR(request));
     if !(AMDKFD_COMMAND_START..SIM_COMMAND_END).contains(&nr) {
@@ -153,7 +250,7 @@ pub(crate) unsafe fn ioctl(ctx: &mut Ctx<'_>, owner: Pid, request: u64, arg: *mu
 }
 
 /// The KFD process of `pid`, or `ESRCH`.
-pub(crate) fn proc_mut<'a>(st: &'a mut State, pid: Pid) -> Result<&'a mut process::KfdProcess, Errno> {
+pub(crate) fn proc_mut(st: &mut State, pid: Pid) -> Result<&mut process::KfdProcess, Errno> {
     st.kfd_mut(pid).ok_or(Errno(libc::ESRCH))
 }
 
@@ -193,21 +290,15 @@ pub(crate) fn bind(p: &process::KfdProcess, pdd: usize) -> Result<(), Errno> {
     }
 }
 
-/// Resolves raw fd `drm_fd` to a render file of this simulator: the file
-/// key, or `EINVAL` (not open, or not an amdgpu DRM file).
-pub(crate) fn render_file_of_fd(st: &State, drm_fd: u32) -> Result<FileKey, Errno> {
-    let fd = i32::try_from(drm_fd).map_err(|_| Errno(libc::EINVAL))?;
-    let key = FileKey::of_raw(fd).map_err(|_| Errno(libc::EINVAL))?;
-    match st.files.get(&key) {
-        Some(OpenFile::Render(_)) => Ok(key),
-        _ => Err(Errno(libc::EINVAL)),
-    }
-}
-
 /// Turns render file `key` into the compute VM of pdd `pdd_idx` of `pid`
 /// (`kfd_process_device_init_vm`): the file must be on the pdd's GPU and its
 /// VM must not belong to a KFD process yet (`EINVAL`).
-pub(crate) fn init_vm(ctx: &mut Ctx<'_>, pid: Pid, pdd_idx: usize, key: FileKey) -> Result<(), Errno> {
+pub(crate) fn init_vm(
+    ctx: &mut Ctx<'_>,
+    pid: Pid,
+    pdd_idx: usize,
+    key: FileKey,
+) -> Result<(), Errno> {
     let gpu = proc_mut(ctx.st, pid)?.pdds[pdd_idx].gpu;
     let render = ctx.st.render_mut(key).ok_or(Errno(libc::EINVAL))?;
     if render.kfd_vm_owner.is_some() || render.gpu != gpu {
@@ -227,7 +318,11 @@ fn acquire_vm(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errn
     let p = proc_mut(ctx.st, pid)?;
     let pdd_idx = p.pdd_by_user_id(a.gpu_id).ok_or(Errno(libc::EINVAL))?;
     if let Some(existing) = p.pdds[pdd_idx].drm_file {
-        return if existing == key { Ok(0) } else { Err(Errno(libc::EBUSY)) };
+        return if existing == key {
+            Ok(0)
+        } else {
+            Err(Errno(libc::EBUSY))
+        };
     }
     if !matches!(ctx.st.files.get(&key), Some(OpenFile::Render(_))) {
         return Err(Errno(libc::EINVAL));
@@ -279,7 +374,10 @@ fn get_process_apertures_new(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Res
             return Ok(0);
         }
         let n = list.len().min(a.num_of_nodes as usize);
-        let bytes: Vec<u8> = list[..n].iter().flat_map(|e| zerocopy::IntoBytes::as_bytes(e).to_vec()).collect();
+        let bytes: Vec<u8> = list[..n]
+            .iter()
+            .flat_map(|e| zerocopy::IntoBytes::as_bytes(e).to_vec())
+            .collect();
         a.num_of_nodes = n as u32;
         crate::sim::copy_to_user(a.kfd_process_device_apertures_ptr, &bytes)?;
         Ok(0)
@@ -300,7 +398,11 @@ pub(crate) fn available_vram(ctx: &Ctx<'_>, gpu: usize) -> u64 {
         .map(|pdd| pdd.vram_usage)
         .sum();
     let reserve = ctx.sim.config.system_memory_bytes >> 9;
-    let avail = ctx.sim.gpus[gpu].info.vram_bytes.saturating_sub(used).saturating_sub(reserve);
+    let avail = ctx.sim.gpus[gpu]
+        .info
+        .vram_bytes
+        .saturating_sub(used)
+        .saturating_sub(reserve);
     avail & !((2 << 20) - 1)
 }
 
@@ -317,10 +419,15 @@ fn available_memory(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int
 }
 
 fn now_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid, writable timespec.
     unsafe { libc::clock_gettime(clock, &mut ts) };
-    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
 }
 
 fn get_clock_counters(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
@@ -329,7 +436,11 @@ fn get_clock_counters(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_i
     typed(buf, |a: &mut kfd_ioctl_get_clock_counters_args| {
         // The GPU clock runs at 100 MHz on GFX9 (one tick per 10 ns); 0 when
         // the gpu_id is unknown, as the kernel does.
-        a.gpu_clock_counter = if has_gpu { now_ns(libc::CLOCK_MONOTONIC_RAW) / 10 } else { 0 };
+        a.gpu_clock_counter = if has_gpu {
+            now_ns(libc::CLOCK_MONOTONIC_RAW) / 10
+        } else {
+            0
+        };
         a.cpu_clock_counter = now_ns(libc::CLOCK_MONOTONIC_RAW);
         a.system_clock_counter = now_ns(libc::CLOCK_BOOTTIME);
         a.system_clock_freq = 1_000_000_000;
@@ -339,7 +450,8 @@ fn get_clock_counters(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_i
 
 fn set_memory_policy(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
     let a = typed(buf, |a: &mut kfd_ioctl_set_memory_policy_args| *a);
-    let valid = |v: u32| v == KFD_IOC_CACHE_POLICY_COHERENT || v == KFD_IOC_CACHE_POLICY_NONCOHERENT;
+    let valid =
+        |v: u32| v == KFD_IOC_CACHE_POLICY_COHERENT || v == KFD_IOC_CACHE_POLICY_NONCOHERENT;
     if !valid(a.default_policy) || !valid(a.alternate_policy) {
         return Err(Errno(libc::EINVAL));
     }
@@ -393,7 +505,11 @@ fn set_xnack_mode(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, 
 }
 
 /// The process's doorbell slice on pdd `pdd` (created on first use).
-pub(crate) fn doorbell_page(sim: &Shared, p: &mut process::KfdProcess, pdd: usize) -> Result<Arc<Memfd>, Errno> {
+pub(crate) fn doorbell_page(
+    sim: &Shared,
+    p: &mut process::KfdProcess,
+    pdd: usize,
+) -> Result<Arc<Memfd>, Errno> {
     let slice = sim.gpus[p.pdds[pdd].gpu].doorbell_slice;
     let entry = &mut p.pdds[pdd].doorbell_page;
     if let Some(page) = entry {
@@ -406,12 +522,22 @@ pub(crate) fn doorbell_page(sim: &Shared, p: &mut process::KfdProcess, pdd: usiz
 
 /// `kfd_mmap()`: what an mmap of `/dev/kfd` at `offset` shows, for the
 /// calling process `pid`: the memfd and the offset inside it.
-pub(crate) fn mmap(sim: &Shared, st: &mut State, pid: Pid, offset: u64, len: u64) -> Result<(Arc<Memfd>, u64), Errno> {
+pub(crate) fn mmap(
+    sim: &Shared,
+    st: &mut State,
+    pid: Pid,
+    offset: u64,
+    len: u64,
+) -> Result<(Arc<Memfd>, u64), Errno> {
     let p = st.kfd_mut(pid).ok_or(Errno(libc::EINVAL))?;
     let gpu_id = KFD_MMAP_GET_GPU_ID(offset);
     match offset & KFD_MMAP_TYPE_MASK {
         KFD_MMAP_TYPE_DOORBELL => {
-            let gpu = sim.gpus.iter().position(|g| g.id() == gpu_id).ok_or(Errno(libc::ENODEV))?;
+            let gpu = sim
+                .gpus
+                .iter()
+                .position(|g| g.id() == gpu_id)
+                .ok_or(Errno(libc::ENODEV))?;
             let pdd = p.pdd_by_gpu(gpu).ok_or(Errno(libc::EINVAL))?;
             if len != sim.gpus[gpu].doorbell_slice {
                 return Err(Errno(libc::EINVAL));
@@ -419,7 +545,11 @@ pub(crate) fn mmap(sim: &Shared, st: &mut State, pid: Pid, offset: u64, len: u64
             Ok((doorbell_page(sim, p, pdd)?, 0))
         }
         KFD_MMAP_TYPE_MMIO => {
-            let gpu = sim.gpus.iter().position(|g| g.id() == gpu_id).ok_or(Errno(libc::ENODEV))?;
+            let gpu = sim
+                .gpus
+                .iter()
+                .position(|g| g.id() == gpu_id)
+                .ok_or(Errno(libc::ENODEV))?;
             p.pdd_by_gpu(gpu).ok_or(Errno(libc::EINVAL))?;
             if len != PAGE_SIZE {
                 return Err(Errno(libc::EINVAL));

@@ -41,7 +41,7 @@ pub(crate) const OBJ_SVM: u32 = 2;
 
 /// BO record size for `max_gpu_instance` mapped-gpu slots.
 pub(crate) fn bo_record_size(max_gpu_instance: usize) -> u64 {
-    ((12 + 4 * max_gpu_instance as u64) + 7) / 8 * 8
+    (12 + 4 * max_gpu_instance as u64).div_ceil(8) * 8
 }
 
 /// SVM record size for `devices` pdds.
@@ -123,12 +123,14 @@ impl UserReader {
 }
 
 pub(crate) fn rd32(b: &[u8], off: usize) -> u32 {
-    b.get(off..off + 4).map_or(0, |s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    b.get(off..off + 4)
+        .map_or(0, |s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
 }
 
 pub(crate) fn rd64(b: &[u8], off: usize) -> u64 {
-    b.get(off..off + 8)
-        .map_or(0, |s| u64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]))
+    b.get(off..off + 8).map_or(0, |s| {
+        u64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]])
+    })
 }
 
 /// The process record.
@@ -316,7 +318,9 @@ impl SvmRecord {
         SvmRecord {
             start_pages: rd64(b, 8),
             size_pages: rd64(b, 16),
-            attrs: (0..4 + devices).map(|i| (rd32(b, 24 + 8 * i), rd32(b, 28 + 8 * i))).collect(),
+            attrs: (0..4 + devices)
+                .map(|i| (rd32(b, 24 + 8 * i), rd32(b, 28 + 8 * i)))
+                .collect(),
         }
     }
 }

@@ -71,7 +71,8 @@ fn put_u64(b: &mut [u8], off: usize, v: u64) {
     b[off..off + 8].copy_from_slice(&v.to_le_bytes());
 }
 fn get_u64(b: &[u8], off: usize) -> u64 {
-    b.get(off..off + 8).map_or(0, |s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
+    b.get(off..off + 8)
+        .map_or(0, |s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
 }
 
 impl Queue {
@@ -158,7 +159,9 @@ pub(crate) fn insert_queue(p: &mut KfdProcess, q: Queue) {
 
 pub(crate) fn create_queue(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
     let a = typed(buf, |a: &mut kfd_ioctl_create_queue_args| *a);
-    if a.queue_percentage & 0xFF > KFD_MAX_QUEUE_PERCENTAGE || a.queue_priority > KFD_MAX_QUEUE_PRIORITY {
+    if a.queue_percentage & 0xFF > KFD_MAX_QUEUE_PERCENTAGE
+        || a.queue_priority > KFD_MAX_QUEUE_PRIORITY
+    {
         return Err(Errno(libc::EINVAL));
     }
     if a.ring_size != 0 && !a.ring_size.is_power_of_two() {
@@ -206,10 +209,22 @@ pub(crate) fn create_queue(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Resul
         gws: false,
         cu_mask: Vec::new(),
         mqd: vec![0; mqd_size(gpu, ktype)],
-        ctl_stack: if is_sdma(ktype) { Vec::new() } else { vec![0; a.ctl_stack_size as usize] },
+        ctl_stack: if is_sdma(ktype) {
+            Vec::new()
+        } else {
+            vec![0; a.ctl_stack_size as usize]
+        },
     };
-    q.write_mqd(if is_sdma(ktype) { SDMA_MQD_SIZE } else { COMPUTE_MQD_SIZE });
-    let slice_offset = if gpu.is_soc15() { u64::from(doorbell_id) * 8 } else { 0 };
+    q.write_mqd(if is_sdma(ktype) {
+        SDMA_MQD_SIZE
+    } else {
+        COMPUTE_MQD_SIZE
+    });
+    let slice_offset = if gpu.is_soc15() {
+        u64::from(doorbell_id) * 8
+    } else {
+        0
+    };
     insert_queue(p, q);
     typed(buf, |out: &mut kfd_ioctl_create_queue_args| {
         out.queue_id = q_id;
@@ -238,18 +253,27 @@ pub(crate) fn destroy_queue(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Resu
 
 pub(crate) fn update_queue(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
     let a = typed(buf, |a: &mut kfd_ioctl_update_queue_args| *a);
-    if a.queue_percentage & 0xFF > KFD_MAX_QUEUE_PERCENTAGE || a.queue_priority > KFD_MAX_QUEUE_PRIORITY {
+    if a.queue_percentage & 0xFF > KFD_MAX_QUEUE_PERCENTAGE
+        || a.queue_priority > KFD_MAX_QUEUE_PRIORITY
+    {
         return Err(Errno(libc::EINVAL));
     }
     if a.ring_size != 0 && !a.ring_size.is_power_of_two() {
         return Err(Errno(libc::EINVAL));
     }
-    let q = proc_mut(ctx.st, pid)?.queues.get_mut(&a.queue_id).ok_or(Errno(libc::EFAULT))?;
+    let q = proc_mut(ctx.st, pid)?
+        .queues
+        .get_mut(&a.queue_id)
+        .ok_or(Errno(libc::EFAULT))?;
     q.ring_base = a.ring_base_address;
     q.ring_size = u64::from(a.ring_size);
     q.percent = a.queue_percentage & 0xFF;
     q.priority = a.queue_priority;
-    let xcc = if is_sdma(q.ktype) { SDMA_MQD_SIZE } else { COMPUTE_MQD_SIZE };
+    let xcc = if is_sdma(q.ktype) {
+        SDMA_MQD_SIZE
+    } else {
+        COMPUTE_MQD_SIZE
+    };
     q.write_mqd(xcc);
     Ok(0)
 }
@@ -262,13 +286,23 @@ pub(crate) fn set_cu_mask(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result
     // The kernel caps the mask at 32 × 32 CUs and ignores the rest.
     let words = (a.num_cu_mask / 32).min(32) as usize;
     let bytes = copy_from_user(a.cu_mask_ptr, words * 4)?;
-    let mask: Vec<u32> = bytes.chunks_exact(4).map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect();
-    let q = proc_mut(ctx.st, pid)?.queues.get_mut(&a.queue_id).ok_or(Errno(libc::EFAULT))?;
+    let mask: Vec<u32> = bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let q = proc_mut(ctx.st, pid)?
+        .queues
+        .get_mut(&a.queue_id)
+        .ok_or(Errno(libc::EFAULT))?;
     q.cu_mask = mask;
     Ok(0)
 }
 
-pub(crate) fn get_queue_wave_state(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
+pub(crate) fn get_queue_wave_state(
+    ctx: &mut Ctx<'_>,
+    pid: Pid,
+    buf: &mut [u8],
+) -> Result<c_int, Errno> {
     let a = typed(buf, |a: &mut kfd_ioctl_get_queue_wave_state_args| *a);
     let p = proc_mut(ctx.st, pid)?;
     let q = p.queues.get(&a.queue_id).ok_or(Errno(libc::EINVAL))?;
@@ -301,7 +335,11 @@ pub(crate) fn alloc_queue_gws(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Re
     }
     let pdd = q.pdd;
     let want = a.num_gws != 0;
-    if want && p.queues.values().any(|o| o.pdd == pdd && o.gws && o.q_id != a.queue_id) {
+    if want
+        && p.queues
+            .values()
+            .any(|o| o.pdd == pdd && o.gws && o.q_id != a.queue_id)
+    {
         return Err(Errno(libc::EBUSY));
     }
     if let Some(q) = p.queues.get_mut(&a.queue_id) {

@@ -13,8 +13,8 @@ use std::ffi::c_int;
 
 use kfd_sys::*;
 
-use super::process::{KfdProcess, SvmRange};
 use super::proc_mut;
+use super::process::{KfdProcess, SvmRange};
 use crate::bo::PAGE_SIZE;
 use crate::sim::{Ctx, Pid};
 use crate::Errno;
@@ -54,7 +54,9 @@ pub(crate) fn check_attrs(p: &KfdProcess, attrs: &[(u32, u32)]) -> Result<(), Er
                     return Err(Errno(libc::EINVAL));
                 }
             }
-            KFD_IOCTL_SVM_ATTR_ACCESS | KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE | KFD_IOCTL_SVM_ATTR_NO_ACCESS => {
+            KFD_IOCTL_SVM_ATTR_ACCESS
+            | KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE
+            | KFD_IOCTL_SVM_ATTR_NO_ACCESS => {
                 if p.pdd_by_user_id(value).is_none() {
                     return Err(Errno(libc::EINVAL));
                 }
@@ -76,7 +78,9 @@ fn apply(p: &KfdProcess, r: &mut SvmRange, attrs: &[(u32, u32)]) {
         match ty {
             KFD_IOCTL_SVM_ATTR_PREFERRED_LOC => r.preferred_loc = value,
             KFD_IOCTL_SVM_ATTR_PREFETCH_LOC => r.prefetch_loc = value,
-            KFD_IOCTL_SVM_ATTR_ACCESS | KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE | KFD_IOCTL_SVM_ATTR_NO_ACCESS => {
+            KFD_IOCTL_SVM_ATTR_ACCESS
+            | KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE
+            | KFD_IOCTL_SVM_ATTR_NO_ACCESS => {
                 if let Some(i) = p.pdd_by_user_id(value) {
                     r.access[i] = ty;
                 }
@@ -92,7 +96,12 @@ fn apply(p: &KfdProcess, r: &mut SvmRange, attrs: &[(u32, u32)]) {
 /// SET_ATTR on `[start, start+size)` (bytes, page aligned, checked): splits
 /// ranges at the edges, applies `attrs` to the covered parts and creates
 /// ranges with default attributes for the gaps.
-pub(crate) fn set_attr(p: &mut KfdProcess, start: u64, size: u64, attrs: &[(u32, u32)]) -> Result<(), Errno> {
+pub(crate) fn set_attr(
+    p: &mut KfdProcess,
+    start: u64,
+    size: u64,
+    attrs: &[(u32, u32)],
+) -> Result<(), Errno> {
     check_attrs(p, attrs)?;
     let end = start + size;
     let mut out = Vec::new();
@@ -143,9 +152,17 @@ pub(crate) fn set_attr(p: &mut KfdProcess, start: u64, size: u64, attrs: &[(u32,
 
 fn get_attr(p: &KfdProcess, start: u64, size: u64, attrs: &mut [(u32, u32)]) -> Result<(), Errno> {
     let end = start + size;
-    let hits: Vec<&SvmRange> = p.svm.iter().filter(|r| r.start < end && start < r.start + r.size).collect();
+    let hits: Vec<&SvmRange> = p
+        .svm
+        .iter()
+        .filter(|r| r.start < end && start < r.start + r.size)
+        .collect();
     let default = default_range(p, start, size);
-    let all: Vec<&SvmRange> = if hits.is_empty() { vec![&default] } else { hits };
+    let all: Vec<&SvmRange> = if hits.is_empty() {
+        vec![&default]
+    } else {
+        hits
+    };
     let same = |f: fn(&SvmRange) -> u32| {
         let v = f(all[0]);
         if all.iter().all(|r| f(r) == v) {
@@ -158,19 +175,33 @@ fn get_attr(p: &KfdProcess, start: u64, size: u64, attrs: &mut [(u32, u32)]) -> 
         match attr.0 {
             KFD_IOCTL_SVM_ATTR_PREFERRED_LOC => attr.1 = same(|r| r.preferred_loc),
             KFD_IOCTL_SVM_ATTR_PREFETCH_LOC => attr.1 = same(|r| r.prefetch_loc),
-            KFD_IOCTL_SVM_ATTR_ACCESS | KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE | KFD_IOCTL_SVM_ATTR_NO_ACCESS => {
+            KFD_IOCTL_SVM_ATTR_ACCESS
+            | KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE
+            | KFD_IOCTL_SVM_ATTR_NO_ACCESS => {
                 let i = p.pdd_by_user_id(attr.1).ok_or(Errno(libc::EINVAL))?;
-                attr.0 = if all.iter().all(|r| r.access[i] == KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE) {
+                attr.0 = if all
+                    .iter()
+                    .all(|r| r.access[i] == KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE)
+                {
                     KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE
-                } else if all.iter().all(|r| r.access[i] != KFD_IOCTL_SVM_ATTR_NO_ACCESS) {
+                } else if all
+                    .iter()
+                    .all(|r| r.access[i] != KFD_IOCTL_SVM_ATTR_NO_ACCESS)
+                {
                     KFD_IOCTL_SVM_ATTR_ACCESS
                 } else {
                     KFD_IOCTL_SVM_ATTR_NO_ACCESS
                 };
             }
-            KFD_IOCTL_SVM_ATTR_SET_FLAGS => attr.1 = all.iter().fold(u32::MAX, |acc, r| acc & r.flags),
-            KFD_IOCTL_SVM_ATTR_CLR_FLAGS => attr.1 = all.iter().fold(u32::MAX, |acc, r| acc & !r.flags),
-            KFD_IOCTL_SVM_ATTR_GRANULARITY => attr.1 = all.iter().map(|r| r.granularity).min().unwrap_or(0),
+            KFD_IOCTL_SVM_ATTR_SET_FLAGS => {
+                attr.1 = all.iter().fold(u32::MAX, |acc, r| acc & r.flags)
+            }
+            KFD_IOCTL_SVM_ATTR_CLR_FLAGS => {
+                attr.1 = all.iter().fold(u32::MAX, |acc, r| acc & !r.flags)
+            }
+            KFD_IOCTL_SVM_ATTR_GRANULARITY => {
+                attr.1 = all.iter().map(|r| r.granularity).min().unwrap_or(0)
+            }
             _ => return Err(Errno(libc::EINVAL)),
         }
     }
@@ -191,15 +222,29 @@ pub(crate) fn svm(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, 
     if buf.len() < HEADER {
         return Err(Errno(libc::EINVAL));
     }
-    let (start, size, op, nattr) = (rd64(buf, 0), rd64(buf, 8), rd32(buf, 16), rd32(buf, 20) as usize);
-    let need = nattr.checked_mul(8).and_then(|n| n.checked_add(HEADER)).ok_or(Errno(libc::EINVAL))?;
+    let (start, size, op, nattr) = (
+        rd64(buf, 0),
+        rd64(buf, 8),
+        rd32(buf, 16),
+        rd32(buf, 20) as usize,
+    );
+    let need = nattr
+        .checked_mul(8)
+        .and_then(|n| n.checked_add(HEADER))
+        .ok_or(Errno(libc::EINVAL))?;
     if need > buf.len() {
         return Err(Errno(libc::EINVAL));
     }
-    if size == 0 || start % PAGE_SIZE != 0 || size % PAGE_SIZE != 0 || start.checked_add(size).is_none() {
+    if size == 0
+        || start % PAGE_SIZE != 0
+        || size % PAGE_SIZE != 0
+        || start.checked_add(size).is_none()
+    {
         return Err(Errno(libc::EINVAL));
     }
-    let mut attrs: Vec<(u32, u32)> = (0..nattr).map(|i| (rd32(buf, HEADER + 8 * i), rd32(buf, HEADER + 8 * i + 4))).collect();
+    let mut attrs: Vec<(u32, u32)> = (0..nattr)
+        .map(|i| (rd32(buf, HEADER + 8 * i), rd32(buf, HEADER + 8 * i + 4)))
+        .collect();
     let p = proc_mut(ctx.st, pid)?;
     match op {
         KFD_IOCTL_SVM_OP_SET_ATTR => {

@@ -22,7 +22,8 @@ pub fn ioctl<T: IntoBytes + FromBytes + Immutable + KnownLayout>(
 ) -> Result<i32, i32> {
     // SAFETY: `arg` is an exclusively borrowed T; callers pass requests whose
     // size is at most size_of::<T>() and pointers to live buffers.
-    unsafe { drv.ioctl(fd, u64::from(request), (arg as *mut T).cast()) }.map_err(|e| e.raw_os_error().unwrap())
+    unsafe { drv.ioctl(fd, u64::from(request), (arg as *mut T).cast()) }
+        .map_err(|e| e.raw_os_error().unwrap())
 }
 
 /// A request code with `nr`, the direction of `base` and `size` bytes.
@@ -31,7 +32,8 @@ pub fn resized(base: u32, size: usize) -> u32 {
 }
 
 pub fn open(drv: &SimDriver, path: &str) -> OwnedFd {
-    drv.open(path.as_ref(), libc::O_RDWR | libc::O_CLOEXEC).unwrap()
+    drv.open(path.as_ref(), libc::O_RDWR | libc::O_CLOEXEC)
+        .unwrap()
 }
 
 /// A process with /dev/kfd open and VMs acquired on every GPU it sees.
@@ -52,7 +54,10 @@ impl Proc {
     pub fn in_pid(sim: &Sim, pid: Pid) -> Proc {
         let drv = sim.driver(pid);
         let kfd = open(&drv, "/dev/kfd");
-        let gpu_ids = apertures(&drv, kfd.as_fd()).iter().map(|a| a.gpu_id).collect::<Vec<_>>();
+        let gpu_ids = apertures(&drv, kfd.as_fd())
+            .iter()
+            .map(|a| a.gpu_id)
+            .collect::<Vec<_>>();
         let mut renders = Vec::new();
         for &g in &gpu_ids {
             let r = open(&drv, sim.render_path(g).unwrap().to_str().unwrap());
@@ -72,11 +77,22 @@ impl Proc {
         }
     }
 
-    pub fn ioctl<T: IntoBytes + FromBytes + Immutable + KnownLayout>(&self, request: u32, arg: &mut T) -> Result<i32, i32> {
+    pub fn ioctl<T: IntoBytes + FromBytes + Immutable + KnownLayout>(
+        &self,
+        request: u32,
+        arg: &mut T,
+    ) -> Result<i32, i32> {
         ioctl(&self.drv, self.kfd.as_fd(), request, arg)
     }
 
-    pub fn alloc(&self, gpu: u32, va: u64, size: u64, flags: u32, mmap_offset: u64) -> Result<kfd_ioctl_alloc_memory_of_gpu_args, i32> {
+    pub fn alloc(
+        &self,
+        gpu: u32,
+        va: u64,
+        size: u64,
+        flags: u32,
+        mmap_offset: u64,
+    ) -> Result<kfd_ioctl_alloc_memory_of_gpu_args, i32> {
         let mut a = kfd_ioctl_alloc_memory_of_gpu_args {
             va_addr: va,
             size,
@@ -85,7 +101,8 @@ impl Proc {
             gpu_id: gpu,
             flags,
         };
-        self.ioctl(AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, &mut a).map(|_| a)
+        self.ioctl(AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, &mut a)
+            .map(|_| a)
     }
 
     /// MAP_MEMORY_TO_GPU; returns (result, n_success as copied back).
@@ -117,7 +134,11 @@ impl Proc {
         self.ioctl(AMDKFD_IOC_FREE_MEMORY_OF_GPU, &mut f)
     }
 
-    pub fn create_queue(&self, gpu: u32, queue_type: u32) -> Result<kfd_ioctl_create_queue_args, i32> {
+    pub fn create_queue(
+        &self,
+        gpu: u32,
+        queue_type: u32,
+    ) -> Result<kfd_ioctl_create_queue_args, i32> {
         let mut q = kfd_ioctl_create_queue_args {
             ring_base_address: 0x1_0000_0000,
             write_pointer_address: 0x1_0001_0000,
@@ -131,7 +152,11 @@ impl Proc {
             eop_buffer_size: 4096,
             ctx_save_restore_address: 0x1_0003_0000,
             ctx_save_restore_size: 16384,
-            ctl_stack_size: if queue_type == KFD_IOC_QUEUE_TYPE_COMPUTE_AQL { 4096 } else { 0 },
+            ctl_stack_size: if queue_type == KFD_IOC_QUEUE_TYPE_COMPUTE_AQL {
+                4096
+            } else {
+                0
+            },
             ..Default::default()
         };
         self.ioctl(AMDKFD_IOC_CREATE_QUEUE, &mut q).map(|_| q)
@@ -158,7 +183,11 @@ pub fn apertures(drv: &SimDriver, kfd: BorrowedFd<'_>) -> Vec<kfd_process_device
     list
 }
 
-pub fn criu_op(drv: &SimDriver, fd: BorrowedFd<'_>, args: &mut kfd_ioctl_criu_args) -> Result<i32, i32> {
+pub fn criu_op(
+    drv: &SimDriver,
+    fd: BorrowedFd<'_>,
+    args: &mut kfd_ioctl_criu_args,
+) -> Result<i32, i32> {
     ioctl(drv, fd, AMDKFD_IOC_CRIU_OP, args)
 }
 
@@ -189,13 +218,21 @@ pub struct Dump {
 }
 
 /// Buffers sized from `info`, CHECKPOINT into them; returns the raw result.
-pub fn checkpoint_raw(drv: &SimDriver, fd: BorrowedFd<'_>, info: &kfd_ioctl_criu_args) -> (Result<i32, i32>, Dump) {
+pub fn checkpoint_raw(
+    drv: &SimDriver,
+    fd: BorrowedFd<'_>,
+    info: &kfd_ioctl_criu_args,
+) -> (Result<i32, i32>, Dump) {
     let mut devices = vec![kfd_criu_device_bucket::default(); info.num_devices as usize];
     let mut bos = vec![kfd_criu_bo_bucket::default(); info.num_bos as usize];
     let mut priv_data = vec![0u8; info.priv_data_size as usize];
     let mut a = kfd_ioctl_criu_args {
         devices: devices.as_mut_ptr() as u64,
-        bos: if bos.is_empty() { 8 } else { bos.as_mut_ptr() as u64 },
+        bos: if bos.is_empty() {
+            8
+        } else {
+            bos.as_mut_ptr() as u64
+        },
         priv_data: priv_data.as_mut_ptr() as u64,
         priv_data_size: info.priv_data_size,
         num_devices: info.num_devices,
@@ -220,7 +257,16 @@ pub fn checkpoint_raw(drv: &SimDriver, fd: BorrowedFd<'_>, info: &kfd_ioctl_criu
 /// Reads `len` bytes of a dma-buf through mmap, as a CPU copier would.
 pub fn read_dmabuf(fd: i32, len: usize) -> Vec<u8> {
     // SAFETY: a fresh shared read-only mapping of an fd we own, unmapped below.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, fd, 0) };
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
     assert_ne!(p, libc::MAP_FAILED, "mmap of dma-buf fd {fd}");
     let mut out = vec![0u8; len];
     // SAFETY: the mapping is `len` bytes long and readable.
@@ -266,7 +312,8 @@ pub fn dump(tracer: &SimDriver, target_fd: BorrowedFd<'_>) -> Dump {
         if b.dmabuf_fd == KFD_INVALID_FD {
             d.contents.push(None);
         } else {
-            d.contents.push(Some(read_dmabuf(b.dmabuf_fd as i32, b.size as usize)));
+            d.contents
+                .push(Some(read_dmabuf(b.dmabuf_fd as i32, b.size as usize)));
             close(b.dmabuf_fd as i32);
         }
     }
@@ -285,7 +332,13 @@ pub struct Restored {
 /// `actual` giving the target gpu_id of each device bucket, and runs it.
 /// On success the contents are written back through the dma-bufs, which are
 /// then closed.
-pub fn restore_with(sim: &Sim, pid: Pid, dump: &Dump, actual: &[u32], priv_data: &[u8]) -> (Result<i32, i32>, Restored) {
+pub fn restore_with(
+    sim: &Sim,
+    pid: Pid,
+    dump: &Dump,
+    actual: &[u32],
+    priv_data: &[u8],
+) -> (Result<i32, i32>, Restored) {
     let drv = sim.driver(pid);
     let kfd = open(&drv, "/dev/kfd");
     let mut renders = Vec::new();
@@ -294,7 +347,10 @@ pub fn restore_with(sim: &Sim, pid: Pid, dump: &Dump, actual: &[u32], priv_data:
     // come from a process that sees every GPU, as fds in the same host.
     let all_seeing = sim.driver(sim.spawn_process().unwrap());
     for (d, &a) in devices.iter_mut().zip(actual) {
-        let path = sim.render_path(a).or_else(|| sim.render_path(sim.gpus()[0].gpu_id)).unwrap();
+        let path = sim
+            .render_path(a)
+            .or_else(|| sim.render_path(sim.gpus()[0].gpu_id))
+            .unwrap();
         let r = drv
             .open(&path, libc::O_RDWR | libc::O_CLOEXEC)
             .unwrap_or_else(|_| open(&all_seeing, path.to_str().unwrap()));
@@ -310,7 +366,11 @@ pub fn restore_with(sim: &Sim, pid: Pid, dump: &Dump, actual: &[u32], priv_data:
     let mut priv_data = priv_data.to_vec();
     let mut a = kfd_ioctl_criu_args {
         devices: devices.as_mut_ptr() as u64,
-        bos: if bos.is_empty() { 0 } else { bos.as_mut_ptr() as u64 },
+        bos: if bos.is_empty() {
+            0
+        } else {
+            bos.as_mut_ptr() as u64
+        },
         priv_data: priv_data.as_mut_ptr() as u64,
         priv_data_size: priv_data.len() as u64,
         num_devices: devices.len() as u32,
@@ -328,7 +388,15 @@ pub fn restore_with(sim: &Sim, pid: Pid, dump: &Dump, actual: &[u32], priv_data:
             }
         }
     }
-    (r, Restored { pid, kfd, renders, bos })
+    (
+        r,
+        Restored {
+            pid,
+            kfd,
+            renders,
+            bos,
+        },
+    )
 }
 
 /// Restores onto the same GPUs (actual = the dumped actual ids).
@@ -359,7 +427,10 @@ pub fn criu_for(sim: &Sim, target: Pid) -> SimDriver {
 
 /// Full checkpoint of a workload and restore into a fresh process under a
 /// new pid; returns the restored pid and the checkpoint-time description.
-pub fn checkpoint_restore(sim: &Sim, w: Workload) -> (Pid, kfd_sim::workload::WorkloadDescription, Restored) {
+pub fn checkpoint_restore(
+    sim: &Sim,
+    w: Workload,
+) -> (Pid, kfd_sim::workload::WorkloadDescription, Restored) {
     let tracer = criu_for(sim, w.pid());
     let d = dump(&tracer, w.kfd_fd().unwrap());
     let desc = w.describe().unwrap();
