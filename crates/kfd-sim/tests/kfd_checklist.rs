@@ -615,11 +615,8 @@ fn item4_checkpoint_layout_fds_and_offsets() {
         let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
         assert_eq!(p.drv.fd_kind(borrowed).unwrap(), FdKind::DmaBuf);
         // SAFETY: lseek on an fd we own.
-        assert_eq!(
-            unsafe { libc::lseek(fd, 0, libc::SEEK_END) } as u64,
-            b.size,
-            "dma-buf size via lseek"
-        );
+        let end = unsafe { libc::lseek(fd, 0, libc::SEEK_END) };
+        assert_eq!(end as u64, b.size, "dma-buf size via lseek");
         close(fd);
     }
     unpause(&criu, p.kfd.as_fd()).unwrap();

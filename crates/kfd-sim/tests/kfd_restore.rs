@@ -133,10 +133,8 @@ fn restore_recreates_identical_ids_and_contents() {
     }
     .unwrap();
     // SAFETY: the mapping is 4096 bytes long and readable.
-    assert_eq!(
-        unsafe { std::slice::from_raw_parts(m.as_ptr().cast::<u8>(), 7) },
-        b"payload"
-    );
+    let seen = unsafe { std::slice::from_raw_parts(m.as_ptr().cast::<u8>(), 7) }.to_vec();
+    assert_eq!(seen, b"payload");
     // SAFETY: unmapping the mapping made above.
     unsafe { ::kfd::Driver::munmap(&drv, m, 4096) }.unwrap();
 }
