@@ -526,6 +526,22 @@ impl<R: Read> PagesReader<R> {
         }))
     }
 
+    /// Ends reading: every BO must have been read in full (so every checksum
+    /// was verified) and the input must end right after the payload.
+    pub fn finish(mut self) -> Result<(), Error> {
+        if let Some(bo) = self.layout.bos().get(self.bo) {
+            return Err(Error::OutOfRange {
+                file: self.file.clone(),
+                what: format!(
+                    "finished before the end of bo {} (entry {}): {} of {} bytes read",
+                    self.bo, bo.entry, self.bo_read, bo.size
+                ),
+            });
+        }
+        while self.next_piece(&mut [], true)?.is_some() {}
+        Ok(())
+    }
+
     /// Reads the whole file through `scratch` on this thread, verifying
     /// lengths and checksums.
     pub fn verify_all(mut self, scratch: &mut [u8]) -> Result<(), Error> {

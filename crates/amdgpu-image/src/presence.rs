@@ -162,7 +162,15 @@ fn advance(bytes: &mut &[u8], n: usize) -> bool {
     }
 }
 
+#[inline]
 fn varint(bytes: &mut &[u8]) -> Option<u64> {
+    // Keys and most values fit one byte.
+    if let Some((&b, rest)) = bytes.split_first() {
+        if b < 0x80 {
+            *bytes = rest;
+            return Some(u64::from(b));
+        }
+    }
     let mut value = 0u64;
     for i in 0..10 {
         let (&b, rest) = bytes.split_first()?;

@@ -175,6 +175,26 @@ fn reader_chunks_stay_inside_bos_and_verify_checksums() {
         assert_eq!(c.last, rebuilt[c.bo].len() == bos[c.bo].len());
     }
     assert_eq!(rebuilt, bos);
+    r.finish().unwrap();
+
+    // Finishing early names the BO; finishing at the end checks for trailing bytes.
+    let mut r = PagesReader::new(&file[..], "f.img", layout(&bos, true)).unwrap();
+    r.read_chunk(&mut buf).unwrap();
+    let err = r.finish().unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("finished before the end of bo 0 (entry 0)"),
+        "{err}"
+    );
+    let mut longer = file.clone();
+    longer.push(1);
+    let mut r = PagesReader::new(&longer[..], "f.img", layout(&bos, true)).unwrap();
+    while r
+        .read_chunk(&mut buf)
+        .unwrap()
+        .is_some_and(|c| !(c.bo == 2 && c.last))
+    {}
+    assert!(matches!(r.finish(), Err(Error::TrailingBytes { .. })));
 }
 
 #[test]
