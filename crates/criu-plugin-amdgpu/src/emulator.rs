@@ -37,6 +37,7 @@ use kfd_sim::{Pid, ProcessConfig, Sim, SimDriver, SimError};
 
 use crate::abi::{hook, Stage, HOOK_SLOTS};
 use crate::core::plugin::{CriuHost, Plugin, PluginConfig, VmaUpdate, NOT_MINE};
+use crate::core::restore::Restored;
 use crate::core::Error;
 use crate::options::Options;
 
@@ -264,6 +265,7 @@ impl CriuEmulator {
             topology_root: self.sim.sysfs_root(),
             shm_dir: self.config.shm_dir.clone(),
             has_dump_devices_late: self.has(hook::DUMP_DEVICES_LATE),
+            has_restore_retry: self.has(hook::RESTORE_INIT),
         }
     }
 
@@ -272,8 +274,10 @@ impl CriuEmulator {
         driver.device_number(&vma.path).ok()
     }
 
-    /// `criu dump` of process `target` with its GPU `files` and device
-    /// `vmas`. The target keeps running afterwards (`--leave-running`).
+    /// `criu dump` of process `target` with its GPU `files`, given in the
+    /// target's ascending fd order (the order CRIU dumps them in), and its
+    /// device `vmas`. The target keeps running afterwards
+    /// (`--leave-running`).
     pub fn dump(
         &self,
         target: Pid,
@@ -327,9 +331,7 @@ impl CriuEmulator {
                 });
             }
         }
-        let mut ordered: Vec<TaskFile<'_>> = files.to_vec();
-        ordered.sort_by_key(|f| std::os::fd::AsRawFd::as_raw_fd(&f.fd));
-        for file in &ordered {
+        for file in files {
             let drained = file
                 .fd
                 .try_clone_to_owned()
@@ -370,16 +372,31 @@ impl CriuEmulator {
     }
 
     /// `criu restore` of process `pid` (recreated under that pid) whose GPU
-    /// files had ids `file_ids` (in ascending fd order) and whose device
-    /// mappings were `vmas`.
+    /// files had ids `file_ids` (in the task's ascending fd order) and whose
+    /// device mappings were `vmas`.
     pub fn restore(
         &self,
         pid: Pid,
         file_ids: &[u32],
         vmas: &[DeviceVma],
     ) -> Result<RestoredTask, EmulatorError> {
-        let main = self.sim.spawn_process()?;
-        let result = self.restore_as(main, pid, file_ids, vmas);
+        // The task's pid is taken first: the simulated main restorer must
+        // not occupy it (CRIU runs in its own pid namespace level).
+        let task = self.sim.spawn_process_with(ProcessConfig {
+            pid: Some(pid),
+            ..ProcessConfig::default()
+        })?;
+        let main = match self.sim.spawn_process() {
+            Ok(main) => main,
+            Err(e) => {
+                let _ = self.sim.exit_process(task);
+                return Err(e.into());
+            }
+        };
+        let result = self.restore_as(main, task, file_ids, vmas);
+        if result.is_err() {
+            let _ = self.sim.exit_process(task);
+        }
         self.sim.exit_process(main)?;
         result
     }
@@ -387,7 +404,7 @@ impl CriuEmulator {
     fn restore_as(
         &self,
         main: Pid,
-        pid: Pid,
+        task: Pid,
         file_ids: &[u32],
         vmas: &[DeviceVma],
     ) -> Result<RestoredTask, EmulatorError> {
@@ -416,10 +433,6 @@ impl CriuEmulator {
                 return Err(fail(main_plugin, "RESTORE_INIT", "images".into(), answer));
             }
         }
-        let task = self.sim.spawn_process_with(ProcessConfig {
-            pid: Some(pid),
-            ..ProcessConfig::default()
-        })?;
         let mut task_plugin = main_plugin.forked(self.sim.driver(task), host);
         if self.has(hook::POST_FORKING) {
             let answer = main_plugin.post_forking();
@@ -427,27 +440,43 @@ impl CriuEmulator {
                 return Err(fail(main_plugin, "POST_FORKING", "tasks".into(), answer));
             }
         }
+        // As CRIU's open_fdinfos(): every file in ascending fd order, again
+        // and again while some ask for a retry and others make progress.
         let mut files = Vec::new();
-        for &id in file_ids {
-            match task_plugin.restore_file(id as c_int) {
-                Ok(Some(fd)) => files.push((id, fd)),
-                Ok(None) => {
-                    return Err(fail(
-                        main_plugin,
-                        "RESTORE_EXT_FILE",
-                        format!("file {id}"),
-                        NOT_MINE,
-                    ));
-                }
-                Err(errno) => {
-                    return Err(fail(
-                        main_plugin,
-                        "RESTORE_EXT_FILE",
-                        format!("file {id}"),
-                        errno,
-                    ));
+        let mut waiting: Vec<u32> = file_ids.to_vec();
+        while !waiting.is_empty() {
+            let mut still_waiting = Vec::new();
+            for &id in &waiting {
+                match task_plugin.restore_file(id as c_int) {
+                    Ok(Restored::File(fd)) => files.push((id, fd)),
+                    Ok(Restored::WaitForKfd) => still_waiting.push(id),
+                    Ok(Restored::NotOurs) => {
+                        return Err(fail(
+                            main_plugin,
+                            "RESTORE_EXT_FILE",
+                            format!("file {id}"),
+                            NOT_MINE,
+                        ));
+                    }
+                    Err(errno) => {
+                        return Err(fail(
+                            main_plugin,
+                            "RESTORE_EXT_FILE",
+                            format!("file {id}"),
+                            errno,
+                        ));
+                    }
                 }
             }
+            if still_waiting.len() == waiting.len() {
+                return Err(fail(
+                    main_plugin,
+                    "RESTORE_EXT_FILE",
+                    format!("files {still_waiting:?} (no progress)"),
+                    -libc::EAGAIN,
+                ));
+            }
+            waiting = still_waiting;
         }
         let mut mapped = Vec::new();
         for vma in vmas {

@@ -235,6 +235,7 @@ pub fn init(raw_stage: c_int) -> c_int {
         topology_root: PathBuf::from(DEFAULT_ROOT),
         shm_dir: PathBuf::from("/dev/shm"),
         has_dump_devices_late: profile.has_dump_devices_late(),
+        has_restore_retry: profile.restore_ext_file_has_retry(),
     };
     let plugin = Plugin::init(HostDriver, CriuServices, stage, config, options);
     *state() = Some(plugin);

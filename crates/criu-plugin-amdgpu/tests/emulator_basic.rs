@@ -4,44 +4,17 @@
 //! mappings are translated to the restored BOs, and it continues exactly
 //! like a twin that was never interrupted.
 
-use std::os::fd::{AsFd, AsRawFd};
-use std::path::PathBuf;
+use std::os::fd::AsFd;
 
-use amdgpu_image::{flags, CriuKfd, DirStore, ImageName, ImageStore, PagesFile, ReadLimits};
-use criu_plugin_amdgpu::emulator::{CriuEmulator, DeviceVma, EmulatorConfig, TaskFile, VmaOutcome};
+use amdgpu_image::{ImageName, PagesFile};
+use criu_plugin_amdgpu::emulator::VmaOutcome;
 use kfd::Driver;
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Sim, SimConfig};
 
-const KFD_ID: u32 = 1;
+mod common;
 
-/// The device mappings CRIU would find for the BOs of a KFD image: VRAM and
-/// GTT BOs through the GPU's render node, doorbell and MMIO pages through
-/// /dev/kfd, each at CPU address == GPU address with the BO's mmap offset.
-fn vmas_of(image: &CriuKfd) -> Vec<DeviceVma> {
-    image
-        .bo_entries
-        .iter()
-        .filter_map(|bo| {
-            let path = if bo.alloc_flags & (flags::KFD_VRAM | flags::KFD_GTT) != 0 {
-                let gpu = image
-                    .device_entries
-                    .iter()
-                    .find(|d| d.gpu_id == bo.gpu_id)?;
-                PathBuf::from(format!("/dev/dri/renderD{}", gpu.drm_render_minor))
-            } else if bo.alloc_flags & (flags::KFD_DOORBELL | flags::KFD_MMIO_REMAP) != 0 {
-                PathBuf::from("/dev/kfd")
-            } else {
-                return None;
-            };
-            Some(DeviceVma {
-                path,
-                addr: bo.addr,
-                pgoff: bo.offset,
-            })
-        })
-        .collect()
-}
+use common::{device_vmas, gpu_files, kfd_image, vmas_of, Dirs, KFD_ID};
 
 #[test]
 fn basic_workload_survives_dump_and_restore_on_one_gpu() {
@@ -54,40 +27,13 @@ fn basic_workload_survives_dump_and_restore_on_one_gpu() {
     }
     let expected = app.describe().expect("describe app");
 
-    let images = tempfile::tempdir().unwrap();
-    let shm = tempfile::tempdir().unwrap();
-    let emulator = CriuEmulator::new(sim.clone(), images.path(), EmulatorConfig::new(shm.path()));
+    let dirs = Dirs::new();
+    let images = &dirs.images;
+    let emulator = dirs.emulator(&sim, |_| {});
 
     // Dump: /dev/kfd first (lowest fd), then the render nodes.
-    let mut files = vec![TaskFile {
-        fd: app.kfd_fd().expect("kfd fd"),
-        id: KFD_ID,
-    }];
-    for (i, fd) in app.render_fds().into_iter().enumerate() {
-        files.push(TaskFile {
-            fd,
-            id: KFD_ID + 1 + i as u32,
-        });
-    }
-    let ids: Vec<u32> = {
-        let mut by_fd: Vec<(i32, u32)> = files.iter().map(|f| (f.fd.as_raw_fd(), f.id)).collect();
-        by_fd.sort_unstable();
-        by_fd.into_iter().map(|(_, id)| id).collect()
-    };
-    let gpu = sim.gpus()[0].clone();
-    let render_path = sim.render_path(gpu.gpu_id).expect("render path");
-    let dump_vmas = [
-        DeviceVma {
-            path: "/dev/kfd".into(),
-            addr: 0,
-            pgoff: 0,
-        },
-        DeviceVma {
-            path: render_path.clone(),
-            addr: 0,
-            pgoff: 0,
-        },
-    ];
+    let (files, ids) = gpu_files(&app);
+    let dump_vmas = device_vmas(&sim);
     let report = emulator
         .dump(app.pid(), &files, &dump_vmas)
         .expect("dump succeeds");
@@ -99,11 +45,7 @@ fn basic_workload_survives_dump_and_restore_on_one_gpu() {
     assert_eq!(report.late_answer, Some(0), "the dump paused a process");
 
     // The images directory holds what the C plugin would write.
-    let store = DirStore::open_dir(images.path()).unwrap();
-    let image: CriuKfd = store
-        .read_message(&ImageName::Kfd { id: KFD_ID }, ReadLimits::default())
-        .unwrap()
-        .expect("amdgpu-kfd-1.img");
+    let image = kfd_image(images.path());
     assert_eq!(image.num_of_gpus, 1);
     assert_eq!(image.bo_entries.len(), expected.bos.len());
     let pages_name = ImageName::Pages {

@@ -21,7 +21,7 @@
 //! CRIU: the caller passes the store and the configuration.
 
 use std::collections::BTreeMap;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use amdgpu_image::{
@@ -77,8 +77,15 @@ pub struct RenderDump {
     pub id: u32,
     /// The render minor at checkpoint.
     pub minor: u32,
-    /// The user gpu_id of the node's GPU.
-    pub gpu_id: u32,
+    /// The user gpu_id of the node's GPU; `None` while the node waits for
+    /// its process's KFD file.
+    pub gpu_id: Option<u32>,
+}
+
+struct PendingRender {
+    fd: OwnedFd,
+    minor: u32,
+    id: u32,
 }
 
 struct Paused<D: Driver> {
@@ -96,6 +103,8 @@ pub struct Dumper<D: Driver + Clone> {
     user_gpu_ids: BTreeMap<u32, u32>,
     /// Local gpu_id to render minor, from the local topology.
     render_minors: BTreeMap<u32, u32>,
+    /// Render nodes dumped before their process's KFD file.
+    pending_renders: Vec<PendingRender>,
 }
 
 impl<D: Driver + Clone> std::fmt::Debug for Dumper<D> {
@@ -116,6 +125,7 @@ impl<D: Driver + Clone> Dumper<D> {
             paused: Vec::new(),
             user_gpu_ids: BTreeMap::new(),
             render_minors: BTreeMap::new(),
+            pending_renders: Vec::new(),
         }
     }
 
@@ -166,7 +176,10 @@ impl<D: Driver + Clone> Dumper<D> {
             info.num_objects,
             info.priv_data_size
         );
-        match self.checkpoint_paused(&target, &info, store, id) {
+        match self
+            .checkpoint_paused(&target, &info, store, id)
+            .and_then(|dump| self.flush_pending_renders(store).map(|()| dump))
+        {
             Ok(mut dump) => {
                 if self.config.unpause_early {
                     target
@@ -306,10 +319,12 @@ impl<D: Driver + Clone> Dumper<D> {
     }
 
     /// Dumps a render-node fd (minor `minor`) as CRIU file `id`: a
-    /// `CriuRenderNode` naming the GPU by its user id. The process's KFD file
-    /// must have been dumped first (ROCm opens `/dev/kfd` before the render
-    /// nodes, and CRIU dumps fds in ascending order). Render nodes holding
-    /// DRM BOs of their own are not supported by this build.
+    /// `CriuRenderNode` naming the GPU by the user id its process knows it
+    /// by. That id comes from the process's KFD file; when CRIU offers the
+    /// render node first (its fd number is lower), the node is kept (a
+    /// `dup`) and written as soon as the KFD file is dumped — upstream fails
+    /// here. Render nodes holding DRM BOs of their own are not supported by
+    /// this build.
     pub fn dump_render_node<S: ImageStore>(
         &mut self,
         store: &S,
@@ -317,19 +332,45 @@ impl<D: Driver + Clone> Dumper<D> {
         minor: u32,
         id: u32,
     ) -> Result<RenderDump, Error> {
-        let Some((&local, _)) = self.render_minors.iter().find(|(_, m)| **m == minor) else {
-            return Err(Error::Inconsistent(format!(
-                "render node renderD{minor} (file {id}) belongs to no GPU of a dumped KFD file;                  processes that use render nodes without /dev/kfd cannot be dumped"
-            )));
-        };
-        let gpu_id = *self.user_gpu_ids.get(&local).ok_or_else(|| {
-            Error::Inconsistent(format!(
-                "render node renderD{minor} (file {id}) belongs to GPU {local:#x},                  which no dumped process uses"
-            ))
-        })?;
         let own = fd
             .try_clone_to_owned()
             .map_err(Error::io("duplicating the render-node fd"))?;
+        match self.user_gpu_of_minor(minor) {
+            Some(gpu_id) => self.write_render_node(store, own, minor, id, gpu_id),
+            None => {
+                log_info!(
+                    "file {id}: renderD{minor} comes before its process's /dev/kfd; \
+                     its image is written after the KFD file"
+                );
+                self.pending_renders
+                    .push(PendingRender { fd: own, minor, id });
+                Ok(RenderDump {
+                    id,
+                    minor,
+                    gpu_id: None,
+                })
+            }
+        }
+    }
+
+    /// Render nodes waiting for their process's KFD file.
+    pub fn pending_render_nodes(&self) -> usize {
+        self.pending_renders.len()
+    }
+
+    fn user_gpu_of_minor(&self, minor: u32) -> Option<u32> {
+        let (local, _) = self.render_minors.iter().find(|(_, m)| **m == minor)?;
+        self.user_gpu_ids.get(local).copied()
+    }
+
+    fn write_render_node<S: ImageStore>(
+        &self,
+        store: &S,
+        own: OwnedFd,
+        minor: u32,
+        id: u32,
+        gpu_id: u32,
+    ) -> Result<RenderDump, Error> {
         let node = kfd::RenderNode::from_fd(self.driver.clone(), own);
         let handles = match node.gem_list_handles() {
             Ok(handles) => handles,
@@ -362,7 +403,39 @@ impl<D: Driver + Clone> Dumper<D> {
         store
             .write_message(&ImageName::RenderNode { id }, &msg)
             .map_err(Error::image("writing the render-node image"))?;
-        Ok(RenderDump { id, minor, gpu_id })
+        Ok(RenderDump {
+            id,
+            minor,
+            gpu_id: Some(gpu_id),
+        })
+    }
+
+    /// Writes the images of pending render nodes whose GPU is now known.
+    fn flush_pending_renders<S: ImageStore>(&mut self, store: &S) -> Result<(), Error> {
+        let pending = std::mem::take(&mut self.pending_renders);
+        let mut first_error = None;
+        for render in pending {
+            match self.user_gpu_of_minor(render.minor) {
+                Some(gpu_id) => {
+                    match self.write_render_node(store, render.fd, render.minor, render.id, gpu_id)
+                    {
+                        Ok(_) => log_info!(
+                            "file {}: renderD{} of GPU {gpu_id:#x} dumped",
+                            render.id,
+                            render.minor
+                        ),
+                        Err(e) => {
+                            first_error.get_or_insert(e);
+                        }
+                    }
+                }
+                None => self.pending_renders.push(render),
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Unpauses every paused process (`DUMP_DEVICES_LATE`), all of them even
@@ -384,6 +457,18 @@ impl<D: Driver + Clone> Dumper<D> {
                     });
                 }
             }
+        }
+        if first_error.is_none() && !self.pending_renders.is_empty() {
+            let files: Vec<String> = self
+                .pending_renders
+                .drain(..)
+                .map(|r| format!("file {} (renderD{})", r.id, r.minor))
+                .collect();
+            first_error = Some(Error::Inconsistent(format!(
+                "render nodes without a dumped KFD process: {}; processes that use render \
+                 nodes without /dev/kfd cannot be dumped",
+                files.join(", ")
+            )));
         }
         match first_error {
             Some(e) => Err(e),

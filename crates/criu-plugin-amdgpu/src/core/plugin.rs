@@ -13,7 +13,7 @@
 //! Errors are logged here, once, with the hook and the object they concern.
 
 use std::ffi::c_int;
-use std::os::fd::{BorrowedFd, IntoRawFd, OwnedFd};
+use std::os::fd::{BorrowedFd, IntoRawFd};
 use std::path::PathBuf;
 
 use amdgpu_image::ImageStore;
@@ -22,7 +22,7 @@ use kfd::{DeviceNumber, Driver};
 use super::dump::{DumpConfig, Dumper};
 use super::error::Error;
 use super::identify::{Devices, FdClass};
-use super::restore::{resume, RestoreConfig, Restorer, Resume};
+use super::restore::{resume, RestoreConfig, Restored, Restorer, Resume};
 use super::vma::VmaAnswer;
 use crate::abi::Stage;
 use crate::options::Options;
@@ -62,6 +62,9 @@ pub struct PluginConfig {
     /// Whether CRIU calls `DUMP_DEVICES_LATE` (else processes are unpaused
     /// right after their dump).
     pub has_dump_devices_late: bool,
+    /// Whether CRIU passes `retry_needed` to `RESTORE_EXT_FILE` (else a
+    /// render node restored before its task's `/dev/kfd` is an error).
+    pub has_restore_retry: bool,
 }
 
 /// What `UPDATE_VMA_MAP` answers.
@@ -271,11 +274,9 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
                 .dumper_mut()
                 .dump_render_node(&store, fd, minor, file)
                 .map(|d| {
-                    log_info!(
-                        "file {id}: renderD{} of GPU {:#x} dumped",
-                        d.minor,
-                        d.gpu_id
-                    )
+                    if let Some(gpu) = d.gpu_id {
+                        log_info!("file {id}: renderD{} of GPU {gpu:#x} dumped", d.minor)
+                    }
                 }),
             _ => self.dumper_mut().dump_kfd(&store, fd, file).map(|d| {
                 log_info!(
@@ -323,21 +324,23 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
     }
 
     /// `RESTORE_EXT_FILE(id)`: the new fd (CRIU owns it) or an errno; the
-    /// second value is `retry_needed`, never needed by this build (KFD and
-    /// render-node files do not wait for other files).
+    /// second value is `retry_needed`: a render node whose task's KFD file
+    /// comes later answers 0 with a retry (as the C plugin does).
     pub fn restore_ext_file(&mut self, id: c_int) -> (c_int, bool) {
         match self.restore_file(id) {
-            Ok(Some(fd)) => (fd.into_raw_fd(), false),
-            Ok(None) => (NOT_MINE, false),
+            Ok(Restored::File(fd)) => (fd.into_raw_fd(), false),
+            Ok(Restored::NotOurs) => (NOT_MINE, false),
+            Ok(Restored::WaitForKfd) => (0, true),
             Err(errno) => (errno, false),
         }
     }
 
-    /// [`Plugin::restore_ext_file`] with the fd as an [`OwnedFd`]:
-    /// `Ok(None)` when not ours, `Err(errno)` on failure (logged).
-    pub fn restore_file(&mut self, id: c_int) -> Result<Option<OwnedFd>, c_int> {
+    /// [`Plugin::restore_ext_file`] with the fd as an [`OwnedFd`]; `Err`
+    /// carries the errno of a failure (logged). [`Restored::WaitForKfd`] is
+    /// only answered when the host has the retry protocol.
+    pub fn restore_file(&mut self, id: c_int) -> Result<Restored, c_int> {
         if self.active().is_none() || self.stage != Stage::Restore {
-            return Ok(None);
+            return Ok(Restored::NotOurs);
         }
         let store = self
             .host
@@ -355,12 +358,18 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
         let host = &self.host;
         let find_unused_fd = |pid: u32| host.find_unused_fd(pid);
         match restorer.restore_file(&store, id as u32, &find_unused_fd) {
-            Ok(Some(fd)) => {
+            Ok(Restored::File(fd)) => {
                 log_info!("file {id}: restored");
-                Ok(Some(fd))
+                Ok(Restored::File(fd))
             }
-            Ok(None) => Ok(None),
-            Err(e) => Err(fail("RESTORE_EXT_FILE", &format!("file {id}"), &e)),
+            Ok(Restored::WaitForKfd) if !self.config.has_restore_retry => {
+                log_error!(
+                    "RESTORE_EXT_FILE: file {id}: a render node comes before its task's \
+                     /dev/kfd, which this CRIU cannot retry (needs CRIU after v4.2)"
+                );
+                Err(-libc::EINVAL)
+            }
+            other => other.map_err(|e| fail("RESTORE_EXT_FILE", &format!("file {id}"), &e)),
         }
     }
 

@@ -126,8 +126,7 @@ impl<D: Driver + Clone> Restorer<D> {
         &self.restored
     }
 
-    /// `RESTORE_EXT_FILE(id)`: `Ok(None)` when the store holds no amdgpu
-    /// image for `id` (not ours). `find_unused_fd` is CRIU's
+    /// `RESTORE_EXT_FILE(id)`. `find_unused_fd` is CRIU's
     /// `find_unused_fd_pid` (the checkpointed pid in, a free fd number above
     /// all the task's fds out).
     pub fn restore_file<S: ImageStore + Sync>(
@@ -135,19 +134,21 @@ impl<D: Driver + Clone> Restorer<D> {
         store: &S,
         id: u32,
         find_unused_fd: &dyn Fn(u32) -> Option<i32>,
-    ) -> Result<Option<OwnedFd>, Error> {
+    ) -> Result<Restored, Error> {
         let limits = ReadLimits::default();
         if let Some(msg) = store
             .read_message::<CriuKfd>(&ImageName::Kfd { id }, limits)
             .map_err(Error::image("reading the KFD image"))?
         {
-            return self.restore_kfd(store, id, msg, find_unused_fd).map(Some);
+            return self
+                .restore_kfd(store, id, msg, find_unused_fd)
+                .map(Restored::File);
         }
         if let Some(msg) = store
             .read_message::<CriuRenderNode>(&ImageName::RenderNode { id }, limits)
             .map_err(Error::image("reading the render-node image"))?
         {
-            return self.restore_render_node(id, &msg).map(Some);
+            return self.restore_render_node(id, &msg);
         }
         if store
             .read_message::<CriuDmabufNode>(&ImageName::Dmabuf { id }, limits)
@@ -158,7 +159,7 @@ impl<D: Driver + Clone> Restorer<D> {
                 what: format!("restoring dma-buf file {id}"),
             });
         }
-        Ok(None)
+        Ok(Restored::NotOurs)
     }
 
     fn restore_kfd<S: ImageStore + Sync>(
@@ -295,7 +296,7 @@ impl<D: Driver + Clone> Restorer<D> {
         Ok(kfd.into_fd())
     }
 
-    fn restore_render_node(&mut self, id: u32, msg: &CriuRenderNode) -> Result<OwnedFd, Error> {
+    fn restore_render_node(&mut self, id: u32, msg: &CriuRenderNode) -> Result<Restored, Error> {
         if !msg.bo_entries.is_empty() {
             return Err(Error::Unsupported {
                 what: format!(
@@ -304,19 +305,21 @@ impl<D: Driver + Clone> Restorer<D> {
                 ),
             });
         }
-        let local_id = *self.gpu_map.get(&msg.gpu_id).ok_or_else(|| {
-            Error::Inconsistent(format!(
-                "render-node file {id} names GPU {:#x}, but no KFD file of this task mapped it; \
-                 the KFD file must be restored first",
+        let Some(&local_id) = self.gpu_map.get(&msg.gpu_id) else {
+            log_debug!(
+                "render-node file {id} (GPU {:#x}) waits for the task's KFD file",
                 msg.gpu_id
-            ))
-        })?;
+            );
+            return Ok(Restored::WaitForKfd);
+        };
         let file = self.render_files.get(&local_id).ok_or_else(|| {
             Error::Inconsistent(format!("no render file for local GPU {local_id:#x}"))
         })?;
-        file.try_clone().map_err(Error::io(format!(
-            "duplicating the render file of GPU {local_id:#x}"
-        )))
+        file.try_clone()
+            .map(Restored::File)
+            .map_err(Error::io(format!(
+                "duplicating the render file of GPU {local_id:#x}"
+            )))
     }
 
     /// The task's render file for a local GPU, opened on first use at
@@ -383,6 +386,18 @@ impl<D: Driver + Clone> Restorer<D> {
         }
         Ok(())
     }
+}
+
+/// What `RESTORE_EXT_FILE` restored.
+#[derive(Debug)]
+pub enum Restored {
+    /// No amdgpu image for this id: not ours.
+    NotOurs,
+    /// The new file; CRIU installs it at the saved fd number.
+    File(OwnedFd),
+    /// A render node whose GPU only the task's KFD file maps, which was not
+    /// restored yet (its fd number is higher): ask again later.
+    WaitForKfd,
 }
 
 /// What `RESUME_DEVICES_LATE(pid)` found.

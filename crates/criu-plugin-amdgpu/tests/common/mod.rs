@@ -1,0 +1,106 @@
+//! Shared setup of the emulator scenarios: a simulated machine, an images
+//! directory, and the files and mappings CRIU would find in a workload.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::path::{Path, PathBuf};
+
+use amdgpu_image::{flags, CriuKfd, DirStore, ImageName, ImageStore, ReadLimits};
+use criu_plugin_amdgpu::emulator::{CriuEmulator, DeviceVma, EmulatorConfig, TaskFile};
+use kfd_sim::workload::Workload;
+use kfd_sim::Sim;
+
+/// CRIU's file id of the workload's /dev/kfd fd; render nodes follow.
+pub const KFD_ID: u32 = 1;
+
+/// An images directory and a private shared-memory directory.
+pub struct Dirs {
+    pub images: tempfile::TempDir,
+    pub shm: tempfile::TempDir,
+}
+
+impl Dirs {
+    pub fn new() -> Dirs {
+        Dirs {
+            images: tempfile::tempdir().unwrap(),
+            shm: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn emulator(&self, sim: &Sim, tweak: impl FnOnce(&mut EmulatorConfig)) -> CriuEmulator {
+        let mut config = EmulatorConfig::new(self.shm.path());
+        tweak(&mut config);
+        CriuEmulator::new(sim.clone(), self.images.path(), config)
+    }
+}
+
+/// The workload's GPU files with CRIU ids in the order a ROCm process has
+/// them (/dev/kfd opened first, so lowest), and the ids in that order.
+pub fn gpu_files(app: &Workload) -> (Vec<TaskFile<'_>>, Vec<u32>) {
+    let mut files = vec![TaskFile {
+        fd: app.kfd_fd().expect("kfd fd"),
+        id: KFD_ID,
+    }];
+    for (i, fd) in app.render_fds().into_iter().enumerate() {
+        files.push(TaskFile {
+            fd,
+            id: KFD_ID + 1 + i as u32,
+        });
+    }
+    let ids = files.iter().map(|f| f.id).collect();
+    (files, ids)
+}
+
+/// One mapping per device CRIU offers to HANDLE_DEVICE_VMA at dump.
+pub fn device_vmas(sim: &Sim) -> Vec<DeviceVma> {
+    let mut vmas = vec![DeviceVma {
+        path: "/dev/kfd".into(),
+        addr: 0,
+        pgoff: 0,
+    }];
+    for gpu in sim.gpus() {
+        vmas.push(DeviceVma {
+            path: sim.render_path(gpu.gpu_id).expect("render path"),
+            addr: 0,
+            pgoff: 0,
+        });
+    }
+    vmas
+}
+
+/// The KFD image of the dump.
+pub fn kfd_image(images: &Path) -> CriuKfd {
+    DirStore::open_dir(images)
+        .unwrap()
+        .read_message(&ImageName::Kfd { id: KFD_ID }, ReadLimits::default())
+        .unwrap()
+        .expect("amdgpu-kfd-1.img")
+}
+
+/// The device mappings CRIU would find for the BOs of a KFD image: VRAM and
+/// GTT BOs through the GPU's render node, doorbell and MMIO pages through
+/// /dev/kfd, each at CPU address == GPU address with the BO's mmap offset.
+pub fn vmas_of(image: &CriuKfd) -> Vec<DeviceVma> {
+    image
+        .bo_entries
+        .iter()
+        .filter_map(|bo| {
+            let path = if bo.alloc_flags & (flags::KFD_VRAM | flags::KFD_GTT) != 0 {
+                let gpu = image
+                    .device_entries
+                    .iter()
+                    .find(|d| d.gpu_id == bo.gpu_id)?;
+                PathBuf::from(format!("/dev/dri/renderD{}", gpu.drm_render_minor))
+            } else if bo.alloc_flags & (flags::KFD_DOORBELL | flags::KFD_MMIO_REMAP) != 0 {
+                PathBuf::from("/dev/kfd")
+            } else {
+                return None;
+            };
+            Some(DeviceVma {
+                path,
+                addr: bo.addr,
+                pgoff: bo.offset,
+            })
+        })
+        .collect()
+}

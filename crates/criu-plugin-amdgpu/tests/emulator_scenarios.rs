@@ -1,0 +1,264 @@
+//! Dump/restore scenarios through the emulated CRIU: failures never leave
+//! the application frozen, older CRIU versions (fewer hooks) still work,
+//! the staging bound changes nothing in the result, several GPUs restore in
+//! parallel, and what is not ours (or not restorable here) is refused the
+//! way CRIU expects.
+
+mod common;
+
+use std::os::fd::AsFd;
+
+use common::{device_vmas, gpu_files, kfd_image, vmas_of, Dirs, KFD_ID};
+use criu_plugin_amdgpu::emulator::{EmulatorError, TaskFile};
+use criu_plugin_amdgpu::options::Staging;
+use kfd_sim::workload::{Profile, Workload};
+use kfd_sim::{FaultSpec, Sim, SimConfig};
+
+fn launch(sim: &Sim, profile: &Profile, steps: usize) -> Workload {
+    let mut app = Workload::launch(sim, profile).expect("launch");
+    for _ in 0..steps {
+        app.step().expect("step");
+    }
+    app
+}
+
+fn hook_errno(err: &EmulatorError) -> (&'static str, i32) {
+    match err {
+        EmulatorError::Hook { hook, errno, .. } => (hook, *errno),
+        other => panic!("expected a hook failure, got {other}"),
+    }
+}
+
+/// Dumps `app`, kills it, restores it and checks it matches its checkpoint.
+fn round_trip(
+    sim: &Sim,
+    app: Workload,
+    dirs: &Dirs,
+    tweak: impl Fn(&mut criu_plugin_amdgpu::emulator::EmulatorConfig),
+) {
+    let emulator = dirs.emulator(sim, &tweak);
+    let expected = app.describe().unwrap();
+    let (files, ids) = gpu_files(&app);
+    emulator
+        .dump(app.pid(), &files, &device_vmas(sim))
+        .expect("dump");
+    let pid = app.pid();
+    app.exit().unwrap();
+    let image = kfd_image(dirs.images.path());
+    let task = emulator
+        .restore(pid, &ids, &vmas_of(&image))
+        .expect("restore");
+    assert_eq!(task.resume_answer, 0);
+    Workload::verify(sim, pid, &expected).expect("restored state matches the checkpoint");
+    Workload::attach(sim, pid)
+        .step()
+        .expect("restored process runs");
+}
+
+#[test]
+fn a_failed_checkpoint_leaves_the_process_running() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let mut app = launch(&sim, &Profile::Basic, 1);
+    let dirs = Dirs::new();
+    let emulator = dirs.emulator(&sim, |_| {});
+    sim.inject("CRIU_OP:CHECKPOINT=EIO".parse::<FaultSpec>().unwrap());
+    let (files, _) = gpu_files(&app);
+    let err = emulator
+        .dump(app.pid(), &files, &device_vmas(&sim))
+        .expect_err("the dump must fail");
+    assert_eq!(hook_errno(&err), ("DUMP_EXT_FILE", -libc::EIO));
+    drop(files);
+    app.step()
+        .expect("the process was unpaused after the failed dump");
+    assert!(!dirs
+        .images
+        .path()
+        .join(format!("amdgpu-kfd-{KFD_ID}.img"))
+        .exists());
+}
+
+#[test]
+fn a_failed_sdma_copy_unpauses_and_reports_an_error() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let mut app = launch(&sim, &Profile::Basic, 1);
+    let dirs = Dirs::new();
+    let emulator = dirs.emulator(&sim, |_| {});
+    sim.inject("SDMA_SHORT".parse::<FaultSpec>().unwrap());
+    let (files, _) = gpu_files(&app);
+    let err = emulator
+        .dump(app.pid(), &files, &device_vmas(&sim))
+        .expect_err("a short copy must fail the dump");
+    let (hook, errno) = hook_errno(&err);
+    assert_eq!(hook, "DUMP_EXT_FILE");
+    assert!(errno < 0 && errno != -libc::ENOTSUP, "errno {errno}");
+    drop(files);
+    app.step()
+        .expect("the process was unpaused after the failed dump");
+}
+
+#[test]
+fn criu_4_2_without_dump_devices_late_unpauses_inside_the_dump() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let mut app = launch(&sim, &Profile::Basic, 2);
+    let dirs = Dirs::new();
+    let emulator = dirs.emulator(&sim, |c| c.max_hooks = 13);
+    let (files, _) = gpu_files(&app);
+    let report = emulator
+        .dump(app.pid(), &files, &device_vmas(&sim))
+        .expect("dump");
+    assert_eq!(
+        report.late_answer, None,
+        "CRIU 4.2 has no DUMP_DEVICES_LATE"
+    );
+    drop(files);
+    app.step().expect("already unpaused by DUMP_EXT_FILE");
+}
+
+#[test]
+fn criu_3_17_hooks_round_trip() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let app = launch(&sim, &Profile::Basic, 2);
+    round_trip(&sim, app, &Dirs::new(), |c| c.max_hooks = 10);
+}
+
+#[test]
+fn a_single_page_of_staging_gives_the_same_result() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let app = launch(&sim, &Profile::Basic, 3);
+    round_trip(&sim, app, &Dirs::new(), |c| {
+        c.options.staging = Staging::from_limit(4096);
+        assert_eq!(c.options.staging.buffers, 1);
+    });
+}
+
+#[test]
+fn two_gpus_round_trip_with_small_double_buffers() {
+    let sim = Sim::synthetic(2, SimConfig::default()).unwrap();
+    let app = launch(
+        &sim,
+        &Profile::TensorFlowLike {
+            bo_bytes: 256 << 10,
+        },
+        2,
+    );
+    let dirs = Dirs::new();
+    round_trip(&sim, app, &dirs, |c| {
+        c.options.staging = Staging::from_limit(64 << 10);
+    });
+    let image = kfd_image(dirs.images.path());
+    assert_eq!(image.num_of_gpus, 2);
+    for gpu in image.device_entries.iter().filter(|d| d.gpu_id != 0) {
+        let name = format!("amdgpu-pages-{KFD_ID}-{:04x}.img", gpu.gpu_id);
+        assert!(dirs.images.path().join(&name).exists(), "{name}");
+    }
+}
+
+#[test]
+fn restore_on_a_machine_with_fewer_gpus_is_refused() {
+    let sim = Sim::synthetic(2, SimConfig::default()).unwrap();
+    let app = launch(&sim, &Profile::Basic, 1);
+    let dirs = Dirs::new();
+    let (files, ids) = gpu_files(&app);
+    dirs.emulator(&sim, |_| {})
+        .dump(app.pid(), &files, &device_vmas(&sim))
+        .expect("dump");
+    let image = kfd_image(dirs.images.path());
+
+    let small = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let err = dirs
+        .emulator(&small, |_| {})
+        .restore(app.pid(), &ids, &vmas_of(&image))
+        .expect_err("2 GPUs cannot be restored on 1");
+    assert_eq!(hook_errno(&err), ("RESTORE_EXT_FILE", -libc::ENODEV));
+}
+
+#[test]
+fn foreign_files_are_left_to_other_plugins() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let app = launch(&sim, &Profile::Basic, 0);
+    let dirs = Dirs::new();
+    let (sock, _peer) = std::os::unix::net::UnixStream::pair().unwrap();
+    let err = dirs
+        .emulator(&sim, |_| {})
+        .dump(
+            app.pid(),
+            &[TaskFile {
+                fd: sock.as_fd(),
+                id: 9,
+            }],
+            &[],
+        )
+        .expect_err("CRIU fails on a file no plugin takes");
+    assert_eq!(hook_errno(&err), ("DUMP_EXT_FILE", -libc::ENOTSUP));
+}
+
+#[test]
+fn images_whose_inventory_lacks_the_plugin_are_not_ours() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let app = launch(&sim, &Profile::Basic, 1);
+    let dirs = Dirs::new();
+    let (files, ids) = gpu_files(&app);
+    // No device mapping offered: the plugin never enters the inventory.
+    dirs.emulator(&sim, |_| {})
+        .dump(app.pid(), &files, &[])
+        .expect("dump");
+    let pid = app.pid();
+    drop(files);
+    app.exit().unwrap();
+    let err = dirs
+        .emulator(&sim, |_| {})
+        .restore(pid, &ids, &[])
+        .expect_err("a disabled plugin restores nothing");
+    assert_eq!(hook_errno(&err), ("RESTORE_EXT_FILE", -libc::ENOTSUP));
+}
+
+#[test]
+fn a_render_node_before_dev_kfd_is_dumped_late_and_restored_by_retry() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let app = launch(&sim, &Profile::Basic, 1);
+    let expected = app.describe().unwrap();
+    let dirs = Dirs::new();
+    let emulator = dirs.emulator(&sim, |_| {});
+    let (mut files, mut ids) = gpu_files(&app);
+    files.reverse();
+    ids.reverse();
+    emulator
+        .dump(app.pid(), &files, &device_vmas(&sim))
+        .expect("the render node waits for the KFD file");
+    assert!(dirs
+        .images
+        .path()
+        .join(format!("amdgpu-renderD-{}.img", KFD_ID + 1))
+        .exists());
+    let pid = app.pid();
+    drop(files);
+    app.exit().unwrap();
+    let image = kfd_image(dirs.images.path());
+
+    // CRIU 4.2 has no retry protocol: the render node cannot wait.
+    let err = dirs
+        .emulator(&sim, |c| c.max_hooks = 13)
+        .restore(pid, &ids, &vmas_of(&image))
+        .expect_err("no retry on CRIU 4.2");
+    assert_eq!(hook_errno(&err), ("RESTORE_EXT_FILE", -libc::EINVAL));
+
+    let task = emulator
+        .restore(pid, &ids, &vmas_of(&image))
+        .expect("the render node is retried after /dev/kfd");
+    assert_eq!(task.files.len(), 2);
+    Workload::verify(&sim, pid, &expected).expect("restored state matches");
+}
+
+#[test]
+fn a_render_node_without_a_kfd_process_fails_the_dump() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let app = launch(&sim, &Profile::Basic, 0);
+    let dirs = Dirs::new();
+    let (files, _) = gpu_files(&app);
+    let render_only: Vec<TaskFile<'_>> = files.into_iter().filter(|f| f.id != KFD_ID).collect();
+    let err = dirs
+        .emulator(&sim, |_| {})
+        .dump(app.pid(), &render_only, &device_vmas(&sim))
+        .expect_err("render nodes alone cannot be dumped");
+    assert_eq!(hook_errno(&err), ("DUMP_DEVICES_LATE", -libc::EINVAL));
+}
