@@ -483,3 +483,125 @@ fn cs_waits_for_a_free_fence_slot_after_32_jobs_in_flight() {
     // Fences older than the last 32 are forgotten and count as done.
     assert_eq!(r.wait(ctx, 0, 1, u64::MAX).unwrap(), 0);
 }
+
+/// An IB copying 16 bytes inside a 2-page userptr buffer mapped at 16 MiB.
+fn copy_ib(r: &drm_support::Render, host: &HostBuf) -> (k::drm_amdgpu_cs_chunk_ib, u32) {
+    let h = r.userptr(host).unwrap();
+    r.map(h, 16 * MIB, 2 * 4096).unwrap();
+    let mut ib =
+        drm_support::packet::copy(true, 16 * MIB + 4096, 16 * MIB + 4096 + 64, 16).to_vec();
+    drm_support::packet::pad(&mut ib);
+    host_write(host, &drm_support::packet::bytes(&ib));
+    let chunk = k::drm_amdgpu_cs_chunk_ib {
+        va_start: 16 * MIB,
+        ib_bytes: 32,
+        ip_type: k::AMDGPU_HW_IP_DMA,
+        ..Default::default()
+    };
+    (chunk, h)
+}
+
+#[test]
+fn user_fence_chunk_writes_the_sequence_number() {
+    let r = render();
+    let host = HostBuf::new(2 * 4096, |_| 0);
+    let (mut ib, _) = copy_ib(&r, &host);
+    let ctx = r.ctx_alloc().unwrap();
+    let fence_bo = r.gem_create(4096, k::AMDGPU_GEM_DOMAIN_GTT, 0).unwrap();
+    let big_bo = r.gem_create(8192, k::AMDGPU_GEM_DOMAIN_GTT, 0).unwrap();
+    let chunk = ib_chunk(&mut ib, 8);
+    let mut submit_with_fence = |handle: u32, offset: u32| {
+        let mut f = k::drm_amdgpu_cs_chunk_fence { handle, offset };
+        let fence = k::drm_amdgpu_cs_chunk {
+            chunk_id: k::AMDGPU_CHUNK_ID_FENCE,
+            length_dw: 2,
+            chunk_data: &mut f as *mut k::drm_amdgpu_cs_chunk_fence as u64,
+        };
+        r.submit_chunks(ctx, 0, &[chunk, fence])
+    };
+    assert_eq!(errno(submit_with_fence(99, 0)), libc::EINVAL, "unknown bo");
+    assert_eq!(
+        errno(submit_with_fence(big_bo, 0)),
+        libc::EINVAL,
+        "not one page"
+    );
+    assert_eq!(
+        errno(submit_with_fence(fence_bo, 4090)),
+        libc::EINVAL,
+        "past the page"
+    );
+    let seq = submit_with_fence(fence_bo, 8).unwrap();
+    let seq2 = submit_with_fence(fence_bo, 16).unwrap();
+    assert_eq!(r.wait(ctx, 0, seq2, u64::MAX).unwrap(), 0);
+    let map = r.cpu_map(fence_bo, 4096);
+    assert_eq!(
+        u64::from_le_bytes(map.bytes()[8..16].try_into().unwrap()),
+        seq
+    );
+    assert_eq!(
+        u64::from_le_bytes(map.bytes()[16..24].try_into().unwrap()),
+        seq2
+    );
+}
+
+#[test]
+fn dependencies_order_jobs_across_rings() {
+    let r = render();
+    let host = HostBuf::new(2 * 4096, |_| 0);
+    let (mut ib, _) = copy_ib(&r, &host);
+    let ctx = r.ctx_alloc().unwrap();
+    r.sim.set_sdma_bandwidth(Some(1));
+    let first = r.submit(ctx, 0, 16 * MIB, 32, 0).unwrap();
+    let dep = |ctx_id: u32, handle: u64| k::drm_amdgpu_cs_chunk_dep {
+        ip_type: k::AMDGPU_HW_IP_DMA,
+        ip_instance: 0,
+        ring: 0,
+        ctx_id,
+        handle,
+    };
+    let mut submit_after = |d: k::drm_amdgpu_cs_chunk_dep| {
+        let mut d = d;
+        let mut ib1 = k::drm_amdgpu_cs_chunk_ib { ring: 1, ..ib };
+        let chunk = ib_chunk(&mut ib1, 8);
+        let deps = k::drm_amdgpu_cs_chunk {
+            chunk_id: k::AMDGPU_CHUNK_ID_DEPENDENCIES,
+            length_dw: (std::mem::size_of::<k::drm_amdgpu_cs_chunk_dep>() / 4) as u32,
+            chunk_data: &mut d as *mut k::drm_amdgpu_cs_chunk_dep as u64,
+        };
+        r.submit_chunks(ctx, 0, &[chunk, deps])
+    };
+    assert_eq!(
+        errno(submit_after(dep(ctx + 7, first))),
+        libc::EINVAL,
+        "unknown ctx"
+    );
+    assert_eq!(
+        errno(submit_after(dep(ctx, first + 1))),
+        libc::EINVAL,
+        "not submitted"
+    );
+    let second = submit_after(dep(ctx, first)).unwrap();
+    // Ring 1 is idle, but the job waits for ring 0's throttled job.
+    assert_eq!(r.wait(ctx, 1, second, 0).unwrap(), 1);
+    r.sim.set_sdma_bandwidth(None);
+    assert_eq!(r.wait(ctx, 1, second, u64::MAX).unwrap(), 0);
+    assert_eq!(r.wait(ctx, 0, first, 0).unwrap(), 0);
+    // Syncobjs do not exist in the simulator: naming one fails.
+    let mut sem = [1u32; 2];
+    let chunk = ib_chunk(&mut ib, 8);
+    let syncobj = k::drm_amdgpu_cs_chunk {
+        chunk_id: k::AMDGPU_CHUNK_ID_SYNCOBJ_IN,
+        length_dw: 1,
+        chunk_data: sem.as_mut_ptr() as u64,
+    };
+    assert_eq!(
+        errno(r.submit_chunks(ctx, 0, &[chunk, syncobj])),
+        libc::EINVAL
+    );
+    let empty = k::drm_amdgpu_cs_chunk {
+        length_dw: 0,
+        ..syncobj
+    };
+    let seq = r.submit_chunks(ctx, 0, &[chunk, empty]).unwrap();
+    assert_eq!(r.wait(ctx, 0, seq, u64::MAX).unwrap(), 0);
+}
