@@ -510,7 +510,7 @@ fn user_fence_chunk_writes_the_sequence_number() {
     let fence_bo = r.gem_create(4096, k::AMDGPU_GEM_DOMAIN_GTT, 0).unwrap();
     let big_bo = r.gem_create(8192, k::AMDGPU_GEM_DOMAIN_GTT, 0).unwrap();
     let chunk = ib_chunk(&mut ib, 8);
-    let mut submit_with_fence = |handle: u32, offset: u32| {
+    let submit_with_fence = |handle: u32, offset: u32| {
         let mut f = k::drm_amdgpu_cs_chunk_fence { handle, offset };
         let fence = k::drm_amdgpu_cs_chunk {
             chunk_id: k::AMDGPU_CHUNK_ID_FENCE,
@@ -559,7 +559,7 @@ fn dependencies_order_jobs_across_rings() {
         ctx_id,
         handle,
     };
-    let mut submit_after = |d: k::drm_amdgpu_cs_chunk_dep| {
+    let submit_after = |d: k::drm_amdgpu_cs_chunk_dep| {
         let mut d = d;
         let mut ib1 = k::drm_amdgpu_cs_chunk_ib { ring: 1, ..ib };
         let chunk = ib_chunk(&mut ib1, 8);
