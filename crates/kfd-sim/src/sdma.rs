@@ -20,6 +20,18 @@
 //! logs such a fault; the simulator fails the fence so that a copy into
 //! unmapped VA is never silent.
 //!
+//! What the engine executes (everything else fails the job as malformed):
+//! NOP (op 0; bits 29:16 skip that many following dwords) and the 7-dword
+//! LINEAR COPY (op 1, sub-op 0) with COUNT = bytes − 1 from family AI on
+//! and COUNT = bytes before, at most the family's `copy_max_bytes` per
+//! packet (0x1FFFFF CIK, 0x3FFFE0 VI/CZ, 0x400000 AI+), no encrypt / TMZ /
+//! broadcast header bits and no endian swap. SI's DMA packet format is not
+//! simulated. IBs must start 32-byte aligned (the INDIRECT packet drops the
+//! low 5 bits of the address; the simulator fails the job instead of
+//! running garbage) and are read through the VM like any other access.
+//! Reads of a PRT range return zeros; a read of unmapped VA drops the
+//! corresponding write as well. Jobs of one ring run in submission order.
+//!
 //! This module must never touch memory outside the ranges a `VmView`
 //! maps, and never decides about ioctl arguments (the DRM module validates
 //! them before a job exists).
