@@ -409,6 +409,9 @@ const VERIFY_CHUNK: usize = 1 << 20;
 /// dma-bufs of known GEM handles, no stray pages files).
 ///
 /// Problems go into the report; only failing to list the store is an error.
+/// An image that cannot be decoded or validated is one problem: the files it
+/// would reference are not checked (nor called strays), and the cross-file
+/// checks that need its contents are skipped.
 pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetReport, Error> {
     let names = store.list()?;
     let mut report = SetReport {
@@ -419,15 +422,21 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
     let mut kfd_gpus: HashSet<u32> = HashSet::new();
     let mut handles: HashSet<u32> = HashSet::new();
     let mut scratch = Vec::new();
+    // Ids of images that could not be decoded: their files are neither
+    // checked nor called strays, and cross-file checks that need them are skipped.
+    let mut broken_kfd: HashSet<u32> = HashSet::new();
+    let mut broken_render: HashSet<u32> = HashSet::new();
 
     for name in names.iter().filter(|n| n.kind() == ImageKind::Kfd) {
         let Some(msg) = read(store, name, limits, &mut report) else {
+            broken_kfd.insert(name.id());
             continue;
         };
         let msg: CriuKfd = msg;
         let problems = ValidatedKfd::problems(name.id(), &msg);
         if !problems.is_empty() {
             report.problems.extend(problems);
+            broken_kfd.insert(name.id());
             continue;
         }
         let kfd = ValidatedKfd { id: name.id(), msg };
@@ -447,16 +456,18 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
 
     for name in names.iter().filter(|n| n.kind() == ImageKind::RenderNode) {
         let Some(msg) = read(store, name, limits, &mut report) else {
+            broken_render.insert(name.id());
             continue;
         };
         let msg: CriuRenderNode = msg;
         let problems = ValidatedRenderNode::problems(name.id(), &msg);
         if !problems.is_empty() {
             report.problems.extend(problems);
+            broken_render.insert(name.id());
             continue;
         }
         let rn = ValidatedRenderNode { id: name.id(), msg };
-        if !kfd_gpus.contains(&rn.msg.gpu_id) {
+        if broken_kfd.is_empty() && !kfd_gpus.contains(&rn.msg.gpu_id) {
             report.problems.push(Problem::new(
                 name,
                 "criu_render_node.gpu_id",
@@ -488,7 +499,8 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
             continue;
         };
         let msg: CriuDmabufNode = msg;
-        if !handles.contains(&msg.gem_handle) {
+        let all_known = broken_kfd.is_empty() && broken_render.is_empty();
+        if all_known && !handles.contains(&msg.gem_handle) {
             report.problems.push(Problem::new(
                 name,
                 "criu_dmabuf_node.gem_handle",
@@ -501,9 +513,12 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
     }
 
     for name in &names {
-        if matches!(name.kind(), ImageKind::Pages | ImageKind::DrmPages)
-            && !referenced.contains(name)
-        {
+        let stray = match name.kind() {
+            ImageKind::Pages => !broken_kfd.contains(&name.id()),
+            ImageKind::DrmPages => !broken_render.contains(&name.id()),
+            _ => false,
+        };
+        if stray && !referenced.contains(name) {
             report.problems.push(Problem::new(
                 name,
                 "",

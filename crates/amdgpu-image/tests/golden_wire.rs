@@ -67,6 +67,21 @@ fn dmabuf_node_zero_handle_is_still_emitted() {
 }
 
 #[test]
+fn zero_kfd_emits_every_required_field() {
+    // Tags 1, 2, 3, 5, 7, 8, 9 as varint 0 and tag 10 as an empty bytes field.
+    let golden = [
+        0x08, 0, 0x10, 0, 0x18, 0, 0x28, 0, 0x38, 0, 0x40, 0, 0x48, 0, 0x52, 0,
+    ];
+    assert_eq!(encode_message(&CriuKfd::default()), golden);
+    let back: CriuKfd = decode_message("amdgpu-kfd-1.img", &golden).unwrap();
+    assert_eq!(back, CriuKfd::default());
+    assert_eq!(
+        encode_message(&CriuRenderNode::default()),
+        [0x08, 0, 0x10, 0, 0x18, 0, 0x20, 0]
+    );
+}
+
+#[test]
 fn iolink_and_bo_entry_by_hand() {
     let golden = [0x08, 0x01, 0x10, 0x02];
     let link = DevIolink {

@@ -568,3 +568,22 @@ fn pipelined_verification_finds_the_same_problems() {
         );
     }
 }
+
+#[test]
+fn a_broken_image_does_not_make_its_files_strays() {
+    let mem = MemStore::new();
+    write_sample_set(&mem, SampleSpec::default()).unwrap();
+    // The kfd image loses its last byte: one problem, not one per pages file
+    // or a dangling dma-buf.
+    let kfd = ImageName::Kfd { id: 1 };
+    let mut bytes = (*mem.get(&kfd).unwrap()).clone();
+    bytes.pop();
+    mem.insert(kfd, bytes);
+    let report = verify_set(&mem, ReadLimits::default()).unwrap();
+    let lines: Vec<String> = report.problems.iter().map(ToString::to_string).collect();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(
+        lines[0].starts_with("amdgpu-kfd-1.img: truncated"),
+        "{lines:#?}"
+    );
+}
