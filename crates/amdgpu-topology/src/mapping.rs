@@ -616,9 +616,11 @@ fn closest_mismatches(
     best.unwrap_or_default()
 }
 
-/// Reasons for a matching that cannot cover checkpointed GPU `unmatched`:
-/// the Hall violator around it, then why the local GPUs outside its
-/// neighbourhood do not fit its first member.
+/// Reasons for a maximum matching that cannot cover checkpointed GPU
+/// `unmatched`: the Hall violator around it, then why the closest local GPU
+/// left over does not fit it. Left-over local GPUs (no checkpointed GPU
+/// could take them) are the likely culprits, so they are looked at first;
+/// failing those, any local GPU outside the violator's neighbourhood.
 fn hall_reasons(
     src: &View<'_>,
     dst: &View<'_>,
@@ -635,8 +637,17 @@ fn hall_reasons(
         local: reachable.len() as u64,
         local_gpu: None,
     }];
-    let outside = (0..dst.gpus.len()).filter(|j| !reachable.contains(j));
-    let explained = closest_mismatches(src, unmatched, dst, outside, options);
+    let left_over: Vec<usize> = (0..dst.gpus.len())
+        .filter(|&j| matching.right[j].is_none())
+        .collect();
+    let candidates = if left_over.is_empty() {
+        (0..dst.gpus.len())
+            .filter(|j| !reachable.contains(j))
+            .collect()
+    } else {
+        left_over
+    };
+    let explained = closest_mismatches(src, unmatched, dst, candidates.into_iter(), options);
     reasons.extend(explained);
     reasons
 }

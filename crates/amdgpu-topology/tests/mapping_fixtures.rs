@@ -4,15 +4,16 @@
 
 mod fixture_dir;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};
 
 use amdgpu_topology::checks::rule;
 use amdgpu_topology::devices::{DeviceNode, DeviceProps, DeviceTopology};
 use amdgpu_topology::mapping::{map_topologies, MapResult};
-use amdgpu_topology::model::heap_type;
 use amdgpu_topology::options::CheckOptions;
-use amdgpu_topology::{parse, Indexed, Properties};
+use amdgpu_topology::{
+    builtin, builtin_names, parse, renumbered_with_map, synthesize_missing, System,
+};
 use fixture_dir::fixture;
 
 /// The fixtures with GPUs the C plugin can handle (discrete GPUs with
@@ -24,9 +25,8 @@ const MULTI: &[(&str, usize)] = &[
     ("vega10-mi25-1gpu", 1),
 ];
 
-/// Parses a fixture into the device view. Captures without `gpu_id` files
-/// or memory banks get test fill-ins (gpu_id `0x1000 + node`, one 64 GiB
-/// public VRAM bank) so the mapping has something to work on.
+/// Parses a fixture into the device view (cached), completed as
+/// [`load_system`] does.
 fn load(name: &str) -> Option<DeviceTopology> {
     static LOADED: OnceLock<Mutex<BTreeMap<String, Option<DeviceTopology>>>> = OnceLock::new();
     let cache = LOADED.get_or_init(Default::default);
@@ -39,24 +39,17 @@ fn load(name: &str) -> Option<DeviceTopology> {
 }
 
 fn load_uncached(name: &str) -> Option<DeviceTopology> {
+    let system = load_system(name)?;
+    Some(DeviceTopology::from_system(&system).unwrap_or_else(|e| panic!("{name}: {e}")))
+}
+
+/// Parses a fixture, completing partial captures (gpu_ids, VRAM banks) the
+/// way the simulator does.
+fn load_system(name: &str) -> Option<System> {
     let dir = fixture(name)?;
     let mut system = parse(&dir).unwrap_or_else(|e| panic!("{name}: {e}")).system;
-    for node in &mut system.nodes {
-        if !node.is_gpu() {
-            continue;
-        }
-        node.gpu_id.get_or_insert(0x1000 + node.id);
-        if node.vram().is_none() {
-            let bank: Properties = [
-                ("heap_type", heap_type::FB_PUBLIC),
-                ("size_in_bytes", 64 << 30),
-            ]
-            .into_iter()
-            .collect();
-            node.mem_banks = Some(vec![Indexed::new(0, bank)]);
-        }
-    }
-    Some(DeviceTopology::from_system(&system).unwrap_or_else(|e| panic!("{name}: {e}")))
+    synthesize_missing(&mut system);
+    Some(system)
 }
 
 /// A deterministic shuffle (xorshift) of `items`.
@@ -305,6 +298,185 @@ fn a_container_seeing_one_hive_cannot_take_the_whole_machine() {
     other.nodes.retain(|n| !(2..=5).contains(&n.node_id));
     let r = map(&container, &other, CheckOptions::none());
     assert!(r.compatible, "{:?}", r.reasons);
-    let images: Vec<u32> = r.gpu_map.values().copied().collect();
-    assert_eq!(images, [0x1006, 0x1007, 0x1008, 0x1009]);
+    let gpu_at = |node: u32| host.node(node).unwrap().gpu_id;
+    let expected: BTreeMap<u32, u32> = (2..=5).map(|n| (gpu_at(n), gpu_at(n + 4))).collect();
+    assert_eq!(r.gpu_map, expected);
+}
+
+/// XGMI hives of a topology: GPU node id -> hive number (connected
+/// components of bi-directional GPU-to-GPU XGMI links; GPUs without one are
+/// in no hive).
+fn hive_numbers(topo: &DeviceTopology) -> HashMap<u32, usize> {
+    let gpus: HashSet<u32> = topo.gpus().map(|n| n.node_id).collect();
+    let xgmi: HashSet<(u32, u32)> = topo
+        .nodes
+        .iter()
+        .flat_map(|n| {
+            n.iolinks
+                .iter()
+                .filter(|l| l.link_type == 11)
+                .map(move |l| (n.node_id, l.node_to))
+        })
+        .collect();
+    let mut hive: HashMap<u32, usize> = HashMap::new();
+    let mut next = 0;
+    let mut ids: Vec<u32> = gpus.iter().copied().collect();
+    ids.sort_unstable();
+    for start in ids {
+        if hive.contains_key(&start) {
+            continue;
+        }
+        let mut stack = vec![start];
+        let mut members = vec![start];
+        let mut seen = HashSet::from([start]);
+        while let Some(a) = stack.pop() {
+            for &(from, b) in &xgmi {
+                if from == a && gpus.contains(&b) && xgmi.contains(&(b, a)) && seen.insert(b) {
+                    stack.push(b);
+                    members.push(b);
+                }
+            }
+        }
+        if members.len() > 1 {
+            for m in members {
+                hive.insert(m, next);
+            }
+            next += 1;
+        }
+    }
+    hive
+}
+
+/// Checks a mapping independently of the search: a bijection between GPUs,
+/// every pair passing the property checks, the members of each checkpointed
+/// hive landing in one local hive, and every GPU-to-CPU link finding a link
+/// of the same type to the mapped CPU.
+fn assert_valid_mapping(
+    what: &str,
+    (s, d): (&DeviceTopology, &DeviceTopology),
+    (src_hives, dst_hives): (&HashMap<u32, usize>, &HashMap<u32, usize>),
+    gpu_map: &BTreeMap<u32, u32>,
+    cpu_map: &BTreeMap<u32, u32>,
+) {
+    assert_eq!(gpu_map.len(), s.gpus().count(), "{what}");
+    let mut images: Vec<u32> = gpu_map.values().copied().collect();
+    images.sort_unstable();
+    images.dedup();
+    assert_eq!(images.len(), gpu_map.len(), "{what}: not injective");
+    let by_gpu_id: HashMap<u32, &DeviceNode> = d.gpus().map(|n| (n.gpu_id, n)).collect();
+    let cpus: HashSet<u32> = s.cpus().map(|n| n.node_id).collect();
+    // checkpointed hive number -> local hive number
+    let mut hive_home: HashMap<usize, Option<usize>> = HashMap::new();
+    for gpu in s.gpus() {
+        let image = by_gpu_id[&gpu_map[&gpu.gpu_id]];
+        let mismatches =
+            amdgpu_topology::checks::device_mismatches(gpu, image, &CheckOptions::all());
+        assert!(mismatches.is_empty(), "{what}: {mismatches:?}");
+        if let Some(&h) = src_hives.get(&gpu.node_id) {
+            let home = dst_hives.get(&image.node_id).copied();
+            assert!(home.is_some(), "{what}: hive member left its hive");
+            assert_eq!(
+                *hive_home.entry(h).or_insert(home),
+                home,
+                "{what}: hive split"
+            );
+        }
+    }
+    for gpu in s.gpus() {
+        let image = by_gpu_id[&gpu_map[&gpu.gpu_id]];
+        for link in gpu.iolinks.iter().filter(|l| cpus.contains(&l.node_to)) {
+            let cpu = cpu_map[&link.node_to];
+            assert!(
+                image
+                    .iolinks
+                    .iter()
+                    .any(|l| l.node_to == cpu && l.link_type == link.link_type),
+                "{what}: GPU {} left CPU {}",
+                gpu.gpu_id,
+                link.node_to
+            );
+        }
+    }
+}
+
+#[test]
+fn builtins_and_fixtures_map_onto_their_renumbered_copies() {
+    let mut machines: Vec<(String, System)> = builtin_names()
+        .iter()
+        .map(|name| (format!("builtin:{name}"), builtin(name).unwrap()))
+        .collect();
+    for &(name, _) in MULTI {
+        if let Some(system) = load_system(name) {
+            machines.push((name.to_owned(), system));
+        }
+    }
+    for (name, system) in &machines {
+        let src = DeviceTopology::from_system(system).unwrap();
+        let src_hives = hive_numbers(&src);
+        for seed in [1, 2] {
+            let (copy, moved) = renumbered_with_map(system, seed);
+            let what = format!("{name} seed {seed}");
+            let dst = DeviceTopology::from_system(&copy).unwrap();
+            let dst_hives = hive_numbers(&dst);
+            let r = map(&src, &dst, CheckOptions::all());
+            assert!(r.compatible, "{what}: {:?}", r.reasons);
+            assert!(r.cpu_map.iter().all(|(a, b)| a == b), "{what}");
+            let sides = (&src, &dst);
+            let hives = (&src_hives, &dst_hives);
+            assert_valid_mapping(&what, sides, hives, &r.gpu_map, &r.cpu_map);
+
+            // The renumbering's own ground truth passes the same validation
+            // (so the validator accepts what it should).
+            let truth: BTreeMap<u32, u32> = moved
+                .iter()
+                .map(|&(old, new)| {
+                    let id = |sys: &System, node: u32| sys.node(node).unwrap().gpu_id.unwrap();
+                    (id(system, old), id(&copy, new))
+                })
+                .collect();
+            assert_valid_mapping(&what, sides, hives, &truth, &r.cpu_map);
+
+            // One GPU weaker: refused, and the reason names it.
+            let mut weaker = dst.clone();
+            let victim = weaker.nodes.iter_mut().rfind(|n| n.is_gpu()).unwrap();
+            victim.props.array_count += 1;
+            let victim = victim.gpu_id;
+            let r = map(&src, &weaker, CheckOptions::all());
+            assert!(
+                r.reasons
+                    .iter()
+                    .any(|r| r.check == "array_count" && r.local_gpu == Some(victim)),
+                "{what}: {:?}",
+                r.reasons
+            );
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "hive split")]
+fn the_validator_rejects_a_split_hive() {
+    let system = builtin("mi210-8gpu-2hive").unwrap();
+    let topo = DeviceTopology::from_system(&system).unwrap();
+    let hives = hive_numbers(&topo);
+    let ids: Vec<u32> = topo.gpus().map(|n| n.gpu_id).collect();
+    let mut identity: BTreeMap<u32, u32> = ids.iter().map(|&id| (id, id)).collect();
+    let cpu_map: BTreeMap<u32, u32> = topo.cpus().map(|n| (n.node_id, n.node_id)).collect();
+    assert_valid_mapping(
+        "identity",
+        (&topo, &topo),
+        (&hives, &hives),
+        &identity,
+        &cpu_map,
+    );
+    // GPUs 0 and 4 sit in different hives: swapping them splits both
+    identity.insert(ids[0], ids[4]);
+    identity.insert(ids[4], ids[0]);
+    assert_valid_mapping(
+        "swapped",
+        (&topo, &topo),
+        (&hives, &hives),
+        &identity,
+        &cpu_map,
+    );
 }
