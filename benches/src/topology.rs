@@ -1,4 +1,4 @@
-//! Topology mapping workloads: each real capture (and synthetic machine)
+//! Topology mapping workloads: each real capture, built-in and synthetic machine
 //! mapped onto a renumbered copy of itself (accepted) and onto a copy with
 //! one weaker GPU (refused), for the criterion bench `topology_map` and for
 //! the report binary's `topology_map_ms=` lines.
@@ -11,9 +11,8 @@ use std::time::{Duration, Instant};
 
 use amdgpu_topology::devices::{DevIoLink, DeviceNode, DeviceProps, DeviceTopology};
 use amdgpu_topology::mapping::map_topologies;
-use amdgpu_topology::model::heap_type;
 use amdgpu_topology::options::CheckOptions;
-use amdgpu_topology::{parse, Indexed, Properties};
+use amdgpu_topology::{builtin, builtin_names, parse, renumbered, synthesize_missing, System};
 
 /// The captures in `fixtures/topology` that the mapping applies to
 /// (discrete GPUs with io links).
@@ -27,7 +26,8 @@ pub const FIXTURES: &[&str] = &[
 /// One mapping workload.
 #[derive(Debug, Clone)]
 pub struct MapCase {
-    /// Where the topology comes from (`fixture:<dir>` or `synthetic:<name>`).
+    /// Where the topology comes from (`fixture:<dir>`, `builtin:<name>` or
+    /// `synthetic:<name>`).
     pub name: String,
     /// GPU count.
     pub gpus: usize,
@@ -65,19 +65,29 @@ pub fn fixtures_root() -> Option<PathBuf> {
     }
 }
 
-/// The workloads: every fixture found under `fixtures_root` plus the
-/// synthetic machines. Captures without `gpu_id` files or memory banks get
-/// fill-ins (gpu_id `0x1000 + node`, one 64 GiB VRAM bank).
+/// The workloads: every fixture found under `fixtures_root` (partial
+/// captures completed with `synthesize_missing`), every built-in machine,
+/// and [`nps4_64`]. Fixtures and built-ins are renumbered with
+/// `amdgpu_topology::renumbered`.
 pub fn map_cases(fixtures_root: Option<&Path>) -> Vec<MapCase> {
     let mut cases = Vec::new();
     if let Some(root) = fixtures_root {
         for name in FIXTURES {
-            if let Some(topology) = load_fixture(&root.join(name)) {
-                cases.push(case(format!("fixture:{name}"), topology));
+            if let Ok(parsed) = parse(&root.join(name)) {
+                let mut system = parsed.system;
+                synthesize_missing(&mut system);
+                cases.extend(system_case(format!("fixture:{name}"), &system));
             }
         }
     }
-    cases.push(case("synthetic:nps4-64".to_owned(), nps4_64()));
+    for name in builtin_names() {
+        if let Some(system) = builtin(name) {
+            cases.extend(system_case(format!("builtin:{name}"), &system));
+        }
+    }
+    let nps4 = nps4_64();
+    let copy = renumbered_devices(&nps4, 0x5EED);
+    cases.push(case("synthetic:nps4-64".to_owned(), nps4, copy));
     cases
 }
 
@@ -130,8 +140,13 @@ pub fn report_lines(timings: &[MapTiming]) -> Vec<String> {
         .collect()
 }
 
-fn case(name: String, checkpointed: DeviceTopology) -> MapCase {
-    let renumbered = renumbered(&checkpointed, 0x5EED);
+fn system_case(name: String, system: &System) -> Option<MapCase> {
+    let checkpointed = DeviceTopology::from_system(system).ok()?;
+    let copy = DeviceTopology::from_system(&renumbered(system, 0x5EED)).ok()?;
+    Some(case(name, checkpointed, copy))
+}
+
+fn case(name: String, checkpointed: DeviceTopology, renumbered: DeviceTopology) -> MapCase {
     let mut weaker = renumbered.clone();
     if let Some(node) = weaker.nodes.iter_mut().rfind(|n| n.is_gpu()) {
         node.props.simd_count = node.props.simd_count.saturating_sub(4);
@@ -145,29 +160,9 @@ fn case(name: String, checkpointed: DeviceTopology) -> MapCase {
     }
 }
 
-fn load_fixture(dir: &Path) -> Option<DeviceTopology> {
-    let mut system = parse(dir).ok()?.system;
-    for node in &mut system.nodes {
-        if !node.is_gpu() {
-            continue;
-        }
-        node.gpu_id.get_or_insert(0x1000 + node.id);
-        if node.vram().is_none() {
-            let bank: Properties = [
-                ("heap_type", heap_type::FB_PUBLIC),
-                ("size_in_bytes", 64 << 30),
-            ]
-            .into_iter()
-            .collect();
-            node.mem_banks = Some(vec![Indexed::new(0, bank)]);
-        }
-    }
-    DeviceTopology::from_system(&system).ok()
-}
-
 /// The same machine as another host numbers it: GPU node ids permuted among
 /// themselves (xorshift with `seed`), new gpu_ids, links rewritten.
-pub fn renumbered(topology: &DeviceTopology, seed: u64) -> DeviceTopology {
+pub fn renumbered_devices(topology: &DeviceTopology, seed: u64) -> DeviceTopology {
     let mut slots: Vec<u32> = topology.gpus().map(|n| n.node_id).collect();
     slots.sort_unstable();
     let mut order = slots.clone();
