@@ -449,6 +449,13 @@ fn gem_op_create_info_placement_and_mapping_info() {
     );
 
     assert_eq!(mapping_info(&r, h, 4).0, 0);
+    let mut padded = k::drm_amdgpu_gem_op {
+        handle: h,
+        op: k::AMDGPU_GEM_OP_GET_MAPPING_INFO,
+        padding: 1,
+        ..Default::default()
+    };
+    assert_eq!(errno(r.ioctl(k::DRM_IOCTL_AMDGPU_GEM_OP, &mut padded)), libc::EINVAL);
     r.va(k::AMDGPU_VA_OP_MAP, h, 8 * MIB, 4096, 8192, RWX)
         .unwrap();
     r.va(

@@ -408,6 +408,9 @@ pub(super) fn gem_op(call: &mut Call<'_>, buf: &mut [u8]) -> Result<Step, Errno>
             call.device().set_gem_info(id, placed, &call.st.bos);
         }
         k::AMDGPU_GEM_OP_GET_MAPPING_INFO => {
+            if args.padding != 0 {
+                return Err(Errno(libc::EINVAL));
+            }
             let entries = mappings_of(call, gem.bo)?;
             let n = entries.len();
             if n > 0 && n <= args.num_entries as usize {
