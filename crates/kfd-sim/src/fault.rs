@@ -289,7 +289,6 @@ pub(crate) fn check(st: &mut State, name: &str) -> Result<(), Errno> {
 
 /// For the SDMA engine: whether this copy is to be cut short, and the error
 /// its fence reports. Call once per copy packet.
-#[allow(dead_code)] // called by the DRM half's SDMA engine
 pub(crate) fn short_dma(st: &mut State) -> Option<Errno> {
     st.faults.hit("SDMA_SHORT")
 }
