@@ -13,38 +13,65 @@ use crate::model::{link_type, GpuId, System};
 /// proto's widths. For CPU nodes only `cpu_cores_count` is meaningful (the C
 /// plugin reads and saves nothing else for them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[allow(missing_docs)] // field names are the sysfs/proto keys, documented there
 pub struct DeviceProps {
+    /// CPU cores (CPU nodes; 0 on discrete GPUs).
     pub cpu_cores_count: u32,
+    /// SIMDs (× XCCs on newer kernels); compared equal.
     pub simd_count: u32,
+    /// `mem_banks` entries; compared equal.
     pub mem_banks_count: u32,
+    /// `caches` entries; checkpointed at most local (`KFD_CACHES_COUNT_CHECK`).
     pub caches_count: u32,
+    /// `io_links` entries as the kernel counts them (valid or not); compared equal.
     pub io_links_count: u32,
+    /// Maximum waves per SIMD; compared equal.
     pub max_waves_per_simd: u32,
+    /// Local data share per workgroup, KiB; compared equal.
     pub lds_size_in_kb: u32,
+    /// Global data share, KiB; never compared (the C plugin never fills it).
     pub gds_size_in_kb: u32,
+    /// Global wave sync resources; checkpointed at most local (`KFD_NUM_GWS_CHECK`).
     pub num_gws: u32,
+    /// Wavefront size; compared equal.
     pub wave_front_size: u32,
+    /// Shader arrays (× XCCs); compared equal.
     pub array_count: u32,
+    /// SIMD arrays per engine; compared equal.
     pub simd_arrays_per_engine: u32,
+    /// Compute units per SIMD array; compared equal.
     pub cu_per_simd_array: u32,
+    /// SIMDs per compute unit; compared equal.
     pub simd_per_cu: u32,
+    /// Scratch slots per compute unit; compared equal.
     pub max_slots_scratch_cu: u32,
+    /// PCI vendor id (4098 = AMD); compared equal.
     pub vendor_id: u32,
+    /// PCI device id; compared equal.
     pub device_id: u32,
+    /// PCI segment; never compared.
     pub domain: u32,
+    /// Render node minor (`renderD<N>`); never compared.
     pub drm_render_minor: u32,
+    /// XGMI hive id, 0 when none; never compared (hives come from links).
     pub hive_id: u64,
+    /// SDMA engines; compared equal.
     pub num_sdma_engines: u32,
+    /// XGMI SDMA engines; compared equal.
     pub num_sdma_xgmi_engines: u32,
+    /// SDMA queues per engine; compared equal.
     pub num_sdma_queues_per_engine: u32,
+    /// Compute queues; compared equal.
     pub num_cp_queues: u32,
+    /// MEC firmware version; checkpointed at most local (`KFD_FW_VER_CHECK`).
     pub fw_version: u32,
+    /// `HSA_CAP_*` bits; compared equal (`KFD_CAPABILITY_CHECK`).
     pub capability: u32,
+    /// SDMA firmware version; checkpointed at most local (`KFD_SDMA_FW_VER_CHECK`).
     pub sdma_fw_version: u32,
-    /// Whether the VRAM bank is CPU visible (heap type FB public).
+    /// Whether the VRAM bank is CPU visible (heap type FB public); compared
+    /// equal.
     pub vram_public: bool,
-    /// VRAM size in bytes.
+    /// VRAM size in bytes; checkpointed at most local (`KFD_VRAM_SIZE_CHECK`).
     pub vram_size: u64,
 }
 

@@ -9,7 +9,7 @@
 //! - there are no more checkpointed XGMI hives than local ones, and the
 //!   members of each checkpointed hive go into one local hive (at least as
 //!   large), a different one per checkpointed hive;
-//! - each pair passes [`device_mismatches`](crate::checks::device_mismatches),
+//! - each pair passes [`device_mismatches`],
 //!   the local GPU has at least as many valid io links, and every link of
 //!   the checkpointed GPU to a CPU has a counterpart on the local GPU
 //!   (`iolink_match`: XGMI may replace PCIe, not the reverse; a
@@ -237,13 +237,16 @@ pub fn map_topologies(
     }
 
     // A checkpointed GPU nothing can stand in for: explain against the
-    // closest local GPU.
+    // closest local GPU. Looking at the first GPU of each pair class is
+    // enough: the others of a class fare the same and come later in node
+    // order.
     let mut reasons = Vec::new();
     for i in 0..n {
         if (0..n).any(|j| base.get(i, j)) {
             continue;
         }
-        reasons.extend(closest_mismatches(&src, i, &dst, 0..n, options));
+        let candidates = dst.pair_class_reps.iter().copied();
+        reasons.extend(closest_mismatches(&src, i, &dst, candidates, options));
     }
     if !reasons.is_empty() {
         return Ok(MapResult::refused(reasons));
