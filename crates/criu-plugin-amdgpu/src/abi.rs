@@ -412,7 +412,7 @@ unsafe extern "C" fn restore_ext_file(id: c_int, retry_needed: *mut bool) -> c_i
     let has_retry = host_profile().restore_ext_file_has_retry();
     let mut retry = false;
     let ret = guarded("RESTORE_EXT_FILE", || {
-        let (ret, wants_retry) = runtime::restore_ext_file(id, has_retry);
+        let (ret, wants_retry) = runtime::restore_ext_file(id);
         retry = wants_retry;
         ret
     });

@@ -281,8 +281,9 @@ pub fn post_forking() -> c_int {
     with_plugin("POST_FORKING", NOT_MINE, |p| p.post_forking())
 }
 
-/// `RESTORE_EXT_FILE(id)`; the second value is `retry_needed`.
-pub fn restore_ext_file(id: c_int, _has_retry: bool) -> (c_int, bool) {
+/// `RESTORE_EXT_FILE(id)`; the second value is `retry_needed` (asked for
+/// only when the host has the retry protocol, see [`PluginConfig`]).
+pub fn restore_ext_file(id: c_int) -> (c_int, bool) {
     with_plugin("RESTORE_EXT_FILE", (NOT_MINE, false), |p| {
         p.restore_ext_file(id)
     })

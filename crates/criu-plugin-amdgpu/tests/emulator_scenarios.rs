@@ -262,3 +262,84 @@ fn a_render_node_without_a_kfd_process_fails_the_dump() {
         .expect_err("render nodes alone cannot be dumped");
     assert_eq!(hook_errno(&err), ("DUMP_DEVICES_LATE", -libc::EINVAL));
 }
+
+#[test]
+fn a_failure_after_the_kfd_file_is_unpaused_at_exit() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let mut app = launch(&sim, &Profile::Basic, 1);
+    let dirs = Dirs::new();
+    // The KFD file dumps (and stays paused until DUMP_DEVICES_LATE); the
+    // render node then fails, so CRIU aborts and only exit() is left.
+    sim.inject("AMDGPU_GEM_LIST_HANDLES=EIO".parse::<FaultSpec>().unwrap());
+    let (files, _) = gpu_files(&app);
+    let err = dirs
+        .emulator(&sim, |_| {})
+        .dump(app.pid(), &files, &device_vmas(&sim))
+        .expect_err("the render node fails");
+    assert_eq!(hook_errno(&err), ("DUMP_EXT_FILE", -libc::EIO));
+    drop(files);
+    app.step().expect("exit() unpaused the process");
+}
+
+#[test]
+fn hsakmt_shared_memory_is_recreated_with_its_size_and_magic() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let app = launch(&sim, &Profile::Basic, 1);
+    let dirs = Dirs::new();
+    let shm = dirs.shm.path().join("hsakmt_shared_mem");
+    let mut content = vec![0u8; 8192];
+    content[..4].copy_from_slice(&0x5a5a_1234u32.to_ne_bytes());
+    std::fs::write(&shm, &content).unwrap();
+    let (files, ids) = gpu_files(&app);
+    let emulator = dirs.emulator(&sim, |_| {});
+    emulator
+        .dump(app.pid(), &files, &device_vmas(&sim))
+        .expect("dump");
+    let image = kfd_image(dirs.images.path());
+    assert_eq!(image.shared_mem_size, 8192);
+    assert_eq!(image.shared_mem_magic, 0x5a5a_1234);
+    let pid = app.pid();
+    drop(files);
+    app.exit().unwrap();
+    std::fs::remove_file(&shm).unwrap();
+    emulator
+        .restore(pid, &ids, &vmas_of(&image))
+        .expect("restore");
+    let recreated = std::fs::read(&shm).expect("recreated");
+    assert_eq!(recreated.len(), 8192);
+    assert_eq!(&recreated[..4], &0x5a5a_1234u32.to_ne_bytes());
+}
+
+#[test]
+fn resume_of_a_pid_without_kfd_state_is_not_ours() {
+    use criu_plugin_amdgpu::abi::Stage;
+    use criu_plugin_amdgpu::core::plugin::{Plugin, PluginConfig, NOT_MINE};
+    use criu_plugin_amdgpu::emulator::EmulatedHost;
+    use criu_plugin_amdgpu::options::Options;
+
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let dirs = Dirs::new();
+    let main = sim.spawn_process().unwrap();
+    let plain = sim.spawn_process().unwrap();
+    let config = PluginConfig {
+        topology_root: sim.sysfs_root(),
+        shm_dir: dirs.shm.path().to_path_buf(),
+        has_dump_devices_late: true,
+        has_restore_retry: true,
+    };
+    let mut plugin = Plugin::init(
+        sim.driver(main),
+        EmulatedHost::new(dirs.images.path(), None),
+        Stage::Restore,
+        config,
+        Options::default(),
+    );
+    assert_eq!(plugin.resume_devices_late(plain.0 as i32), NOT_MINE);
+    assert_eq!(plugin.resume_devices_late(99_999), NOT_MINE);
+    assert_eq!(
+        plugin.restore_ext_file(42),
+        (NOT_MINE, false),
+        "no image for id 42"
+    );
+    plugin.exit(0);
+}
