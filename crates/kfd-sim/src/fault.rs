@@ -18,7 +18,7 @@
 //!   (`ENOMEM` for `MMAP`).
 //!
 //! Examples: `CRIU_OP:CHECKPOINT=EIO`, `AMDGPU_CS:3=ENOMEM`, `MMAP`.
-//! The simulator's ioctl entry points call [`check`]; this module never
+//! The simulator's ioctl entry points call `check`; this module never
 //! decides what a failure does beyond returning the errno.
 
 use std::fmt;

@@ -1,5 +1,5 @@
 //! The simulated machine: configuration, GPUs, processes, the open-file
-//! table, and [`SimDriver`], the [`kfd::Driver`] implementation that routes
+//! table, and [`SimDriver`], the [`kfd::Driver`](::kfd::Driver) implementation that routes
 //! `open`/`ioctl`/`mmap` to the KFD half (`crate::kfd`) or the DRM half.
 //!
 //! Identity of the caller comes from the [`SimDriver`] instance (everything
@@ -600,7 +600,7 @@ impl Sim {
         Ok(pid)
     }
 
-    /// The [`kfd::Driver`] through which process `pid` talks to the kernel.
+    /// The [`kfd::Driver`](::kfd::Driver) through which process `pid` talks to the kernel.
     pub fn driver(&self, pid: Pid) -> SimDriver {
         SimDriver {
             sim: self.clone(),
@@ -948,7 +948,7 @@ where
     r
 }
 
-/// One simulated process's [`kfd::Driver`]. Cheap to clone.
+/// One simulated process's [`kfd::Driver`](::kfd::Driver). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct SimDriver {
     sim: Sim,
@@ -1066,10 +1066,19 @@ impl SimDriver {
             }
             Some(OpenFile::Render(r)) => {
                 let gpu = r.gpu;
-                let id = st
-                    .bos
-                    .lookup_offset(gpu, offset, len as u64)
-                    .ok_or(Errno(libc::EINVAL))?;
+                // A BO imported from another GPU has its offset on this one
+                // from the DRM half.
+                let drm = &self.sim.shared.gpus[gpu].drm;
+                let (id, base) = match drm.import_at(&st.bos, offset, len as u64) {
+                    Some(found) => found,
+                    None => {
+                        let id = st
+                            .bos
+                            .lookup_offset(gpu, offset, len as u64)
+                            .ok_or(Errno(libc::EINVAL))?;
+                        (id, st.bos.get(id).ok_or(Errno(libc::EINVAL))?.mmap_offset)
+                    }
+                };
                 let bo = st.bos.get(id).ok_or(Errno(libc::EINVAL))?;
                 if !bo.allowed_files.contains(&key) {
                     return Err(Errno(libc::EACCES));
@@ -1078,7 +1087,7 @@ impl SimDriver {
                     crate::bo::Backing::Memory(m) | crate::bo::Backing::Aperture(m) => m.clone(),
                     crate::bo::Backing::UserPtr { .. } => return Err(Errno(libc::EPERM)),
                 };
-                Ok(Some((memfd, offset - bo.mmap_offset)))
+                Ok(Some((memfd, offset - base)))
             }
             None => Ok(None),
         }
