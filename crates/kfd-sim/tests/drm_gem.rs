@@ -455,7 +455,10 @@ fn gem_op_create_info_placement_and_mapping_info() {
         padding: 1,
         ..Default::default()
     };
-    assert_eq!(errno(r.ioctl(k::DRM_IOCTL_AMDGPU_GEM_OP, &mut padded)), libc::EINVAL);
+    assert_eq!(
+        errno(r.ioctl(k::DRM_IOCTL_AMDGPU_GEM_OP, &mut padded)),
+        libc::EINVAL
+    );
     r.va(k::AMDGPU_VA_OP_MAP, h, 8 * MIB, 4096, 8192, RWX)
         .unwrap();
     r.va(
@@ -669,4 +672,32 @@ fn prime_export_and_import_share_the_object() {
         "not a dma-buf"
     );
     drop(p1);
+}
+
+#[test]
+fn foreign_imports_get_their_own_offset_on_the_importing_gpu() {
+    let sim = sim_with(2, 90010);
+    let r0 = open_render(&sim, 0);
+    let r1 = open_render(&sim, 1);
+    // Both GPUs hand out their first offsets from the same start.
+    let local = r1.gem_create(8192, k::AMDGPU_GEM_DOMAIN_GTT, 0).unwrap();
+    let shared = r0.gem_create(8192, k::AMDGPU_GEM_DOMAIN_GTT, 0).unwrap();
+    assert_eq!(
+        r0.mmap_offset(shared).unwrap(),
+        r1.mmap_offset(local).unwrap()
+    );
+    let fd = export(&r0, shared, k::DRM_CLOEXEC | k::DRM_RDWR).unwrap();
+    let imported = import(&r1, fd.as_raw_fd()).unwrap();
+    let offset = r1.mmap_offset(imported).unwrap();
+    assert_ne!(offset, r1.mmap_offset(local).unwrap());
+    assert_eq!(r1.mmap_offset(imported).unwrap(), offset, "stable");
+    let mut theirs = r0.cpu_map(shared, 8192);
+    theirs.bytes_mut()[4096..4100].copy_from_slice(b"peer");
+    let mine = r1.cpu_map(imported, 8192);
+    assert_eq!(&mine.bytes()[4096..4100], b"peer");
+    let local_map = r1.cpu_map(local, 8192);
+    assert!(
+        local_map.bytes().iter().all(|b| *b == 0),
+        "the local bo is untouched"
+    );
 }

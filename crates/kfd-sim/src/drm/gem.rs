@@ -212,9 +212,12 @@ pub(super) fn gem_mmap(call: &mut Call<'_>, buf: &mut [u8]) -> Result<Step, Errn
     if bo.domain == Domain::UserPtr || info.flags & k::AMDGPU_GEM_CREATE_NO_CPU_ACCESS != 0 {
         return Err(Errno(libc::EPERM));
     }
-    let out = k::drm_amdgpu_gem_mmap_out {
-        addr_ptr: bo.mmap_offset,
+    let addr_ptr = if gem.foreign_import {
+        call.device().import_offset(bo, &call.st.bos)?
+    } else {
+        bo.mmap_offset
     };
+    let out = k::drm_amdgpu_gem_mmap_out { addr_ptr };
     write_arg(buf, 0, &out);
     done()
 }
