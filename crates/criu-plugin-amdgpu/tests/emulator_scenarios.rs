@@ -343,3 +343,92 @@ fn resume_of_a_pid_without_kfd_state_is_not_ours() {
     );
     plugin.exit(0);
 }
+
+/// A copy of the 2-GPU synthetic machine whose GPUs carry other gpu_ids
+/// (same hardware, another kernel's hash), so a restore must remap.
+fn renumbered_two_gpu_machine() -> Sim {
+    let mut system = kfd_sim::synthetic_system(2);
+    for (i, node) in system.nodes.iter_mut().filter(|n| n.is_gpu()).enumerate() {
+        node.gpu_id = Some(0x1111 * (i as u32 + 1));
+    }
+    Sim::new(system, SimConfig::default()).expect("renumbered machine")
+}
+
+#[test]
+fn a_remapped_process_keeps_its_gpu_ids_through_a_second_checkpoint() {
+    let origin = Sim::synthetic(2, SimConfig::default()).unwrap();
+    // No USERPTR BOs: their memory is ordinary process memory, which CRIU
+    // restores and which one simulator cannot hand to another.
+    let app = launch(&origin, &Profile::TensorFlowLike { bo_bytes: 64 << 10 }, 2);
+    let expected = app.describe().unwrap();
+    let first = Dirs::new();
+    let (files, ids) = gpu_files(&app);
+    first
+        .emulator(&origin, |_| {})
+        .dump(app.pid(), &files, &device_vmas(&origin))
+        .expect("first dump");
+    let pid = app.pid();
+    drop(files);
+    app.exit().unwrap();
+    let image = kfd_image(first.images.path());
+    let user_ids: Vec<u32> = image
+        .device_entries
+        .iter()
+        .filter(|d| d.gpu_id != 0)
+        .map(|d| d.gpu_id)
+        .collect();
+
+    // Restore on a machine whose gpu_ids differ: the GPUs are remapped.
+    let other = renumbered_two_gpu_machine();
+    assert!(other.gpus().iter().all(|g| !user_ids.contains(&g.gpu_id)));
+    let task = first
+        .emulator(&other, |_| {})
+        .restore(pid, &ids, &vmas_of(&image))
+        .expect("restore with remapping");
+    Workload::verify(&other, pid, &expected).expect("state matches after remapping");
+
+    // Checkpoint the restored process again: the image speaks the user ids
+    // the application knows, and names the pages files by them.
+    let second = Dirs::new();
+    let again: Vec<TaskFile<'_>> = task
+        .files
+        .iter()
+        .map(|(id, fd)| TaskFile {
+            fd: fd.as_fd(),
+            id: *id,
+        })
+        .collect();
+    second
+        .emulator(&other, |_| {})
+        .dump(pid, &again, &device_vmas(&other))
+        .expect("second dump");
+    let image2 = kfd_image(second.images.path());
+    let user_ids2: Vec<u32> = image2
+        .device_entries
+        .iter()
+        .filter(|d| d.gpu_id != 0)
+        .map(|d| d.gpu_id)
+        .collect();
+    assert_eq!(
+        user_ids2
+            .iter()
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>(),
+        user_ids.iter().copied().collect(),
+        "GPUs are named by the ids the application knows"
+    );
+    for gpu in &user_ids {
+        let name = format!("amdgpu-pages-{KFD_ID}-{gpu:04x}.img");
+        assert!(second.images.path().join(&name).exists(), "{name}");
+    }
+    drop(again);
+    drop(task);
+    other.exit_process(pid).unwrap();
+
+    // And back home.
+    second
+        .emulator(&origin, |_| {})
+        .restore(pid, &ids, &vmas_of(&image2))
+        .expect("restore at the origin");
+    Workload::verify(&origin, pid, &expected).expect("state matches back home");
+}
