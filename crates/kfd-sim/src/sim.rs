@@ -132,6 +132,9 @@ pub enum SimError {
         /// The parser's explanation.
         reason: String,
     },
+    /// No built-in topology has this name.
+    #[error("no built-in topology named {0:?} (see amdgpu_topology::builtin_names)")]
+    UnknownBuiltin(String),
     /// The pid is already in use.
     #[error("pid {0} is already in use")]
     PidInUse(Pid),
@@ -500,14 +503,26 @@ impl Sim {
     }
 
     /// A simulator for the topology recorded under `root` (a sysfs tree such
-    /// as a fixture directory). The tree must be complete enough for
-    /// [`Sim::new`].
+    /// as a fixture directory). What a partial capture lacks (gpu_ids, VRAM
+    /// banks, render minors) is filled in by
+    /// [`amdgpu_topology::synthesize_missing`] first.
     pub fn from_sysfs(root: &Path, config: SimConfig) -> Result<Sim, SimError> {
         let parsed = amdgpu_topology::parse(root).map_err(|e| SimError::Topology {
             path: root.to_owned(),
             reason: e.to_string(),
         })?;
-        Sim::new(parsed.system, config)
+        let mut system = parsed.system;
+        amdgpu_topology::synthesize_missing(&mut system);
+        Sim::new(system, config)
+    }
+
+    /// A simulator for one of the topology crate's built-in machines
+    /// ([`amdgpu_topology::builtin_names`]: `single-gpu`, `pcie-2gpu`,
+    /// `mi210-8gpu-2hive`, `mi250x-8`, `mi300x-64`, ...).
+    pub fn builtin(name: &str, config: SimConfig) -> Result<Sim, SimError> {
+        let system = amdgpu_topology::builtin(name)
+            .ok_or_else(|| SimError::UnknownBuiltin(name.to_owned()))?;
+        Sim::new(system, config)
     }
 
     /// The topology directory of the simulated sysfs (the equivalent of

@@ -943,7 +943,12 @@ fn item11_fixture_topologies_build_simulators() {
         println!("skipped: ../shared (fixtures) not found next to the workspace");
         return;
     };
-    for name in ["vega10-mi25-1gpu", "mi308x-cpx-8gpu"] {
+    for name in [
+        "vega10-mi25-1gpu",
+        "mi308x-cpx-8gpu",
+        "mi300x-cpx-8gpu",
+        "mi210-8gpu-xgmi-2hives",
+    ] {
         let root = shared.join("fixtures/topology").join(name);
         if !root.exists() {
             println!("skipped: fixture {name} not present");
@@ -951,16 +956,32 @@ fn item11_fixture_topologies_build_simulators() {
         }
         let sim = Sim::from_sysfs(&root, SimConfig::default()).unwrap();
         let fixture = amdgpu_topology::parse(&root).unwrap().system;
-        let ids: Vec<u32> = fixture.gpus().map(|n| n.gpu_id.unwrap()).collect();
-        assert_eq!(
-            sim.gpus().iter().map(|g| g.gpu_id).collect::<Vec<_>>(),
-            ids,
-            "{name}: the fixture's gpu_ids"
-        );
+        assert_eq!(sim.gpus().len(), fixture.gpus().count(), "{name}");
+        // Recorded gpu_ids are kept; missing ones are synthesized, non-zero and unique.
+        for (g, n) in sim.gpus().iter().zip(fixture.gpus()) {
+            if let Some(id) = n.gpu_id {
+                assert_eq!(g.gpu_id, id, "{name}: the fixture's gpu_id");
+            }
+            assert!(g.gpu_id != 0 && g.gpu_id <= 0xFFFF);
+        }
         let w = Workload::launch(&sim, &Profile::Basic).unwrap();
         let (pid, desc, _r) = checkpoint_restore(&sim, w);
         Workload::verify(&sim, pid, &desc).unwrap();
     }
+}
+
+#[test]
+fn item11_builtin_topologies_build_simulators() {
+    for name in amdgpu_topology::builtin_names() {
+        let sim = Sim::builtin(name, SimConfig::default()).unwrap();
+        let w = Workload::launch(&sim, &Profile::Basic).unwrap();
+        let (pid, desc, _r) = checkpoint_restore(&sim, w);
+        Workload::verify(&sim, pid, &desc).unwrap();
+    }
+    assert!(matches!(
+        Sim::builtin("no-such-machine", SimConfig::default()),
+        Err(kfd_sim::SimError::UnknownBuiltin(_))
+    ));
 }
 
 fn shared_dir() -> Option<std::path::PathBuf> {
