@@ -236,6 +236,16 @@ fn info_queries() {
     .unwrap();
     assert_eq!(word, 0);
 
+    let mut heaps = k::drm_amdgpu_info_vram_gtt::default();
+    let size = std::mem::size_of::<k::drm_amdgpu_info_vram_gtt>() as u32;
+    info(&r, k::AMDGPU_INFO_VRAM_GTT, 0, 0, &mut heaps, size).unwrap();
+    let vram = r.sim.gpus()[0].vram_bytes;
+    assert_eq!(
+        (heaps.vram_size, heaps.vram_cpu_accessible_size),
+        (vram, vram)
+    );
+    assert_eq!(heaps.gtt_size, r.sim.config().system_memory_bytes);
+
     let mut dev = k::drm_amdgpu_info_device::default();
     let size = std::mem::size_of::<k::drm_amdgpu_info_device>() as u32;
     info(&r, k::AMDGPU_INFO_DEV_INFO, 0, 0, &mut dev, size).unwrap();

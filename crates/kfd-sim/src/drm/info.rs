@@ -41,6 +41,7 @@ pub(crate) struct DeviceFacts {
     wave_front_size: u32,
     vram_bit_width: u32,
     vram_bytes: u64,
+    cpu_visible_vram_bytes: u64,
     fusion: bool,
 }
 
@@ -67,6 +68,11 @@ impl DeviceFacts {
             wave_front_size: prop32(node, "wave_front_size"),
             vram_bit_width: u32::try_from(bank_prop("width")).unwrap_or(0),
             vram_bytes,
+            // A small-BAR GPU shows the CPU a 256 MiB window of its VRAM.
+            cpu_visible_vram_bytes: match node.vram() {
+                Some((_, true)) | None => vram_bytes,
+                Some((_, false)) => vram_bytes.min(256 << 20),
+            },
             fusion: node.kind() == NodeKind::Apu,
         }
     }
@@ -202,7 +208,7 @@ fn answer(device: &DrmDevice, args: &k::drm_amdgpu_info, request: &[u8]) -> Resu
             let vram = device.facts.vram_bytes;
             let out = k::drm_amdgpu_info_vram_gtt {
                 vram_size: vram,
-                vram_cpu_accessible_size: vram,
+                vram_cpu_accessible_size: device.facts.cpu_visible_vram_bytes,
                 gtt_size: 0,
             };
             Ok(out.as_bytes().to_vec())
