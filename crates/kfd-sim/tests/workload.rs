@@ -155,3 +155,20 @@ fn a_full_round_trip_leaks_nothing() {
     assert_eq!(after.live_bos, 0, "{after:?}");
     assert_eq!(after.pinned_userptr_pages, 0, "{after:?}");
 }
+
+#[test]
+fn thousands_of_bos_round_trip() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let profile = Profile::PyTorchLike {
+        bos_per_gpu: 2000,
+        max_bo_bytes: 64 * KIB,
+    };
+    let mut w = Workload::launch(&sim, &profile).unwrap();
+    w.step().unwrap();
+    let (pid, desc, _r) = checkpoint_restore(&sim, w);
+    assert!(desc.bos.len() > 2000);
+    Workload::verify(&sim, pid, &desc).unwrap();
+    let mut r = Workload::attach(&sim, pid);
+    r.step().unwrap();
+    assert_eq!(r.steps().unwrap(), 2);
+}

@@ -257,14 +257,10 @@ pub(crate) fn map_one(p: &mut KfdProcess, pdd: usize, slot: u32, peer: usize) ->
         return Err(Errno(libc::EINVAL));
     }
     let (va, end) = (mem.va, mem.va.saturating_add(mem.size));
-    let overlap = p.pdds.iter().enumerate().any(|(i, other)| {
-        other.idr.iter().any(|(&s, m)| {
-            m.mapped.contains(&peer) && !(i == pdd && s == slot) && m.va < end && va < m.va + m.size
-        })
-    });
-    if overlap {
+    if p.pdds[peer].vm_overlap(va, end).is_some() {
         return Err(Errno(libc::EINVAL));
     }
+    p.pdds[peer].vm_maps.insert(va, (end, pdd, slot));
     if let Some(mem) = p.pdds[pdd].idr.get_mut(&slot) {
         mem.mapped.insert(peer);
     }
@@ -327,13 +323,15 @@ fn map_or_unmap(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8], map: bool) -> Resul
         let r = if map {
             map_checked(ctx.st, pid, pdd, slot, peer)
         } else {
-            match proc_mut(ctx.st, pid)?.pdds[pdd].idr.get_mut(&slot) {
-                Some(mem) => {
-                    if mem.mapped.remove(&peer) {
-                        Ok(())
-                    } else {
-                        Err(Errno(libc::EINVAL))
-                    }
+            let p = proc_mut(ctx.st, pid)?;
+            let unmapped = p.pdds[pdd]
+                .idr
+                .get_mut(&slot)
+                .and_then(|mem| mem.mapped.remove(&peer).then_some(mem.va));
+            match unmapped {
+                Some(va) => {
+                    p.pdds[peer].vm_maps.remove(&va);
+                    Ok(())
                 }
                 None => Err(Errno(libc::EINVAL)),
             }

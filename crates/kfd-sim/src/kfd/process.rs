@@ -56,9 +56,24 @@ pub(crate) struct Pdd {
     pub(crate) trap_handler: (u64, u64),
     /// SET_MEMORY_POLICY (default, alternate, base, size).
     pub(crate) memory_policy: (u32, u32, u64, u64),
+    /// KFD mappings in this pdd's VM: start VA → (end VA, owning pdd, slot).
+    pub(crate) vm_maps: BTreeMap<u64, (u64, usize, u32)>,
 }
 
 impl Pdd {
+    /// The KFD mapping in this VM that intersects `[va, end)`, if any.
+    pub(crate) fn vm_overlap(&self, va: u64, end: u64) -> Option<(usize, u32)> {
+        if let Some((_, &(e, pdd, slot))) = self.vm_maps.range(..va.saturating_add(1)).next_back() {
+            if e > va {
+                return Some((pdd, slot));
+            }
+        }
+        self.vm_maps
+            .range(va..end)
+            .next()
+            .map(|(_, &(_, pdd, slot))| (pdd, slot))
+    }
+
     /// The lowest free IDR slot (`idr_alloc(…, 0, 0)`).
     pub(crate) fn free_slot(&self) -> Option<u32> {
         let mut want = 0u32;
@@ -179,6 +194,7 @@ impl KfdProcess {
                     scratch_backing_va: 0,
                     trap_handler: (0, 0),
                     memory_policy: (0, 0, 0, 0),
+                    vm_maps: BTreeMap::new(),
                 })
                 .collect(),
             queues_paused: false,
