@@ -179,6 +179,19 @@ fn gem_create_falls_back_from_vram_to_gtt() {
         errno(r.gem_create(1 << 45, k::AMDGPU_GEM_DOMAIN_VRAM, 0)),
         libc::ENOMEM
     );
+    // VRAM is used up by earlier BOs: the next VRAM request lands in GTT.
+    r.close(h).unwrap();
+    let all = r.gem_create(vram, k::AMDGPU_GEM_DOMAIN_VRAM, 0).unwrap();
+    op.handle = r.gem_create(4096, k::AMDGPU_GEM_DOMAIN_VRAM, 0).unwrap();
+    r.ioctl(k::DRM_IOCTL_AMDGPU_GEM_OP, &mut op).unwrap();
+    assert_eq!(
+        info.domains,
+        u64::from(k::AMDGPU_GEM_DOMAIN_VRAM | k::AMDGPU_GEM_DOMAIN_GTT)
+    );
+    r.close(all).unwrap();
+    op.handle = r.gem_create(4096, k::AMDGPU_GEM_DOMAIN_VRAM, 0).unwrap();
+    r.ioctl(k::DRM_IOCTL_AMDGPU_GEM_OP, &mut op).unwrap();
+    assert_eq!(info.domains, u64::from(k::AMDGPU_GEM_DOMAIN_VRAM));
 }
 
 #[test]

@@ -138,15 +138,33 @@ pub(super) fn gem_create(call: &mut Call<'_>, buf: &mut [u8]) -> Result<Step, Er
     if size == 0 {
         return Err(Errno(libc::EINVAL));
     }
-    let vram_bytes = call.device().facts_vram_bytes();
-    let gtt_bytes = call.shared.config.system_memory_bytes;
+    // What is left of this GPU's VRAM and of system memory (GTT BOs of all
+    // GPUs share it), after every live BO of the store, KFD ones included.
+    let gpu = call.gpu;
+    let used = |domain: Domain, any_gpu: bool| -> u64 {
+        call.st
+            .bos
+            .iter()
+            .filter(|b| b.domain == domain && (any_gpu || b.gpu == gpu))
+            .map(|b| b.size)
+            .sum()
+    };
+    let vram_left = call
+        .device()
+        .facts_vram_bytes()
+        .saturating_sub(used(Domain::Vram, false));
+    let gtt_left = call
+        .shared
+        .config
+        .system_memory_bytes
+        .saturating_sub(used(Domain::Gtt, true));
     let mut domains = args.domains & 0xFFFF_FFFF;
     let domain = loop {
-        if domains & DOMAIN_VRAM != 0 && size <= vram_bytes {
+        if domains & DOMAIN_VRAM != 0 && size <= vram_left {
             break Domain::Vram;
         }
         if domains & (DOMAIN_GTT | DOMAIN_CPU) != 0 || domains == 0 {
-            if size <= gtt_bytes {
+            if size <= gtt_left {
                 break Domain::Gtt;
             }
             return Err(Errno(libc::ENOMEM));
@@ -171,7 +189,6 @@ pub(super) fn gem_create(call: &mut Call<'_>, buf: &mut [u8]) -> Result<Step, Er
     if flags & k::AMDGPU_GEM_CREATE_CPU_ACCESS_REQUIRED != 0 {
         kfd_flags |= k::KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC;
     }
-    let gpu = call.gpu;
     let key = call.key;
     let info = GemInfo {
         preferred_domains: domains,
