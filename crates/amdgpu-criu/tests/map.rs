@@ -279,3 +279,47 @@ fn partial_captures_need_complete() {
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("filled in: node 2: gpu_id"), "{stderr}");
 }
+
+#[test]
+fn equal_gpus_failing_alike_share_one_line() {
+    let out = run(
+        &[
+            "map",
+            "--from",
+            "builtin:mi250x-8",
+            "--to",
+            "builtin:mi210-8gpu-2hive",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let device_id: Vec<&str> = text.lines().filter(|l| l.contains("device_id")).collect();
+    assert_eq!(device_id.len(), 1, "{text}");
+    let listed = device_id[0]
+        .trim()
+        .strip_prefix("checkpointed GPUs ")
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(ids, _)| ids.split(", ").count());
+    assert_eq!(listed, Some(8), "{text}");
+    // JSON keeps one reason per checkpointed GPU
+    let out = run(
+        &[
+            "map",
+            "--from",
+            "builtin:mi250x-8",
+            "--to",
+            "builtin:mi210-8gpu-2hive",
+            "--json",
+        ],
+        &[],
+    );
+    let v = json(&out);
+    let per_gpu = v["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["check"] == "device_id")
+        .count();
+    assert_eq!(per_gpu, 8);
+}

@@ -11,10 +11,11 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use amdgpu_topology::checks::Reason;
 use amdgpu_topology::devices::DeviceTopology;
 use amdgpu_topology::mapping::{map_topologies, MapResult};
 use amdgpu_topology::options::CheckOptions;
-use amdgpu_topology::{builtin, builtin_names, parse, synthesize_missing};
+use amdgpu_topology::{builtin, builtin_names, parse, synthesize_missing, GpuId};
 
 /// Arguments of `map`.
 #[derive(clap::Args)]
@@ -133,8 +134,8 @@ fn print_text(
     }
     if !result.compatible {
         println!("not compatible:");
-        for reason in &result.reasons {
-            println!("  {reason}");
+        for line in reason_lines(&result.reasons) {
+            println!("  {line}");
         }
         return;
     }
@@ -153,4 +154,47 @@ fn print_text(
             println!("  {src} -> {dst}");
         }
     }
+}
+
+/// One line per reason, except that pair reasons (a checkpointed GPU against
+/// a local GPU) differing only in the checkpointed GPU share one line
+/// listing those GPUs: equal GPUs failing against the same local GPU.
+fn reason_lines(reasons: &[Reason]) -> Vec<String> {
+    let mut lines: Vec<(Option<Reason>, Vec<GpuId>)> = Vec::new();
+    for reason in reasons {
+        if reason.local_gpu.is_none() || reason.gpu.is_none() {
+            lines.push((Some(reason.clone()), Vec::new()));
+            continue;
+        }
+        let key = Reason {
+            gpu: None,
+            ..reason.clone()
+        };
+        let gpu = reason.gpu.unwrap_or_default();
+        match lines
+            .iter_mut()
+            .find(|(r, gpus)| !gpus.is_empty() && r.as_ref() == Some(&key))
+        {
+            Some((_, gpus)) => gpus.push(gpu),
+            None => lines.push((Some(key), vec![gpu])),
+        }
+    }
+    lines
+        .into_iter()
+        .filter_map(|(reason, gpus)| {
+            let reason = reason?;
+            Some(match gpus.as_slice() {
+                [] => reason.to_string(),
+                [gpu] => Reason {
+                    gpu: Some(*gpu),
+                    ..reason
+                }
+                .to_string(),
+                many => {
+                    let ids: Vec<String> = many.iter().map(u32::to_string).collect();
+                    format!("checkpointed GPUs {}: {reason}", ids.join(", "))
+                }
+            })
+        })
+        .collect()
 }
