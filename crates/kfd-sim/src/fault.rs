@@ -10,8 +10,11 @@
 //!   (`CRIU_OP:PROCESS_INFO`, `CRIU_OP:CHECKPOINT`, `CRIU_OP:UNPAUSE`,
 //!   `CRIU_OP:RESTORE`, `CRIU_OP:RESUME`), or one of the internal points
 //!   `OPEN` (a device open), `MMAP` (a device mmap), `DMABUF_EXPORT` (each
-//!   dma-buf the kernel creates: CHECKPOINT, RESTORE, EXPORT_DMABUF, PRIME)
-//!   and `SDMA_SHORT` (an SDMA copy moves only part of its bytes and its fence
+//!   dma-buf the kernel creates: CHECKPOINT, RESTORE, EXPORT_DMABUF, PRIME),
+//!   `EVICT` (one device's queue eviction in PROCESS_INFO or RESTORE; `EIO`
+//!   is tolerated as the kernel tolerates a hung GPU, other errors roll the
+//!   call's evictions back), `RESTORE_QUEUES` (UNPAUSE's queue restore) and
+//!   `SDMA_SHORT` (an SDMA copy moves only part of its bytes and its fence
 //!   reports the error).
 //! * `N` (default 1) counts calls of that operation after the fault is armed.
 //! * `ERRNO` is a name (`EIO`, `ENOMEM`, ...) or a number; default `EIO`
@@ -76,6 +79,8 @@ pub enum FaultKind {
     Mmap,
     /// A dma-buf creation inside the kernel.
     DmabufExport,
+    /// A queue eviction or restore inside the CRIU ops.
+    QueueScheduling,
     /// A short SDMA copy with an erroring fence.
     ShortDma,
 }
@@ -171,6 +176,7 @@ impl FaultSpec {
             "OPEN" => FaultKind::Open,
             "MMAP" => FaultKind::Mmap,
             "DMABUF_EXPORT" => FaultKind::DmabufExport,
+            "EVICT" | "RESTORE_QUEUES" => FaultKind::QueueScheduling,
             "SDMA_SHORT" => FaultKind::ShortDma,
             op if op.starts_with("CRIU_OP:") => FaultKind::CriuOp,
             _ => FaultKind::Ioctl,

@@ -154,3 +154,48 @@ fn faults_can_be_listed_and_cleared() {
     sim.clear_faults();
     assert!(sim.pending_faults().is_empty());
 }
+
+#[test]
+fn a_failed_eviction_is_rolled_back_and_unpauses() {
+    let sim = sim(2);
+    let mut w = Workload::launch(&sim, &Profile::Basic).unwrap();
+    let criu = criu_for(&sim, w.pid());
+    // The second device's eviction fails: the first is rolled back, nothing stays paused.
+    inject(&sim, "EVICT:2=ENOMEM");
+    assert_eq!(
+        process_info(&criu, w.kfd_fd().unwrap()).map(|_| ()),
+        Err(libc::ENOMEM)
+    );
+    assert_eq!(
+        unpause(&criu, w.kfd_fd().unwrap()),
+        Err(libc::EINVAL),
+        "not paused"
+    );
+    w.step().unwrap();
+    // EIO (a hung GPU) is tolerated.
+    inject(&sim, "EVICT=EIO");
+    process_info(&criu, w.kfd_fd().unwrap()).unwrap();
+    assert!(w.step().is_err());
+    // A failure while already paused: the error path's restore undoes the
+    // earlier level too (spec §1.3, inferred), and the pause flag is cleared.
+    inject(&sim, "EVICT=ENOMEM");
+    assert_eq!(
+        process_info(&criu, w.kfd_fd().unwrap()).map(|_| ()),
+        Err(libc::ENOMEM)
+    );
+    w.step().unwrap();
+    assert_eq!(unpause(&criu, w.kfd_fd().unwrap()), Err(libc::EINVAL));
+}
+
+#[test]
+fn a_failed_queue_restore_keeps_the_process_paused() {
+    let sim = sim(1);
+    let mut w = Workload::launch(&sim, &Profile::Basic).unwrap();
+    let criu = criu_for(&sim, w.pid());
+    process_info(&criu, w.kfd_fd().unwrap()).unwrap();
+    inject(&sim, "RESTORE_QUEUES=EBUSY");
+    assert_eq!(unpause(&criu, w.kfd_fd().unwrap()), Err(libc::EBUSY));
+    assert!(w.step().is_err(), "still evicted");
+    unpause(&criu, w.kfd_fd().unwrap()).unwrap();
+    w.step().unwrap();
+}

@@ -106,19 +106,48 @@ fn restore_once(p: &mut KfdProcess) {
     }
 }
 
+/// Evicts the queues of every pdd one level (`kfd_process_evict_queues`).
+/// Each device's eviction is a fault point `EVICT`: an injected `EIO` is
+/// tolerated (the device counts as evicted, as after a GPU hang); any other
+/// error rolls back the devices this call evicted and is returned.
+fn evict_all(st: &mut State, pid: Pid) -> Result<(), Errno> {
+    let n = proc_mut(st, pid)?.pdds.len();
+    for i in 0..n {
+        if let Err(e) = crate::fault::check(st, "EVICT") {
+            if e.0 != libc::EIO {
+                let p = proc_mut(st, pid)?;
+                for pdd in &mut p.pdds[..i] {
+                    pdd.eviction = pdd.eviction.saturating_sub(1);
+                }
+                return Err(e);
+            }
+        }
+        proc_mut(st, pid)?.pdds[i].eviction += 1;
+    }
+    Ok(())
+}
+
+/// Restores one eviction level on every pdd (`kfd_process_restore_queues`),
+/// fault point `RESTORE_QUEUES`: an injected error leaves every level as it
+/// was and is returned.
+fn restore_all(st: &mut State, pid: Pid) -> Result<(), Errno> {
+    crate::fault::check(st, "RESTORE_QUEUES")?;
+    restore_once(proc_mut(st, pid)?);
+    Ok(())
+}
+
 fn process_info(ctx: &mut Ctx<'_>, pid: Pid, a: &mut kfd_ioctl_criu_args) -> Result<(), Errno> {
     let max_gpu = ctx.sim.config.max_gpu_instance;
-    let p = proc_mut(ctx.st, pid)?;
     let result = (|| {
-        if p.pdds.is_empty() {
+        if proc_mut(ctx.st, pid)?.pdds.is_empty() {
             return Err(Errno(libc::ENODEV));
         }
-        for pdd in &mut p.pdds {
-            pdd.eviction += 1;
-        }
+        evict_all(ctx.st, pid)?;
+        let p = proc_mut(ctx.st, pid)?;
         p.queues_paused = true;
         counts(max_gpu, p)
     })();
+    let p = proc_mut(ctx.st, pid)?;
     match result {
         Ok(c) => {
             a.pid = pid.0;
@@ -129,6 +158,8 @@ fn process_info(ctx: &mut Ctx<'_>, pid: Pid, a: &mut kfd_ioctl_criu_args) -> Res
             Ok(())
         }
         Err(e) => {
+            // The error path runs the queue-restore path once on every device
+            // (which can undo an earlier PROCESS_INFO's level) and unpauses.
             restore_once(p);
             p.queues_paused = false;
             Err(e)
@@ -317,12 +348,12 @@ fn checkpoint(ctx: &mut Ctx<'_>, pid: Pid, a: &mut kfd_ioctl_criu_args) -> Resul
 }
 
 fn unpause(ctx: &mut Ctx<'_>, pid: Pid) -> Result<(), Errno> {
-    let p = proc_mut(ctx.st, pid)?;
-    if !p.queues_paused {
+    if !proc_mut(ctx.st, pid)?.queues_paused {
         return Err(Errno(libc::EINVAL));
     }
-    restore_once(p);
-    p.queues_paused = false;
+    // A failed queue restore is returned and leaves the process paused.
+    restore_all(ctx.st, pid)?;
+    proc_mut(ctx.st, pid)?.queues_paused = false;
     Ok(())
 }
 
@@ -336,9 +367,7 @@ fn restore(ctx: &mut Ctx<'_>, pid: Pid, a: &mut kfd_ioctl_criu_args) -> Result<(
         return Err(Errno(libc::EINVAL));
     }
     // 1. Evict; the RESUME worker brings the queues back.
-    for pdd in &mut proc_mut(ctx.st, pid)?.pdds {
-        pdd.eviction += 1;
-    }
+    evict_all(ctx.st, pid)?;
     let mut r = UserReader::new(a.priv_data, a.priv_data_size);
     // 2. Process record.
     let rec = r.take(PROCESS_RECORD)?;
