@@ -1064,7 +1064,7 @@ impl SimDriver {
             }
             // SAFETY: forwarded Driver::ioctl contract. The DRM half takes
             // the lock: fence waits happen without it.
-            None => unsafe { crate::drm::ioctl(&self.sim.shared, st, key, request, arg) },
+            None => unsafe { crate::drm::ioctl(&self.sim.shared, st, self.pid, key, request, arg) },
         }
     }
 

@@ -615,3 +615,34 @@ fn dependencies_order_jobs_across_rings() {
     let seq = r.submit_chunks(ctx, 0, &[chunk, empty]).unwrap();
     assert_eq!(r.wait(ctx, 0, seq, u64::MAX).unwrap(), 0);
 }
+
+#[test]
+fn bo_lists_refuse_another_process_userptr() {
+    let r = render();
+    let host = HostBuf::new(4096, |_| 0);
+    let mine = r.userptr(&host).unwrap();
+    let gtt = r.gem_create(4096, k::AMDGPU_GEM_DOMAIN_GTT, 0).unwrap();
+    // Another process using the same open file (an fd passed over a socket).
+    let other = drm_support::Render {
+        sim: r.sim.clone(),
+        drv: r.sim.driver(r.sim.spawn_process().unwrap()),
+        fd: r.fd.try_clone().unwrap(),
+    };
+    assert_eq!(
+        errno(bo_list(
+            &other,
+            k::AMDGPU_BO_LIST_OP_CREATE,
+            0,
+            &[gtt, mine]
+        )),
+        libc::EPERM
+    );
+    assert_eq!(
+        bo_list(&other, k::AMDGPU_BO_LIST_OP_CREATE, 0, &[gtt]).unwrap(),
+        1
+    );
+    assert_eq!(
+        bo_list(&r, k::AMDGPU_BO_LIST_OP_CREATE, 0, &[gtt, mine]).unwrap(),
+        2
+    );
+}

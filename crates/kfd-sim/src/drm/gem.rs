@@ -107,6 +107,7 @@ pub(crate) fn derived_gem_info(bo: &Bo) -> GemInfo {
             Domain::UserPtr => Some(k::AMDGPU_GEM_USERPTR_REGISTER),
             _ => None,
         },
+        userptr_owner: None,
     }
 }
 
@@ -195,6 +196,7 @@ pub(super) fn gem_create(call: &mut Call<'_>, buf: &mut [u8]) -> Result<Step, Er
         flags,
         alignment_pages: args.alignment.div_ceil(GPU_PAGE),
         userptr_flags: None,
+        userptr_owner: None,
     };
     let id = call.st.bos.create_memory(gpu, size, domain, kfd_flags)?;
     let (file, bos) = call.parts()?;
@@ -327,6 +329,7 @@ pub(super) fn gem_userptr(call: &mut Call<'_>, buf: &mut [u8]) -> Result<Step, E
         flags: 0,
         alignment_pages: 0,
         userptr_flags: Some(args.flags),
+        userptr_owner: Some(call.caller),
     };
     call.device().set_gem_info(id, info, &call.st.bos);
     let mut out = args;

@@ -43,7 +43,7 @@ use crate::sdma::{
     Deadline, Fence, GpuGeneration, JobError, RangeBacking, SdmaEngine, SdmaStats, UserMemory,
     VmRange, VmView,
 };
-use crate::sim::{FileKey, OpenFile, Shared, State};
+use crate::sim::{FileKey, OpenFile, Pid, Shared, State};
 use crate::{Errno, Sim};
 
 use self::va::VaSpace;
@@ -69,6 +69,8 @@ pub(crate) struct GemInfo {
     pub(crate) alignment_pages: u64,
     /// `AMDGPU_GEM_USERPTR_*` flags of a userptr BO.
     pub(crate) userptr_flags: Option<u32>,
+    /// The process whose memory a userptr BO wraps (its `mm`).
+    pub(crate) userptr_owner: Option<Pid>,
 }
 
 /// A GPU's render-node side: SDMA engines and device-wide GEM facts.
@@ -397,6 +399,27 @@ pub(crate) fn kfd_ranges(st: &State, key: FileKey) -> Vec<KfdRange> {
     out
 }
 
+/// The process whose memory userptr BO `bo` wraps: the creator of a GEM
+/// userptr, or the KFD process holding a KFD userptr allocation.
+pub(crate) fn userptr_owner(st: &State, device: &DrmDevice, bo: &crate::bo::Bo) -> Option<Pid> {
+    if bo.domain != Domain::UserPtr {
+        return None;
+    }
+    if let Some(owner) = device.gem_info(bo).userptr_owner {
+        return Some(owner);
+    }
+    st.processes
+        .iter()
+        .find(|(_, p)| {
+            p.kfd.as_ref().is_some_and(|k| {
+                k.pdds
+                    .iter()
+                    .any(|pdd| pdd.idr.values().any(|m| m.bo == bo.id))
+            })
+        })
+        .map(|(pid, _)| *pid)
+}
+
 /// The memory a BO shows to the engine, if it has any right now.
 fn bo_memory(bo: &crate::bo::Bo) -> Option<Arc<dyn crate::sdma::DeviceMemory>> {
     match &bo.backing {
@@ -475,6 +498,8 @@ pub(crate) struct Call<'a> {
     pub(crate) key: FileKey,
     /// Its GPU index.
     pub(crate) gpu: usize,
+    /// The calling process.
+    pub(crate) caller: Pid,
 }
 
 impl Call<'_> {
@@ -667,6 +692,7 @@ fn relock(shared: &Shared) -> MutexGuard<'_, State> {
 pub(crate) unsafe fn ioctl<'a>(
     shared: &'a Shared,
     mut st: MutexGuard<'a, State>,
+    caller: Pid,
     key: FileKey,
     request: u64,
     arg: *mut c_void,
@@ -725,6 +751,7 @@ pub(crate) unsafe fn ioctl<'a>(
                 st: &mut st,
                 key,
                 gpu,
+                caller,
             };
             handler(&mut call, &mut buf)
         };

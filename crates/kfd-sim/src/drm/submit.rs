@@ -190,16 +190,26 @@ fn read_bo_entries(
 }
 
 /// Resolves BO list entries to BOs (`amdgpu_bo_list_create`): an unknown
-/// handle is `ENOENT`.
+/// handle is `ENOENT`, a userptr BO of another process's memory `EPERM`.
 fn resolve_entries(
     call: &mut Call<'_>,
     entries: &[k::drm_amdgpu_bo_list_entry],
 ) -> Result<Vec<BoId>, Errno> {
     let file = call.file()?;
-    entries
+    let ids = entries
         .iter()
         .map(|e| file.handle(e.bo_handle, libc::ENOENT).map(|g| g.bo))
-        .collect()
+        .collect::<Result<Vec<BoId>, Errno>>()?;
+    let device = call.device();
+    for id in &ids {
+        let Some(bo) = call.st.bos.get(*id) else {
+            continue;
+        };
+        if super::userptr_owner(call.st, device, bo).is_some_and(|owner| owner != call.caller) {
+            return Err(Errno(libc::EPERM));
+        }
+    }
+    Ok(ids)
 }
 
 /// DRM_IOCTL_AMDGPU_BO_LIST (`amdgpu_bo_list_ioctl`).
