@@ -27,6 +27,40 @@
 //! simulator tracks, not real processes. The simulator never does anything the
 //! real kernel would not do, and never touches real GPU devices.
 //!
+//! # Devices and identities
+//!
+//! * `/dev/kfd` is character device 511:0 ([`KFD_MAJOR`]); render nodes are
+//!   226:`minor` ([`DRM_MAJOR`]) for the minors of the topology's GPU nodes.
+//!   Other paths are `ENOENT`; a render node of a GPU the process's device
+//!   cgroup hides ([`ProcessConfig::visible_gpus`]) is `EPERM`.
+//! * Each open is a new memfd. The simulator keys its state on the memfd's
+//!   inode, so dup'ed and passed fds resolve to the same open file; a dma-buf
+//!   is a re-open of the BO's memfd (read-write or read-only), so `lseek`,
+//!   `mmap` and `fcntl(F_GETFL)` behave as on a real dma-buf.
+//! * The calling process is the [`SimDriver`]'s pid. Pids start at 1000;
+//!   [`Sim::spawn_process_with`] can recreate a pid (CRIU restores under the
+//!   original pid). [`Sim::ptrace_attach`] and
+//!   [`Sim::set_checkpoint_restore_capable`] model CRIU's ptrace and
+//!   capabilities.
+//!
+//! # Fidelity and limits
+//!
+//! Modelled after the kernel rules in `spec/kernel.md` §1–§3 and §5: the
+//! dispatch rules, every CRIU op with its validation order, the kernel's
+//! private-data layout (`MAX_GPU_INSTANCE` 64 or 16), user/actual gpu_id
+//! translation (and the places that leak actual ids), BO types with their
+//! size rules, eviction levels, the signal page, SVM ranges. Deliberate
+//! simplifications, each documented where it lives:
+//!
+//! * the debugger ioctls of KFD 1.13+ (RUNTIME_ENABLE, DBG_TRAP) are outside
+//!   the simulated table (`ENOTTY`); GET_TILE_CONFIG and SMI_EVENTS answer
+//!   `EOPNOTSUPP`; queues of type SDMA_BY_ENG_ID are refused (`EINVAL`);
+//! * the GPU never signals asynchronously, so WAIT_EVENTS does not block;
+//! * CPU VMAs are not modelled, so SVM's "range must be mapped" check is not
+//!   made; USERPTR pages are "pinned" only in [`Accounting`];
+//! * the RESUME worker (userptr revalidation, queue restart) runs before
+//!   RESUME returns: queues are running at the next observation.
+//!
 //! ```
 //! use kfd::Driver;
 //! use kfd_sim::{Sim, SimConfig};

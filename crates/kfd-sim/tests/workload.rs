@@ -172,3 +172,37 @@ fn thousands_of_bos_round_trip() {
     r.step().unwrap();
     assert_eq!(r.steps().unwrap(), 2);
 }
+
+#[test]
+fn restore_under_the_original_pid_as_criu_does() {
+    let sim = Sim::synthetic(2, SimConfig::default()).unwrap();
+    let mut w = Workload::launch(&sim, &Profile::Basic).unwrap();
+    w.step().unwrap();
+    let old = w.pid();
+    let criu = criu_for(&sim, old);
+    let d = dump(&criu, w.kfd_fd().unwrap());
+    assert_eq!(d.info.pid, old.0, "PROCESS_INFO reports the target pid");
+    let desc = w.describe().unwrap();
+    w.exit().unwrap();
+    assert!(!sim.process_alive(old));
+    let pid = sim
+        .spawn_process_with(kfd_sim::ProcessConfig {
+            pid: Some(kfd_sim::Pid(d.info.pid)),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(pid, old);
+    assert!(matches!(
+        sim.spawn_process_with(kfd_sim::ProcessConfig {
+            pid: Some(old),
+            ..Default::default()
+        }),
+        Err(kfd_sim::SimError::PidInUse(_))
+    ));
+    let _r = restore(&sim, pid, &d);
+    resume(&criu, kfd_sim::Pid(d.info.pid)).unwrap();
+    Workload::verify(&sim, pid, &desc).unwrap();
+    let mut r = Workload::attach(&sim, pid);
+    r.step().unwrap();
+    assert_eq!(r.steps().unwrap(), 2);
+}
