@@ -38,7 +38,10 @@ pub mod rule {
     /// `local` can be placed at the same time.
     pub const NUMA: &str = "numa";
     /// Counting (Hall's condition): `checkpointed` GPUs (including `gpu`)
-    /// can only go to `local` distinct local GPUs, fewer than needed.
+    /// can only go to `local` distinct local GPUs, fewer than needed. After
+    /// the pair checks passed this comes from the constraints on top of
+    /// them: CPU placement (the most preferred placement tried) or hive
+    /// assignment.
     pub const COMPATIBLE_GPUS: &str = "compatible_gpus";
 }
 
