@@ -872,6 +872,10 @@ impl State {
     }
 }
 
+/// Largest buffer a single copy-in may need (1 GiB); larger requests fail
+/// with `ENOMEM` instead of exhausting host memory.
+pub(crate) const MAX_KERNEL_BUFFER: usize = 1 << 30;
+
 /// Copies `len` bytes from the caller's memory at `addr` (`copy_from_user`).
 /// A null address is `EFAULT`.
 ///
@@ -881,6 +885,10 @@ impl State {
 pub(crate) fn copy_from_user(addr: u64, len: usize) -> Result<Vec<u8>, Errno> {
     if len == 0 {
         return Ok(Vec::new());
+    }
+    if len > MAX_KERNEL_BUFFER {
+        // kvmalloc of an absurd size fails in the kernel too.
+        return Err(Errno(libc::ENOMEM));
     }
     if addr == 0 {
         return Err(Errno(libc::EFAULT));

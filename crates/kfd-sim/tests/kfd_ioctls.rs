@@ -854,3 +854,29 @@ fn process_without_visible_gpus_still_answers_version_queries() {
         "render node hidden by the device cgroup"
     );
 }
+
+#[test]
+fn absurd_counts_fail_without_exhausting_memory() {
+    let sim = sim(1);
+    let p = Proc::new(&sim);
+    let a = p
+        .alloc(p.gpu_ids[0], 0x10_0000_0000, 4096, GTT_W, 0)
+        .unwrap();
+    let ids = [p.gpu_ids[0]];
+    let mut m = kfd_ioctl_map_memory_to_gpu_args {
+        handle: a.handle,
+        device_ids_array_ptr: ids.as_ptr() as u64,
+        n_devices: u32::MAX,
+        n_success: 0,
+    };
+    assert_eq!(
+        p.ioctl(AMDKFD_IOC_MAP_MEMORY_TO_GPU, &mut m),
+        Err(libc::ENOMEM)
+    );
+    let mut w = kfd_ioctl_wait_events_args {
+        events_ptr: ids.as_ptr() as u64,
+        num_events: u32::MAX,
+        ..Default::default()
+    };
+    assert_eq!(p.ioctl(AMDKFD_IOC_WAIT_EVENTS, &mut w), Err(libc::ENOMEM));
+}

@@ -625,3 +625,61 @@ fn restore_of_a_workload_with_svm_ranges_replays_them_at_resume() {
     resume(&criu, pid).unwrap();
     Workload::verify(&sim, pid, &desc).unwrap();
 }
+
+/// Mutated private data and buckets never panic the simulator: every
+/// RESTORE returns a result, and the simulator keeps serving.
+#[test]
+fn mutated_restore_input_never_panics() {
+    let sim = sim(1);
+    let (d, _w) = rich_dump(&sim);
+    let mut state = 0x1234_5678_9abc_def0u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut outcomes = std::collections::BTreeMap::new();
+    for _ in 0..150 {
+        let mut dd = d.clone();
+        let mut priv_data = d.priv_data.clone();
+        for _ in 0..(1 + next() % 4) {
+            let r = next();
+            match r % 3 {
+                0 => {
+                    let i = (r >> 8) as usize % priv_data.len();
+                    priv_data[i] = (r >> 40) as u8;
+                }
+                1 => {
+                    let i = (r >> 8) as usize % priv_data.len();
+                    let v = (r >> 32) as u32;
+                    let end = (i + 4).min(priv_data.len());
+                    priv_data[i..end].copy_from_slice(&v.to_le_bytes()[..end - i]);
+                }
+                _ => {
+                    let b = (r >> 8) as usize % dd.bos.len();
+                    match (r >> 16) % 4 {
+                        0 => dd.bos[b].size = r >> 20,
+                        1 => dd.bos[b].alloc_flags = (r >> 24) as u32,
+                        2 => dd.bos[b].addr = r,
+                        _ => dd.bos[b].gpu_id = (r >> 28) as u32,
+                    }
+                }
+            }
+        }
+        let pid = sim.spawn_process().unwrap();
+        let (r, restored) = restore_with(&sim, pid, &dd, &actual_of(&dd), &priv_data);
+        *outcomes.entry(r.err().unwrap_or(0)).or_insert(0) += 1;
+        for b in &restored.bos {
+            if b.dmabuf_fd != KFD_INVALID_FD && b.dmabuf_fd != 0 && r.is_err() {
+                close(b.dmabuf_fd as i32);
+            }
+        }
+        drop(restored);
+        sim.exit_process(pid).unwrap();
+    }
+    assert!(outcomes.contains_key(&libc::EINVAL), "{outcomes:?}");
+    // Still serving: an unmodified restore works.
+    let pid = sim.spawn_process().unwrap();
+    let _ok = restore(&sim, pid, &d);
+}

@@ -278,6 +278,9 @@ pub fn read_dmabuf(fd: i32, len: usize) -> Vec<u8> {
 
 /// Writes `data` into a dma-buf through mmap.
 pub fn write_dmabuf(fd: i32, data: &[u8]) {
+    if data.is_empty() {
+        return;
+    }
     // SAFETY: a fresh shared read-write mapping of an fd we own, unmapped below.
     let p = unsafe {
         libc::mmap(
@@ -383,7 +386,13 @@ pub fn restore_with(
     if r.is_ok() {
         for (b, c) in bos.iter().zip(&dump.contents) {
             if let Some(c) = c {
-                write_dmabuf(b.dmabuf_fd as i32, c);
+                // A (mutated) bucket may make a smaller BO than was dumped:
+                // the dma-buf's own size bounds the copy.
+                // SAFETY: lseek on a dma-buf fd RESTORE installed for us.
+                let real =
+                    unsafe { libc::lseek(b.dmabuf_fd as i32, 0, libc::SEEK_END) }.max(0) as usize;
+                let len = c.len().min(real);
+                write_dmabuf(b.dmabuf_fd as i32, &c[..len]);
                 close(b.dmabuf_fd as i32);
             }
         }
