@@ -1162,7 +1162,11 @@ impl Driver for SimDriver {
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        st.cpu_maps.insert(ptr as usize, CpuMapping { len });
+        // Mappings of the simulator's devices and dma-bufs are accounted;
+        // other files are the host's business.
+        if source.is_some() || st.bos.by_key(key).is_some() {
+            st.cpu_maps.insert(ptr as usize, CpuMapping { len });
+        }
         NonNull::new(ptr).ok_or_else(|| Errno(libc::EFAULT).into())
     }
 

@@ -56,6 +56,7 @@ fn rich_dump(sim: &Sim) -> (Dump, Workload) {
     let q0 = p.create_queue(g, KFD_IOC_QUEUE_TYPE_COMPUTE_AQL).unwrap();
     p.create_queue(g, KFD_IOC_QUEUE_TYPE_COMPUTE_AQL).unwrap();
     p.create_queue(g, KFD_IOC_QUEUE_TYPE_SDMA).unwrap();
+    p.create_queue(g, KFD_IOC_QUEUE_TYPE_SDMA).unwrap();
     let mut d = kfd_ioctl_destroy_queue_args {
         queue_id: q0.queue_id,
         pad: 0,
@@ -573,8 +574,17 @@ fn restore_queue_and_event_id_rules() {
         let (r, _) = restore_patched(&sim, &d, pid, |_, p| patch(p));
         assert_eq!(r, Err(errno), "{name}");
     }
+    // Two SDMA queues claiming the same SDMA slot (and so the same doorbell).
+    let q3 = q2 + 120 + 512;
+    assert_eq!(rd(&d.priv_data, q3 + 68), 1, "third queue is SDMA");
+    let pid = sim.spawn_process().unwrap();
+    let (r, _) = restore_patched(&sim, &d, pid, |_, p| {
+        let ids: Vec<u8> = p[q2 + 88..q2 + 100].to_vec();
+        p[q3 + 88..q3 + 100].copy_from_slice(&ids);
+    });
+    assert_eq!(r, Err(libc::EBUSY), "sdma id in use");
     // Events: the second event record reuses the first one's id.
-    let ev = q2 + 120 + 512;
+    let ev = q3 + 120 + 512;
     assert_eq!(rd(&d.priv_data, ev), 1, "event record");
     assert_ne!(
         rd(&d.priv_data, ev + 8),
