@@ -432,3 +432,106 @@ fn a_remapped_process_keeps_its_gpu_ids_through_a_second_checkpoint() {
         .expect("restore at the origin");
     Workload::verify(&origin, pid, &expected).expect("state matches back home");
 }
+
+#[test]
+fn drm_bos_of_a_render_node_keep_handles_addresses_and_contents() {
+    use amdgpu_image::{CriuRenderNode, DirStore, ImageName, ImageStore, ReadLimits};
+    use criu_plugin_amdgpu::emulator::{DeviceVma, VmaOutcome};
+    use kfd::{GemCreate, RenderNode};
+    use kfd_sys::{AMDGPU_GEM_DOMAIN_VRAM, AMDGPU_VM_PAGE_READABLE, AMDGPU_VM_PAGE_WRITEABLE};
+
+    const SIZE: usize = 64 << 10;
+    const VA: u64 = 3 << 40;
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let app = launch(&sim, &Profile::Basic, 1);
+    let expected = app.describe().unwrap();
+    let render_fd = app.render_fds()[0];
+    let node = RenderNode::from_fd(app.driver().clone(), render_fd);
+    let handle = node
+        .gem_create(&GemCreate {
+            size: SIZE as u64,
+            alignment: 4096,
+            domains: u64::from(AMDGPU_GEM_DOMAIN_VRAM),
+            flags: 0,
+        })
+        .expect("GEM_CREATE");
+    node.gem_va_map(
+        handle,
+        VA,
+        0,
+        SIZE as u64,
+        AMDGPU_VM_PAGE_READABLE | AMDGPU_VM_PAGE_WRITEABLE,
+    )
+    .expect("GEM_VA");
+    let old_offset = node.gem_mmap_offset(handle).expect("GEM_MMAP");
+    let pattern: Vec<u8> = (0..SIZE).map(|i| (i * 7 % 251) as u8).collect();
+    let mut map = node
+        .mmap(old_offset, SIZE, libc::PROT_READ | libc::PROT_WRITE)
+        .expect("CPU mapping of the BO");
+    map.write(0, &pattern).expect("fill the BO");
+    drop(map);
+
+    let dirs = Dirs::new();
+    let emulator = dirs.emulator(&sim, |_| {});
+    let (files, ids) = gpu_files(&app);
+    emulator
+        .dump(app.pid(), &files, &device_vmas(&sim))
+        .expect("dump");
+    let render_image: CriuRenderNode = DirStore::open_dir(dirs.images.path())
+        .unwrap()
+        .read_message(
+            &ImageName::RenderNode { id: KFD_ID + 1 },
+            ReadLimits::default(),
+        )
+        .unwrap()
+        .expect("render-node image");
+    assert_eq!(render_image.bo_entries.len(), 1);
+    let saved = &render_image.bo_entries[0];
+    assert_eq!(
+        (saved.handle, saved.addr, saved.offset),
+        (handle.0, VA, old_offset)
+    );
+    assert!(saved.content_checksum.is_some());
+
+    let pid = app.pid();
+    drop(node);
+    drop(files);
+    app.exit().unwrap();
+    let mut vmas = vmas_of(&kfd_image(dirs.images.path()));
+    let drm_vma = DeviceVma {
+        path: sim.render_path(sim.gpus()[0].gpu_id).unwrap(),
+        addr: VA,
+        pgoff: old_offset,
+    };
+    vmas.push(drm_vma.clone());
+    let task = emulator.restore(pid, &ids, &vmas).expect("restore");
+    Workload::verify(&sim, pid, &expected).expect("KFD state matches");
+
+    let (_, outcome) = task
+        .vmas
+        .iter()
+        .find(|(vma, _)| *vma == drm_vma)
+        .expect("the DRM BO mapping was offered");
+    let VmaOutcome::Translated {
+        pgoff,
+        file: Some(file),
+    } = outcome
+    else {
+        panic!("DRM BO mapping not translated: {outcome:?}");
+    };
+    let restored = RenderNode::from_fd(sim.driver(pid), file.as_fd());
+    let handles = restored.gem_list_handles().unwrap();
+    assert!(
+        handles.iter().any(|h| h.gem_handle == handle.0),
+        "handle {} kept",
+        handle.0
+    );
+    let vms = restored.gem_mapping_info(handle).unwrap();
+    assert_eq!(vms.first().map(|v| v.addr), Some(VA), "GPU address kept");
+    let map = restored
+        .mmap(*pgoff, SIZE, libc::PROT_READ)
+        .expect("the translated offset maps the BO");
+    let mut back = vec![0u8; SIZE];
+    map.read(0, &mut back).expect("read the restored BO");
+    assert_eq!(back, pattern, "DRM BO contents restored");
+}

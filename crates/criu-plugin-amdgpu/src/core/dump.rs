@@ -21,14 +21,16 @@
 //! CRIU: the caller passes the store and the configuration.
 
 use std::collections::BTreeMap;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use amdgpu_image::{
-    CriuKfd, CriuRenderNode, ImageName, ImageStore, KfdBoEntry, FORMAT_VERSION, PRODUCER,
+    flags, CriuKfd, CriuRenderNode, DrmBoEntry, DrmVmEntry, ImageName, ImageStore, KfdBoEntry,
+    FORMAT_VERSION, PRODUCER,
 };
 use amdgpu_topology::devices::DeviceTopology;
-use kfd::{Driver, Kfd, ProcessInfo};
+use kfd::{Driver, GemHandle, Kfd, ProcessInfo};
+use kfd_sys::{AMDGPU_GEM_LIST_HANDLES_FLAG_IS_IMPORT, DRM_CLOEXEC};
 
 use super::convert::device_entry;
 use super::error::Error;
@@ -80,6 +82,8 @@ pub struct RenderDump {
     /// The user gpu_id of the node's GPU; `None` while the node waits for
     /// its process's KFD file.
     pub gpu_id: Option<u32>,
+    /// DRM BOs of the node's file.
+    pub bos: usize,
 }
 
 struct PendingRender {
@@ -323,8 +327,10 @@ impl<D: Driver + Clone> Dumper<D> {
     /// by. That id comes from the process's KFD file; when CRIU offers the
     /// render node first (its fd number is lower), the node is kept (a
     /// `dup`) and written as soon as the KFD file is dumped — upstream fails
-    /// here. Render nodes holding DRM BOs of their own are not supported by
-    /// this build.
+    /// here. The node's own DRM BOs (GEM objects it created) are saved with
+    /// their handles, mmap offsets, GPU mappings and, for VRAM/GTT BOs, their
+    /// contents; BOs it imported from another file are not supported by this
+    /// build.
     pub fn dump_render_node<S: ImageStore>(
         &mut self,
         store: &S,
@@ -348,6 +354,7 @@ impl<D: Driver + Clone> Dumper<D> {
                     id,
                     minor,
                     gpu_id: None,
+                    bos: 0,
                 })
             }
         }
@@ -375,7 +382,13 @@ impl<D: Driver + Clone> Dumper<D> {
         let handles = match node.gem_list_handles() {
             Ok(handles) => handles,
             // Kernels without GEM_LIST_HANDLES: no DRM BOs can be listed.
-            Err(e) if e.errno() == libc::EINVAL => Vec::new(),
+            Err(e) if e.errno() == libc::EINVAL => {
+                log_info!(
+                    "file {id}: the kernel cannot list DRM BOs (no AMDGPU_GEM_LIST_HANDLES); \
+                     renderD{minor} is dumped without BOs"
+                );
+                Vec::new()
+            }
             Err(e) => {
                 return Err(Error::Kfd {
                     step: "listing the render node's BOs (AMDGPU_GEM_LIST_HANDLES)",
@@ -383,20 +396,75 @@ impl<D: Driver + Clone> Dumper<D> {
                 })
             }
         };
-        if !handles.is_empty() {
-            return Err(Error::Unsupported {
-                what: format!(
-                    "dumping render node renderD{minor} (file {id}) with {} DRM BOs",
-                    handles.len()
-                ),
+        let mut bo_entries = Vec::with_capacity(handles.len());
+        for (index, listed) in handles.iter().enumerate() {
+            let handle = GemHandle(listed.gem_handle);
+            if listed.flags & AMDGPU_GEM_LIST_HANDLES_FLAG_IS_IMPORT != 0 {
+                return Err(Error::Unsupported {
+                    what: format!(
+                        "dumping the imported DRM BO {} of renderD{minor} (file {id})",
+                        listed.gem_handle
+                    ),
+                });
+            }
+            let offset = node.gem_mmap_offset(handle).map_err(Error::kfd(
+                "reading a DRM BO's mmap offset (AMDGPU_GEM_MMAP)",
+            ))?;
+            let vms = node.gem_mapping_info(handle).map_err(Error::kfd(
+                "reading a DRM BO's GPU mappings (AMDGPU_GEM_OP)",
+            ))?;
+            let in_gpu_memory = listed.preferred_domains
+                & u64::from(flags::GEM_DOMAIN_VRAM | flags::GEM_DOMAIN_GTT)
+                != 0;
+            let content_checksum = if in_gpu_memory {
+                let name = ImageName::DrmPages {
+                    id,
+                    minor,
+                    bo_index: index as u32,
+                };
+                let dmabuf = node
+                    .prime_handle_to_fd(handle, DRM_CLOEXEC)
+                    .map_err(Error::kfd("exporting a DRM BO (PRIME_HANDLE_TO_FD)"))?;
+                Some(transfer::dump_drm_bo(
+                    &self.driver,
+                    store,
+                    &name,
+                    minor,
+                    dmabuf.as_fd(),
+                    listed.size,
+                    &self.config.options,
+                )?)
+            } else {
+                None
+            };
+            bo_entries.push(DrmBoEntry {
+                addr: vms.last().map_or(0, |vm| vm.addr),
+                size: listed.size,
+                offset,
+                alloc_flags: listed.alloc_flags,
+                alignment: listed.alignment,
+                preferred_domains: listed.preferred_domains as u32,
+                handle: listed.gem_handle,
+                is_import: 0,
+                num_of_vms: vms.len() as u32,
+                vm_entries: vms
+                    .iter()
+                    .map(|vm| DrmVmEntry {
+                        addr: vm.addr,
+                        size: vm.size,
+                        offset: vm.offset,
+                        flags: vm.flags,
+                    })
+                    .collect(),
+                content_checksum,
             });
         }
         let msg = CriuRenderNode {
             gpu_id,
             id,
             drm_render_minor: minor,
-            num_of_bos: 0,
-            bo_entries: Vec::new(),
+            num_of_bos: bo_entries.len() as u64,
+            bo_entries,
             producer: Some(PRODUCER.to_owned()),
             format_version: Some(FORMAT_VERSION),
         };
@@ -407,6 +475,7 @@ impl<D: Driver + Clone> Dumper<D> {
             id,
             minor,
             gpu_id: Some(gpu_id),
+            bos: msg.bo_entries.len(),
         })
     }
 

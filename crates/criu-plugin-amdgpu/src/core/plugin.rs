@@ -275,7 +275,11 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
                 .dump_render_node(&store, fd, minor, file)
                 .map(|d| {
                     if let Some(gpu) = d.gpu_id {
-                        log_info!("file {id}: renderD{} of GPU {gpu:#x} dumped", d.minor)
+                        log_info!(
+                            "file {id}: renderD{} of GPU {gpu:#x} dumped ({} DRM BOs)",
+                            d.minor,
+                            d.bos
+                        )
                     }
                 }),
             _ => self.dumper_mut().dump_kfd(&store, fd, file).map(|d| {

@@ -19,13 +19,17 @@
 //! ours (C answers `-EINVAL` for every ext file); a pid without KFD state is
 //! not ours at resume.
 //!
-//! Not in this build (answered as [`Error::Unsupported`]): render-node images
-//! with DRM BOs, dma-buf images.
+//! A render-node image's own DRM BOs are re-created in that file under their
+//! checkpointed handles (`GEM_CREATE` + `GEM_CHANGE_HANDLE`), mapped at their
+//! GPU addresses, filled from their pages files and given translations.
+//!
+//! Not in this build (answered as [`Error::Unsupported`]): imported DRM BOs,
+//! dma-buf images.
 //!
 //! This module never touches CRIU's symbols: the caller passes the store and
 //! CRIU's `find_unused_fd_pid` as a function.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -33,11 +37,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use amdgpu_image::{
-    flags, CriuDmabufNode, CriuKfd, CriuRenderNode, ImageName, ImageStore, ReadLimits, ValidatedKfd,
+    flags, CriuDmabufNode, CriuKfd, CriuRenderNode, ImageName, ImageStore, ReadLimits,
+    ValidatedKfd, ValidatedRenderNode,
 };
 use amdgpu_topology::mapping::map_topologies;
-use kfd::{Driver, Kfd};
-use kfd_sys::{kfd_criu_bo_bucket, kfd_criu_device_bucket, KFD_INVALID_FD};
+use kfd::{Driver, GemCreate, GemHandle, Kfd, RenderNode};
+use kfd_sys::{kfd_criu_bo_bucket, kfd_criu_device_bucket, DRM_CLOEXEC, DRM_RDWR, KFD_INVALID_FD};
 
 use super::convert::checkpointed_topology;
 use super::dump::{local_topology, HSAKMT_SHM};
@@ -84,6 +89,10 @@ pub struct Restorer<D: Driver + Clone> {
     fd_floor: Option<i32>,
     /// Local gpu_id to the task's render file for it (also KFD's `drm_fd`).
     render_files: BTreeMap<u32, Arc<OwnedFd>>,
+    /// Local gpu_id to its render minor.
+    render_minors: BTreeMap<u32, u32>,
+    /// DRM BOs re-created: (handle, checkpointed render minor).
+    drm_bos_done: BTreeSet<(u32, u32)>,
     /// Checkpointed gpu_id to local gpu_id, once a KFD image was restored.
     gpu_map: BTreeMap<u32, u32>,
     translations: VmaTranslations,
@@ -110,6 +119,8 @@ impl<D: Driver + Clone> Restorer<D> {
             config,
             fd_floor: None,
             render_files: BTreeMap::new(),
+            render_minors: BTreeMap::new(),
+            drm_bos_done: BTreeSet::new(),
             gpu_map: BTreeMap::new(),
             translations: VmaTranslations::new(),
             restored: Vec::new(),
@@ -148,7 +159,7 @@ impl<D: Driver + Clone> Restorer<D> {
             .read_message::<CriuRenderNode>(&ImageName::RenderNode { id }, limits)
             .map_err(Error::image("reading the render-node image"))?
         {
-            return self.restore_render_node(id, &msg);
+            return self.restore_render_node(store, id, msg);
         }
         if store
             .read_message::<CriuDmabufNode>(&ImageName::Dmabuf { id }, limits)
@@ -296,15 +307,15 @@ impl<D: Driver + Clone> Restorer<D> {
         Ok(kfd.into_fd())
     }
 
-    fn restore_render_node(&mut self, id: u32, msg: &CriuRenderNode) -> Result<Restored, Error> {
-        if !msg.bo_entries.is_empty() {
-            return Err(Error::Unsupported {
-                what: format!(
-                    "restoring render-node file {id} with {} DRM BOs",
-                    msg.bo_entries.len()
-                ),
-            });
-        }
+    fn restore_render_node<S: ImageStore>(
+        &mut self,
+        store: &S,
+        id: u32,
+        msg: CriuRenderNode,
+    ) -> Result<Restored, Error> {
+        let image = ValidatedRenderNode::new(id, msg)
+            .map_err(Error::image("validating the render-node image"))?;
+        let msg = image.message();
         let Some(&local_id) = self.gpu_map.get(&msg.gpu_id) else {
             log_debug!(
                 "render-node file {id} (GPU {:#x}) waits for the task's KFD file",
@@ -312,9 +323,78 @@ impl<D: Driver + Clone> Restorer<D> {
             );
             return Ok(Restored::WaitForKfd);
         };
-        let file = self.render_files.get(&local_id).ok_or_else(|| {
-            Error::Inconsistent(format!("no render file for local GPU {local_id:#x}"))
-        })?;
+        let (Some(file), Some(&local_minor)) = (
+            self.render_files.get(&local_id).cloned(),
+            self.render_minors.get(&local_id),
+        ) else {
+            return Err(Error::Inconsistent(format!(
+                "no render file for local GPU {local_id:#x}"
+            )));
+        };
+        // Every render node of one GPU in the task becomes this one DRM file
+        // (also KFD's VM): its BOs are re-created there under their handles.
+        let node = RenderNode::from_fd(self.driver.clone(), file.as_fd());
+        for (index, bo) in msg.bo_entries.iter().enumerate() {
+            if bo.is_import != 0 {
+                return Err(Error::Unsupported {
+                    what: format!(
+                        "restoring the imported DRM BO {} of render-node file {id}",
+                        bo.handle
+                    ),
+                });
+            }
+            // Two files of one GPU listing the same handle collapse into one
+            // BO, as with the C plugin.
+            if !self.drm_bos_done.insert((bo.handle, msg.drm_render_minor)) {
+                continue;
+            }
+            let created = node
+                .gem_create(&GemCreate {
+                    size: bo.size,
+                    alignment: bo.alignment,
+                    domains: u64::from(bo.preferred_domains),
+                    flags: bo.alloc_flags,
+                })
+                .map_err(Error::kfd("re-creating a DRM BO (AMDGPU_GEM_CREATE)"))?;
+            let handle = GemHandle(bo.handle);
+            if created != handle {
+                node.gem_change_handle(created, handle).map_err(Error::kfd(
+                    "giving a DRM BO its checkpointed handle (GEM_CHANGE_HANDLE; needs a kernel with it)",
+                ))?;
+            }
+            for vm in &bo.vm_entries {
+                node.gem_va_map(handle, vm.addr, vm.offset, vm.size, vm.flags as u32)
+                    .map_err(Error::kfd("mapping a DRM BO (AMDGPU_GEM_VA)"))?;
+            }
+            let new_offset = node.gem_mmap_offset(handle).map_err(Error::kfd(
+                "reading a DRM BO's mmap offset (AMDGPU_GEM_MMAP)",
+            ))?;
+            self.translations.push(Translation {
+                addr: bo.addr,
+                old_offset: bo.offset,
+                new_offset,
+                file: Some(file.clone()),
+            });
+            if bo.restore_needs_contents() {
+                let (name, layout) = image.drm_pages(index).ok_or_else(|| {
+                    Error::Inconsistent(format!(
+                        "render-node file {id}: BO {index} has no pages file name"
+                    ))
+                })?;
+                let dmabuf = node
+                    .prime_handle_to_fd(handle, DRM_RDWR | DRM_CLOEXEC)
+                    .map_err(Error::kfd("exporting a DRM BO (PRIME_HANDLE_TO_FD)"))?;
+                transfer::restore_drm_bo(
+                    &self.driver,
+                    store,
+                    &name,
+                    layout,
+                    local_minor,
+                    dmabuf.as_fd(),
+                    &self.config.options,
+                )?;
+            }
+        }
         file.try_clone()
             .map(Restored::File)
             .map_err(Error::io(format!(
@@ -351,6 +431,7 @@ impl<D: Driver + Clone> Restorer<D> {
         };
         let file = Arc::new(file);
         self.render_files.insert(local_id, file.clone());
+        self.render_minors.insert(local_id, minor);
         Ok(file)
     }
 

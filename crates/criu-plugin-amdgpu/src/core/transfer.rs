@@ -10,12 +10,17 @@
 //! This module decides what moves where; the copy itself belongs to the
 //! `kfd` crate's SDMA copy engine. It never parses image bytes.
 
-use std::os::fd::AsFd;
+use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd};
 
-use amdgpu_image::{ImageName, ImageStore, ImageWriter, PagesLayout, PagesReader, ValidatedKfd};
+use amdgpu_image::pages::{PagesBo, WrittenPages};
+use amdgpu_image::{
+    ImageName, ImageStore, ImageWriter, PagesLayout, PagesReader, PagesSink, PagesWriter,
+    ValidatedKfd,
+};
 use kfd::{
-    CheckpointBo, CopyEngine, CopyEngineConfig, Driver, Fence, RenderMinor, RenderNode, RestoredBo,
-    StagingBuffer, StagingSlot,
+    CheckpointBo, CopyEngine, CopyEngineConfig, Driver, Fence, ImportedBo, RenderMinor, RenderNode,
+    RestoredBo, StagingBuffer, StagingSlot,
 };
 
 use super::error::Error;
@@ -100,19 +105,37 @@ struct Ring {
     next: usize,
 }
 
-impl Ring {
-    fn new<D: Driver + Clone>(
-        engine: &mut CopyEngine<D>,
-        staging: Staging,
-        gpu: u32,
-    ) -> Result<Ring, Error> {
+fn transfer_error(gpu: u32, step: &'static str) -> impl FnOnce(kfd::Error) -> Error {
+    move |e| Error::Transfer {
+        gpu_id: gpu,
+        step,
+        reason: e.to_string(),
+    }
+}
+
+/// One GPU's copy engine on a private render file with its staging ring.
+/// The private file's VM holds nothing but the engine's mappings, so no VA
+/// can collide with the process's BOs.
+struct Pipe<D: Driver + Clone> {
+    engine: CopyEngine<D>,
+    ring: Ring,
+    chunk: u64,
+    gpu: u32,
+}
+
+impl<D: Driver + Clone> Pipe<D> {
+    fn open(driver: &D, render_minor: u32, staging: Staging, gpu: u32) -> Result<Self, Error> {
+        let render = RenderNode::open(driver.clone(), RenderMinor(render_minor))
+            .map_err(transfer_error(gpu, "opening a private render node"))?;
+        let mut engine = CopyEngine::new(render, CopyEngineConfig::default())
+            .map_err(transfer_error(gpu, "setting up the SDMA copy engine"))?;
+        let len = usize::try_from(staging.buffer_size).map_err(|_| Error::Transfer {
+            gpu_id: gpu,
+            step: "allocating staging memory",
+            reason: format!("{} bytes do not fit in memory", staging.buffer_size),
+        })?;
         let mut slots = Vec::with_capacity(staging.buffers);
         for _ in 0..staging.buffers {
-            let len = usize::try_from(staging.buffer_size).map_err(|_| Error::Transfer {
-                gpu_id: gpu,
-                step: "allocating staging memory",
-                reason: format!("{} bytes do not fit in memory", staging.buffer_size),
-            })?;
             let buffer = StagingBuffer::new(len).map_err(transfer_error(
                 gpu,
                 "allocating staging memory (lower KFD_MAX_BUFFER_SIZE if memory is short)",
@@ -123,36 +146,181 @@ impl Ring {
                     .map_err(transfer_error(gpu, "registering staging memory"))?,
             );
         }
-        Ok(Ring {
-            pending: vec![None; slots.len()],
-            slots,
-            next: 0,
+        Ok(Pipe {
+            engine,
+            ring: Ring {
+                pending: vec![None; slots.len()],
+                slots,
+                next: 0,
+            },
+            chunk: staging.buffer_size,
+            gpu,
         })
     }
-}
 
-fn transfer_error(gpu: u32, step: &'static str) -> impl FnOnce(kfd::Error) -> Error {
-    move |e| Error::Transfer {
-        gpu_id: gpu,
-        step,
-        reason: e.to_string(),
+    fn wait(&mut self, fence: &Fence) -> Result<(), Error> {
+        match self.engine.wait(fence, None) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Error::Transfer {
+                gpu_id: self.gpu,
+                step: "waiting for an SDMA copy",
+                reason: "the copy did not complete".into(),
+            }),
+            Err(e) => Err(transfer_error(self.gpu, "SDMA copy")(e)),
+        }
+    }
+
+    fn import(
+        &mut self,
+        dmabuf: BorrowedFd<'_>,
+        size: u64,
+        what: &str,
+    ) -> Result<ImportedBo, Error> {
+        let imported = self
+            .engine
+            .import_dmabuf(dmabuf)
+            .map_err(transfer_error(self.gpu, "importing a BO's dma-buf"))?;
+        if imported.size() < size {
+            let have = imported.size();
+            let _ = self.engine.release_bo(imported);
+            return Err(Error::Inconsistent(format!(
+                "{what} on GPU {:#x}: the dma-buf has {have:#x} bytes, {size:#x} are expected",
+                self.gpu
+            )));
+        }
+        Ok(imported)
+    }
+
+    /// Waits for the copy in flight on slot `i` and appends it to `writer`.
+    fn drain_slot<W: PagesSink>(
+        &mut self,
+        i: usize,
+        writer: &mut PagesWriter<W>,
+    ) -> Result<(), Error> {
+        if let Some((fence, len)) = self.ring.pending[i].take() {
+            self.wait(&fence)?;
+            let data = self
+                .engine
+                .staging(self.ring.slots[i])
+                .map_err(transfer_error(self.gpu, "reading staging memory"))?;
+            writer
+                .write(&data[..len])
+                .map_err(Error::image("writing a pages file"))?;
+        }
+        Ok(())
+    }
+
+    /// Streams `size` bytes of the BO behind `dmabuf` into `writer`, the SDMA
+    /// copy of each chunk overlapping the write of the previous one.
+    fn read_bo<W: PagesSink>(
+        &mut self,
+        dmabuf: BorrowedFd<'_>,
+        size: u64,
+        writer: &mut PagesWriter<W>,
+        what: &str,
+    ) -> Result<(), Error> {
+        let imported = self.import(dmabuf, size, what)?;
+        let mut offset = 0u64;
+        while offset < size {
+            let i = self.ring.next;
+            self.drain_slot(i, writer)?;
+            let len = (size - offset).min(self.chunk) as usize;
+            let fence = self
+                .engine
+                .submit_read(&imported, offset, self.ring.slots[i], len)
+                .map_err(transfer_error(self.gpu, "submitting an SDMA read"))?;
+            self.ring.pending[i] = Some((fence, len));
+            self.ring.next = (i + 1) % self.ring.slots.len();
+            offset += len as u64;
+        }
+        // Drain in submission order before the BO is released.
+        for k in 0..self.ring.slots.len() {
+            let i = (self.ring.next + k) % self.ring.slots.len();
+            self.drain_slot(i, writer)?;
+        }
+        self.engine
+            .release_bo(imported)
+            .map_err(transfer_error(self.gpu, "releasing an imported BO"))
+    }
+
+    /// Fills `size` bytes of the BO behind `dmabuf` (layout entry `entry`)
+    /// from `reader`, reading the next chunk while the previous one copies.
+    fn write_bo<R: Read>(
+        &mut self,
+        dmabuf: BorrowedFd<'_>,
+        entry: usize,
+        size: u64,
+        reader: &mut PagesReader<R>,
+        name: &ImageName,
+    ) -> Result<(), Error> {
+        let gpu = self.gpu;
+        let imported = self.import(dmabuf, size, &format!("BO {entry}"))?;
+        let mut offset = 0u64;
+        while offset < size {
+            let i = self.ring.next;
+            if let Some((fence, _)) = self.ring.pending[i].take() {
+                self.wait(&fence)?;
+            }
+            let want = (size - offset).min(self.chunk) as usize;
+            let buf = self
+                .engine
+                .staging_mut(self.ring.slots[i])
+                .map_err(transfer_error(gpu, "filling staging memory"))?;
+            let chunk = reader
+                .read_chunk(&mut buf[..want])
+                .map_err(Error::image("reading a pages file"))?
+                .ok_or_else(|| Error::Transfer {
+                    gpu_id: gpu,
+                    step: "reading the pages file",
+                    reason: format!("{name} ended inside BO {entry}"),
+                })?;
+            if chunk.entry != entry || chunk.offset != offset || chunk.len == 0 {
+                return Err(Error::Transfer {
+                    gpu_id: gpu,
+                    step: "reading the pages file",
+                    reason: format!(
+                        "{name}: expected BO {entry} at {offset:#x}, got BO {} at {:#x}",
+                        chunk.entry, chunk.offset
+                    ),
+                });
+            }
+            let fence = self
+                .engine
+                .submit_write(&imported, offset, self.ring.slots[i], chunk.len)
+                .map_err(transfer_error(gpu, "submitting an SDMA write"))?;
+            self.ring.pending[i] = Some((fence, chunk.len));
+            self.ring.next = (i + 1) % self.ring.slots.len();
+            offset += chunk.len as u64;
+        }
+        for k in 0..self.ring.slots.len() {
+            let i = (self.ring.next + k) % self.ring.slots.len();
+            if let Some((fence, _)) = self.ring.pending[i].take() {
+                self.wait(&fence)?;
+            }
+        }
+        self.engine
+            .release_bo(imported)
+            .map_err(transfer_error(gpu, "releasing an imported BO"))
+    }
+
+    fn close(self) -> Result<(), Error> {
+        let gpu = self.gpu;
+        self.engine
+            .close()
+            .map_err(transfer_error(gpu, "closing the SDMA copy engine"))
     }
 }
 
-fn wait_copy<D: Driver + Clone>(
-    engine: &mut CopyEngine<D>,
-    fence: &Fence,
-    gpu: u32,
-) -> Result<(), Error> {
-    match engine.wait(fence, None) {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(Error::Transfer {
-            gpu_id: gpu,
-            step: "waiting for an SDMA copy",
-            reason: "the copy did not complete".into(),
-        }),
-        Err(e) => Err(transfer_error(gpu, "SDMA copy")(e)),
-    }
+fn finish_pages<W: ImageWriter>(
+    writer: PagesWriter<W>,
+    name: &ImageName,
+) -> Result<WrittenPages, Error> {
+    let (sink, written) = writer
+        .finish()
+        .map_err(Error::image("finishing a pages file"))?;
+    sink.commit()
+        .map_err(Error::io(format!("committing {name}")))?;
+    Ok(written)
 }
 
 fn dump_gpu<D: Driver + Clone, S: ImageStore>(
@@ -167,7 +335,7 @@ fn dump_gpu<D: Driver + Clone, S: ImageStore>(
     let name = ImageName::Pages { id, gpu_id: gpu };
     let layout = PagesLayout::new(
         bos.iter()
-            .map(|(entry, bo)| amdgpu_image::pages::PagesBo {
+            .map(|(entry, bo)| PagesBo {
                 entry: *entry,
                 size: bo.bucket.size,
                 checksum: None,
@@ -184,76 +352,28 @@ fn dump_gpu<D: Driver + Clone, S: ImageStore>(
         .map_err(Error::image("creating a pages file"))?;
     if !bos.is_empty() {
         let largest = bos.iter().map(|(_, bo)| bo.bucket.size).max().unwrap_or(0);
-        let staging = options.staging.for_largest_bo(largest);
-        // A private render file: its VM holds nothing but the engine's
-        // mappings, so no VA can collide with the process's BOs.
-        let render = RenderNode::open(driver.clone(), RenderMinor(target.render_minor))
-            .map_err(transfer_error(gpu, "opening a private render node"))?;
-        let mut engine = CopyEngine::new(render, CopyEngineConfig::default())
-            .map_err(transfer_error(gpu, "setting up the SDMA copy engine"))?;
-        let mut ring = Ring::new(&mut engine, staging, gpu)?;
+        let mut pipe = Pipe::open(
+            driver,
+            target.render_minor,
+            options.staging.for_largest_bo(largest),
+            gpu,
+        )?;
         for (entry, bo) in bos {
             let dmabuf = bo.dmabuf.as_ref().ok_or_else(|| {
                 Error::Inconsistent(format!(
                     "BO {entry} on GPU {gpu:#x} has contents but the kernel exported no dma-buf"
                 ))
             })?;
-            let imported = engine
-                .import_dmabuf(dmabuf.as_fd())
-                .map_err(transfer_error(gpu, "importing a BO's dma-buf"))?;
-            let size = bo.bucket.size;
-            if imported.size() < size {
-                return Err(Error::Inconsistent(format!(
-                    "BO {entry} on GPU {gpu:#x}: the dma-buf has {:#x} bytes, the bucket says {size:#x}",
-                    imported.size()
-                )));
-            }
-            let mut offset = 0u64;
-            while offset < size {
-                let i = ring.next;
-                if let Some((fence, len)) = ring.pending[i].take() {
-                    wait_copy(&mut engine, &fence, gpu)?;
-                    let data = engine
-                        .staging(ring.slots[i])
-                        .map_err(transfer_error(gpu, "reading staging memory"))?;
-                    writer
-                        .write(&data[..len])
-                        .map_err(Error::image("writing a pages file"))?;
-                }
-                let len = (size - offset).min(staging.buffer_size) as usize;
-                let fence = engine
-                    .submit_read(&imported, offset, ring.slots[i], len)
-                    .map_err(transfer_error(gpu, "submitting an SDMA read"))?;
-                ring.pending[i] = Some((fence, len));
-                ring.next = (i + 1) % ring.slots.len();
-                offset += len as u64;
-            }
-            // Drain in submission order before the BO is released.
-            for k in 0..ring.slots.len() {
-                let i = (ring.next + k) % ring.slots.len();
-                if let Some((fence, len)) = ring.pending[i].take() {
-                    wait_copy(&mut engine, &fence, gpu)?;
-                    let data = engine
-                        .staging(ring.slots[i])
-                        .map_err(transfer_error(gpu, "reading staging memory"))?;
-                    writer
-                        .write(&data[..len])
-                        .map_err(Error::image("writing a pages file"))?;
-                }
-            }
-            engine
-                .release_bo(imported)
-                .map_err(transfer_error(gpu, "releasing an imported BO"))?;
+            pipe.read_bo(
+                dmabuf.as_fd(),
+                bo.bucket.size,
+                &mut writer,
+                &format!("BO {entry}"),
+            )?;
         }
-        engine
-            .close()
-            .map_err(transfer_error(gpu, "closing the SDMA copy engine"))?;
+        pipe.close()?;
     }
-    let (sink, written) = writer
-        .finish()
-        .map_err(Error::image("finishing a pages file"))?;
-    sink.commit()
-        .map_err(Error::io(format!("committing {name}")))?;
+    let written = finish_pages(writer, &name)?;
     Ok(ContentReport {
         bytes: written.payload_len,
         checksums: written.checksums,
@@ -329,91 +449,97 @@ fn restore_gpu<D: Driver + Clone, S: ImageStore>(
     let total = layout.total_len();
     let mut reader = PagesReader::new(source, &name.to_string(), layout)
         .map_err(Error::image("reading a pages file"))?;
-    let bos: Vec<amdgpu_image::pages::PagesBo> = reader.layout().bos().to_vec();
-    if bos.is_empty() {
-        reader
-            .verify_all(&mut [])
-            .map_err(Error::image("reading a pages file"))?;
-        return Ok(0);
-    }
-    let largest = bos.iter().map(|b| b.size).max().unwrap_or(0);
-    let staging = options.staging.for_largest_bo(largest);
-    let render = RenderNode::open(driver.clone(), RenderMinor(target.render_minor))
-        .map_err(transfer_error(gpu, "opening a private render node"))?;
-    let mut engine = CopyEngine::new(render, CopyEngineConfig::default())
-        .map_err(transfer_error(gpu, "setting up the SDMA copy engine"))?;
-    let mut ring = Ring::new(&mut engine, staging, gpu)?;
-    for bo in &bos {
-        let entry = bo.entry;
-        let dmabuf = restored
-            .get(entry)
-            .and_then(|r| r.dmabuf.as_ref())
-            .ok_or_else(|| {
-                Error::Inconsistent(format!(
-                    "BO {entry} on GPU {gpu:#x} has contents but RESTORE returned no dma-buf"
-                ))
-            })?;
-        let imported = engine
-            .import_dmabuf(dmabuf.as_fd())
-            .map_err(transfer_error(gpu, "importing a restored BO's dma-buf"))?;
-        if imported.size() < bo.size {
-            return Err(Error::Inconsistent(format!(
-                "BO {entry} on GPU {gpu:#x}: the restored BO has {:#x} bytes, the image {:#x}",
-                imported.size(),
-                bo.size
-            )));
-        }
-        let mut offset = 0u64;
-        while offset < bo.size {
-            let i = ring.next;
-            if let Some((fence, _)) = ring.pending[i].take() {
-                wait_copy(&mut engine, &fence, gpu)?;
-            }
-            let want = (bo.size - offset).min(staging.buffer_size) as usize;
-            let buf = engine
-                .staging_mut(ring.slots[i])
-                .map_err(transfer_error(gpu, "filling staging memory"))?;
-            let chunk = reader
-                .read_chunk(&mut buf[..want])
-                .map_err(Error::image("reading a pages file"))?
-                .ok_or_else(|| Error::Transfer {
-                    gpu_id: gpu,
-                    step: "reading the pages file",
-                    reason: format!("{name} ended inside BO {entry}"),
+    let bos: Vec<PagesBo> = reader.layout().bos().to_vec();
+    if !bos.is_empty() {
+        let largest = bos.iter().map(|b| b.size).max().unwrap_or(0);
+        let mut pipe = Pipe::open(
+            driver,
+            target.render_minor,
+            options.staging.for_largest_bo(largest),
+            gpu,
+        )?;
+        for bo in &bos {
+            let dmabuf = restored
+                .get(bo.entry)
+                .and_then(|r| r.dmabuf.as_ref())
+                .ok_or_else(|| {
+                    Error::Inconsistent(format!(
+                        "BO {} on GPU {gpu:#x} has contents but RESTORE returned no dma-buf",
+                        bo.entry
+                    ))
                 })?;
-            if chunk.entry != entry || chunk.offset != offset || chunk.len == 0 {
-                return Err(Error::Transfer {
-                    gpu_id: gpu,
-                    step: "reading the pages file",
-                    reason: format!(
-                        "{name}: expected BO {entry} at {offset:#x}, got BO {} at {:#x}",
-                        chunk.entry, chunk.offset
-                    ),
-                });
-            }
-            let fence = engine
-                .submit_write(&imported, offset, ring.slots[i], chunk.len)
-                .map_err(transfer_error(gpu, "submitting an SDMA write"))?;
-            ring.pending[i] = Some((fence, chunk.len));
-            ring.next = (i + 1) % ring.slots.len();
-            offset += chunk.len as u64;
+            pipe.write_bo(dmabuf.as_fd(), bo.entry, bo.size, &mut reader, &name)?;
         }
-        for k in 0..ring.slots.len() {
-            let i = (ring.next + k) % ring.slots.len();
-            if let Some((fence, _)) = ring.pending[i].take() {
-                wait_copy(&mut engine, &fence, gpu)?;
-            }
-        }
-        engine
-            .release_bo(imported)
-            .map_err(transfer_error(gpu, "releasing an imported BO"))?;
+        pipe.close()?;
     }
-    // The end of the file and the last checksum.
+    // The end of the file (and every checksum) is verified.
     reader
         .verify_all(&mut [])
         .map_err(Error::image("reading a pages file"))?;
-    engine
-        .close()
-        .map_err(transfer_error(gpu, "closing the SDMA copy engine"))?;
+    Ok(total)
+}
+
+/// Writes one DRM BO's contents (through its dma-buf) into the pages file
+/// `name`; returns the BO's checksum.
+pub fn dump_drm_bo<D: Driver + Clone, S: ImageStore>(
+    driver: &D,
+    store: &S,
+    name: &ImageName,
+    render_minor: u32,
+    dmabuf: BorrowedFd<'_>,
+    size: u64,
+    options: &Options,
+) -> Result<u64, Error> {
+    let layout = PagesLayout::from_sizes([size])
+        .ok_or_else(|| Error::Inconsistent(format!("{name}: a BO of {size:#x} bytes")))?;
+    let mut writer = store
+        .create_pages(name, layout)
+        .map_err(Error::image("creating a DRM pages file"))?;
+    if size > 0 {
+        let mut pipe = Pipe::open(
+            driver,
+            render_minor,
+            options.staging.for_largest_bo(size),
+            render_minor,
+        )?;
+        pipe.read_bo(dmabuf, size, &mut writer, &name.to_string())?;
+        pipe.close()?;
+    }
+    let written = finish_pages(writer, name)?;
+    Ok(written.checksums.first().map_or(0, |(_, sum)| *sum))
+}
+
+/// Fills one restored DRM BO (through its dma-buf) from the pages file
+/// `name` with `layout` (a single BO).
+pub fn restore_drm_bo<D: Driver + Clone, S: ImageStore>(
+    driver: &D,
+    store: &S,
+    name: &ImageName,
+    layout: PagesLayout,
+    render_minor: u32,
+    dmabuf: BorrowedFd<'_>,
+    options: &Options,
+) -> Result<u64, Error> {
+    let source = store
+        .open(name)
+        .map_err(Error::image("opening a DRM pages file"))?
+        .ok_or_else(|| Error::Inconsistent(format!("{name} is missing")))?;
+    let total = layout.total_len();
+    let mut reader = PagesReader::new(source, &name.to_string(), layout)
+        .map_err(Error::image("reading a DRM pages file"))?;
+    let bos: Vec<PagesBo> = reader.layout().bos().to_vec();
+    if let Some(bo) = bos.first().filter(|bo| bo.size > 0) {
+        let mut pipe = Pipe::open(
+            driver,
+            render_minor,
+            options.staging.for_largest_bo(bo.size),
+            render_minor,
+        )?;
+        pipe.write_bo(dmabuf, bo.entry, bo.size, &mut reader, name)?;
+        pipe.close()?;
+    }
+    reader
+        .verify_all(&mut [])
+        .map_err(Error::image("reading a DRM pages file"))?;
     Ok(total)
 }
