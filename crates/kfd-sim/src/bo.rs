@@ -15,7 +15,7 @@
 //! exported BOs whose last dma-buf fd is gone. This module never interprets
 //! ioctl arguments and never decides errno policy beyond allocation failures.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -190,6 +190,8 @@ impl Bo {
 pub(crate) struct BoStore {
     bos: HashMap<BoId, Bo>,
     by_inode: HashMap<FileKey, BoId>,
+    /// (gpu, fake offset) → BO, for mmap lookups.
+    by_offset: BTreeMap<(usize, u64), BoId>,
     next_id: u64,
     next_offset: Vec<u64>,
 }
@@ -200,6 +202,7 @@ impl BoStore {
         BoStore {
             bos: HashMap::new(),
             by_inode: HashMap::new(),
+            by_offset: BTreeMap::new(),
             next_id: 1,
             next_offset: vec![DRM_FILE_PAGE_OFFSET_START; gpus],
         }
@@ -231,6 +234,7 @@ impl BoStore {
         if let Backing::Memory(m) = &backing {
             self.by_inode.insert(m.key(), id);
         }
+        self.by_offset.insert((gpu, mmap_offset), id);
         self.bos.insert(
             id,
             Bo {
@@ -344,6 +348,7 @@ impl BoStore {
             if let Backing::Memory(m) = &bo.backing {
                 self.by_inode.remove(&m.key());
             }
+            self.by_offset.remove(&(bo.gpu, bo.mmap_offset));
         }
     }
 
@@ -394,14 +399,10 @@ impl BoStore {
     /// The BO on `gpu` whose fake-offset range contains `[offset, offset+len)`.
     pub(crate) fn lookup_offset(&self, gpu: usize, offset: u64, len: u64) -> Option<BoId> {
         let end = offset.checked_add(len)?;
-        self.bos
-            .values()
-            .find(|bo| {
-                bo.gpu == gpu
-                    && bo.mmap_offset <= offset
-                    && end <= bo.mmap_offset + bo.size.div_ceil(PAGE_SIZE).max(1) * PAGE_SIZE
-            })
-            .map(|bo| bo.id)
+        let (&(g, start), &id) = self.by_offset.range(..=(gpu, offset)).next_back()?;
+        let bo = self.bos.get(&id)?;
+        let bo_end = start + bo.size.div_ceil(PAGE_SIZE).max(1) * PAGE_SIZE;
+        (g == gpu && end <= bo_end).then_some(id)
     }
 
     /// Raw fds the store itself holds (excluded when scanning for user fds).
@@ -436,5 +437,86 @@ impl BoStore {
         open.iter()
             .filter(|k| self.by_inode.contains_key(k))
             .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn offsets_are_page_granular_per_gpu_and_found_inside_a_bo() {
+        let mut s = BoStore::new(2);
+        let a = s.create_memory(0, 10_000, Domain::Vram, 0).unwrap();
+        let b = s.create_memory(0, 4096, Domain::Gtt, 0).unwrap();
+        let c = s.create_memory(1, 4096, Domain::Gtt, 0).unwrap();
+        let (oa, ob, oc) = (
+            s.get(a).unwrap().mmap_offset,
+            s.get(b).unwrap().mmap_offset,
+            s.get(c).unwrap().mmap_offset,
+        );
+        assert_eq!(oa, DRM_FILE_PAGE_OFFSET_START);
+        assert_eq!(ob, oa + 3 * PAGE_SIZE, "10000 bytes take three pages");
+        assert_eq!(
+            oc, DRM_FILE_PAGE_OFFSET_START,
+            "each device has its own window"
+        );
+        assert_eq!(s.lookup_offset(0, oa + PAGE_SIZE, 2 * PAGE_SIZE), Some(a));
+        assert_eq!(
+            s.lookup_offset(0, oa + PAGE_SIZE, 3 * PAGE_SIZE),
+            None,
+            "past the end of the BO"
+        );
+        assert_eq!(s.lookup_offset(0, ob, PAGE_SIZE), Some(b));
+        assert_eq!(s.lookup_offset(1, oc, PAGE_SIZE), Some(c));
+        assert_eq!(s.lookup_offset(1, oc + PAGE_SIZE, PAGE_SIZE), None);
+    }
+
+    #[test]
+    fn a_bo_lives_while_a_handle_or_a_dmabuf_refers_to_it() {
+        let mut s = BoStore::new(1);
+        let a = s.create_memory(0, 4096, Domain::Gtt, 0).unwrap();
+        s.add_handle(a);
+        s.drop_handle(a);
+        assert!(
+            s.get(a).is_none(),
+            "last handle gone, never exported: freed"
+        );
+        let b = s.create_memory(0, 4096, Domain::Gtt, 0).unwrap();
+        s.add_handle(b);
+        let rw = s.export_dmabuf(b, true, false).unwrap();
+        let ro = s.export_dmabuf(b, false, true).unwrap();
+        // SAFETY: fcntl queries on fds this test owns.
+        let (frw, fro, cro) = unsafe {
+            (
+                libc::fcntl(rw.as_raw_fd(), libc::F_GETFL),
+                libc::fcntl(ro.as_raw_fd(), libc::F_GETFL),
+                libc::fcntl(ro.as_raw_fd(), libc::F_GETFD),
+            )
+        };
+        assert_eq!(frw & libc::O_ACCMODE, libc::O_RDWR);
+        assert_eq!(fro & libc::O_ACCMODE, libc::O_RDONLY);
+        assert_eq!(cro & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
+        assert_eq!(s.lookup_dmabuf(rw.as_raw_fd()), Ok(b));
+        s.drop_handle(b);
+        assert!(s.get(b).is_some(), "dma-buf fds keep it");
+        let key = s.get(b).unwrap().memory().unwrap().key();
+        s.collect(&[key].into_iter().collect());
+        assert!(s.get(b).is_some(), "still open");
+        drop((rw, ro));
+        s.collect(&HashSet::new());
+        assert!(s.get(b).is_none());
+        assert_eq!(s.len(), 0);
+        // Only memory BOs export.
+        let page = Arc::new(Memfd::new("page", 4096).unwrap());
+        let d = s
+            .create_aperture(0, 4096, Domain::Doorbell, 0, page)
+            .unwrap();
+        assert_eq!(
+            s.export_dmabuf(d, true, true).unwrap_err(),
+            Errno(libc::EINVAL)
+        );
+        assert_eq!(s.lookup_dmabuf(-1).unwrap_err(), Errno(libc::EBADF));
     }
 }
