@@ -9,7 +9,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 mod cmd;
 
@@ -30,6 +30,8 @@ enum Command {
     Verify(cmd::verify::Args),
     /// Print a KFD topology: nodes, gpu_ids, VRAM, render minors, hives, links.
     Topology(cmd::topology::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cmd::completions::Args),
 }
 
 fn main() -> ExitCode {
@@ -39,5 +41,6 @@ fn main() -> ExitCode {
         Command::Show(args) => cmd::show::run(args),
         Command::Verify(args) => cmd::verify::run(args),
         Command::Topology(args) => cmd::topology::run(args),
+        Command::Completions(args) => cmd::completions::run(args, Cli::command()),
     }
 }

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod completions;
 pub mod map;
 pub mod show;
 pub mod topology;
