@@ -10,6 +10,7 @@
 //!
 //! The simulated GPU never signals asynchronously, so WAIT_EVENTS never
 //! blocks: an unsatisfied wait reports `KFD_IOC_WAIT_RESULT_TIMEOUT` at once.
+//! This module never writes a signal page slot other than the event's own.
 
 use std::ffi::c_int;
 use std::sync::Arc;

@@ -1,7 +1,8 @@
 //! The KFD process (`struct kfd_process`) and its per-device data (`pdd`):
 //! allocations (IDR), eviction counts, the CRIU flags, queues, events and SVM
 //! ranges. This module holds state and the small invariants around it; the
-//! ioctl handlers in the sibling modules implement the kernel's rules.
+//! ioctl handlers in the sibling modules implement the kernel's rules, and
+//! this module never decides an errno.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
