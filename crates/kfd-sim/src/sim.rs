@@ -154,6 +154,38 @@ pub enum SimError {
     NoSuchGpu(GpuId),
 }
 
+/// The CRIU-relevant state of one KFD process (see [`Sim::kfd_state`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KfdState {
+    /// Per device, in topology order: (user gpu_id, actual gpu_id).
+    pub gpu_ids: Vec<(GpuId, GpuId)>,
+    /// Set by PROCESS_INFO, cleared by UNPAUSE.
+    pub queues_paused: bool,
+    /// Per device: queue eviction levels (queues run only at 0).
+    pub eviction_levels: Vec<u32>,
+    /// Per device: whether a render file's VM became the compute VM.
+    pub vm_acquired: Vec<bool>,
+    /// RESTORE reached the BO stage and RESUME has not run yet.
+    pub awaiting_resume: bool,
+    /// How many RESUMEs succeeded.
+    pub resumed: u32,
+    /// Allocations across all devices.
+    pub bos: usize,
+    /// User queues.
+    pub queues: usize,
+    /// Events.
+    pub events: usize,
+    /// SVM ranges.
+    pub svm_ranges: usize,
+}
+
+impl KfdState {
+    /// Whether the process's queues run (no eviction level on any device).
+    pub fn queues_running(&self) -> bool {
+        self.eviction_levels.iter().all(|&l| l == 0)
+    }
+}
+
 /// Public description of one simulated GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuInfo {
@@ -677,6 +709,30 @@ impl Sim {
             }
         }
         Ok(())
+    }
+
+    /// The CRIU-relevant state of `pid`'s KFD process (`None` when the
+    /// process does not exist or never opened `/dev/kfd`): for tests that
+    /// check, for example, that a failed dump left the application running.
+    pub fn kfd_state(&self, pid: Pid) -> Option<KfdState> {
+        let st = self.lock();
+        let k = st.kfd(pid)?;
+        Some(KfdState {
+            gpu_ids: k
+                .pdds
+                .iter()
+                .map(|p| (p.user_gpu_id, self.shared.gpus[p.gpu].id()))
+                .collect(),
+            queues_paused: k.queues_paused,
+            eviction_levels: k.pdds.iter().map(|p| p.eviction).collect(),
+            vm_acquired: k.pdds.iter().map(|p| p.drm_file.is_some()).collect(),
+            awaiting_resume: k.userptr_blocked,
+            resumed: k.resumed,
+            bos: k.pdds.iter().map(|p| p.idr.len()).sum(),
+            queues: k.queues.len(),
+            events: k.events.len(),
+            svm_ranges: k.svm.len(),
+        })
     }
 
     /// Whether `pid` is a live process.

@@ -98,6 +98,9 @@ fn restored_process_runs_only_after_resume() {
     ));
     Workload::verify(&sim, pid, &desc).unwrap();
     resume(&criu, pid).unwrap();
+    let state = sim.kfd_state(pid).unwrap();
+    assert!(!state.awaiting_resume && state.queues_running() && state.resumed == 1);
+    assert_eq!(state.queues, 1);
     r.step().unwrap();
     assert_eq!(r.steps().unwrap(), 2);
 }
