@@ -91,6 +91,8 @@ fn restored_process_runs_only_after_resume() {
     w.exit().unwrap();
     let pid = sim.spawn_process().unwrap();
     let _restored = restore(&sim, pid, &d);
+    let state = sim.kfd_state(pid).unwrap();
+    assert!(state.awaiting_resume && !state.queues_running() && state.vm_acquired == [true]);
     let mut r = Workload::attach(&sim, pid);
     assert!(matches!(
         r.step(),
