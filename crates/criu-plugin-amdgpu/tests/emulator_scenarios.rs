@@ -535,3 +535,80 @@ fn drm_bos_of_a_render_node_keep_handles_addresses_and_contents() {
     map.read(0, &mut back).expect("read the restored BO");
     assert_eq!(back, pattern, "DRM BO contents restored");
 }
+
+#[test]
+fn a_dma_buf_of_the_process_own_bo_is_restored_to_that_bo() {
+    use kfd::{Kfd, MemHandle};
+    use kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_VRAM;
+
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let app = launch(&sim, &Profile::Basic, 1);
+    let expected = app.describe().unwrap();
+    let vram = expected
+        .bos
+        .iter()
+        .find(|b| b.flags & KFD_IOC_ALLOC_MEM_FLAGS_VRAM != 0)
+        .expect("a VRAM BO")
+        .clone();
+    let kfd = Kfd::from_fd(app.driver().clone(), app.kfd_fd().unwrap());
+    let exported = kfd
+        .export_dmabuf(MemHandle(vram.handle))
+        .expect("EXPORT_DMABUF");
+    let info = kfd.dmabuf_info(exported.as_fd()).unwrap();
+
+    let dirs = Dirs::new();
+    let emulator = dirs.emulator(&sim, |_| {});
+    // The dma-buf fd comes first, before /dev/kfd: it waits for the KFD file.
+    let (mut files, mut ids) = gpu_files(&app);
+    files.insert(
+        0,
+        TaskFile {
+            fd: exported.as_fd(),
+            id: 50,
+        },
+    );
+    ids.insert(0, 50);
+    emulator
+        .dump(app.pid(), &files, &device_vmas(&sim))
+        .expect("dump with a dma-buf");
+    let node: amdgpu_image::CriuDmabufNode = {
+        use amdgpu_image::{DirStore, ImageName, ImageStore, ReadLimits};
+        DirStore::open_dir(dirs.images.path())
+            .unwrap()
+            .read_message(&ImageName::Dmabuf { id: 50 }, ReadLimits::default())
+            .unwrap()
+            .expect("amdgpu-dmabuf_50.img")
+    };
+    let image = kfd_image(dirs.images.path());
+    let entry = image
+        .bo_entries
+        .iter()
+        .find(|b| b.addr == vram.va)
+        .expect("the exported BO in the KFD image");
+    assert_eq!(node.gem_handle, entry.handle, "the dma-buf names its BO");
+    assert_ne!(entry.handle, amdgpu_image::flags::NO_HANDLE);
+
+    let pid = app.pid();
+    drop(files);
+    drop(kfd);
+    drop(exported);
+    app.exit().unwrap();
+    let task = emulator
+        .restore(pid, &ids, &vmas_of(&image))
+        .expect("restore with a dma-buf");
+    Workload::verify(&sim, pid, &expected).expect("restored state matches");
+    let (_, dmabuf) = task
+        .files
+        .iter()
+        .find(|(id, _)| *id == 50)
+        .expect("dma-buf file restored");
+    let restored_kfd = task
+        .files
+        .iter()
+        .find(|(id, _)| *id == KFD_ID)
+        .map(|(_, fd)| Kfd::from_fd(sim.driver(pid), fd.as_fd()))
+        .unwrap();
+    let restored_info = restored_kfd.dmabuf_info(dmabuf.as_fd()).unwrap();
+    assert_eq!(restored_info.size, info.size);
+    assert_eq!(restored_info.flags, info.flags);
+}

@@ -25,8 +25,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use amdgpu_image::{
-    flags, CriuKfd, CriuRenderNode, DrmBoEntry, DrmVmEntry, ImageName, ImageStore, KfdBoEntry,
-    FORMAT_VERSION, PRODUCER,
+    flags, CriuDmabufNode, CriuKfd, CriuRenderNode, DrmBoEntry, DrmVmEntry, ImageName, ImageStore,
+    KfdBoEntry, FORMAT_VERSION, PRODUCER,
 };
 use amdgpu_topology::devices::DeviceTopology;
 use kfd::{Driver, GemHandle, Kfd, ProcessInfo};
@@ -86,6 +86,15 @@ pub struct RenderDump {
     pub bos: usize,
 }
 
+/// What one dma-buf dump did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DmabufDump {
+    /// CRIU's file id.
+    pub id: u32,
+    /// The handle of its BO; `None` while it waits for the KFD file.
+    pub handle: Option<u32>,
+}
+
 struct PendingRender {
     fd: OwnedFd,
     minor: u32,
@@ -109,6 +118,10 @@ pub struct Dumper<D: Driver + Clone> {
     render_minors: BTreeMap<u32, u32>,
     /// Render nodes dumped before their process's KFD file.
     pending_renders: Vec<PendingRender>,
+    /// (st_dev, st_ino) of each dumped BO's dma-buf to its handle.
+    dmabuf_handles: BTreeMap<(u64, u64), u32>,
+    /// Dma-buf files dumped before the KFD file of their BO.
+    pending_dmabufs: Vec<(OwnedFd, u32)>,
 }
 
 impl<D: Driver + Clone> std::fmt::Debug for Dumper<D> {
@@ -130,6 +143,8 @@ impl<D: Driver + Clone> Dumper<D> {
             user_gpu_ids: BTreeMap::new(),
             render_minors: BTreeMap::new(),
             pending_renders: Vec::new(),
+            dmabuf_handles: BTreeMap::new(),
+            pending_dmabufs: Vec::new(),
         }
     }
 
@@ -183,6 +198,7 @@ impl<D: Driver + Clone> Dumper<D> {
         match self
             .checkpoint_paused(&target, &info, store, id)
             .and_then(|dump| self.flush_pending_renders(store).map(|()| dump))
+            .and_then(|dump| self.flush_pending_dmabufs(store).map(|()| dump))
         {
             Ok(mut dump) => {
                 if self.config.unpause_early {
@@ -250,19 +266,25 @@ impl<D: Driver + Clone> Dumper<D> {
             device_entries.push(device_entry(node, user, &local));
         }
 
-        let mut bo_entries: Vec<KfdBoEntry> = checkpoint
-            .bos
-            .iter()
-            .map(|bo| KfdBoEntry {
+        let mut bo_entries = Vec::with_capacity(checkpoint.bos.len());
+        for bo in &checkpoint.bos {
+            // The handle names the BO's buffer for dma-buf files: the same
+            // buffer (also when another dumped process imported it) gets the
+            // same handle.
+            let handle = match &bo.dmabuf {
+                Some(dmabuf) => self.dmabuf_handle(dmabuf.as_fd())?,
+                None => flags::NO_HANDLE,
+            };
+            bo_entries.push(KfdBoEntry {
                 addr: bo.bucket.addr,
                 size: bo.bucket.size,
                 offset: bo.bucket.offset,
                 alloc_flags: bo.bucket.alloc_flags,
                 gpu_id: bo.bucket.gpu_id,
-                handle: amdgpu_image::flags::NO_HANDLE,
+                handle,
                 content_checksum: None,
-            })
-            .collect();
+            });
+        }
 
         let gpus: Vec<transfer::GpuTarget> = checkpoint
             .devices
@@ -507,6 +529,70 @@ impl<D: Driver + Clone> Dumper<D> {
         }
     }
 
+    /// The handle of the buffer behind a dma-buf: dma-bufs of one buffer are
+    /// one file (the kernel caches a GEM object's export), so the file's
+    /// identity names the buffer.
+    fn dmabuf_handle(&mut self, dmabuf: BorrowedFd<'_>) -> Result<u32, Error> {
+        let key = file_identity(dmabuf)?;
+        let next = self.dmabuf_handles.len() as u32 + 1;
+        Ok(*self.dmabuf_handles.entry(key).or_insert(next))
+    }
+
+    /// Dumps a dma-buf fd as CRIU file `id`: `Ok(None)` when amdgpu did not
+    /// export it (not ours). A dma-buf of a KFD BO is recorded as the BO's
+    /// handle (`amdgpu-dmabuf_<id>.img`); when CRIU offers it before the KFD
+    /// file, it waits for it like a render node.
+    pub fn dump_dmabuf<S: ImageStore>(
+        &mut self,
+        store: &S,
+        fd: BorrowedFd<'_>,
+        id: u32,
+    ) -> Result<Option<DmabufDump>, Error> {
+        let kfd = Kfd::open(self.driver.clone()).map_err(Error::kfd(
+            "opening a private /dev/kfd to identify a dma-buf",
+        ))?;
+        match kfd.dmabuf_info(fd) {
+            Ok(_) => {}
+            // Another exporter's dma-buf (or not one the KFD knows): not ours.
+            Err(e) if matches!(e.errno(), libc::EINVAL | libc::EBADF) => return Ok(None),
+            Err(e) => {
+                return Err(Error::Kfd {
+                    step: "identifying a dma-buf (GET_DMABUF_INFO)",
+                    source: e,
+                })
+            }
+        }
+        let key = file_identity(fd)?;
+        if let Some(&handle) = self.dmabuf_handles.get(&key) {
+            write_dmabuf(store, id, handle)?;
+            return Ok(Some(DmabufDump {
+                id,
+                handle: Some(handle),
+            }));
+        }
+        let own = fd
+            .try_clone_to_owned()
+            .map_err(Error::io("duplicating the dma-buf fd"))?;
+        log_info!("file {id}: dma-buf comes before the KFD file of its BO; written after it");
+        self.pending_dmabufs.push((own, id));
+        Ok(Some(DmabufDump { id, handle: None }))
+    }
+
+    fn flush_pending_dmabufs<S: ImageStore>(&mut self, store: &S) -> Result<(), Error> {
+        let pending = std::mem::take(&mut self.pending_dmabufs);
+        for (fd, id) in pending {
+            let key = file_identity(fd.as_fd())?;
+            match self.dmabuf_handles.get(&key) {
+                Some(&handle) => {
+                    write_dmabuf(store, id, handle)?;
+                    log_info!("file {id}: dma-buf of BO handle {handle} dumped");
+                }
+                None => self.pending_dmabufs.push((fd, id)),
+            }
+        }
+        Ok(())
+    }
+
     /// Unpauses every paused process (`DUMP_DEVICES_LATE`), all of them even
     /// when one fails; returns how many were unpaused, or the first error.
     pub fn unpause_all(&mut self) -> Result<usize, Error> {
@@ -526,6 +612,18 @@ impl<D: Driver + Clone> Dumper<D> {
                     });
                 }
             }
+        }
+        if first_error.is_none() && !self.pending_dmabufs.is_empty() {
+            let files: Vec<String> = self
+                .pending_dmabufs
+                .drain(..)
+                .map(|(_, id)| format!("file {id}"))
+                .collect();
+            first_error = Some(Error::Inconsistent(format!(
+                "amdgpu dma-bufs that belong to no dumped KFD BO: {} (dma-bufs of DRM BOs \
+                 are not supported by this build)",
+                files.join(", ")
+            )));
         }
         if first_error.is_none() && !self.pending_renders.is_empty() {
             let files: Vec<String> = self
@@ -556,6 +654,28 @@ impl<D: Driver + Clone> Drop for Dumper<D> {
             let _ = self.unpause_all();
         }
     }
+}
+
+/// `(st_dev, st_ino)` of an open file.
+fn file_identity(fd: BorrowedFd<'_>) -> Result<(u64, u64), Error> {
+    use std::os::unix::fs::MetadataExt;
+    let file = std::fs::File::from(
+        fd.try_clone_to_owned()
+            .map_err(Error::io("duplicating a dma-buf fd"))?,
+    );
+    let meta = file.metadata().map_err(Error::io("fstat of a dma-buf"))?;
+    Ok((meta.dev(), meta.ino()))
+}
+
+fn write_dmabuf<S: ImageStore>(store: &S, id: u32, handle: u32) -> Result<(), Error> {
+    let msg = CriuDmabufNode {
+        gem_handle: handle,
+        producer: Some(PRODUCER.to_owned()),
+        format_version: Some(FORMAT_VERSION),
+    };
+    store
+        .write_message(&ImageName::Dmabuf { id }, &msg)
+        .map_err(Error::image("writing the dma-buf image"))
 }
 
 /// Parses the local topology under `root` into the device view.

@@ -258,12 +258,6 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
         if matches!(class, FdClass::Foreign) {
             return NOT_MINE;
         }
-        if matches!(class, FdClass::DmaBuf) {
-            // Whether a dma-buf is ours is only known by resolving it against
-            // dumped BOs, which this build does not do: let others try.
-            log_debug!("DUMP_EXT_FILE: file {id} is a dma-buf; dma-buf files are not supported by this build");
-            return NOT_MINE;
-        }
         let store = match self.host.image_store(true) {
             Ok(store) => store,
             Err(e) => return fail("DUMP_EXT_FILE", &format!("file {id}"), &e),
@@ -282,6 +276,16 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
                         )
                     }
                 }),
+            FdClass::DmaBuf => match self.dumper_mut().dump_dmabuf(&store, fd, file) {
+                Ok(None) => return NOT_MINE,
+                Ok(Some(d)) => {
+                    if let Some(handle) = d.handle {
+                        log_info!("file {id}: dma-buf of BO handle {handle} dumped");
+                    }
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            },
             _ => self.dumper_mut().dump_kfd(&store, fd, file).map(|d| {
                 log_info!(
                     "file {id}: KFD state of pid {} dumped ({} GPUs, {} BOs, {} content bytes{})",

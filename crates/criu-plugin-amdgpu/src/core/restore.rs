@@ -23,8 +23,11 @@
 //! checkpointed handles (`GEM_CREATE` + `GEM_CHANGE_HANDLE`), mapped at their
 //! GPU addresses, filled from their pages files and given translations.
 //!
+//! A dma-buf image of a BO of the same task gets a `dup` of the dma-buf
+//! RESTORE returned for that BO.
+//!
 //! Not in this build (answered as [`Error::Unsupported`]): imported DRM BOs,
-//! dma-buf images.
+//! dma-bufs of BOs of other tasks (they need CRIU's fd store).
 //!
 //! This module never touches CRIU's symbols: the caller passes the store and
 //! CRIU's `find_unused_fd_pid` as a function.
@@ -93,6 +96,8 @@ pub struct Restorer<D: Driver + Clone> {
     render_minors: BTreeMap<u32, u32>,
     /// DRM BOs re-created: (handle, checkpointed render minor).
     drm_bos_done: BTreeSet<(u32, u32)>,
+    /// Dma-bufs of restored KFD BOs by handle, for dma-buf files.
+    dmabufs: BTreeMap<u32, OwnedFd>,
     /// Checkpointed gpu_id to local gpu_id, once a KFD image was restored.
     gpu_map: BTreeMap<u32, u32>,
     translations: VmaTranslations,
@@ -121,6 +126,7 @@ impl<D: Driver + Clone> Restorer<D> {
             render_files: BTreeMap::new(),
             render_minors: BTreeMap::new(),
             drm_bos_done: BTreeSet::new(),
+            dmabufs: BTreeMap::new(),
             gpu_map: BTreeMap::new(),
             translations: VmaTranslations::new(),
             restored: Vec::new(),
@@ -161,14 +167,11 @@ impl<D: Driver + Clone> Restorer<D> {
         {
             return self.restore_render_node(store, id, msg);
         }
-        if store
+        if let Some(msg) = store
             .read_message::<CriuDmabufNode>(&ImageName::Dmabuf { id }, limits)
             .map_err(Error::image("reading the dma-buf image"))?
-            .is_some()
         {
-            return Err(Error::Unsupported {
-                what: format!("restoring dma-buf file {id}"),
-            });
+            return self.restore_dmabuf(id, &msg);
         }
         Ok(Restored::NotOurs)
     }
@@ -296,15 +299,61 @@ impl<D: Driver + Clone> Restorer<D> {
         }
         self.recreate_hsakmt_shm(msg.shared_mem_size, msg.shared_mem_magic)?;
 
+        // Dma-buf files of the task re-open their BO through the dma-buf
+        // RESTORE returned; keep those (above the task's fds) while the
+        // images hold dma-buf files at all.
+        let bos = restored.len();
+        if has_dmabuf_images(store) {
+            for (entry, bo) in msg.bo_entries.iter().zip(restored) {
+                let (Some(dmabuf), true) = (bo.dmabuf, entry.handle != flags::NO_HANDLE) else {
+                    continue;
+                };
+                let kept = match self.fd_floor {
+                    Some(floor) => crate::sys::dup_at_least(dmabuf.as_fd(), floor)
+                        .map_err(Error::io(format!("moving a dma-buf above fd {floor}")))?,
+                    None => dmabuf,
+                };
+                self.dmabufs.insert(entry.handle, kept);
+            }
+        }
+
         self.gpu_map
             .extend(mapping.gpu_map.iter().map(|(k, v)| (*k, *v)));
         self.restored.push(KfdRestore {
             id,
             gpu_map: mapping.gpu_map.clone(),
-            bos: restored.len(),
+            bos,
             content_bytes,
         });
         Ok(kfd.into_fd())
+    }
+
+    /// A dma-buf of one of this task's restored KFD BOs: a `dup` of the
+    /// dma-buf RESTORE returned for it. BOs of other tasks would need CRIU's
+    /// fd store, which this build does not use.
+    fn restore_dmabuf(&mut self, id: u32, msg: &CriuDmabufNode) -> Result<Restored, Error> {
+        if let Some(dmabuf) = self.dmabufs.get(&msg.gem_handle) {
+            return dmabuf
+                .try_clone()
+                .map(Restored::File)
+                .map_err(Error::io(format!(
+                    "duplicating the dma-buf of BO handle {}",
+                    msg.gem_handle
+                )));
+        }
+        if self.restored.is_empty() {
+            log_debug!(
+                "dma-buf file {id} (BO handle {}) waits for the task's KFD file",
+                msg.gem_handle
+            );
+            return Ok(Restored::WaitForKfd);
+        }
+        Err(Error::Unsupported {
+            what: format!(
+                "restoring dma-buf file {id} of BO handle {}, which belongs to another process",
+                msg.gem_handle
+            ),
+        })
     }
 
     fn restore_render_node<S: ImageStore>(
@@ -467,6 +516,14 @@ impl<D: Driver + Clone> Restorer<D> {
         }
         Ok(())
     }
+}
+
+/// Whether the image set holds dma-buf files (true when the store cannot
+/// list, as a stream cannot).
+fn has_dmabuf_images<S: ImageStore>(store: &S) -> bool {
+    store.list().map_or(true, |names| {
+        names.iter().any(|n| matches!(n, ImageName::Dmabuf { .. }))
+    })
 }
 
 /// What `RESTORE_EXT_FILE` restored.
