@@ -1,0 +1,234 @@
+//! The man pages in `docs/man/` against the code they describe: they format
+//! without warnings, every subcommand and flag of the built tool is
+//! documented in `amdgpu-criu.1` (and nothing that does not exist), and
+//! every environment variable the plugin reads is in
+//! `criu-amdgpu-plugin.1`. So the pages cannot silently drift.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use amdgpu_topology::options::{CheckOptions, MAX_BUFFER_SIZE};
+
+fn workspace_root() -> PathBuf {
+    let mut dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    while !fs::read_to_string(dir.join("Cargo.toml")).is_ok_and(|t| t.contains("[workspace]")) {
+        dir = dir.parent().expect("a workspace root above the crate");
+    }
+    dir.to_path_buf()
+}
+
+fn man_page(name: &str) -> (PathBuf, String) {
+    let path = workspace_root().join("docs/man").join(name);
+    let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    (path, text)
+}
+
+/// The page as plain words: roff's `\-` is a `-`, `\e` a backslash.
+fn unescaped(roff: &str) -> String {
+    roff.replace("\\-", "-").replace("\\e", "\\")
+}
+
+fn cli(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "amdgpu-criu {args:?} failed");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Subcommand names listed under `Commands:` of `--help`, without `help`.
+fn subcommands() -> Vec<String> {
+    let help = cli(&["--help"]);
+    help.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Long options (`--name`) a subcommand's `--help` lists, without `--help`.
+fn long_flags(subcommand: &str) -> Vec<String> {
+    cli(&[subcommand, "--help"])
+        .lines()
+        .skip_while(|l| !l.starts_with("Options:"))
+        .flat_map(|l| l.split([' ', ',', '=']))
+        .filter(|w| w.starts_with("--") && w.len() > 2 && *w != "--help")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Structural checks every page must pass even without groff: a title, the
+/// sections a man page needs, only known requests, balanced example blocks.
+fn check_structure(path: &Path, text: &str) {
+    const KNOWN: &[&str] = &[
+        "TH", "SH", "SS", "PP", "TP", "IP", "B", "I", "BR", "BI", "IR", "RB", "RI", "IB", "EX",
+        "EE", "br", "\\\"",
+    ];
+    let name = path.display();
+    assert!(
+        text.lines().any(|l| l.starts_with(".TH ")),
+        "{name}: no .TH"
+    );
+    for section in ["NAME", "SYNOPSIS", "DESCRIPTION", "EXAMPLES", "SEE ALSO"] {
+        assert!(
+            text.lines()
+                .any(|l| l == format!(".SH {section}") || l == format!(".SH \"{section}\"")),
+            "{name}: no {section} section"
+        );
+    }
+    let mut in_example = false;
+    for (n, line) in text.lines().enumerate() {
+        let Some(request) = line.strip_prefix('.') else {
+            continue;
+        };
+        let request = request.split_whitespace().next().unwrap_or_default();
+        assert!(
+            KNOWN.contains(&request),
+            "{name}:{}: unknown request .{request}",
+            n + 1
+        );
+        match request {
+            "EX" => {
+                assert!(!in_example, "{name}:{}: nested .EX", n + 1);
+                in_example = true;
+            }
+            "EE" => {
+                assert!(in_example, "{name}:{}: .EE without .EX", n + 1);
+                in_example = false;
+            }
+            _ => {}
+        }
+    }
+    assert!(!in_example, "{name}: .EX not closed");
+}
+
+/// `groff -man -ww -z`: every warning is a formatting defect.
+fn check_with_groff(path: &Path) {
+    let Ok(out) = Command::new("groff")
+        .args(["-man", "-Tutf8", "-ww", "-z"])
+        .arg(path)
+        .env("LC_ALL", "C")
+        .output()
+    else {
+        println!(
+            "skipped groff check of {}: groff is not installed",
+            path.display()
+        );
+        return;
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.trim().is_empty(),
+        "groff on {}: {stderr}",
+        path.display()
+    );
+}
+
+#[test]
+fn man_pages_are_well_formed() {
+    for page in ["amdgpu-criu.1", "criu-amdgpu-plugin.1"] {
+        let (path, text) = man_page(page);
+        check_structure(&path, &text);
+        check_with_groff(&path);
+    }
+}
+
+#[test]
+fn every_subcommand_and_flag_is_documented() {
+    let (_, text) = man_page("amdgpu-criu.1");
+    let text = unescaped(&text);
+    let commands = subcommands();
+    assert!(
+        commands.len() >= 5,
+        "too few subcommands parsed: {commands:?}"
+    );
+    let documented: BTreeSet<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(".SS \""))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(|w| w.trim_end_matches('"').to_owned())
+        .collect();
+    let existing: BTreeSet<String> = commands.iter().cloned().collect();
+    assert_eq!(
+        documented, existing,
+        "the .SS subsections of amdgpu-criu.1 must match the subcommands of --help"
+    );
+    for command in &commands {
+        let section: String = text
+            .split(".SS \"")
+            .find(|s| {
+                s.starts_with(&format!("{command} ")) || s.starts_with(&format!("{command}\""))
+            })
+            .unwrap_or_default()
+            .split(".SH ")
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            section.contains("Exit status"),
+            "amdgpu-criu.1: {command} has no exit status"
+        );
+        for flag in long_flags(command) {
+            assert!(
+                section.contains(&flag),
+                "amdgpu-criu.1: {command} section does not mention {flag}"
+            );
+        }
+        assert!(
+            text.contains(&format!("amdgpu-criu {command}")),
+            "amdgpu-criu.1: {command} is missing from the synopsis or examples"
+        );
+    }
+}
+
+/// `std::env::var("NAME")` literals in the plugin's sources.
+fn plugin_variables(dir: &Path, found: &mut BTreeSet<String>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            plugin_variables(&path, found);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = fs::read_to_string(&path).unwrap();
+            for piece in text.split("env::var(\"").skip(1) {
+                if let Some(name) = piece.split('"').next() {
+                    found.insert(name.to_owned());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_plugin_variable_is_documented() {
+    let (_, text) = man_page("criu-amdgpu-plugin.1");
+    let text = unescaped(&text);
+    let mut variables: BTreeSet<String> = CheckOptions::all()
+        .flags()
+        .iter()
+        .map(|(name, _)| (*name).to_owned())
+        .collect();
+    variables.insert(MAX_BUFFER_SIZE.to_owned());
+    let plugin_src = workspace_root().join("crates/criu-plugin-amdgpu/src");
+    if plugin_src.is_dir() {
+        plugin_variables(&plugin_src, &mut variables);
+    } else {
+        println!("skipped plugin sources: {} is absent", plugin_src.display());
+    }
+    assert!(
+        variables.len() >= 8,
+        "too few variables found: {variables:?}"
+    );
+    for variable in &variables {
+        assert!(
+            text.lines()
+                .any(|l| l == format!(".B {variable}") || l.starts_with(&format!(".B {variable} "))),
+            "criu-amdgpu-plugin.1 has no entry for {variable}"
+        );
+    }
+}
