@@ -119,7 +119,7 @@ fn fault_name(request: u64, arg: *mut c_void) -> String {
     let Some((_, name)) = REQUESTS.iter().find(|(c, _)| *c == code) else {
         return format!("UNKNOWN_REQUEST_{code:#x}");
     };
-    if code == kfd_sys::AMDKFD_IOC_CRIU_OP as u32 && !arg.is_null() {
+    if code == kfd_sys::AMDKFD_IOC_CRIU_OP && !arg.is_null() {
         // SAFETY: the caller passes a kfd_ioctl_criu_args (the Driver::ioctl
         // contract makes `arg` valid for its 56 bytes); `op` is its u32 at 48.
         let op = unsafe {
@@ -483,7 +483,9 @@ impl MiniCriu {
             Ok(files) => {
                 let resume_answer = main_plugin.resume_devices_late(task.0 as c_int);
                 main_plugin.exit(0);
-                self.sim.exit_process(main).expect("the main restorer exits");
+                self.sim
+                    .exit_process(main)
+                    .expect("the main restorer exits");
                 Ok(RestoredTask {
                     plugin: task_plugin,
                     files,
@@ -493,8 +495,12 @@ impl MiniCriu {
             Err(failure) => {
                 main_plugin.exit(-1);
                 drop(task_plugin);
-                self.sim.exit_process(task).expect("the failed task is killed");
-                self.sim.exit_process(main).expect("the main restorer exits");
+                self.sim
+                    .exit_process(task)
+                    .expect("the failed task is killed");
+                self.sim
+                    .exit_process(main)
+                    .expect("the main restorer exits");
                 Err(failure)
             }
         }
