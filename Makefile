@@ -1,0 +1,126 @@
+# Build and install the CRIU plugin and the amdgpu-criu tool.
+#
+#   make                                  release build (plugin .so + CLI)
+#   sudo make install PREFIX=/usr         plugin in /usr/lib/criu, CRIU's default plugin dir
+#   make install DESTDIR=/tmp/pkg PREFIX=/usr   staged install (packaging)
+#   sudo make uninstall PREFIX=/usr       removes exactly what install wrote
+#
+# PREFIX defaults to /usr/local. CRIU looks for plugins in /usr/lib/criu
+# (its compile-time default) unless given --libdir DIR or CRIU_LIBS_DIR=DIR;
+# with the default PREFIX the plugin lands in /usr/local/lib/criu and CRIU
+# must be pointed there (criu dump --libdir /usr/local/lib/criu ...).
+#
+# `install` never builds: it installs what `make` built, so it can run as
+# root without running cargo. PROFILE (default release) or BUILD_DIR
+# (default $(CARGO_TARGET_DIR)/$(PROFILE)) select the artifacts; the
+# workspace test installs the debug artifacts of `cargo test` this way.
+#
+# Every installed file and every directory install had to create is listed
+# in $(PREFIX)/share/amdgpu-criu/install-manifest (written as files are
+# installed, so a failed install can be undone too); `uninstall` removes
+# those files, then those directories if they are empty, never a directory
+# that existed before. Installing over an existing manifest is refused:
+# uninstall first. Paths must not contain white space.
+
+PREFIX ?= /usr/local
+DESTDIR ?=
+PROFILE ?= release
+CARGO ?= cargo
+CARGO_TARGET_DIR ?= target
+BUILD_DIR ?= $(CARGO_TARGET_DIR)/$(PROFILE)
+
+PLUGIN_SO := $(BUILD_DIR)/libcriu_plugin_amdgpu.so
+CLI_BIN := $(BUILD_DIR)/amdgpu-criu
+MAN_PAGES := docs/man/criu-amdgpu-plugin.1 docs/man/amdgpu-criu.1
+
+PLUGIN_DIR := $(PREFIX)/lib/criu
+BIN_DIR := $(PREFIX)/bin
+MAN1_DIR := $(PREFIX)/share/man/man1
+BASH_DIR := $(PREFIX)/share/bash-completion/completions
+ZSH_DIR := $(PREFIX)/share/zsh/site-functions
+FISH_DIR := $(PREFIX)/share/fish/vendor_completions.d
+DATA_DIR := $(PREFIX)/share/amdgpu-criu
+MANIFEST := $(DATA_DIR)/install-manifest
+
+ifeq ($(PROFILE),release)
+CARGO_PROFILE_FLAG := --release
+else ifeq ($(PROFILE),debug)
+CARGO_PROFILE_FLAG :=
+else
+CARGO_PROFILE_FLAG := --profile $(PROFILE)
+endif
+
+.PHONY: all build test install uninstall
+
+all: build
+
+build:
+	$(CARGO) build $(CARGO_PROFILE_FLAG) -p criu-plugin-amdgpu -p amdgpu-criu
+
+test:
+	$(CARGO) test --workspace
+
+# mkd DIR: create DIR under DESTDIR one component at a time, recording each
+# component created (as "d PATH") in the manifest being written.
+# put MODE SRC DEST: install one file, recording it (as "f PATH").
+define INSTALL_FUNCS
+set -e; \
+man=$$(mktemp); tmpman=$$man; trap 'rm -f "$$tmpman"' EXIT; \
+mkd() { \
+	p=""; \
+	for c in $$(echo "$$1" | tr / ' '); do \
+		p="$$p/$$c"; \
+		if [ ! -d "$(DESTDIR)$$p" ]; then \
+			mkdir "$(DESTDIR)$$p"; echo "d $$p" >> "$$man"; \
+		fi; \
+	done; \
+}; \
+put() { \
+	install -m "$$1" "$$2" "$(DESTDIR)$$3"; echo "f $$3" >> "$$man"; \
+}
+endef
+
+install:
+	@for f in "$(PLUGIN_SO)" "$(CLI_BIN)"; do \
+		if [ ! -f "$$f" ]; then \
+			echo "make install: $$f is missing; run 'make' first (or set PROFILE/BUILD_DIR)" >&2; \
+			exit 1; \
+		fi; \
+	done
+	@if [ -f "$(DESTDIR)$(MANIFEST)" ]; then \
+		echo "make install: $(DESTDIR)$(MANIFEST) exists; run 'make uninstall' first" >&2; \
+		exit 1; \
+	fi
+	@case "$(PREFIX)" in /*) ;; *) echo "make install: PREFIX must be absolute" >&2; exit 1;; esac
+	@$(INSTALL_FUNCS); \
+	if [ -n "$(DESTDIR)" ]; then mkdir -p "$(DESTDIR)"; fi; \
+	for d in "$(PLUGIN_DIR)" "$(BIN_DIR)" "$(MAN1_DIR)" "$(BASH_DIR)" \
+		"$(ZSH_DIR)" "$(FISH_DIR)" "$(DATA_DIR)"; do mkd "$$d"; done; \
+	cat "$$man" > "$(DESTDIR)$(MANIFEST)"; man="$(DESTDIR)$(MANIFEST)"; \
+	echo "f $(MANIFEST)" >> "$$man"; \
+	put 0644 "$(PLUGIN_SO)" "$(PLUGIN_DIR)/amdgpu_plugin.so"; \
+	put 0755 "$(CLI_BIN)" "$(BIN_DIR)/amdgpu-criu"; \
+	for m in $(MAN_PAGES); do put 0644 "$$m" "$(MAN1_DIR)/$${m##*/}"; done; \
+	tmp=$$(mktemp -d); trap 'rm -f "$$tmpman"; rm -rf "$$tmp"' EXIT; \
+	"$(CLI_BIN)" completions bash > "$$tmp/amdgpu-criu"; \
+	"$(CLI_BIN)" completions zsh > "$$tmp/_amdgpu-criu"; \
+	"$(CLI_BIN)" completions fish > "$$tmp/amdgpu-criu.fish"; \
+	put 0644 "$$tmp/amdgpu-criu" "$(BASH_DIR)/amdgpu-criu"; \
+	put 0644 "$$tmp/_amdgpu-criu" "$(ZSH_DIR)/_amdgpu-criu"; \
+	put 0644 "$$tmp/amdgpu-criu.fish" "$(FISH_DIR)/amdgpu-criu.fish"; \
+	chmod 0644 "$$man"; \
+	sed -n 's/^f /installed /p' "$$man"
+
+uninstall:
+	@if [ ! -f "$(DESTDIR)$(MANIFEST)" ]; then \
+		echo "make uninstall: no $(DESTDIR)$(MANIFEST); nothing was installed with PREFIX=$(PREFIX)" >&2; \
+		exit 1; \
+	fi
+	@set -e; \
+	sed -n 's/^f //p' "$(DESTDIR)$(MANIFEST)" | while IFS= read -r f; do \
+		case "$$f" in "$(MANIFEST)") continue;; esac; \
+		rm -f "$(DESTDIR)$$f"; echo "removed $$f"; \
+	done; \
+	dirs=$$(sed -n 's/^d //p' "$(DESTDIR)$(MANIFEST)" | sort -r); \
+	rm -f "$(DESTDIR)$(MANIFEST)"; \
+	for d in $$dirs; do rmdir "$(DESTDIR)$$d" 2>/dev/null || true; done

@@ -1,0 +1,184 @@
+//! `make install` and `make uninstall` of the root Makefile, into a temporary
+//! `DESTDIR` with `PREFIX=/usr`.
+//!
+//! The test never builds: it points the Makefile's `BUILD_DIR` at the
+//! directory holding this test's own `amdgpu-criu` binary, where `cargo test
+//! --workspace` has also built the plugin's `libcriu_plugin_amdgpu.so` (the
+//! plugin's C-host test needs it). Running a release build here would double
+//! the CI build time. When the `.so` is absent (for example `cargo test -p
+//! amdgpu-criu` alone) or `make` is not installed, the test says so and
+//! skips.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn workspace_root() -> PathBuf {
+    let mut dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    while !fs::read_to_string(dir.join("Cargo.toml")).is_ok_and(|t| t.contains("[workspace]")) {
+        dir = dir.parent().expect("a workspace root above the crate");
+    }
+    dir.to_path_buf()
+}
+
+fn make(target: &str, destdir: &Path, build_dir: &Path) -> Output {
+    Command::new("make")
+        .arg("-s")
+        .arg("-C")
+        .arg(workspace_root())
+        .arg(target)
+        .arg(format!("DESTDIR={}", destdir.display()))
+        .arg("PREFIX=/usr")
+        .arg(format!("BUILD_DIR={}", build_dir.display()))
+        .output()
+        .expect("make runs")
+}
+
+fn assert_ok(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Every path under `root`, relative, directories included.
+fn tree(root: &Path) -> BTreeSet<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeSet<String>) {
+        for entry in fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            out.insert(path.strip_prefix(root).unwrap().display().to_string());
+            if path.is_dir() {
+                walk(root, &path, out);
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(root, root, &mut out);
+    out
+}
+
+const INSTALLED_FILES: [&str; 8] = [
+    "usr/lib/criu/amdgpu_plugin.so",
+    "usr/bin/amdgpu-criu",
+    "usr/share/man/man1/criu-amdgpu-plugin.1",
+    "usr/share/man/man1/amdgpu-criu.1",
+    "usr/share/bash-completion/completions/amdgpu-criu",
+    "usr/share/zsh/site-functions/_amdgpu-criu",
+    "usr/share/fish/vendor_completions.d/amdgpu-criu.fish",
+    "usr/share/amdgpu-criu/install-manifest",
+];
+
+#[test]
+fn install_then_uninstall_leaves_what_was_there() {
+    let cli = Path::new(env!("CARGO_BIN_EXE_amdgpu-criu"));
+    let build_dir = cli.parent().unwrap();
+    let plugin = build_dir.join("libcriu_plugin_amdgpu.so");
+    if !plugin.is_file() {
+        println!(
+            "skipped: {} is absent (built by `cargo test --workspace`, not by `cargo test -p amdgpu-criu`)",
+            plugin.display()
+        );
+        return;
+    }
+    if Command::new("make").arg("--version").output().is_err() {
+        println!("skipped: make is not installed");
+        return;
+    }
+    let dest = tempfile::tempdir().unwrap();
+    // A directory and a file that were there before: they must survive.
+    fs::create_dir_all(dest.path().join("usr/share/man/man1")).unwrap();
+    fs::write(
+        dest.path().join("usr/share/man/man1/other.1"),
+        ".TH OTHER 1\n",
+    )
+    .unwrap();
+    let before = tree(dest.path());
+
+    assert_ok(&make("install", dest.path(), build_dir), "make install");
+    let installed: BTreeSet<String> = tree(dest.path())
+        .into_iter()
+        .filter(|p| dest.path().join(p).is_file() && !before.contains(p))
+        .collect();
+    let expected: BTreeSet<String> = INSTALLED_FILES.iter().map(|s| (*s).to_owned()).collect();
+    assert_eq!(installed, expected);
+
+    assert_eq!(
+        fs::read(dest.path().join("usr/lib/criu/amdgpu_plugin.so")).unwrap(),
+        fs::read(&plugin).unwrap(),
+        "the plugin is installed byte for byte"
+    );
+    let manual = fs::read_to_string(workspace_root().join("docs/man/amdgpu-criu.1")).unwrap();
+    assert_eq!(
+        fs::read_to_string(dest.path().join("usr/share/man/man1/amdgpu-criu.1")).unwrap(),
+        manual
+    );
+    for (file, marker) in [
+        (
+            "usr/share/bash-completion/completions/amdgpu-criu",
+            "complete -F",
+        ),
+        (
+            "usr/share/zsh/site-functions/_amdgpu-criu",
+            "#compdef amdgpu-criu",
+        ),
+        (
+            "usr/share/fish/vendor_completions.d/amdgpu-criu.fish",
+            "complete -c amdgpu-criu",
+        ),
+    ] {
+        let script = fs::read_to_string(dest.path().join(file)).unwrap();
+        assert!(script.contains(marker), "{file} lacks {marker:?}");
+        assert!(
+            script.contains("topology"),
+            "{file} does not complete subcommands"
+        );
+    }
+    let manifest =
+        fs::read_to_string(dest.path().join("usr/share/amdgpu-criu/install-manifest")).unwrap();
+    let listed: BTreeSet<String> = manifest
+        .lines()
+        .filter_map(|l| l.strip_prefix("f /"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(listed, expected, "the manifest lists every installed file");
+    assert!(
+        !manifest.contains("d /usr/share/man\n") && !manifest.contains("d /usr/share/man/man1\n"),
+        "directories that existed are not claimed:\n{manifest}"
+    );
+
+    let again = make("install", dest.path(), build_dir);
+    assert!(
+        !again.status.success(),
+        "installing over an installation must be refused"
+    );
+
+    assert_ok(&make("uninstall", dest.path(), build_dir), "make uninstall");
+    assert_eq!(tree(dest.path()), before, "uninstall restores the tree");
+
+    let again = make("uninstall", dest.path(), build_dir);
+    assert!(
+        !again.status.success(),
+        "uninstalling with nothing installed is an error"
+    );
+}
+
+#[test]
+fn install_without_artifacts_is_refused() {
+    if Command::new("make").arg("--version").output().is_err() {
+        println!("skipped: make is not installed");
+        return;
+    }
+    let dest = tempfile::tempdir().unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let out = make("install", dest.path(), empty.path());
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("run 'make' first"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(tree(dest.path()).is_empty(), "nothing is installed");
+}
