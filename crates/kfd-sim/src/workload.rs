@@ -38,7 +38,9 @@ use crate::kfd::event::is_signal_type;
 use crate::sim::{Pid, Sim, SimDriver, SimError, State};
 use crate::Errno;
 
-/// What kind of application to simulate.
+/// What kind of application to simulate. Multi-process applications that
+/// share dma-bufs are built with [`Workload::launch_sharing`] (any profile)
+/// or [`Workload::share_with`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Profile {
