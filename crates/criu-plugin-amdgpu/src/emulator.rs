@@ -141,6 +141,28 @@ pub struct TaskFile<'a> {
     pub id: u32,
 }
 
+/// One task of a process tree to dump.
+#[derive(Debug, Clone)]
+pub struct TaskToDump<'a> {
+    /// The task.
+    pub pid: Pid,
+    /// Its GPU files, in its ascending fd order.
+    pub files: Vec<TaskFile<'a>>,
+    /// Its device mappings.
+    pub vmas: Vec<DeviceVma>,
+}
+
+/// One task of a process tree to restore.
+#[derive(Debug, Clone)]
+pub struct TaskToRestore {
+    /// The task's pid (it is recreated under it).
+    pub pid: Pid,
+    /// The ids of its GPU files, in its ascending fd order.
+    pub file_ids: Vec<u32>,
+    /// Its device mappings as saved.
+    pub vmas: Vec<DeviceVma>,
+}
+
 /// A device mapping of the target, as CRIU records it from `/proc/pid/smaps`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceVma {
@@ -166,6 +188,9 @@ pub enum EmulatorError {
         /// Its (negative) answer.
         errno: c_int,
     },
+    /// A dump or restore of no task at all.
+    #[error("no task to dump or restore")]
+    NoTasks,
     /// The simulator refused a process operation.
     #[error("simulator: {0}")]
     Sim(#[from] SimError),
@@ -284,13 +309,31 @@ impl CriuEmulator {
         files: &[TaskFile<'_>],
         vmas: &[DeviceVma],
     ) -> Result<DumpReport, EmulatorError> {
+        self.dump_tree(&[TaskToDump {
+            pid: target,
+            files: files.to_vec(),
+            vmas: vmas.to_vec(),
+        }])
+    }
+
+    /// `criu dump` of a process tree, `tasks[0]` being the root: CRIU's
+    /// dumper attaches every task, handles each task's mappings then its
+    /// files, and calls `DUMP_DEVICES_LATE` once after all tasks.
+    pub fn dump_tree(&self, tasks: &[TaskToDump<'_>]) -> Result<DumpReport, EmulatorError> {
+        let root = tasks.first().map(|t| t.pid).ok_or(EmulatorError::NoTasks)?;
         let dumper = self.sim.spawn_process()?;
-        let result = self
-            .sim
-            .ptrace_attach(dumper, target)
-            .map_err(EmulatorError::from)
-            .and_then(|()| self.dump_as(dumper, target, files, vmas));
-        let _ = self.sim.ptrace_detach(target);
+        let mut result = Ok(());
+        for task in tasks {
+            result = result.and_then(|()| {
+                self.sim
+                    .ptrace_attach(dumper, task.pid)
+                    .map_err(EmulatorError::from)
+            });
+        }
+        let result = result.and_then(|()| self.dump_as(dumper, root, tasks));
+        for task in tasks {
+            let _ = self.sim.ptrace_detach(task.pid);
+        }
         self.sim.exit_process(dumper)?;
         result
     }
@@ -298,9 +341,8 @@ impl CriuEmulator {
     fn dump_as(
         &self,
         dumper: Pid,
-        target: Pid,
-        files: &[TaskFile<'_>],
-        vmas: &[DeviceVma],
+        root: Pid,
+        tasks: &[TaskToDump<'_>],
     ) -> Result<DumpReport, EmulatorError> {
         let driver = self.sim.driver(dumper);
         let host = EmulatedHost::new(&self.images, None);
@@ -316,49 +358,51 @@ impl CriuEmulator {
             file_answers: Vec::new(),
             late_answer: None,
         };
-        for vma in vmas {
-            let answer = match self.vma_device(&driver, vma) {
-                Some(dev) => plugin.handle_device_vma(dev),
-                None => NOT_MINE,
-            };
-            report.vma_answers.push(answer);
-            if answer < 0 {
-                plugin.exit(-1);
-                return Err(EmulatorError::Hook {
-                    hook: "HANDLE_DEVICE_VMA",
-                    object: vma.path.display().to_string(),
-                    errno: answer,
-                });
+        for task in tasks {
+            for vma in &task.vmas {
+                let answer = match self.vma_device(&driver, vma) {
+                    Some(dev) => plugin.handle_device_vma(dev),
+                    None => NOT_MINE,
+                };
+                report.vma_answers.push(answer);
+                if answer < 0 {
+                    plugin.exit(-1);
+                    return Err(EmulatorError::Hook {
+                        hook: "HANDLE_DEVICE_VMA",
+                        object: vma.path.display().to_string(),
+                        errno: answer,
+                    });
+                }
             }
-        }
-        for file in files {
-            let drained = file
-                .fd
-                .try_clone_to_owned()
-                .map_err(|source| EmulatorError::Io {
-                    what: "draining a file of the target",
-                    source,
-                })?;
-            let answer = plugin.dump_ext_file(drained.as_fd(), file.id as c_int);
-            drop(drained);
-            report.file_answers.push((file.id, answer));
-            if answer < 0 {
-                plugin.exit(-1);
-                return Err(EmulatorError::Hook {
-                    hook: "DUMP_EXT_FILE",
-                    object: format!("file {}", file.id),
-                    errno: answer,
-                });
+            for file in &task.files {
+                let drained = file
+                    .fd
+                    .try_clone_to_owned()
+                    .map_err(|source| EmulatorError::Io {
+                        what: "draining a file of the target",
+                        source,
+                    })?;
+                let answer = plugin.dump_ext_file(drained.as_fd(), file.id as c_int);
+                drop(drained);
+                report.file_answers.push((file.id, answer));
+                if answer < 0 {
+                    plugin.exit(-1);
+                    return Err(EmulatorError::Hook {
+                        hook: "DUMP_EXT_FILE",
+                        object: format!("file {}", file.id),
+                        errno: answer,
+                    });
+                }
             }
         }
         if self.has(hook::DUMP_DEVICES_LATE) {
-            let answer = plugin.dump_devices_late(target.0 as c_int);
+            let answer = plugin.dump_devices_late(root.0 as c_int);
             report.late_answer = Some(answer);
             if answer != 0 && answer != NOT_MINE {
                 plugin.exit(-1);
                 return Err(EmulatorError::Hook {
                     hook: "DUMP_DEVICES_LATE",
-                    object: format!("pid {target}"),
+                    object: format!("pid {root}"),
                     errno: answer,
                 });
             }
@@ -380,22 +424,55 @@ impl CriuEmulator {
         file_ids: &[u32],
         vmas: &[DeviceVma],
     ) -> Result<RestoredTask, EmulatorError> {
-        // The task's pid is taken first: the simulated main restorer must
-        // not occupy it (CRIU runs in its own pid namespace level).
-        let task = self.sim.spawn_process_with(ProcessConfig {
-            pid: Some(pid),
-            ..ProcessConfig::default()
-        })?;
+        let mut tasks = self.restore_tree(&[TaskToRestore {
+            pid,
+            file_ids: file_ids.to_vec(),
+            vmas: vmas.to_vec(),
+        }])?;
+        tasks.pop().ok_or(EmulatorError::NoTasks)
+    }
+
+    /// `criu restore` of a process tree: the main restorer initialises,
+    /// forks every task (each recreated under its pid), each task restores
+    /// its files and mappings, and the main restorer resumes every task.
+    pub fn restore_tree(
+        &self,
+        tasks: &[TaskToRestore],
+    ) -> Result<Vec<RestoredTask>, EmulatorError> {
+        if tasks.is_empty() {
+            return Err(EmulatorError::NoTasks);
+        }
+        // The tasks' pids are taken first: the simulated main restorer must
+        // not occupy them (CRIU runs in its own pid namespace level).
+        let mut pids = Vec::new();
+        for task in tasks {
+            match self.sim.spawn_process_with(ProcessConfig {
+                pid: Some(task.pid),
+                ..ProcessConfig::default()
+            }) {
+                Ok(pid) => pids.push(pid),
+                Err(e) => {
+                    for pid in pids {
+                        let _ = self.sim.exit_process(pid);
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
         let main = match self.sim.spawn_process() {
             Ok(main) => main,
             Err(e) => {
-                let _ = self.sim.exit_process(task);
+                for pid in pids {
+                    let _ = self.sim.exit_process(pid);
+                }
                 return Err(e.into());
             }
         };
-        let result = self.restore_as(main, task, file_ids, vmas);
+        let result = self.restore_as(main, tasks);
         if result.is_err() {
-            let _ = self.sim.exit_process(task);
+            for pid in pids {
+                let _ = self.sim.exit_process(pid);
+            }
         }
         self.sim.exit_process(main)?;
         result
@@ -404,10 +481,8 @@ impl CriuEmulator {
     fn restore_as(
         &self,
         main: Pid,
-        task: Pid,
-        file_ids: &[u32],
-        vmas: &[DeviceVma],
-    ) -> Result<RestoredTask, EmulatorError> {
+        tasks: &[TaskToRestore],
+    ) -> Result<Vec<RestoredTask>, EmulatorError> {
         let host = EmulatedHost::new(&self.images, self.config.fd_floor);
         let mut main_plugin = Plugin::init(
             self.sim.driver(main),
@@ -433,84 +508,96 @@ impl CriuEmulator {
                 return Err(fail(main_plugin, "RESTORE_INIT", "images".into(), answer));
             }
         }
-        let mut task_plugin = main_plugin.forked(self.sim.driver(task), host);
+        let mut task_plugins: Vec<_> = tasks
+            .iter()
+            .map(|t| main_plugin.forked(self.sim.driver(t.pid), host.clone()))
+            .collect();
         if self.has(hook::POST_FORKING) {
             let answer = main_plugin.post_forking();
             if answer < 0 && answer != NOT_MINE {
                 return Err(fail(main_plugin, "POST_FORKING", "tasks".into(), answer));
             }
         }
-        // As CRIU's open_fdinfos(): every file in ascending fd order, again
-        // and again while some ask for a retry and others make progress.
-        let mut files = Vec::new();
-        let mut waiting: Vec<u32> = file_ids.to_vec();
-        while !waiting.is_empty() {
-            let mut still_waiting = Vec::new();
-            for &id in &waiting {
-                match task_plugin.restore_file(id as c_int) {
-                    Ok(Restored::File(fd)) => files.push((id, fd)),
-                    Ok(Restored::WaitForKfd) => still_waiting.push(id),
-                    Ok(Restored::NotOurs) => {
-                        return Err(fail(
-                            main_plugin,
-                            "RESTORE_EXT_FILE",
-                            format!("file {id}"),
-                            NOT_MINE,
-                        ));
+        let mut restored = Vec::new();
+        for (task, task_plugin) in tasks.iter().zip(task_plugins.iter_mut()) {
+            // As CRIU's open_fdinfos(): every file in ascending fd order,
+            // again and again while some ask for a retry and others make
+            // progress.
+            let mut files = Vec::new();
+            let mut waiting: Vec<u32> = task.file_ids.clone();
+            while !waiting.is_empty() {
+                let mut still_waiting = Vec::new();
+                for &id in &waiting {
+                    match task_plugin.restore_file(id as c_int) {
+                        Ok(Restored::File(fd)) => files.push((id, fd)),
+                        Ok(Restored::WaitForKfd) => still_waiting.push(id),
+                        Ok(Restored::NotOurs) => {
+                            return Err(fail(
+                                main_plugin,
+                                "RESTORE_EXT_FILE",
+                                format!("file {id}"),
+                                NOT_MINE,
+                            ));
+                        }
+                        Err(errno) => {
+                            return Err(fail(
+                                main_plugin,
+                                "RESTORE_EXT_FILE",
+                                format!("file {id}"),
+                                errno,
+                            ));
+                        }
                     }
-                    Err(errno) => {
+                }
+                if still_waiting.len() == waiting.len() {
+                    return Err(fail(
+                        main_plugin,
+                        "RESTORE_EXT_FILE",
+                        format!("files {still_waiting:?} (no progress)"),
+                        -libc::EAGAIN,
+                    ));
+                }
+                waiting = still_waiting;
+            }
+            let mut mapped = Vec::new();
+            for vma in &task.vmas {
+                let path = vma.path.as_os_str().as_encoded_bytes();
+                let outcome = match task_plugin.update_vma_map(path, vma.addr, vma.pgoff) {
+                    VmaUpdate::Translated { pgoff, fd } => VmaOutcome::Translated {
+                        pgoff,
+                        // SAFETY: an fd >= 0 from UPDATE_VMA_MAP is a new fd
+                        // owned by CRIU, here the emulator.
+                        file: (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) }),
+                    },
+                    VmaUpdate::Unchanged => VmaOutcome::Unchanged,
+                    VmaUpdate::Errno(NOT_MINE) => VmaOutcome::NotOurs,
+                    VmaUpdate::Errno(errno) => {
                         return Err(fail(
                             main_plugin,
-                            "RESTORE_EXT_FILE",
-                            format!("file {id}"),
+                            "UPDATE_VMA_MAP",
+                            vma.path.display().to_string(),
                             errno,
                         ));
                     }
-                }
+                };
+                mapped.push((vma.clone(), outcome));
             }
-            if still_waiting.len() == waiting.len() {
-                return Err(fail(
-                    main_plugin,
-                    "RESTORE_EXT_FILE",
-                    format!("files {still_waiting:?} (no progress)"),
-                    -libc::EAGAIN,
-                ));
-            }
-            waiting = still_waiting;
-        }
-        let mut mapped = Vec::new();
-        for vma in vmas {
-            let path = vma.path.as_os_str().as_encoded_bytes();
-            let outcome = match task_plugin.update_vma_map(path, vma.addr, vma.pgoff) {
-                VmaUpdate::Translated { pgoff, fd } => VmaOutcome::Translated {
-                    pgoff,
-                    // SAFETY: an fd >= 0 from UPDATE_VMA_MAP is a new fd
-                    // owned by CRIU, here the emulator.
-                    file: (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) }),
-                },
-                VmaUpdate::Unchanged => VmaOutcome::Unchanged,
-                VmaUpdate::Errno(NOT_MINE) => VmaOutcome::NotOurs,
-                VmaUpdate::Errno(errno) => {
-                    return Err(fail(
-                        main_plugin,
-                        "UPDATE_VMA_MAP",
-                        vma.path.display().to_string(),
-                        errno,
-                    ));
-                }
-            };
-            mapped.push((vma.clone(), outcome));
+            restored.push((task.pid, files, mapped));
         }
         // CRIU only logs RESUME failures (at debug level) and releases the
-        // task anyway; the answer is reported to the caller.
-        let resume_answer = main_plugin.resume_devices_late(task.0 as c_int);
+        // tasks anyway; the answers are reported to the caller.
+        let mut out = Vec::new();
+        for ((pid, files, vmas), plugin) in restored.into_iter().zip(task_plugins) {
+            let resume_answer = main_plugin.resume_devices_late(pid.0 as c_int);
+            out.push(RestoredTask {
+                pid,
+                files,
+                vmas,
+                resume_answer,
+                plugin,
+            });
+        }
         main_plugin.exit(0);
-        Ok(RestoredTask {
-            pid: task,
-            files,
-            vmas: mapped,
-            resume_answer,
-            plugin: task_plugin,
-        })
+        Ok(out)
     }
 }

@@ -612,3 +612,65 @@ fn a_dma_buf_of_the_process_own_bo_is_restored_to_that_bo() {
     assert_eq!(restored_info.size, info.size);
     assert_eq!(restored_info.flags, info.flags);
 }
+
+#[test]
+fn a_tree_of_two_gpu_processes_round_trips() {
+    use common::{gpu_files_from, kfd_image_of};
+    use criu_plugin_amdgpu::emulator::{TaskToDump, TaskToRestore};
+
+    let sim = Sim::synthetic(2, SimConfig::default()).unwrap();
+    let root = launch(&sim, &Profile::Basic, 2);
+    let child = launch(
+        &sim,
+        &Profile::TensorFlowLike {
+            bo_bytes: 128 << 10,
+        },
+        1,
+    );
+    let expected = [root.describe().unwrap(), child.describe().unwrap()];
+    let dirs = Dirs::new();
+    let emulator = dirs.emulator(&sim, |_| {});
+    let (root_files, root_ids) = gpu_files_from(&root, 1);
+    let (child_files, child_ids) = gpu_files_from(&child, 11);
+    let report = emulator
+        .dump_tree(&[
+            TaskToDump {
+                pid: root.pid(),
+                files: root_files,
+                vmas: device_vmas(&sim),
+            },
+            TaskToDump {
+                pid: child.pid(),
+                files: child_files,
+                vmas: device_vmas(&sim),
+            },
+        ])
+        .expect("dump of the tree");
+    assert_eq!(report.late_answer, Some(0), "both processes unpaused late");
+    let pids = [root.pid(), child.pid()];
+    root.exit().unwrap();
+    child.exit().unwrap();
+    let images = [
+        kfd_image_of(dirs.images.path(), 1),
+        kfd_image_of(dirs.images.path(), 11),
+    ];
+    let tasks = emulator
+        .restore_tree(&[
+            TaskToRestore {
+                pid: pids[0],
+                file_ids: root_ids,
+                vmas: vmas_of(&images[0]),
+            },
+            TaskToRestore {
+                pid: pids[1],
+                file_ids: child_ids,
+                vmas: vmas_of(&images[1]),
+            },
+        ])
+        .expect("restore of the tree");
+    for (task, (pid, expected)) in tasks.iter().zip(pids.iter().zip(&expected)) {
+        assert_eq!(task.resume_answer, 0, "pid {pid}");
+        Workload::verify(&sim, *pid, expected).expect("restored state matches");
+        Workload::attach(&sim, *pid).step().expect("runs again");
+    }
+}

@@ -37,14 +37,19 @@ impl Dirs {
 /// The workload's GPU files with CRIU ids in the order a ROCm process has
 /// them (/dev/kfd opened first, so lowest), and the ids in that order.
 pub fn gpu_files(app: &Workload) -> (Vec<TaskFile<'_>>, Vec<u32>) {
+    gpu_files_from(app, KFD_ID)
+}
+
+/// [`gpu_files`] with the KFD file's id `first` and the render nodes after it.
+pub fn gpu_files_from(app: &Workload, first: u32) -> (Vec<TaskFile<'_>>, Vec<u32>) {
     let mut files = vec![TaskFile {
         fd: app.kfd_fd().expect("kfd fd"),
-        id: KFD_ID,
+        id: first,
     }];
     for (i, fd) in app.render_fds().into_iter().enumerate() {
         files.push(TaskFile {
             fd,
-            id: KFD_ID + 1 + i as u32,
+            id: first + 1 + i as u32,
         });
     }
     let ids = files.iter().map(|f| f.id).collect();
@@ -70,11 +75,16 @@ pub fn device_vmas(sim: &Sim) -> Vec<DeviceVma> {
 
 /// The KFD image of the dump.
 pub fn kfd_image(images: &Path) -> CriuKfd {
+    kfd_image_of(images, KFD_ID)
+}
+
+/// The KFD image of file `id`.
+pub fn kfd_image_of(images: &Path, id: u32) -> CriuKfd {
     DirStore::open_dir(images)
         .unwrap()
-        .read_message(&ImageName::Kfd { id: KFD_ID }, ReadLimits::default())
+        .read_message(&ImageName::Kfd { id }, ReadLimits::default())
         .unwrap()
-        .expect("amdgpu-kfd-1.img")
+        .unwrap_or_else(|| panic!("amdgpu-kfd-{id}.img"))
 }
 
 /// The device mappings CRIU would find for the BOs of a KFD image: VRAM and

@@ -1,0 +1,229 @@
+//! Every device call of the restore path, made to fail in turn.
+//!
+//! A simulated ROCm process is dumped cleanly and killed; a clean restore
+//! records every call the plugin makes into the (simulated) kernel as
+//! `(operation, occurrence)` sites (see `faults_common`). Then, for each
+//! site, the same dump and restore run on a fresh machine with kfd-sim's
+//! fault injection armed at exactly that call. Each failure must:
+//!
+//! * fail a hook with a negative errno that is neither `-ENOTSUP` nor the
+//!   panic errno (`RESUME_DEVICES_LATE`, whose answer CRIU only logs, must
+//!   answer such an errno too);
+//! * log an error line naming the operation;
+//! * leak nothing once CRIU killed the failed task: the simulator's
+//!   accounting equals the one before the restore, and no thread outlives
+//!   the run.
+//!
+//! The kernel-internal points `DMABUF_EXPORT`, `EVICT` and `SDMA_SHORT` are
+//! walked by occurrence until one no longer fires. One test per binary: the
+//! thread count must not see other tests.
+
+use std::path::Path;
+
+use criu_plugin_amdgpu::abi::PANIC_ERRNO;
+use criu_plugin_amdgpu::core::plugin::NOT_MINE;
+use criu_plugin_amdgpu::emulator::EmulatedHost;
+use criu_plugin_amdgpu::log::{Capture, Level};
+use kfd_sim::workload::{Profile, Workload};
+use kfd_sim::{Errno, FaultSpec, Sim, SimConfig};
+
+mod common;
+mod faults_common;
+
+use common::{device_vmas, gpu_files, kfd_image, vmas_of};
+use faults_common::{empty_dir, log_names_op, thread_count, FaultDriver, MiniCriu, Site, Snapshot};
+
+enum Fault {
+    None,
+    Site(Site, Errno),
+    Internal(FaultSpec),
+}
+
+struct Outcome {
+    /// The failing hook and its answer; `None` when everything succeeded.
+    failure: Option<(&'static str, i32)>,
+    sites: Vec<Site>,
+    fired: bool,
+    lines: Vec<(Level, String)>,
+    before: Snapshot,
+    after: Snapshot,
+}
+
+fn run(gpus: usize, images: &Path, shm: &Path, fault: &Fault) -> Outcome {
+    empty_dir(images);
+    let threads_before = thread_count();
+    let mut out = {
+        let sim = Sim::synthetic(gpus, SimConfig::default()).expect("simulated machine");
+        let mut app = Workload::launch(&sim, &Profile::Basic).expect("launch app");
+        app.step().expect("app step");
+        let criu = MiniCriu::new(&sim, shm);
+        let (files, ids) = gpu_files(&app);
+        let quiet = Capture::start();
+        criu.dump(
+            |pid| sim.driver(pid),
+            EmulatedHost::new(images, None),
+            app.pid(),
+            &files,
+            &device_vmas(&sim),
+        )
+        .expect("clean dump");
+        drop(quiet);
+        drop(files);
+        let pid = app.pid();
+        app.exit().expect("the app exits");
+        let vmas = vmas_of(&kfd_image(images));
+
+        let before = Snapshot::take(&sim);
+        let base = FaultDriver::new(sim.driver(pid));
+        match fault {
+            Fault::None => {}
+            Fault::Site(site, errno) => base.fail_at(site.clone(), *errno),
+            Fault::Internal(spec) => sim.inject(spec.clone()),
+        }
+        let capture = Capture::start();
+        let result = criu.restore(
+            |p| base.for_pid(p),
+            EmulatedHost::new(images, Some(200)),
+            pid,
+            &ids,
+            &vmas,
+        );
+        let lines = capture.lines();
+        drop(capture);
+        let fired = match fault {
+            Fault::None => true,
+            Fault::Site(..) => base.fired() == Some(true),
+            Fault::Internal(_) => sim.pending_faults().is_empty(),
+        };
+        sim.clear_faults();
+        let failure = match result {
+            Err(f) => Some((f.hook, f.errno)),
+            Ok(task) => {
+                let answer = task.resume_answer;
+                // CRIU kills or releases the task; either way its files go.
+                drop(task);
+                sim.exit_process(pid).expect("the restored task exits");
+                (answer != 0).then_some(("RESUME_DEVICES_LATE", answer))
+            }
+        };
+        Outcome {
+            failure,
+            sites: base.sites(),
+            fired,
+            lines,
+            before,
+            after: Snapshot::take(&sim),
+        }
+    };
+    out.before.threads = threads_before;
+    out.after.threads = thread_count();
+    out
+}
+
+fn problems(what: &str, op: Option<&str>, out: &Outcome) -> Vec<String> {
+    let mut bad = Vec::new();
+    match out.failure {
+        None => bad.push(format!("{what}: the restore succeeded")),
+        Some((hook, errno)) => {
+            if errno >= 0 || errno == NOT_MINE || errno == PANIC_ERRNO {
+                bad.push(format!("{what}: {hook} answered {errno}"));
+            }
+        }
+    }
+    if !out.fired {
+        bad.push(format!("{what}: the injected fault never fired"));
+    }
+    let named = match op {
+        Some(op) => log_names_op(&out.lines, op),
+        None => out.lines.iter().any(|(l, _)| *l == Level::Error),
+    };
+    if !named {
+        bad.push(format!(
+            "{what}: no error line names {op:?}: {:?}",
+            out.lines
+        ));
+    }
+    // Accounting only: the threads of the run are compared after the
+    // machine is gone.
+    if out.before != out.after {
+        bad.push(format!(
+            "{what}: leak: before {:?}, after {:?}",
+            out.before, out.after
+        ));
+    }
+    bad
+}
+
+#[test]
+fn every_restore_call_site_fails_cleanly() {
+    let images = tempfile::tempdir().unwrap();
+    let shm = tempfile::tempdir().unwrap();
+    let mut bad = Vec::new();
+    let mut checked = 0;
+    for gpus in [1, 2] {
+        let clean = run(gpus, images.path(), shm.path(), &Fault::None);
+        assert_eq!(clean.failure, None, "clean restore: {:?}", clean.lines);
+        assert_eq!(clean.before, clean.after, "the clean restore leaked");
+        let unknown: Vec<_> = clean
+            .sites
+            .iter()
+            .filter(|s| s.op.starts_with("UNKNOWN_REQUEST"))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "requests kfd-sys does not name: {unknown:?}"
+        );
+        for must in ["CRIU_OP:RESTORE", "CRIU_OP:RESUME", "OPEN"] {
+            assert!(
+                clean.sites.iter().any(|s| s.op == must),
+                "the restore never called {must}"
+            );
+        }
+        for site in &clean.sites {
+            let errno = if site.op == "MMAP" {
+                Errno(libc::ENOMEM)
+            } else {
+                Errno(libc::EIO)
+            };
+            let out = run(
+                gpus,
+                images.path(),
+                shm.path(),
+                &Fault::Site(site.clone(), errno),
+            );
+            bad.extend(problems(
+                &format!("{gpus} GPU(s), {site}={errno}"),
+                Some(&site.op),
+                &out,
+            ));
+            checked += 1;
+        }
+        for (op, errno) in [
+            ("DMABUF_EXPORT", libc::ENOMEM),
+            ("EVICT", libc::ENOMEM),
+            ("SDMA_SHORT", libc::EIO),
+        ] {
+            for nth in 1.. {
+                let spec = FaultSpec::new(op, nth, Errno(errno));
+                let out = run(gpus, images.path(), shm.path(), &Fault::Internal(spec));
+                if !out.fired {
+                    break;
+                }
+                bad.extend(problems(
+                    &format!("{gpus} GPU(s), internal {op}:{nth}"),
+                    None,
+                    &out,
+                ));
+                checked += 1;
+                assert!(nth < 500, "{op} fires more than 500 times in one restore");
+            }
+        }
+    }
+    println!("{checked} failing restores checked");
+    assert!(
+        bad.is_empty(),
+        "{} problems:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
