@@ -30,6 +30,11 @@ enum Command {
     Verify(cmd::verify::Args),
     /// Print a KFD topology: nodes, gpu_ids, VRAM, render minors, hives, links.
     Topology(cmd::topology::Args),
+    /// Could the checkpoint in an image directory be restored here?
+    Check(cmd::check::Args),
+    /// Checkpoint a simulated GPU process through the plugin and restore it
+    /// on another simulated machine, verified.
+    Demo(cmd::demo::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::Args),
 }
@@ -41,6 +46,8 @@ fn main() -> ExitCode {
         Command::Show(args) => cmd::show::run(args),
         Command::Verify(args) => cmd::verify::run(args),
         Command::Topology(args) => cmd::topology::run(args),
+        Command::Check(args) => cmd::check::run(args),
+        Command::Demo(args) => cmd::demo::run(args),
         Command::Completions(args) => cmd::completions::run(args, Cli::command()),
     }
 }

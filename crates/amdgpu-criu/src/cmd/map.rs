@@ -44,8 +44,8 @@ pub fn run(args: Args) -> ExitCode {
     for warning in &invalid {
         eprintln!("amdgpu-criu map: warning: {warning}");
     }
-    let loaded =
-        load(&args.from, args.complete).and_then(|from| Ok((from, load(&args.to, args.complete)?)));
+    let loaded = load("map", &args.from, args.complete)
+        .and_then(|from| Ok((from, load("map", &args.to, args.complete)?)));
     let (from, to) = match loaded {
         Ok(pair) => pair,
         Err(message) => {
@@ -78,9 +78,10 @@ pub fn run(args: Args) -> ExitCode {
     }
 }
 
-/// Reads one topology into the device view, printing what the parser had
-/// to skip and what `--complete` filled in.
-fn load(spec: &str, complete: bool) -> Result<DeviceTopology, String> {
+/// Reads one topology (`DIR` or `builtin:NAME`) into the device view,
+/// printing what the parser had to skip and what `--complete` filled in,
+/// each line prefixed with the subcommand's name.
+pub(crate) fn load(command: &str, spec: &str, complete: bool) -> Result<DeviceTopology, String> {
     let mut system = if let Some(name) = spec.strip_prefix("builtin:") {
         builtin(name).ok_or_else(|| {
             format!(
@@ -91,13 +92,13 @@ fn load(spec: &str, complete: bool) -> Result<DeviceTopology, String> {
     } else {
         let parsed = parse(Path::new(spec)).map_err(|e| format!("{spec}: {e}"))?;
         for skipped in &parsed.skipped {
-            eprintln!("amdgpu-criu map: {spec}: note: {skipped}");
+            eprintln!("amdgpu-criu {command}: {spec}: note: {skipped}");
         }
         parsed.system
     };
     if complete {
         for item in synthesize_missing(&mut system) {
-            eprintln!("amdgpu-criu map: {spec}: filled in: {item}");
+            eprintln!("amdgpu-criu {command}: {spec}: filled in: {item}");
         }
     }
     DeviceTopology::from_system(&system).map_err(|e| {
@@ -117,7 +118,9 @@ fn node_of(topology: &DeviceTopology, gpu_id: u32) -> String {
         .map_or_else(|| "?".to_owned(), |n| n.node_id.to_string())
 }
 
-fn print_text(
+/// Prints a mapping result as text: the checks switched off, then the GPU
+/// and CPU maps or every reason there is none.
+pub(crate) fn print_text(
     result: &MapResult,
     from: &DeviceTopology,
     to: &DeviceTopology,

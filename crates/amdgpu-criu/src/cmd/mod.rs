@@ -1,6 +1,8 @@
 //! One module per subcommand.
 
+pub mod check;
 pub mod completions;
+pub mod demo;
 pub mod map;
 pub mod show;
 pub mod topology;

@@ -1,0 +1,250 @@
+//! `amdgpu-criu check IMAGES_DIR [--sysfs DIR | --builtin NAME] [--json]`:
+//! could the checkpoint in IMAGES_DIR be restored on this machine (or on the
+//! topology in DIR, or on a built-in machine)?
+//!
+//! Reads every KFD image of the set (validated as the plugin validates it at
+//! restore), turns its device entries back into the checkpointed topology
+//! with the plugin's own conversion ([`checkpointed_topology`]), and maps it
+//! onto the local topology under the `KFD_*_CHECK` variables, exactly as
+//! `RESTORE_EXT_FILE` would. Output and exit codes are those of `map`: 0
+//! compatible, 1 not, 2 usage or read errors. Reads only; never opens
+//! devices.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use amdgpu_image::{CriuKfd, DirStore, ImageName, ImageStore, ReadLimits, ValidatedKfd};
+use amdgpu_topology::checks::Reason;
+use amdgpu_topology::devices::DeviceTopology;
+use amdgpu_topology::mapping::{map_topologies, MapResult};
+use amdgpu_topology::options::CheckOptions;
+use amdgpu_topology::parse::DEFAULT_ROOT;
+use amdgpu_topology::{builtin_names, GpuId};
+use criu_plugin_amdgpu::core::convert::checkpointed_topology;
+use serde::Serialize;
+
+use super::map;
+
+/// Arguments of `check`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The image directory (holding `amdgpu-kfd-<id>.img`).
+    pub images: PathBuf,
+    /// Restore onto a copy of a topology tree (the directory holding
+    /// `nodes/`) instead of this machine's `/sys/class/kfd/kfd/topology`.
+    #[arg(long, value_name = "DIR", conflicts_with = "builtin")]
+    pub sysfs: Option<PathBuf>,
+    /// Restore onto a built-in synthetic machine instead.
+    #[arg(long, value_name = "NAME")]
+    pub builtin: Option<String>,
+    /// Fill in what a partial capture given with --sysfs lacks (gpu_ids,
+    /// VRAM banks, render minors) as the simulator does.
+    #[arg(long)]
+    pub complete: bool,
+    /// Print JSON (`{"compatible", "gpu_map", "cpu_map", "reasons"}`, as
+    /// `map`; with `"images"` added when the set holds processes that saw
+    /// different GPUs).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The checkpointed topology of one KFD image.
+#[derive(Debug, Clone)]
+pub(crate) struct Checkpointed {
+    /// CRIU's file id of the image.
+    pub id: u32,
+    /// The GPUs and CPUs the process was checkpointed with.
+    pub topology: DeviceTopology,
+}
+
+/// The answer for a group of images with the same checkpointed topology.
+#[derive(Debug, Clone)]
+pub(crate) struct Verdict {
+    /// The images (file ids) of the group.
+    pub ids: Vec<u32>,
+    /// Their checkpointed topology.
+    pub checkpointed: DeviceTopology,
+    /// The mapping onto the local topology.
+    pub result: MapResult,
+}
+
+/// Runs `check`: 0 when every image can be restored, 1 when one cannot, 2
+/// when the images or the topology cannot be read.
+pub fn run(args: Args) -> ExitCode {
+    let (options, invalid) = CheckOptions::from_env();
+    for warning in &invalid {
+        eprintln!("amdgpu-criu check: warning: {warning}");
+    }
+    let outcome = read_checkpointed(&args.images).and_then(|images| {
+        let local = load_local(&args)?;
+        let verdicts = check(&images, &local, &options)?;
+        Ok((local, verdicts))
+    });
+    let (local, verdicts) = match outcome {
+        Ok(pair) => pair,
+        Err(message) => {
+            eprintln!("amdgpu-criu check: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let compatible = verdicts.iter().all(|v| v.result.compatible);
+    if args.json {
+        let text = match verdicts.as_slice() {
+            [one] => serde_json::to_string_pretty(&one.result),
+            many => serde_json::to_string_pretty(&Combined::new(many)),
+        };
+        match text {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("amdgpu-criu check: cannot format the result as JSON: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        for verdict in &verdicts {
+            let names: Vec<String> = verdict
+                .ids
+                .iter()
+                .map(|&id| ImageName::Kfd { id }.to_string())
+                .collect();
+            println!(
+                "{} ({} GPUs):",
+                names.join(", "),
+                verdict.checkpointed.gpus().count()
+            );
+            map::print_text(&verdict.result, &verdict.checkpointed, &local, &options);
+        }
+    }
+    if compatible {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// The restoring side: `--builtin`, `--sysfs`, or this machine.
+fn load_local(args: &Args) -> Result<DeviceTopology, String> {
+    let spec = match (&args.builtin, &args.sysfs) {
+        (Some(name), _) => format!("builtin:{name}"),
+        (None, Some(dir)) => dir.display().to_string(),
+        (None, None) => {
+            if !Path::new(DEFAULT_ROOT).is_dir() {
+                return Err(format!(
+                    "{DEFAULT_ROOT} does not exist: this machine has no amdkfd topology \
+                     (amdgpu not loaded, or no AMD GPU); use --sysfs DIR to check against a \
+                     copy of one, or --builtin NAME for a synthetic machine ({})",
+                    builtin_names().join(", ")
+                ));
+            }
+            DEFAULT_ROOT.to_owned()
+        }
+    };
+    map::load("check", &spec, args.complete)
+}
+
+/// The checkpointed topology of every KFD image in `dir`, in id order, each
+/// image validated as the plugin validates it before restoring.
+pub(crate) fn read_checkpointed(dir: &Path) -> Result<Vec<Checkpointed>, String> {
+    let store = DirStore::open_dir(dir).map_err(|e| e.to_string())?;
+    let names = store.list().map_err(|e| e.to_string())?;
+    let mut images = Vec::new();
+    for name in names {
+        let ImageName::Kfd { id } = name else {
+            continue;
+        };
+        let msg = store
+            .read_message::<CriuKfd>(&name, ReadLimits::default())
+            .map_err(|e| format!("{}: {name}: {e}", dir.display()))?
+            .ok_or_else(|| format!("{}: {name} vanished while reading", dir.display()))?;
+        let image =
+            ValidatedKfd::new(id, msg).map_err(|e| format!("{}: {name}: {e}", dir.display()))?;
+        images.push(Checkpointed {
+            id,
+            topology: checkpointed_topology(&image.message().device_entries),
+        });
+    }
+    if images.is_empty() {
+        return Err(format!(
+            "{}: no KFD image (amdgpu-kfd-<id>.img): not an amdgpu checkpoint",
+            dir.display()
+        ));
+    }
+    Ok(images)
+}
+
+/// Maps each distinct checkpointed topology onto `local`; images with the
+/// same topology (processes that saw the same GPUs) share one verdict.
+pub(crate) fn check(
+    images: &[Checkpointed],
+    local: &DeviceTopology,
+    options: &CheckOptions,
+) -> Result<Vec<Verdict>, String> {
+    let mut verdicts: Vec<Verdict> = Vec::new();
+    for image in images {
+        if let Some(v) = verdicts
+            .iter_mut()
+            .find(|v| v.checkpointed == image.topology)
+        {
+            v.ids.push(image.id);
+            continue;
+        }
+        let result = map_topologies(&image.topology, local, options)
+            .map_err(|e| format!("{}: {e}", ImageName::Kfd { id: image.id }))?;
+        verdicts.push(Verdict {
+            ids: vec![image.id],
+            checkpointed: image.topology.clone(),
+            result,
+        });
+    }
+    Ok(verdicts)
+}
+
+/// One group of images in the combined JSON.
+#[derive(Serialize)]
+struct ImagesVerdict<'a> {
+    ids: &'a [u32],
+    #[serde(flatten)]
+    result: &'a MapResult,
+}
+
+/// `map`'s JSON shape over several groups: compatible when every group is,
+/// the GPU and CPU maps merged when compatible (each group is restored on
+/// its own, so where two groups map one checkpointed id differently the
+/// later group's answer shows at the top and each group's own map under
+/// `images`), and every reason.
+#[derive(Serialize)]
+struct Combined<'a> {
+    compatible: bool,
+    gpu_map: BTreeMap<GpuId, GpuId>,
+    cpu_map: BTreeMap<u32, u32>,
+    reasons: Vec<&'a Reason>,
+    images: Vec<ImagesVerdict<'a>>,
+}
+
+impl<'a> Combined<'a> {
+    fn new(verdicts: &'a [Verdict]) -> Self {
+        let compatible = verdicts.iter().all(|v| v.result.compatible);
+        let mut gpu_map = BTreeMap::new();
+        let mut cpu_map = BTreeMap::new();
+        if compatible {
+            for v in verdicts {
+                gpu_map.extend(v.result.gpu_map.iter().map(|(k, v)| (*k, *v)));
+                cpu_map.extend(v.result.cpu_map.iter().map(|(k, v)| (*k, *v)));
+            }
+        }
+        Combined {
+            compatible,
+            gpu_map,
+            cpu_map,
+            reasons: verdicts.iter().flat_map(|v| &v.result.reasons).collect(),
+            images: verdicts
+                .iter()
+                .map(|v| ImagesVerdict {
+                    ids: &v.ids,
+                    result: &v.result,
+                })
+                .collect(),
+        }
+    }
+}

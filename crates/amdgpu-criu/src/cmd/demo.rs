@@ -1,0 +1,931 @@
+//! `amdgpu-criu demo`: a simulated ROCm process is checkpointed through the
+//! real plugin code into an image directory and restored on another
+//! (simulated) machine, then checked byte for byte and step for step.
+//!
+//! The machines are `kfd-sim` simulators built from a built-in topology or a
+//! sysfs tree; CRIU is the plugin crate's host emulator, which calls the
+//! plugin's hooks in CRIU's order and process roles. The workload comes from
+//! `kfd_sim::workload`; an identical twin runs uninterrupted next to it so
+//! the restored process can be compared with where it would have been.
+//! `--inject` arms a `kfd-sim` fault so a failure can be rehearsed end to end.
+//!
+//! Verified means: every restore hook answered success, every device mapping
+//! was translated, the restored process holds the same BOs at the same
+//! handles and addresses with identical contents, queues, events and SVM
+//! ranges, it keeps running (N more steps end with the twin's fingerprint),
+//! and `verify_set` finds the image set clean.
+//!
+//! This module decides nothing the plugin decides: it only sets the stage,
+//! measures and compares. It never touches real devices.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use amdgpu_image::{flags, verify_set, CriuKfd, DirStore, ImageKind, ImageStore, ReadLimits};
+use amdgpu_topology::devices::DeviceTopology;
+use amdgpu_topology::{builtin, builtin_names, parse, renumbered, synthesize_missing, System};
+use criu_plugin_amdgpu::emulator::{
+    CriuEmulator, DeviceVma, EmulatorConfig, RestoredTask, TaskFile, VmaOutcome,
+};
+use criu_plugin_amdgpu::log::{Capture, Level};
+use criu_plugin_amdgpu::options::Options;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use kfd_sim::workload::{Profile, Workload, WorkloadDescription};
+use kfd_sim::{FaultSpec, Pid, Sim, SimConfig};
+use serde::Serialize;
+
+use super::check;
+
+/// The machine the demo checkpoints on unless told otherwise: eight GPUs in
+/// two XGMI hives, so the GPU mapping has real work to do.
+pub const DEFAULT_TOPOLOGY: &str = "mi210-8gpu-2hive";
+
+/// Steps the workload makes before the checkpoint.
+const STEPS_BEFORE: usize = 3;
+/// Steps the restored process and its twin make after the restore.
+const STEPS_AFTER: usize = 4;
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+/// Arguments of `demo`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The machine to checkpoint on: a built-in topology name or a sysfs
+    /// tree (the directory holding `nodes/`; what a partial capture lacks is
+    /// filled in as the simulator does).
+    #[arg(long, value_name = "NAME|DIR", default_value = DEFAULT_TOPOLOGY)]
+    pub topology: String,
+    /// The machine to restore on, same forms. Default: the same model as
+    /// another host numbers it (new gpu_ids, node order, render minors and
+    /// hive ids). The same value as --topology restores on the very machine
+    /// the process was checkpointed on.
+    #[arg(long, value_name = "NAME|DIR")]
+    pub restore_topology: Option<String>,
+    /// The application: `basic` (a few small BOs of every type per GPU),
+    /// `pytorch` (many BOs of mixed sizes, USERPTR staging, SVM),
+    /// `tensorflow` (few large VRAM BOs) or `multi` (three processes, one of
+    /// each, checkpointed together).
+    #[arg(long, value_enum, default_value_t = WorkloadKind::Tensorflow)]
+    pub workload: WorkloadKind,
+    /// Total bytes of the BOs the workload allocates, spread over its GPUs
+    /// (`256M`, `1G`, `8M`; binary units). `basic` has a fixed small size.
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
+    pub size: u64,
+    /// Which renumbering of the default restore machine to use.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the images here (created if needed; must hold no amdgpu
+    /// images) and keep them, instead of in a temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Keep the temporary image directory and print where it is.
+    #[arg(long)]
+    pub keep: bool,
+    /// Print one JSON object (`checkpoint`, `restore`, `gpu_map`,
+    /// `verified`, plus `error` and `reasons` when something failed) instead
+    /// of text, and no progress bar.
+    #[arg(long)]
+    pub json: bool,
+    /// Make the Nth call of a kernel operation fail, to rehearse a failure:
+    /// `OP[:N][=ERRNO]`, e.g. `CRIU_OP:CHECKPOINT=EIO`, `CRIU_OP:RESTORE`,
+    /// `SDMA_SHORT`, `MMAP=ENOMEM` (see kfd-sim's fault module). Repeatable.
+    #[arg(long, value_name = "OP[:N][=ERRNO]", value_parser = parse_fault)]
+    pub inject: Vec<FaultSpec>,
+}
+
+/// The simulated application.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WorkloadKind {
+    /// A few small BOs of every type per GPU.
+    Basic,
+    /// PyTorch-like: many BOs of mixed sizes.
+    Pytorch,
+    /// TensorFlow-like: few large VRAM BOs.
+    Tensorflow,
+    /// Three processes (pytorch, tensorflow and basic) in one checkpoint.
+    Multi,
+}
+
+impl WorkloadKind {
+    fn name(self) -> &'static str {
+        match self {
+            WorkloadKind::Basic => "basic",
+            WorkloadKind::Pytorch => "pytorch",
+            WorkloadKind::Tensorflow => "tensorflow",
+            WorkloadKind::Multi => "multi",
+        }
+    }
+
+    /// The processes to launch, sized so their BOs add up to about `size`
+    /// bytes over `gpus` GPUs.
+    fn profiles(self, size: u64, gpus: u64) -> Vec<Profile> {
+        match self {
+            WorkloadKind::Basic => vec![Profile::Basic],
+            WorkloadKind::Pytorch => vec![pytorch(size, gpus)],
+            WorkloadKind::Tensorflow => vec![tensorflow(size, gpus)],
+            WorkloadKind::Multi => vec![
+                pytorch(size / 2, gpus),
+                tensorflow(size / 2, gpus),
+                Profile::Basic,
+            ],
+        }
+    }
+}
+
+/// A PyTorch-like process: BO sizes cycle through the powers of two from
+/// 4 KiB up to a sixteenth of the per-GPU share (at most 16 MiB), as many
+/// BOs as fill the share.
+fn pytorch(size: u64, gpus: u64) -> Profile {
+    let share = (size / gpus.max(1)).max(4 * KIB);
+    let max_bo_bytes = (share / 16).clamp(4 * KIB, 16 * MIB);
+    let max_bo_bytes = 1u64 << max_bo_bytes.ilog2();
+    let levels = u64::from((max_bo_bytes / (4 * KIB)).ilog2()) + 1;
+    let cycle_bytes = 4 * KIB * ((1u64 << levels) - 1);
+    let bos_per_gpu = (share * levels / cycle_bytes).max(1);
+    Profile::PyTorchLike {
+        bos_per_gpu: usize::try_from(bos_per_gpu).unwrap_or(usize::MAX),
+        max_bo_bytes,
+    }
+}
+
+/// A TensorFlow-like process: per GPU six equal VRAM BOs take the share
+/// left after its two 2 MiB GTT BOs.
+fn tensorflow(size: u64, gpus: u64) -> Profile {
+    let share = size / gpus.max(1);
+    let bo_bytes = (share.saturating_sub(4 * MIB) / 6) / (4 * KIB) * (4 * KIB);
+    Profile::TensorFlowLike {
+        bo_bytes: bo_bytes.max(4 * KIB),
+    }
+}
+
+/// `256M`, `1G`, `1.5GiB`, `4096`: bytes, with binary units.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let digits_end = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(digits_end);
+    let unit = unit.trim().to_ascii_uppercase();
+    let unit = unit
+        .strip_suffix("IB")
+        .or_else(|| unit.strip_suffix('B'))
+        .unwrap_or(&unit);
+    let scale: u64 = match unit {
+        "" => 1,
+        "K" => KIB,
+        "M" => MIB,
+        "G" => GIB,
+        "T" => GIB << 10,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in size {text:?} (K, M, G, T)"
+            ))
+        }
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("size {text:?} is not a number with an optional unit (256M, 1G)"))?;
+    let bytes = value * scale as f64;
+    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
+        return Err(format!("size {text:?} is out of range"));
+    }
+    Ok(bytes as u64)
+}
+
+fn parse_fault(text: &str) -> Result<FaultSpec, String> {
+    text.parse::<FaultSpec>().map_err(|e| e.to_string())
+}
+
+/// One side of the demo, as the JSON and the summary report it.
+#[derive(Debug, Clone, Default, Serialize)]
+struct Phase {
+    gpus: usize,
+    bos: usize,
+    bytes: u64,
+    seconds: f64,
+}
+
+/// What the demo prints.
+#[derive(Debug, Default, Serialize)]
+struct Report {
+    checkpoint: Option<Phase>,
+    restore: Option<Phase>,
+    gpu_map: BTreeMap<u32, u32>,
+    verified: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    reasons: Vec<String>,
+    /// Human-readable lines (text mode only).
+    #[serde(skip)]
+    lines: Vec<String>,
+    /// Where the images are (text mode only, printed last).
+    #[serde(skip)]
+    images: String,
+}
+
+/// How the demo ended early.
+enum Stop {
+    /// Bad arguments or an unusable topology: exit 2.
+    Usage(String),
+    /// The checkpoint or restore failed, or verification found differences:
+    /// exit 1 with the report so far.
+    Failed(String),
+}
+
+/// A simulated machine.
+struct Machine {
+    label: String,
+    system: System,
+}
+
+/// One simulated application process and its uninterrupted twin.
+struct Process {
+    app: Option<Workload>,
+    twin: Workload,
+    pid: Pid,
+    /// CRIU file ids of its GPU files: /dev/kfd first, then render nodes.
+    file_ids: Vec<u32>,
+    expected: WorkloadDescription,
+}
+
+/// Runs `demo`: 0 when verified, 1 when a step failed or the result differs,
+/// 2 on usage errors.
+pub fn run(args: Args) -> ExitCode {
+    let show_bar = !args.json && std::io::stderr().is_terminal();
+    let bar = if show_bar {
+        let bar = ProgressBar::with_draw_target(Some(7), ProgressDrawTarget::stderr());
+        if let Ok(style) = ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] [{bar:24}] {pos}/{len} {msg}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.enable_steady_tick(Duration::from_millis(100));
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    // The plugin logs to stderr outside CRIU; the demo keeps its lines and
+    // shows the warnings and errors when something fails.
+    let capture = Capture::start();
+    let mut report = Report::default();
+    let outcome = execute(&args, &bar, &mut report);
+    bar.finish_and_clear();
+    let plugin_lines: Vec<String> = capture
+        .lines()
+        .into_iter()
+        .filter(|(level, _)| *level <= Level::Warn)
+        .map(|(_, line)| format!("{}{line}", criu_plugin_amdgpu::log::PREFIX))
+        .collect();
+    drop(capture);
+    let code = match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Stop::Usage(message)) => {
+            eprintln!("amdgpu-criu demo: {message}");
+            return ExitCode::from(2);
+        }
+        Err(Stop::Failed(message)) => {
+            report.verified = false;
+            report.error = Some(message);
+            ExitCode::from(1)
+        }
+    };
+    if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("amdgpu-criu demo: cannot format the result as JSON: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        for line in &report.lines {
+            println!("{line}");
+        }
+        if !report.images.is_empty() {
+            println!("{}", report.images);
+        }
+    }
+    if let Some(error) = &report.error {
+        eprintln!("amdgpu-criu demo: {error}");
+        for line in &plugin_lines {
+            eprintln!("  {line}");
+        }
+        for reason in &report.reasons {
+            eprintln!("  {reason}");
+        }
+    }
+    code
+}
+
+/// A built-in topology by name, or a sysfs tree completed as the simulator
+/// completes partial captures.
+fn resolve(spec: &str) -> Result<Machine, Stop> {
+    if let Some(system) = builtin(spec) {
+        return Ok(Machine {
+            label: spec.to_owned(),
+            system,
+        });
+    }
+    let dir = Path::new(spec);
+    if !dir.is_dir() {
+        return Err(Stop::Usage(format!(
+            "{spec:?} is neither a built-in topology ({}) nor a directory",
+            builtin_names().join(", ")
+        )));
+    }
+    let parsed = parse(dir).map_err(|e| Stop::Usage(format!("{spec}: {e}")))?;
+    let mut system = parsed.system;
+    let filled = synthesize_missing(&mut system);
+    let label = if filled.is_empty() {
+        spec.to_owned()
+    } else {
+        format!("{spec} ({} missing properties filled in)", filled.len())
+    };
+    Ok(Machine { label, system })
+}
+
+fn simulate(machine: &Machine) -> Result<Sim, Stop> {
+    Sim::new(machine.system.clone(), SimConfig::default()).map_err(|e| {
+        Stop::Usage(format!(
+            "{}: cannot simulate this machine: {e}",
+            machine.label
+        ))
+    })
+}
+
+/// The images directory: `--dir` (which must not already hold an image
+/// set), a temporary one kept for `--keep`, or a temporary one removed
+/// when the demo ends.
+enum ImagesDir {
+    Given(PathBuf),
+    Kept(PathBuf),
+    Temp(tempfile::TempDir),
+}
+
+impl ImagesDir {
+    fn path(&self) -> &Path {
+        match self {
+            ImagesDir::Given(p) | ImagesDir::Kept(p) => p,
+            ImagesDir::Temp(t) => t.path(),
+        }
+    }
+
+    /// Where the images are, for the summary.
+    fn describe(&self) -> String {
+        let path = self.path().display();
+        match self {
+            ImagesDir::Given(_) => format!("images: {path}"),
+            ImagesDir::Kept(_) => format!("images: {path} (kept)"),
+            ImagesDir::Temp(_) => {
+                format!("images: {path} (removed; --keep or --dir DIR keeps them)")
+            }
+        }
+    }
+}
+
+fn images_dir(args: &Args) -> Result<ImagesDir, Stop> {
+    let Some(dir) = &args.dir else {
+        let temp = tempfile::Builder::new()
+            .prefix("amdgpu-criu-demo.")
+            .tempdir()
+            .map_err(|e| Stop::Usage(format!("cannot create a temporary directory: {e}")))?;
+        return Ok(if args.keep {
+            ImagesDir::Kept(temp.keep())
+        } else {
+            ImagesDir::Temp(temp)
+        });
+    };
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Stop::Usage(format!("{}: cannot create: {e}", dir.display())))?;
+    let existing = DirStore::open_dir(dir)
+        .and_then(|s| s.list())
+        .map_err(|e| Stop::Usage(format!("{}: {e}", dir.display())))?;
+    if !existing.is_empty() {
+        return Err(Stop::Usage(format!(
+            "{}: already holds {} amdgpu image files; give an empty directory",
+            dir.display(),
+            existing.len()
+        )));
+    }
+    Ok(ImagesDir::Given(dir.clone()))
+}
+
+fn stage(bar: &ProgressBar, message: &'static str) {
+    bar.inc(1);
+    bar.set_message(message);
+}
+
+fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Result<(), Stop> {
+    let (options, invalid) = Options::from_env();
+    for warning in &invalid {
+        eprintln!("amdgpu-criu demo: warning: {warning}");
+    }
+    let origin = resolve(&args.topology)?;
+    let same_machine = args.restore_topology.as_deref() == Some(args.topology.as_str());
+    let target = match &args.restore_topology {
+        Some(spec) if !same_machine => Some(resolve(spec)?),
+        Some(_) => None,
+        None => Some(Machine {
+            label: format!("{} renumbered (seed {})", origin.label, args.seed),
+            system: renumbered(&origin.system, args.seed),
+        }),
+    };
+    let images = images_dir(args)?;
+    report.images = images.describe();
+    let shm = tempfile::tempdir()
+        .map_err(|e| Stop::Usage(format!("cannot create a temporary directory: {e}")))?;
+
+    bar.set_message("building the simulated machines");
+    let origin_sim = simulate(&origin)?;
+    let gpus = origin_sim.gpus().len() as u64;
+    let profiles = args.workload.profiles(args.size, gpus);
+
+    stage(bar, "launching the workload");
+    let mut processes = launch(&origin_sim, &profiles)?;
+    // USERPTR BOs point into the application's own memory, which CRIU (not
+    // the plugin) restores at the same address. The simulator keeps that
+    // memory per simulated machine and cannot hand it to another one, so
+    // such a process can only be restored on the machine it ran on.
+    let has_userptr = processes.iter().any(|p| {
+        p.expected
+            .bos
+            .iter()
+            .any(|b| b.flags & flags::KFD_USERPTR != 0)
+    });
+    let target = match target {
+        Some(machine) if has_userptr => {
+            if args.restore_topology.is_some() {
+                return Err(Stop::Usage(format!(
+                    "workload {} keeps USERPTR BOs in application memory, which CRIU \
+                     restores and kfd-sim cannot move to another simulated machine: restore \
+                     on the same machine (--restore-topology {}) or use --workload tensorflow",
+                    args.workload.name(),
+                    args.topology
+                )));
+            }
+            eprintln!(
+                "amdgpu-criu demo: note: restoring on the checkpointed machine instead of {}: \
+                 workload {} keeps USERPTR BOs in application memory, which kfd-sim cannot \
+                 move to another simulated machine (--workload tensorflow restores across \
+                 machines)",
+                machine.label,
+                args.workload.name()
+            );
+            None
+        }
+        other => other,
+    };
+    let target_sim = match &target {
+        Some(machine) => Some(simulate(machine)?),
+        None => None,
+    };
+    let restore_sim = target_sim.as_ref().unwrap_or(&origin_sim);
+    let restore_label = target.as_ref().map_or_else(
+        || format!("{} (the same machine)", origin.label),
+        |m| m.label.clone(),
+    );
+    report.lines.push(format!(
+        "checkpoint on {} ({} GPUs), restore on {} ({} GPUs)",
+        origin.label,
+        gpus,
+        restore_label,
+        restore_sim.gpus().len()
+    ));
+    report.lines.push(format!(
+        "workload: {}, {} process{}, {STEPS_BEFORE} steps before the checkpoint, \
+         {STEPS_AFTER} after the restore",
+        args.workload.name(),
+        processes.len(),
+        if processes.len() == 1 { "" } else { "es" }
+    ));
+
+    // Faults fire once, at their first occurrence on the way from dump to
+    // restore: armed on the checkpointing machine, moved to the restoring
+    // one when the dump did not trigger them.
+    for spec in &args.inject {
+        origin_sim.inject(spec.clone());
+    }
+
+    stage(bar, "checkpointing");
+    let config = {
+        let mut c = EmulatorConfig::new(shm.path());
+        c.options = options;
+        c
+    };
+    let dumper = CriuEmulator::new(origin_sim.clone(), images.path(), config.clone());
+    let started = Instant::now();
+    let mut dump_error = None;
+    for p in &processes {
+        let Some(app) = &p.app else { continue };
+        let Some(kfd) = app.kfd_fd() else {
+            return Err(Stop::Failed("the workload has no /dev/kfd fd".into()));
+        };
+        let mut files = vec![TaskFile {
+            fd: kfd,
+            id: p.file_ids[0],
+        }];
+        for (fd, &id) in app.render_fds().into_iter().zip(&p.file_ids[1..]) {
+            files.push(TaskFile { fd, id });
+        }
+        if let Err(e) = dumper.dump(p.pid, &files, &device_vmas(&origin_sim)) {
+            dump_error = Some(e.to_string());
+            break;
+        }
+    }
+    let dump_time = started.elapsed();
+    if let Some(error) = dump_error {
+        return Err(checkpoint_failed(
+            &error,
+            &mut processes,
+            images.path(),
+            report,
+        ));
+    }
+    let kfd_images = read_kfd_images(images.path())?;
+    let phase = checkpoint_phase(&kfd_images, dump_time);
+    report.lines.push(phase_line("checkpoint:", &phase));
+    report.checkpoint = Some(phase);
+
+    if let Some(sim) = &target_sim {
+        for spec in origin_sim.pending_faults() {
+            sim.inject(spec);
+        }
+        origin_sim.clear_faults();
+    }
+
+    // The checkpointed processes end; their twins run on.
+    for p in &mut processes {
+        if let Some(app) = p.app.take() {
+            app.exit()
+                .map_err(|e| Stop::Failed(format!("ending the checkpointed process: {e}")))?;
+        }
+    }
+
+    stage(bar, "checking the restore machine");
+    let local = DeviceTopology::from_system(restore_sim.topology())
+        .map_err(|e| Stop::Usage(format!("{restore_label}: {e}")))?;
+    let checkpointed = check::read_checkpointed(images.path()).map_err(Stop::Failed)?;
+    let verdicts =
+        check::check(&checkpointed, &local, &config.options.checks).map_err(Stop::Failed)?;
+    for v in verdicts.iter().filter(|v| !v.result.compatible) {
+        report
+            .reasons
+            .extend(v.result.reasons.iter().map(ToString::to_string));
+    }
+
+    stage(bar, "restoring");
+    let restorer = CriuEmulator::new(restore_sim.clone(), images.path(), config);
+    let started = Instant::now();
+    let mut tasks: Vec<RestoredTask> = Vec::new();
+    for p in &processes {
+        let image_vmas: Vec<DeviceVma> = kfd_images
+            .iter()
+            .filter(|(id, _)| p.file_ids.contains(id))
+            .flat_map(|(_, image)| vmas_of(image))
+            .collect();
+        match restorer.restore(p.pid, &p.file_ids, &image_vmas) {
+            Ok(task) => tasks.push(task),
+            Err(e) => {
+                let incompatible = if report.reasons.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " ({restore_label} cannot take this checkpoint: {} reasons)",
+                        report.reasons.len()
+                    )
+                };
+                let left = if restore_sim.process_alive(p.pid) {
+                    format!("pid {} is left half-restored on {restore_label}", p.pid)
+                } else {
+                    format!("no process was left behind on {restore_label}")
+                };
+                report
+                    .lines
+                    .push(format!("restore failed: {e}{incompatible}; {left}"));
+                return Err(Stop::Failed(format!("restore failed: {e}")));
+            }
+        }
+    }
+    let restore_time = started.elapsed();
+    let phase = restore_phase(&tasks, restore_time);
+    report.lines.push(phase_line("restore:   ", &phase));
+    report.restore = Some(phase);
+    for task in &tasks {
+        if let Some(restorer) = task.plugin.restorer() {
+            for kfd in restorer.restored() {
+                report
+                    .gpu_map
+                    .extend(kfd.gpu_map.iter().map(|(k, v)| (*k, *v)));
+            }
+        }
+    }
+    let mut map = String::from("GPU map (checkpointed gpu_id -> local gpu_id):");
+    for (from, to) in &report.gpu_map {
+        let _ = write!(map, "\n  {from} -> {to}");
+    }
+    report.lines.push(map);
+
+    stage(bar, "resuming");
+    let mut problems = Vec::new();
+    for task in &tasks {
+        if task.resume_answer != 0 {
+            problems.push(format!(
+                "RESUME_DEVICES_LATE of pid {} answered {}",
+                task.pid, task.resume_answer
+            ));
+        }
+        for (vma, outcome) in &task.vmas {
+            if !matches!(outcome, VmaOutcome::Translated { .. }) {
+                problems.push(format!(
+                    "pid {}: mapping of {} at {:#x} was not translated",
+                    task.pid,
+                    vma.path.display(),
+                    vma.addr
+                ));
+            }
+        }
+    }
+
+    stage(bar, "running after the restore");
+    for p in &mut processes {
+        if let Err(e) = Workload::verify(restore_sim, p.pid, &p.expected) {
+            problems.push(format!("restored state: {e}"));
+            continue;
+        }
+        let mut restored = Workload::attach(restore_sim, p.pid);
+        let mut ran = true;
+        for _ in 0..STEPS_AFTER {
+            if let Err(e) = restored.step() {
+                problems.push(format!("pid {} cannot run after the restore: {e}", p.pid));
+                ran = false;
+                break;
+            }
+            if let Err(e) = p.twin.step() {
+                problems.push(format!("the uninterrupted twin of pid {}: {e}", p.pid));
+                ran = false;
+                break;
+            }
+        }
+        if ran {
+            match (restored.fingerprint(), p.twin.fingerprint()) {
+                (Ok(a), Ok(b)) if a == b => {}
+                (Ok(a), Ok(b)) => problems.push(format!(
+                    "pid {} diverged from its uninterrupted twin (fingerprint {a:#018x}, twin {b:#018x})",
+                    p.pid
+                )),
+                (Err(e), _) | (_, Err(e)) => problems.push(format!("fingerprint: {e}")),
+            }
+        }
+    }
+
+    stage(bar, "verifying the image set");
+    let set = DirStore::open_dir(images.path())
+        .and_then(|store| verify_set(&store, ReadLimits::default()));
+    let set_line = match set {
+        Ok(set) if set.is_clean() && set.files > 0 => format!(
+            "image set clean ({} files, {} checksums)",
+            set.files, set.checksums_verified
+        ),
+        Ok(set) => {
+            problems.extend(set.problems.iter().map(|p| format!("image set: {p}")));
+            if set.files == 0 {
+                problems.push("image set: no amdgpu image files".into());
+            }
+            String::new()
+        }
+        Err(e) => {
+            problems.push(format!("image set: {e}"));
+            String::new()
+        }
+    };
+    for spec in restore_sim.pending_faults() {
+        report
+            .lines
+            .push(format!("note: injected fault {spec} never fired"));
+    }
+    drop(tasks);
+
+    if !problems.is_empty() {
+        report
+            .lines
+            .extend(problems.iter().map(|p| format!("problem: {p}")));
+        return Err(Stop::Failed(format!(
+            "not verified: {} problem{}",
+            problems.len(),
+            if problems.len() == 1 { "" } else { "s" }
+        )));
+    }
+    report.verified = true;
+    report.lines.push(std::mem::take(&mut report.images));
+    report.lines.push(format!(
+        "verified: same BOs, handles, addresses and contents; {STEPS_AFTER} steps after the \
+         restore match an uninterrupted run; {set_line}"
+    ));
+    Ok(())
+}
+
+/// Launches one process (and its twin) per profile and makes them step.
+fn launch(sim: &Sim, profiles: &[Profile]) -> Result<Vec<Process>, Stop> {
+    let mut next_id = 1u32;
+    let mut processes = Vec::new();
+    for profile in profiles {
+        let failed = |e: kfd_sim::workload::WorkloadError| {
+            Stop::Usage(format!(
+                "cannot launch the workload on this machine: {e} (a smaller --size?)"
+            ))
+        };
+        let mut app = Workload::launch(sim, profile).map_err(failed)?;
+        let mut twin = Workload::launch(sim, profile).map_err(failed)?;
+        for _ in 0..STEPS_BEFORE {
+            app.step().map_err(failed)?;
+            twin.step().map_err(failed)?;
+        }
+        let expected = app.describe().map_err(failed)?;
+        let files = 1 + app.render_fds().len() as u32;
+        let file_ids = (next_id..next_id + files).collect();
+        next_id += files;
+        processes.push(Process {
+            pid: app.pid(),
+            app: Some(app),
+            twin,
+            file_ids,
+            expected,
+        });
+    }
+    Ok(processes)
+}
+
+/// After a failed dump: was the application left running, and what does
+/// `verify` make of what is in the images directory?
+fn checkpoint_failed(
+    error: &str,
+    processes: &mut [Process],
+    images: &Path,
+    report: &mut Report,
+) -> Stop {
+    report.lines.push(format!("checkpoint failed: {error}"));
+    for p in processes.iter_mut() {
+        let Some(app) = p.app.as_mut() else { continue };
+        match app.step() {
+            Ok(()) => report.lines.push(format!(
+                "application pid {}: unpaused, it keeps running",
+                p.pid
+            )),
+            Err(e) => report.lines.push(format!(
+                "application pid {}: left unable to run: {e}",
+                p.pid
+            )),
+        }
+    }
+    let verdict = match DirStore::open_dir(images)
+        .and_then(|store| verify_set(&store, ReadLimits::default()))
+    {
+        Ok(set) if set.files == 0 => "no amdgpu image files remain".to_owned(),
+        Ok(set) if set.is_clean() => format!(
+            "verify finds {} files of processes dumped before the failure",
+            set.files
+        ),
+        Ok(set) => format!(
+            "verify refuses what remains ({} files, {} problems)",
+            set.files,
+            set.problems.len()
+        ),
+        Err(e) => format!("verify cannot read the directory: {e}"),
+    };
+    report.lines.push(format!("image directory: {verdict}"));
+    Stop::Failed(format!("checkpoint failed: {error}"))
+}
+
+/// The mappings CRIU offers HANDLE_DEVICE_VMA at dump: one per device.
+fn device_vmas(sim: &Sim) -> Vec<DeviceVma> {
+    let mut vmas = vec![DeviceVma {
+        path: "/dev/kfd".into(),
+        addr: 0,
+        pgoff: 0,
+    }];
+    for gpu in sim.gpus() {
+        if let Some(path) = sim.render_path(gpu.gpu_id) {
+            vmas.push(DeviceVma {
+                path,
+                addr: 0,
+                pgoff: 0,
+            });
+        }
+    }
+    vmas
+}
+
+/// The device mappings CRIU finds in a restored process's memory map: VRAM
+/// and GTT BOs through their GPU's render node, doorbells and MMIO through
+/// /dev/kfd, at CPU address = GPU address with the checkpointed offset.
+fn vmas_of(image: &CriuKfd) -> Vec<DeviceVma> {
+    image
+        .bo_entries
+        .iter()
+        .filter_map(|bo| {
+            let path = if bo.alloc_flags & (flags::KFD_VRAM | flags::KFD_GTT) != 0 {
+                let gpu = image
+                    .device_entries
+                    .iter()
+                    .find(|d| d.gpu_id == bo.gpu_id)?;
+                PathBuf::from(format!("/dev/dri/renderD{}", gpu.drm_render_minor))
+            } else if bo.alloc_flags & (flags::KFD_DOORBELL | flags::KFD_MMIO_REMAP) != 0 {
+                PathBuf::from("/dev/kfd")
+            } else {
+                return None;
+            };
+            Some(DeviceVma {
+                path,
+                addr: bo.addr,
+                pgoff: bo.offset,
+            })
+        })
+        .collect()
+}
+
+fn read_kfd_images(dir: &Path) -> Result<Vec<(u32, CriuKfd)>, Stop> {
+    let store = DirStore::open_dir(dir).map_err(|e| Stop::Failed(e.to_string()))?;
+    let names = store.list().map_err(|e| Stop::Failed(e.to_string()))?;
+    let mut out = Vec::new();
+    for name in names.iter().filter(|n| n.kind() == ImageKind::Kfd) {
+        let msg = store
+            .read_message::<CriuKfd>(name, ReadLimits::default())
+            .map_err(|e| Stop::Failed(format!("{name}: {e}")))?
+            .ok_or_else(|| Stop::Failed(format!("{name} vanished")))?;
+        out.push((name.id(), msg));
+    }
+    Ok(out)
+}
+
+fn checkpoint_phase(images: &[(u32, CriuKfd)], time: Duration) -> Phase {
+    let gpus: BTreeSet<u32> = images
+        .iter()
+        .flat_map(|(_, m)| m.device_entries.iter().filter(|d| d.gpu_id != 0))
+        .map(|d| d.gpu_id)
+        .collect();
+    let bos = images.iter().map(|(_, m)| m.bo_entries.len()).sum();
+    let bytes = images
+        .iter()
+        .flat_map(|(_, m)| &m.bo_entries)
+        .filter(|b| b.alloc_flags & (flags::KFD_VRAM | flags::KFD_GTT) != 0)
+        .map(|b| b.size)
+        .sum();
+    Phase {
+        gpus: gpus.len(),
+        bos,
+        bytes,
+        seconds: time.as_secs_f64(),
+    }
+}
+
+fn restore_phase(tasks: &[RestoredTask], time: Duration) -> Phase {
+    let mut phase = Phase {
+        seconds: time.as_secs_f64(),
+        ..Phase::default()
+    };
+    let mut gpus = BTreeSet::new();
+    for kfd in tasks
+        .iter()
+        .filter_map(|t| t.plugin.restorer())
+        .flat_map(|r| r.restored())
+    {
+        phase.bos += kfd.bos;
+        phase.bytes += kfd.content_bytes;
+        gpus.extend(kfd.gpu_map.values().copied());
+    }
+    phase.gpus = gpus.len();
+    phase
+}
+
+fn human_bytes(bytes: u64) -> String {
+    if bytes >= GIB {
+        format!("{:.2} GiB", bytes as f64 / GIB as f64)
+    } else {
+        format!("{:.1} MiB", bytes as f64 / MIB as f64)
+    }
+}
+
+fn phase_line(name: &str, phase: &Phase) -> String {
+    let rate = if phase.seconds > 0.0 {
+        format!(
+            "{:.2} GiB/s",
+            phase.bytes as f64 / GIB as f64 / phase.seconds
+        )
+    } else {
+        "-".to_owned()
+    };
+    format!(
+        "{name} {} GPUs, {} BOs, {} in {:.3} s ({rate})",
+        phase.gpus,
+        phase.bos,
+        human_bytes(phase.bytes),
+        phase.seconds
+    )
+}
