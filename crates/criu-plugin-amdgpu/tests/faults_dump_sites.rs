@@ -221,6 +221,14 @@ fn every_dump_call_site_fails_cleanly() {
             );
         }
 
+        let mut per_op = std::collections::BTreeMap::new();
+        for site in &clean.sites {
+            *per_op.entry(site.op.as_str()).or_insert(0) += 1;
+        }
+        println!(
+            "{gpus} GPU(s): {} call sites: {per_op:?}",
+            clean.sites.len()
+        );
         for site in &clean.sites {
             // GET_VERSION failing is "this kernel cannot checkpoint" only in
             // the sense of an errno: it must still be an error.

@@ -179,6 +179,14 @@ fn every_restore_call_site_fails_cleanly() {
                 "the restore never called {must}"
             );
         }
+        let mut per_op = std::collections::BTreeMap::new();
+        for site in &clean.sites {
+            *per_op.entry(site.op.as_str()).or_insert(0) += 1;
+        }
+        println!(
+            "{gpus} GPU(s): {} call sites: {per_op:?}",
+            clean.sites.len()
+        );
         for site in &clean.sites {
             let errno = if site.op == "MMAP" {
                 Errno(libc::ENOMEM)
