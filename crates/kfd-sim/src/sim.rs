@@ -1205,10 +1205,11 @@ impl Driver for SimDriver {
             return Err(Errno(libc::EINVAL).into());
         }
         let source = self.mmap_source(&mut st, key, len, offset)?;
-        let (raw_fd, file_offset, _keep) = match &source {
-            Some((memfd, off)) => (memfd.file().as_raw_fd(), *off, Some(memfd.clone())),
+        // `source` keeps the memfd open until the mapping exists.
+        let (raw_fd, file_offset) = match &source {
+            Some((memfd, off)) => (memfd.file().as_raw_fd(), *off),
             // Not a device of ours (a dma-buf or any other file): the host maps it.
-            None => (fd.as_raw_fd(), offset, None),
+            None => (fd.as_raw_fd(), offset),
         };
         let file_offset = libc::off_t::try_from(file_offset).map_err(|_| Errno(libc::EOVERFLOW))?;
         // SAFETY: the caller upholds the MAP_FIXED contract of Driver::mmap;
