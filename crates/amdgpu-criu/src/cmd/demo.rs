@@ -738,7 +738,8 @@ fn launch(sim: &Sim, profiles: &[Profile]) -> Result<Vec<Process>, Stop> {
     for profile in profiles {
         let failed = |e: kfd_sim::workload::WorkloadError| {
             Stop::Usage(format!(
-                "cannot launch the workload on this machine: {e} (a smaller --size?)"
+                "cannot run the workload on this machine: {e} (the profile needs more \
+                 of the GPUs than they offer, or --size is too large)"
             ))
         };
         let mut app = Workload::launch(sim, profile).map_err(failed)?;
@@ -928,4 +929,56 @@ fn phase_line(name: &str, phase: &Phase) -> String {
         human_bytes(phase.bytes),
         phase.seconds
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_units() {
+        assert_eq!(parse_size("256M"), Ok(256 * MIB));
+        assert_eq!(parse_size("8m"), Ok(8 * MIB));
+        assert_eq!(parse_size("1G"), Ok(GIB));
+        assert_eq!(parse_size("1.5GiB"), Ok(3 * GIB / 2));
+        assert_eq!(parse_size("64KB"), Ok(64 * KIB));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        for bad in ["", "M", "12Q", "0", "-1M", "1e99T", "1..2M"] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// Bytes the profile's sized BOs take per GPU (what `--size` spreads).
+    fn sized_bytes(profile: &Profile) -> u64 {
+        match *profile {
+            Profile::PyTorchLike {
+                bos_per_gpu,
+                max_bo_bytes,
+            } => {
+                let levels = (max_bo_bytes / (4 * KIB)).ilog2() as usize + 1;
+                (0..bos_per_gpu)
+                    .map(|i| ((4 * KIB) << (i % levels)).min(max_bo_bytes))
+                    .sum()
+            }
+            Profile::TensorFlowLike { bo_bytes } => 6 * bo_bytes + 4 * MIB,
+            _ => 0,
+        }
+    }
+
+    #[test]
+    fn profiles_spread_the_size_over_the_gpus() {
+        for (size, gpus) in [(256 * MIB, 8), (8 * MIB, 2), (GIB, 64), (64 * MIB, 1)] {
+            for kind in [WorkloadKind::Pytorch, WorkloadKind::Tensorflow] {
+                let profiles = kind.profiles(size, gpus);
+                let per_gpu = sized_bytes(&profiles[0]);
+                let share = size / gpus;
+                assert!(
+                    per_gpu <= share + share / 4 && per_gpu + share / 4 >= share,
+                    "{kind:?} {size} on {gpus}: {per_gpu} per GPU for a share of {share}"
+                );
+            }
+        }
+        assert_eq!(WorkloadKind::Multi.profiles(8 * MIB, 2).len(), 3);
+        assert_eq!(WorkloadKind::Basic.profiles(GIB, 8), vec![Profile::Basic]);
+    }
 }

@@ -1,0 +1,368 @@
+//! `amdgpu-criu demo` and `amdgpu-criu check` through the built binary: the
+//! demo checkpoints simulated processes through the plugin and restores
+//! them verified, refuses machines that cannot take the checkpoint, and
+//! reports injected failures with the plugin's error; `check` answers for a
+//! demo-made image set on compatible and incompatible machines.
+
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn run(args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"));
+    command.args(args);
+    for name in [
+        "KFD_FW_VER_CHECK",
+        "KFD_SDMA_FW_VER_CHECK",
+        "KFD_CACHES_COUNT_CHECK",
+        "KFD_NUM_GWS_CHECK",
+        "KFD_VRAM_SIZE_CHECK",
+        "KFD_NUMA_CHECK",
+        "KFD_CAPABILITY_CHECK",
+        "KFD_MAX_BUFFER_SIZE",
+        "AMDGPU_PLUGIN_LOG_LEVEL",
+    ] {
+        command.env_remove(name);
+    }
+    command.output().unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: stdout:\n{}\nstderr:\n{}", stdout(out), stderr(out)))
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().expect("exited normally")
+}
+
+/// Runs the demo with `--json` and checks the verified answer's shape.
+fn demo_verified(args: &[&str]) -> Value {
+    let mut all = vec!["demo", "--json", "--size", "8M"];
+    all.extend_from_slice(args);
+    let out = run(&all);
+    let v = json(&out);
+    assert_eq!(code(&out), 0, "{v:#}\n{}", stderr(&out));
+    assert_eq!(v["verified"], true, "{v:#}");
+    assert!(v.get("error").is_none(), "{v:#}");
+    let (c, r) = (&v["checkpoint"], &v["restore"]);
+    for key in ["gpus", "bos", "bytes"] {
+        assert!(c[key].as_u64().unwrap() > 0, "checkpoint {key}: {v:#}");
+        assert_eq!(
+            c[key], r[key],
+            "{key} differ between checkpoint and restore"
+        );
+    }
+    assert!(c["seconds"].as_f64().unwrap() > 0.0);
+    assert!(r["seconds"].as_f64().unwrap() > 0.0);
+    let map = v["gpu_map"].as_object().unwrap();
+    assert_eq!(map.len() as u64, c["gpus"].as_u64().unwrap(), "{v:#}");
+    v
+}
+
+fn gpu_map(v: &Value) -> Vec<(u64, u64)> {
+    v["gpu_map"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.parse().unwrap(), v.as_u64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn tensorflow_moves_to_a_renumbered_machine() {
+    let v = demo_verified(&["--topology", "pcie-2gpu", "--workload", "tensorflow"]);
+    let map = gpu_map(&v);
+    assert_eq!(map.len(), 2);
+    assert!(
+        map.iter().all(|(from, to)| from != to),
+        "a renumbered machine has other gpu_ids: {map:?}"
+    );
+    // About the requested size: six VRAM BOs per GPU share it with two
+    // 2 MiB GTT BOs and the queues' rings.
+    let bytes = v["checkpoint"]["bytes"].as_u64().unwrap();
+    assert!((8 << 20..=16 << 20).contains(&bytes), "{bytes}");
+}
+
+#[test]
+fn default_machine_with_two_hives_remaps_every_gpu() {
+    let v = demo_verified(&["--workload", "tensorflow"]);
+    let map = gpu_map(&v);
+    assert_eq!(map.len(), 8, "mi210-8gpu-2hive has eight GPUs");
+    let targets: std::collections::BTreeSet<u64> = map.iter().map(|(_, to)| *to).collect();
+    assert_eq!(targets.len(), 8, "one local GPU per checkpointed GPU");
+}
+
+#[test]
+fn basic_pytorch_and_multi_restore_verified() {
+    for workload in ["basic", "pytorch", "multi"] {
+        let v = demo_verified(&["--topology", "pcie-2gpu", "--workload", workload]);
+        // USERPTR memory cannot leave its simulated machine: restored in place.
+        assert!(
+            gpu_map(&v).iter().all(|(from, to)| from == to),
+            "{workload}: {v:#}"
+        );
+    }
+}
+
+#[test]
+fn multi_holds_three_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let out = run(&[
+        "demo",
+        "--topology",
+        "single-gpu",
+        "--workload",
+        "multi",
+        "--size",
+        "8M",
+        "--dir",
+        images.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("3 processes"), "{text}");
+    assert!(
+        text.lines().last().unwrap().starts_with("verified: "),
+        "{text}"
+    );
+    let kfd_images = fs::read_dir(&images)
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().starts_with("amdgpu-kfd-")
+        })
+        .count();
+    assert_eq!(kfd_images, 3);
+    let verify = run(&["verify", images.to_str().unwrap()]);
+    assert_eq!(code(&verify), 0, "{}", stdout(&verify));
+}
+
+#[test]
+fn an_incompatible_restore_machine_fails_with_reasons() {
+    let out = run(&[
+        "demo",
+        "--json",
+        "--size",
+        "8M",
+        "--topology",
+        "pcie-2gpu",
+        "--restore-topology",
+        "single-gpu",
+    ]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["verified"], false);
+    assert!(v["checkpoint"]["bos"].as_u64().unwrap() > 0, "{v:#}");
+    assert!(v["restore"].is_null(), "{v:#}");
+    let reasons = v["reasons"].as_array().unwrap();
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.as_str().unwrap().contains("number of GPUs")),
+        "{v:#}"
+    );
+    assert!(v["error"].as_str().unwrap().contains("RESTORE_EXT_FILE"));
+    // The plugin's own refusal is shown too.
+    assert!(stderr(&out).contains("amdgpu_plugin: "), "{}", stderr(&out));
+}
+
+#[test]
+fn other_hardware_is_refused() {
+    let out = run(&[
+        "demo",
+        "--size",
+        "8M",
+        "--topology",
+        "pcie-2gpu",
+        "--restore-topology",
+        "mi250x-8",
+    ]);
+    assert_eq!(code(&out), 1, "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("restore failed"), "{}", stdout(&out));
+    assert!(!stdout(&out).contains("verified:"), "{}", stdout(&out));
+}
+
+#[test]
+fn a_failed_checkpoint_names_the_error_and_leaves_the_app_running() {
+    let out = run(&[
+        "demo",
+        "--size",
+        "8M",
+        "--topology",
+        "pcie-2gpu",
+        "--inject",
+        "CRIU_OP:CHECKPOINT=EIO",
+    ]);
+    assert_eq!(code(&out), 1);
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert!(err.contains("CRIU_OP CHECKPOINT failed"), "{err}");
+    assert!(err.contains("EIO"), "{err}");
+    assert!(text.contains("checkpoint failed: DUMP_EXT_FILE"), "{text}");
+    assert!(text.contains("unpaused, it keeps running"), "{text}");
+    assert!(text.contains("no amdgpu image files remain"), "{text}");
+    assert!(!text.contains("verified:"), "{text}");
+
+    let out = run(&[
+        "demo",
+        "--json",
+        "--size",
+        "8M",
+        "--topology",
+        "pcie-2gpu",
+        "--inject",
+        "CRIU_OP:CHECKPOINT=EIO",
+    ]);
+    let v = json(&out);
+    assert_eq!(code(&out), 1);
+    assert_eq!(v["verified"], false);
+    assert!(v["checkpoint"].is_null(), "{v:#}");
+    assert!(v["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("checkpoint failed"));
+}
+
+#[test]
+fn a_failed_restore_names_the_error() {
+    let out = run(&[
+        "demo",
+        "--size",
+        "8M",
+        "--topology",
+        "pcie-2gpu",
+        "--inject",
+        "CRIU_OP:RESTORE=ENOMEM",
+    ]);
+    assert_eq!(code(&out), 1);
+    let err = stderr(&out);
+    assert!(err.contains("CRIU_OP RESTORE failed"), "{err}");
+    assert!(err.contains("ENOMEM"), "{err}");
+    assert!(
+        stdout(&out).contains("no process was left behind"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        &["demo", "--topology", "no-such-machine"][..],
+        &["demo", "--size", "12Q"],
+        &["demo", "--inject", ":3"],
+        &["demo", "--workload", "nope"],
+        &["check", "/nonexistent/images", "--builtin", "single-gpu"],
+        &[
+            "check",
+            "/tmp",
+            "--builtin",
+            "single-gpu",
+            "--sysfs",
+            "/tmp",
+        ],
+    ] {
+        let out = run(args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+    }
+    // A directory that already holds images is not overwritten.
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("amdgpu-kfd-1.img"), b"x").unwrap();
+    let out = run(&["demo", "--dir", dir.path().to_str().unwrap()]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("already holds"), "{}", stderr(&out));
+}
+
+/// Images of a tensorflow run on pcie-2gpu, kept in `dir`.
+fn demo_images(dir: &Path) {
+    let out = run(&[
+        "demo",
+        "--size",
+        "8M",
+        "--topology",
+        "pcie-2gpu",
+        "--keep",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+}
+
+#[test]
+fn check_answers_for_a_demo_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let images = tmp.path().join("images");
+    demo_images(&images);
+    let images = images.to_str().unwrap();
+
+    // The same model: compatible, both GPUs mapped.
+    let out = run(&["check", images, "--builtin", "pcie-2gpu", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["compatible"], true);
+    assert_eq!(v["gpu_map"].as_object().unwrap().len(), 2, "{v:#}");
+    assert_eq!(v["reasons"].as_array().unwrap().len(), 0);
+    assert!(v["cpu_map"].is_object());
+
+    // A renumbered copy written as a sysfs tree: compatible too.
+    let system = amdgpu_topology::builtin("pcie-2gpu").unwrap();
+    let sysfs = tmp.path().join("topology");
+    amdgpu_topology::write(&amdgpu_topology::renumbered(&system, 7), &sysfs).unwrap();
+    let out = run(&["check", images, "--sysfs", sysfs.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("compatible"), "{}", stdout(&out));
+
+    // Fewer GPUs, or other GPUs: not compatible, with reasons.
+    for machine in ["single-gpu", "mi210-8gpu-2hive"] {
+        let out = run(&["check", images, "--builtin", machine, "--json"]);
+        assert_eq!(code(&out), 1, "{machine}: {}", stderr(&out));
+        let v = json(&out);
+        assert_eq!(v["compatible"], false, "{machine}");
+        assert!(!v["reasons"].as_array().unwrap().is_empty(), "{machine}");
+        assert!(v["gpu_map"].as_object().unwrap().is_empty(), "{machine}");
+    }
+    let out = run(&["check", images, "--builtin", "single-gpu"]);
+    assert_eq!(code(&out), 1);
+    assert!(stdout(&out).contains("not compatible:"), "{}", stdout(&out));
+
+    // The images are the kfd image, pages files and render-node images.
+    let out = run(&["verify", images]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+}
+
+#[test]
+fn check_refuses_what_is_not_a_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(&[
+        "check",
+        dir.path().to_str().unwrap(),
+        "--builtin",
+        "single-gpu",
+    ]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("no KFD image"), "{}", stderr(&out));
+    fs::write(dir.path().join("amdgpu-kfd-1.img"), [0u8; 3]).unwrap();
+    let out = run(&[
+        "check",
+        dir.path().to_str().unwrap(),
+        "--builtin",
+        "single-gpu",
+    ]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("amdgpu-kfd-1.img"),
+        "{}",
+        stderr(&out)
+    );
+}
