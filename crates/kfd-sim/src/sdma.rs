@@ -333,6 +333,79 @@ pub(crate) trait DeviceMemory: Send + Sync + fmt::Debug {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), MemoryError>;
     /// Write `data` at `offset` (inside `size`).
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), MemoryError>;
+
+    /// The host address of byte 0 when this memory is host memory of this
+    /// process that the engine may copy to and from directly (the pages of
+    /// a userptr BO); `None` for memory reached only through accesses.
+    /// When `Some`, the whole `size` bytes from that address stay valid for
+    /// reads and writes while the memory lives.
+    fn host_address(&self) -> Option<usize> {
+        None
+    }
+
+    /// Read `len` bytes at `offset` (inside `size`) straight into host
+    /// memory at `dst`, without an intermediate buffer where the memory
+    /// allows it.
+    ///
+    /// # Safety
+    /// `dst..dst+len` must be valid for writes for the duration of the call.
+    unsafe fn read_to_host(
+        &self,
+        offset: u64,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<(), MemoryError> {
+        let mut buf = vec![0u8; len];
+        self.read_at(offset, &mut buf)?;
+        // SAFETY: the caller guarantees `dst..dst+len` is writable; `buf` is
+        // a fresh allocation of ours, so the ranges cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst, len) };
+        Ok(())
+    }
+
+    /// Write `len` bytes of host memory at `src` to `offset` (inside
+    /// `size`), without an intermediate buffer where the memory allows it.
+    ///
+    /// # Safety
+    /// `src..src+len` must be valid for reads for the duration of the call.
+    unsafe fn write_from_host(
+        &self,
+        offset: u64,
+        src: *const u8,
+        len: usize,
+    ) -> Result<(), MemoryError> {
+        let mut buf = vec![0u8; len];
+        // SAFETY: the caller guarantees `src..src+len` is readable; `buf` is
+        // a fresh allocation of ours.
+        unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), len) };
+        self.write_at(offset, &buf)
+    }
+}
+
+/// `pread(2)` or `pwrite(2)` of a whole range on `fd`, retrying on short
+/// transfers and `EINTR`; `io(fd, ptr, len, offset)` performs one call.
+fn whole_range(
+    offset: u64,
+    len: usize,
+    mut io: impl FnMut(usize, usize, u64) -> isize,
+) -> Result<(), MemoryError> {
+    let err = MemoryError { offset, len };
+    let mut done = 0usize;
+    while done < len {
+        let at = offset.checked_add(done as u64).ok_or(err)?;
+        let n = io(done, len - done, at);
+        if n < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        if n == 0 {
+            return Err(err);
+        }
+        done += n as usize;
+    }
+    Ok(())
 }
 
 /// A [`DeviceMemory`] access failed (out of range or an I/O error of the
@@ -360,6 +433,42 @@ impl DeviceMemory for crate::bo::Memfd {
         crate::bo::Memfd::write_at(self, offset, data).map_err(|_| MemoryError {
             offset,
             len: data.len(),
+        })
+    }
+    unsafe fn read_to_host(
+        &self,
+        offset: u64,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<(), MemoryError> {
+        let end = offset.checked_add(len as u64);
+        if end.is_none_or(|end| end > crate::bo::Memfd::size(self)) {
+            return Err(MemoryError { offset, len });
+        }
+        let fd = std::os::fd::AsRawFd::as_raw_fd(self.file());
+        // One kernel copy from the memfd's pages into the destination.
+        whole_range(offset, len, |done, left, at| {
+            // SAFETY: the caller guarantees `dst..dst+len` is writable and
+            // `done + left == len`; the kernel writes through the raw
+            // pointer, no Rust reference to the destination exists.
+            unsafe { libc::pread(fd, dst.add(done).cast(), left, at as libc::off_t) }
+        })
+    }
+    unsafe fn write_from_host(
+        &self,
+        offset: u64,
+        src: *const u8,
+        len: usize,
+    ) -> Result<(), MemoryError> {
+        let end = offset.checked_add(len as u64);
+        if end.is_none_or(|end| end > crate::bo::Memfd::size(self)) {
+            return Err(MemoryError { offset, len });
+        }
+        let fd = std::os::fd::AsRawFd::as_raw_fd(self.file());
+        whole_range(offset, len, |done, left, at| {
+            // SAFETY: the caller guarantees `src..src+len` is readable and
+            // `done + left == len`; the kernel reads through the raw pointer.
+            unsafe { libc::pwrite(fd, src.add(done).cast(), left, at as libc::off_t) }
         })
     }
 }
@@ -420,6 +529,33 @@ impl DeviceMemory for UserMemory {
         unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), (self.addr + start) as *mut u8, data.len())
         };
+        Ok(())
+    }
+    fn host_address(&self) -> Option<usize> {
+        Some(self.addr)
+    }
+    unsafe fn read_to_host(
+        &self,
+        offset: u64,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<(), MemoryError> {
+        let start = self.check(offset, len)?;
+        // SAFETY: the source is inside the pinned host memory (`check`), the
+        // caller guarantees the destination; `copy` allows the two to overlap
+        // (a copy between two userptr BOs over the same pages).
+        unsafe { std::ptr::copy((self.addr + start) as *const u8, dst, len) };
+        Ok(())
+    }
+    unsafe fn write_from_host(
+        &self,
+        offset: u64,
+        src: *const u8,
+        len: usize,
+    ) -> Result<(), MemoryError> {
+        let start = self.check(offset, len)?;
+        // SAFETY: as in `read_to_host`, with the roles swapped.
+        unsafe { std::ptr::copy(src, (self.addr + start) as *mut u8, len) };
         Ok(())
     }
 }
@@ -898,6 +1034,7 @@ impl Executor<'_> {
     /// not mapped are dropped and recorded as faults.
     fn copy(&mut self, vm: &VmView, src: u64, dst: u64, bytes: u64, faults: &mut FaultTrack) {
         let mut done = 0u64;
+        let mut copied = 0u64;
         faults.in_run = [false; 2];
         while done < bytes {
             let left = bytes - done;
@@ -914,23 +1051,7 @@ impl Executor<'_> {
             let (to, d_len) = vm.resolve(d_va, limit, Access::Write);
             let n = s_len.min(d_len);
             let len = n as usize;
-            if self.bounce.len() < len {
-                self.bounce.resize(len, 0);
-            }
-            let buf = &mut self.bounce[..len];
-            let read_ok = match from {
-                Landing::Memory(memory, offset) => memory.read_at(offset, buf).is_ok(),
-                Landing::Prt => {
-                    buf.fill(0);
-                    true
-                }
-                Landing::Fault => false,
-            };
-            let write_ok = match to {
-                Landing::Memory(memory, offset) if read_ok => memory.write_at(offset, buf).is_ok(),
-                Landing::Memory(..) | Landing::Prt => true,
-                Landing::Fault => false,
-            };
+            let (read_ok, write_ok) = self.move_piece(from, to, len);
             if read_ok {
                 faults.in_run[0] = false;
             } else {
@@ -946,7 +1067,7 @@ impl Executor<'_> {
             if write_ok {
                 faults.in_run[1] = false;
                 if read_ok && matches!(to, Landing::Memory(..)) {
-                    lock(&self.shared.stats).bytes_copied += n;
+                    copied += n;
                 }
             } else {
                 faults.hit(
@@ -961,6 +1082,71 @@ impl Executor<'_> {
             done += n;
             self.pacer.account(n, &self.shared.bandwidth);
         }
+        if copied > 0 {
+            lock(&self.shared.stats).bytes_copied += copied;
+        }
+    }
+
+    /// Move one piece of `len` bytes between two landings; returns whether
+    /// the read and the write succeeded (a failed read drops the write, which
+    /// is then not a write fault). Host memory on either side is copied to
+    /// or from directly: one copy, no bounce buffer.
+    fn move_piece(&mut self, from: Landing<'_>, to: Landing<'_>, len: usize) -> (bool, bool) {
+        match (from, to) {
+            (Landing::Fault, Landing::Fault) => (false, false),
+            (Landing::Fault, _) => (false, true),
+            (_, Landing::Fault) => (true, false),
+            (_, Landing::Prt) => (true, true),
+            (Landing::Prt, Landing::Memory(dst, d_off)) => {
+                let ok = match dst.host_address() {
+                    Some(base) => {
+                        // SAFETY: `resolve` keeps `d_off..d_off+len` inside the
+                        // destination's size, and a host-address memory is
+                        // valid for writes over its whole size.
+                        unsafe {
+                            std::ptr::write_bytes((base + d_off as usize) as *mut u8, 0, len)
+                        };
+                        true
+                    }
+                    None => {
+                        let buf = self.bounce(len);
+                        buf.fill(0);
+                        dst.write_at(d_off, buf).is_ok()
+                    }
+                };
+                (true, ok)
+            }
+            (Landing::Memory(src, s_off), Landing::Memory(dst, d_off)) => {
+                if let Some(base) = dst.host_address() {
+                    // SAFETY: `resolve` keeps `d_off..d_off+len` inside the
+                    // destination, whose host memory is valid for writes
+                    // over its whole size (`UserMemory::new`'s contract).
+                    let ok =
+                        unsafe { src.read_to_host(s_off, (base + d_off as usize) as *mut u8, len) };
+                    (ok.is_ok(), true)
+                } else if let Some(base) = src.host_address() {
+                    // SAFETY: as above, for reads of the source.
+                    let ok = unsafe {
+                        dst.write_from_host(d_off, (base + s_off as usize) as *const u8, len)
+                    };
+                    (true, ok.is_ok())
+                } else {
+                    let buf = self.bounce(len);
+                    if src.read_at(s_off, buf).is_err() {
+                        return (false, true);
+                    }
+                    (true, dst.write_at(d_off, buf).is_ok())
+                }
+            }
+        }
+    }
+
+    /// The bounce buffer, at least `len` bytes long.
+    fn bounce(&mut self, len: usize) -> &mut [u8] {
+        if self.bounce.len() < len {
+            self.bounce.resize(len, 0);
+        }
+        &mut self.bounce[..len]
     }
 }
 
@@ -1181,6 +1367,76 @@ mod tests {
         fence
             .wait(Deadline::Infinite)
             .expect("infinite wait returns the outcome")
+    }
+
+    fn memory_range(va: u64, memory: Arc<dyn DeviceMemory>) -> VmRange {
+        VmRange {
+            va,
+            len: memory.size(),
+            readable: true,
+            writable: true,
+            backing: RangeBacking::Memory { memory, offset: 0 },
+        }
+    }
+
+    /// Memfd to host memory, host to memfd, host to host and
+    /// PRT to host take the direct paths; the bytes and the statistics are
+    /// those of the bounce-buffer path, across pieces larger than one
+    /// bounce buffer and at unaligned offsets.
+    #[test]
+    fn direct_copies_between_memfds_and_host_memory() {
+        let ai = GpuGeneration::from_gfx_target_version(90008).sdma_rules();
+        let len = 3 * BOUNCE_BYTES as usize + 123;
+        let memfd = Arc::new(crate::bo::Memfd::new("sdma-test", len as u64 + 4096).unwrap());
+        let pattern: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8 + 1).collect();
+        memfd.write_at(5, &pattern).unwrap();
+        let mut host = vec![0u8; 2 * len + 4096];
+        // SAFETY: `host` outlives every job below (each waits for its fence)
+        // and is not otherwise accessed until the jobs are done.
+        let user = Arc::new(unsafe { UserMemory::new(host.as_mut_ptr() as usize, host.len()) });
+        let (m_va, h_va, p_va) = (0x10_0000_0000u64, 0x20_0000_0000u64, 0x30_0000_0000u64);
+        let chunk = BOUNCE_BYTES;
+        let mut packets = Vec::new();
+        // memfd[5..] -> host[7..], in packets of at most one bounce buffer.
+        let mut done = 0u64;
+        while done < len as u64 {
+            let n = (len as u64 - done).min(chunk);
+            packets.extend(copy_packet(ai, m_va + 5 + done, h_va + 7 + done, n));
+            done += n;
+        }
+        // host[7..7+4096] -> host[len+200..], PRT -> host[len+100..+64],
+        // host[7..7+len] -> memfd[4096..].
+        packets.extend(copy_packet(ai, h_va + 7, h_va + len as u64 + 200, 4096));
+        packets.extend(copy_packet(ai, p_va, h_va + len as u64 + 100, 64));
+        packets.extend(copy_packet(ai, h_va + 7, m_va + 4096, 4096));
+        let ib = ib_buffer(&packets);
+        let ib_va = 0x40_0000_0000u64;
+        let engine = SdmaEngine::new("test", 1, ai);
+        let vm = VmView::new(vec![
+            memory_range(m_va, memfd.clone()),
+            memory_range(h_va, user.clone()),
+            VmRange {
+                va: p_va,
+                len: 4096,
+                readable: true,
+                writable: true,
+                backing: RangeBacking::Prt,
+            },
+            range(ib_va, &ib),
+        ]);
+        host[len + 100..len + 164].fill(0xEE);
+        run_job(&engine, vm, ib_va, (packets.len() * 4) as u32).unwrap();
+        assert_eq!(&host[7..7 + len], &pattern[..]);
+        assert_eq!(&host[len + 200..len + 200 + 4096], &pattern[..4096]);
+        assert!(host[len + 100..len + 164].iter().all(|&b| b == 0));
+        let mut back = vec![0u8; 4096];
+        memfd.read_at(4096, &mut back).unwrap();
+        assert_eq!(back, pattern[..4096]);
+        let stats = engine.stats();
+        assert_eq!(stats.bytes_copied, len as u64 + 4096 + 64 + 4096);
+        assert_eq!(stats.faults.count, 0);
+        drop(engine);
+        drop(host);
     }
 
     #[test]

@@ -332,6 +332,7 @@ pub(super) fn gem_userptr(call: &mut Call<'_>, buf: &mut [u8]) -> Result<Step, E
         userptr_owner: Some(call.caller),
     };
     call.device().set_gem_info(id, info, &call.st.bos);
+    call.device().note_userptr_pinned(&call.st.bos);
     let mut out = args;
     out.handle = handle;
     write_arg(buf, 0, &out);

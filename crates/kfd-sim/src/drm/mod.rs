@@ -89,6 +89,9 @@ pub(crate) struct DrmDevice {
     reset_counter: Arc<AtomicU64>,
     /// Fake mmap offsets of BOs imported from another device's dma-buf.
     imports: Mutex<ImportOffsets>,
+    /// The most host memory live GEM userptr BOs of this device pinned at
+    /// once (bytes): the high-water mark of SDMA staging memory.
+    userptr_peak: AtomicU64,
 }
 
 /// Fake offsets this device gives foreign imports (a real import is a new
@@ -131,7 +134,23 @@ impl DrmDevice {
             gem: Mutex::new(HashMap::new()),
             reset_counter: Arc::new(AtomicU64::new(0)),
             imports: Mutex::new(ImportOffsets::default()),
+            userptr_peak: AtomicU64::new(0),
         }
+    }
+
+    /// Raises the userptr high-water mark to what the live GEM userptr BOs
+    /// of this device pin now (called after each GEM_USERPTR: the sum only
+    /// grows when one is created).
+    fn note_userptr_pinned(&self, bos: &BoStore) {
+        let pinned: u64 = self
+            .gem_table()
+            .iter()
+            .filter(|(_, info)| info.userptr_flags.is_some())
+            .filter_map(|(id, _)| bos.get(*id))
+            .map(|bo| bo.pinned_pages() * crate::bo::PAGE_SIZE)
+            .sum();
+        self.userptr_peak
+            .fetch_max(pinned, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn import_table(&self) -> MutexGuard<'_, ImportOffsets> {
@@ -814,6 +833,19 @@ impl Sim {
     pub fn sdma_stats(&self, gpu_id: GpuId) -> Option<SdmaStats> {
         let gpu = self.shared.gpus.iter().find(|g| g.id() == gpu_id)?;
         Some(gpu.drm.sdma.stats())
+    }
+
+    /// The most host memory that GEM userptr BOs on the render node of the
+    /// GPU with (actual) `gpu_id` pinned at once since the simulator started,
+    /// in bytes: the peak staging memory of SDMA copy engines (KFD userptr
+    /// allocations are not counted). `None` for an unknown gpu_id.
+    pub fn gem_userptr_peak_bytes(&self, gpu_id: GpuId) -> Option<u64> {
+        let gpu = self.shared.gpus.iter().find(|g| g.id() == gpu_id)?;
+        Some(
+            gpu.drm
+                .userptr_peak
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// Limits every SDMA ring of every GPU to `bytes_per_second` (`None`:
