@@ -347,6 +347,11 @@ pub fn host_profile() -> &'static HostProfile {
 
 /// Runs a hook body, turning a panic into a logged [`PANIC_ERRNO`].
 fn guarded(hook: &str, body: impl FnOnce() -> c_int) -> c_int {
+    let body = || {
+        #[cfg(feature = "emulator")]
+        test_support::maybe_panic(hook);
+        body()
+    };
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(ret) => ret,
         Err(payload) => {
@@ -358,6 +363,54 @@ fn guarded(hook: &str, body: impl FnOnce() -> c_int) -> c_int {
             crate::log_error!("internal error in {hook}: {what} (this is a bug)");
             PANIC_ERRNO
         }
+    }
+}
+
+/// Test support (the `emulator` feature only, never in the `.so` CRIU
+/// loads): a trigger that makes one hook's body panic, so tests can prove
+/// the trampolines turn a panic into an error CRIU sees.
+#[cfg(feature = "emulator")]
+#[doc(hidden)]
+pub mod test_support {
+    use std::sync::{Mutex, PoisonError};
+
+    static PANIC_IN: Mutex<Option<String>> = Mutex::new(None);
+
+    /// The next call of `hook` (`"DUMP_EXT_FILE"`, `"init"`, ...) panics
+    /// inside its body; `None` disarms.
+    pub fn panic_in(hook: Option<&str>) {
+        *PANIC_IN.lock().unwrap_or_else(PoisonError::into_inner) = hook.map(str::to_owned);
+    }
+
+    pub(super) fn maybe_panic(hook: &str) {
+        let fire = {
+            let mut armed = PANIC_IN.lock().unwrap_or_else(PoisonError::into_inner);
+            let fire = armed.as_deref() == Some(hook);
+            if fire {
+                *armed = None;
+            }
+            fire
+        };
+        if fire {
+            panic!("test-triggered panic in {hook}");
+        }
+    }
+
+    /// The trampoline CRIU calls for hook `id` (null for an empty slot).
+    pub fn hook_ptr(id: usize) -> *const std::ffi::c_void {
+        super::CR_PLUGIN_DESC
+            .hooks
+            .get(id)
+            .copied()
+            .unwrap_or(std::ptr::null())
+    }
+
+    /// The descriptor's `init` and `exit`.
+    pub fn init_exit() -> (
+        unsafe extern "C" fn(std::ffi::c_int) -> std::ffi::c_int,
+        unsafe extern "C" fn(std::ffi::c_int, std::ffi::c_int),
+    ) {
+        (super::CR_PLUGIN_DESC.init, super::CR_PLUGIN_DESC.exit)
     }
 }
 
