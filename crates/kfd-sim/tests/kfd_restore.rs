@@ -693,3 +693,38 @@ fn mutated_restore_input_never_panics() {
     let pid = sim.spawn_process().unwrap();
     let _ok = restore(&sim, pid, &d);
 }
+
+#[test]
+fn restore_of_an_xnack_process_needs_xnack_capable_gpus() {
+    // Dump a process running with XNACK on (gfx90a GPUs can).
+    let src = sim(1);
+    let p = Proc::new(&src);
+    let mut x = kfd_ioctl_set_xnack_mode_args { xnack_enabled: 1 };
+    p.ioctl(AMDKFD_IOC_SET_XNACK_MODE, &mut x).unwrap();
+    p.alloc(p.gpu_ids[0], 0x10_0000_0000, 4 * KIB, GTT_W, 0)
+        .unwrap();
+    let d = dump(&p.drv, p.kfd.as_fd());
+    assert_eq!(&d.priv_data[4..8], &[1, 0, 0, 0], "xnack_mode recorded");
+    // A gfx803 (Polaris) GPU cannot: EPERM, and SET_XNACK_MODE refuses too.
+    let mut old = kfd_sim::synthetic_system(1);
+    old.nodes[1].properties.set("gfx_target_version", 80003);
+    let dst = Sim::new(old, SimConfig::default()).unwrap();
+    let pid = dst.spawn_process().unwrap();
+    let (r, _) = restore_with(&dst, pid, &d, &[dst.gpus()[0].gpu_id], &d.priv_data);
+    assert_eq!(r, Err(libc::EPERM));
+    let q = Proc::new(&dst);
+    let mut x = kfd_ioctl_set_xnack_mode_args { xnack_enabled: 1 };
+    assert_eq!(q.ioctl(AMDKFD_IOC_SET_XNACK_MODE, &mut x), Err(libc::EPERM));
+    // On a capable machine the mode comes back.
+    let pid = src.spawn_process().unwrap();
+    let restored = restore(&src, pid, &d);
+    let mut x = kfd_ioctl_set_xnack_mode_args { xnack_enabled: -1 };
+    ioctl(
+        &src.driver(pid),
+        restored.kfd.as_fd(),
+        AMDKFD_IOC_SET_XNACK_MODE,
+        &mut x,
+    )
+    .unwrap();
+    assert_eq!(x.xnack_enabled, 1);
+}

@@ -374,8 +374,13 @@ fn restore(ctx: &mut Ctx<'_>, pid: Pid, a: &mut kfd_ioctl_criu_args) -> Result<(
     if rd32(&rec, 0) != KFD_CRIU_PRIV_VERSION {
         return Err(Errno(libc::EINVAL));
     }
-    // Every simulated GPU can run with XNACK on, so a saved mode 1 is accepted.
-    proc_mut(ctx.st, pid)?.xnack = rd32(&rec, 4) == 1;
+    let xnack = rd32(&rec, 4) == 1;
+    let sim = ctx.sim;
+    let p = proc_mut(ctx.st, pid)?;
+    if xnack && !super::xnack_capable(sim, p) {
+        return Err(Errno(libc::EPERM));
+    }
+    p.xnack = xnack;
     // 3. Devices.
     restore_devices(ctx, pid, a, &mut r)?;
     // 4. BOs.

@@ -496,12 +496,26 @@ fn set_xnack_mode(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, 
             Ok(0)
         });
     }
+    if requested != 0 && !xnack_capable(ctx.sim, p) {
+        return Err(Errno(libc::EPERM));
+    }
     if !p.queues.is_empty() {
         // The mode cannot change while the process has queues.
         return Err(Errno(libc::EBUSY));
     }
     p.xnack = requested != 0;
     Ok(0)
+}
+
+/// Whether every GPU of the process can run with XNACK on
+/// (`kfd_process_xnack_mode`): GFX 9.0.1 up to, not including, GFX 10.1.1.
+/// Kernels also require `noretry=0` on parts other than gfx90a; the
+/// simulated kernel runs with retry faults enabled.
+pub(crate) fn xnack_capable(sim: &Shared, p: &process::KfdProcess) -> bool {
+    p.pdds.iter().all(|pdd| {
+        let gfx = sim.gpus[pdd.gpu].info.gfx_target_version;
+        (90001..100101).contains(&gfx)
+    })
 }
 
 /// The process's doorbell slice on pdd `pdd` (created on first use).
