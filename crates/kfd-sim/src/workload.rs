@@ -94,6 +94,10 @@ pub enum WorkloadError {
     /// The simulator refused a process operation.
     #[error("workload: {0}")]
     Sim(#[from] SimError),
+    /// The handle was made by [`Workload::attach`]: it owns no `/dev/kfd`
+    /// fd, so it cannot issue ioctls (it can step, describe, fingerprint).
+    #[error("workload handle for process {0} was attached, not launched: it has no /dev/kfd fd to issue ioctls on")]
+    Attached(Pid),
     /// The process has no KFD process (never opened /dev/kfd, or exited).
     #[error("process {0} has no kfd process")]
     NoKfdProcess(Pid),
@@ -538,10 +542,7 @@ impl Workload {
     where
         T: IntoBytes + FromBytes + Immutable + KnownLayout,
     {
-        let fd = self
-            .kfd
-            .as_ref()
-            .ok_or(WorkloadError::NoKfdProcess(self.pid))?;
+        let fd = self.kfd.as_ref().ok_or(WorkloadError::Attached(self.pid))?;
         kioctl(&self.driver, fd.as_fd(), request, arg, op)
     }
 
@@ -830,7 +831,7 @@ impl Workload {
             .va_next
             .keys()
             .next()
-            .ok_or(WorkloadError::NoKfdProcess(other.pid))?;
+            .ok_or(WorkloadError::Attached(other.pid))?;
         let size = {
             let st = self.sim.lock();
             st.bos

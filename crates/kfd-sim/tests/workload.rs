@@ -211,3 +211,23 @@ fn restore_under_the_original_pid_as_criu_does() {
     r.step().unwrap();
     assert_eq!(r.steps().unwrap(), 2);
 }
+
+#[test]
+fn an_attached_handle_cannot_issue_ioctls_but_can_observe() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let w = Workload::launch(&sim, &Profile::Basic).unwrap();
+    let mut a = Workload::attach(&sim, w.pid());
+    let gpu = sim.gpus()[0].gpu_id;
+    assert!(matches!(
+        a.alloc(gpu, 4096, kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_GTT, &[]),
+        Err(WorkloadError::Attached(_))
+    ));
+    a.step().unwrap();
+    assert_eq!(w.steps().unwrap(), 1);
+    assert_eq!(a.describe().unwrap(), w.describe().unwrap());
+    let none = Workload::attach(&sim, sim.spawn_process().unwrap());
+    assert!(matches!(
+        none.describe(),
+        Err(WorkloadError::NoKfdProcess(_))
+    ));
+}
