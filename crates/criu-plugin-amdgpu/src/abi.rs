@@ -58,8 +58,9 @@
 //! logged and answered with [`PANIC_ERRNO`] (`-ENOTRECOVERABLE`), never with
 //! `-ENOTSUP`: the hook was ours and it failed.
 //!
-//! This module holds the crate's only `unsafe` besides the CRIU service
-//! lookups in [`crate::criu`]; it never does the work of a hook itself.
+//! Besides this module, `unsafe` appears only in the CRIU service lookups
+//! ([`crate::criu`]), two host system calls ([`crate::sys`]) and the test
+//! emulator's fd adoption. This module never does the work of a hook itself.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::os::fd::BorrowedFd;

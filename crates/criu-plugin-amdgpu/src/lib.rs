@@ -11,8 +11,13 @@
 //!   dependency on CRIU.
 //! - [`log`]: log lines with the `amdgpu_plugin: ` prefix, into CRIU's log or
 //!   stderr.
-//! - [`core`]: the plugin logic, generic over [`kfd::Driver`], so it runs
-//!   against the real kernel inside CRIU and against `kfd-sim` in tests.
+//! - [`core`]: the plugin logic, generic over [`kfd::Driver`] and over what
+//!   CRIU provides ([`core::plugin::CriuHost`]), so it runs against the real
+//!   kernel inside CRIU and against `kfd-sim` in tests.
+//! - [`options`]: `KFD_*_CHECK` and the staging bound `KFD_MAX_BUFFER_SIZE`.
+//! - [`sys`]: the two host system calls `std` lacks.
+//! - `emulator` (feature `emulator`): a CRIU host emulator over `kfd-sim`
+//!   that calls the hooks in CRIU's order and process roles.
 //! - `runtime` (private): the process-wide state of the loaded plugin.
 //!
 //! The plugin never parses sysfs or image bytes itself: it uses

@@ -451,7 +451,10 @@ impl<D: Driver + Clone> Dumper<D> {
                     &self.driver,
                     store,
                     &name,
-                    minor,
+                    transfer::DrmDevice {
+                        gpu_id,
+                        render_minor: minor,
+                    },
                     dmabuf.as_fd(),
                     listed.size,
                     &self.config.options,

@@ -438,7 +438,10 @@ impl<D: Driver + Clone> Restorer<D> {
                     store,
                     &name,
                     layout,
-                    local_minor,
+                    transfer::DrmDevice {
+                        gpu_id: msg.gpu_id,
+                        render_minor: local_minor,
+                    },
                     dmabuf.as_fd(),
                     &self.config.options,
                 )?;

@@ -37,6 +37,15 @@ pub struct GpuTarget {
     pub render_minor: u32,
 }
 
+/// The GPU a DRM BO's transfer runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrmDevice {
+    /// The GPU's user id (names it in errors).
+    pub gpu_id: u32,
+    /// The local render minor the copy engine opens.
+    pub render_minor: u32,
+}
+
 /// What the dump of BO contents produced.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ContentReport {
@@ -485,7 +494,7 @@ pub fn dump_drm_bo<D: Driver + Clone, S: ImageStore>(
     driver: &D,
     store: &S,
     name: &ImageName,
-    render_minor: u32,
+    device: DrmDevice,
     dmabuf: BorrowedFd<'_>,
     size: u64,
     options: &Options,
@@ -498,9 +507,9 @@ pub fn dump_drm_bo<D: Driver + Clone, S: ImageStore>(
     if size > 0 {
         let mut pipe = Pipe::open(
             driver,
-            render_minor,
+            device.render_minor,
             options.staging.for_largest_bo(size),
-            render_minor,
+            device.gpu_id,
         )?;
         pipe.read_bo(dmabuf, size, &mut writer, &name.to_string())?;
         pipe.close()?;
@@ -516,7 +525,7 @@ pub fn restore_drm_bo<D: Driver + Clone, S: ImageStore>(
     store: &S,
     name: &ImageName,
     layout: PagesLayout,
-    render_minor: u32,
+    device: DrmDevice,
     dmabuf: BorrowedFd<'_>,
     options: &Options,
 ) -> Result<u64, Error> {
@@ -531,9 +540,9 @@ pub fn restore_drm_bo<D: Driver + Clone, S: ImageStore>(
     if let Some(bo) = bos.first().filter(|bo| bo.size > 0) {
         let mut pipe = Pipe::open(
             driver,
-            render_minor,
+            device.render_minor,
             options.staging.for_largest_bo(bo.size),
-            render_minor,
+            device.gpu_id,
         )?;
         pipe.write_bo(dmabuf, bo.entry, bo.size, &mut reader, name)?;
         pipe.close()?;
