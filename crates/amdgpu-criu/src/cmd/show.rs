@@ -17,6 +17,10 @@ use serde_json::{json, Value};
 
 /// Arguments of `show`.
 #[derive(clap::Args)]
+#[command(after_help = "Examples:
+  amdgpu-criu show /var/lib/ckpt
+  amdgpu-criu show /var/lib/ckpt/amdgpu-kfd-7.img
+  amdgpu-criu show --json /var/lib/ckpt > images.json   # attach to bug reports")]
 pub struct Args {
     /// An image directory, or one amdgpu image file.
     pub path: PathBuf,

@@ -22,6 +22,12 @@ use serde::Serialize;
 
 /// Arguments of `topology`.
 #[derive(clap::Args)]
+#[command(after_help = "Examples:
+  amdgpu-criu topology                                  # this machine
+  amdgpu-criu topology --builtin list
+  amdgpu-criu topology --builtin mi210-8gpu-2hive
+  amdgpu-criu topology --sysfs ./copy-of-topology --complete
+  amdgpu-criu topology --json > topology.json           # attach to bug reports")]
 pub struct Args {
     /// Read a copy of a topology tree (the directory holding `nodes/`)
     /// instead of this machine's `/sys/class/kfd/kfd/topology`.

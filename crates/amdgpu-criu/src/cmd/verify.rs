@@ -9,6 +9,11 @@ use amdgpu_image::{verify_set, DirStore, ReadLimits};
 
 /// Arguments of `verify`.
 #[derive(clap::Args)]
+#[command(after_help = "Examples:
+  amdgpu-criu verify /var/lib/ckpt
+  amdgpu-criu verify /var/lib/ckpt && criu restore -D /var/lib/ckpt
+
+Exit status: 0 clean, 1 problems found, 2 unreadable or no amdgpu images")]
 pub struct Args {
     /// The image directory.
     pub dir: PathBuf,
