@@ -366,3 +366,29 @@ fn check_refuses_what_is_not_a_checkpoint() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_tree_dump_failing_on_its_second_process_unpauses_every_process() {
+    let out = run(&[
+        "demo",
+        "--size",
+        "8M",
+        "--topology",
+        "single-gpu",
+        "--workload",
+        "multi",
+        "--inject",
+        "CRIU_OP:CHECKPOINT:2",
+    ]);
+    assert_eq!(code(&out), 1);
+    let text = stdout(&out);
+    assert_eq!(
+        text.matches("unpaused, it keeps running").count(),
+        3,
+        "{text}"
+    );
+    assert!(
+        text.contains("not a checkpoint of the whole tree"),
+        "{text}"
+    );
+}

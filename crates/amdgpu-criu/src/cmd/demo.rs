@@ -29,7 +29,8 @@ use amdgpu_image::{flags, verify_set, CriuKfd, DirStore, ImageKind, ImageStore, 
 use amdgpu_topology::devices::DeviceTopology;
 use amdgpu_topology::{builtin, builtin_names, parse, renumbered, synthesize_missing, System};
 use criu_plugin_amdgpu::emulator::{
-    CriuEmulator, DeviceVma, EmulatorConfig, RestoredTask, TaskFile, VmaOutcome,
+    CriuEmulator, DeviceVma, EmulatorConfig, RestoredTask, TaskFile, TaskToDump, TaskToRestore,
+    VmaOutcome,
 };
 use criu_plugin_amdgpu::log::{Capture, Level};
 use criu_plugin_amdgpu::options::Options;
@@ -38,7 +39,7 @@ use kfd_sim::workload::{Profile, Workload, WorkloadDescription};
 use kfd_sim::{FaultSpec, Pid, Sim, SimConfig};
 use serde::Serialize;
 
-use super::check;
+use super::{check, map};
 
 /// The machine the demo checkpoints on unless told otherwise: eight GPUs in
 /// two XGMI hives, so the GPU mapping has real work to do.
@@ -343,12 +344,17 @@ fn resolve(spec: &str) -> Result<Machine, Stop> {
     let parsed = parse(dir).map_err(|e| Stop::Usage(format!("{spec}: {e}")))?;
     let mut system = parsed.system;
     let filled = synthesize_missing(&mut system);
-    let label = if filled.is_empty() {
-        spec.to_owned()
-    } else {
-        format!("{spec} ({} missing properties filled in)", filled.len())
-    };
-    Ok(Machine { label, system })
+    if !filled.is_empty() {
+        eprintln!(
+            "amdgpu-criu demo: note: {spec}: {} missing properties (gpu_ids, VRAM banks, \
+             render minors) filled in as the simulator does",
+            filled.len()
+        );
+    }
+    Ok(Machine {
+        label: spec.to_owned(),
+        system,
+    })
 }
 
 fn simulate(machine: &Machine) -> Result<Sim, Stop> {
@@ -520,8 +526,8 @@ fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Result<(), St
         c
     };
     let dumper = CriuEmulator::new(origin_sim.clone(), images.path(), config.clone());
-    let started = Instant::now();
-    let mut dump_error = None;
+    // One `criu dump` of the whole tree: the first process is the root.
+    let mut tree = Vec::new();
     for p in &processes {
         let Some(app) = &p.app else { continue };
         let Some(kfd) = app.kfd_fd() else {
@@ -534,13 +540,18 @@ fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Result<(), St
         for (fd, &id) in app.render_fds().into_iter().zip(&p.file_ids[1..]) {
             files.push(TaskFile { fd, id });
         }
-        if let Err(e) = dumper.dump(p.pid, &files, &device_vmas(&origin_sim)) {
-            dump_error = Some(e.to_string());
-            break;
-        }
+        tree.push(TaskToDump {
+            pid: p.pid,
+            files,
+            vmas: device_vmas(&origin_sim),
+        });
     }
+    let started = Instant::now();
+    let dumped = dumper.dump_tree(&tree);
     let dump_time = started.elapsed();
-    if let Some(error) = dump_error {
+    drop(tree);
+    if let Err(e) = dumped {
+        let error = e.to_string();
         return Err(checkpoint_failed(
             &error,
             &mut processes,
@@ -575,45 +586,57 @@ fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Result<(), St
     let verdicts =
         check::check(&checkpointed, &local, &config.options.checks).map_err(Stop::Failed)?;
     for v in verdicts.iter().filter(|v| !v.result.compatible) {
-        report
-            .reasons
-            .extend(v.result.reasons.iter().map(ToString::to_string));
+        report.reasons.extend(map::reason_lines(&v.result.reasons));
     }
 
     stage(bar, "restoring");
     let restorer = CriuEmulator::new(restore_sim.clone(), images.path(), config);
+    // One `criu restore` of the whole tree.
+    let tree: Vec<TaskToRestore> = processes
+        .iter()
+        .map(|p| TaskToRestore {
+            pid: p.pid,
+            file_ids: p.file_ids.clone(),
+            vmas: kfd_images
+                .iter()
+                .filter(|(id, _)| p.file_ids.contains(id))
+                .flat_map(|(_, image)| vmas_of(image))
+                .collect(),
+        })
+        .collect();
     let started = Instant::now();
-    let mut tasks: Vec<RestoredTask> = Vec::new();
-    for p in &processes {
-        let image_vmas: Vec<DeviceVma> = kfd_images
-            .iter()
-            .filter(|(id, _)| p.file_ids.contains(id))
-            .flat_map(|(_, image)| vmas_of(image))
-            .collect();
-        match restorer.restore(p.pid, &p.file_ids, &image_vmas) {
-            Ok(task) => tasks.push(task),
-            Err(e) => {
-                let incompatible = if report.reasons.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        " ({restore_label} cannot take this checkpoint: {} reasons)",
-                        report.reasons.len()
-                    )
-                };
-                let left = if restore_sim.process_alive(p.pid) {
-                    format!("pid {} is left half-restored on {restore_label}", p.pid)
-                } else {
-                    format!("no process was left behind on {restore_label}")
-                };
-                report
-                    .lines
-                    .push(format!("restore failed: {e}{incompatible}; {left}"));
-                return Err(Stop::Failed(format!("restore failed: {e}")));
-            }
-        }
-    }
+    let restored = restorer.restore_tree(&tree);
     let restore_time = started.elapsed();
+    let tasks = match restored {
+        Ok(tasks) => tasks,
+        Err(e) => {
+            let incompatible = if report.reasons.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({restore_label} cannot take this checkpoint: {} reasons)",
+                    report.reasons.len()
+                )
+            };
+            let left: Vec<String> = processes
+                .iter()
+                .filter(|p| restore_sim.process_alive(p.pid))
+                .map(|p| p.pid.to_string())
+                .collect();
+            let left = if left.is_empty() {
+                format!("no process was left behind on {restore_label}")
+            } else {
+                format!(
+                    "pids {} are left half-restored on {restore_label}",
+                    left.join(", ")
+                )
+            };
+            report
+                .lines
+                .push(format!("restore failed: {e}{incompatible}; {left}"));
+            return Err(Stop::Failed(format!("restore failed: {e}")));
+        }
+    };
     let phase = restore_phase(&tasks, restore_time);
     report.lines.push(phase_line("restore:   ", &phase));
     report.restore = Some(phase);
@@ -790,7 +813,8 @@ fn checkpoint_failed(
     {
         Ok(set) if set.files == 0 => "no amdgpu image files remain".to_owned(),
         Ok(set) if set.is_clean() => format!(
-            "verify finds {} files of processes dumped before the failure",
+            "{} files of the processes dumped before the failure, clean on their own \
+             but not a checkpoint of the whole tree",
             set.files
         ),
         Ok(set) => format!(

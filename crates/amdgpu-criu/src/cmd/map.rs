@@ -162,7 +162,7 @@ pub(crate) fn print_text(
 /// One line per reason, except that pair reasons (a checkpointed GPU against
 /// a local GPU) differing only in the checkpointed GPU share one line
 /// listing those GPUs: equal GPUs failing against the same local GPU.
-fn reason_lines(reasons: &[Reason]) -> Vec<String> {
+pub(crate) fn reason_lines(reasons: &[Reason]) -> Vec<String> {
     let mut lines: Vec<(Option<Reason>, Vec<GpuId>)> = Vec::new();
     for reason in reasons {
         if reason.local_gpu.is_none() || reason.gpu.is_none() {
