@@ -792,7 +792,13 @@ impl State {
     /// Inodes of every fd open in the host process, except the store's own
     /// memfds, one entry per fd.
     pub(crate) fn open_user_fds(&self) -> Vec<FileKey> {
-        let own = self.bos.own_fds();
+        let mut own = self.bos.own_fds();
+        own.extend(
+            self.processes
+                .values()
+                .filter_map(|p| p.kfd.as_ref())
+                .flat_map(|k| k.own_fds()),
+        );
         let mut keys = Vec::new();
         let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
             return keys;

@@ -880,3 +880,39 @@ fn absurd_counts_fail_without_exhausting_memory() {
     };
     assert_eq!(p.ioctl(AMDKFD_IOC_WAIT_EVENTS, &mut w), Err(libc::ENOMEM));
 }
+
+#[test]
+fn a_compute_vm_outlives_the_applications_render_fd() {
+    let sim = sim(1);
+    let mut p = Proc::new(&sim);
+    let g = p.gpu_ids[0];
+    p.renders.clear();
+    assert_eq!(
+        sim.accounting().render_fds,
+        0,
+        "the kernel's own reference is not an application fd"
+    );
+    // The VM is still bound: allocations and mappings keep working.
+    let a = p.alloc(g, 0x10_0000_0000, 4096, GTT_W, 0).unwrap();
+    assert_eq!(p.map(a.handle, &[g], 0), (Ok(0), 1));
+    assert!(sim.kfd_state(p.pid).unwrap().vm_acquired[0]);
+    // Many new render files later, none is mistaken for the held one.
+    let others: Vec<OwnedFd> = (0..32)
+        .map(|_| open(&p.drv, sim.render_path(g).unwrap().to_str().unwrap()))
+        .collect();
+    let q = sim.spawn_process().unwrap();
+    let qdrv = sim.driver(q);
+    let qkfd = open(&qdrv, "/dev/kfd");
+    for r in &others {
+        let mut acq = kfd_ioctl_acquire_vm_args {
+            drm_fd: r.as_raw_fd() as u32,
+            gpu_id: g,
+        };
+        let res = ioctl(&qdrv, qkfd.as_fd(), AMDKFD_IOC_ACQUIRE_VM, &mut acq);
+        assert!(res == Ok(0) || res == Err(libc::EBUSY), "{res:?}");
+    }
+    drop(others);
+    sim.exit_process(p.pid).unwrap();
+    let after = sim.accounting();
+    assert_eq!(after.live_bos, 0);
+}

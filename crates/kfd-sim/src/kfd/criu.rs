@@ -443,7 +443,7 @@ fn restore_devices(
         if p.pdds[pdd].drm_file.is_some() {
             return Err(Errno(libc::EINVAL));
         }
-        init_vm(ctx, pid, pdd, key).map_err(|_| Errno(libc::EINVAL))?;
+        init_vm(ctx, pid, pdd, key, b.drm_fd as i32).map_err(|_| Errno(libc::EINVAL))?;
         let sim = ctx.sim;
         super::doorbell_page(sim, proc_mut(ctx.st, pid)?, pdd)?;
     }

@@ -21,6 +21,7 @@ pub(crate) mod queue;
 pub(crate) mod svm;
 
 use std::ffi::{c_int, c_void};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use kfd_sys::*;
@@ -290,22 +291,36 @@ pub(crate) fn bind(p: &process::KfdProcess, pdd: usize) -> Result<(), Errno> {
     }
 }
 
-/// Turns render file `key` into the compute VM of pdd `pdd_idx` of `pid`
-/// (`kfd_process_device_init_vm`): the file must be on the pdd's GPU and its
-/// VM must not belong to a KFD process yet (`EINVAL`).
+/// Turns render file `key` (open as the caller's `drm_fd`) into the compute
+/// VM of pdd `pdd_idx` of `pid` (`kfd_process_device_init_vm`): the file must
+/// be on the pdd's GPU and its VM must not belong to a KFD process yet
+/// (`EINVAL`). Like the kernel's `get_file`, the pdd keeps the file open (a
+/// dup of `drm_fd`) until the process exits, so the file outlives the
+/// application's own fds.
 pub(crate) fn init_vm(
     ctx: &mut Ctx<'_>,
     pid: Pid,
     pdd_idx: usize,
     key: FileKey,
+    drm_fd: i32,
 ) -> Result<(), Errno> {
     let gpu = proc_mut(ctx.st, pid)?.pdds[pdd_idx].gpu;
     let render = ctx.st.render_mut(key).ok_or(Errno(libc::EINVAL))?;
     if render.kfd_vm_owner.is_some() || render.gpu != gpu {
         return Err(Errno(libc::EINVAL));
     }
+    // SAFETY: F_DUPFD_CLOEXEC has no memory arguments; `drm_fd` was just
+    // resolved to this render file, and a failure is reported as an errno.
+    let dup = unsafe { libc::fcntl(drm_fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: fcntl succeeded, so `dup` is a new descriptor we own.
+    let held = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(dup) };
     render.kfd_vm_owner = Some(pid);
-    proc_mut(ctx.st, pid)?.pdds[pdd_idx].drm_file = Some(key);
+    let pdd = &mut proc_mut(ctx.st, pid)?.pdds[pdd_idx];
+    pdd.drm_file = Some(key);
+    pdd.drm_file_ref = Some(held);
     Ok(())
 }
 
@@ -327,7 +342,7 @@ fn acquire_vm(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errn
     if !matches!(ctx.st.files.get(&key), Some(OpenFile::Render(_))) {
         return Err(Errno(libc::EINVAL));
     }
-    init_vm(ctx, pid, pdd_idx, key)?;
+    init_vm(ctx, pid, pdd_idx, key, a.drm_fd as i32)?;
     Ok(0)
 }
 

@@ -5,6 +5,7 @@
 //! this module never decides an errno.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 
 use crate::bo::{BoId, Memfd};
@@ -39,6 +40,8 @@ pub(crate) struct Pdd {
     pub(crate) user_gpu_id: u32,
     /// The render file whose VM is this pdd's compute VM.
     pub(crate) drm_file: Option<FileKey>,
+    /// The simulator's own reference to that file (the kernel's `get_file`).
+    pub(crate) drm_file_ref: Option<OwnedFd>,
     /// Allocations by IDR slot.
     pub(crate) idr: BTreeMap<u32, KfdMem>,
     /// Queue eviction level (queues run only at 0).
@@ -186,6 +189,7 @@ impl KfdProcess {
                     gpu: g,
                     user_gpu_id: gpus[g].id(),
                     drm_file: None,
+                    drm_file_ref: None,
                     idr: BTreeMap::new(),
                     eviction: 0,
                     doorbell_page: None,
@@ -208,6 +212,13 @@ impl KfdProcess {
             userptr_blocked: false,
             resumed: 0,
         }
+    }
+
+    /// Raw fds the process's pdds hold on render files.
+    pub(crate) fn own_fds(&self) -> impl Iterator<Item = i32> + '_ {
+        self.pdds
+            .iter()
+            .filter_map(|p| p.drm_file_ref.as_ref().map(|f| f.as_raw_fd()))
     }
 
     /// The pdd index whose *user* gpu_id is `id` (0 never matches).
