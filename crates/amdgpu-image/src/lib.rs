@@ -20,6 +20,70 @@
 //! - [`ValidatedKfd`], [`ValidatedRenderNode`], [`verify_set`]: validation.
 //! - [`PagesWriter`], [`PagesReader`], [`PagesFile`], [`PagesLayout`]: pages files.
 //! - [`ImageStore`] with [`DirStore`], [`StreamStore`] and [`MemStore`].
+//!
+//! # Example
+//!
+//! Write the image set of a one-GPU process (its KFD image and the pages
+//! file of its VRAM buffer, with a checksum), check the whole set, and read
+//! the KFD image back validated, as restore does:
+//!
+//! ```
+//! use amdgpu_image::{
+//!     flags, verify_set, CriuKfd, ImageName, ImageStore, ImageWriter, KfdBoEntry,
+//!     KfdDeviceEntry, MemStore, PagesBo, PagesLayout, ReadLimits, ValidatedKfd, PAGE_SIZE,
+//! };
+//!
+//! let store = MemStore::new(); // or DirStore::open_dir(images_dir)?
+//! let gpu_id = 0x4d2f;
+//! let mut kfd = CriuKfd {
+//!     pid: 4242,
+//!     num_of_gpus: 1,
+//!     num_of_cpus: 1,
+//!     device_entries: vec![
+//!         KfdDeviceEntry { node_id: 0, cpu_cores_count: 16, ..Default::default() },
+//!         KfdDeviceEntry { node_id: 1, gpu_id, vendor_id: 0x1002, device_id: 0x740f, ..Default::default() },
+//!     ],
+//!     num_of_bos: 1,
+//!     bo_entries: vec![KfdBoEntry {
+//!         addr: 0x7f00_0000_0000,
+//!         size: 2 * PAGE_SIZE,
+//!         offset: 0,
+//!         alloc_flags: flags::KFD_VRAM,
+//!         gpu_id,
+//!         handle: flags::NO_HANDLE,
+//!         content_checksum: None,
+//!     }],
+//!     ..Default::default()
+//! };
+//! kfd.mark_producer();
+//!
+//! // The GPU's pages file: BO contents in BO order; zero pages become holes.
+//! let layout = PagesLayout::new(vec![PagesBo { entry: 0, size: 2 * PAGE_SIZE, checksum: None }])
+//!     .expect("sizes fit in u64");
+//! let pages = ImageName::Pages { id: 7, gpu_id };
+//! assert_eq!(pages.to_string(), "amdgpu-pages-7-4d2f.img");
+//! let mut writer = store.create_pages(&pages, layout)?;
+//! writer.write(&vec![0xab; 2 * PAGE_SIZE as usize])?;
+//! let (file, written) = writer.finish()?;
+//! file.commit()?;
+//! for (entry, checksum) in written.checksums {
+//!     kfd.bo_entries[entry].content_checksum = Some(checksum);
+//! }
+//! store.write_message(&ImageName::Kfd { id: 7 }, &kfd)?;
+//!
+//! // Every message, every pages file and every checksum, with the
+//! // references between files.
+//! let report = verify_set(&store, ReadLimits::default())?;
+//! assert!(report.is_clean(), "{:?}", report.problems);
+//! assert_eq!(report.checksums_verified, 1);
+//!
+//! let msg: CriuKfd = store
+//!     .read_message(&ImageName::Kfd { id: 7 }, ReadLimits::default())?
+//!     .expect("written above");
+//! let image = ValidatedKfd::new(7, msg)?;
+//! assert_eq!(image.pages_files()[0].0, pages);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![forbid(unsafe_code)]
 
 pub mod checksum;
