@@ -1,5 +1,5 @@
 //! The simulated machine: configuration, GPUs, processes, the open-file
-//! table, and [`SimDriver`], the [`kfd::Driver`](::kfd::Driver) implementation that routes
+//! table, and [`SimDriver`], the [`kfd::Driver`] implementation that routes
 //! `open`/`ioctl`/`mmap` to the KFD half (`crate::kfd`) or the DRM half.
 //!
 //! Identity of the caller comes from the [`SimDriver`] instance (everything
@@ -234,6 +234,10 @@ impl Gpu {
 }
 
 /// Identity of an open file: the (device, inode) pair of its memfd.
+///
+/// memfd inode numbers come from the kernel's increasing `get_next_ino()`
+/// counter, so a key is not reused by a later memfd within any realistic
+/// run; [`State::insert_file`] still drops a stale entry should it happen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct FileKey {
     dev: u64,
@@ -647,7 +651,7 @@ impl Sim {
         Ok(pid)
     }
 
-    /// The [`kfd::Driver`](::kfd::Driver) through which process `pid` talks to the kernel.
+    /// The [`kfd::Driver`] through which process `pid` talks to the kernel.
     pub fn driver(&self, pid: Pid) -> SimDriver {
         SimDriver {
             sim: self.clone(),
@@ -872,7 +876,7 @@ impl State {
 
     /// Registers a new open file; a stale entry with the same inode (its
     /// file was closed and the inode reused) is released first.
-    fn insert_file(&mut self, key: FileKey, file: OpenFile) {
+    pub(crate) fn insert_file(&mut self, key: FileKey, file: OpenFile) {
         if self.files.contains_key(&key) {
             self.release_file(key);
         }
@@ -1033,7 +1037,7 @@ where
     r
 }
 
-/// One simulated process's [`kfd::Driver`](::kfd::Driver). Cheap to clone.
+/// One simulated process's [`kfd::Driver`]. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct SimDriver {
     sim: Sim,
