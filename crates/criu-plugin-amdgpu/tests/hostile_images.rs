@@ -30,6 +30,9 @@ mod faults_common;
 use common::{device_vmas, gpu_files, kfd_image, vmas_of, KFD_ID};
 use faults_common::{FaultDriver, MiniCriu, Snapshot};
 
+/// Something done to one image file.
+type Damage = Box<dyn Fn(&Path)>;
+
 /// A dumped and killed process: its machine, pid, file ids and mappings.
 struct Dumped {
     sim: Sim,
@@ -222,7 +225,7 @@ fn damaged_images_are_refused_with_clear_errors() {
             },
         );
     }
-    let edits: Vec<(&str, Box<dyn Fn(&Path)>)> = vec![
+    let edits: Vec<(&str, Damage)> = vec![
         (
             "num_of_bos 2^32",
             Box::new(rewrite_kfd(|m| m.num_of_bos = 1 << 32)),
@@ -262,7 +265,7 @@ fn damaged_images_are_refused_with_clear_errors() {
     // their contents are written back, after CRIU_OP RESTORE (known gap,
     // see the module docs).
     let pages_len = d.clean.iter().find(|(n, _)| *n == pages).unwrap().1.len() as u64;
-    let pages_damage: Vec<(String, Box<dyn Fn(&Path)>)> = vec![
+    let pages_damage: Vec<(String, Damage)> = vec![
         (
             "cut by a page".into(),
             Box::new(move |p: &Path| {

@@ -73,13 +73,15 @@ fn every_hook_turns_a_panic_into_an_error() {
     let devnull = std::fs::File::open("/dev/null").unwrap();
     let fd = devnull.as_raw_fd();
 
-    // SAFETY (every transmute below): the slot holds the trampoline of that
-    // hook, whose C signature is the one it is cast to.
+    // SAFETY: the slot holds the trampoline of this hook, whose C
+    // signature is the one it is cast to.
     let dump_ext_file: DumpExtFile = unsafe { std::mem::transmute(slot(hook::DUMP_EXT_FILE)) };
     // SAFETY: an open fd and any id, as CRIU passes them.
     let normal = check("DUMP_EXT_FILE", &|| unsafe { dump_ext_file(fd, 7) });
     assert!(normal <= 0, "DUMP_EXT_FILE answered {normal} for /dev/null");
 
+    // SAFETY: the slot holds the trampoline of this hook, whose C
+    // signature is the one it is cast to.
     let vma: HandleDeviceVma = unsafe { std::mem::transmute(slot(hook::HANDLE_DEVICE_VMA)) };
     // SAFETY: fstat fills a zeroed stat buffer for an open fd.
     let st = unsafe {
@@ -90,6 +92,8 @@ fn every_hook_turns_a_panic_into_an_error() {
     // SAFETY: an fd and a pointer to its stat, valid for the call.
     check("HANDLE_DEVICE_VMA", &|| unsafe { vma(fd, &st) });
 
+    // SAFETY: the slot holds the trampoline of this hook, whose C
+    // signature is the one it is cast to.
     let late: IntHook = unsafe { std::mem::transmute(slot(hook::DUMP_DEVICES_LATE)) };
     // SAFETY: a pid, as CRIU passes it.
     check("DUMP_DEVICES_LATE", &|| unsafe { late(4242) });
@@ -100,13 +104,19 @@ fn every_hook_turns_a_panic_into_an_error() {
     // SAFETY: as above, for the restore stage.
     assert_ne!(unsafe { init(2) }, PANIC_ERRNO);
     drop(quiet);
+    // SAFETY: the slot holds the trampoline of this hook, whose C
+    // signature is the one it is cast to.
     let restore_init: VoidHook = unsafe { std::mem::transmute(slot(hook::RESTORE_INIT)) };
     // SAFETY: no arguments.
     check("RESTORE_INIT", &|| unsafe { restore_init() });
+    // SAFETY: the slot holds the trampoline of this hook, whose C
+    // signature is the one it is cast to.
     let post_forking: VoidHook = unsafe { std::mem::transmute(slot(hook::POST_FORKING)) };
     // SAFETY: no arguments.
     check("POST_FORKING", &|| unsafe { post_forking() });
 
+    // SAFETY: the slot holds the trampoline of this hook, whose C
+    // signature is the one it is cast to.
     let restore: RestoreExtFile = unsafe { std::mem::transmute(slot(hook::RESTORE_EXT_FILE)) };
     let retry = std::cell::Cell::new(true);
     check("RESTORE_EXT_FILE", &|| {
@@ -127,6 +137,8 @@ fn every_hook_turns_a_panic_into_an_error() {
     assert_eq!(ret, PANIC_ERRNO);
     assert!(!flag, "a panicking RESTORE_EXT_FILE asked for a retry");
 
+    // SAFETY: the slot holds the trampoline of this hook, whose C
+    // signature is the one it is cast to.
     let update: UpdateVmaMap = unsafe { std::mem::transmute(slot(hook::UPDATE_VMA_MAP)) };
     check("UPDATE_VMA_MAP", &|| {
         let mut pgoff = 0u64;
@@ -143,6 +155,8 @@ fn every_hook_turns_a_panic_into_an_error() {
         }
     });
 
+    // SAFETY: the slot holds the trampoline of this hook, whose C
+    // signature is the one it is cast to.
     let resume: IntHook = unsafe { std::mem::transmute(slot(hook::RESUME_DEVICES_LATE)) };
     // SAFETY: a pid.
     check("RESUME_DEVICES_LATE", &|| unsafe { resume(4242) });
