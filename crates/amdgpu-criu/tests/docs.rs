@@ -232,3 +232,52 @@ fn every_plugin_variable_is_documented() {
         );
     }
 }
+
+#[test]
+fn completions_cover_every_subcommand() {
+    let commands = subcommands();
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let script = cli(&["completions", shell]);
+        for command in &commands {
+            assert!(
+                script.contains(command.as_str()),
+                "{shell} completions do not offer {command}"
+            );
+        }
+        for flag in long_flags("topology") {
+            assert!(
+                script.contains(flag.trim_start_matches('-')),
+                "{shell} completions do not offer topology {flag}"
+            );
+        }
+    }
+    // The scripts parse in the shells that are installed.
+    for (shell, check) in [("bash", "-n"), ("zsh", "-n"), ("fish", "--no-execute")] {
+        let script = cli(&["completions", shell]);
+        let Ok(mut child) = Command::new(shell)
+            .arg(check)
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+        else {
+            println!("skipped {shell} syntax check: {shell} is not installed");
+            continue;
+        };
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), script.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{shell} rejects its completion script: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"))
+        .args(["completions", "tcsh"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+}
