@@ -248,3 +248,71 @@ impl<'a> Combined<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine(name: &str) -> DeviceTopology {
+        DeviceTopology::from_system(&amdgpu_topology::builtin(name).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn images_with_one_topology_share_a_verdict_and_others_get_their_own() {
+        let two = machine("pcie-2gpu");
+        let one = machine("single-gpu");
+        let images = [
+            Checkpointed {
+                id: 1,
+                topology: two.clone(),
+            },
+            Checkpointed {
+                id: 5,
+                topology: one,
+            },
+            Checkpointed {
+                id: 9,
+                topology: two.clone(),
+            },
+        ];
+        let verdicts = check(&images, &two, &CheckOptions::default()).unwrap();
+        assert_eq!(verdicts.len(), 2);
+        assert_eq!(verdicts[0].ids, [1, 9]);
+        assert!(verdicts[0].result.compatible);
+        assert_eq!(verdicts[0].result.gpu_map.len(), 2);
+        assert_eq!(verdicts[1].ids, [5]);
+        assert!(!verdicts[1].result.compatible);
+
+        let combined = serde_json::to_value(Combined::new(&verdicts)).unwrap();
+        assert_eq!(combined["compatible"], false);
+        assert!(combined["gpu_map"].as_object().unwrap().is_empty());
+        assert!(!combined["reasons"].as_array().unwrap().is_empty());
+        let groups = combined["images"].as_array().unwrap();
+        assert_eq!(groups.len(), 2);
+        assert_eq!(groups[0]["ids"], serde_json::json!([1, 9]));
+        assert_eq!(groups[0]["compatible"], true);
+        assert_eq!(groups[0]["gpu_map"].as_object().unwrap().len(), 2);
+        assert_eq!(groups[1]["compatible"], false);
+    }
+
+    #[test]
+    fn compatible_groups_merge_their_maps() {
+        let two = machine("pcie-2gpu");
+        let verdicts = vec![
+            Verdict {
+                ids: vec![1],
+                checkpointed: two.clone(),
+                result: map_topologies(&two, &two, &CheckOptions::default()).unwrap(),
+            },
+            Verdict {
+                ids: vec![4],
+                checkpointed: two.clone(),
+                result: map_topologies(&two, &two, &CheckOptions::default()).unwrap(),
+            },
+        ];
+        let combined = serde_json::to_value(Combined::new(&verdicts)).unwrap();
+        assert_eq!(combined["compatible"], true);
+        assert_eq!(combined["gpu_map"].as_object().unwrap().len(), 2);
+        assert_eq!(combined["reasons"].as_array().unwrap().len(), 0);
+    }
+}
