@@ -681,12 +681,17 @@ fn write_dmabuf<S: ImageStore>(store: &S, id: u32, handle: u32) -> Result<(), Er
         .map_err(Error::image("writing the dma-buf image"))
 }
 
-/// Parses the local topology under `root` into the device view.
+/// Parses the local topology under `root` into the device view. Skipped
+/// nodes are logged (with the file and the reason), so a GPU missing later
+/// ("not listed", "number of GPUs mismatch") can be traced to its sysfs node.
 pub fn local_topology(root: &Path) -> Result<DeviceTopology, Error> {
     let parsed = amdgpu_topology::parse(root).map_err(|e| Error::Topology {
         root: root.display().to_string(),
         reason: e.to_string(),
     })?;
+    for skipped in &parsed.skipped {
+        log_warn!("KFD topology at {}: {skipped}", root.display());
+    }
     DeviceTopology::from_system(&parsed.system).map_err(|e| Error::Topology {
         root: root.display().to_string(),
         reason: e.to_string(),
