@@ -138,12 +138,9 @@ fn run(gpus: usize, images: &Path, shm: &Path, fault: &Fault) -> Outcome {
 ///   CRIU expected. Closing it needs the plugin to remove the images it
 ///   committed when `exit(DUMP, ret)` reports a failed dump (an `ImageStore`
 ///   remove operation for the directory store).
-/// * `paused`: when the kernel refuses `CRIU_OP UNPAUSE` the process stays
-///   paused; the plugin drops it from its list, so `exit` does not retry.
 const KNOWN_GAPS: &[(&str, &str)] = &[
     ("AMDGPU_GEM_LIST_HANDLES", "complete"),
     ("CRIU_OP:UNPAUSE", "complete"),
-    ("CRIU_OP:UNPAUSE", "paused"),
 ];
 
 /// The checks every failed dump must pass; returns what is wrong as

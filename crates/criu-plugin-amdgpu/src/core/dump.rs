@@ -601,7 +601,10 @@ impl<D: Driver + Clone> Dumper<D> {
     pub fn unpause_all(&mut self) -> Result<usize, Error> {
         let mut first_error = None;
         let mut unpaused = 0;
-        for paused in self.paused.drain(..) {
+        // A process whose unpause failed stays listed: `exit` (and drop)
+        // try again, so a transient failure does not leave it frozen.
+        let mut still_paused = Vec::new();
+        for paused in std::mem::take(&mut self.paused) {
             match paused.kfd.unpause() {
                 Ok(()) => {
                     unpaused += 1;
@@ -613,9 +616,11 @@ impl<D: Driver + Clone> Dumper<D> {
                         step: "unpausing a dumped process (CRIU_OP UNPAUSE)",
                         source: e,
                     });
+                    still_paused.push(paused);
                 }
             }
         }
+        self.paused = still_paused;
         if first_error.is_none() && !self.pending_dmabufs.is_empty() {
             let files: Vec<String> = self
                 .pending_dmabufs
