@@ -423,6 +423,55 @@ fn images_dir(args: &Args) -> Result<ImagesDir, Stop> {
     Ok(ImagesDir::Given(dir.clone()))
 }
 
+/// Runs `dump` while showing how many bytes the pages files in `images`
+/// have reached out of `total` (only when the bar is drawn).
+fn with_pages_progress<T>(
+    bar: &ProgressBar,
+    images: &Path,
+    total: u64,
+    dump: impl FnOnce() -> T,
+) -> T {
+    if bar.is_hidden() {
+        return dump();
+    }
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let written = pages_bytes(images);
+                bar.set_message(format!(
+                    "checkpointing: {} of {} in pages files",
+                    human_bytes(written.min(total)),
+                    human_bytes(total)
+                ));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let result = dump();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        result
+    })
+}
+
+/// Bytes in the pages files of `images` so far, those still being written
+/// (`DirStore` writes `.amdgpu-pages-*.part-*` and renames it when done)
+/// included. For the progress display only.
+fn pages_bytes(images: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(images) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.trim_start_matches('.').starts_with("amdgpu-pages-")
+        })
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
 fn stage(bar: &ProgressBar, message: &'static str) {
     bar.inc(1);
     bar.set_message(message);
@@ -546,8 +595,14 @@ fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Result<(), St
             vmas: device_vmas(&origin_sim),
         });
     }
+    let total: u64 = processes
+        .iter()
+        .flat_map(|p| &p.expected.bos)
+        .filter(|b| b.flags & (flags::KFD_VRAM | flags::KFD_GTT) != 0)
+        .map(|b| b.size)
+        .sum();
     let started = Instant::now();
-    let dumped = dumper.dump_tree(&tree);
+    let dumped = with_pages_progress(bar, images.path(), total, || dumper.dump_tree(&tree));
     let dump_time = started.elapsed();
     drop(tree);
     if let Err(e) = dumped {
