@@ -1,4 +1,5 @@
 //! Shared helpers for the benchmarks.
 
-pub mod topology;
 pub mod image;
+pub mod topology;
+pub mod transfer;

@@ -1,0 +1,254 @@
+//! The benchmark report: every figure of the transfer path, the topology
+//! mapping and the image decoder, measured in one process and printed as
+//! one `name=value` line each (progress goes to stderr).
+//!
+//! `cargo run --release -p benches --bin report [-- --quick]`; `--quick`
+//! moves 256 MiB of BOs instead of 2 GiB. Files go to `$BENCH_DIR` when set,
+//! else `target/bench-report` of the workspace (the same file system for
+//! raw and plugin runs); everything written there is removed again.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use benches::transfer::{
+    c_strategy_dump, gibs, options_with_max_buffer, plugin_run, raw_io, sdma_rates, BenchError,
+    Fill, Machine, PluginRun, Result, RunOptions,
+};
+use benches::{image, topology};
+
+const MIB: u64 = 1 << 20;
+
+fn work_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("BENCH_DIR") {
+        return PathBuf::from(dir);
+    }
+    let mut dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    loop {
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap_or_default();
+        if manifest.contains("[workspace]") {
+            return dir.join("target/bench-report");
+        }
+        match dir.parent() {
+            Some(parent) => dir = parent,
+            None => return std::env::temp_dir().join("bench-report"),
+        }
+    }
+}
+
+fn progress(what: &str) {
+    eprintln!("report: {what}");
+}
+
+fn line(name: &str, value: impl std::fmt::Display) {
+    println!("{name}={value}");
+}
+
+fn options(max_buffer: Option<&str>, restore: bool, fsync: bool) -> RunOptions {
+    RunOptions {
+        options: options_with_max_buffer(max_buffer),
+        restore,
+        fsync,
+    }
+}
+
+fn peak(run: &PluginRun) -> u64 {
+    run.staging_peak.iter().max().copied().unwrap_or(0)
+}
+
+fn min_time(a: Option<Duration>, b: Duration) -> Option<Duration> {
+    Some(a.map_or(b, |a| a.min(b)))
+}
+
+fn run(quick: bool, dir: &Path) -> Result<()> {
+    let total = if quick { 256 * MIB } else { 2048 * MIB };
+    let bo_bytes = if quick { 32 * MIB } else { 64 * MIB };
+    let reps = if quick { 3 } else { 2 };
+    let gib = (1u64 << 30) as f64;
+    line("bytes", total);
+    line("bo_bytes", bo_bytes);
+    line("repetitions", reps);
+
+    progress("SDMA copy engine, unthrottled, no file I/O");
+    let machine = Machine::build(1, total.min(512 * MIB), bo_bytes, Fill::Dense)?;
+    let sdma = sdma_rates(&machine)?;
+    drop(machine);
+    line("sdma_read_gibs", format!("{:.3}", sdma.read_bps / gib));
+    line("sdma_write_gibs", format!("{:.3}", sdma.write_bps / gib));
+
+    // Raw I/O and the plugin runs interleaved, best of `reps` each, so both
+    // see the storage in the same state.
+    let (mut raw_write, mut raw_read) = (None, None);
+    let mut checkpoint: [Option<Duration>; 2] = [None, None];
+    let mut restore: [Option<Duration>; 2] = [None, None];
+    let mut staging_unset = 0;
+    for rep in 0..reps {
+        progress(&format!(
+            "raw sequential write and read ({}/{reps})",
+            rep + 1
+        ));
+        let raw = raw_io(dir, total, true)?;
+        let w = Duration::from_secs_f64(total as f64 / raw.write_bps);
+        let r = Duration::from_secs_f64(total as f64 / raw.read_bps);
+        raw_write = min_time(raw_write, w);
+        raw_read = min_time(raw_read, r);
+        for (i, gpus) in [1usize, 4].into_iter().enumerate() {
+            progress(&format!(
+                "checkpoint and restore, {gpus} GPU(s), DMA unthrottled ({}/{reps})",
+                rep + 1
+            ));
+            let machine = Machine::build(gpus, total, bo_bytes, Fill::Dense)?;
+            let run = plugin_run(machine, dir, options(None, true, true))?;
+            checkpoint[i] = min_time(checkpoint[i], run.checkpoint);
+            if let Some(t) = run.restore {
+                restore[i] = min_time(restore[i], t);
+            }
+            if gpus == 1 {
+                staging_unset = staging_unset.max(peak(&run));
+            }
+        }
+    }
+    let raw_write = raw_write.unwrap_or(Duration::MAX);
+    let raw_read = raw_read.unwrap_or(Duration::MAX);
+    line("raw_write_gibs", format!("{:.3}", gibs(total, raw_write)));
+    line("raw_read_gibs", format!("{:.3}", gibs(total, raw_read)));
+    for (i, gpus) in [1usize, 4].into_iter().enumerate() {
+        let (Some(cp), Some(rs)) = (checkpoint[i], restore[i]) else {
+            continue;
+        };
+        line(
+            &format!("checkpoint_gibs_{gpus}gpu"),
+            format!("{:.3}", gibs(total, cp)),
+        );
+        line(
+            &format!("restore_gibs_{gpus}gpu"),
+            format!("{:.3}", gibs(total, rs)),
+        );
+        line(
+            &format!("checkpoint_vs_raw_{gpus}gpu"),
+            format!("{:.3}", raw_write.as_secs_f64() / cp.as_secs_f64()),
+        );
+        line(
+            &format!("restore_vs_raw_{gpus}gpu"),
+            format!("{:.3}", raw_read.as_secs_f64() / rs.as_secs_f64()),
+        );
+    }
+    line("staging_peak_bytes_unset", staging_unset);
+
+    progress("staging with KFD_MAX_BUFFER_SIZE=64M and unset (one 512 MiB BO)");
+    for (name, value) in [("max64m", Some("64M")), ("unset_512mib_bo", None)] {
+        let machine = Machine::build(1, 512 * MIB, 512 * MIB, Fill::Dense)?;
+        let run = plugin_run(machine, dir, options(value, true, false))?;
+        line(&format!("staging_peak_bytes_{name}"), peak(&run));
+    }
+
+    progress("zero elision: BOs with 90% zero pages against dense BOs");
+    let (mut dense_cp, mut dense_rs, mut sparse_cp, mut sparse_rs) = (None, None, None, None);
+    let mut usage = (0, 0);
+    for _ in 0..reps {
+        for fill in [Fill::Dense, Fill::MostlyZero] {
+            let machine = Machine::build(1, total, bo_bytes, fill)?;
+            let run = plugin_run(machine, dir, options(None, true, true))?;
+            let rs = run.restore.unwrap_or(Duration::MAX);
+            if fill == Fill::Dense {
+                dense_cp = min_time(dense_cp, run.checkpoint);
+                dense_rs = min_time(dense_rs, rs);
+            } else {
+                sparse_cp = min_time(sparse_cp, run.checkpoint);
+                sparse_rs = min_time(sparse_rs, rs);
+                usage = run.pages;
+            }
+        }
+    }
+    let ratio = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
+        (Some(a), Some(b)) => a.as_secs_f64() / b.as_secs_f64(),
+        _ => f64::NAN,
+    };
+    line(
+        "zero_elision_speedup",
+        format!("{:.2}", ratio(dense_cp, sparse_cp)),
+    );
+    line(
+        "zero_elision_restore_speedup",
+        format!("{:.2}", ratio(dense_rs, sparse_rs)),
+    );
+    line("zero_image_logical_bytes", usage.0);
+    line("zero_image_disk_bytes", usage.1);
+
+    for (suffix, fsync) in [("", true), ("_cached", false)] {
+        progress(&format!(
+            "pipelined against the C plugin's serial strategy, DMA at the raw write rate{}",
+            if fsync {
+                ""
+            } else {
+                " of the page cache (no fsync)"
+            }
+        ));
+        let mut rate = f64::MAX;
+        for _ in 0..reps {
+            rate = rate.min(raw_io(dir, total, fsync)?.write_bps);
+        }
+        if !fsync {
+            line("raw_write_cached_gibs", format!("{:.3}", rate / gib));
+        }
+        let (mut serial, mut pipelined) = (None, None);
+        let mut c_peak = 0;
+        for _ in 0..reps {
+            let machine = Machine::build(1, total, bo_bytes, Fill::Dense)?;
+            machine.sim.set_sdma_bandwidth(Some(rate as u64));
+            let run = c_strategy_dump(&machine, dir, fsync)?;
+            serial = min_time(serial, run.time);
+            c_peak = c_peak.max(run.staging_peak);
+            let run = plugin_run(machine, dir, options(None, false, fsync))?;
+            pipelined = min_time(pipelined, run.checkpoint);
+        }
+        if let (Some(s), Some(p)) = (serial, pipelined) {
+            line(
+                &format!("serial_checkpoint_gibs{suffix}"),
+                format!("{:.3}", gibs(total, s)),
+            );
+            line(
+                &format!("pipelined_checkpoint_gibs{suffix}"),
+                format!("{:.3}", gibs(total, p)),
+            );
+            line(
+                &format!("pipelined_vs_serial{suffix}"),
+                format!("{:.3}", s.as_secs_f64() / p.as_secs_f64()),
+            );
+        }
+        if fsync {
+            line("staging_peak_bytes_c_strategy", c_peak);
+        }
+    }
+
+    progress("topology mapping");
+    let cases = topology::map_cases(topology::fixtures_root().as_deref());
+    let timings = topology::map_timings(&cases, if quick { 3 } else { 9 });
+    for l in topology::report_lines(&timings) {
+        println!("{l}");
+    }
+
+    progress("image decoding and pages verification");
+    let figures = image::measure(dir).map_err(|e| BenchError::Step {
+        step: "image figures",
+        reason: e.to_string(),
+    })?;
+    println!("{figures}");
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let quick = std::env::args().skip(1).any(|a| a == "--quick");
+    let dir = work_dir();
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("report: cannot create {}: {e}", dir.display());
+        return ExitCode::FAILURE;
+    }
+    match run(quick, &dir) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("report: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

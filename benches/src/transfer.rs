@@ -1,0 +1,633 @@
+//! Transfer figures: checkpoint and restore of BO contents through the real
+//! plugin (the CRIU emulator over `kfd-sim`) side by side with plain
+//! sequential I/O of the same bytes in the same directory, the C plugin's
+//! serial strategy, staging memory and zero-page elision.
+//!
+//! Every write phase ends with `fsync` of what it wrote (raw file, pages
+//! files, serial image) and every read phase starts with the files' page
+//! cache dropped (`posix_fadvise(DONTNEED)` after that `fsync`), so raw and
+//! plugin runs see the storage the same way. Used by the report binary;
+//! never prints and never touches anything outside the directory it is
+//! given.
+
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use amdgpu_image::{flags, CriuKfd, DirStore, ImageName, ImageStore, ReadLimits};
+use criu_plugin_amdgpu::emulator::{CriuEmulator, DeviceVma, EmulatorConfig, TaskFile};
+use criu_plugin_amdgpu::options::Options;
+use kfd::{CopyEngine, CopyEngineConfig, Kfd, MemHandle, RenderMinor, RenderNode, StagingBuffer};
+use kfd_sim::workload::{Profile, Workload};
+use kfd_sim::{Sim, SimConfig};
+
+/// CRIU's file id of the workload's `/dev/kfd` fd; render nodes follow.
+const KFD_ID: u32 = 1;
+/// Size of each plain read and write of the raw runs.
+const RAW_IO: usize = 8 << 20;
+/// KFD allocation flags of the benchmark's BOs (VRAM, writable).
+const VRAM_FLAGS: u32 = kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_VRAM
+    | kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE
+    | kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE;
+
+/// A benchmark step failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BenchError {
+    /// A step of a measurement failed.
+    #[error("{step}: {reason}")]
+    Step {
+        /// What the benchmark was doing.
+        step: &'static str,
+        /// Why it failed.
+        reason: String,
+    },
+}
+
+/// Result of the transfer benchmarks.
+pub type Result<T> = std::result::Result<T, BenchError>;
+
+fn step<E: std::fmt::Display>(step: &'static str) -> impl FnOnce(E) -> BenchError {
+    move |e| BenchError::Step {
+        step,
+        reason: e.to_string(),
+    }
+}
+
+/// How the benchmark's BOs are filled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fill {
+    /// Every page holds non-zero bytes.
+    Dense,
+    /// One page in ten holds non-zero bytes, the other nine are zero.
+    MostlyZero,
+}
+
+/// One BO of the benchmark.
+#[derive(Debug, Clone, Copy)]
+pub struct BenchBo {
+    /// The GPU it lives on.
+    pub gpu: u32,
+    /// Its KFD handle in the workload.
+    pub handle: u64,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// A simulated machine with one process holding the benchmark's BOs.
+pub struct Machine {
+    /// The simulator.
+    pub sim: Sim,
+    /// The process (also holds the small BOs of [`Profile::Basic`]).
+    pub app: Workload,
+    /// The benchmark's BOs.
+    pub bos: Vec<BenchBo>,
+}
+
+impl Machine {
+    /// `gpus` simulated GPUs with `total` bytes of VRAM BOs of `bo_bytes`
+    /// each, spread evenly over the GPUs and filled as `fill` says.
+    pub fn build(gpus: usize, total: u64, bo_bytes: u64, fill: Fill) -> Result<Machine> {
+        let sim = Sim::synthetic(gpus, SimConfig::default()).map_err(step("simulated machine"))?;
+        let mut app =
+            Workload::launch(&sim, &Profile::Basic).map_err(step("launching a process"))?;
+        let per_gpu = total / gpus as u64;
+        let mut bos = Vec::new();
+        let mut chunk = vec![0u8; RAW_IO];
+        for (g, gpu) in sim.gpus().iter().enumerate() {
+            let mut left = per_gpu;
+            let mut n = 0u64;
+            while left > 0 {
+                let size = left.min(bo_bytes);
+                let handle = app
+                    .alloc(gpu.gpu_id, size, VRAM_FLAGS, &[gpu.gpu_id])
+                    .map_err(step("allocating a BO"))?;
+                let mut offset = 0u64;
+                while offset < size {
+                    let len = (size - offset).min(RAW_IO as u64) as usize;
+                    let seed = (g as u64) << 48 | n << 32 | offset;
+                    fill_chunk(&mut chunk[..len], seed, offset, fill);
+                    app.write_bo(handle, offset, &chunk[..len])
+                        .map_err(step("filling a BO"))?;
+                    offset += len as u64;
+                }
+                bos.push(BenchBo {
+                    gpu: gpu.gpu_id,
+                    handle,
+                    size,
+                });
+                left -= size;
+                n += 1;
+            }
+        }
+        Ok(Machine { sim, app, bos })
+    }
+
+    /// Bytes of the benchmark's BOs.
+    pub fn bytes(&self) -> u64 {
+        self.bos.iter().map(|b| b.size).sum()
+    }
+}
+
+/// Fills `buf` (the bytes at `offset` of a BO) with non-repeating non-zero
+/// words, or, for [`Fill::MostlyZero`], only every tenth 4 KiB page.
+fn fill_chunk(buf: &mut [u8], seed: u64, offset: u64, fill: Fill) {
+    for (i, word) in buf.chunks_exact_mut(8).enumerate() {
+        let at = offset + 8 * i as u64;
+        let page = at / 4096;
+        let value = if fill == Fill::MostlyZero && page % 10 != 0 {
+            0
+        } else {
+            (seed ^ at).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
+        };
+        word.copy_from_slice(&value.to_le_bytes());
+    }
+}
+
+/// Plain sequential I/O of one file.
+#[derive(Debug, Clone, Copy)]
+pub struct RawFigures {
+    /// Write (8 MiB `write`s, then `fsync`) bytes per second.
+    pub write_bps: f64,
+    /// Read (8 MiB `read`s, page cache dropped first) bytes per second.
+    pub read_bps: f64,
+}
+
+/// Writes `bytes` non-zero bytes to `dir/raw-io.bin` in 8 MiB writes and
+/// `fsync`s (when `fsync`; otherwise the write time is the page cache's),
+/// drops the file from the page cache and reads it back; removes it.
+pub fn raw_io(dir: &Path, bytes: u64, fsync: bool) -> Result<RawFigures> {
+    let path = dir.join("raw-io.bin");
+    let mut buf = vec![0u8; RAW_IO];
+    fill_chunk(&mut buf, 0x5EED, 0, Fill::Dense);
+    let start = Instant::now();
+    let mut file = File::create(&path).map_err(step("creating the raw file"))?;
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(RAW_IO as u64) as usize;
+        file.write_all(&buf[..n])
+            .map_err(step("writing the raw file"))?;
+        left -= n as u64;
+    }
+    if fsync {
+        file.sync_all().map_err(step("fsync of the raw file"))?;
+    }
+    let write = start.elapsed();
+    drop(file);
+    drop_cache(&path)?;
+    let start = Instant::now();
+    let mut file = File::open(&path).map_err(step("opening the raw file"))?;
+    let mut read = 0u64;
+    loop {
+        let n = file.read(&mut buf).map_err(step("reading the raw file"))?;
+        if n == 0 {
+            break;
+        }
+        read += n as u64;
+    }
+    let read_time = start.elapsed();
+    let _ = fs::remove_file(&path);
+    if read != bytes {
+        return Err(BenchError::Step {
+            step: "reading the raw file",
+            reason: format!("read {read} bytes of {bytes}"),
+        });
+    }
+    Ok(RawFigures {
+        write_bps: bytes as f64 / write.as_secs_f64(),
+        read_bps: bytes as f64 / read_time.as_secs_f64(),
+    })
+}
+
+/// Drops the (clean) pages of the file at `path` from the page cache.
+pub fn drop_cache(path: &Path) -> Result<()> {
+    let file = File::open(path).map_err(step("opening a file to drop its cache"))?;
+    file.sync_all()
+        .map_err(step("fsync before dropping the cache"))?;
+    // SAFETY: advice on an open fd; no memory is passed.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(BenchError::Step {
+            step: "posix_fadvise(DONTNEED)",
+            reason: std::io::Error::from_raw_os_error(rc).to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// The pages files (`amdgpu-pages-*`, `amdgpu-drm-pages-*`) of `images`.
+pub fn pages_files(images: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(images).map_err(step("listing the images directory"))? {
+        let entry = entry.map_err(step("listing the images directory"))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("amdgpu-pages-") || name.starts_with("amdgpu-drm-pages-") {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Logical size and allocated bytes (`st_blocks × 512`) of files.
+pub fn disk_usage(files: &[PathBuf]) -> Result<(u64, u64)> {
+    let mut logical = 0;
+    let mut allocated = 0;
+    for f in files {
+        let meta = fs::metadata(f).map_err(step("stat of a pages file"))?;
+        logical += meta.len();
+        allocated += meta.blocks() * 512;
+    }
+    Ok((logical, allocated))
+}
+
+/// What one checkpoint and restore through the plugin measured.
+#[derive(Debug, Clone)]
+pub struct PluginRun {
+    /// BO bytes of the benchmark.
+    pub bytes: u64,
+    /// The dump, including the `fsync` of the pages files.
+    pub checkpoint: Duration,
+    /// The restore (page cache of the images dropped first), if run.
+    pub restore: Option<Duration>,
+    /// Logical size and allocated bytes of the pages files.
+    pub pages: (u64, u64),
+    /// Per GPU, the most staging memory pinned at once (dump and restore).
+    pub staging_peak: Vec<u64>,
+}
+
+/// The device mappings CRIU offers to `HANDLE_DEVICE_VMA` at dump.
+fn device_vmas(sim: &Sim) -> Vec<DeviceVma> {
+    let mut vmas = vec![DeviceVma {
+        path: "/dev/kfd".into(),
+        addr: 0,
+        pgoff: 0,
+    }];
+    for gpu in sim.gpus() {
+        if let Some(path) = sim.render_path(gpu.gpu_id) {
+            vmas.push(DeviceVma {
+                path,
+                addr: 0,
+                pgoff: 0,
+            });
+        }
+    }
+    vmas
+}
+
+/// The device mappings of a KFD image's BOs at restore.
+fn vmas_of(image: &CriuKfd) -> Vec<DeviceVma> {
+    image
+        .bo_entries
+        .iter()
+        .filter_map(|bo| {
+            let path = if bo.alloc_flags & (flags::KFD_VRAM | flags::KFD_GTT) != 0 {
+                let gpu = image
+                    .device_entries
+                    .iter()
+                    .find(|d| d.gpu_id == bo.gpu_id)?;
+                PathBuf::from(format!("/dev/dri/renderD{}", gpu.drm_render_minor))
+            } else if bo.alloc_flags & (flags::KFD_DOORBELL | flags::KFD_MMIO_REMAP) != 0 {
+                PathBuf::from("/dev/kfd")
+            } else {
+                return None;
+            };
+            Some(DeviceVma {
+                path,
+                addr: bo.addr,
+                pgoff: bo.offset,
+            })
+        })
+        .collect()
+}
+
+/// How [`plugin_run`] runs.
+#[derive(Debug, Clone, Copy)]
+pub struct RunOptions {
+    /// The plugin's options.
+    pub options: Options,
+    /// Restore after the checkpoint.
+    pub restore: bool,
+    /// `fsync` the pages files as part of the checkpoint.
+    pub fsync: bool,
+}
+
+/// Checkpoints `machine`'s process through the plugin into a fresh
+/// directory under `dir` with `run.options`, `fsync`s the pages files
+/// (when `run.fsync`), and,
+/// when `restore` is set, kills the process, drops the images from the page
+/// cache and restores it, verifying every BO's contents afterwards (outside
+/// the timing). Consumes the machine's process.
+pub fn plugin_run(machine: Machine, dir: &Path, run: RunOptions) -> Result<PluginRun> {
+    let RunOptions {
+        options,
+        restore,
+        fsync,
+    } = run;
+    let Machine { sim, app, bos } = machine;
+    let bytes: u64 = bos.iter().map(|b| b.size).sum();
+    let images = tempfile::Builder::new()
+        .prefix("images-")
+        .tempdir_in(dir)
+        .map_err(step("creating an images directory"))?;
+    let shm = tempfile::tempdir().map_err(step("creating a shm directory"))?;
+    let mut config = EmulatorConfig::new(shm.path());
+    config.options = options;
+    let emulator = CriuEmulator::new(sim.clone(), images.path(), config);
+
+    let expected = if restore {
+        Some(app.describe().map_err(step("describing the process"))?)
+    } else {
+        None
+    };
+    let mut files = vec![TaskFile {
+        fd: app.kfd_fd().ok_or_else(|| BenchError::Step {
+            step: "dump",
+            reason: "the process has no /dev/kfd fd".into(),
+        })?,
+        id: KFD_ID,
+    }];
+    for (i, fd) in app.render_fds().into_iter().enumerate() {
+        files.push(TaskFile {
+            fd,
+            id: KFD_ID + 1 + i as u32,
+        });
+    }
+    let ids: Vec<u32> = files.iter().map(|f| f.id).collect();
+    let dump_vmas = device_vmas(&sim);
+
+    let start = Instant::now();
+    emulator
+        .dump(app.pid(), &files, &dump_vmas)
+        .map_err(step("checkpoint through the plugin"))?;
+    let pages = pages_files(images.path())?;
+    if fsync {
+        for path in &pages {
+            File::open(path)
+                .and_then(|f| f.sync_all())
+                .map_err(step("fsync of a pages file"))?;
+        }
+    }
+    let checkpoint = start.elapsed();
+    let usage = disk_usage(&pages)?;
+    drop(files);
+
+    let mut restore_time = None;
+    if let Some(expected) = expected {
+        let image: CriuKfd = DirStore::open_dir(images.path())
+            .map_err(step("opening the images"))?
+            .read_message(&ImageName::Kfd { id: KFD_ID }, ReadLimits::default())
+            .map_err(step("reading the KFD image"))?
+            .ok_or_else(|| BenchError::Step {
+                step: "reading the KFD image",
+                reason: "amdgpu-kfd-1.img is missing".into(),
+            })?;
+        let pid = app.pid();
+        app.exit().map_err(step("killing the process"))?;
+        for path in &pages {
+            drop_cache(path)?;
+        }
+        let vmas = vmas_of(&image);
+        let start = Instant::now();
+        let task = emulator
+            .restore(pid, &ids, &vmas)
+            .map_err(step("restore through the plugin"))?;
+        restore_time = Some(start.elapsed());
+        if task.resume_answer != 0 {
+            return Err(BenchError::Step {
+                step: "restore through the plugin",
+                reason: format!("RESUME_DEVICES_LATE answered {}", task.resume_answer),
+            });
+        }
+        Workload::verify(&sim, pid, &expected).map_err(step("verifying the restore"))?;
+        drop(task);
+        sim.exit_process(pid)
+            .map_err(step("ending the restored process"))?;
+    } else {
+        app.exit().map_err(step("ending the process"))?;
+    }
+    let staging_peak = sim
+        .gpus()
+        .iter()
+        .map(|g| sim.gem_userptr_peak_bytes(g.gpu_id).unwrap_or(0))
+        .collect();
+    Ok(PluginRun {
+        bytes,
+        checkpoint,
+        restore: restore_time,
+        pages: usage,
+        staging_peak,
+    })
+}
+
+/// What the C plugin's strategy measured.
+#[derive(Debug, Clone, Copy)]
+pub struct SerialRun {
+    /// Time to write every BO into one file, `fsync` included.
+    pub time: Duration,
+    /// The most staging memory pinned at once.
+    pub staging_peak: u64,
+}
+
+/// The C plugin's dump strategy (spec/upstream-plugin.md §6.2, §6.4) on the
+/// same copy engine: per GPU one staging buffer as large as the largest BO;
+/// per chunk submit the SDMA copy, wait for it, then write the chunk, so
+/// copy and I/O never overlap. Writes `dir/serial-<gpu>.img` (8-byte size
+/// header, then the BOs in order), `fsync`s when `fsync`, removes the files.
+pub fn c_strategy_dump(machine: &Machine, dir: &Path, fsync: bool) -> Result<SerialRun> {
+    let driver = machine.sim.driver(machine.app.pid());
+    let kfd_fd = machine.app.kfd_fd().ok_or_else(|| BenchError::Step {
+        step: "serial dump",
+        reason: "the process has no /dev/kfd fd".into(),
+    })?;
+    let kfd = Kfd::from_fd(driver.clone(), kfd_fd);
+    let start = Instant::now();
+    for gpu in machine.sim.gpus() {
+        let bos: Vec<&BenchBo> = machine.bos.iter().filter(|b| b.gpu == gpu.gpu_id).collect();
+        let Some(largest) = bos.iter().map(|b| b.size).max() else {
+            continue;
+        };
+        let render = RenderNode::open(driver.clone(), RenderMinor(gpu.render_minor))
+            .map_err(step("opening a render node"))?;
+        let mut engine = CopyEngine::new(render, CopyEngineConfig::default())
+            .map_err(step("setting up the copy engine"))?;
+        let staging = StagingBuffer::new(largest as usize).map_err(step("staging memory"))?;
+        let slot = engine
+            .add_staging(staging)
+            .map_err(step("registering staging"))?;
+        let chunk = engine.staging_len(slot).map_err(step("staging length"))? as u64;
+        let path = dir.join(format!("serial-{:04x}.img", gpu.gpu_id));
+        let mut file = File::create(&path).map_err(step("creating the serial image"))?;
+        let total: u64 = bos.iter().map(|b| b.size).sum();
+        file.write_all(&total.to_le_bytes())
+            .map_err(step("writing the serial image"))?;
+        for bo in bos {
+            let dmabuf = kfd
+                .export_dmabuf(MemHandle(bo.handle))
+                .map_err(step("exporting a dma-buf"))?;
+            let imported = engine
+                .import_dmabuf(dmabuf.as_fd())
+                .map_err(step("importing a dma-buf"))?;
+            let mut offset = 0u64;
+            while offset < bo.size {
+                let len = (bo.size - offset).min(chunk) as usize;
+                let fence = engine
+                    .submit_read(&imported, offset, slot, len)
+                    .map_err(step("submitting a copy"))?;
+                if !engine
+                    .wait(&fence, None)
+                    .map_err(step("waiting for a copy"))?
+                {
+                    return Err(BenchError::Step {
+                        step: "waiting for a copy",
+                        reason: "the copy did not complete".into(),
+                    });
+                }
+                let data = engine.staging(slot).map_err(step("reading staging"))?;
+                file.write_all(&data[..len])
+                    .map_err(step("writing the serial image"))?;
+                offset += len as u64;
+            }
+            engine
+                .release_bo(imported)
+                .map_err(step("releasing a BO"))?;
+        }
+        if fsync {
+            file.sync_all().map_err(step("fsync of the serial image"))?;
+        }
+        engine.close().map_err(step("closing the copy engine"))?;
+    }
+    let time = start.elapsed();
+    for gpu in machine.sim.gpus() {
+        let _ = fs::remove_file(dir.join(format!("serial-{:04x}.img", gpu.gpu_id)));
+    }
+    let staging_peak = machine
+        .sim
+        .gpus()
+        .iter()
+        .map(|g| machine.sim.gem_userptr_peak_bytes(g.gpu_id).unwrap_or(0))
+        .max()
+        .unwrap_or(0);
+    Ok(SerialRun { time, staging_peak })
+}
+
+/// The plugin options for a `KFD_MAX_BUFFER_SIZE` value (`None`: unset),
+/// parsed as the plugin parses its environment.
+pub fn options_with_max_buffer(value: Option<&str>) -> Options {
+    let (options, _invalid) = Options::from_lookup(|name| {
+        (name == "KFD_MAX_BUFFER_SIZE")
+            .then(|| value.map(str::to_owned))
+            .flatten()
+    });
+    options
+}
+
+/// Bytes per second as GiB/s.
+pub fn gibs(bytes: u64, time: Duration) -> f64 {
+    bytes as f64 / time.as_secs_f64() / (1u64 << 30) as f64
+}
+
+/// Unthrottled SDMA rates of the simulator, without file I/O.
+#[derive(Debug, Clone, Copy)]
+pub struct SdmaFigures {
+    /// BO to host memory, bytes per second.
+    pub read_bps: f64,
+    /// Host memory to BO, bytes per second.
+    pub write_bps: f64,
+}
+
+/// Copies every BO of `machine` into two alternating 32 MiB staging buffers
+/// and back (one copy in flight while the previous one is waited for), on
+/// one copy engine per GPU, GPUs one after another; no file I/O.
+pub fn sdma_rates(machine: &Machine) -> Result<SdmaFigures> {
+    const SLOT: usize = 32 << 20;
+    let driver = machine.sim.driver(machine.app.pid());
+    let kfd_fd = machine.app.kfd_fd().ok_or_else(|| BenchError::Step {
+        step: "sdma rates",
+        reason: "the process has no /dev/kfd fd".into(),
+    })?;
+    let kfd = Kfd::from_fd(driver.clone(), kfd_fd);
+    let mut read = Duration::ZERO;
+    let mut write = Duration::ZERO;
+    let mut bytes = 0u64;
+    for gpu in machine.sim.gpus() {
+        let bos: Vec<&BenchBo> = machine.bos.iter().filter(|b| b.gpu == gpu.gpu_id).collect();
+        if bos.is_empty() {
+            continue;
+        }
+        let render = RenderNode::open(driver.clone(), RenderMinor(gpu.render_minor))
+            .map_err(step("opening a render node"))?;
+        let mut engine = CopyEngine::new(render, CopyEngineConfig::default())
+            .map_err(step("setting up the copy engine"))?;
+        let mut slots = Vec::new();
+        for _ in 0..2 {
+            let mut buffer = StagingBuffer::new(SLOT).map_err(step("staging memory"))?;
+            // Touch the pages once, as a reused staging buffer is.
+            buffer.as_mut_slice().fill(1);
+            slots.push(
+                engine
+                    .add_staging(buffer)
+                    .map_err(step("registering staging"))?,
+            );
+        }
+        let mut imported = Vec::new();
+        for bo in &bos {
+            let dmabuf = kfd
+                .export_dmabuf(MemHandle(bo.handle))
+                .map_err(step("exporting a dma-buf"))?;
+            imported.push((
+                engine
+                    .import_dmabuf(dmabuf.as_fd())
+                    .map_err(step("importing a dma-buf"))?,
+                bo.size,
+            ));
+            bytes += bo.size;
+        }
+        for to_bo in [false, true] {
+            let start = Instant::now();
+            let mut pending = None;
+            let mut turn = 0;
+            for (bo, size) in &imported {
+                let mut offset = 0u64;
+                while offset < *size {
+                    let len = (*size - offset).min(SLOT as u64) as usize;
+                    let fence = if to_bo {
+                        engine.submit_write(bo, offset, slots[turn], len)
+                    } else {
+                        engine.submit_read(bo, offset, slots[turn], len)
+                    }
+                    .map_err(step("submitting a copy"))?;
+                    if let Some(prev) = pending.replace(fence) {
+                        engine
+                            .wait(&prev, None)
+                            .map_err(step("waiting for a copy"))?;
+                    }
+                    turn ^= 1;
+                    offset += len as u64;
+                }
+            }
+            if let Some(prev) = pending {
+                engine
+                    .wait(&prev, None)
+                    .map_err(step("waiting for a copy"))?;
+            }
+            if to_bo {
+                write += start.elapsed();
+            } else {
+                read += start.elapsed();
+            }
+        }
+        for (bo, _) in imported {
+            engine.release_bo(bo).map_err(step("releasing a BO"))?;
+        }
+        engine.close().map_err(step("closing the copy engine"))?;
+    }
+    Ok(SdmaFigures {
+        read_bps: bytes as f64 / read.as_secs_f64(),
+        write_bps: bytes as f64 / write.as_secs_f64(),
+    })
+}
