@@ -392,3 +392,30 @@ fn a_tree_dump_failing_on_its_second_process_unpauses_every_process() {
         "{text}"
     );
 }
+
+#[test]
+fn a_failed_resume_is_restored_but_not_verified() {
+    let out = run(&[
+        "demo",
+        "--json",
+        "--size",
+        "8M",
+        "--topology",
+        "pcie-2gpu",
+        "--inject",
+        "CRIU_OP:RESUME=EIO",
+    ]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["verified"], false);
+    // CRIU releases the task anyway: the restore itself completed...
+    assert_eq!(v["restore"]["bos"], v["checkpoint"]["bos"], "{v:#}");
+    assert_eq!(v["gpu_map"].as_object().unwrap().len(), 2);
+    // ...but its queues stay evicted, so it cannot run.
+    assert!(v["error"].as_str().unwrap().starts_with("not verified"));
+    assert!(
+        stderr(&out).contains("CRIU_OP RESUME failed"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -711,75 +711,14 @@ fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Result<(), St
     report.lines.push(map);
 
     stage(bar, "resuming");
-    let mut problems = Vec::new();
-    for task in &tasks {
-        if task.resume_answer != 0 {
-            problems.push(format!(
-                "RESUME_DEVICES_LATE of pid {} answered {}",
-                task.pid, task.resume_answer
-            ));
-        }
-        for (vma, outcome) in &task.vmas {
-            if !matches!(outcome, VmaOutcome::Translated { .. }) {
-                problems.push(format!(
-                    "pid {}: mapping of {} at {:#x} was not translated",
-                    task.pid,
-                    vma.path.display(),
-                    vma.addr
-                ));
-            }
-        }
-    }
-
+    let mut problems = resume_problems(&tasks);
     stage(bar, "running after the restore");
-    for p in &mut processes {
-        if let Err(e) = Workload::verify(restore_sim, p.pid, &p.expected) {
-            problems.push(format!("restored state: {e}"));
-            continue;
-        }
-        let mut restored = Workload::attach(restore_sim, p.pid);
-        let mut ran = true;
-        for _ in 0..STEPS_AFTER {
-            if let Err(e) = restored.step() {
-                problems.push(format!("pid {} cannot run after the restore: {e}", p.pid));
-                ran = false;
-                break;
-            }
-            if let Err(e) = p.twin.step() {
-                problems.push(format!("the uninterrupted twin of pid {}: {e}", p.pid));
-                ran = false;
-                break;
-            }
-        }
-        if ran {
-            match (restored.fingerprint(), p.twin.fingerprint()) {
-                (Ok(a), Ok(b)) if a == b => {}
-                (Ok(a), Ok(b)) => problems.push(format!(
-                    "pid {} diverged from its uninterrupted twin (fingerprint {a:#018x}, twin {b:#018x})",
-                    p.pid
-                )),
-                (Err(e), _) | (_, Err(e)) => problems.push(format!("fingerprint: {e}")),
-            }
-        }
-    }
-
+    problems.extend(run_after_restore(restore_sim, &mut processes));
     stage(bar, "verifying the image set");
-    let set = DirStore::open_dir(images.path())
-        .and_then(|store| verify_set(&store, ReadLimits::default()));
-    let set_line = match set {
-        Ok(set) if set.is_clean() && set.files > 0 => format!(
-            "image set clean ({} files, {} checksums)",
-            set.files, set.checksums_verified
-        ),
-        Ok(set) => {
-            problems.extend(set.problems.iter().map(|p| format!("image set: {p}")));
-            if set.files == 0 {
-                problems.push("image set: no amdgpu image files".into());
-            }
-            String::new()
-        }
-        Err(e) => {
-            problems.push(format!("image set: {e}"));
+    let set_line = match image_set(images.path()) {
+        Ok(line) => line,
+        Err(set_problems) => {
+            problems.extend(set_problems);
             String::new()
         }
     };
@@ -807,6 +746,82 @@ fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Result<(), St
          restore match an uninterrupted run; {set_line}"
     ));
     Ok(())
+}
+
+/// What the restore hooks answered that a successful restore would not:
+/// a failed `RESUME_DEVICES_LATE`, a device mapping left untranslated.
+fn resume_problems(tasks: &[RestoredTask]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for task in tasks {
+        if task.resume_answer != 0 {
+            problems.push(format!(
+                "RESUME_DEVICES_LATE of pid {} answered {}",
+                task.pid, task.resume_answer
+            ));
+        }
+        for (vma, outcome) in &task.vmas {
+            if !matches!(outcome, VmaOutcome::Translated { .. }) {
+                problems.push(format!(
+                    "pid {}: mapping of {} at {:#x} was not translated",
+                    task.pid,
+                    vma.path.display(),
+                    vma.addr
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// Compares each restored process with its checkpoint, then runs it and
+/// its uninterrupted twin [`STEPS_AFTER`] steps and compares fingerprints.
+fn run_after_restore(sim: &Sim, processes: &mut [Process]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for p in processes {
+        if let Err(e) = Workload::verify(sim, p.pid, &p.expected) {
+            problems.push(format!("restored state: {e}"));
+            continue;
+        }
+        let mut restored = Workload::attach(sim, p.pid);
+        let ran = (0..STEPS_AFTER).try_for_each(|_| {
+            restored
+                .step()
+                .map_err(|e| format!("pid {} cannot run after the restore: {e}", p.pid))?;
+            p.twin
+                .step()
+                .map_err(|e| format!("the uninterrupted twin of pid {}: {e}", p.pid))
+        });
+        if let Err(problem) = ran {
+            problems.push(problem);
+            continue;
+        }
+        match (restored.fingerprint(), p.twin.fingerprint()) {
+            (Ok(a), Ok(b)) if a == b => {}
+            (Ok(a), Ok(b)) => problems.push(format!(
+                "pid {} diverged from its uninterrupted twin (fingerprint {a:#018x}, twin {b:#018x})",
+                p.pid
+            )),
+            (Err(e), _) | (_, Err(e)) => problems.push(format!("fingerprint: {e}")),
+        }
+    }
+    problems
+}
+
+/// `verify_set` over the images: a summary when clean, else every problem.
+fn image_set(images: &Path) -> Result<String, Vec<String>> {
+    match DirStore::open_dir(images).and_then(|store| verify_set(&store, ReadLimits::default())) {
+        Ok(set) if set.is_clean() && set.files > 0 => Ok(format!(
+            "image set clean ({} files, {} checksums)",
+            set.files, set.checksums_verified
+        )),
+        Ok(set) if set.files == 0 => Err(vec!["image set: no amdgpu image files".into()]),
+        Ok(set) => Err(set
+            .problems
+            .iter()
+            .map(|p| format!("image set: {p}"))
+            .collect()),
+        Err(e) => Err(vec![format!("image set: {e}")]),
+    }
 }
 
 /// Launches one process (and its twin) per profile and makes them step.
