@@ -22,7 +22,7 @@ use std::path::Path;
 
 use criu_plugin_amdgpu::abi::PANIC_ERRNO;
 use criu_plugin_amdgpu::core::plugin::NOT_MINE;
-use criu_plugin_amdgpu::emulator::EmulatedHost;
+use criu_plugin_amdgpu::emulator::{DeviceVma, EmulatedHost};
 use criu_plugin_amdgpu::log::{Capture, Level};
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Errno, FaultSpec, Sim, SimConfig};
@@ -31,7 +31,9 @@ mod common;
 mod faults_common;
 
 use common::{device_vmas, gpu_files, kfd_image, vmas_of};
-use faults_common::{empty_dir, log_names_op, thread_count, FaultDriver, MiniCriu, Site, Snapshot};
+use faults_common::{
+    add_drm_bo, empty_dir, log_names_op, thread_count, FaultDriver, MiniCriu, Site, Snapshot,
+};
 
 enum Fault {
     None,
@@ -49,13 +51,15 @@ struct Outcome {
     after: Snapshot,
 }
 
-fn run(gpus: usize, images: &Path, shm: &Path, fault: &Fault) -> Outcome {
+fn run(config: (usize, bool), images: &Path, shm: &Path, fault: &Fault) -> Outcome {
+    let (gpus, drm_bo) = config;
     empty_dir(images);
     let threads_before = thread_count();
     let mut out = {
         let sim = Sim::synthetic(gpus, SimConfig::default()).expect("simulated machine");
         let mut app = Workload::launch(&sim, &Profile::Basic).expect("launch app");
         app.step().expect("app step");
+        let drm = drm_bo.then(|| add_drm_bo(&app));
         let criu = MiniCriu::new(&sim, shm);
         let (files, ids) = gpu_files(&app);
         let quiet = Capture::start();
@@ -71,7 +75,14 @@ fn run(gpus: usize, images: &Path, shm: &Path, fault: &Fault) -> Outcome {
         drop(files);
         let pid = app.pid();
         app.exit().expect("the app exits");
-        let vmas = vmas_of(&kfd_image(images));
+        let mut vmas = vmas_of(&kfd_image(images));
+        if let Some(bo) = drm {
+            vmas.push(DeviceVma {
+                path: sim.render_path(sim.gpus()[0].gpu_id).expect("render path"),
+                addr: bo.va,
+                pgoff: bo.offset,
+            });
+        }
 
         let before = Snapshot::take(&sim);
         let base = FaultDriver::new(sim.driver(pid));
@@ -160,8 +171,9 @@ fn every_restore_call_site_fails_cleanly() {
     let shm = tempfile::tempdir().unwrap();
     let mut bad = Vec::new();
     let mut checked = 0;
-    for gpus in [1, 2] {
-        let clean = run(gpus, images.path(), shm.path(), &Fault::None);
+    for config in [(1, false), (2, false), (1, true)] {
+        let gpus = config.0;
+        let clean = run(config, images.path(), shm.path(), &Fault::None);
         assert_eq!(clean.failure, None, "clean restore: {:?}", clean.lines);
         assert_eq!(clean.before, clean.after, "the clean restore leaked");
         let unknown: Vec<_> = clean
@@ -194,13 +206,13 @@ fn every_restore_call_site_fails_cleanly() {
                 Errno(libc::EIO)
             };
             let out = run(
-                gpus,
+                config,
                 images.path(),
                 shm.path(),
                 &Fault::Site(site.clone(), errno),
             );
             bad.extend(problems(
-                &format!("{gpus} GPU(s), {site}={errno}"),
+                &format!("{config:?}, {site}={errno}"),
                 Some(&site.op),
                 &out,
             ));
@@ -213,12 +225,12 @@ fn every_restore_call_site_fails_cleanly() {
         ] {
             for nth in 1.. {
                 let spec = FaultSpec::new(op, nth, Errno(errno));
-                let out = run(gpus, images.path(), shm.path(), &Fault::Internal(spec));
+                let out = run(config, images.path(), shm.path(), &Fault::Internal(spec));
                 if !out.fired {
                     break;
                 }
                 bad.extend(problems(
-                    &format!("{gpus} GPU(s), internal {op}:{nth}"),
+                    &format!("{config:?}, internal {op}:{nth}"),
                     None,
                     &out,
                 ));
