@@ -413,6 +413,13 @@ fn a_failed_resume_is_restored_but_not_verified() {
     assert_eq!(v["gpu_map"].as_object().unwrap().len(), 2);
     // ...but its queues stay evicted, so it cannot run.
     assert!(v["error"].as_str().unwrap().starts_with("not verified"));
+    let problems = v["problems"].as_array().unwrap();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.as_str().unwrap().contains("cannot run after the restore")),
+        "{v:#}"
+    );
     assert!(
         stderr(&out).contains("CRIU_OP RESUME failed"),
         "{}",

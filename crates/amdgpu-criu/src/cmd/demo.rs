@@ -89,7 +89,7 @@ pub struct Args {
     #[arg(long)]
     pub keep: bool,
     /// Print one JSON object (`checkpoint`, `restore`, `gpu_map`,
-    /// `verified`, plus `error` and `reasons` when something failed) instead
+    /// `verified`, plus `error`, `reasons` and `problems` when something failed) instead
     /// of text, and no progress bar.
     #[arg(long)]
     pub json: bool,
@@ -223,6 +223,9 @@ struct Report {
     error: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     reasons: Vec<String>,
+    /// What verification found wrong after a completed restore.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    problems: Vec<String>,
     /// Human-readable lines (text mode only).
     #[serde(skip)]
     lines: Vec<String>,
@@ -733,11 +736,13 @@ fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Result<(), St
         report
             .lines
             .extend(problems.iter().map(|p| format!("problem: {p}")));
-        return Err(Stop::Failed(format!(
+        let message = format!(
             "not verified: {} problem{}",
             problems.len(),
             if problems.len() == 1 { "" } else { "s" }
-        )));
+        );
+        report.problems = problems;
+        return Err(Stop::Failed(message));
     }
     report.verified = true;
     report.lines.push(std::mem::take(&mut report.images));
