@@ -107,10 +107,14 @@ pub fn dump_contents<D: Driver + Clone, S: ImageStore + Sync>(
 }
 
 /// Staging slots of one engine with the copy in flight on each, used
-/// round-robin so chunks complete in submission order.
+/// round-robin so chunks complete in submission order. The pipeline runs
+/// across BO boundaries: a BO is released once the slot carrying its last
+/// chunk has been drained (`release`), not by emptying the ring at the end
+/// of every BO.
 struct Ring {
     slots: Vec<StagingSlot>,
     pending: Vec<Option<(Fence, usize)>>,
+    release: Vec<Option<ImportedBo>>,
     next: usize,
 }
 
@@ -159,6 +163,7 @@ impl<D: Driver + Clone> Pipe<D> {
             engine,
             ring: Ring {
                 pending: vec![None; slots.len()],
+                release: (0..slots.len()).map(|_| None).collect(),
                 slots,
                 next: 0,
             },
@@ -200,6 +205,33 @@ impl<D: Driver + Clone> Pipe<D> {
         Ok(imported)
     }
 
+    /// Releases the BO whose last chunk went through slot `i` (its copies
+    /// are all complete once that slot was drained).
+    fn release_slot_bo(&mut self, i: usize) -> Result<(), Error> {
+        match self.ring.release[i].take() {
+            Some(bo) => self
+                .engine
+                .release_bo(bo)
+                .map_err(transfer_error(self.gpu, "releasing an imported BO")),
+            None => Ok(()),
+        }
+    }
+
+    /// Releases `imported` once `last_slot` (the slot of its last chunk) is
+    /// drained; right away when it had no chunk.
+    fn retire(&mut self, imported: ImportedBo, last_slot: Option<usize>) -> Result<(), Error> {
+        match last_slot {
+            Some(i) => {
+                self.ring.release[i] = Some(imported);
+                Ok(())
+            }
+            None => self
+                .engine
+                .release_bo(imported)
+                .map_err(transfer_error(self.gpu, "releasing an imported BO")),
+        }
+    }
+
     /// Waits for the copy in flight on slot `i` and appends it to `writer`.
     fn drain_slot<W: PagesSink>(
         &mut self,
@@ -216,11 +248,32 @@ impl<D: Driver + Clone> Pipe<D> {
                 .write(&data[..len])
                 .map_err(Error::image("writing a pages file"))?;
         }
+        self.release_slot_bo(i)
+    }
+
+    /// Drains every slot in submission order into `writer`: call after the
+    /// last [`read_bo`](Self::read_bo), before the writer is finished.
+    fn finish_reads<W: PagesSink>(&mut self, writer: &mut PagesWriter<W>) -> Result<(), Error> {
+        for k in 0..self.ring.slots.len() {
+            let i = (self.ring.next + k) % self.ring.slots.len();
+            self.drain_slot(i, writer)?;
+        }
         Ok(())
     }
 
+    /// Waits for the copy in flight on slot `i` (a write into a BO) and
+    /// releases the BO it completes, if any.
+    fn settle_write(&mut self, i: usize) -> Result<(), Error> {
+        if let Some((fence, _)) = self.ring.pending[i].take() {
+            self.wait(&fence)?;
+        }
+        self.release_slot_bo(i)
+    }
+
     /// Streams `size` bytes of the BO behind `dmabuf` into `writer`, the SDMA
-    /// copy of each chunk overlapping the write of the previous one.
+    /// copy of each chunk overlapping the write of the previous one (also
+    /// across BOs: the last chunks are written by the next call or by
+    /// [`finish_reads`](Self::finish_reads)).
     fn read_bo<W: PagesSink>(
         &mut self,
         dmabuf: BorrowedFd<'_>,
@@ -230,6 +283,7 @@ impl<D: Driver + Clone> Pipe<D> {
     ) -> Result<(), Error> {
         let imported = self.import(dmabuf, size, what)?;
         let mut offset = 0u64;
+        let mut last_slot = None;
         while offset < size {
             let i = self.ring.next;
             self.drain_slot(i, writer)?;
@@ -240,20 +294,15 @@ impl<D: Driver + Clone> Pipe<D> {
                 .map_err(transfer_error(self.gpu, "submitting an SDMA read"))?;
             self.ring.pending[i] = Some((fence, len));
             self.ring.next = (i + 1) % self.ring.slots.len();
+            last_slot = Some(i);
             offset += len as u64;
         }
-        // Drain in submission order before the BO is released.
-        for k in 0..self.ring.slots.len() {
-            let i = (self.ring.next + k) % self.ring.slots.len();
-            self.drain_slot(i, writer)?;
-        }
-        self.engine
-            .release_bo(imported)
-            .map_err(transfer_error(self.gpu, "releasing an imported BO"))
+        self.retire(imported, last_slot)
     }
 
     /// Fills `size` bytes of the BO behind `dmabuf` (layout entry `entry`)
-    /// from `reader`, reading the next chunk while the previous one copies.
+    /// from `reader`, reading the next chunk while the previous one copies
+    /// (also across BOs: [`close`](Self::close) waits for the last copies).
     fn write_bo<R: Read>(
         &mut self,
         dmabuf: BorrowedFd<'_>,
@@ -265,11 +314,10 @@ impl<D: Driver + Clone> Pipe<D> {
         let gpu = self.gpu;
         let imported = self.import(dmabuf, size, &format!("BO {entry}"))?;
         let mut offset = 0u64;
+        let mut last_slot = None;
         while offset < size {
             let i = self.ring.next;
-            if let Some((fence, _)) = self.ring.pending[i].take() {
-                self.wait(&fence)?;
-            }
+            self.settle_write(i)?;
             let want = (size - offset).min(self.chunk) as usize;
             let buf = self
                 .engine
@@ -299,20 +347,20 @@ impl<D: Driver + Clone> Pipe<D> {
                 .map_err(transfer_error(gpu, "submitting an SDMA write"))?;
             self.ring.pending[i] = Some((fence, chunk.len));
             self.ring.next = (i + 1) % self.ring.slots.len();
+            last_slot = Some(i);
             offset += chunk.len as u64;
         }
-        for k in 0..self.ring.slots.len() {
-            let i = (self.ring.next + k) % self.ring.slots.len();
-            if let Some((fence, _)) = self.ring.pending[i].take() {
-                self.wait(&fence)?;
-            }
-        }
-        self.engine
-            .release_bo(imported)
-            .map_err(transfer_error(gpu, "releasing an imported BO"))
+        self.retire(imported, last_slot)
     }
 
-    fn close(self) -> Result<(), Error> {
+    /// Waits for the copies still in flight (writes into BOs; reads must
+    /// have been written out with [`finish_reads`](Self::finish_reads)),
+    /// releases the BOs and closes the engine.
+    fn close(mut self) -> Result<(), Error> {
+        for k in 0..self.ring.slots.len() {
+            let i = (self.ring.next + k) % self.ring.slots.len();
+            self.settle_write(i)?;
+        }
         let gpu = self.gpu;
         self.engine
             .close()
@@ -380,6 +428,7 @@ fn dump_gpu<D: Driver + Clone, S: ImageStore>(
                 &format!("BO {entry}"),
             )?;
         }
+        pipe.finish_reads(&mut writer)?;
         pipe.close()?;
     }
     let written = finish_pages(writer, &name)?;
@@ -512,6 +561,7 @@ pub fn dump_drm_bo<D: Driver + Clone, S: ImageStore>(
             device.gpu_id,
         )?;
         pipe.read_bo(dmabuf, size, &mut writer, &name.to_string())?;
+        pipe.finish_reads(&mut writer)?;
         pipe.close()?;
     }
     let written = finish_pages(writer, name)?;
