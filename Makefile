@@ -11,9 +11,11 @@
 # must be pointed there (criu dump --libdir /usr/local/lib/criu ...).
 #
 # `install` never builds: it installs what `make` built, so it can run as
-# root without running cargo. PROFILE (default release) or BUILD_DIR
-# (default $(CARGO_TARGET_DIR)/$(PROFILE)) select the artifacts; the
-# workspace test installs the debug artifacts of `cargo test` this way.
+# root without running cargo. PROFILE (default release), BUILD_DIR (the
+# CLI's, default $(CARGO_TARGET_DIR)/$(PROFILE)) and PLUGIN_BUILD_DIR (the
+# plugin's, default $(CARGO_TARGET_DIR)/plugin/$(PROFILE)) select the
+# artifacts; the workspace test installs the debug artifacts of `cargo test`
+# this way.
 #
 # Every installed file and every directory install had to create is listed
 # in $(PREFIX)/share/amdgpu-criu/install-manifest (written as files are
@@ -29,7 +31,14 @@ CARGO ?= cargo
 CARGO_TARGET_DIR ?= target
 BUILD_DIR ?= $(CARGO_TARGET_DIR)/$(PROFILE)
 
-PLUGIN_SO := $(BUILD_DIR)/libcriu_plugin_amdgpu.so
+# The plugin is built in a target directory of its own, where it is the only
+# package ever built: in the shared one, amdgpu-criu's build of the plugin
+# crate (with the CRIU host emulator over kfd-sim, for `demo`) writes its own
+# cdylib over the plugin's, and the .so CRIU loads must not carry the
+# emulator.
+PLUGIN_TARGET_DIR ?= $(CARGO_TARGET_DIR)/plugin
+PLUGIN_BUILD_DIR ?= $(PLUGIN_TARGET_DIR)/$(PROFILE)
+PLUGIN_SO := $(PLUGIN_BUILD_DIR)/libcriu_plugin_amdgpu.so
 CLI_BIN := $(BUILD_DIR)/amdgpu-criu
 MAN_PAGES := docs/man/criu-amdgpu-plugin.1 docs/man/amdgpu-criu.1
 
@@ -55,7 +64,8 @@ endif
 all: build
 
 build:
-	$(CARGO) build $(CARGO_PROFILE_FLAG) -p criu-plugin-amdgpu -p amdgpu-criu
+	$(CARGO) build $(CARGO_PROFILE_FLAG) -p amdgpu-criu
+	CARGO_TARGET_DIR=$(PLUGIN_TARGET_DIR) $(CARGO) build $(CARGO_PROFILE_FLAG) -p criu-plugin-amdgpu
 
 test:
 	$(CARGO) test --workspace
@@ -83,7 +93,7 @@ endef
 install:
 	@for f in "$(PLUGIN_SO)" "$(CLI_BIN)"; do \
 		if [ ! -f "$$f" ]; then \
-			echo "make install: $$f is missing; run 'make' first (or set PROFILE/BUILD_DIR)" >&2; \
+			echo "make install: $$f is missing; run 'make' first (or set PROFILE, BUILD_DIR, PLUGIN_BUILD_DIR)" >&2; \
 			exit 1; \
 		fi; \
 	done

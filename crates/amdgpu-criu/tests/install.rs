@@ -1,10 +1,11 @@
 //! `make install` and `make uninstall` of the root Makefile, into a temporary
 //! `DESTDIR` with `PREFIX=/usr`.
 //!
-//! The test never builds: it points the Makefile's `BUILD_DIR` at the
-//! directory holding this test's own `amdgpu-criu` binary, where `cargo test
-//! --workspace` has also built the plugin's `libcriu_plugin_amdgpu.so` (the
-//! plugin's C-host test needs it). Running a release build here would double
+//! The test never builds: it points the Makefile's `BUILD_DIR` and
+//! `PLUGIN_BUILD_DIR` at the directory holding this test's own `amdgpu-criu`
+//! binary, where `cargo test --workspace` has also built the plugin's
+//! `libcriu_plugin_amdgpu.so` (the plugin's C-host test needs it; this one
+//! carries the test emulator, which `make` keeps out of the release `.so`). Running a release build here would double
 //! the CI build time. When the `.so` is absent (for example `cargo test -p
 //! amdgpu-criu` alone) or `make` is not installed, the test says so and
 //! skips.
@@ -31,6 +32,7 @@ fn make(target: &str, destdir: &Path, build_dir: &Path) -> Output {
         .arg(format!("DESTDIR={}", destdir.display()))
         .arg("PREFIX=/usr")
         .arg(format!("BUILD_DIR={}", build_dir.display()))
+        .arg(format!("PLUGIN_BUILD_DIR={}", build_dir.display()))
         .output()
         .expect("make runs")
 }

@@ -19,6 +19,12 @@ use amdgpu_topology::{builtin, builtin_names, parse, synthesize_missing, GpuId};
 
 /// Arguments of `map`.
 #[derive(clap::Args)]
+#[command(after_help = "Examples:
+  amdgpu-criu map --from builtin:mi210-8gpu-2hive --to builtin:mi250x-8
+  amdgpu-criu map --from ./topology-of-node1 --to /sys/class/kfd/kfd/topology
+  KFD_FW_VER_CHECK=0 amdgpu-criu map --from ./node1 --to ./node2 --json
+
+Exit status: 0 compatible, 1 not compatible, 2 unreadable topology")]
 pub struct Args {
     /// The checkpointed machine's topology: a copy of
     /// `/sys/class/kfd/kfd/topology` (the directory holding `nodes/`), or
