@@ -95,8 +95,8 @@ pub mod workload;
 pub use accounting::Accounting;
 pub use fault::{FaultKind, FaultParseError, FaultSpec};
 pub use sim::{
-    GpuInfo, KfdState, Pid, ProcessConfig, Sim, SimConfig, SimDriver, SimError, DRM_MAJOR,
-    KFD_MAJOR,
+    GpuInfo, HostMemorySnapshot, KfdState, Pid, ProcessConfig, Sim, SimConfig, SimDriver, SimError,
+    DRM_MAJOR, KFD_MAJOR,
 };
 pub use sysfs::synthetic_system;
 

@@ -152,6 +152,18 @@ pub enum SimError {
     /// A gpu_id named in a process configuration is not in the topology.
     #[error("gpu_id {0} is not a gpu of this simulator")]
     NoSuchGpu(GpuId),
+    /// Host memory could not be mapped back at a fixed address
+    /// ([`Sim::restore_host_memory`]): `EEXIST` when the range is taken,
+    /// `EINVAL` for an address that is not page aligned or an empty range.
+    #[error("mapping {len} bytes of host memory at {addr:#x}: {errno}")]
+    HostMemoryAt {
+        /// Requested address.
+        addr: u64,
+        /// Requested length.
+        len: usize,
+        /// The mmap error.
+        errno: Errno,
+    },
 }
 
 /// The CRIU-relevant state of one KFD process (see [`Sim::kfd_state`]).
@@ -309,15 +321,28 @@ pub(crate) struct CpuMapping {
 
 /// Anonymous host memory owned by the simulator: the simulated
 /// applications' CPU memory that USERPTR BOs point at. Unmapped when the
-/// simulator is dropped.
+/// simulator is dropped, or when its owner process exits.
 #[derive(Debug)]
 pub(crate) struct HostRegion {
     addr: usize,
     len: usize,
+    /// The process whose memory this is (`None`: the simulator's, kept
+    /// until the simulator is dropped).
+    owner: Option<Pid>,
+}
+
+/// One region of a process's host memory with its contents, as CRIU's
+/// pages dump captures it (see [`Sim::host_memory_of`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostMemorySnapshot {
+    /// Address of the first byte (page aligned).
+    pub addr: u64,
+    /// The contents (a whole number of pages).
+    pub bytes: Vec<u8>,
 }
 
 impl HostRegion {
-    fn new(len: usize) -> Result<HostRegion, Errno> {
+    fn new(len: usize, owner: Option<Pid>) -> Result<HostRegion, Errno> {
         // SAFETY: an anonymous private mapping at an address the kernel
         // picks touches no existing memory.
         let ptr = unsafe {
@@ -336,7 +361,46 @@ impl HostRegion {
         Ok(HostRegion {
             addr: ptr as usize,
             len,
+            owner,
         })
+    }
+
+    /// Maps `len` bytes at exactly `addr` (page aligned, `len` a whole
+    /// number of pages); `EEXIST` when anything in the host process is
+    /// mapped there already.
+    fn new_at(addr: usize, len: usize, owner: Pid) -> Result<HostRegion, Errno> {
+        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping: the
+        // call fails with EEXIST instead, so no memory of the host process is
+        // touched. Kernels before 4.17 ignore the flag and treat `addr` as a
+        // hint; the address check below catches that.
+        let ptr = unsafe {
+            libc::mmap(
+                addr as *mut c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(Errno::last());
+        }
+        if ptr as usize != addr {
+            // SAFETY: `ptr` is the fresh mapping of `len` bytes made above
+            // at another address; nothing refers to it yet.
+            unsafe { libc::munmap(ptr, len) };
+            return Err(Errno(libc::EEXIST));
+        }
+        Ok(HostRegion {
+            addr,
+            len,
+            owner: Some(owner),
+        })
+    }
+
+    fn overlaps(&self, addr: usize, len: usize) -> bool {
+        addr < self.addr + self.len && self.addr < addr.saturating_add(len)
     }
 
     fn contains(&self, addr: u64, len: usize) -> bool {
@@ -712,6 +776,7 @@ impl Sim {
                 p.ptrace_parent = None;
             }
         }
+        st.release_host_memory_of(pid);
         Ok(())
     }
 
@@ -746,14 +811,93 @@ impl Sim {
 
     /// Allocates `len` bytes (rounded up to pages) of zeroed host memory that
     /// lives as long as the simulator: CPU memory of a simulated application,
-    /// e.g. the target of a USERPTR allocation. A restored process finds it at
-    /// the same address, as CRIU restores CPU memory in place.
+    /// e.g. the target of a USERPTR allocation. A process restored on this
+    /// simulator finds it at the same address without anyone carrying it,
+    /// standing in for CRIU's restore of CPU memory in place. Memory that
+    /// must follow a process to another simulator is allocated with
+    /// [`Sim::alloc_host_memory_for`].
     pub fn alloc_host_memory(&self, len: usize) -> Result<u64, SimError> {
         let len = len.max(1).div_ceil(4096) * 4096;
-        let region = HostRegion::new(len).map_err(|e| SimError::HostMemory { len, errno: e })?;
+        let region =
+            HostRegion::new(len, None).map_err(|e| SimError::HostMemory { len, errno: e })?;
         let addr = region.addr;
         self.lock().host_regions.insert(addr, region);
         Ok(addr as u64)
+    }
+
+    /// Allocates `len` bytes (rounded up to pages) of zeroed host memory in
+    /// process `pid` (an anonymous `mmap` of that process): listed by
+    /// [`Sim::host_memory_of`] and unmapped when the process exits, so a
+    /// checkpoint must carry it ([`Sim::restore_host_memory`]) as CRIU's
+    /// pages dump carries a real process's memory.
+    pub fn alloc_host_memory_for(&self, pid: Pid, len: usize) -> Result<u64, SimError> {
+        let len = len.max(1).div_ceil(4096) * 4096;
+        let mut st = self.lock();
+        if !st.processes.contains_key(&pid) {
+            return Err(SimError::NoSuchProcess(pid));
+        }
+        let region =
+            HostRegion::new(len, Some(pid)).map_err(|e| SimError::HostMemory { len, errno: e })?;
+        let addr = region.addr;
+        st.host_regions.insert(addr, region);
+        Ok(addr as u64)
+    }
+
+    /// The host memory of process `pid` ([`Sim::alloc_host_memory_for`] and
+    /// [`Sim::restore_host_memory`] regions) with its current contents, in
+    /// address order: what CRIU's pages dump of the process captures. Empty
+    /// for a process without such memory or without a live process.
+    pub fn host_memory_of(&self, pid: Pid) -> Vec<HostMemorySnapshot> {
+        let st = self.lock();
+        st.host_regions
+            .values()
+            .filter(|r| r.owner == Some(pid))
+            .filter_map(|r| {
+                Some(HostMemorySnapshot {
+                    addr: r.addr as u64,
+                    bytes: st.read_host(r.addr as u64, r.len)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Maps host memory for process `pid` at exactly `addr` (page aligned;
+    /// `bytes.len()` rounded up to pages, the rest zero) and fills it with
+    /// `bytes`, as CRIU's restorer maps a process's memory back in place
+    /// (`MAP_FIXED_NOREPLACE`: an error, never a replacement, when the range
+    /// is taken in the host process or by another region of this simulator).
+    /// The region belongs to `pid` as if allocated by
+    /// [`Sim::alloc_host_memory_for`].
+    pub fn restore_host_memory(&self, pid: Pid, addr: u64, bytes: &[u8]) -> Result<(), SimError> {
+        let len = bytes.len().div_ceil(4096) * 4096;
+        let at = |errno: c_int| SimError::HostMemoryAt {
+            addr,
+            len,
+            errno: Errno(errno),
+        };
+        let start = usize::try_from(addr).map_err(|_| at(libc::EINVAL))?;
+        if start == 0 || start % 4096 != 0 || len == 0 || start.checked_add(len).is_none() {
+            return Err(at(libc::EINVAL));
+        }
+        let mut st = self.lock();
+        if !st.processes.contains_key(&pid) {
+            return Err(SimError::NoSuchProcess(pid));
+        }
+        if st.host_regions.values().any(|r| r.overlaps(start, len)) {
+            return Err(at(libc::EEXIST));
+        }
+        let region = HostRegion::new_at(start, len, pid).map_err(|e| SimError::HostMemoryAt {
+            addr,
+            len,
+            errno: e,
+        })?;
+        st.host_regions.insert(start, region);
+        if !st.write_host(addr, bytes) {
+            // The region was just inserted over exactly this range.
+            st.host_regions.remove(&start);
+            return Err(at(libc::EFAULT));
+        }
+        Ok(())
     }
 
     /// Reads simulator-owned host memory; `None` when the range is not inside
@@ -881,6 +1025,46 @@ impl State {
             self.release_file(key);
         }
         self.files.insert(key, file);
+    }
+
+    /// Unmaps the host memory owned by `pid` (its exit). USERPTR BOs still
+    /// pinning those pages (held through another process or an open render
+    /// file) are invalidated first, as the kernel's MMU notifier does on
+    /// `munmap`, so the device never touches the unmapped range.
+    fn release_host_memory_of(&mut self, pid: Pid) {
+        let gone: Vec<usize> = self
+            .host_regions
+            .iter()
+            .filter(|(_, r)| r.owner == Some(pid))
+            .map(|(&a, _)| a)
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        let pinned: Vec<crate::bo::BoId> = self
+            .bos
+            .iter()
+            .filter_map(|bo| match bo.backing {
+                crate::bo::Backing::UserPtr { addr, valid: true } => {
+                    let a = usize::try_from(addr).ok()?;
+                    let len = usize::try_from(bo.size).ok()?;
+                    gone.iter()
+                        .any(|g| self.host_regions[g].overlaps(a, len))
+                        .then_some(bo.id)
+                }
+                _ => None,
+            })
+            .collect();
+        for id in pinned {
+            if let Some(bo) = self.bos.get_mut(id) {
+                if let crate::bo::Backing::UserPtr { valid, .. } = &mut bo.backing {
+                    *valid = false;
+                }
+            }
+        }
+        for a in gone {
+            self.host_regions.remove(&a);
+        }
     }
 
     fn host_region(&self, addr: u64, len: usize) -> Option<&HostRegion> {

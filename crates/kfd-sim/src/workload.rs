@@ -231,6 +231,22 @@ impl WorkloadDescription {
     }
 }
 
+/// Where a workload keeps its CPU memory: the targets of its USERPTR BOs
+/// and its SVM ranges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum CpuMemory {
+    /// Simulator-owned ([`Sim::alloc_host_memory`]): it outlives the
+    /// process, so a restore on the same simulator finds it in place
+    /// without a CRIU pages dump carrying it.
+    #[default]
+    Simulator,
+    /// The process's own ([`Sim::alloc_host_memory_for`]): unmapped when the
+    /// process exits, so a checkpoint must carry it, as CRIU carries a real
+    /// process's memory; needed to restore on another simulator.
+    Process,
+}
+
 /// A simulated application process.
 pub struct Workload {
     sim: Sim,
@@ -239,6 +255,7 @@ pub struct Workload {
     kfd: Option<OwnedFd>,
     renders: Vec<OwnedFd>,
     va_next: BTreeMap<GpuId, u64>,
+    memory: CpuMemory,
 }
 
 impl fmt::Debug for Workload {
@@ -458,12 +475,31 @@ fn describe_locked(st: &State, pid: Pid) -> Result<WorkloadDescription, Workload
 impl Workload {
     /// Spawns a process and sets it up with `profile` on every GPU.
     pub fn launch(sim: &Sim, profile: &Profile) -> Result<Workload, WorkloadError> {
+        Workload::launch_with_memory(sim, profile, CpuMemory::Simulator)
+    }
+
+    /// [`Workload::launch`] with the CPU memory kept as `memory` says.
+    pub fn launch_with_memory(
+        sim: &Sim,
+        profile: &Profile,
+        memory: CpuMemory,
+    ) -> Result<Workload, WorkloadError> {
         let pid = sim.spawn_process()?;
-        Workload::launch_in(sim, pid, profile)
+        Workload::launch_in_with_memory(sim, pid, profile, memory)
     }
 
     /// Sets up `profile` in existing process `pid` on every GPU it can see.
     pub fn launch_in(sim: &Sim, pid: Pid, profile: &Profile) -> Result<Workload, WorkloadError> {
+        Workload::launch_in_with_memory(sim, pid, profile, CpuMemory::Simulator)
+    }
+
+    /// [`Workload::launch_in`] with the CPU memory kept as `memory` says.
+    pub fn launch_in_with_memory(
+        sim: &Sim,
+        pid: Pid,
+        profile: &Profile,
+        memory: CpuMemory,
+    ) -> Result<Workload, WorkloadError> {
         let driver = sim.driver(pid);
         let kfd = driver
             .open("/dev/kfd".as_ref(), libc::O_RDWR | libc::O_CLOEXEC)
@@ -479,6 +515,7 @@ impl Workload {
             kfd: Some(kfd),
             renders: Vec::new(),
             va_next: BTreeMap::new(),
+            memory,
         };
         let mut version = kfd_ioctl_get_version_args::default();
         w.ioctl(AMDKFD_IOC_GET_VERSION, &mut version, "GET_VERSION")?;
@@ -515,6 +552,7 @@ impl Workload {
             kfd: None,
             renders: Vec::new(),
             va_next: BTreeMap::new(),
+            memory: CpuMemory::Simulator,
         }
     }
 
@@ -583,7 +621,7 @@ impl Workload {
         map_on: &[GpuId],
     ) -> Result<u64, WorkloadError> {
         let (va, mmap_offset) = if flags & KFD_IOC_ALLOC_MEM_FLAGS_USERPTR != 0 {
-            let addr = self.sim.alloc_host_memory(size as usize)?;
+            let addr = self.cpu_memory(size as usize)?;
             (addr, addr)
         } else {
             (self.next_va(gpu, size), 0)
@@ -793,11 +831,19 @@ impl Workload {
             }
             if svm {
                 let len = 256 * KIB;
-                let start = self.sim.alloc_host_memory(len as usize)?;
+                let start = self.cpu_memory(len as usize)?;
                 self.svm_range(start, len, gpu)?;
             }
         }
         Ok(())
+    }
+
+    /// Allocates `len` bytes of CPU memory where [`CpuMemory`] says.
+    fn cpu_memory(&self, len: usize) -> Result<u64, SimError> {
+        match self.memory {
+            CpuMemory::Simulator => self.sim.alloc_host_memory(len),
+            CpuMemory::Process => self.sim.alloc_host_memory_for(self.pid, len),
+        }
     }
 
     fn va_of(&self, handle: u64) -> Result<u64, WorkloadError> {
@@ -1071,7 +1117,9 @@ impl Workload {
     }
 
     /// Closes the workload's fds and ends its process (simulated exit). The
-    /// host memory behind its USERPTR BOs belongs to the simulator and stays.
+    /// host memory behind its USERPTR BOs stays when it is the simulator's
+    /// ([`CpuMemory::Simulator`]) and is unmapped with the process when it is
+    /// the process's own ([`CpuMemory::Process`]).
     pub fn exit(mut self) -> Result<(), WorkloadError> {
         self.renders.clear();
         self.kfd = None;
