@@ -8,7 +8,12 @@
 //! CRIU drains fds through its parasite and closes them after the batch),
 //! `DUMP_DEVICES_LATE(root pid)` when the emulated CRIU has that hook, and
 //! `exit(DUMP, ret)`. Any hook failure fails the dump as in CRIU: `exit` runs
-//! with the error and the target keeps running.
+//! with the error and the target keeps running. Before `exit`, as CRIU's
+//! pages dump, each task's own CPU memory (the pages its USERPTR BOs point
+//! at, [`kfd_sim::Sim::host_memory_of`]) goes into `pages-<pid>.img`, an
+//! emulated CRIU core image ([`pages`]); restore maps it back at the same
+//! addresses before any task resumes, on whichever simulated machine
+//! restores.
 //!
 //! Restore ([`CriuEmulator::restore`]): in the main restorer `init(RESTORE)`
 //! and `RESTORE_INIT`; the task is forked ([`Plugin::forked`], the
@@ -40,6 +45,8 @@ use crate::core::plugin::{CriuHost, Plugin, PluginConfig, VmaUpdate, NOT_MINE};
 use crate::core::restore::Restored;
 use crate::core::Error;
 use crate::options::Options;
+
+pub mod pages;
 
 /// The file in the images directory where the emulator keeps the
 /// inventory's plugin list (CRIU keeps it in `inventory.img`).
@@ -203,6 +210,9 @@ pub enum EmulatorError {
         #[source]
         source: io::Error,
     },
+    /// The emulated pages image of a task could not be written or read.
+    #[error(transparent)]
+    Pages(#[from] pages::PagesImageError),
 }
 
 /// The answers of a successful dump.
@@ -407,6 +417,15 @@ impl CriuEmulator {
                 });
             }
         }
+        // CRIU's pages dump: every task's own memory, USERPTR targets among
+        // it, while the tasks are still attached.
+        for task in tasks {
+            let memory = self.sim.host_memory_of(task.pid);
+            if let Err(e) = pages::write(&self.images, task.pid.0, &memory) {
+                plugin.exit(-1);
+                return Err(e.into());
+            }
+        }
         plugin.exit(0);
         host.write_inventory().map_err(|source| EmulatorError::Io {
             what: "writing the inventory",
@@ -459,6 +478,14 @@ impl CriuEmulator {
                 }
             }
         }
+        // Each task's memory back at its addresses, as CRIU maps it from the
+        // pages images; the USERPTR BOs over it are revalidated at RESUME.
+        if let Err(e) = self.restore_memory(tasks) {
+            for pid in pids {
+                let _ = self.sim.exit_process(pid);
+            }
+            return Err(e);
+        }
         let main = match self.sim.spawn_process() {
             Ok(main) => main,
             Err(e) => {
@@ -476,6 +503,21 @@ impl CriuEmulator {
         }
         self.sim.exit_process(main)?;
         result
+    }
+
+    /// Maps every task's memory from its emulated pages image (none: the
+    /// dump carried no memory of that task) into the recreated task.
+    fn restore_memory(&self, tasks: &[TaskToRestore]) -> Result<(), EmulatorError> {
+        for task in tasks {
+            let Some(regions) = pages::read(&self.images, task.pid.0)? else {
+                continue;
+            };
+            for region in regions {
+                self.sim
+                    .restore_host_memory(task.pid, region.addr, &region.bytes)?;
+            }
+        }
+        Ok(())
     }
 
     fn restore_as(
