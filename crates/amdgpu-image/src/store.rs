@@ -53,6 +53,17 @@ pub trait ImageStore {
     /// Stores that cannot list (streams) return an `Unsupported` I/O error.
     fn list(&self) -> Result<Vec<ImageName>, Error>;
 
+    /// Removes the committed file `name` (the plugin discards the images of
+    /// a failed dump); `Ok(false)` when there is no such file. Stores that
+    /// cannot take a file back (streams) answer an `Unsupported` I/O error.
+    fn discard(&self, name: &ImageName) -> Result<bool, Error> {
+        Err(Error::io(
+            name,
+            "discard",
+            io::Error::from(io::ErrorKind::Unsupported),
+        ))
+    }
+
     /// Writes one framed message and commits it.
     fn write_message<M: ImageMessage>(&self, name: &ImageName, msg: &M) -> Result<(), Error> {
         let file = name.to_string();
@@ -183,6 +194,14 @@ impl ImageStore for DirStore {
 
     fn open(&self, name: &ImageName) -> Result<Option<File>, Error> {
         self.open_file(name)
+    }
+
+    fn discard(&self, name: &ImageName) -> Result<bool, Error> {
+        match fs::remove_file(self.base.join(name.to_string())) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(Error::io(name, "discard", e)),
+        }
     }
 
     fn list(&self) -> Result<Vec<ImageName>, Error> {
@@ -394,6 +413,10 @@ impl ImageStore for MemStore {
 
     fn open(&self, name: &ImageName) -> Result<Option<Self::Reader>, Error> {
         Ok(self.get(name).map(|bytes| Cursor::new(MemBytes(bytes))))
+    }
+
+    fn discard(&self, name: &ImageName) -> Result<bool, Error> {
+        Ok(lock(&self.files).remove(name).is_some())
     }
 
     fn list(&self) -> Result<Vec<ImageName>, Error> {
