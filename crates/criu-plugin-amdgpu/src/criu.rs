@@ -25,6 +25,7 @@ type IntIntFn = unsafe extern "C" fn(c_int) -> c_int;
 type ImgStreamerOpenFn = unsafe extern "C" fn(*mut c_char, c_int) -> c_int;
 type AddInventoryPluginFn = unsafe extern "C" fn(*const c_char) -> c_int;
 type CheckInventoryPluginFn = unsafe extern "C" fn(*const c_char, c_int) -> bool;
+type HasChildrenFn = unsafe extern "C" fn(*mut c_void) -> bool;
 
 /// The image streamer's socket at dump (criu/img-streamer.c).
 pub const STREAMER_CAPTURE_SOCKET: &str = "streamer-capture.sock";
@@ -67,7 +68,24 @@ pub struct Services {
     find_unused_fd_pid: Option<IntIntFn>,
     fdstore_add: Option<IntIntFn>,
     fdstore_get: Option<IntIntFn>,
+    /// `char criu_run_id[]` (util.c), the run's UUID.
+    criu_run_id: Option<*mut c_void>,
+    /// `struct pstree_item *root_item` (pstree.c).
+    root_item: Option<*mut c_void>,
+    has_children: Option<HasChildrenFn>,
 }
+
+// SAFETY: the raw pointers are addresses of CRIU globals, valid for the
+// whole life of the process and only read (through `criu_run_id` and
+// `root_has_children`), never written; sharing the addresses between
+// threads is as safe as sharing the function pointers next to them.
+unsafe impl Send for Services {}
+// SAFETY: see `Send`: immutable addresses of process-lifetime globals.
+unsafe impl Sync for Services {}
+
+/// The longest `criu_run_id` read (CRIU's is a 36-character UUID string
+/// with its NUL).
+const RUN_ID_MAX: usize = 37;
 
 /// The services of this process, resolved on first use.
 pub fn services() -> &'static Services {
@@ -88,7 +106,49 @@ impl Services {
             find_unused_fd_pid: resolve!(c"find_unused_fd_pid" as IntIntFn),
             fdstore_add: resolve!(c"fdstore_add" as IntIntFn),
             fdstore_get: resolve!(c"fdstore_get" as IntIntFn),
+            criu_run_id: lookup(c"criu_run_id"),
+            root_item: lookup(c"root_item"),
+            has_children: resolve!(c"has_children" as HasChildrenFn),
         }
+    }
+
+    /// CRIU's `criu_run_id` (the UUID naming this CRIU run), when CRIU has
+    /// one and it is set: at most 36 printable characters before its NUL.
+    pub fn run_id(&self) -> Option<String> {
+        let base = self.criu_run_id?.cast::<u8>();
+        let mut id = Vec::with_capacity(RUN_ID_MAX);
+        for i in 0..RUN_ID_MAX {
+            // SAFETY: `criu_run_id` is a char array of RUN_ID_MAX bytes in
+            // CRIU (`RUN_ID_HASH_LENGTH`, 37); the loop never reads past it
+            // and stops at the NUL.
+            let byte = unsafe { base.add(i).read() };
+            if byte == 0 {
+                break;
+            }
+            id.push(byte);
+        }
+        if id.is_empty() || id.len() == RUN_ID_MAX || !id.iter().all(u8::is_ascii_graphic) {
+            return None;
+        }
+        String::from_utf8(id).ok()
+    }
+
+    /// Whether the root of the process tree being restored has children
+    /// (`has_children(root_item)`); `None` when CRIU lacks either symbol or
+    /// has no tree yet.
+    pub fn root_has_children(&self) -> Option<bool> {
+        let has_children = self.has_children?;
+        let slot = self.root_item?.cast::<*mut c_void>();
+        // SAFETY: `root_item` is a global pointer variable of CRIU; its
+        // address stays valid and holds a (possibly null) pointer.
+        let root = unsafe { slot.read() };
+        if root.is_null() {
+            return None;
+        }
+        // SAFETY: `root` is CRIU's pstree root, a live `struct pstree_item`
+        // once the tree is read (before `init(RESTORE)` calls this), and
+        // `has_children` only reads its children list.
+        Some(unsafe { has_children(root) })
     }
 
     /// Whether this process is CRIU (it offers `criu_get_image_dir`, the one

@@ -24,6 +24,12 @@
 //! its plugin state, as the real restored process keeps the render fds the
 //! plugin opened.
 //!
+//! With `POST_FORKING` (CRIU v4.2 and later) and a single-process tree the
+//! plugin restores BO contents in parallel: the worker thread it starts in
+//! the main restorer serves the task's commands over a real abstract unix
+//! socket (all roles live in this one host process; the socket name is
+//! unique per run, so emulated restores may run concurrently).
+//!
 //! Which hooks exist follows the emulated CRIU's `max_hooks`
 //! ([`EmulatorConfig::max_hooks`]), so the fallbacks for older CRIU are
 //! exercised too. Test support only: compiled with the `emulator` feature,
@@ -41,6 +47,7 @@ use kfd::{DeviceNumber, Driver};
 use kfd_sim::{Pid, ProcessConfig, Sim, SimDriver, SimError};
 
 use crate::abi::{hook, Stage, HOOK_SLOTS};
+use crate::core::parallel::{Copier, ParallelFacts, SharedDriver};
 use crate::core::plugin::{CriuHost, Plugin, PluginConfig, VmaUpdate, NOT_MINE};
 use crate::core::restore::Restored;
 use crate::core::Error;
@@ -60,6 +67,11 @@ pub struct EmulatedHost {
     added: Arc<Mutex<BTreeSet<String>>>,
     /// `find_unused_fd_pid`'s answer.
     fd_floor: Option<i32>,
+    /// What the emulated CRIU says about the restore it runs, for parallel
+    /// restore (nothing known by default).
+    parallel: ParallelFacts,
+    /// The main restorer's driver, for the parallel restore worker.
+    main_driver: Option<SimDriver>,
 }
 
 impl EmulatedHost {
@@ -69,7 +81,18 @@ impl EmulatedHost {
             images: images.to_path_buf(),
             added: Arc::default(),
             fd_floor,
+            parallel: ParallelFacts::default(),
+            main_driver: None,
         }
+    }
+
+    /// The host of a restore's main restorer: what CRIU tells the plugin
+    /// about the restore (`POST_FORKING`, a single-process tree, the run
+    /// id) and the main restorer's driver for the parallel restore worker.
+    pub fn restoring(mut self, facts: ParallelFacts, main_driver: SimDriver) -> Self {
+        self.parallel = facts;
+        self.main_driver = Some(main_driver);
+        self
     }
 
     /// Writes the inventory's plugin list, as CRIU does after the dump.
@@ -108,6 +131,17 @@ impl CriuHost for EmulatedHost {
 
     fn find_unused_fd(&self, _pid: u32) -> Option<i32> {
         self.fd_floor
+    }
+
+    fn parallel_facts(&self) -> ParallelFacts {
+        self.parallel.clone()
+    }
+
+    fn copier(&self) -> Option<Copier> {
+        Some(Copier {
+            driver: SharedDriver::new(self.main_driver.clone()?),
+            images: DirStore::open_dir(&self.images).ok()?,
+        })
     }
 }
 
@@ -525,7 +559,15 @@ impl CriuEmulator {
         main: Pid,
         tasks: &[TaskToRestore],
     ) -> Result<Vec<RestoredTask>, EmulatorError> {
-        let host = EmulatedHost::new(&self.images, self.config.fd_floor);
+        let host = EmulatedHost::new(&self.images, self.config.fd_floor).restoring(
+            ParallelFacts {
+                calls_post_forking: self.has(hook::POST_FORKING),
+                single_process: Some(tasks.len() == 1),
+                streaming: false,
+                run_id: None,
+            },
+            self.sim.driver(main),
+        );
         let mut main_plugin = Plugin::init(
             self.sim.driver(main),
             host.clone(),

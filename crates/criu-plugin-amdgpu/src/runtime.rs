@@ -24,6 +24,7 @@ use amdgpu_topology::parse::DEFAULT_ROOT;
 use kfd::{DeviceNumber, HostDriver};
 
 use crate::abi::{host_profile, Stage, PLUGIN_NAME};
+use crate::core::parallel::{Copier, ParallelFacts, SharedDriver};
 use crate::core::plugin::{CriuHost, Plugin, PluginConfig};
 pub use crate::core::plugin::{VmaUpdate, NOT_MINE};
 use crate::core::Error;
@@ -180,6 +181,37 @@ impl CriuHost for CriuServices {
 
     fn find_unused_fd(&self, pid: u32) -> Option<i32> {
         services().find_unused_fd(i32::try_from(pid).ok()?)
+    }
+
+    fn parallel_facts(&self) -> ParallelFacts {
+        let services = services();
+        ParallelFacts {
+            calls_post_forking: host_profile().has_post_forking(),
+            single_process: services.root_has_children().map(|children| !children),
+            streaming: services.streaming(false),
+            run_id: services.run_id(),
+        }
+    }
+
+    fn copier(&self) -> Option<Copier> {
+        let dir = match services().image_dir() {
+            Ok(Some(dir)) => dir,
+            Ok(None) => return None,
+            Err(e) => {
+                log_error!("parallel restore: cannot duplicate CRIU's images directory fd: {e}");
+                return None;
+            }
+        };
+        match DirStore::from_dir_fd(dir) {
+            Ok(images) => Some(Copier {
+                driver: SharedDriver::new(HostDriver),
+                images,
+            }),
+            Err(e) => {
+                log_error!("parallel restore: cannot open the images directory: {e}");
+                None
+            }
+        }
     }
 }
 

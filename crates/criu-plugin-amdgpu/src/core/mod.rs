@@ -9,6 +9,7 @@ pub mod convert;
 pub mod dump;
 pub mod error;
 pub mod identify;
+pub mod parallel;
 pub mod plugin;
 pub mod restore;
 pub mod transfer;

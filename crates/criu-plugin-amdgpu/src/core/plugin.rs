@@ -22,6 +22,7 @@ use kfd::{DeviceNumber, Driver};
 use super::dump::{DumpConfig, Dumper};
 use super::error::Error;
 use super::identify::{Devices, FdClass};
+use super::parallel::{Copier, ParallelFacts, ParallelRestore, SocketName};
 use super::restore::{resume, RestoreConfig, Restored, Restorer, Resume};
 use super::vma::VmaAnswer;
 use crate::abi::Stage;
@@ -50,6 +51,20 @@ pub trait CriuHost {
     /// `find_unused_fd_pid(pid)`: a free fd number above every fd the
     /// restored task will own.
     fn find_unused_fd(&self, pid: u32) -> Option<i32>;
+
+    /// What CRIU says about this restore for the choice of parallel
+    /// restore (asked in the main process at `init(RESTORE)`). The default,
+    /// nothing known, keeps BO contents restored in the tasks.
+    fn parallel_facts(&self) -> ParallelFacts {
+        ParallelFacts::default()
+    }
+
+    /// The driver and images directory the parallel restore worker copies
+    /// with, in CRIU's main process (asked at `POST_FORKING`); `None` when
+    /// the host cannot give them.
+    fn copier(&self) -> Option<Copier> {
+        None
+    }
 }
 
 /// Paths and host capabilities that shape the plugin's behaviour.
@@ -98,6 +113,10 @@ pub struct Plugin<D: Driver + Clone, H: CriuHost> {
     added_to_inventory: bool,
     dumper: Option<Dumper<D>>,
     restorer: Option<Restorer<D>>,
+    /// Main restorer: parallel restore, when chosen at `init`.
+    parallel: Option<ParallelRestore>,
+    /// Restored task: where it hands BO contents off (inherited at fork).
+    hand_off: Option<SocketName>,
 }
 
 impl<D: Driver + Clone, H: CriuHost> std::fmt::Debug for Plugin<D, H> {
@@ -108,7 +127,37 @@ impl<D: Driver + Clone, H: CriuHost> std::fmt::Debug for Plugin<D, H> {
             .field("devices", &self.devices)
             .field("dumper", &self.dumper)
             .field("restorer", &self.restorer)
+            .field("parallel", &self.parallel)
             .finish_non_exhaustive()
+    }
+}
+
+/// Logs what the parallel restore worker did; false when a copy failed
+/// (each failure logged at error level).
+fn log_parallel_outcome(hook: &str, result: Result<super::parallel::WorkerReport, Error>) -> bool {
+    match result {
+        Ok(report) => {
+            let mut ok = true;
+            for (id, e) in report.failures() {
+                ok = false;
+                match id {
+                    Some(id) => log_error!("{hook}: parallel restore of file {id} failed: {e}"),
+                    None => log_error!("{hook}: parallel restore failed: {e}"),
+                }
+            }
+            if ok {
+                log_info!(
+                    "parallel restore: {} bytes of {} KFD files copied",
+                    report.bytes(),
+                    report.commands.len()
+                );
+            }
+            ok
+        }
+        Err(e) => {
+            log_error!("{hook}: parallel restore: {e}");
+            false
+        }
     }
 }
 
@@ -136,6 +185,11 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
                 None
             }
         };
+        let parallel = if stage == Stage::Restore && !disabled && devices.is_some() {
+            ParallelRestore::plan(&host.parallel_facts())
+        } else {
+            None
+        };
         log_info!("initialized for {stage:?}");
         Plugin {
             driver,
@@ -148,6 +202,8 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             added_to_inventory: false,
             dumper: None,
             restorer: None,
+            parallel,
+            hand_off: None,
         }
     }
 
@@ -166,6 +222,8 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             added_to_inventory: self.added_to_inventory,
             dumper: None,
             restorer: None,
+            parallel: None,
+            hand_off: self.parallel.as_ref().map(|p| p.socket().clone()),
         }
     }
 
@@ -199,6 +257,13 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
                 if let Err(e) = dumper.unpause_all() {
                     log_error!("exit: {e}");
                 }
+            }
+        }
+        if let Some(mut parallel) = self.parallel.take() {
+            // RESUME_DEVICES_LATE did not run (a failed restore): stop the
+            // worker, so no thread outlives the plugin.
+            if let Some(result) = parallel.finish() {
+                log_parallel_outcome("exit", result);
             }
         }
         log_info!("finished {:?} (CRIU result {ret})", self.stage);
@@ -328,7 +393,24 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
     /// `POST_FORKING()`: BO contents are restored inside the restored task,
     /// so there is no background work to start.
     pub fn post_forking(&mut self) -> c_int {
-        NOT_MINE
+        if self.active().is_none() || self.stage != Stage::Restore {
+            return NOT_MINE;
+        }
+        let Some(parallel) = self.parallel.as_mut() else {
+            return NOT_MINE;
+        };
+        // The tasks were forked with parallel restore on: without the worker
+        // nobody would copy their BOs, so this restore must not go on.
+        let Some(copier) = self.host.copier() else {
+            log_error!(
+                "POST_FORKING: no images directory or device access for the parallel restore worker"
+            );
+            return -libc::EIO;
+        };
+        match parallel.start(copier, self.options) {
+            Ok(()) => 0,
+            Err(e) => fail("POST_FORKING", "parallel restore", &e),
+        }
     }
 
     /// `RESTORE_EXT_FILE(id)`: the new fd (CRIU owns it) or an errno; the
@@ -363,6 +445,9 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
         let restorer = self
             .restorer
             .get_or_insert_with(|| Restorer::new(driver.clone(), config));
+        if let Some(socket) = &self.hand_off {
+            restorer.hand_contents_to(socket.clone());
+        }
         let host = &self.host;
         let find_unused_fd = |pid: u32| host.find_unused_fd(pid);
         match restorer.restore_file(&store, id as u32, &find_unused_fd) {
@@ -422,6 +507,20 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
     pub fn resume_devices_late(&mut self, pid: c_int) -> c_int {
         if self.active().is_none() || self.stage != Stage::Restore || pid <= 0 {
             return NOT_MINE;
+        }
+        if let Some(result) = self.parallel.as_mut().and_then(ParallelRestore::finish) {
+            if !log_parallel_outcome("RESUME_DEVICES_LATE", result) {
+                // The BOs do not hold their checkpointed contents: the
+                // process must not run as if restored. CRIU only logs this
+                // answer at debug level and releases the task with its GPU
+                // queues stopped, so the error line above is what tells the
+                // operator (see the crate README).
+                log_error!(
+                    "RESUME_DEVICES_LATE: pid {pid}: GPU queues are NOT resumed because its BO contents \
+                     were not restored; kill the process"
+                );
+                return -libc::EIO;
+            }
         }
         match resume(self.driver.clone(), pid as u32) {
             Ok(Resume::Resumed) => {

@@ -102,6 +102,9 @@ pub struct Restorer<D: Driver + Clone> {
     gpu_map: BTreeMap<u32, u32>,
     translations: VmaTranslations,
     restored: Vec<KfdRestore>,
+    /// Parallel restore: where BO contents are handed off instead of
+    /// copied here.
+    hand_off: Option<super::parallel::SocketName>,
 }
 
 impl<D: Driver + Clone> std::fmt::Debug for Restorer<D> {
@@ -130,7 +133,15 @@ impl<D: Driver + Clone> Restorer<D> {
             gpu_map: BTreeMap::new(),
             translations: VmaTranslations::new(),
             restored: Vec::new(),
+            hand_off: None,
         }
+    }
+
+    /// Parallel restore: BO contents of KFD files restored from now on are
+    /// sent to CRIU's main process at `socket` instead of being copied in
+    /// this task.
+    pub fn hand_contents_to(&mut self, socket: super::parallel::SocketName) {
+        self.hand_off = Some(socket);
     }
 
     /// The mmap-offset translations recorded so far.
@@ -275,14 +286,19 @@ impl<D: Driver + Clone> Restorer<D> {
             )));
         }
 
-        let content_bytes = transfer::restore_contents(
-            &self.driver,
-            store,
-            &image,
-            &gpus,
-            &restored,
-            &self.config.options,
-        )?;
+        // With parallel restore CRIU's main process copies the contents
+        // while this task carries on ([`super::parallel`]).
+        let content_bytes = match &self.hand_off {
+            Some(socket) => super::parallel::hand_off(socket, &image, &gpus, &restored)?,
+            None => transfer::restore_contents(
+                &self.driver,
+                store,
+                &image,
+                &gpus,
+                &restored,
+                &self.config.options,
+            )?,
+        };
 
         for (entry, bo) in msg.bo_entries.iter().zip(&restored) {
             let mem = entry.alloc_flags & flags::KFD_MEM_TYPE_MASK;

@@ -486,13 +486,47 @@ fn restore_gpu<D: Driver + Clone, S: ImageStore>(
     options: &Options,
 ) -> Result<u64, Error> {
     let gpu = target.user_gpu_id;
-    let layout = image.pages_layout(gpu);
     let name = ImageName::Pages {
         id: image.id(),
         gpu_id: gpu,
     };
+    let dmabuf_of = |entry: usize| {
+        restored
+            .get(entry)
+            .and_then(|r| r.dmabuf.as_ref())
+            .map(|f| f.as_fd())
+    };
+    restore_pages(
+        driver,
+        store,
+        &name,
+        image.pages_layout(gpu),
+        gpu,
+        target.render_minor,
+        options,
+        &dmabuf_of,
+    )
+}
+
+/// Fills the BOs of one GPU's pages file `name` (with `layout`) through
+/// their dma-bufs (`dmabuf_of(layout entry)`), on a private copy engine of
+/// render minor `render_minor`; verifies the end of the file and every
+/// checksum and returns the bytes written. A missing file is fine when the
+/// layout has no BO. Used by the in-task restore and by the parallel
+/// restore worker in CRIU's main process.
+#[allow(clippy::too_many_arguments)]
+pub fn restore_pages<'f, D: Driver + Clone, S: ImageStore>(
+    driver: &D,
+    store: &S,
+    name: &ImageName,
+    layout: PagesLayout,
+    gpu: u32,
+    render_minor: u32,
+    options: &Options,
+    dmabuf_of: &dyn Fn(usize) -> Option<BorrowedFd<'f>>,
+) -> Result<u64, Error> {
     let Some(source) = store
-        .open(&name)
+        .open(name)
         .map_err(Error::image("opening a pages file"))?
     else {
         if layout.bos().is_empty() {
@@ -512,21 +546,18 @@ fn restore_gpu<D: Driver + Clone, S: ImageStore>(
         let largest = bos.iter().map(|b| b.size).max().unwrap_or(0);
         let mut pipe = Pipe::open(
             driver,
-            target.render_minor,
+            render_minor,
             options.staging.for_largest_bo(largest),
             gpu,
         )?;
         for bo in &bos {
-            let dmabuf = restored
-                .get(bo.entry)
-                .and_then(|r| r.dmabuf.as_ref())
-                .ok_or_else(|| {
-                    Error::Inconsistent(format!(
-                        "BO {} on GPU {gpu:#x} has contents but RESTORE returned no dma-buf",
-                        bo.entry
-                    ))
-                })?;
-            pipe.write_bo(dmabuf.as_fd(), bo.entry, bo.size, &mut reader, &name)?;
+            let dmabuf = dmabuf_of(bo.entry).ok_or_else(|| {
+                Error::Inconsistent(format!(
+                    "BO {} on GPU {gpu:#x} has contents but no dma-buf to fill",
+                    bo.entry
+                ))
+            })?;
+            pipe.write_bo(dmabuf, bo.entry, bo.size, &mut reader, name)?;
         }
         pipe.close()?;
     }
