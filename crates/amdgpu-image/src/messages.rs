@@ -315,9 +315,22 @@ pub struct DrmBoEntry {
     #[prost(fixed64, optional, tag = "100")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content_checksum: Option<u64>,
+    /// Ours (tag 101): the handle naming this BO's buffer across the image
+    /// set, as KFD BO entries and dma-buf images name it (`handle` is the
+    /// GEM handle inside its own file, which an importer's differs from).
+    /// Absent in images of the C plugin, which keys imports by `handle`.
+    #[prost(uint32, optional, tag = "101")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub share_handle: Option<u32>,
 }
 
 impl DrmBoEntry {
+    /// The key of this BO's buffer in the restore's shared handle table:
+    /// [`DrmBoEntry::share_handle`], or the GEM handle for images without it.
+    pub fn buffer_key(&self) -> u32 {
+        self.share_handle.unwrap_or(self.handle)
+    }
+
     /// Whether restore writes this BO's contents back (VRAM or GTT preferred
     /// domain and at least one VM mapping), as the C plugin decides.
     pub fn restore_needs_contents(&self) -> bool {

@@ -421,6 +421,7 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
     let mut referenced: HashSet<ImageName> = HashSet::new();
     let mut kfd_gpus: HashSet<u32> = HashSet::new();
     let mut handles: HashSet<u32> = HashSet::new();
+    let mut imports: Vec<(ImageName, u32, u32)> = Vec::new();
     let mut scratch = Vec::new();
     // Ids of images that could not be decoded: their files are neither
     // checked nor called strays, and cross-file checks that need them are skipped.
@@ -477,7 +478,22 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
                 ),
             ));
         }
-        handles.extend(rn.msg.bo_entries.iter().map(|b| b.handle));
+        // Dma-buf files and imports name a buffer by its share handle (the
+        // GEM handle in images without one); imports re-create nothing.
+        handles.extend(
+            rn.msg
+                .bo_entries
+                .iter()
+                .filter(|b| b.is_import == 0)
+                .map(|b| b.buffer_key()),
+        );
+        imports.extend(
+            rn.msg
+                .bo_entries
+                .iter()
+                .filter(|b| b.is_import != 0 && b.share_handle.is_some())
+                .map(|b| (*name, b.handle, b.buffer_key())),
+        );
         for (i, bo) in rn.msg.bo_entries.iter().enumerate() {
             let Some((pages, layout)) = rn.drm_pages(i) else {
                 continue;
@@ -491,6 +507,21 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
                 &mut scratch,
                 &mut report,
             );
+        }
+    }
+
+    if broken_kfd.is_empty() && broken_render.is_empty() {
+        for (name, handle, key) in &imports {
+            if !handles.contains(key) {
+                report.problems.push(Problem::new(
+                    name,
+                    "drm_bo_entry.share_handle",
+                    format!(
+                        "bo {handle} imports buffer {key}, which no bo of the set re-creates \
+                         (restore would wait for it forever)"
+                    ),
+                ));
+            }
         }
     }
 

@@ -342,6 +342,7 @@ fn render_node_matches_hand_encoding() {
                 flags: 0xe,
             }],
             content_checksum: None,
+            share_handle: None,
         }],
         producer: None,
         format_version: None,

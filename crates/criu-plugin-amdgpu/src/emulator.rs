@@ -67,6 +67,8 @@ pub struct EmulatedHost {
     added: Arc<Mutex<BTreeSet<String>>>,
     /// `find_unused_fd_pid`'s answer.
     fd_floor: Option<i32>,
+    /// CRIU's fd store (kept by the main restorer, shared by every task).
+    fdstore: Arc<Mutex<Vec<OwnedFd>>>,
     /// What the emulated CRIU says about the restore it runs, for parallel
     /// restore (nothing known by default).
     parallel: ParallelFacts,
@@ -81,6 +83,7 @@ impl EmulatedHost {
             images: images.to_path_buf(),
             added: Arc::default(),
             fd_floor,
+            fdstore: Arc::default(),
             parallel: ParallelFacts::default(),
             main_driver: None,
         }
@@ -131,6 +134,22 @@ impl CriuHost for EmulatedHost {
 
     fn find_unused_fd(&self, _pid: u32) -> Option<i32> {
         self.fd_floor
+    }
+
+    fn fdstore_add(&self, fd: BorrowedFd<'_>) -> io::Result<i32> {
+        let copy = fd.try_clone_to_owned()?;
+        let mut store = self.fdstore.lock().unwrap_or_else(PoisonError::into_inner);
+        store.push(copy);
+        i32::try_from(store.len() - 1).map_err(|_| io::Error::from_raw_os_error(libc::ENOSPC))
+    }
+
+    fn fdstore_get(&self, id: i32) -> io::Result<OwnedFd> {
+        let store = self.fdstore.lock().unwrap_or_else(PoisonError::into_inner);
+        usize::try_from(id)
+            .ok()
+            .and_then(|i| store.get(i))
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?
+            .try_clone()
     }
 
     fn parallel_facts(&self) -> ParallelFacts {
@@ -602,18 +621,23 @@ impl CriuEmulator {
                 return Err(fail(main_plugin, "POST_FORKING", "tasks".into(), answer));
             }
         }
-        let mut restored = Vec::new();
-        for (task, task_plugin) in tasks.iter().zip(task_plugins.iter_mut()) {
-            // As CRIU's open_fdinfos(): every file in ascending fd order,
-            // again and again while some ask for a retry and others make
-            // progress.
-            let mut files = Vec::new();
-            let mut waiting: Vec<u32> = task.file_ids.clone();
-            while !waiting.is_empty() {
+        // As CRIU's open_fdinfos() in every task at once: each task opens
+        // its files in ascending fd order, again and again while some ask
+        // for a retry; a task may wait for another (a buffer it imports), so
+        // the tasks take turns until all are done or a whole round makes no
+        // progress.
+        let mut files: Vec<Vec<(u32, OwnedFd)>> = tasks.iter().map(|_| Vec::new()).collect();
+        let mut waiting: Vec<Vec<u32>> = tasks.iter().map(|t| t.file_ids.clone()).collect();
+        while waiting.iter().any(|w| !w.is_empty()) {
+            let mut progress = false;
+            for (i, task_plugin) in task_plugins.iter_mut().enumerate() {
                 let mut still_waiting = Vec::new();
-                for &id in &waiting {
+                for &id in &waiting[i] {
                     match task_plugin.restore_file(id as c_int) {
-                        Ok(Restored::File(fd)) => files.push((id, fd)),
+                        Ok(Restored::File(fd)) => {
+                            files[i].push((id, fd));
+                            progress = true;
+                        }
                         Ok(Restored::WaitForKfd) => still_waiting.push(id),
                         Ok(Restored::NotOurs) => {
                             return Err(fail(
@@ -633,16 +657,20 @@ impl CriuEmulator {
                         }
                     }
                 }
-                if still_waiting.len() == waiting.len() {
-                    return Err(fail(
-                        main_plugin,
-                        "RESTORE_EXT_FILE",
-                        format!("files {still_waiting:?} (no progress)"),
-                        -libc::EAGAIN,
-                    ));
-                }
-                waiting = still_waiting;
+                waiting[i] = still_waiting;
             }
+            if !progress {
+                let stuck: Vec<u32> = waiting.iter().flatten().copied().collect();
+                return Err(fail(
+                    main_plugin,
+                    "RESTORE_EXT_FILE",
+                    format!("files {stuck:?} (no progress)"),
+                    -libc::EAGAIN,
+                ));
+            }
+        }
+        let mut restored = Vec::new();
+        for ((task, task_plugin), files) in tasks.iter().zip(task_plugins.iter_mut()).zip(files) {
             let mut mapped = Vec::new();
             for vma in &task.vmas {
                 let path = vma.path.as_os_str().as_encoded_bytes();

@@ -149,6 +149,13 @@ impl ImageStore for HostStore {
             HostStore::Stream(s) => s.list(),
         }
     }
+
+    fn discard(&self, name: &ImageName) -> Result<bool, amdgpu_image::Error> {
+        match self {
+            HostStore::Dir(s) => s.discard(name),
+            HostStore::Stream(s) => s.discard(name),
+        }
+    }
 }
 
 impl CriuHost for CriuServices {
@@ -181,6 +188,14 @@ impl CriuHost for CriuServices {
 
     fn find_unused_fd(&self, pid: u32) -> Option<i32> {
         services().find_unused_fd(i32::try_from(pid).ok()?)
+    }
+
+    fn fdstore_add(&self, fd: BorrowedFd<'_>) -> io::Result<i32> {
+        services().fdstore_add(std::os::fd::AsRawFd::as_raw_fd(&fd))
+    }
+
+    fn fdstore_get(&self, id: i32) -> io::Result<std::os::fd::OwnedFd> {
+        services().fdstore_get(id)
     }
 
     fn parallel_facts(&self) -> ParallelFacts {

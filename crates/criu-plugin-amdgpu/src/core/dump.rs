@@ -20,7 +20,7 @@
 //! This module never parses sysfs or image bytes itself and never touches
 //! CRIU: the caller passes the store and the configuration.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -118,8 +118,14 @@ pub struct Dumper<D: Driver + Clone> {
     render_minors: BTreeMap<u32, u32>,
     /// Render nodes dumped before their process's KFD file.
     pending_renders: Vec<PendingRender>,
-    /// (st_dev, st_ino) of each dumped BO's dma-buf to its handle.
+    /// (st_dev, st_ino) of each dumped BO's dma-buf to its share handle.
     dmabuf_handles: BTreeMap<(u64, u64), u32>,
+    /// Share handles some dumped BO re-creates at restore (its KFD entry
+    /// carries the handle, or its DRM entry is not an import); every other
+    /// holder of the buffer imports it.
+    created: BTreeSet<u32>,
+    /// Imported DRM BOs: (share handle, file id, GEM handle).
+    imported: Vec<(u32, u32, u32)>,
     /// Dma-buf files dumped before the KFD file of their BO.
     pending_dmabufs: Vec<(OwnedFd, u32)>,
 }
@@ -144,6 +150,8 @@ impl<D: Driver + Clone> Dumper<D> {
             render_minors: BTreeMap::new(),
             pending_renders: Vec::new(),
             dmabuf_handles: BTreeMap::new(),
+            created: BTreeSet::new(),
+            imported: Vec::new(),
             pending_dmabufs: Vec::new(),
         }
     }
@@ -268,11 +276,21 @@ impl<D: Driver + Clone> Dumper<D> {
 
         let mut bo_entries = Vec::with_capacity(checkpoint.bos.len());
         for bo in &checkpoint.bos {
-            // The handle names the BO's buffer for dma-buf files: the same
-            // buffer (also when another dumped process imported it) gets the
-            // same handle.
+            // The handle names the BO's buffer for dma-buf files and
+            // importers: the first dumped holder of a buffer re-creates and
+            // publishes it at restore. KFD cannot re-create a BO as an import,
+            // so a later holder (a process that imported it) gets its own
+            // copy at restore and no handle: the buffer's files resolve to the
+            // first holder's.
             let handle = match &bo.dmabuf {
-                Some(dmabuf) => self.dmabuf_handle(dmabuf.as_fd())?,
+                Some(dmabuf) => {
+                    let key = self.dmabuf_handle(dmabuf.as_fd())?;
+                    if self.created.insert(key) {
+                        key
+                    } else {
+                        flags::NO_HANDLE
+                    }
+                }
                 None => flags::NO_HANDLE,
             };
             bo_entries.push(KfdBoEntry {
@@ -351,8 +369,9 @@ impl<D: Driver + Clone> Dumper<D> {
     /// `dup`) and written as soon as the KFD file is dumped — upstream fails
     /// here. The node's own DRM BOs (GEM objects it created) are saved with
     /// their handles, mmap offsets, GPU mappings and, for VRAM/GTT BOs, their
-    /// contents; BOs it imported from another file are not supported by this
-    /// build.
+    /// contents; every exportable BO (also one it imported from another file
+    /// or process) is named by the share handle of its buffer, which dma-buf
+    /// files and KFD BOs of the same buffer carry too.
     pub fn dump_render_node<S: ImageStore>(
         &mut self,
         store: &S,
@@ -364,7 +383,11 @@ impl<D: Driver + Clone> Dumper<D> {
             .try_clone_to_owned()
             .map_err(Error::io("duplicating the render-node fd"))?;
         match self.user_gpu_of_minor(minor) {
-            Some(gpu_id) => self.write_render_node(store, own, minor, id, gpu_id),
+            Some(gpu_id) => {
+                let dump = self.write_render_node(store, own, minor, id, gpu_id)?;
+                self.flush_pending_dmabufs(store)?;
+                Ok(dump)
+            }
             None => {
                 log_info!(
                     "file {id}: renderD{minor} comes before its process's /dev/kfd; \
@@ -393,7 +416,7 @@ impl<D: Driver + Clone> Dumper<D> {
     }
 
     fn write_render_node<S: ImageStore>(
-        &self,
+        &mut self,
         store: &S,
         own: OwnedFd,
         minor: u32,
@@ -421,46 +444,82 @@ impl<D: Driver + Clone> Dumper<D> {
         let mut bo_entries = Vec::with_capacity(handles.len());
         for (index, listed) in handles.iter().enumerate() {
             let handle = GemHandle(listed.gem_handle);
-            if listed.flags & AMDGPU_GEM_LIST_HANDLES_FLAG_IS_IMPORT != 0 {
-                return Err(Error::Unsupported {
-                    what: format!(
-                        "dumping the imported DRM BO {} of renderD{minor} (file {id})",
-                        listed.gem_handle
-                    ),
-                });
-            }
-            let offset = node.gem_mmap_offset(handle).map_err(Error::kfd(
-                "reading a DRM BO's mmap offset (AMDGPU_GEM_MMAP)",
-            ))?;
+            let is_import = listed.flags & AMDGPU_GEM_LIST_HANDLES_FLAG_IS_IMPORT != 0;
+            // BOs without CPU access (and userptrs) have no mmap offset
+            // (EPERM): nothing of them can be mapped, so 0 = no translation.
+            let offset = match node.gem_mmap_offset(handle) {
+                Ok(offset) => offset,
+                Err(e) if e.errno() == libc::EPERM => 0,
+                Err(e) => {
+                    return Err(Error::Kfd {
+                        step: "reading a DRM BO's mmap offset (AMDGPU_GEM_MMAP)",
+                        source: e,
+                    })
+                }
+            };
             let vms = node.gem_mapping_info(handle).map_err(Error::kfd(
                 "reading a DRM BO's GPU mappings (AMDGPU_GEM_OP)",
             ))?;
             let in_gpu_memory = listed.preferred_domains
                 & u64::from(flags::GEM_DOMAIN_VRAM | flags::GEM_DOMAIN_GTT)
                 != 0;
-            let content_checksum = if in_gpu_memory {
-                let name = ImageName::DrmPages {
-                    id,
-                    minor,
-                    bo_index: index as u32,
-                };
-                let dmabuf = node
-                    .prime_handle_to_fd(handle, DRM_CLOEXEC)
-                    .map_err(Error::kfd("exporting a DRM BO (PRIME_HANDLE_TO_FD)"))?;
-                Some(transfer::dump_drm_bo(
-                    &self.driver,
-                    store,
-                    &name,
-                    transfer::DrmDevice {
-                        gpu_id,
-                        render_minor: minor,
-                    },
-                    dmabuf.as_fd(),
-                    listed.size,
-                    &self.config.options,
-                )?)
-            } else {
-                None
+            // The buffer's dma-buf names it across files and processes.
+            // Userptr and VM-always-valid BOs cannot be exported (EPERM):
+            // nothing else can share them either.
+            let dmabuf = match node.prime_handle_to_fd(handle, DRM_CLOEXEC) {
+                Ok(dmabuf) => Some(dmabuf),
+                Err(e) if e.errno() == libc::EPERM && !in_gpu_memory => None,
+                Err(e) => {
+                    return Err(Error::Kfd {
+                        step: "exporting a DRM BO (PRIME_HANDLE_TO_FD)",
+                        source: e,
+                    })
+                }
+            };
+            let share_handle = match &dmabuf {
+                Some(dmabuf) => Some(self.dmabuf_handle(dmabuf.as_fd())?),
+                None => None,
+            };
+            // A buffer another dumped BO re-creates (the same GEM object
+            // shared by dma-buf on one device, which the kernel does not flag)
+            // is imported at restore, as is one imported from another device.
+            let is_import =
+                is_import || share_handle.is_some_and(|key| self.created.contains(&key));
+            match (is_import, share_handle) {
+                (false, Some(key)) => {
+                    self.created.insert(key);
+                }
+                (true, Some(key)) => self.imported.push((key, id, listed.gem_handle)),
+                (true, None) => {
+                    return Err(Error::Inconsistent(format!(
+                        "the imported DRM BO {} of renderD{minor} (file {id}) cannot be \
+                         exported, so its buffer cannot be named",
+                        listed.gem_handle
+                    )))
+                }
+                (false, None) => {}
+            }
+            let content_checksum = match (&dmabuf, in_gpu_memory) {
+                (Some(dmabuf), true) => {
+                    let name = ImageName::DrmPages {
+                        id,
+                        minor,
+                        bo_index: index as u32,
+                    };
+                    Some(transfer::dump_drm_bo(
+                        &self.driver,
+                        store,
+                        &name,
+                        transfer::DrmDevice {
+                            gpu_id,
+                            render_minor: minor,
+                        },
+                        dmabuf.as_fd(),
+                        listed.size,
+                        &self.config.options,
+                    )?)
+                }
+                _ => None,
             };
             bo_entries.push(DrmBoEntry {
                 addr: vms.last().map_or(0, |vm| vm.addr),
@@ -470,7 +529,7 @@ impl<D: Driver + Clone> Dumper<D> {
                 alignment: listed.alignment,
                 preferred_domains: listed.preferred_domains as u32,
                 handle: listed.gem_handle,
-                is_import: 0,
+                is_import: u32::from(is_import),
                 num_of_vms: vms.len() as u32,
                 vm_entries: vms
                     .iter()
@@ -482,6 +541,7 @@ impl<D: Driver + Clone> Dumper<D> {
                     })
                     .collect(),
                 content_checksum,
+                share_handle,
             });
         }
         let msg = CriuRenderNode {
@@ -628,9 +688,21 @@ impl<D: Driver + Clone> Dumper<D> {
                 .map(|(_, id)| format!("file {id}"))
                 .collect();
             first_error = Some(Error::Inconsistent(format!(
-                "amdgpu dma-bufs that belong to no dumped KFD BO: {} (dma-bufs of DRM BOs \
-                 are not supported by this build)",
+                "amdgpu dma-bufs of no buffer of a dumped KFD or render-node file: {}",
                 files.join(", ")
+            )));
+        }
+        let orphans: Vec<String> = self
+            .imported
+            .iter()
+            .filter(|(key, ..)| !self.created.contains(key))
+            .map(|(_, id, handle)| format!("BO {handle} of file {id}"))
+            .collect();
+        if first_error.is_none() && !orphans.is_empty() {
+            first_error = Some(Error::Inconsistent(format!(
+                "DRM BOs imported from a buffer no dumped process holds (its exporter is \
+                 outside the dump): {}",
+                orphans.join(", ")
             )));
         }
         if first_error.is_none() && !self.pending_renders.is_empty() {

@@ -8,6 +8,7 @@
 pub mod convert;
 pub mod dump;
 pub mod error;
+pub mod handles;
 pub mod identify;
 pub mod parallel;
 pub mod plugin;

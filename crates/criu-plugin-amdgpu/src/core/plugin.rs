@@ -12,18 +12,21 @@
 //!
 //! Errors are logged here, once, with the hook and the object they concern.
 
+use std::collections::BTreeSet;
 use std::ffi::c_int;
-use std::os::fd::{BorrowedFd, IntoRawFd};
+use std::os::fd::{BorrowedFd, IntoRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use amdgpu_image::ImageStore;
+use amdgpu_image::{flags, CriuKfd, CriuRenderNode, ImageName, ImageStore, ReadLimits};
 use kfd::{DeviceNumber, Driver};
 
 use super::dump::{DumpConfig, Dumper};
 use super::error::Error;
+use super::handles::{HandleTable, UNSIZED_CAPACITY};
 use super::identify::{Devices, FdClass};
 use super::parallel::{Copier, ParallelFacts, ParallelRestore, SocketName};
-use super::restore::{resume, RestoreConfig, Restored, Restorer, Resume};
+use super::restore::{resume, RestoreConfig, Restored, Restorer, Resume, Sharing};
 use super::vma::VmaAnswer;
 use crate::abi::Stage;
 use crate::options::Options;
@@ -51,6 +54,21 @@ pub trait CriuHost {
     /// `find_unused_fd_pid(pid)`: a free fd number above every fd the
     /// restored task will own.
     fn find_unused_fd(&self, pid: u32) -> Option<i32>;
+
+    /// `fdstore_add(fd)`: parks a copy of `fd` in CRIU's fd store (kept by
+    /// CRIU's main process for every restored task) and returns its id.
+    /// Hosts without an fd store answer `ENOSYS` (the default).
+    fn fdstore_add(&self, fd: BorrowedFd<'_>) -> std::io::Result<i32> {
+        let _ = fd;
+        Err(std::io::Error::from_raw_os_error(libc::ENOSYS))
+    }
+
+    /// `fdstore_get(id)`: a new fd of the file parked under `id`. Hosts
+    /// without an fd store answer `ENOSYS` (the default).
+    fn fdstore_get(&self, id: i32) -> std::io::Result<OwnedFd> {
+        let _ = id;
+        Err(std::io::Error::from_raw_os_error(libc::ENOSYS))
+    }
 
     /// What CRIU says about this restore for the choice of parallel
     /// restore (asked in the main process at `init(RESTORE)`). The default,
@@ -113,6 +131,12 @@ pub struct Plugin<D: Driver + Clone, H: CriuHost> {
     added_to_inventory: bool,
     dumper: Option<Dumper<D>>,
     restorer: Option<Restorer<D>>,
+    /// The buffer handle table `RESTORE_INIT` made before fork, shared by
+    /// every restored task.
+    handles: Option<Arc<HandleTable>>,
+    /// CRIU file ids `DUMP_EXT_FILE` worked on: their images are removed
+    /// when `exit` reports a failed dump.
+    dumped_ids: BTreeSet<u32>,
     /// Main restorer: parallel restore, when chosen at `init`.
     parallel: Option<ParallelRestore>,
     /// Restored task: where it hands BO contents off (inherited at fork).
@@ -202,6 +226,8 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             added_to_inventory: false,
             dumper: None,
             restorer: None,
+            handles: None,
+            dumped_ids: BTreeSet::new(),
             parallel,
             hand_off: None,
         }
@@ -222,6 +248,8 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             added_to_inventory: self.added_to_inventory,
             dumper: None,
             restorer: None,
+            handles: self.handles.clone(),
+            dumped_ids: BTreeSet::new(),
             parallel: None,
             hand_off: self.parallel.as_ref().map(|p| p.socket().clone()),
         }
@@ -250,7 +278,9 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
         self.restorer.as_ref()
     }
 
-    /// `exit(stage, ret)`: never leaves a dumped process paused.
+    /// `exit(stage, ret)`: never leaves a dumped process paused, and after
+    /// a failed dump removes the images it wrote, so no set that looks
+    /// complete remains.
     pub fn exit(mut self, ret: c_int) {
         if let Some(dumper) = self.dumper.as_mut() {
             if dumper.paused() > 0 {
@@ -258,6 +288,9 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
                     log_error!("exit: {e}");
                 }
             }
+        }
+        if self.stage == Stage::Dump && ret != 0 && !self.dumped_ids.is_empty() {
+            self.discard_images();
         }
         if let Some(mut parallel) = self.parallel.take() {
             // RESUME_DEVICES_LATE did not run (a failed restore): stop the
@@ -267,6 +300,30 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             }
         }
         log_info!("finished {:?} (CRIU result {ret})", self.stage);
+    }
+
+    /// Removes every image of the file ids this dump worked on.
+    fn discard_images(&self) {
+        let removed = self.host.image_store(true).and_then(|store| {
+            let names = store
+                .list()
+                .map_err(Error::image("listing the images of the failed dump"))?;
+            let mut removed = 0;
+            for name in names.iter().filter(|n| self.dumped_ids.contains(&n.id())) {
+                if store
+                    .discard(name)
+                    .map_err(Error::image("removing an image of the failed dump"))?
+                {
+                    removed += 1;
+                }
+            }
+            Ok(removed)
+        });
+        match removed {
+            Ok(0) => {}
+            Ok(n) => log_info!("exit: removed {n} image file(s) of the failed dump"),
+            Err(e) => log_warn!("exit: images of the failed dump remain: {e}"),
+        }
     }
 
     /// `HANDLE_DEVICE_VMA`: accepts mappings of `/dev/kfd` and of amdgpu
@@ -328,6 +385,7 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             Err(e) => return fail("DUMP_EXT_FILE", &format!("file {id}"), &e),
         };
         let file = id as u32;
+        self.dumped_ids.insert(file);
         let result = match class {
             FdClass::Render { minor } => self
                 .dumper_mut()
@@ -384,10 +442,88 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
         }
     }
 
-    /// `RESTORE_INIT()`: nothing is shared between restored tasks in this
-    /// build (no DRM BO handle table), so nothing is prepared before fork.
+    /// The buffer handle table shared by the restored tasks, once
+    /// `RESTORE_INIT` made it.
+    pub fn handle_table(&self) -> Option<&HandleTable> {
+        self.handles.as_deref()
+    }
+
+    /// `RESTORE_INIT()` in CRIU's main process, before it forks the tasks:
+    /// makes the buffer handle table they share when the images share
+    /// buffers between files (dma-buf files, render nodes), sized from the
+    /// image set through the image store (so `--stream` and `--work-dir`
+    /// work; a stream, which cannot be listed, gets [`UNSIZED_CAPACITY`]).
+    /// Not ours when nothing is shared.
     pub fn restore_init(&mut self) -> c_int {
-        NOT_MINE
+        if self.active().is_none() || self.stage != Stage::Restore {
+            return NOT_MINE;
+        }
+        let capacity = match self.shared_buffers() {
+            Ok(Some(capacity)) => capacity,
+            Ok(None) => return NOT_MINE,
+            Err(e) => return fail("RESTORE_INIT", "sizing the buffer handle table", &e),
+        };
+        match HandleTable::shared(capacity) {
+            Ok(table) => {
+                log_info!(
+                    "buffer handle table for {capacity} buffers shared by the restored tasks"
+                );
+                self.handles = Some(Arc::new(table));
+                0
+            }
+            Err(e) => fail(
+                "RESTORE_INIT",
+                "making the buffer handle table",
+                &Error::io("mapping shared memory")(e),
+            ),
+        }
+    }
+
+    /// The buffers of the image set that files may share (KFD BOs with a
+    /// handle, DRM BOs), `None` when no file of the set can use another's
+    /// buffer (no dma-buf file, no render node).
+    fn shared_buffers(&self) -> Result<Option<usize>, Error> {
+        let store = self.host.image_store(false)?;
+        let Ok(names) = store.list() else {
+            return Ok(Some(UNSIZED_CAPACITY));
+        };
+        if !names
+            .iter()
+            .any(|n| matches!(n, ImageName::Dmabuf { .. } | ImageName::RenderNode { .. }))
+        {
+            return Ok(None);
+        }
+        let limits = ReadLimits::default();
+        let mut buffers = 0usize;
+        for name in &names {
+            match name {
+                ImageName::Kfd { .. } => {
+                    if let Some(msg) = store
+                        .read_message::<CriuKfd>(name, limits)
+                        .map_err(Error::image("reading a KFD image to size the handle table"))?
+                    {
+                        buffers += msg
+                            .bo_entries
+                            .iter()
+                            .filter(|b| b.handle != flags::NO_HANDLE)
+                            .count();
+                    }
+                }
+                ImageName::RenderNode { .. } => {
+                    if let Some(msg) =
+                        store
+                            .read_message::<CriuRenderNode>(name, limits)
+                            .map_err(Error::image(
+                                "reading a render-node image to size the handle table",
+                            ))?
+                    {
+                        buffers += msg.bo_entries.len();
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(Some(buffers.max(1)))
     }
 
     /// `POST_FORKING()`: BO contents are restored inside the restored task,
@@ -415,7 +551,8 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
 
     /// `RESTORE_EXT_FILE(id)`: the new fd (CRIU owns it) or an errno; the
     /// second value is `retry_needed`: a render node whose task's KFD file
-    /// comes later answers 0 with a retry (as the C plugin does).
+    /// comes later, or a file importing a buffer whose exporter has not run
+    /// yet, answers 0 with a retry (as the C plugin does).
     pub fn restore_ext_file(&mut self, id: c_int) -> (c_int, bool) {
         match self.restore_file(id) {
             Ok(Restored::File(fd)) => (fd.into_raw_fd(), false),
@@ -450,7 +587,14 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
         }
         let host = &self.host;
         let find_unused_fd = |pid: u32| host.find_unused_fd(pid);
-        match restorer.restore_file(&store, id as u32, &find_unused_fd) {
+        let fdstore_add = |fd: BorrowedFd<'_>| host.fdstore_add(fd);
+        let fdstore_get = |store_id: i32| host.fdstore_get(store_id);
+        let sharing = Sharing {
+            table: self.handles.as_deref(),
+            fdstore_add: &fdstore_add,
+            fdstore_get: &fdstore_get,
+        };
+        match restorer.restore_file(&store, id as u32, &find_unused_fd, &sharing) {
             Ok(Restored::File(fd)) => {
                 log_info!("file {id}: restored");
                 Ok(Restored::File(fd))

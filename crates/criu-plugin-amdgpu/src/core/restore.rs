@@ -23,18 +23,29 @@
 //! checkpointed handles (`GEM_CREATE` + `GEM_CHANGE_HANDLE`), mapped at their
 //! GPU addresses, filled from their pages files and given translations.
 //!
-//! A dma-buf image of a BO of the same task gets a `dup` of the dma-buf
-//! RESTORE returned for that BO.
+//! Buffers shared between files and tasks go through the handle table all
+//! restored tasks share ([`HandleTable`], made by `RESTORE_INIT` before
+//! fork, or lazily in the task where the host has no such hook) and CRIU's
+//! fd store: a task that re-creates a buffer with a share handle (a KFD BO
+//! through RESTORE, a DRM BO through `GEM_CREATE`) parks a dma-buf of it in
+//! the fd store and publishes the handle; an imported DRM BO is imported
+//! from that dma-buf (`PRIME_FD_TO_HANDLE`) and given its checkpointed GEM
+//! handle, and a dma-buf file becomes a new fd of it. While a buffer's
+//! exporter has not run yet, the file is answered with a retry
+//! ([`Restored::WaitForKfd`]); BOs already re-created are not re-created on
+//! the next call. A dma-buf of a BO of the same task is a `dup` of the
+//! dma-buf RESTORE returned for it, without the fd store.
 //!
-//! Not in this build (answered as [`Error::Unsupported`]): imported DRM BOs,
-//! dma-bufs of BOs of other tasks (they need CRIU's fd store).
+//! GPU mappings are re-created with `AMDGPU_VM_PAGE_*` flags translated from
+//! the page-table bits `GET_MAPPING_INFO` reported at dump (passing those
+//! back unchanged gives `EINVAL` or wrong permissions).
 //!
-//! This module never touches CRIU's symbols: the caller passes the store and
-//! CRIU's `find_unused_fd_pid` as a function.
+//! This module never touches CRIU's symbols: the caller passes the store,
+//! CRIU's `find_unused_fd_pid` and its fd store as functions ([`Sharing`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CStr;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -45,11 +56,16 @@ use amdgpu_image::{
 };
 use amdgpu_topology::mapping::map_topologies;
 use kfd::{Driver, GemCreate, GemHandle, Kfd, RenderNode};
-use kfd_sys::{kfd_criu_bo_bucket, kfd_criu_device_bucket, DRM_CLOEXEC, DRM_RDWR, KFD_INVALID_FD};
+use kfd_sys::{
+    kfd_criu_bo_bucket, kfd_criu_device_bucket, AMDGPU_VM_PAGE_EXECUTABLE, AMDGPU_VM_PAGE_NOALLOC,
+    AMDGPU_VM_PAGE_PRT, AMDGPU_VM_PAGE_READABLE, AMDGPU_VM_PAGE_WRITEABLE, DRM_CLOEXEC, DRM_RDWR,
+    KFD_INVALID_FD,
+};
 
 use super::convert::checkpointed_topology;
 use super::dump::{local_topology, HSAKMT_SHM};
 use super::error::Error;
+use super::handles::HandleTable;
 use super::identify::render_node_path;
 use super::transfer;
 use super::vma::{Translation, VmaTranslations};
@@ -85,6 +101,44 @@ pub struct KfdRestore {
     pub content_bytes: u64,
 }
 
+/// What CRIU offers a restored task for buffers shared between tasks.
+pub struct Sharing<'a> {
+    /// The handle table every restored task shares (`RESTORE_INIT`); `None`
+    /// where the host made none (then the task makes a private one on first
+    /// use, which shares buffers between its own files only).
+    pub table: Option<&'a HandleTable>,
+    /// `fdstore_add(fd)`: parks a copy of `fd` in CRIU's fd store.
+    pub fdstore_add: &'a dyn Fn(BorrowedFd<'_>) -> std::io::Result<i32>,
+    /// `fdstore_get(id)`: a new fd of the file parked under `id`.
+    pub fdstore_get: &'a dyn Fn(i32) -> std::io::Result<OwnedFd>,
+}
+
+impl std::fmt::Debug for Sharing<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sharing")
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `AMDGPU_VM_PAGE_*` flags for `GEM_VA` from the page-table bits
+/// `GET_MAPPING_INFO` reports (`AMDGPU_PTE_*`: executable 1<<4, readable
+/// 1<<5, writeable 1<<6, PRT 1<<51, NOALLOC 1<<58). Other bits (memory
+/// type, validity, fragment) are chosen again by the kernel.
+pub fn gem_va_flags(pte: u64) -> u32 {
+    const PTE_TO_VM: [(u64, u32); 5] = [
+        (1 << 4, AMDGPU_VM_PAGE_EXECUTABLE),
+        (1 << 5, AMDGPU_VM_PAGE_READABLE),
+        (1 << 6, AMDGPU_VM_PAGE_WRITEABLE),
+        (1 << 51, AMDGPU_VM_PAGE_PRT),
+        (1 << 58, AMDGPU_VM_PAGE_NOALLOC),
+    ];
+    PTE_TO_VM
+        .iter()
+        .filter(|(pte_bit, _)| pte & pte_bit != 0)
+        .fold(0, |flags, (_, vm)| flags | vm)
+}
+
 /// The restore side of the plugin in one restored task.
 pub struct Restorer<D: Driver + Clone> {
     driver: D,
@@ -98,6 +152,8 @@ pub struct Restorer<D: Driver + Clone> {
     drm_bos_done: BTreeSet<(u32, u32)>,
     /// Dma-bufs of restored KFD BOs by handle, for dma-buf files.
     dmabufs: BTreeMap<u32, OwnedFd>,
+    /// The task's own table where the host shares none.
+    private_table: Option<HandleTable>,
     /// Checkpointed gpu_id to local gpu_id, once a KFD image was restored.
     gpu_map: BTreeMap<u32, u32>,
     translations: VmaTranslations,
@@ -130,6 +186,7 @@ impl<D: Driver + Clone> Restorer<D> {
             render_minors: BTreeMap::new(),
             drm_bos_done: BTreeSet::new(),
             dmabufs: BTreeMap::new(),
+            private_table: None,
             gpu_map: BTreeMap::new(),
             translations: VmaTranslations::new(),
             restored: Vec::new(),
@@ -156,12 +213,14 @@ impl<D: Driver + Clone> Restorer<D> {
 
     /// `RESTORE_EXT_FILE(id)`. `find_unused_fd` is CRIU's
     /// `find_unused_fd_pid` (the checkpointed pid in, a free fd number above
-    /// all the task's fds out).
+    /// all the task's fds out); `sharing` is what buffers shared between
+    /// tasks go through.
     pub fn restore_file<S: ImageStore + Sync>(
         &mut self,
         store: &S,
         id: u32,
         find_unused_fd: &dyn Fn(u32) -> Option<i32>,
+        sharing: &Sharing<'_>,
     ) -> Result<Restored, Error> {
         let limits = ReadLimits::default();
         if let Some(msg) = store
@@ -169,20 +228,20 @@ impl<D: Driver + Clone> Restorer<D> {
             .map_err(Error::image("reading the KFD image"))?
         {
             return self
-                .restore_kfd(store, id, msg, find_unused_fd)
+                .restore_kfd(store, id, msg, find_unused_fd, sharing)
                 .map(Restored::File);
         }
         if let Some(msg) = store
             .read_message::<CriuRenderNode>(&ImageName::RenderNode { id }, limits)
             .map_err(Error::image("reading the render-node image"))?
         {
-            return self.restore_render_node(store, id, msg);
+            return self.restore_render_node(store, id, msg, sharing);
         }
         if let Some(msg) = store
             .read_message::<CriuDmabufNode>(&ImageName::Dmabuf { id }, limits)
             .map_err(Error::image("reading the dma-buf image"))?
         {
-            return self.restore_dmabuf(id, &msg);
+            return self.restore_dmabuf(id, &msg, sharing);
         }
         Ok(Restored::NotOurs)
     }
@@ -193,6 +252,7 @@ impl<D: Driver + Clone> Restorer<D> {
         id: u32,
         msg: CriuKfd,
         find_unused_fd: &dyn Fn(u32) -> Option<i32>,
+        sharing: &Sharing<'_>,
     ) -> Result<OwnedFd, Error> {
         let image = ValidatedKfd::new(id, msg).map_err(Error::image("validating the KFD image"))?;
         let msg = image.message();
@@ -318,12 +378,19 @@ impl<D: Driver + Clone> Restorer<D> {
         // Dma-buf files of the task re-open their BO through the dma-buf
         // RESTORE returned; keep those (above the task's fds) while the
         // images hold dma-buf files at all.
+        // Other tasks find the buffers through the shared table (which the
+        // host only makes when the images share buffers); without one, this
+        // task's own dma-buf and render files find them here.
         let bos = restored.len();
-        if has_dmabuf_images(store) {
-            for (entry, bo) in msg.bo_entries.iter().zip(restored) {
-                let (Some(dmabuf), true) = (bo.dmabuf, entry.handle != flags::NO_HANDLE) else {
-                    continue;
-                };
+        let keep_local = sharing.table.is_none() && has_sharing_images(store);
+        for (entry, bo) in msg.bo_entries.iter().zip(restored) {
+            let (Some(dmabuf), true) = (bo.dmabuf, entry.handle != flags::NO_HANDLE) else {
+                continue;
+            };
+            if let Some(table) = sharing.table {
+                publish(table, sharing, entry.handle, dmabuf.as_fd())?;
+            }
+            if keep_local {
                 let kept = match self.fd_floor {
                     Some(floor) => crate::sys::dup_at_least(dmabuf.as_fd(), floor)
                         .map_err(Error::io(format!("moving a dma-buf above fd {floor}")))?,
@@ -344,32 +411,53 @@ impl<D: Driver + Clone> Restorer<D> {
         Ok(kfd.into_fd())
     }
 
-    /// A dma-buf of one of this task's restored KFD BOs: a `dup` of the
-    /// dma-buf RESTORE returned for it. BOs of other tasks would need CRIU's
-    /// fd store, which this build does not use.
-    fn restore_dmabuf(&mut self, id: u32, msg: &CriuDmabufNode) -> Result<Restored, Error> {
-        if let Some(dmabuf) = self.dmabufs.get(&msg.gem_handle) {
-            return dmabuf
-                .try_clone()
-                .map(Restored::File)
-                .map_err(Error::io(format!(
-                    "duplicating the dma-buf of BO handle {}",
+    /// A dma-buf file: a `dup` of the dma-buf RESTORE returned for one of
+    /// this task's BOs, or a new fd of a buffer another file or task
+    /// published; a retry while nobody did yet.
+    fn restore_dmabuf(
+        &mut self,
+        id: u32,
+        msg: &CriuDmabufNode,
+        sharing: &Sharing<'_>,
+    ) -> Result<Restored, Error> {
+        match self.shared_dmabuf(msg.gem_handle, sharing)? {
+            Some(dmabuf) => Ok(Restored::File(dmabuf)),
+            None => {
+                log_debug!(
+                    "dma-buf file {id} (buffer {}) waits for the file that re-creates its buffer",
                     msg.gem_handle
-                )));
+                );
+                Ok(Restored::WaitForKfd)
+            }
         }
-        if self.restored.is_empty() {
-            log_debug!(
-                "dma-buf file {id} (BO handle {}) waits for the task's KFD file",
-                msg.gem_handle
-            );
-            return Ok(Restored::WaitForKfd);
+    }
+
+    /// A new fd of the dma-buf of buffer `key`: from this task's KFD BOs,
+    /// else from the shared table; `None` while nobody published it.
+    fn shared_dmabuf(&mut self, key: u32, sharing: &Sharing<'_>) -> Result<Option<OwnedFd>, Error> {
+        if let Some(dmabuf) = self.dmabufs.get(&key) {
+            return dmabuf.try_clone().map(Some).map_err(Error::io(format!(
+                "duplicating the dma-buf of buffer {key}"
+            )));
         }
-        Err(Error::Unsupported {
-            what: format!(
-                "restoring dma-buf file {id} of BO handle {}, which belongs to another process",
-                msg.gem_handle
-            ),
-        })
+        let Some(store_id) = self.table(sharing).lookup(key) else {
+            return Ok(None);
+        };
+        (sharing.fdstore_get)(store_id)
+            .map(Some)
+            .map_err(Error::io(format!(
+                "fetching the dma-buf of buffer {key} from CRIU's fd store (id {store_id})"
+            )))
+    }
+
+    /// The shared table, or this task's own where the host made none.
+    fn table<'t>(&'t mut self, sharing: &Sharing<'t>) -> &'t HandleTable {
+        match sharing.table {
+            Some(table) => table,
+            None => self
+                .private_table
+                .get_or_insert_with(|| HandleTable::private(super::handles::UNSIZED_CAPACITY)),
+        }
     }
 
     fn restore_render_node<S: ImageStore>(
@@ -377,6 +465,7 @@ impl<D: Driver + Clone> Restorer<D> {
         store: &S,
         id: u32,
         msg: CriuRenderNode,
+        sharing: &Sharing<'_>,
     ) -> Result<Restored, Error> {
         let image = ValidatedRenderNode::new(id, msg)
             .map_err(Error::image("validating the render-node image"))?;
@@ -399,56 +488,92 @@ impl<D: Driver + Clone> Restorer<D> {
         // Every render node of one GPU in the task becomes this one DRM file
         // (also KFD's VM): its BOs are re-created there under their handles.
         let node = RenderNode::from_fd(self.driver.clone(), file.as_fd());
+        let mut waiting = 0usize;
         for (index, bo) in msg.bo_entries.iter().enumerate() {
-            if bo.is_import != 0 {
-                return Err(Error::Unsupported {
-                    what: format!(
-                        "restoring the imported DRM BO {} of render-node file {id}",
-                        bo.handle
-                    ),
-                });
-            }
             // Two files of one GPU listing the same handle collapse into one
-            // BO, as with the C plugin.
-            if !self.drm_bos_done.insert((bo.handle, msg.drm_render_minor)) {
+            // BO, as with the C plugin; a retry skips BOs already re-created.
+            if self
+                .drm_bos_done
+                .contains(&(bo.handle, msg.drm_render_minor))
+            {
                 continue;
             }
-            let created = node
-                .gem_create(&GemCreate {
-                    size: bo.size,
-                    alignment: bo.alignment,
-                    domains: u64::from(bo.preferred_domains),
-                    flags: bo.alloc_flags,
-                })
-                .map_err(Error::kfd("re-creating a DRM BO (AMDGPU_GEM_CREATE)"))?;
             let handle = GemHandle(bo.handle);
+            let key = bo.buffer_key();
+            let (created, dmabuf) = if bo.is_import != 0 {
+                let Some(dmabuf) = self.shared_dmabuf(key, sharing)? else {
+                    log_debug!(
+                        "render-node file {id}: imported BO {} waits for buffer {key}",
+                        bo.handle
+                    );
+                    waiting += 1;
+                    continue;
+                };
+                let imported = node
+                    .prime_fd_to_handle(dmabuf.as_fd())
+                    .map_err(Error::kfd("importing a shared buffer (PRIME_FD_TO_HANDLE)"))?;
+                (imported, Some(dmabuf))
+            } else {
+                let created = node
+                    .gem_create(&GemCreate {
+                        size: bo.size,
+                        alignment: bo.alignment,
+                        domains: u64::from(bo.preferred_domains),
+                        flags: bo.alloc_flags,
+                    })
+                    .map_err(Error::kfd("re-creating a DRM BO (AMDGPU_GEM_CREATE)"))?;
+                (created, None)
+            };
             if created != handle {
                 node.gem_change_handle(created, handle).map_err(Error::kfd(
                     "giving a DRM BO its checkpointed handle (GEM_CHANGE_HANDLE; needs a kernel with it)",
                 ))?;
             }
+            self.drm_bos_done.insert((bo.handle, msg.drm_render_minor));
             for vm in &bo.vm_entries {
-                node.gem_va_map(handle, vm.addr, vm.offset, vm.size, vm.flags as u32)
+                node.gem_va_map(handle, vm.addr, vm.offset, vm.size, gem_va_flags(vm.flags))
                     .map_err(Error::kfd("mapping a DRM BO (AMDGPU_GEM_VA)"))?;
             }
-            let new_offset = node.gem_mmap_offset(handle).map_err(Error::kfd(
-                "reading a DRM BO's mmap offset (AMDGPU_GEM_MMAP)",
-            ))?;
-            self.translations.push(Translation {
-                addr: bo.addr,
-                old_offset: bo.offset,
-                new_offset,
-                file: Some(file.clone()),
-            });
+            // Offset 0: the BO had no CPU mapping at dump (no CPU access).
+            if bo.offset != 0 {
+                let new_offset = node.gem_mmap_offset(handle).map_err(Error::kfd(
+                    "reading a DRM BO's mmap offset (AMDGPU_GEM_MMAP)",
+                ))?;
+                self.translations.push(Translation {
+                    addr: bo.addr,
+                    old_offset: bo.offset,
+                    new_offset,
+                    file: Some(file.clone()),
+                });
+            }
+            let needs_export = bo.restore_needs_contents()
+                || (bo.is_import == 0 && bo.share_handle.is_some() && sharing.table.is_some());
+            let dmabuf = match dmabuf {
+                Some(dmabuf) => Some(dmabuf),
+                None if needs_export => Some(
+                    node.prime_handle_to_fd(handle, DRM_RDWR | DRM_CLOEXEC)
+                        .map_err(Error::kfd("exporting a DRM BO (PRIME_HANDLE_TO_FD)"))?,
+                ),
+                None => None,
+            };
+            // Importers in other tasks find this buffer through the table.
+            if let (0, Some(_), Some(table), Some(dmabuf)) = (
+                bo.is_import,
+                bo.share_handle,
+                sharing.table,
+                dmabuf.as_ref(),
+            ) {
+                publish(table, sharing, key, dmabuf.as_fd())?;
+            }
             if bo.restore_needs_contents() {
                 let (name, layout) = image.drm_pages(index).ok_or_else(|| {
                     Error::Inconsistent(format!(
                         "render-node file {id}: BO {index} has no pages file name"
                     ))
                 })?;
-                let dmabuf = node
-                    .prime_handle_to_fd(handle, DRM_RDWR | DRM_CLOEXEC)
-                    .map_err(Error::kfd("exporting a DRM BO (PRIME_HANDLE_TO_FD)"))?;
+                let dmabuf = dmabuf.as_ref().ok_or_else(|| {
+                    Error::Inconsistent(format!("render-node file {id}: BO {index} not exported"))
+                })?;
                 transfer::restore_drm_bo(
                     &self.driver,
                     store,
@@ -462,6 +587,12 @@ impl<D: Driver + Clone> Restorer<D> {
                     &self.config.options,
                 )?;
             }
+        }
+        if waiting > 0 {
+            log_info!(
+                "render-node file {id}: {waiting} imported BOs wait for their exporters; retrying"
+            );
+            return Ok(Restored::WaitForKfd);
         }
         file.try_clone()
             .map(Restored::File)
@@ -537,12 +668,36 @@ impl<D: Driver + Clone> Restorer<D> {
     }
 }
 
-/// Whether the image set holds dma-buf files (true when the store cannot
-/// list, as a stream cannot).
-fn has_dmabuf_images<S: ImageStore>(store: &S) -> bool {
+/// Whether the image set holds files that may use another file's buffer:
+/// dma-buf files or render nodes (true when the store cannot list, as a
+/// stream cannot).
+fn has_sharing_images<S: ImageStore>(store: &S) -> bool {
     store.list().map_or(true, |names| {
-        names.iter().any(|n| matches!(n, ImageName::Dmabuf { .. }))
+        names
+            .iter()
+            .any(|n| matches!(n, ImageName::Dmabuf { .. } | ImageName::RenderNode { .. }))
     })
+}
+
+/// Parks `dmabuf` in CRIU's fd store and publishes it as buffer `key`,
+/// unless the key is published already (another task re-created the same
+/// buffer first; the first one is kept).
+fn publish(
+    table: &HandleTable,
+    sharing: &Sharing<'_>,
+    key: u32,
+    dmabuf: BorrowedFd<'_>,
+) -> Result<(), Error> {
+    if table.lookup(key).is_some() {
+        return Ok(());
+    }
+    let store_id = (sharing.fdstore_add)(dmabuf).map_err(Error::io(format!(
+        "parking the dma-buf of buffer {key} in CRIU's fd store"
+    )))?;
+    table
+        .publish(key, store_id)
+        .map_err(|e| Error::Inconsistent(format!("publishing buffer {key}: {e}")))?;
+    Ok(())
 }
 
 /// What `RESTORE_EXT_FILE` restored.
@@ -552,8 +707,10 @@ pub enum Restored {
     NotOurs,
     /// The new file; CRIU installs it at the saved fd number.
     File(OwnedFd),
-    /// A render node whose GPU only the task's KFD file maps, which was not
-    /// restored yet (its fd number is higher): ask again later.
+    /// Ask again later: a render node whose GPU only the task's KFD file
+    /// maps, which was not restored yet (its fd number is higher), or a file
+    /// that imports a buffer whose exporter (in this or another task) has
+    /// not run yet.
     WaitForKfd,
 }
 

@@ -1,0 +1,280 @@
+//! The buffer handle table every restored task shares: which CRIU fd-store
+//! id holds a dma-buf of each checkpointed buffer (§6.6 of the upstream
+//! description).
+//!
+//! A task that re-creates a buffer (a KFD BO through `CRIU_OP RESTORE`, a DRM
+//! BO through `GEM_CREATE`) parks a dma-buf of it in CRIU's fd store and
+//! publishes `buffer key → fd-store id` here; a task that imported the buffer
+//! (a DRM import, a dma-buf fd) looks the key up and fetches the dma-buf from
+//! the fd store, or asks CRIU to retry while the key is absent.
+//!
+//! The table must be shared by tasks CRIU forks after `RESTORE_INIT`, so on a
+//! real host it lives in an anonymous `MAP_SHARED` mapping made before fork
+//! ([`HandleTable::shared`]); the emulator, whose tasks are threads of one
+//! process, shares a heap table through an `Arc` ([`HandleTable::private`]).
+//! Slots are single 64-bit atomics written once with compare-and-swap, so
+//! the table needs no lock (a lock held by a task that dies would block the
+//! others) and a key is never published twice.
+//!
+//! This module never talks to CRIU or to the kernel beyond `mmap`/`munmap`.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Slots of a table whose image set cannot be listed (an image stream):
+/// 64 Ki buffers, 512 KiB of address space, touched only as slots fill.
+pub const UNSIZED_CAPACITY: usize = 1 << 16;
+
+/// Why a key could not be published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TableError {
+    /// Every slot holds another key.
+    #[error("the shared buffer handle table is full ({capacity} buffers)")]
+    Full {
+        /// Slots of the table.
+        capacity: usize,
+    },
+    /// A fd-store id that cannot be recorded (negative).
+    #[error("fd-store id {0} cannot be recorded")]
+    BadId(i32),
+}
+
+enum Memory {
+    /// `MAP_SHARED | MAP_ANONYMOUS`, unmapped on drop.
+    Shared {
+        base: NonNull<AtomicU64>,
+        len: usize,
+    },
+    Heap(Box<[AtomicU64]>),
+}
+
+/// Buffer key to CRIU fd-store id, shared by every restored task.
+pub struct HandleTable {
+    memory: Memory,
+}
+
+// SAFETY: the table is an array of atomics, which any thread may access; the
+// shared mapping is owned by the table and unmapped only on drop.
+unsafe impl Send for HandleTable {}
+// SAFETY: as above: every access goes through `AtomicU64` operations.
+unsafe impl Sync for HandleTable {}
+
+impl std::fmt::Debug for HandleTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandleTable")
+            .field("capacity", &self.capacity())
+            .field("used", &self.len())
+            .field("shared", &matches!(self.memory, Memory::Shared { .. }))
+            .finish()
+    }
+}
+
+/// Empty slots are 0; a used slot packs `key << 32 | (id + 1)` (ids are
+/// never negative, so the low half of a used slot is never 0).
+fn pack(key: u32, id: i32) -> u64 {
+    (u64::from(key) << 32) | (u64::from(id as u32) + 1)
+}
+
+fn unpack(slot: u64) -> Option<(u32, i32)> {
+    (slot != 0).then(|| {
+        (
+            (slot >> 32) as u32,
+            ((slot & 0xffff_ffff) - 1) as u32 as i32,
+        )
+    })
+}
+
+impl HandleTable {
+    /// A table in this process's heap (tasks that are threads, or a host
+    /// without `RESTORE_INIT`, whose tasks cannot share memory anyway).
+    pub fn private(capacity: usize) -> HandleTable {
+        let slots: Vec<AtomicU64> = (0..capacity.max(1)).map(|_| AtomicU64::new(0)).collect();
+        HandleTable {
+            memory: Memory::Heap(slots.into_boxed_slice()),
+        }
+    }
+
+    /// A table in an anonymous shared mapping, which processes forked after
+    /// this call share.
+    pub fn shared(capacity: usize) -> std::io::Result<HandleTable> {
+        let len = capacity.max(1);
+        let bytes = len
+            .checked_mul(std::mem::size_of::<AtomicU64>())
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
+        // SAFETY: an anonymous mapping at an address of the kernel's choice
+        // aliases no Rust object; the result is checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let base = NonNull::new(ptr.cast::<AtomicU64>())
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
+        Ok(HandleTable {
+            memory: Memory::Shared { base, len },
+        })
+    }
+
+    fn slots(&self) -> &[AtomicU64] {
+        match &self.memory {
+            // SAFETY: the mapping holds `len` zero-filled (so valid, empty)
+            // `AtomicU64`s, page aligned, and lives as long as `self`.
+            Memory::Shared { base, len } => unsafe {
+                std::slice::from_raw_parts(base.as_ptr(), *len)
+            },
+            Memory::Heap(slots) => slots,
+        }
+    }
+
+    /// Slots of the table.
+    pub fn capacity(&self) -> usize {
+        self.slots().len()
+    }
+
+    /// Keys published so far.
+    pub fn len(&self) -> usize {
+        self.slots()
+            .iter()
+            .take_while(|s| s.load(Ordering::Acquire) != 0)
+            .count()
+    }
+
+    /// Whether nothing was published yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The fd-store id published for `key`.
+    pub fn lookup(&self, key: u32) -> Option<i32> {
+        for slot in self.slots() {
+            match unpack(slot.load(Ordering::Acquire)) {
+                None => return None,
+                Some((k, id)) if k == key => return Some(id),
+                Some(_) => {}
+            }
+        }
+        None
+    }
+
+    /// Publishes `key → id`: `Ok(true)` if recorded, `Ok(false)` if the key
+    /// was already published (by this or another task), which keeps the
+    /// first buffer.
+    pub fn publish(&self, key: u32, id: i32) -> Result<bool, TableError> {
+        if id < 0 {
+            return Err(TableError::BadId(id));
+        }
+        let packed = pack(key, id);
+        // Slots fill in order, so the first empty slot is where every
+        // publisher of an absent key competes: one wins, the others see its
+        // key on reloading that slot.
+        for slot in self.slots() {
+            loop {
+                match unpack(slot.load(Ordering::Acquire)) {
+                    Some((k, _)) if k == key => return Ok(false),
+                    Some(_) => break,
+                    None => {
+                        if slot
+                            .compare_exchange(0, packed, Ordering::AcqRel, Ordering::Acquire)
+                            .is_ok()
+                        {
+                            return Ok(true);
+                        }
+                    }
+                }
+            }
+        }
+        Err(TableError::Full {
+            capacity: self.capacity(),
+        })
+    }
+}
+
+impl Drop for HandleTable {
+    fn drop(&mut self) {
+        if let Memory::Shared { base, len } = &self.memory {
+            // SAFETY: the mapping was made by `shared` with this address and
+            // length, and no slice of it outlives `self`.
+            unsafe {
+                libc::munmap(base.as_ptr().cast(), len * std::mem::size_of::<AtomicU64>());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_publisher_wins_and_lookup_finds_it() {
+        for table in [HandleTable::private(4), HandleTable::shared(4).unwrap()] {
+            assert_eq!(table.lookup(7), None);
+            assert_eq!(table.publish(7, 3), Ok(true));
+            assert_eq!(table.publish(7, 9), Ok(false), "the first buffer is kept");
+            assert_eq!(table.publish(0, 0), Ok(true), "key 0 and id 0 are valid");
+            assert_eq!(table.lookup(7), Some(3));
+            assert_eq!(table.lookup(0), Some(0));
+            assert_eq!(table.lookup(u32::MAX), None);
+            assert_eq!(table.publish(u32::MAX, i32::MAX), Ok(true));
+            assert_eq!(table.lookup(u32::MAX), Some(i32::MAX));
+            assert_eq!(table.len(), 3);
+            assert_eq!(table.publish(1, 1), Ok(true));
+            assert_eq!(table.publish(2, 1), Err(TableError::Full { capacity: 4 }));
+            assert_eq!(
+                table.publish(1, 5),
+                Ok(false),
+                "a full table still finds keys"
+            );
+            assert_eq!(table.publish(5, -1), Err(TableError::BadId(-1)));
+        }
+    }
+
+    #[test]
+    fn a_shared_table_is_shared_with_a_forked_child() {
+        let table = HandleTable::shared(16).unwrap();
+        table.publish(1, 10).unwrap();
+        // SAFETY: the child only touches the table's atomics and exits with
+        // `_exit`, never returning into the test harness.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let ok = table.lookup(1) == Some(10) && table.publish(2, 20) == Ok(true);
+            // SAFETY: `_exit` ends the child without running the parent's
+            // destructors or atexit handlers.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(waited, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        assert_eq!(table.lookup(2), Some(20), "the child's key is visible");
+        let private = HandleTable::private(16);
+        assert_eq!(private.lookup(2), None);
+    }
+
+    #[test]
+    fn concurrent_publishers_of_one_key_record_it_once() {
+        let table = std::sync::Arc::new(HandleTable::private(64));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let table = table.clone();
+                std::thread::spawn(move || {
+                    (0..32u32).filter(|k| table.publish(*k, t).unwrap()).count()
+                })
+            })
+            .collect();
+        let won: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(won, 32, "each key recorded by exactly one thread");
+        assert_eq!(table.len(), 32);
+    }
+}
