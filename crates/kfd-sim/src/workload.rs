@@ -146,7 +146,7 @@ pub struct BoDescription {
     pub flags: u32,
     /// CPU address of a USERPTR allocation, else 0.
     pub user_addr: u64,
-    /// User gpu_ids the allocation is GPU-mapped on.
+    /// User gpu_ids the allocation is GPU-mapped on, ascending.
     pub mapped_on: Vec<GpuId>,
     /// Hash of the contents (VRAM, GTT and USERPTR; 0 for apertures).
     pub content_hash: u64,
@@ -343,13 +343,19 @@ fn allocs(st: &State, pid: Pid) -> Result<Vec<Alloc>, WorkloadError> {
     let mut out = Vec::new();
     for pdd in &p.pdds {
         for (&slot, m) in &pdd.idr {
+            // In user gpu_id order: the order of the process's devices
+            // follows the machine's topology, which a restore on another
+            // machine legitimately changes.
+            let mut mapped_on: Vec<GpuId> =
+                m.mapped.iter().map(|&i| p.pdds[i].user_gpu_id).collect();
+            mapped_on.sort_unstable();
             out.push(Alloc {
                 handle: crate::kfd::memory::make_handle(pdd.user_gpu_id, slot),
                 va: m.va,
                 size: m.size,
                 flags: m.flags,
                 user_addr: m.user_addr,
-                mapped_on: m.mapped.iter().map(|&i| p.pdds[i].user_gpu_id).collect(),
+                mapped_on,
                 bo: m.bo,
             });
         }

@@ -7,6 +7,10 @@
 //! plugin's hooks in CRIU's order and process roles. The workload comes from
 //! `kfd_sim::workload`; an identical twin runs uninterrupted next to it so
 //! the restored process can be compared with where it would have been.
+//! The application's own CPU memory (where its USERPTR BOs point) is its
+//! process's, as on a real host: the emulated CRIU carries it in its pages
+//! dump and maps it back at the same addresses on the restoring machine, so
+//! every workload moves between machines.
 //! `--inject` arms a `kfd-sim` fault so a failure can be rehearsed end to end.
 //!
 //! Verified means: every restore hook answered success, every device mapping
@@ -35,7 +39,7 @@ use criu_plugin_amdgpu::emulator::{
 use criu_plugin_amdgpu::log::{Capture, Level};
 use criu_plugin_amdgpu::options::Options;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use kfd_sim::workload::{Profile, Workload, WorkloadDescription};
+use kfd_sim::workload::{CpuMemory, Profile, Workload, WorkloadDescription};
 use kfd_sim::{FaultSpec, Pid, Sim, SimConfig};
 use serde::Serialize;
 
@@ -507,39 +511,6 @@ fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Result<(), St
 
     stage(bar, "launching the workload");
     let mut processes = launch(&origin_sim, &profiles)?;
-    // USERPTR BOs point into the application's own memory, which CRIU (not
-    // the plugin) restores at the same address. The simulator keeps that
-    // memory per simulated machine and cannot hand it to another one, so
-    // such a process can only be restored on the machine it ran on.
-    let has_userptr = processes.iter().any(|p| {
-        p.expected
-            .bos
-            .iter()
-            .any(|b| b.flags & flags::KFD_USERPTR != 0)
-    });
-    let target = match target {
-        Some(machine) if has_userptr => {
-            if args.restore_topology.is_some() {
-                return Err(Stop::Usage(format!(
-                    "workload {} keeps USERPTR BOs in application memory, which CRIU \
-                     restores and kfd-sim cannot move to another simulated machine: restore \
-                     on the same machine (--restore-topology {}) or use --workload tensorflow",
-                    args.workload.name(),
-                    args.topology
-                )));
-            }
-            eprintln!(
-                "amdgpu-criu demo: note: restoring on the checkpointed machine instead of {}: \
-                 workload {} keeps USERPTR BOs in application memory, which kfd-sim cannot \
-                 move to another simulated machine (--workload tensorflow restores across \
-                 machines)",
-                machine.label,
-                args.workload.name()
-            );
-            None
-        }
-        other => other,
-    };
     let target_sim = match &target {
         Some(machine) => Some(simulate(machine)?),
         None => None,
@@ -629,14 +600,6 @@ fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Result<(), St
         origin_sim.clear_faults();
     }
 
-    // The checkpointed processes end; their twins run on.
-    for p in &mut processes {
-        if let Some(app) = p.app.take() {
-            app.exit()
-                .map_err(|e| Stop::Failed(format!("ending the checkpointed process: {e}")))?;
-        }
-    }
-
     stage(bar, "checking the restore machine");
     let local = DeviceTopology::from_system(restore_sim.topology())
         .map_err(|e| Stop::Usage(format!("{restore_label}: {e}")))?;
@@ -662,6 +625,16 @@ fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Result<(), St
                 .collect(),
         })
         .collect();
+    // The checkpointed processes end, their memory with them; their twins
+    // run on. Right before the restore: the restore maps that memory back
+    // at the same addresses in this host process, and nothing else should
+    // be mapped there in between.
+    for p in &mut processes {
+        if let Some(app) = p.app.take() {
+            app.exit()
+                .map_err(|e| Stop::Failed(format!("ending the checkpointed process: {e}")))?;
+        }
+    }
     let started = Instant::now();
     let restored = restorer.restore_tree(&tree);
     let restore_time = started.elapsed();
@@ -840,8 +813,12 @@ fn launch(sim: &Sim, profiles: &[Profile]) -> Result<Vec<Process>, Stop> {
                  of the GPUs than they offer, or --size is too large)"
             ))
         };
-        let mut app = Workload::launch(sim, profile).map_err(failed)?;
-        let mut twin = Workload::launch(sim, profile).map_err(failed)?;
+        // The application's CPU memory is its own, carried by CRIU's pages
+        // dump like any process's.
+        let mut app =
+            Workload::launch_with_memory(sim, profile, CpuMemory::Process).map_err(failed)?;
+        let mut twin =
+            Workload::launch_with_memory(sim, profile, CpuMemory::Process).map_err(failed)?;
         for _ in 0..STEPS_BEFORE {
             app.step().map_err(failed)?;
             twin.step().map_err(failed)?;
