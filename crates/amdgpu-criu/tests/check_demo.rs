@@ -405,10 +405,8 @@ fn a_tree_dump_failing_on_its_second_process_unpauses_every_process() {
         3,
         "{text}"
     );
-    assert!(
-        text.contains("not a checkpoint of the whole tree"),
-        "{text}"
-    );
+    // The plugin removes what the failed dump wrote.
+    assert!(text.contains("no amdgpu image files remain"), "{text}");
 }
 
 #[test]

@@ -56,8 +56,6 @@ struct Outcome {
     after: Snapshot,
     running: bool,
     complete: bool,
-    /// Whether the KFD image was committed before the failure.
-    kfd_committed: bool,
 }
 
 /// One dump of a fresh one-GPU machine running the basic workload.
@@ -117,7 +115,6 @@ fn run(config: (usize, bool), images: &Path, shm: &Path, fault: &Fault) -> Outco
             after,
             running,
             complete: set_looks_complete(images),
-            kfd_committed: images.join("amdgpu-kfd-1.img").exists(),
         }
     };
     // Every thread of the run (the plugin's, the simulator's SDMA workers,
@@ -134,18 +131,6 @@ fn run(config: (usize, bool), images: &Path, shm: &Path, fault: &Fault) -> Outco
         },
         ..outcome
     }
-}
-
-/// Known gap, asserted to still occur so this exemption goes when it is
-/// closed: a failure after the KFD image and its pages files were committed
-/// (anything in a render node's dump, the late unpause) leaves a set that
-/// `verify` cannot tell from a complete one — it does not know which files
-/// CRIU expected. Such a "complete" finding is counted as the gap when the
-/// KFD image is in the directory. Closing it needs the plugin to remove the
-/// images it committed when `exit(DUMP, ret)` reports a failed dump (an
-/// `ImageStore` remove operation for the directory store).
-fn known_gap(kind: &str, out: &Outcome) -> bool {
-    kind == "complete" && out.kfd_committed
 }
 
 /// The checks every failed dump must pass; returns what is wrong as
@@ -196,7 +181,6 @@ fn every_dump_call_site_fails_cleanly() {
     let shm = tempfile::tempdir().unwrap();
     let mut bad = Vec::new();
     let mut checked = 0;
-    let mut gaps_seen = 0;
 
     for config in [(1, false), (2, false), (1, true)] {
         let gpus = config.0;
@@ -246,13 +230,11 @@ fn every_dump_call_site_fails_cleanly() {
                 shm.path(),
                 &Fault::Site(site.clone(), errno),
             );
-            for (kind, msg) in problems(&format!("{config:?}, {site}={errno}"), &site.op, &out) {
-                if known_gap(kind, &out) {
-                    gaps_seen += 1;
-                } else {
-                    bad.push(msg);
-                }
-            }
+            bad.extend(
+                problems(&format!("{config:?}, {site}={errno}"), &site.op, &out)
+                    .into_iter()
+                    .map(|(_, msg)| msg),
+            );
             checked += 1;
         }
 
@@ -278,13 +260,7 @@ fn every_dump_call_site_fails_cleanly() {
                         found.push(("log", format!("{what}: no error line")));
                     }
                 }
-                for (kind, msg) in found {
-                    if known_gap(kind, &out) {
-                        gaps_seen += 1;
-                    } else {
-                        bad.push(msg);
-                    }
-                }
+                bad.extend(found.into_iter().map(|(_, msg)| msg));
                 checked += 1;
                 assert!(nth < 500, "{op} fires more than 500 times in one dump");
             }
@@ -296,11 +272,5 @@ fn every_dump_call_site_fails_cleanly() {
         "{} problems:\n{}",
         bad.len(),
         bad.join("\n")
-    );
-    println!("{gaps_seen} failures after the KFD image was committed (known gap)");
-    assert!(
-        gaps_seen > 0,
-        "the known gap (complete-looking set after a late failure) no longer occurs: \
-         remove known_gap"
     );
 }
