@@ -20,9 +20,12 @@ use std::time::{Duration, Instant};
 use amdgpu_image::{flags, CriuKfd, DirStore, ImageName, ImageStore, ReadLimits};
 use criu_plugin_amdgpu::emulator::{CriuEmulator, DeviceVma, EmulatorConfig, TaskFile};
 use criu_plugin_amdgpu::options::Options;
-use kfd::{CopyEngine, CopyEngineConfig, Kfd, MemHandle, RenderMinor, RenderNode, StagingBuffer};
+use kfd::{
+    CopyEngine, CopyEngineConfig, ImportedBo, Kfd, MemHandle, RenderMinor, RenderNode,
+    StagingBuffer, StagingSlot,
+};
 use kfd_sim::workload::{Profile, Workload};
-use kfd_sim::{Sim, SimConfig};
+use kfd_sim::{Sim, SimConfig, SimDriver};
 
 /// CRIU's file id of the workload's `/dev/kfd` fd; render nodes follow.
 const KFD_ID: u32 = 1;
@@ -540,32 +543,42 @@ pub struct SdmaFigures {
     pub write_bps: f64,
 }
 
-/// Copies every BO of `machine` into two alternating 32 MiB staging buffers
-/// and back (one copy in flight while the previous one is waited for), on
-/// one copy engine per GPU, GPUs one after another; no file I/O.
-pub fn sdma_rates(machine: &Machine) -> Result<SdmaFigures> {
-    const SLOT: usize = 32 << 20;
-    let driver = machine.sim.driver(machine.app.pid());
-    let kfd_fd = machine.app.kfd_fd().ok_or_else(|| BenchError::Step {
-        step: "sdma rates",
-        reason: "the process has no /dev/kfd fd".into(),
-    })?;
-    let kfd = Kfd::from_fd(driver.clone(), kfd_fd);
-    let mut read = Duration::ZERO;
-    let mut write = Duration::ZERO;
-    let mut bytes = 0u64;
-    for gpu in machine.sim.gpus() {
-        let bos: Vec<&BenchBo> = machine.bos.iter().filter(|b| b.gpu == gpu.gpu_id).collect();
-        if bos.is_empty() {
-            continue;
-        }
-        let render = RenderNode::open(driver.clone(), RenderMinor(gpu.render_minor))
+/// One GPU's copy engine with the GPU's BOs of a [`Machine`] imported and
+/// two 32 MiB staging buffers: copies without file I/O.
+pub struct SdmaRig {
+    engine: CopyEngine<SimDriver>,
+    slots: Vec<StagingSlot>,
+    imported: Vec<(ImportedBo, u64)>,
+}
+
+impl SdmaRig {
+    /// Size of each staging buffer.
+    pub const SLOT: usize = 32 << 20;
+
+    /// The rig for the BOs of `machine` on `gpu` (a `GpuInfo::gpu_id`).
+    pub fn new(machine: &Machine, gpu: u32) -> Result<SdmaRig> {
+        let driver = machine.sim.driver(machine.app.pid());
+        let kfd_fd = machine.app.kfd_fd().ok_or_else(|| BenchError::Step {
+            step: "sdma rig",
+            reason: "the process has no /dev/kfd fd".into(),
+        })?;
+        let kfd = Kfd::from_fd(driver.clone(), kfd_fd);
+        let info = machine
+            .sim
+            .gpus()
+            .into_iter()
+            .find(|g| g.gpu_id == gpu)
+            .ok_or_else(|| BenchError::Step {
+                step: "sdma rig",
+                reason: format!("no GPU {gpu:#x}"),
+            })?;
+        let render = RenderNode::open(driver, RenderMinor(info.render_minor))
             .map_err(step("opening a render node"))?;
         let mut engine = CopyEngine::new(render, CopyEngineConfig::default())
             .map_err(step("setting up the copy engine"))?;
         let mut slots = Vec::new();
         for _ in 0..2 {
-            let mut buffer = StagingBuffer::new(SLOT).map_err(step("staging memory"))?;
+            let mut buffer = StagingBuffer::new(Self::SLOT).map_err(step("staging memory"))?;
             // Touch the pages once, as a reused staging buffer is.
             buffer.as_mut_slice().fill(1);
             slots.push(
@@ -575,56 +588,82 @@ pub fn sdma_rates(machine: &Machine) -> Result<SdmaFigures> {
             );
         }
         let mut imported = Vec::new();
-        for bo in &bos {
+        for bo in machine.bos.iter().filter(|b| b.gpu == gpu) {
             let dmabuf = kfd
                 .export_dmabuf(MemHandle(bo.handle))
                 .map_err(step("exporting a dma-buf"))?;
-            imported.push((
-                engine
-                    .import_dmabuf(dmabuf.as_fd())
-                    .map_err(step("importing a dma-buf"))?,
-                bo.size,
-            ));
-            bytes += bo.size;
+            let bo_import = engine
+                .import_dmabuf(dmabuf.as_fd())
+                .map_err(step("importing a dma-buf"))?;
+            imported.push((bo_import, bo.size));
         }
-        for to_bo in [false, true] {
-            let start = Instant::now();
-            let mut pending = None;
-            let mut turn = 0;
-            for (bo, size) in &imported {
-                let mut offset = 0u64;
-                while offset < *size {
-                    let len = (*size - offset).min(SLOT as u64) as usize;
-                    let fence = if to_bo {
-                        engine.submit_write(bo, offset, slots[turn], len)
-                    } else {
-                        engine.submit_read(bo, offset, slots[turn], len)
-                    }
-                    .map_err(step("submitting a copy"))?;
-                    if let Some(prev) = pending.replace(fence) {
-                        engine
-                            .wait(&prev, None)
-                            .map_err(step("waiting for a copy"))?;
-                    }
-                    turn ^= 1;
-                    offset += len as u64;
+        Ok(SdmaRig {
+            engine,
+            slots,
+            imported,
+        })
+    }
+
+    /// Copies every BO into the staging buffers (`to_bo` false) or the
+    /// staging buffers into every BO (`to_bo` true), one copy in flight while
+    /// the previous one is waited for; returns the bytes moved.
+    pub fn pass(&mut self, to_bo: bool) -> Result<u64> {
+        let mut pending = None;
+        let mut turn = 0;
+        let mut bytes = 0;
+        for (bo, size) in &self.imported {
+            let mut offset = 0u64;
+            while offset < *size {
+                let len = (*size - offset).min(Self::SLOT as u64) as usize;
+                let fence = if to_bo {
+                    self.engine.submit_write(bo, offset, self.slots[turn], len)
+                } else {
+                    self.engine.submit_read(bo, offset, self.slots[turn], len)
                 }
-            }
-            if let Some(prev) = pending {
-                engine
-                    .wait(&prev, None)
-                    .map_err(step("waiting for a copy"))?;
-            }
-            if to_bo {
-                write += start.elapsed();
-            } else {
-                read += start.elapsed();
+                .map_err(step("submitting a copy"))?;
+                if let Some(prev) = pending.replace(fence) {
+                    self.engine
+                        .wait(&prev, None)
+                        .map_err(step("waiting for a copy"))?;
+                }
+                turn ^= 1;
+                offset += len as u64;
+                bytes += len as u64;
             }
         }
-        for (bo, _) in imported {
-            engine.release_bo(bo).map_err(step("releasing a BO"))?;
+        if let Some(prev) = pending {
+            self.engine
+                .wait(&prev, None)
+                .map_err(step("waiting for a copy"))?;
         }
-        engine.close().map_err(step("closing the copy engine"))?;
+        Ok(bytes)
+    }
+
+    /// Releases the BOs and closes the engine.
+    pub fn close(mut self) -> Result<()> {
+        for (bo, _) in self.imported.drain(..) {
+            self.engine.release_bo(bo).map_err(step("releasing a BO"))?;
+        }
+        self.engine.close().map_err(step("closing the copy engine"))
+    }
+}
+
+/// Copies every BO of `machine` into two alternating 32 MiB staging buffers
+/// and back ([`SdmaRig::pass`]), GPUs one after another; no file I/O. The
+/// BOs' contents are overwritten.
+pub fn sdma_rates(machine: &Machine) -> Result<SdmaFigures> {
+    let mut read = Duration::ZERO;
+    let mut write = Duration::ZERO;
+    let mut bytes = 0u64;
+    for gpu in machine.sim.gpus() {
+        let mut rig = SdmaRig::new(machine, gpu.gpu_id)?;
+        let start = Instant::now();
+        bytes += rig.pass(false)?;
+        read += start.elapsed();
+        let start = Instant::now();
+        rig.pass(true)?;
+        write += start.elapsed();
+        rig.close()?;
     }
     Ok(SdmaFigures {
         read_bps: bytes as f64 / read.as_secs_f64(),

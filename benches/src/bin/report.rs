@@ -63,7 +63,7 @@ fn min_time(a: Option<Duration>, b: Duration) -> Option<Duration> {
 fn run(quick: bool, dir: &Path) -> Result<()> {
     let total = if quick { 256 * MIB } else { 2048 * MIB };
     let bo_bytes = if quick { 32 * MIB } else { 64 * MIB };
-    let reps = if quick { 3 } else { 2 };
+    let reps = 2;
     let gib = (1u64 << 30) as f64;
     line("bytes", total);
     line("bo_bytes", bo_bytes);
