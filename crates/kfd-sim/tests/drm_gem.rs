@@ -714,3 +714,29 @@ fn foreign_imports_get_their_own_offset_on_the_importing_gpu() {
         "the local bo is untouched"
     );
 }
+
+#[test]
+fn gem_userptr_high_water_mark_counts_live_pinned_userptr_bos_per_gpu() {
+    let sim = sim_with(2, 90010);
+    let r = open_render(&sim, 0);
+    let gpu0 = sim.gpus()[0].gpu_id;
+    let gpu1 = sim.gpus()[1].gpu_id;
+    assert_eq!(sim.gem_userptr_peak_bytes(gpu0), Some(0));
+    let a = HostBuf::new(2 * MIB as usize, |_| 0);
+    let b = HostBuf::new(MIB as usize, |_| 0);
+    let c = HostBuf::new(MIB as usize, |_| 0);
+    let ha = r.userptr(&a).unwrap();
+    let hb = r.userptr(&b).unwrap();
+    assert_eq!(sim.gem_userptr_peak_bytes(gpu0), Some(3 * MIB));
+    // Freed BOs no longer count: a new one after a close stays below the peak.
+    r.close(ha).unwrap();
+    let hc = r.userptr(&c).unwrap();
+    assert_eq!(sim.gem_userptr_peak_bytes(gpu0), Some(3 * MIB));
+    // GEM BOs in VRAM/GTT are not staging memory; other GPUs are separate.
+    r.gem_create(4 * MIB, k::AMDGPU_GEM_DOMAIN_GTT, 0).unwrap();
+    assert_eq!(sim.gem_userptr_peak_bytes(gpu0), Some(3 * MIB));
+    assert_eq!(sim.gem_userptr_peak_bytes(gpu1), Some(0));
+    assert_eq!(sim.gem_userptr_peak_bytes(0xdead), None);
+    r.close(hb).unwrap();
+    r.close(hc).unwrap();
+}
