@@ -584,6 +584,7 @@ impl CriuEmulator {
                 single_process: Some(tasks.len() == 1),
                 streaming: false,
                 run_id: None,
+                turned_off: false,
             },
             self.sim.driver(main),
         );

@@ -270,6 +270,7 @@ fn started_worker(sim: &Sim, dirs: &Dirs) -> ParallelRestore {
         single_process: Some(true),
         streaming: false,
         run_id: None,
+        turned_off: false,
     })
     .expect("the socket can be bound");
     let main = sim.spawn_process().unwrap();

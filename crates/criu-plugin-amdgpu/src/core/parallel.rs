@@ -161,12 +161,17 @@ pub struct ParallelFacts {
     pub streaming: bool,
     /// CRIU's `criu_run_id`, when it has one.
     pub run_id: Option<String>,
+    /// The user turned parallel restore off
+    /// (`AMDGPU_PLUGIN_PARALLEL_RESTORE=0`).
+    pub turned_off: bool,
 }
 
 impl ParallelFacts {
     /// Why parallel restore cannot be used, or `None` when it can.
     pub fn refusal(&self) -> Option<&'static str> {
-        if !self.calls_post_forking {
+        if self.turned_off {
+            Some("turned off by AMDGPU_PLUGIN_PARALLEL_RESTORE=0")
+        } else if !self.calls_post_forking {
             Some("this CRIU has no POST_FORKING hook (needs CRIU v4.2 or later)")
         } else if self.single_process != Some(true) {
             Some(match self.single_process {
@@ -1236,6 +1241,44 @@ mod tests {
         let mut c = sample();
         c.gpus[1].user_gpu_id = 0x1111;
         assert!(Command::decode(&c.encode()).is_err());
+    }
+
+    #[test]
+    fn parallel_restore_needs_every_fact() {
+        let ok = ParallelFacts {
+            calls_post_forking: true,
+            single_process: Some(true),
+            streaming: false,
+            run_id: None,
+            turned_off: false,
+        };
+        assert_eq!(ok.refusal(), None);
+        let refused = [
+            ParallelFacts {
+                calls_post_forking: false,
+                ..ok.clone()
+            },
+            ParallelFacts {
+                single_process: Some(false),
+                ..ok.clone()
+            },
+            ParallelFacts {
+                single_process: None,
+                ..ok.clone()
+            },
+            ParallelFacts {
+                streaming: true,
+                ..ok.clone()
+            },
+            ParallelFacts {
+                turned_off: true,
+                ..ok.clone()
+            },
+        ];
+        for facts in refused {
+            assert!(facts.refusal().is_some(), "{facts:?}");
+        }
+        assert!(ParallelRestore::plan(&ParallelFacts::default()).is_none());
     }
 
     #[test]
