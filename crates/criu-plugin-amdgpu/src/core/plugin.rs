@@ -582,7 +582,14 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
         let restorer = self
             .restorer
             .get_or_insert_with(|| Restorer::new(driver.clone(), config));
-        if let Some(socket) = &self.hand_off {
+        // Inside CRIU a restored task is a fork of the main process and
+        // holds its `parallel` state itself; the emulator's tasks get
+        // `hand_off` from `forked`.
+        let socket = self
+            .hand_off
+            .as_ref()
+            .or_else(|| self.parallel.as_ref().map(ParallelRestore::socket));
+        if let Some(socket) = socket {
             restorer.hand_contents_to(socket.clone());
         }
         let host = &self.host;
