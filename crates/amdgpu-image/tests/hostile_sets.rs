@@ -138,7 +138,9 @@ fn corpus(visit: &mut dyn FnMut(String, Files, ImageName)) {
             );
         }
         // Absurd length headers.
-        for claim in [u64::from(u32::MAX) + 1, 1 << 62, u64::MAX] {
+        // (1 GiB - 1 is just under the default read limit: the reader must
+        // not allocate it up front.)
+        for claim in [(1 << 30) - 1, u64::from(u32::MAX) + 1, 1 << 62, u64::MAX] {
             let mut lying = bytes.clone();
             lying[..8].copy_from_slice(&claim.to_le_bytes());
             visit(
@@ -308,7 +310,13 @@ const CHILD_ENV: &str = "AMDGPU_IMAGE_HOSTILE_CHILD";
 fn hostile_corpus_under_small_address_space_limit() {
     if std::env::var_os(CHILD_ENV).is_some() {
         // The child: every case again, in an address space where one
-        // unjustified gigabyte allocation aborts the process.
+        // unjustified gigabyte allocation aborts the process. First, the
+        // limit is in force.
+        let mut probe: Vec<u8> = Vec::new();
+        assert!(
+            probe.try_reserve(1 << 30).is_err(),
+            "RLIMIT_AS is not in force in the child"
+        );
         let mut n = 0;
         corpus(&mut |_, files, _| {
             verify(&files);
