@@ -203,7 +203,7 @@ fn ddp_like_group_exchanges_drm_buffers_by_dma_buf() {
         let handle = node
             .gem_create(&GemCreate {
                 size: BO_SIZE as u64,
-                alignment: 4096,
+                alignment: 64 << 10,
                 domains: u64::from(AMDGPU_GEM_DOMAIN_VRAM),
                 flags: 0,
             })
@@ -365,6 +365,13 @@ fn ddp_like_group_exchanges_drm_buffers_by_dma_buf() {
     };
     for (i, (handle, pattern, _)) in exports.iter().enumerate() {
         let node = render_of(i, i);
+        let listed = node.gem_list_handles().unwrap();
+        let entry = listed.iter().find(|h| h.gem_handle == handle.0).unwrap();
+        assert_eq!(
+            (entry.size, entry.alignment, entry.preferred_domains),
+            (BO_SIZE as u64, 16, u64::from(AMDGPU_GEM_DOMAIN_VRAM)),
+            "re-created with its size, alignment (in pages) and domains"
+        );
         let vms = node.gem_mapping_info(*handle).unwrap();
         assert_eq!(vms.len(), 1);
         assert_eq!(vms[0].addr, va(i), "GPU address kept");

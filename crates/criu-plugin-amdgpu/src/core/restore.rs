@@ -72,6 +72,9 @@ use super::vma::{Translation, VmaTranslations};
 use crate::options::Options;
 use crate::{log_debug, log_info, log_warn};
 
+/// The GPU page size, the unit of `drm_bo_entry.alignment`.
+const GPU_PAGE: u64 = 4096;
+
 /// hsakmt's named semaphore (`/dev/shm/sem.hsakmt_semaphore`).
 pub const HSAKMT_SEMAPHORE: &CStr = c"hsakmt_semaphore";
 
@@ -517,7 +520,9 @@ impl<D: Driver + Clone> Restorer<D> {
                 let created = node
                     .gem_create(&GemCreate {
                         size: bo.size,
-                        alignment: bo.alignment,
+                        // GEM_LIST_HANDLES reports the alignment in GPU
+                        // pages; GEM_CREATE takes bytes.
+                        alignment: bo.alignment.saturating_mul(GPU_PAGE),
                         domains: u64::from(bo.preferred_domains),
                         flags: bo.alloc_flags,
                     })
