@@ -633,3 +633,78 @@ fn an_import_from_a_process_outside_the_dump_fails_the_dump() {
     app.exit().unwrap();
     outsider.exit().unwrap();
 }
+
+/// CRIU v4.2 has no `RESTORE_INIT` (and no retry): the task makes its own
+/// table, so a process whose render node imports its own KFD buffer and
+/// which holds a dma-buf of a DRM BO still restores (files in fd order:
+/// /dev/kfd, render node, dma-buf), with the import being the KFD BO.
+#[test]
+fn without_restore_init_a_task_shares_buffers_between_its_own_files() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let mut app = Workload::launch(&sim, &Profile::Basic).unwrap();
+    app.step().unwrap();
+    let expected = app.describe().unwrap();
+    let vram = expected
+        .bos
+        .iter()
+        .find(|b| b.flags & KFD_IOC_ALLOC_MEM_FLAGS_VRAM != 0)
+        .unwrap()
+        .clone();
+    let kfd = Kfd::from_fd(app.driver().clone(), app.kfd_fd().unwrap());
+    let kfd_buf = kfd.export_dmabuf(MemHandle(vram.handle)).unwrap();
+    let node = RenderNode::from_fd(app.driver().clone(), app.render_fds()[0]);
+    let imported = node.prime_fd_to_handle(kfd_buf.as_fd()).unwrap();
+    let own = node
+        .gem_create(&GemCreate {
+            size: 8192,
+            alignment: 4096,
+            domains: u64::from(AMDGPU_GEM_DOMAIN_VRAM),
+            flags: 0,
+        })
+        .unwrap();
+    let own_buf = node.prime_handle_to_fd(own, DRM_CLOEXEC).unwrap();
+    let dirs = Dirs::new();
+    let emulator = dirs.emulator(&sim, |c| c.max_hooks = 13);
+    let (mut files, mut ids) = gpu_files_from(&app, 1);
+    files.push(TaskFile {
+        fd: own_buf.as_fd(),
+        id: 30,
+    });
+    ids.push(30);
+    emulator
+        .dump(app.pid(), &files, &device_vmas(&sim))
+        .expect("dump");
+    let render = render_image(&dirs, 2);
+    let import = render
+        .bo_entries
+        .iter()
+        .find(|b| b.handle == imported.0)
+        .unwrap();
+    assert_eq!(
+        import.is_import, 1,
+        "the KFD BO's holder in the render node imports it"
+    );
+    let pid = app.pid();
+    let image = kfd_image_of(dirs.images.path(), 1);
+    drop(files);
+    drop((kfd, kfd_buf, node, own_buf));
+    app.exit().unwrap();
+    let task = emulator
+        .restore(pid, &ids, &vmas_of(&image))
+        .expect("restore without RESTORE_INIT");
+    Workload::verify(&sim, pid, &expected).expect("restored state matches");
+    let restored = RenderNode::from_fd(sim.driver(pid), restored_file(&task, 2));
+    let kfd = Kfd::from_fd(sim.driver(pid), restored_file(&task, 1));
+    let kfd_buf = kfd.export_dmabuf(MemHandle(vram.handle)).unwrap();
+    assert_eq!(
+        restored.prime_fd_to_handle(kfd_buf.as_fd()).unwrap(),
+        imported,
+        "the render node's handle is the restored KFD BO"
+    );
+    let again = restored.prime_handle_to_fd(own, DRM_CLOEXEC).unwrap();
+    assert_eq!(
+        identity(restored_file(&task, 30)),
+        identity(again.as_fd()),
+        "the dma-buf is the re-created DRM BO"
+    );
+}

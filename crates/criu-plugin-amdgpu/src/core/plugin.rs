@@ -608,8 +608,9 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             }
             Ok(Restored::WaitForKfd) if !self.config.has_restore_retry => {
                 log_error!(
-                    "RESTORE_EXT_FILE: file {id}: a render node comes before its task's \
-                     /dev/kfd, which this CRIU cannot retry (needs CRIU after v4.2)"
+                    "RESTORE_EXT_FILE: file {id} comes before the file it needs (its \
+                     task's /dev/kfd, or the creator of a buffer it imports), which this \
+                     CRIU cannot retry (needs CRIU after v4.2)"
                 );
                 Err(-libc::EINVAL)
             }

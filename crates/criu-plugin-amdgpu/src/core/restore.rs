@@ -385,7 +385,7 @@ impl<D: Driver + Clone> Restorer<D> {
         // host only makes when the images share buffers); without one, this
         // task's own dma-buf and render files find them here.
         let bos = restored.len();
-        let keep_local = sharing.table.is_none() && has_sharing_images(store);
+        let keep_local = sharing.table.is_none() && uses_shared_buffers(store);
         for (entry, bo) in msg.bo_entries.iter().zip(restored) {
             let (Some(dmabuf), true) = (bo.dmabuf, entry.handle != flags::NO_HANDLE) else {
                 continue;
@@ -492,6 +492,9 @@ impl<D: Driver + Clone> Restorer<D> {
         // (also KFD's VM): its BOs are re-created there under their handles.
         let node = RenderNode::from_fd(self.driver.clone(), file.as_fd());
         let mut waiting = 0usize;
+        // Without a shared table this task's own files find the buffers
+        // here (hosts without RESTORE_INIT).
+        let keep_local = sharing.table.is_none() && uses_shared_buffers(store);
         for (index, bo) in msg.bo_entries.iter().enumerate() {
             // Two files of one GPU listing the same handle collapse into one
             // BO, as with the C plugin; a retry skips BOs already re-created.
@@ -535,7 +538,23 @@ impl<D: Driver + Clone> Restorer<D> {
                 ))?;
             }
             self.drm_bos_done.insert((bo.handle, msg.drm_render_minor));
+            // An import of a KFD BO in the DRM file that is KFD's VM lists
+            // KFD's own mapping of it, which RESTORE already re-created:
+            // only what is missing is mapped.
+            let present = if bo.is_import != 0 {
+                node.gem_mapping_info(handle).map_err(Error::kfd(
+                    "reading an imported BO's GPU mappings (AMDGPU_GEM_OP)",
+                ))?
+            } else {
+                Vec::new()
+            };
             for vm in &bo.vm_entries {
+                if present
+                    .iter()
+                    .any(|p| p.addr == vm.addr && p.size == vm.size)
+                {
+                    continue;
+                }
                 node.gem_va_map(handle, vm.addr, vm.offset, vm.size, gem_va_flags(vm.flags))
                     .map_err(Error::kfd("mapping a DRM BO (AMDGPU_GEM_VA)"))?;
             }
@@ -552,7 +571,9 @@ impl<D: Driver + Clone> Restorer<D> {
                 });
             }
             let needs_export = bo.restore_needs_contents()
-                || (bo.is_import == 0 && bo.share_handle.is_some() && sharing.table.is_some());
+                || (bo.is_import == 0
+                    && bo.share_handle.is_some()
+                    && (sharing.table.is_some() || keep_local));
             let dmabuf = match dmabuf {
                 Some(dmabuf) => Some(dmabuf),
                 None if needs_export => Some(
@@ -569,6 +590,18 @@ impl<D: Driver + Clone> Restorer<D> {
                 dmabuf.as_ref(),
             ) {
                 publish(table, sharing, key, dmabuf.as_fd())?;
+            }
+            if let (0, Some(_), true, Some(dmabuf)) =
+                (bo.is_import, bo.share_handle, keep_local, dmabuf.as_ref())
+            {
+                if !self.dmabufs.contains_key(&key) {
+                    let kept = match self.fd_floor {
+                        Some(floor) => crate::sys::dup_at_least(dmabuf.as_fd(), floor),
+                        None => dmabuf.try_clone(),
+                    }
+                    .map_err(Error::io(format!("keeping the dma-buf of buffer {key}")))?;
+                    self.dmabufs.insert(key, kept);
+                }
             }
             if bo.restore_needs_contents() {
                 let (name, layout) = image.drm_pages(index).ok_or_else(|| {
@@ -673,14 +706,22 @@ impl<D: Driver + Clone> Restorer<D> {
     }
 }
 
-/// Whether the image set holds files that may use another file's buffer:
-/// dma-buf files or render nodes (true when the store cannot list, as a
-/// stream cannot).
-fn has_sharing_images<S: ImageStore>(store: &S) -> bool {
-    store.list().map_or(true, |names| {
-        names
-            .iter()
-            .any(|n| matches!(n, ImageName::Dmabuf { .. } | ImageName::RenderNode { .. }))
+/// Whether a file of the image set uses another file's buffer: a dma-buf
+/// file, or a render node with an imported BO (true when the store cannot
+/// list, as a stream cannot). Without it no dma-buf is kept open in the
+/// task (it would stay open in the restored application).
+fn uses_shared_buffers<S: ImageStore>(store: &S) -> bool {
+    let Ok(names) = store.list() else {
+        return true;
+    };
+    names.iter().any(|name| match name {
+        ImageName::Dmabuf { .. } => true,
+        ImageName::RenderNode { .. } => store
+            .read_message::<CriuRenderNode>(name, ReadLimits::default())
+            .map_or(true, |msg| {
+                msg.is_some_and(|m| m.bo_entries.iter().any(|b| b.is_import != 0))
+            }),
+        _ => false,
     })
 }
 
