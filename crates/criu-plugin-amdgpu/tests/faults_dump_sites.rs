@@ -33,8 +33,8 @@ mod faults_common;
 
 use common::{device_vmas, gpu_files};
 use faults_common::{
-    add_drm_bo, empty_dir, log_names_op, set_looks_complete, thread_count, FaultDriver,
-    HookFailure, MiniCriu, Site, Snapshot,
+    add_drm_bo, empty_dir, log_names_op, set_looks_complete, thread_count, thread_count_settled,
+    FaultDriver, HookFailure, MiniCriu, Site, Snapshot,
 };
 
 /// How one run is made to fail.
@@ -119,7 +119,7 @@ fn run(config: (usize, bool), images: &Path, shm: &Path, fault: &Fault) -> Outco
     };
     // Every thread of the run (the plugin's, the simulator's SDMA workers,
     // dropped with the machine) is gone.
-    let threads_after = thread_count();
+    let threads_after = thread_count_settled(threads_before);
     Outcome {
         before: Snapshot {
             threads: threads_before,

@@ -32,7 +32,8 @@ mod faults_common;
 
 use common::{device_vmas, gpu_files, kfd_image, vmas_of};
 use faults_common::{
-    add_drm_bo, empty_dir, log_names_op, thread_count, FaultDriver, MiniCriu, Site, Snapshot,
+    add_drm_bo, empty_dir, log_names_op, thread_count, thread_count_settled, FaultDriver, MiniCriu,
+    Site, Snapshot,
 };
 
 enum Fault {
@@ -127,7 +128,7 @@ fn run(config: (usize, bool), images: &Path, shm: &Path, fault: &Fault) -> Outco
         }
     };
     out.before.threads = threads_before;
-    out.after.threads = thread_count();
+    out.after.threads = thread_count_settled(threads_before);
     out
 }
 

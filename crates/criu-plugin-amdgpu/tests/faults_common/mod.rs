@@ -526,6 +526,23 @@ impl Snapshot {
     }
 }
 
+/// The number of threads once joined threads have left `/proc/self/task`:
+/// `pthread_join` returns when the kernel clears the thread's tid, which is
+/// before the exiting task is released, so a thread joined a moment ago can
+/// still be listed. Waits up to two seconds for the count to drop to `limit`
+/// and returns the count then; a thread that is really still alive stays
+/// counted.
+pub fn thread_count_settled(limit: usize) -> usize {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let count = thread_count();
+        if count <= limit || std::time::Instant::now() >= deadline {
+            return count;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// The number of threads of this process.
 pub fn thread_count() -> usize {
     std::fs::read_dir("/proc/self/task")
