@@ -17,7 +17,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use amdgpu_image::{flags, CriuKfd, DirStore, ImageName, ImageStore, ReadLimits};
+use amdgpu_image::{CriuKfd, DirStore, ImageName, ImageStore, ReadLimits};
 use criu_plugin_amdgpu::emulator::{CriuEmulator, DeviceVma, EmulatorConfig, TaskFile};
 use criu_plugin_amdgpu::options::Options;
 use kfd::{
@@ -263,51 +263,6 @@ pub struct PluginRun {
     pub staging_peak: Vec<u64>,
 }
 
-/// The device mappings CRIU offers to `HANDLE_DEVICE_VMA` at dump.
-fn device_vmas(sim: &Sim) -> Vec<DeviceVma> {
-    let mut vmas = vec![DeviceVma {
-        path: "/dev/kfd".into(),
-        addr: 0,
-        pgoff: 0,
-    }];
-    for gpu in sim.gpus() {
-        if let Some(path) = sim.render_path(gpu.gpu_id) {
-            vmas.push(DeviceVma {
-                path,
-                addr: 0,
-                pgoff: 0,
-            });
-        }
-    }
-    vmas
-}
-
-/// The device mappings of a KFD image's BOs at restore.
-fn vmas_of(image: &CriuKfd) -> Vec<DeviceVma> {
-    image
-        .bo_entries
-        .iter()
-        .filter_map(|bo| {
-            let path = if bo.alloc_flags & (flags::KFD_VRAM | flags::KFD_GTT) != 0 {
-                let gpu = image
-                    .device_entries
-                    .iter()
-                    .find(|d| d.gpu_id == bo.gpu_id)?;
-                PathBuf::from(format!("/dev/dri/renderD{}", gpu.drm_render_minor))
-            } else if bo.alloc_flags & (flags::KFD_DOORBELL | flags::KFD_MMIO_REMAP) != 0 {
-                PathBuf::from("/dev/kfd")
-            } else {
-                return None;
-            };
-            Some(DeviceVma {
-                path,
-                addr: bo.addr,
-                pgoff: bo.offset,
-            })
-        })
-        .collect()
-}
-
 /// How [`plugin_run`] runs.
 #[derive(Debug, Clone, Copy)]
 pub struct RunOptions {
@@ -361,7 +316,7 @@ pub fn plugin_run(machine: Machine, dir: &Path, run: RunOptions) -> Result<Plugi
         });
     }
     let ids: Vec<u32> = files.iter().map(|f| f.id).collect();
-    let dump_vmas = device_vmas(&sim);
+    let dump_vmas = DeviceVma::offered_at_dump(&sim);
 
     let start = Instant::now();
     emulator
@@ -394,7 +349,7 @@ pub fn plugin_run(machine: Machine, dir: &Path, run: RunOptions) -> Result<Plugi
         for path in &pages {
             drop_cache(path)?;
         }
-        let vmas = vmas_of(&image);
+        let vmas = DeviceVma::of_kfd_image(&image);
         let start = Instant::now();
         let task = emulator
             .restore(pid, &ids, &vmas)

@@ -234,6 +234,56 @@ pub struct DeviceVma {
     pub pgoff: u64,
 }
 
+impl DeviceVma {
+    /// The mappings CRIU offers `HANDLE_DEVICE_VMA` at dump: one per device
+    /// of `sim` (`/dev/kfd` and each GPU's render node).
+    pub fn offered_at_dump(sim: &Sim) -> Vec<DeviceVma> {
+        let kfd = DeviceVma {
+            path: "/dev/kfd".into(),
+            addr: 0,
+            pgoff: 0,
+        };
+        let renders = sim.gpus().into_iter().filter_map(|gpu| {
+            Some(DeviceVma {
+                path: sim.render_path(gpu.gpu_id)?,
+                addr: 0,
+                pgoff: 0,
+            })
+        });
+        std::iter::once(kfd).chain(renders).collect()
+    }
+
+    /// The device mappings CRIU finds in a restored process's memory map for
+    /// the BOs of a KFD image: VRAM and GTT BOs through their GPU's render
+    /// node, doorbell and MMIO pages through `/dev/kfd`, each at CPU address
+    /// = GPU address with the checkpointed mmap offset (as ROCm maps them).
+    pub fn of_kfd_image(image: &amdgpu_image::CriuKfd) -> Vec<DeviceVma> {
+        use amdgpu_image::flags;
+        image
+            .bo_entries
+            .iter()
+            .filter_map(|bo| {
+                let path = if bo.alloc_flags & (flags::KFD_VRAM | flags::KFD_GTT) != 0 {
+                    let gpu = image
+                        .device_entries
+                        .iter()
+                        .find(|d| d.gpu_id == bo.gpu_id)?;
+                    PathBuf::from(format!("/dev/dri/renderD{}", gpu.drm_render_minor))
+                } else if bo.alloc_flags & (flags::KFD_DOORBELL | flags::KFD_MMIO_REMAP) != 0 {
+                    PathBuf::from("/dev/kfd")
+                } else {
+                    return None;
+                };
+                Some(DeviceVma {
+                    path,
+                    addr: bo.addr,
+                    pgoff: bo.offset,
+                })
+            })
+            .collect()
+    }
+}
+
 /// A failure of an emulated CRIU run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -582,7 +582,7 @@ fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Result<(), St
         tree.push(TaskToDump {
             pid: p.pid,
             files,
-            vmas: device_vmas(&origin_sim),
+            vmas: DeviceVma::offered_at_dump(&origin_sim),
         });
     }
     let total: u64 = processes
@@ -637,7 +637,7 @@ fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Result<(), St
             vmas: kfd_images
                 .iter()
                 .filter(|(id, _)| p.file_ids.contains(id))
-                .flat_map(|(_, image)| vmas_of(image))
+                .flat_map(|(_, image)| DeviceVma::of_kfd_image(image))
                 .collect(),
         })
         .collect();
@@ -1113,53 +1113,6 @@ fn checkpoint_failed(
     };
     report.lines.push(format!("image directory: {verdict}"));
     Stop::Failed(format!("checkpoint failed: {error}"))
-}
-
-/// The mappings CRIU offers HANDLE_DEVICE_VMA at dump: one per device.
-fn device_vmas(sim: &Sim) -> Vec<DeviceVma> {
-    let mut vmas = vec![DeviceVma {
-        path: "/dev/kfd".into(),
-        addr: 0,
-        pgoff: 0,
-    }];
-    for gpu in sim.gpus() {
-        if let Some(path) = sim.render_path(gpu.gpu_id) {
-            vmas.push(DeviceVma {
-                path,
-                addr: 0,
-                pgoff: 0,
-            });
-        }
-    }
-    vmas
-}
-
-/// The device mappings CRIU finds in a restored process's memory map: VRAM
-/// and GTT BOs through their GPU's render node, doorbells and MMIO through
-/// /dev/kfd, at CPU address = GPU address with the checkpointed offset.
-fn vmas_of(image: &CriuKfd) -> Vec<DeviceVma> {
-    image
-        .bo_entries
-        .iter()
-        .filter_map(|bo| {
-            let path = if bo.alloc_flags & (flags::KFD_VRAM | flags::KFD_GTT) != 0 {
-                let gpu = image
-                    .device_entries
-                    .iter()
-                    .find(|d| d.gpu_id == bo.gpu_id)?;
-                PathBuf::from(format!("/dev/dri/renderD{}", gpu.drm_render_minor))
-            } else if bo.alloc_flags & (flags::KFD_DOORBELL | flags::KFD_MMIO_REMAP) != 0 {
-                PathBuf::from("/dev/kfd")
-            } else {
-                return None;
-            };
-            Some(DeviceVma {
-                path,
-                addr: bo.addr,
-                pgoff: bo.offset,
-            })
-        })
-        .collect()
 }
 
 fn read_kfd_images(dir: &Path) -> Result<Vec<(u32, CriuKfd)>, Stop> {

@@ -3,9 +3,9 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use amdgpu_image::{flags, CriuKfd, DirStore, ImageName, ImageStore, ReadLimits};
+use amdgpu_image::{CriuKfd, DirStore, ImageName, ImageStore, ReadLimits};
 use criu_plugin_amdgpu::emulator::{CriuEmulator, DeviceVma, EmulatorConfig, TaskFile};
 use kfd_sim::workload::Workload;
 use kfd_sim::Sim;
@@ -56,23 +56,6 @@ pub fn gpu_files_from(app: &Workload, first: u32) -> (Vec<TaskFile<'_>>, Vec<u32
     (files, ids)
 }
 
-/// One mapping per device CRIU offers to HANDLE_DEVICE_VMA at dump.
-pub fn device_vmas(sim: &Sim) -> Vec<DeviceVma> {
-    let mut vmas = vec![DeviceVma {
-        path: "/dev/kfd".into(),
-        addr: 0,
-        pgoff: 0,
-    }];
-    for gpu in sim.gpus() {
-        vmas.push(DeviceVma {
-            path: sim.render_path(gpu.gpu_id).expect("render path"),
-            addr: 0,
-            pgoff: 0,
-        });
-    }
-    vmas
-}
-
 /// The KFD image of the dump.
 pub fn kfd_image(images: &Path) -> CriuKfd {
     kfd_image_of(images, KFD_ID)
@@ -87,30 +70,12 @@ pub fn kfd_image_of(images: &Path, id: u32) -> CriuKfd {
         .unwrap_or_else(|| panic!("amdgpu-kfd-{id}.img"))
 }
 
-/// The device mappings CRIU would find for the BOs of a KFD image: VRAM and
-/// GTT BOs through the GPU's render node, doorbell and MMIO pages through
-/// /dev/kfd, each at CPU address == GPU address with the BO's mmap offset.
+/// The mappings CRIU offers `HANDLE_DEVICE_VMA` at dump.
+pub fn device_vmas(sim: &Sim) -> Vec<DeviceVma> {
+    DeviceVma::offered_at_dump(sim)
+}
+
+/// The device mappings of a KFD image's BOs at restore.
 pub fn vmas_of(image: &CriuKfd) -> Vec<DeviceVma> {
-    image
-        .bo_entries
-        .iter()
-        .filter_map(|bo| {
-            let path = if bo.alloc_flags & (flags::KFD_VRAM | flags::KFD_GTT) != 0 {
-                let gpu = image
-                    .device_entries
-                    .iter()
-                    .find(|d| d.gpu_id == bo.gpu_id)?;
-                PathBuf::from(format!("/dev/dri/renderD{}", gpu.drm_render_minor))
-            } else if bo.alloc_flags & (flags::KFD_DOORBELL | flags::KFD_MMIO_REMAP) != 0 {
-                PathBuf::from("/dev/kfd")
-            } else {
-                return None;
-            };
-            Some(DeviceVma {
-                path,
-                addr: bo.addr,
-                pgoff: bo.offset,
-            })
-        })
-        .collect()
+    DeviceVma::of_kfd_image(image)
 }
