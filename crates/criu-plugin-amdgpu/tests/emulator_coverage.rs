@@ -1,0 +1,221 @@
+//! Coverage scenarios through the emulated CRIU: a process confined to a
+//! subset of a machine's GPUs (a container), and each `KFD_*_CHECK` device
+//! check, refused with its reason when on and restored when off.
+
+mod common;
+
+use amdgpu_topology::model::System;
+use common::{device_vmas, gpu_files, kfd_image, vmas_of, Dirs};
+use criu_plugin_amdgpu::emulator::EmulatorError;
+use criu_plugin_amdgpu::log::{Capture, Level};
+use criu_plugin_amdgpu::options::Options;
+use kfd_sim::workload::{Profile, Workload};
+use kfd_sim::{ProcessConfig, Sim, SimConfig};
+
+fn hook_errno(err: &EmulatorError) -> (&'static str, i32) {
+    match err {
+        EmulatorError::Hook { hook, errno, .. } => (hook, *errno),
+        other => panic!("expected a hook failure, got {other}"),
+    }
+}
+
+/// The options with every check on except variable `off` set to `NO`.
+fn options_without(off: Option<&'static str>) -> Options {
+    let (options, invalid) =
+        Options::from_lookup(|name| (Some(name) == off).then(|| "NO".to_owned()));
+    assert!(invalid.is_empty(), "{invalid:?}");
+    options
+}
+
+/// A process seeing only 2 of the 8 GPUs of an MI210 machine (a container
+/// whose device cgroup holds 2 render nodes). The plugin reads the whole
+/// KFD topology, and its dump requires every GPU it sees there to belong to
+/// the process (the kernel's process info lists only the process's GPUs, so
+/// GPUs outside it could not be told apart from unused ones): the dump is
+/// refused with `EINVAL`, naming a GPU the process cannot see, and the
+/// process is left running. A known limit: containers of a GPU subset are
+/// not checkpointed.
+#[test]
+fn a_two_gpu_container_of_an_eight_gpu_machine_is_refused_at_dump() {
+    let origin = Sim::builtin("mi210-8gpu-2hive", SimConfig::default()).unwrap();
+    let gpus = origin.gpus();
+    assert_eq!(gpus.len(), 8);
+    let visible = vec![gpus[0].gpu_id, gpus[1].gpu_id];
+    let pid = origin
+        .spawn_process_with(ProcessConfig {
+            visible_gpus: Some(visible.clone()),
+            ..ProcessConfig::default()
+        })
+        .unwrap();
+    let mut app = Workload::launch_in(&origin, pid, &Profile::Basic).expect("launch");
+    app.step().unwrap();
+    let before = app.describe().unwrap();
+    let dirs = Dirs::new();
+    let (files, _) = gpu_files(&app);
+    assert_eq!(files.len(), 3, "/dev/kfd and the two visible render nodes");
+    let capture = Capture::start();
+    let err = dirs
+        .emulator(&origin, |_| {})
+        .dump(pid, &files, &device_vmas(&origin))
+        .expect_err("a GPU subset is refused");
+    assert_eq!(hook_errno(&err), ("DUMP_EXT_FILE", -libc::EINVAL));
+    let hidden: Vec<String> = gpus
+        .iter()
+        .filter(|g| !visible.contains(&g.gpu_id))
+        .map(|g| {
+            format!(
+                "GPU {:#x} (node {}) is visible here but not to the process",
+                g.gpu_id, g.node_id
+            )
+        })
+        .collect();
+    let lines = capture.lines();
+    assert!(
+        lines
+            .iter()
+            .any(|(l, t)| *l == Level::Error && hidden.iter().any(|h| t.contains(h.as_str()))),
+        "{lines:?}"
+    );
+    drop(capture);
+    drop(files);
+    assert!(
+        !dirs.images.path().join("amdgpu-kfd-1.img").exists(),
+        "no image of a refused dump"
+    );
+    assert_eq!(
+        app.describe().unwrap().differences(&before),
+        Vec::<String>::new(),
+        "the refused dump changed nothing"
+    );
+    app.step()
+        .expect("the process was unpaused after the refusal");
+}
+
+/// One device check: its variable, the property named in the reason, and
+/// how the restore machine differs from the checkpoint machine.
+struct Check {
+    variable: &'static str,
+    property: &'static str,
+    change: fn(&mut System),
+}
+
+fn gpu_prop_lower(system: &mut System, key: &str) {
+    for node in system.nodes.iter_mut().filter(|n| n.is_gpu()) {
+        let value = node.prop(key);
+        assert!(value > 0, "{key} of the builtin GPU is 0");
+        node.properties.set(key, value - 1);
+    }
+}
+
+const CHECKS: &[Check] = &[
+    Check {
+        variable: "KFD_FW_VER_CHECK",
+        property: "fw_version",
+        change: |s| gpu_prop_lower(s, "fw_version"),
+    },
+    Check {
+        variable: "KFD_SDMA_FW_VER_CHECK",
+        property: "sdma_fw_version",
+        change: |s| gpu_prop_lower(s, "sdma_fw_version"),
+    },
+    Check {
+        variable: "KFD_CACHES_COUNT_CHECK",
+        property: "caches_count",
+        change: |s| gpu_prop_lower(s, "caches_count"),
+    },
+    Check {
+        variable: "KFD_NUM_GWS_CHECK",
+        property: "num_gws",
+        change: |s| gpu_prop_lower(s, "num_gws"),
+    },
+    Check {
+        variable: "KFD_VRAM_SIZE_CHECK",
+        property: "vram_size",
+        change: |s| {
+            for node in s.nodes.iter_mut().filter(|n| n.is_gpu()) {
+                let (size, _) = node.vram().expect("builtin GPU has VRAM");
+                for bank in node.mem_banks.iter_mut().flatten() {
+                    if bank.properties.get_or_zero("size_in_bytes") == size {
+                        bank.properties.set("size_in_bytes", size / 2);
+                    }
+                }
+            }
+        },
+    },
+    Check {
+        variable: "KFD_CAPABILITY_CHECK",
+        property: "capability",
+        change: |s| {
+            for node in s.nodes.iter_mut().filter(|n| n.is_gpu()) {
+                let value = node.prop("capability");
+                // A bit of the reserved range: nothing the simulator reads.
+                node.properties.set("capability", value ^ (1 << 30));
+            }
+        },
+    },
+];
+
+/// Each property check: with its option on the restore is refused for that
+/// property; with it off the same image restores and verifies.
+#[test]
+fn each_property_check_refuses_when_on_and_restores_when_off() {
+    let base = amdgpu_topology::builtin("single-gpu").unwrap();
+    for check in CHECKS {
+        let origin = Sim::new(base.clone(), SimConfig::default()).unwrap();
+        let mut app = Workload::launch(&origin, &Profile::TensorFlowLike { bo_bytes: 64 << 10 })
+            .expect("launch");
+        app.step().unwrap();
+        let expected = app.describe().unwrap();
+        let pid = app.pid();
+        let dirs = Dirs::new();
+        let (files, ids) = gpu_files(&app);
+        dirs.emulator(&origin, |_| {})
+            .dump(pid, &files, &device_vmas(&origin))
+            .expect("dump");
+        drop(files);
+        app.exit().unwrap();
+        let image = kfd_image(dirs.images.path());
+
+        let mut changed = base.clone();
+        (check.change)(&mut changed);
+        assert_ne!(changed, base, "{}: the machine differs", check.variable);
+        let target = Sim::new(changed, SimConfig::default())
+            .unwrap_or_else(|e| panic!("{}: restore machine: {e}", check.variable));
+
+        {
+            let capture = Capture::start();
+            let err = dirs
+                .emulator(&target, |c| c.options = options_without(None))
+                .restore(pid, &ids, &vmas_of(&image))
+                .expect_err(check.variable);
+            assert_eq!(
+                hook_errno(&err),
+                ("RESTORE_EXT_FILE", -libc::ENODEV),
+                "{}",
+                check.variable
+            );
+            let lines = capture.lines();
+            let refusal: Vec<&String> = lines
+                .iter()
+                .filter(|(l, t)| *l == Level::Error && t.contains("cannot restore"))
+                .map(|(_, t)| t)
+                .collect();
+            assert!(
+                refusal.iter().any(|t| t.contains(check.property)),
+                "{}: {refusal:?}",
+                check.variable
+            );
+            assert!(!target.process_alive(pid));
+        }
+
+        let task = dirs
+            .emulator(&target, |c| {
+                c.options = options_without(Some(check.variable));
+            })
+            .restore(pid, &ids, &vmas_of(&image))
+            .unwrap_or_else(|e| panic!("{} off: {e}", check.variable));
+        assert_eq!(task.resume_answer, 0);
+        Workload::verify(&target, pid, &expected)
+            .unwrap_or_else(|e| panic!("{} off: {e}", check.variable));
+    }
+}
