@@ -32,14 +32,14 @@ fn options_without(off: Option<&'static str>) -> Options {
     options
 }
 
-/// A process seeing only 2 of the 8 GPUs of an MI210 machine (a container
-/// whose device cgroup holds 2 render nodes). The plugin reads the whole
-/// KFD topology, and its dump requires every GPU it sees there to belong to
-/// the process (the kernel's process info lists only the process's GPUs, so
-/// GPUs outside it could not be told apart from unused ones): the dump is
-/// refused with `EINVAL`, naming a GPU the process cannot see, and the
-/// process is left running. A known limit: containers of a GPU subset are
-/// not checkpointed.
+/// A process seeing only 2 of the 8 GPUs of an MI210 machine (a device
+/// cgroup holding 2 render nodes). The plugin writes a device entry for
+/// every node of the KFD topology it reads, and the simulator's topology
+/// directory shows all 8 GPUs to everyone (a kernel hides the other nodes'
+/// properties from the container): the dump is refused with `EINVAL`,
+/// naming a GPU the process cannot see, no image is written and the process
+/// is left running unchanged. The current behaviour, asserted as a known
+/// limit of checkpointing a GPU subset under the emulator.
 #[test]
 fn a_two_gpu_container_of_an_eight_gpu_machine_is_refused_at_dump() {
     let origin = Sim::builtin("mi210-8gpu-2hive", SimConfig::default()).unwrap();
