@@ -7,9 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// The cdylib in target/<profile>/, next to this test's binary. `cargo test`
-/// builds the crate's rlib for the tests but not necessarily a fresh cdylib,
-/// so the test asks cargo to bring it up to date (a no-op when it is).
+/// The cdylib as `make` ships it: built for this crate alone (without the
+/// test emulator that workspace builds switch on), in a target directory of
+/// its own under target/. A package with a cdylib gets file names without
+/// cargo's hash, so building it into the shared target/<profile>/deps would
+/// overwrite the emulator-enabled `libcriu_plugin_amdgpu.rlib` that other
+/// test and doc-test targets of the same `cargo test --workspace` link.
 fn plugin_so() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
@@ -20,18 +23,22 @@ fn plugin_so() -> PathBuf {
                 .parent()
                 .and_then(Path::parent)
                 .expect("test binary lives in target/<profile>/deps");
-            let target_dir = profile_dir.parent().expect("target dir");
+            let target_dir = profile_dir
+                .parent()
+                .expect("target dir")
+                .join("c-host-plugin");
+            let profile = profile_dir.file_name().expect("profile directory name");
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let mut cmd = Command::new(cargo);
             cmd.args(["build", "--quiet", "-p", "criu-plugin-amdgpu", "--lib"])
                 .arg("--target-dir")
-                .arg(target_dir);
-            if profile_dir.file_name().is_some_and(|p| p == "release") {
+                .arg(&target_dir);
+            if profile == "release" {
                 cmd.arg("--release");
             }
             let status = cmd.status().expect("run cargo build");
             assert!(status.success(), "cargo build of the plugin failed");
-            let so = profile_dir.join("libcriu_plugin_amdgpu.so");
+            let so = target_dir.join(profile).join("libcriu_plugin_amdgpu.so");
             assert!(so.exists(), "{} was not built", so.display());
             so
         })
