@@ -22,6 +22,28 @@
 //!
 //! The plugin never parses sysfs or image bytes itself: it uses
 //! `amdgpu-topology` and `amdgpu-image`.
+//!
+//! # Example
+//!
+//! The options the plugin reads from CRIU's environment, here from a map:
+//! the firmware check switched off and the staging memory per GPU bounded
+//! to 64 MiB (an invalid value is reported and its default kept).
+//!
+//! ```
+//! use criu_plugin_amdgpu::options::Options;
+//!
+//! let env = |name: &str| match name {
+//!     "KFD_FW_VER_CHECK" => Some("NO".to_owned()),
+//!     "KFD_MAX_BUFFER_SIZE" => Some("64M".to_owned()),
+//!     "KFD_NUMA_CHECK" => Some("maybe".to_owned()),
+//!     _ => None,
+//! };
+//! let (options, invalid) = Options::from_lookup(env);
+//! assert!(!options.checks.fw_version);
+//! assert!(options.checks.numa, "an invalid value keeps the default");
+//! assert_eq!(invalid.len(), 1);
+//! assert!(options.staging.total() <= 64 << 20);
+//! ```
 
 pub mod abi;
 pub mod core;

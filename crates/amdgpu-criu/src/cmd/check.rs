@@ -28,6 +28,12 @@ use super::map;
 
 /// Arguments of `check`.
 #[derive(clap::Args)]
+#[command(after_help = "Examples:
+  amdgpu-criu check /var/lib/ckpt
+  amdgpu-criu check /var/lib/ckpt --builtin mi210-8gpu-2hive --json
+  KFD_VRAM_SIZE_CHECK=0 amdgpu-criu check /var/lib/ckpt --sysfs ./topology-of-node2
+
+Exit status: 0 compatible, 1 not compatible, 2 unreadable images or topology")]
 pub struct Args {
     /// The image directory (holding `amdgpu-kfd-<id>.img`).
     pub images: PathBuf,

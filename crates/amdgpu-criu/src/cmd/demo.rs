@@ -61,6 +61,14 @@ const GIB: u64 = 1 << 30;
 
 /// Arguments of `demo`.
 #[derive(clap::Args)]
+#[command(after_help = "Examples:
+  amdgpu-criu demo
+  amdgpu-criu demo --workload pytorch --size 1G
+  amdgpu-criu demo --topology mi300x-64 --restore-topology mi300x-64 --json
+  amdgpu-criu demo --dir ./ckpt --keep && amdgpu-criu verify ./ckpt
+  amdgpu-criu demo --inject CRIU_OP:CHECKPOINT=EIO
+
+Exit status: 0 verified, 1 not verified (or the rehearsed failure), 2 usage errors")]
 pub struct Args {
     /// The machine to checkpoint on: a built-in topology name or a sysfs
     /// tree (the directory holding `nodes/`; what a partial capture lacks is
