@@ -119,6 +119,28 @@ impl ContentHasher {
         self.pending_len = rest.len();
     }
 
+    /// Feeds `len` zero bytes without reading memory: the same result as
+    /// [`update`](Self::update) with `len` zeros (holes of pages files).
+    pub fn update_zeros(&mut self, len: u64) {
+        static ZEROS: [u8; BLOCK] = [0; BLOCK];
+        let mut left = len;
+        if self.pending_len > 0 {
+            let take = ((BLOCK - self.pending_len) as u64).min(left) as usize;
+            self.update(&ZEROS[..take]);
+            left -= take as u64;
+        }
+        let blocks = left / BLOCK as u64;
+        let mut lanes = self.lanes;
+        for _ in 0..blocks {
+            for lane in lanes.iter_mut() {
+                *lane = step(*lane, 0, 0);
+            }
+        }
+        self.lanes = lanes;
+        self.total += blocks * BLOCK as u64;
+        self.update(&ZEROS[..(left % BLOCK as u64) as usize]);
+    }
+
     #[inline]
     fn blocks(&mut self, bytes: &[u8]) {
         let mut lanes = self.lanes;
@@ -175,6 +197,26 @@ mod tests {
                 }
                 assert_eq!(h.finish(), one, "n={n} split={split}");
                 assert_eq!(h.len(), n as u64);
+            }
+        }
+    }
+
+    #[test]
+    fn zeros_fed_without_memory_equal_zeros_fed_as_bytes() {
+        let zeros = vec![0u8; 1000];
+        let data = sample(300);
+        for prefix in [0, 1, 127, 128, 130, 300] {
+            for n in [0, 1, 100, 127, 128, 129, 256, 700, 1000] {
+                let mut bytes = ContentHasher::new();
+                bytes.update(&data[..prefix]);
+                bytes.update(&zeros[..n]);
+                bytes.update(&data[..prefix]);
+                let mut fast = ContentHasher::new();
+                fast.update(&data[..prefix]);
+                fast.update_zeros(n as u64);
+                fast.update(&data[..prefix]);
+                assert_eq!(fast.finish(), bytes.finish(), "prefix={prefix} n={n}");
+                assert_eq!(fast.len(), bytes.len());
             }
         }
     }

@@ -6,6 +6,13 @@
 //!   temporary name and renamed into place on [`ImageWriter::commit`]: an
 //!   interrupted dump never leaves a complete-looking image, and dropping an
 //!   uncommitted writer removes the temporary file. Pages files get holes.
+//!   Large files are written behind (see [`DirWriter`]): every
+//!   [`WRITE_BEHIND_STEP`] bytes the writer starts the writeback of what it
+//!   just wrote and releases the cached pages of what it wrote
+//!   [`WRITE_BEHIND_LAG`] bytes earlier, so the disk streams while the
+//!   producer still copies, a later `fsync` has little left, and a dump
+//!   of many GiB does not fill the page cache. Reads report holes
+//!   ([`ImageStore::open_pages`]), so a restore does not read them.
 //! - [`StreamStore`]: CRIU's image streamer (`--stream`): a caller-supplied
 //!   open function (the plugin backs it with `img_streamer_open`), strictly
 //!   sequential, so no holes and no listing.
@@ -13,12 +20,14 @@
 //!
 //! Every writer receives the 8-byte length header first and the payload after
 //! it, so a known total can be announced before the payload streams. This
-//! module never interprets file contents beyond that framing.
+//! module never interprets file contents beyond that framing, and it never
+//! asks the kernel for more than file I/O and hints about it.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Cursor, Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::num::NonZeroU64;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,7 +35,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::framing::{self, ReadLimits};
 use crate::messages::ImageMessage;
-use crate::pages::{PagesLayout, PagesSink, PagesWriter};
+use crate::pages::{PagesLayout, PagesReader, PagesSink, PagesWriter};
 use crate::{Error, ImageName};
 
 /// A writer for one image file; nothing is visible as a complete image
@@ -94,6 +103,21 @@ pub trait ImageStore {
     ) -> Result<PagesWriter<Self::Writer>, Error> {
         let w = self.create(name)?;
         PagesWriter::new(w, &name.to_string(), layout)
+    }
+
+    /// Opens the pages file `name` for streaming with `layout` (its length
+    /// header checked); `Ok(None)` if the file is absent. Stores whose files
+    /// can have holes hand out a reader that knows them and does not read
+    /// them ([`DirStore`]); the bytes it delivers are the same either way.
+    fn open_pages(
+        &self,
+        name: &ImageName,
+        layout: PagesLayout,
+    ) -> Result<Option<PagesReader<Self::Reader>>, Error> {
+        match self.open(name)? {
+            None => Ok(None),
+            Some(r) => PagesReader::new(r, &name.to_string(), layout).map(Some),
+        }
     }
 }
 
@@ -189,11 +213,25 @@ impl ImageStore for DirStore {
             temp,
             target,
             committed: false,
+            behind: WriteBehind::default(),
         })
     }
 
     fn open(&self, name: &ImageName) -> Result<Option<File>, Error> {
         self.open_file(name)
+    }
+
+    fn open_pages(
+        &self,
+        name: &ImageName,
+        layout: PagesLayout,
+    ) -> Result<Option<PagesReader<File>>, Error> {
+        let Some(file) = self.open_file(name)? else {
+            return Ok(None);
+        };
+        // A hint: the file is read once, front to back (larger readahead).
+        let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
+        PagesReader::new(file, &name.to_string(), layout).map(|r| Some(r.skipping_holes()))
     }
 
     fn discard(&self, name: &ImageName) -> Result<bool, Error> {
@@ -224,21 +262,108 @@ impl ImageStore for DirStore {
     }
 }
 
-/// A file being written into a [`DirStore`].
+/// A [`DirWriter`] starts the writeback of what it wrote every this many bytes.
+pub const WRITE_BEHIND_STEP: u64 = 8 << 20;
+
+/// How far behind the write position a [`DirWriter`] releases cached pages
+/// (their writeback started [`WRITE_BEHIND_LAG`] / [`WRITE_BEHIND_STEP`]
+/// steps earlier, so it is usually complete).
+pub const WRITE_BEHIND_LAG: u64 = 32 << 20;
+
+/// Write-behind state of a [`DirWriter`]; see the module docs.
+///
+/// Both steps are `posix_fadvise(POSIX_FADV_DONTNEED)` on a range: Linux
+/// starts the (asynchronous, `WB_SYNC_NONE`) writeback of the range's dirty
+/// pages and drops its clean ones, which is `sync_file_range(
+/// SYNC_FILE_RANGE_WRITE)` plus the release, without `unsafe`. Pages still
+/// under writeback when released stay cached (clean, reclaimable). On file
+/// systems without writeback (tmpfs) the hint does nothing. A refused hint
+/// turns write-behind off for the file; it never fails a write.
+#[derive(Debug)]
+struct WriteBehind {
+    /// File offset of the writer (end of the last write or skip).
+    pos: u64,
+    /// Writeback was started for every byte before this offset.
+    started: u64,
+    /// Cached pages before this offset were released.
+    released: u64,
+    enabled: bool,
+}
+
+impl Default for WriteBehind {
+    fn default() -> Self {
+        Self {
+            pos: 0,
+            started: 0,
+            released: 0,
+            enabled: true,
+        }
+    }
+}
+
+impl WriteBehind {
+    /// The writer moved `by` bytes forward in `file`.
+    fn advance(&mut self, file: &File, by: u64) {
+        self.pos = self.pos.saturating_add(by);
+        if !self.enabled || self.pos - self.started < WRITE_BEHIND_STEP {
+            return;
+        }
+        if dont_need(file, self.started, self.pos - self.started).is_err() {
+            self.enabled = false;
+            return;
+        }
+        self.started = self.pos;
+        let release_to = self.started.saturating_sub(WRITE_BEHIND_LAG);
+        if release_to > self.released {
+            // A hint: failing to release costs memory, not correctness.
+            let _ = dont_need(file, self.released, release_to - self.released);
+            self.released = release_to;
+        }
+    }
+}
+
+/// `posix_fadvise(fd, offset, len, POSIX_FADV_DONTNEED)`.
+fn dont_need(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    let Some(len) = NonZeroU64::new(len) else {
+        return Ok(());
+    };
+    rustix::fs::fadvise(
+        file.as_fd(),
+        offset,
+        Some(len),
+        rustix::fs::Advice::DontNeed,
+    )
+    .map_err(io::Error::from)
+}
+
+/// A file being written into a [`DirStore`], written behind (module docs).
 #[derive(Debug)]
 pub struct DirWriter {
     file: File,
     temp: PathBuf,
     target: PathBuf,
     committed: bool,
+    behind: WriteBehind,
+}
+
+impl DirWriter {
+    /// Bytes from the file's start whose writeback this writer started: 0
+    /// for files shorter than [`WRITE_BEHIND_STEP`] and after a refused hint.
+    pub fn writeback_started(&self) -> u64 {
+        self.behind.started
+    }
 }
 
 impl Write for DirWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.file.write(buf)
+        let n = self.file.write(buf)?;
+        self.behind.advance(&self.file, n as u64);
+        Ok(n)
     }
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.file.write_all(buf)
+        self.file.write_all(buf)?;
+        self.behind.advance(&self.file, buf.len() as u64);
+        Ok(())
     }
     fn flush(&mut self) -> io::Result<()> {
         self.file.flush()
@@ -250,7 +375,9 @@ impl PagesSink for DirWriter {
         true
     }
     fn skip(&mut self, len: u64) -> io::Result<()> {
-        self.file.skip(len)
+        self.file.skip(len)?;
+        self.behind.advance(&self.file, len);
+        Ok(())
     }
     fn set_final_len(&mut self, len: u64) -> io::Result<()> {
         self.file.set_len(len)

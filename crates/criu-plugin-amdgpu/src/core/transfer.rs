@@ -525,11 +525,16 @@ pub fn restore_pages<'f, D: Driver + Clone, S: ImageStore>(
     options: &Options,
     dmabuf_of: &dyn Fn(usize) -> Option<BorrowedFd<'f>>,
 ) -> Result<u64, Error> {
-    let Some(source) = store
-        .open(name)
-        .map_err(Error::image("opening a pages file"))?
+    let total = layout.total_len();
+    let no_bos = layout.bos().is_empty();
+    // A reader over a directory store's file skips its holes (zero runs are
+    // filled into staging without reading the file; still copied to the
+    // GPU, since a restored BO's memory is not known to be cleared).
+    let Some(mut reader) = store
+        .open_pages(name, layout)
+        .map_err(Error::image("reading a pages file"))?
     else {
-        if layout.bos().is_empty() {
+        if no_bos {
             return Ok(0);
         }
         return Err(Error::Transfer {
@@ -538,9 +543,6 @@ pub fn restore_pages<'f, D: Driver + Clone, S: ImageStore>(
             reason: format!("{name} is missing"),
         });
     };
-    let total = layout.total_len();
-    let mut reader = PagesReader::new(source, &name.to_string(), layout)
-        .map_err(Error::image("reading a pages file"))?;
     let bos: Vec<PagesBo> = reader.layout().bos().to_vec();
     if !bos.is_empty() {
         let largest = bos.iter().map(|b| b.size).max().unwrap_or(0);
@@ -610,13 +612,11 @@ pub fn restore_drm_bo<D: Driver + Clone, S: ImageStore>(
     dmabuf: BorrowedFd<'_>,
     options: &Options,
 ) -> Result<u64, Error> {
-    let source = store
-        .open(name)
-        .map_err(Error::image("opening a DRM pages file"))?
-        .ok_or_else(|| Error::Inconsistent(format!("{name} is missing")))?;
     let total = layout.total_len();
-    let mut reader = PagesReader::new(source, &name.to_string(), layout)
-        .map_err(Error::image("reading a DRM pages file"))?;
+    let mut reader = store
+        .open_pages(name, layout)
+        .map_err(Error::image("reading a DRM pages file"))?
+        .ok_or_else(|| Error::Inconsistent(format!("{name} is missing")))?;
     let bos: Vec<PagesBo> = reader.layout().bos().to_vec();
     if let Some(bo) = bos.first().filter(|bo| bo.size > 0) {
         let mut pipe = Pipe::open(
