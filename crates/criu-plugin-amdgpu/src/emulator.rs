@@ -177,6 +177,10 @@ pub struct EmulatorConfig {
     pub shm_dir: PathBuf,
     /// What `find_unused_fd_pid` answers in the restored task.
     pub fd_floor: Option<i32>,
+    /// The GPUs the device cgroup of the container the tree is restored
+    /// into allows (`None`: every GPU of the machine). Restored tasks see
+    /// only these: in KFD, in `/dev/dri` and in the topology in sysfs.
+    pub restore_visible_gpus: Option<Vec<amdgpu_topology::GpuId>>,
 }
 
 impl EmulatorConfig {
@@ -188,6 +192,7 @@ impl EmulatorConfig {
             options: Options::default(),
             shm_dir: shm_dir.to_path_buf(),
             fd_floor: Some(200),
+            restore_visible_gpus: None,
         }
     }
 }
@@ -570,6 +575,7 @@ impl CriuEmulator {
         for task in tasks {
             match self.sim.spawn_process_with(ProcessConfig {
                 pid: Some(task.pid),
+                visible_gpus: self.config.restore_visible_gpus.clone(),
                 ..ProcessConfig::default()
             }) {
                 Ok(pid) => pids.push(pid),

@@ -32,7 +32,10 @@
 //! * `/dev/kfd` is character device 511:0 ([`KFD_MAJOR`]); render nodes are
 //!   226:`minor` ([`DRM_MAJOR`]) for the minors of the topology's GPU nodes.
 //!   Other paths are `ENOENT`; a render node of a GPU the process's device
-//!   cgroup hides ([`ProcessConfig::visible_gpus`]) is `EPERM`.
+//!   cgroup hides ([`ProcessConfig::visible_gpus`]) is `EPERM`, and so is a
+//!   read of its topology node in the simulated sysfs through
+//!   [`kfd::Driver::read_sysfs`] (the directory listing shows every node, as
+//!   sysfs does).
 //! * Each open is a new memfd. The simulator keys its state on the memfd's
 //!   inode, so dup'ed and passed fds resolve to the same open file; a dma-buf
 //!   is a re-open of the BO's memfd (read-write or read-only), so `lseek`,

@@ -78,6 +78,9 @@ pub struct ProcessConfig {
     /// in the initial user namespace. Default true.
     pub checkpoint_restore_capable: bool,
     /// The gpu_ids the device cgroup lets the process see; `None` = all GPUs.
+    /// The others are absent from its KFD process (`n_pdds`), their render
+    /// nodes answer `EPERM` to `open`, and their topology nodes answer
+    /// `EPERM` to reads through [`kfd::Driver::read_sysfs`].
     pub visible_gpus: Option<Vec<GpuId>>,
 }
 
@@ -630,6 +633,21 @@ impl Sim {
     /// and `nodes/N/...`.
     pub fn sysfs_root(&self) -> PathBuf {
         self.shared.sysfs.path().join(crate::sysfs::TOPOLOGY_DIR)
+    }
+
+    /// The GPU (index into the simulated GPUs) whose topology node `path`
+    /// lies in (`<sysfs_root>/nodes/<node>/...`); `None` for CPU nodes and
+    /// paths outside the nodes.
+    fn gpu_of_sysfs_path(&self, path: &Path) -> Option<usize> {
+        let rest = path.strip_prefix(self.sysfs_root().join("nodes")).ok()?;
+        let node: u32 = rest
+            .components()
+            .next()?
+            .as_os_str()
+            .to_str()?
+            .parse()
+            .ok()?;
+        self.shared.gpus.iter().position(|g| g.info.node_id == node)
     }
 
     /// The topology the simulator was built from.
@@ -1496,5 +1514,21 @@ impl Driver for SimDriver {
             }
         }
         Err(io::Error::from_raw_os_error(libc::ENOENT))
+    }
+
+    fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {
+        // As amdkfd's topology attributes: a node of a GPU the caller's
+        // device cgroup hides answers EPERM, whoever reads it.
+        if let Some(gpu) = self.sim.gpu_of_sysfs_path(path) {
+            let st = self.sim.lock();
+            let visible = st
+                .processes
+                .get(&self.pid)
+                .is_some_and(|p| p.visible.contains(&gpu));
+            if !visible {
+                return Err(io::Error::from_raw_os_error(libc::EPERM));
+            }
+        }
+        kfd::driver::read_file_prefix(path, limit)
     }
 }

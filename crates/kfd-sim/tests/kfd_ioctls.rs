@@ -856,6 +856,55 @@ fn process_without_visible_gpus_still_answers_version_queries() {
 }
 
 #[test]
+fn topology_nodes_of_hidden_gpus_answer_eperm_to_the_process_only() {
+    let sim = sim(2);
+    let gpus = sim.gpus();
+    let boxed = sim
+        .spawn_process_with(ProcessConfig {
+            visible_gpus: Some(vec![gpus[1].gpu_id]),
+            ..ProcessConfig::default()
+        })
+        .unwrap();
+    let host = sim.spawn_process().unwrap();
+    let node = |n: u32, file: &str| sim.sysfs_root().join(format!("nodes/{n}/{file}"));
+    let hidden = node(gpus[0].node_id, "properties");
+    let shown = node(gpus[1].node_id, "gpu_id");
+    let cpu = node(0, "properties");
+    let read =
+        |pid, path: &std::path::Path| ::kfd::Driver::read_sysfs(&sim.driver(pid), path, 4096);
+    assert_eq!(
+        read(boxed, &hidden).unwrap_err().raw_os_error(),
+        Some(libc::EPERM),
+        "a node of a GPU the device cgroup hides"
+    );
+    assert_eq!(
+        read(boxed, &node(gpus[0].node_id, "mem_banks/0/properties"))
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EPERM),
+        "files below the hidden node too"
+    );
+    let id = read(boxed, &shown).unwrap();
+    assert_eq!(
+        String::from_utf8(id).unwrap().trim(),
+        gpus[1].gpu_id.to_string()
+    );
+    assert!(
+        !read(boxed, &cpu).unwrap().is_empty(),
+        "CPU nodes are never hidden"
+    );
+    assert_eq!(
+        read(host, &hidden).unwrap(),
+        std::fs::read(&hidden).unwrap(),
+        "a process seeing every GPU reads the file as it is"
+    );
+    assert_eq!(
+        read(host, &shown).unwrap().len(),
+        std::fs::read(&shown).unwrap().len()
+    );
+}
+
+#[test]
 fn absurd_counts_fail_without_exhausting_memory() {
     let sim = sim(1);
     let p = Proc::new(&sim);

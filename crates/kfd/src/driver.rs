@@ -90,6 +90,25 @@ pub trait Driver: Send + Sync {
     /// `ENOENT` when it does not exist, `ENOTBLK`-like errors are reported as
     /// `io::ErrorKind::InvalidInput` when `path` is not a character device.
     fn device_number(&self, path: &Path) -> io::Result<DeviceNumber>;
+
+    /// At most `limit` bytes from the start of the sysfs file `path`, read
+    /// by the calling process. The kernel answers a read of a KFD topology
+    /// node whose GPU the caller's device cgroup hides with `EPERM`, so a
+    /// process in a container sees only its own GPUs; this is the one read
+    /// whose answer depends on the caller. The default reads the real file.
+    fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {
+        read_file_prefix(path, limit)
+    }
+}
+
+/// At most `limit` bytes from the start of the file at `path` (sysfs files
+/// report `st_size` 4096 whatever their content, so this reads to EOF).
+pub fn read_file_prefix(path: &Path, limit: usize) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    let mut buf = Vec::new();
+    file.take(limit as u64).read_to_end(&mut buf)?;
+    Ok(buf)
 }
 
 /// The real kernel: plain system calls.

@@ -244,7 +244,7 @@ impl<D: Driver + Clone> Dumper<D> {
         let checkpoint = target
             .checkpoint(info)
             .map_err(Error::kfd("reading the process state (CRIU_OP CHECKPOINT)"))?;
-        let local = local_topology(&self.config.topology_root)?;
+        let local = local_topology(&self.config.topology_root, &self.driver)?;
 
         // actual (local) gpu_id -> user gpu_id
         let mut user_of: BTreeMap<u32, u32> = BTreeMap::new();
@@ -258,20 +258,21 @@ impl<D: Driver + Clone> Dumper<D> {
             }
             user_of.insert(dev.actual_gpu_id, dev.user_gpu_id);
         }
-        let mut device_entries = Vec::with_capacity(local.nodes.len());
-        for node in &local.nodes {
+        // The process's view: a process in a container sees only the GPUs
+        // its device cgroup allows (KFD gives it exactly those), while CRIU
+        // on the host sees every GPU in sysfs. The image describes what the
+        // process sees, so it restores into a container of the same shape
+        // (upstream refuses such a dump: every GPU in sysfs must be the
+        // process's).
+        let view = process_view(&local, &user_of);
+        let mut device_entries = Vec::with_capacity(view.nodes.len());
+        for node in &view.nodes {
             let user = if node.is_gpu() {
-                *user_of.get(&node.gpu_id).ok_or_else(|| {
-                    Error::Inconsistent(format!(
-                        "GPU {:#x} (node {}) is visible here but not to the process; \
-                         every visible GPU must belong to the process",
-                        node.gpu_id, node.node_id
-                    ))
-                })?
+                user_of[&node.gpu_id]
             } else {
                 0
             };
-            device_entries.push(device_entry(node, user, &local));
+            device_entries.push(device_entry(node, user, &view));
         }
 
         let mut bo_entries = Vec::with_capacity(checkpoint.bos.len());
@@ -758,16 +759,63 @@ fn write_dmabuf<S: ImageStore>(store: &S, id: u32, handle: u32) -> Result<(), Er
         .map_err(Error::image("writing the dma-buf image"))
 }
 
-/// Parses the local topology under `root` into the device view. Skipped
-/// nodes are logged (with the file and the reason), so a GPU missing later
-/// ("not listed", "number of GPUs mismatch") can be traced to its sysfs node.
-pub fn local_topology(root: &Path) -> Result<DeviceTopology, Error> {
-    let parsed = amdgpu_topology::parse(root).map_err(|e| Error::Topology {
-        root: root.display().to_string(),
-        reason: e.to_string(),
-    })?;
+/// The topology as a process with the GPUs `user_of` (actual gpu_id ->
+/// user gpu_id) sees it: every CPU node and its GPUs, nothing else. GPUs of
+/// the host that the process cannot use are left out (logged), and so are
+/// the links to them (invalid in the view).
+fn process_view(local: &DeviceTopology, user_of: &BTreeMap<u32, u32>) -> DeviceTopology {
+    let mut nodes = Vec::with_capacity(local.nodes.len());
+    for node in &local.nodes {
+        if node.is_gpu() && !user_of.contains_key(&node.gpu_id) {
+            log_info!(
+                "GPU {:#x} (node {}) is not one of the process's GPUs (device cgroup): \
+                 left out of the image",
+                node.gpu_id,
+                node.node_id
+            );
+            continue;
+        }
+        nodes.push(node.clone());
+    }
+    DeviceTopology { nodes }
+}
+
+/// The sysfs reads of the KFD topology as the process behind `driver`
+/// makes them (a node of a GPU its device cgroup hides answers `EPERM`);
+/// listings come from the file system as they are.
+struct ReadAs<'a, D>(&'a D);
+
+impl<D: Driver> amdgpu_topology::parse::SysfsReader for ReadAs<'_, D> {
+    fn read_dir(&self, path: &Path) -> std::io::Result<Vec<String>> {
+        amdgpu_topology::parse::RealFs.read_dir(path)
+    }
+
+    fn is_dir(&self, path: &Path) -> std::io::Result<bool> {
+        amdgpu_topology::parse::RealFs.is_dir(path)
+    }
+
+    fn read(&self, path: &Path, limit: usize) -> std::io::Result<Vec<u8>> {
+        self.0.read_sysfs(path, limit)
+    }
+}
+
+/// Parses the local topology under `root`, as the process behind `driver`
+/// sees it, into the device view. Skipped nodes are logged (with the file
+/// and the reason), so a GPU missing later ("not listed", "number of GPUs
+/// mismatch") can be traced to its sysfs node.
+pub fn local_topology<D: Driver>(root: &Path, driver: &D) -> Result<DeviceTopology, Error> {
+    let parsed =
+        amdgpu_topology::parse::parse_with(&ReadAs(driver), root).map_err(|e| Error::Topology {
+            root: root.display().to_string(),
+            reason: e.to_string(),
+        })?;
     for skipped in &parsed.skipped {
-        log_warn!("KFD topology at {}: {skipped}", root.display());
+        // A container's hidden GPUs are expected; anything else is odd.
+        if skipped.reason == amdgpu_topology::parse::SkipReason::AccessDenied {
+            log_info!("KFD topology at {}: {skipped}", root.display());
+        } else {
+            log_warn!("KFD topology at {}: {skipped}", root.display());
+        }
     }
     DeviceTopology::from_system(&parsed.system).map_err(|e| Error::Topology {
         root: root.display().to_string(),

@@ -146,6 +146,10 @@ impl Driver for SharedDriver {
     fn device_number(&self, path: &Path) -> io::Result<DeviceNumber> {
         self.0.device_number(path)
     }
+
+    fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {
+        self.0.read_sysfs(path, limit)
+    }
 }
 
 /// What CRIU says about a restore, for the choice of parallel restore

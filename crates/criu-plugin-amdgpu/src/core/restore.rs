@@ -279,7 +279,7 @@ impl<D: Driver + Clone> Restorer<D> {
         }
 
         let checkpointed = checkpointed_topology(&msg.device_entries);
-        let local = local_topology(&self.config.topology_root)?;
+        let local = local_topology(&self.config.topology_root, &self.driver)?;
         let mapping = map_topologies(&checkpointed, &local, &self.config.options.checks)
             .map_err(|e| Error::Incompatible {
                 reasons: e.to_string(),

@@ -279,6 +279,10 @@ impl Driver for FaultDriver {
     fn device_number(&self, path: &Path) -> io::Result<DeviceNumber> {
         self.inner.device_number(path)
     }
+
+    fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {
+        self.inner.read_sysfs(path, limit)
+    }
 }
 
 /// A hook that made CRIU give up.
