@@ -33,6 +33,7 @@
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::sync::{mpsc, OnceLock};
 
@@ -439,21 +440,23 @@ struct Holes<R> {
     current: Extent,
 }
 
-/// The run of `file` that contains offset `pos`; past the end of the file, a
-/// data run without end (so a read finds the end and reports truncation).
-fn file_extent(file: &mut File, pos: u64) -> io::Result<Extent> {
-    use rustix::fs::{seek, SeekFrom as Whence};
-    let len = file.metadata()?.len();
+/// The run of the file behind `src` that contains offset `pos`; past the
+/// end of the file, a data run without end (so a read finds the end and
+/// reports truncation). Leaves the file offset at `pos`.
+fn fd_extent<R: AsFd>(src: &mut R, pos: u64) -> io::Result<Extent> {
+    use rustix::fs::{fstat, seek, SeekFrom as Whence};
+    let fd = src.as_fd();
+    let len = u64::try_from(fstat(fd)?.st_size).unwrap_or(0);
     if pos >= len {
         return Ok(Extent {
             hole: false,
             end: u64::MAX,
         });
     }
-    let extent = match seek(&*file, Whence::Data(pos)) {
+    let extent = match seek(fd, Whence::Data(pos)) {
         Ok(data) if data == pos => Extent {
             hole: false,
-            end: seek(&*file, Whence::Hole(pos)).map_err(io::Error::from)?,
+            end: seek(fd, Whence::Hole(pos)).map_err(io::Error::from)?,
         },
         Ok(data) => Extent {
             hole: true,
@@ -466,13 +469,15 @@ fn file_extent(file: &mut File, pos: u64) -> io::Result<Extent> {
         },
         Err(e) => return Err(e.into()),
     };
-    file.seek(SeekFrom::Start(pos))?;
+    seek(fd, Whence::Start(pos))?;
     Ok(extent)
 }
 
-fn file_skip(file: &mut File, len: u64) -> io::Result<()> {
+/// Moves the file offset behind `src` `len` bytes forward without reading.
+fn fd_skip<R: AsFd>(src: &mut R, len: u64) -> io::Result<()> {
     let delta = i64::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    file.seek(SeekFrom::Current(delta)).map(drop)
+    rustix::fs::seek(src.as_fd(), rustix::fs::SeekFrom::Current(delta))?;
+    Ok(())
 }
 
 /// Whether more than one CPU is available (the answer is kept).
@@ -502,14 +507,36 @@ pub struct PagesReader<R: Read> {
     hole_bytes: u64,
 }
 
-impl PagesReader<File> {
+impl<R: Read + AsFd> PagesReader<R> {
+    /// The same reader, in the same position, over `wrap(source)` (a
+    /// caller's enum of sources, say); hole skipping, if on, carries over.
+    pub fn map_source<T: Read + AsFd>(self, wrap: impl FnOnce(R) -> T) -> PagesReader<T> {
+        PagesReader {
+            src: wrap(self.src),
+            file: self.file,
+            layout: self.layout,
+            bo: self.bo,
+            bo_read: self.bo_read,
+            hasher: self.hasher,
+            verify: self.verify,
+            ended: self.ended,
+            pos: self.pos,
+            holes: self.holes.map(|h| Holes {
+                probe: fd_extent::<T>,
+                skip: fd_skip::<T>,
+                current: h.current,
+            }),
+            hole_bytes: self.hole_bytes,
+        }
+    }
+
     /// Skips the file's holes instead of reading them (module docs). Where
-    /// the file system cannot tell holes (or a probe fails), the reader reads
-    /// as before.
+    /// the file system cannot tell holes (or a probe fails: a pipe, for
+    /// one), the reader reads as before.
     pub fn skipping_holes(mut self) -> Self {
         self.holes = Some(Holes {
-            probe: file_extent,
-            skip: file_skip,
+            probe: fd_extent::<R>,
+            skip: fd_skip::<R>,
             current: Extent {
                 hole: false,
                 end: 0,

@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::framing::{self, ReadLimits};
 use crate::messages::ImageMessage;
-use crate::pages::{PagesLayout, PagesReader, PagesSink, PagesWriter};
+use crate::pages::{PagesFile, PagesLayout, PagesReader, PagesSink, PagesWriter};
 use crate::{Error, ImageName};
 
 /// A writer for one image file; nothing is visible as a complete image
@@ -118,6 +118,18 @@ pub trait ImageStore {
             None => Ok(None),
             Some(r) => PagesReader::new(r, &name.to_string(), layout).map(Some),
         }
+    }
+
+    /// Checks, without reading its contents, that the pages file `name`
+    /// holds exactly `layout`: present (or absent while `layout` has no
+    /// BOs), its length header equal to the layout's total and its size
+    /// equal to the header's claim. `Ok(true)` when checked; `Ok(false)`
+    /// from stores that cannot tell without consuming the file (streams:
+    /// the reading finds it out). Restore calls this before it makes any
+    /// kernel state, so a damaged set is refused before it costs anything.
+    fn check_pages(&self, name: &ImageName, layout: &PagesLayout) -> Result<bool, Error> {
+        let _ = (name, layout);
+        Ok(false)
     }
 }
 
@@ -232,6 +244,24 @@ impl ImageStore for DirStore {
         // A hint: the file is read once, front to back (larger readahead).
         let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
         PagesReader::new(file, &name.to_string(), layout).map(|r| Some(r.skipping_holes()))
+    }
+
+    fn check_pages(&self, name: &ImageName, layout: &PagesLayout) -> Result<bool, Error> {
+        match self.open_file(name)? {
+            Some(file) => PagesFile::open(file, &name.to_string(), layout.clone()).map(|_| true),
+            None if layout.bos().is_empty() => Ok(true),
+            None => Err(Error::io(
+                name,
+                "open",
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!(
+                        "missing: it holds the contents of {} bos",
+                        layout.bos().len()
+                    ),
+                ),
+            )),
+        }
     }
 
     fn discard(&self, name: &ImageName) -> Result<bool, Error> {

@@ -13,12 +13,13 @@
 use std::ffi::c_int;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use amdgpu_image::{
-    DirStore, ImageName, ImageStore, ImageWriter, PagesSink, StreamMode, StreamStore,
+    DirStore, ImageName, ImageStore, ImageWriter, PagesLayout, PagesReader, PagesSink, StreamMode,
+    StreamStore,
 };
 use amdgpu_topology::parse::DEFAULT_ROOT;
 use kfd::{DeviceNumber, HostDriver};
@@ -116,6 +117,15 @@ impl ImageWriter for HostWriter {
     }
 }
 
+impl AsFd for HostReader {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            HostReader::Dir(r) => r.as_fd(),
+            HostReader::Stream(r) => r.as_fd(),
+        }
+    }
+}
+
 impl Read for HostReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
@@ -154,6 +164,32 @@ impl ImageStore for HostStore {
         match self {
             HostStore::Dir(s) => s.discard(name),
             HostStore::Stream(s) => s.discard(name),
+        }
+    }
+
+    fn check_pages(
+        &self,
+        name: &ImageName,
+        layout: &PagesLayout,
+    ) -> Result<bool, amdgpu_image::Error> {
+        match self {
+            HostStore::Dir(s) => s.check_pages(name, layout),
+            HostStore::Stream(s) => s.check_pages(name, layout),
+        }
+    }
+
+    fn open_pages(
+        &self,
+        name: &ImageName,
+        layout: PagesLayout,
+    ) -> Result<Option<PagesReader<HostReader>>, amdgpu_image::Error> {
+        match self {
+            HostStore::Dir(s) => Ok(s
+                .open_pages(name, layout)?
+                .map(|r| r.map_source(HostReader::Dir))),
+            HostStore::Stream(s) => Ok(s
+                .open_pages(name, layout)?
+                .map(|r| r.map_source(HostReader::Stream))),
         }
     }
 }

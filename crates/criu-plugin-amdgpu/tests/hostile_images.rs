@@ -8,11 +8,11 @@
 //! kernel's process state: no `CRIU_OP RESTORE` call is made. (A render-node
 //! image is restored after its task's KFD file, whose RESTORE already ran.)
 //!
-//! Known gap: damaged pages files are only noticed while their contents are
-//! written back, after `CRIU_OP RESTORE`; the restore still fails cleanly
-//! (CRIU kills the task). Refusing them earlier needs a pre-flight in the
-//! restore path: open every pages file of the image and check its header
-//! against the layout and its size, which `ImageStore` does not expose yet.
+//! A pages file that cannot hold what the KFD image says (missing, cut, too
+//! long) is refused before `CRIU_OP RESTORE` too (the store checks its
+//! header and size without reading it); contents that fail their checksum
+//! are found while they are copied back, after RESTORE and before the task
+//! runs, and the restore fails cleanly (CRIU kills the task).
 
 use std::path::Path;
 
@@ -157,8 +157,20 @@ fn rewrite_kfd(edit: impl Fn(&mut CriuKfd) + 'static) -> impl Fn(&Path) {
     }
 }
 
+/// Set by the parent for the child run under `RLIMIT_AS`.
+const CHILD_ENV: &str = "AMDGPU_PLUGIN_HOSTILE_CHILD";
+
 #[test]
 fn damaged_images_are_refused_with_clear_errors() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        // The child run: the limit must be in force, or the run proves
+        // nothing.
+        let mut probe: Vec<u8> = Vec::new();
+        assert!(
+            probe.try_reserve(1 << 30).is_err(),
+            "RLIMIT_AS is not in force in the child"
+        );
+    }
     let images = tempfile::tempdir().unwrap();
     let shm = tempfile::tempdir().unwrap();
     let d = dump(images.path(), shm.path());
@@ -261,13 +273,14 @@ fn damaged_images_are_refused_with_clear_errors() {
         run(format!("{kfd}: {case}"), &kfd, true, edit.as_ref());
     }
 
-    // Pages files: refused with an error naming the file, but only when
-    // their contents are written back, after CRIU_OP RESTORE (known gap,
-    // see the module docs).
+    // Pages files: refused with an error naming the file; a file of the
+    // wrong shape before CRIU_OP RESTORE, a flipped bit in the contents
+    // while they are copied back (see the module docs).
     let pages_len = d.clean.iter().find(|(n, _)| *n == pages).unwrap().1.len() as u64;
-    let pages_damage: Vec<(String, Damage)> = vec![
+    let pages_damage: Vec<(String, bool, Damage)> = vec![
         (
             "cut by a page".into(),
+            true,
             Box::new(move |p: &Path| {
                 let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
                 f.set_len(pages_len - 4096).unwrap();
@@ -275,6 +288,7 @@ fn damaged_images_are_refused_with_clear_errors() {
         ),
         (
             "cut to its header".into(),
+            true,
             Box::new(|p: &Path| {
                 let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
                 f.set_len(8).unwrap();
@@ -282,6 +296,7 @@ fn damaged_images_are_refused_with_clear_errors() {
         ),
         (
             "one byte too long".into(),
+            true,
             Box::new(move |p: &Path| {
                 let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
                 f.set_len(pages_len + 1).unwrap();
@@ -289,6 +304,7 @@ fn damaged_images_are_refused_with_clear_errors() {
         ),
         (
             "a flipped bit".into(),
+            false,
             Box::new(|p: &Path| {
                 let mut bytes = std::fs::read(p).unwrap();
                 let at = 8 + 100;
@@ -298,11 +314,17 @@ fn damaged_images_are_refused_with_clear_errors() {
         ),
         (
             "deleted".into(),
+            true,
             Box::new(|p: &Path| std::fs::remove_file(p).unwrap()),
         ),
     ];
-    for (case, damage) in &pages_damage {
-        run(format!("{pages} {case}"), &pages, false, damage.as_ref());
+    for (case, before_kernel, damage) in &pages_damage {
+        run(
+            format!("{pages} {case}"),
+            &pages,
+            *before_kernel,
+            damage.as_ref(),
+        );
     }
     println!("{cases} damaged restores");
     assert!(
@@ -311,4 +333,42 @@ fn damaged_images_are_refused_with_clear_errors() {
         bad.len(),
         bad.join("\n")
     );
+}
+
+/// The whole corpus again, through the plugin's restore path, in a child
+/// process whose address space is capped at 256 MiB: the simulated machine,
+/// the process and its images fit; a length header taken at its word or a
+/// count of 2^32 entries turned into an allocation aborts the child.
+#[test]
+fn damaged_images_under_small_address_space_limit() {
+    let exe = std::env::current_exe().expect("test binary path");
+    let limit_kib = 256 * 1024;
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -v {limit_kib} && exec \"$0\" \"$@\""))
+        .arg(&exe)
+        .args([
+            "--exact",
+            "damaged_images_are_refused_with_clear_errors",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, "1")
+        .output();
+    match status {
+        Ok(out) => {
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "the corpus failed under RLIMIT_AS {limit_kib} KiB: {}\n{stdout}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                stdout.contains("damaged restores") && stdout.contains("1 passed"),
+                "the child ran the corpus: {stdout}"
+            );
+        }
+        Err(e) => println!("skipped: cannot run sh to set RLIMIT_AS: {e}"),
+    }
 }

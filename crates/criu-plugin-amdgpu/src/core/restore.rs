@@ -258,6 +258,15 @@ impl<D: Driver + Clone> Restorer<D> {
         sharing: &Sharing<'_>,
     ) -> Result<OwnedFd, Error> {
         let image = ValidatedKfd::new(id, msg).map_err(Error::image("validating the KFD image"))?;
+        // Pages files that cannot hold what the image says (missing, cut,
+        // too long, a lying header) are refused here, before any kernel
+        // state exists; contents that fail their checksum are found while
+        // they are copied back, before the task ever runs.
+        for (name, layout) in image.pages_files() {
+            store
+                .check_pages(&name, &layout)
+                .map_err(Error::image("checking a pages file before restore"))?;
+        }
         let msg = image.message();
         let kfd = Kfd::open(self.driver.clone()).map_err(Error::kfd("opening /dev/kfd"))?;
         let version = kfd
