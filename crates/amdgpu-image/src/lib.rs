@@ -114,5 +114,7 @@ pub use pages::{
     PagesBo, PagesChunk, PagesFile, PagesLayout, PagesReader, PagesSink, PagesWriter, Sequential,
     WrittenPages, PAGE_SIZE,
 };
-pub use store::{DirStore, ImageStore, ImageWriter, MemStore, StreamMode, StreamStore};
+pub use store::{
+    DirStore, ImageStore, ImageWriter, MemStore, StreamMode, StreamStore, StreamWriter,
+};
 pub use validate::{verify_set, SetReport, ValidatedKfd, ValidatedRenderNode};

@@ -30,6 +30,10 @@
 //! socket (all roles live in this one host process; the socket name is
 //! unique per run, so emulated restores may run concurrently).
 //!
+//! With [`EmulatorConfig::streamer`] the emulated CRIU runs with
+//! `--stream`: the plugin's images go through an emulated image streamer
+//! ([`streamer`]), one pipe per file, each file served once at restore.
+//!
 //! Which hooks exist follows the emulated CRIU's `max_hooks`
 //! ([`EmulatorConfig::max_hooks`]), so the fallbacks for older CRIU are
 //! exercised too. Test support only: compiled with the `emulator` feature,
@@ -42,7 +46,7 @@ use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use amdgpu_image::DirStore;
+use amdgpu_image::{DirStore, StreamMode, StreamStore};
 use kfd::{DeviceNumber, Driver};
 use kfd_sim::{Pid, ProcessConfig, Sim, SimDriver, SimError};
 
@@ -52,8 +56,16 @@ use crate::core::plugin::{CriuHost, Plugin, PluginConfig, VmaUpdate, NOT_MINE};
 use crate::core::restore::Restored;
 use crate::core::Error;
 use crate::options::Options;
+use crate::runtime::HostStore;
 
 pub mod pages;
+pub mod streamer;
+
+pub use streamer::ImageStreamer;
+
+/// How the emulator opens a stream: through its [`ImageStreamer`].
+pub type EmulatedStreamOpen =
+    Box<dyn Fn(&str, StreamMode) -> io::Result<std::fs::File> + Send + Sync>;
 
 /// The file in the images directory where the emulator keeps the
 /// inventory's plugin list (CRIU keeps it in `inventory.img`).
@@ -74,6 +86,8 @@ pub struct EmulatedHost {
     parallel: ParallelFacts,
     /// The main restorer's driver, for the parallel restore worker.
     main_driver: Option<SimDriver>,
+    /// CRIU's `--stream`: images go through this streamer.
+    streamer: Option<ImageStreamer>,
 }
 
 impl EmulatedHost {
@@ -86,7 +100,15 @@ impl EmulatedHost {
             fdstore: Arc::default(),
             parallel: ParallelFacts::default(),
             main_driver: None,
+            streamer: None,
         }
+    }
+
+    /// A host whose images go through `streamer` (CRIU's `--stream`); the
+    /// emulator's own files (inventory, CPU memory) stay in the directory.
+    pub fn streaming(mut self, streamer: Option<ImageStreamer>) -> Self {
+        self.streamer = streamer;
+        self
     }
 
     /// The host of a restore's main restorer: what CRIU tells the plugin
@@ -107,13 +129,20 @@ impl EmulatedHost {
 }
 
 impl CriuHost for EmulatedHost {
-    type Store = DirStore;
+    type Store = HostStore<EmulatedStreamOpen>;
 
-    fn image_store(&self, _dump: bool) -> Result<DirStore, Error> {
-        DirStore::open_dir(&self.images).map_err(|source| Error::Image {
-            step: "opening the images directory",
-            source,
-        })
+    fn image_store(&self, _dump: bool) -> Result<Self::Store, Error> {
+        if let Some(streamer) = &self.streamer {
+            let streamer = streamer.clone();
+            let open: EmulatedStreamOpen = Box::new(move |name, mode| streamer.open(name, mode));
+            return Ok(HostStore::Stream(StreamStore::new(open)));
+        }
+        DirStore::open_dir(&self.images)
+            .map(HostStore::Dir)
+            .map_err(|source| Error::Image {
+                step: "opening the images directory",
+                source,
+            })
     }
 
     fn add_inventory_plugin(&self) -> io::Result<()> {
@@ -177,6 +206,9 @@ pub struct EmulatorConfig {
     pub shm_dir: PathBuf,
     /// What `find_unused_fd_pid` answers in the restored task.
     pub fd_floor: Option<i32>,
+    /// CRIU's `--stream`: the plugin's images go through this streamer
+    /// (capturing at dump, serving at restore) instead of the directory.
+    pub streamer: Option<ImageStreamer>,
     /// The GPUs the device cgroup of the container the tree is restored
     /// into allows (`None`: every GPU of the machine). Restored tasks see
     /// only these: in KFD, in `/dev/dri` and in the topology in sysfs.
@@ -192,6 +224,7 @@ impl EmulatorConfig {
             options: Options::default(),
             shm_dir: shm_dir.to_path_buf(),
             fd_floor: Some(200),
+            streamer: None,
             restore_visible_gpus: None,
         }
     }
@@ -463,7 +496,7 @@ impl CriuEmulator {
         tasks: &[TaskToDump<'_>],
     ) -> Result<DumpReport, EmulatorError> {
         let driver = self.sim.driver(dumper);
-        let host = EmulatedHost::new(&self.images, None);
+        let host = EmulatedHost::new(&self.images, None).streaming(self.config.streamer.clone());
         let mut plugin = Plugin::init(
             driver.clone(),
             host.clone(),
@@ -535,6 +568,12 @@ impl CriuEmulator {
             }
         }
         plugin.exit(0);
+        if let Some(streamer) = &self.config.streamer {
+            streamer.finish().map_err(|source| EmulatorError::Io {
+                what: "finishing the image stream",
+                source,
+            })?;
+        }
         host.write_inventory().map_err(|source| EmulatorError::Io {
             what: "writing the inventory",
             source,
@@ -605,6 +644,10 @@ impl CriuEmulator {
             }
         };
         let result = self.restore_as(main, tasks);
+        if let Some(streamer) = &self.config.streamer {
+            // Every feeding thread is done once its pipe was read or closed.
+            let _ = streamer.finish();
+        }
         if result.is_err() {
             for pid in pids {
                 let _ = self.sim.exit_process(pid);
@@ -634,16 +677,18 @@ impl CriuEmulator {
         main: Pid,
         tasks: &[TaskToRestore],
     ) -> Result<Vec<RestoredTask>, EmulatorError> {
-        let host = EmulatedHost::new(&self.images, self.config.fd_floor).restoring(
-            ParallelFacts {
-                calls_post_forking: self.has(hook::POST_FORKING),
-                single_process: Some(tasks.len() == 1),
-                streaming: false,
-                run_id: None,
-                turned_off: false,
-            },
-            self.sim.driver(main),
-        );
+        let host = EmulatedHost::new(&self.images, self.config.fd_floor)
+            .restoring(
+                ParallelFacts {
+                    calls_post_forking: self.has(hook::POST_FORKING),
+                    single_process: Some(tasks.len() == 1),
+                    streaming: self.config.streamer.is_some(),
+                    run_id: None,
+                    turned_off: false,
+                },
+                self.sim.driver(main),
+            )
+            .streaming(self.config.streamer.clone());
         let mut main_plugin = Plugin::init(
             self.sim.driver(main),
             host.clone(),

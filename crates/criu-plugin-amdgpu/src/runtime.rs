@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use amdgpu_image::{
     DirStore, ImageName, ImageStore, ImageWriter, PagesLayout, PagesReader, PagesSink, StreamMode,
-    StreamStore,
+    StreamStore, StreamWriter,
 };
 use amdgpu_topology::parse::DEFAULT_ROOT;
 use kfd::{DeviceNumber, HostDriver};
@@ -37,7 +37,8 @@ use crate::{log_debug, log_error, log_info};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CriuServices;
 
-type StreamOpen = fn(&str, StreamMode) -> io::Result<File>;
+/// How the real plugin opens a stream: CRIU's `img_streamer_open`.
+pub type StreamOpen = fn(&str, StreamMode) -> io::Result<File>;
 
 fn open_stream(name: &str, mode: StreamMode) -> io::Result<File> {
     services()
@@ -45,13 +46,15 @@ fn open_stream(name: &str, mode: StreamMode) -> io::Result<File> {
         .map(File::from)
 }
 
-/// The images directory, or CRIU's image streamer with `--stream`.
+/// The images directory, or CRIU's image streamer with `--stream`; `O`
+/// opens a stream by file name (CRIU's `img_streamer_open` in the real
+/// plugin, the emulator's streamer in tests).
 #[derive(Debug)]
-pub enum HostStore {
+pub enum HostStore<O = StreamOpen> {
     /// `criu_get_image_dir()`.
     Dir(DirStore),
     /// `img_streamer_open()`.
-    Stream(StreamStore<StreamOpen>),
+    Stream(StreamStore<O>),
 }
 
 /// A writer of either store.
@@ -60,7 +63,7 @@ pub enum HostWriter {
     /// Into the images directory.
     Dir(<DirStore as ImageStore>::Writer),
     /// Into the streamer.
-    Stream(<StreamStore<StreamOpen> as ImageStore>::Writer),
+    Stream(StreamWriter<File>),
 }
 
 /// A reader of either store.
@@ -68,8 +71,8 @@ pub enum HostWriter {
 pub enum HostReader {
     /// From the images directory.
     Dir(<DirStore as ImageStore>::Reader),
-    /// From the streamer.
-    Stream(<StreamStore<StreamOpen> as ImageStore>::Reader),
+    /// From the streamer (a pipe).
+    Stream(File),
 }
 
 impl Write for HostWriter {
@@ -135,7 +138,10 @@ impl Read for HostReader {
     }
 }
 
-impl ImageStore for HostStore {
+impl<O> ImageStore for HostStore<O>
+where
+    O: Fn(&str, StreamMode) -> io::Result<File>,
+{
     type Writer = HostWriter;
     type Reader = HostReader;
 

@@ -3,8 +3,8 @@
 //! `KFD_*_CHECK` device check (the six property checks and CPU placement),
 //! refused with its reason when on and restored when off.
 //!
-//! The emulated host always stores images in a directory (`DirStore`), so
-//! the `--stream` image path is not exercised here.
+//! `--stream` is covered in `emulator_stream.rs`, containers in
+//! `emulator_container.rs`.
 
 mod common;
 

@@ -164,6 +164,17 @@ pub struct Restorer<D: Driver + Clone> {
     /// Parallel restore: where BO contents are handed off instead of
     /// copied here.
     hand_off: Option<super::parallel::SocketName>,
+    /// Images of files that asked for a retry, by CRIU file id: the retry
+    /// uses them instead of reading the image again (an image streamer
+    /// serves each file once).
+    deferred: BTreeMap<u32, Deferred>,
+}
+
+/// The image of a file waiting for a retry.
+#[derive(Debug)]
+enum Deferred {
+    RenderNode(CriuRenderNode),
+    Dmabuf(CriuDmabufNode),
 }
 
 impl<D: Driver + Clone> std::fmt::Debug for Restorer<D> {
@@ -194,6 +205,7 @@ impl<D: Driver + Clone> Restorer<D> {
             translations: VmaTranslations::new(),
             restored: Vec::new(),
             hand_off: None,
+            deferred: BTreeMap::new(),
         }
     }
 
@@ -226,6 +238,13 @@ impl<D: Driver + Clone> Restorer<D> {
         sharing: &Sharing<'_>,
     ) -> Result<Restored, Error> {
         let limits = ReadLimits::default();
+        match self.deferred.remove(&id) {
+            Some(Deferred::RenderNode(msg)) => {
+                return self.render_node_or_wait(store, id, msg, sharing)
+            }
+            Some(Deferred::Dmabuf(msg)) => return self.dmabuf_or_wait(id, msg, sharing),
+            None => {}
+        }
         if let Some(msg) = store
             .read_message::<CriuKfd>(&ImageName::Kfd { id }, limits)
             .map_err(Error::image("reading the KFD image"))?
@@ -238,15 +257,46 @@ impl<D: Driver + Clone> Restorer<D> {
             .read_message::<CriuRenderNode>(&ImageName::RenderNode { id }, limits)
             .map_err(Error::image("reading the render-node image"))?
         {
-            return self.restore_render_node(store, id, msg, sharing);
+            return self.render_node_or_wait(store, id, msg, sharing);
         }
         if let Some(msg) = store
             .read_message::<CriuDmabufNode>(&ImageName::Dmabuf { id }, limits)
             .map_err(Error::image("reading the dma-buf image"))?
         {
-            return self.restore_dmabuf(id, &msg, sharing);
+            return self.dmabuf_or_wait(id, msg, sharing);
         }
         Ok(Restored::NotOurs)
+    }
+
+    /// [`Self::restore_render_node`], keeping the image for the retry when
+    /// the file has to wait.
+    fn render_node_or_wait<S: ImageStore + Sync>(
+        &mut self,
+        store: &S,
+        id: u32,
+        msg: CriuRenderNode,
+        sharing: &Sharing<'_>,
+    ) -> Result<Restored, Error> {
+        let result = self.restore_render_node(store, id, msg.clone(), sharing);
+        if matches!(result, Ok(Restored::WaitForKfd)) {
+            self.deferred.insert(id, Deferred::RenderNode(msg));
+        }
+        result
+    }
+
+    /// [`Self::restore_dmabuf`], keeping the image for the retry when the
+    /// file has to wait.
+    fn dmabuf_or_wait(
+        &mut self,
+        id: u32,
+        msg: CriuDmabufNode,
+        sharing: &Sharing<'_>,
+    ) -> Result<Restored, Error> {
+        let result = self.restore_dmabuf(id, &msg, sharing);
+        if matches!(result, Ok(Restored::WaitForKfd)) {
+            self.deferred.insert(id, Deferred::Dmabuf(msg));
+        }
+        result
     }
 
     fn restore_kfd<S: ImageStore + Sync>(
