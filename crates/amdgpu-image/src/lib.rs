@@ -20,6 +20,8 @@
 //! - [`ValidatedKfd`], [`ValidatedRenderNode`], [`verify_set`]: validation.
 //! - [`PagesWriter`], [`PagesReader`], [`PagesFile`], [`PagesLayout`]: pages files.
 //! - [`ImageStore`] with [`DirStore`], [`StreamStore`] and [`MemStore`].
+//! - With feature `topology`: `topology`, between device entries and
+//!   `amdgpu-topology`'s device view (what restore maps onto the local GPUs).
 //!
 //! # Example
 //!
@@ -97,6 +99,8 @@ pub mod pages;
 #[doc(hidden)]
 pub mod presence;
 pub mod store;
+#[cfg(feature = "topology")]
+pub mod topology;
 pub mod validate;
 
 pub use checksum::{content_checksum, ContentHasher};

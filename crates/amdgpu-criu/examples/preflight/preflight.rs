@@ -10,10 +10,9 @@
 use std::fmt;
 use std::path::Path;
 
-use amdgpu_image::{
-    CriuKfd, DirStore, ImageName, ImageStore, KfdDeviceEntry, ReadLimits, ValidatedKfd,
-};
-use amdgpu_topology::devices::{DevIoLink, DeviceNode, DeviceProps, DeviceTopology};
+use amdgpu_image::topology::checkpointed_topology;
+use amdgpu_image::{CriuKfd, DirStore, ImageName, ImageStore, ReadLimits, ValidatedKfd};
+use amdgpu_topology::devices::DeviceTopology;
 use amdgpu_topology::mapping::{map_topologies, MapResult};
 use amdgpu_topology::options::CheckOptions;
 use amdgpu_topology::{builtin, builtin_names, parse, GpuId};
@@ -51,65 +50,6 @@ pub fn read_checkpoint(dir: &Path) -> Result<Vec<Process>, String> {
         return Err(format!("{}: no amdgpu-kfd-*.img images", dir.display()));
     }
     Ok(processes)
-}
-
-/// The checkpointed topology of an image's device entries, in the terms the
-/// mapping compares: GPU entries keep every property, CPU entries only their
-/// core count (all the C plugin saves for them).
-pub fn checkpointed_topology(entries: &[KfdDeviceEntry]) -> DeviceTopology {
-    let node = |e: &KfdDeviceEntry| DeviceNode {
-        node_id: e.node_id,
-        gpu_id: e.gpu_id,
-        props: if e.is_gpu() {
-            DeviceProps {
-                cpu_cores_count: e.cpu_cores_count,
-                simd_count: e.simd_count,
-                mem_banks_count: e.mem_banks_count,
-                caches_count: e.caches_count,
-                io_links_count: e.io_links_count,
-                max_waves_per_simd: e.max_waves_per_simd,
-                lds_size_in_kb: e.lds_size_in_kb,
-                gds_size_in_kb: e.gds_size_in_kb,
-                num_gws: e.num_gws,
-                wave_front_size: e.wave_front_size,
-                array_count: e.array_count,
-                simd_arrays_per_engine: e.simd_arrays_per_engine,
-                cu_per_simd_array: e.cu_per_simd_array,
-                simd_per_cu: e.simd_per_cu,
-                max_slots_scratch_cu: e.max_slots_scratch_cu,
-                vendor_id: e.vendor_id,
-                device_id: e.device_id,
-                domain: e.domain,
-                drm_render_minor: e.drm_render_minor,
-                hive_id: e.hive_id,
-                num_sdma_engines: e.num_sdma_engines,
-                num_sdma_xgmi_engines: e.num_sdma_xgmi_engines,
-                num_sdma_queues_per_engine: e.num_sdma_queues_per_engine,
-                num_cp_queues: e.num_cp_queues,
-                fw_version: e.fw_version,
-                capability: e.capability,
-                sdma_fw_version: e.sdma_fw_version,
-                vram_public: e.vram_public != 0,
-                vram_size: e.vram_size,
-            }
-        } else {
-            DeviceProps {
-                cpu_cores_count: e.cpu_cores_count,
-                ..DeviceProps::default()
-            }
-        },
-        iolinks: e
-            .iolinks
-            .iter()
-            .map(|l| DevIoLink {
-                link_type: l.r#type,
-                node_to: l.node_to_id,
-            })
-            .collect(),
-    };
-    DeviceTopology {
-        nodes: entries.iter().map(node).collect(),
-    }
 }
 
 /// A candidate machine: `NAME=SPEC` or `SPEC`, where SPEC is a copy of a
