@@ -8,7 +8,8 @@ mod preflight;
 
 use std::path::Path;
 
-use amdgpu_image::{CriuKfd, DevIolink, DirStore, ImageName, ImageStore, KfdDeviceEntry};
+use amdgpu_image::topology::device_entry;
+use amdgpu_image::{CriuKfd, DirStore, ImageName, ImageStore, KfdDeviceEntry};
 use amdgpu_topology::devices::DeviceTopology;
 use amdgpu_topology::options::CheckOptions;
 use amdgpu_topology::{builtin, renumbered, write};
@@ -21,50 +22,7 @@ fn device_entries(machine: &str) -> Vec<KfdDeviceEntry> {
     topology
         .nodes
         .iter()
-        .map(|n| {
-            let p = &n.props;
-            KfdDeviceEntry {
-                node_id: n.node_id,
-                gpu_id: n.gpu_id,
-                cpu_cores_count: p.cpu_cores_count,
-                simd_count: p.simd_count,
-                mem_banks_count: p.mem_banks_count,
-                caches_count: p.caches_count,
-                io_links_count: p.io_links_count,
-                max_waves_per_simd: p.max_waves_per_simd,
-                lds_size_in_kb: p.lds_size_in_kb,
-                gds_size_in_kb: p.gds_size_in_kb,
-                num_gws: p.num_gws,
-                wave_front_size: p.wave_front_size,
-                array_count: p.array_count,
-                simd_arrays_per_engine: p.simd_arrays_per_engine,
-                cu_per_simd_array: p.cu_per_simd_array,
-                simd_per_cu: p.simd_per_cu,
-                max_slots_scratch_cu: p.max_slots_scratch_cu,
-                vendor_id: p.vendor_id,
-                device_id: p.device_id,
-                domain: p.domain,
-                drm_render_minor: p.drm_render_minor,
-                hive_id: p.hive_id,
-                num_sdma_engines: p.num_sdma_engines,
-                num_sdma_xgmi_engines: p.num_sdma_xgmi_engines,
-                num_sdma_queues_per_engine: p.num_sdma_queues_per_engine,
-                num_cp_queues: p.num_cp_queues,
-                fw_version: p.fw_version,
-                capability: p.capability,
-                sdma_fw_version: p.sdma_fw_version,
-                vram_public: u32::from(p.vram_public),
-                vram_size: p.vram_size,
-                iolinks: n
-                    .iolinks
-                    .iter()
-                    .map(|l| DevIolink {
-                        r#type: l.link_type,
-                        node_to_id: l.node_to,
-                    })
-                    .collect(),
-            }
-        })
+        .map(|n| device_entry(n, n.gpu_id, &topology))
         .collect()
 }
 
