@@ -33,8 +33,8 @@ mod faults_common;
 
 use common::{device_vmas, gpu_files};
 use faults_common::{
-    add_drm_bo, empty_dir, log_names_op, set_looks_complete, thread_count, thread_count_settled,
-    FaultDriver, HookFailure, MiniCriu, Site, Snapshot,
+    add_drm_bo, check_clean_sites, empty_dir, log_names_op, set_looks_complete, site_errno,
+    thread_count, thread_count_settled, FaultDriver, HookFailure, MiniCriu, Site, Snapshot,
 };
 
 /// How one run is made to fail.
@@ -188,42 +188,20 @@ fn every_dump_call_site_fails_cleanly() {
         assert!(clean.result.is_ok(), "{:?}", clean.result);
         assert!(clean.running && clean.complete);
         assert_eq!(clean.before, clean.after, "the clean dump leaked");
-        let unknown: Vec<_> = clean
-            .sites
-            .iter()
-            .filter(|s| s.op.starts_with("UNKNOWN_REQUEST"))
-            .collect();
-        assert!(
-            unknown.is_empty(),
-            "requests kfd-sys does not name: {unknown:?}"
-        );
-        for must in [
-            "CRIU_OP:PROCESS_INFO",
-            "CRIU_OP:CHECKPOINT",
-            "CRIU_OP:UNPAUSE",
-        ] {
-            assert!(
-                clean.sites.iter().any(|s| s.op == must),
-                "the dump never called {must}"
-            );
-        }
-
-        let mut per_op = std::collections::BTreeMap::new();
-        for site in &clean.sites {
-            *per_op.entry(site.op.as_str()).or_insert(0) += 1;
-        }
-        println!(
-            "{gpus} GPU(s): {} call sites: {per_op:?}",
-            clean.sites.len()
+        check_clean_sites(
+            &clean.sites,
+            "dump",
+            &[
+                "CRIU_OP:PROCESS_INFO",
+                "CRIU_OP:CHECKPOINT",
+                "CRIU_OP:UNPAUSE",
+            ],
+            &format!("{gpus} GPU(s)"),
         );
         for site in &clean.sites {
             // GET_VERSION failing is "this kernel cannot checkpoint" only in
             // the sense of an errno: it must still be an error.
-            let errno = if site.op == "MMAP" {
-                Errno(libc::ENOMEM)
-            } else {
-                Errno(libc::EIO)
-            };
+            let errno = site_errno(site);
             let out = run(
                 config,
                 images.path(),

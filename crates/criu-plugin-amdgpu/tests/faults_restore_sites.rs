@@ -32,8 +32,8 @@ mod faults_common;
 
 use common::{device_vmas, gpu_files, kfd_image, vmas_of};
 use faults_common::{
-    add_drm_bo, empty_dir, log_names_op, thread_count, thread_count_settled, FaultDriver, MiniCriu,
-    Site, Snapshot,
+    add_drm_bo, check_clean_sites, empty_dir, log_names_op, site_errno, thread_count,
+    thread_count_settled, FaultDriver, MiniCriu, Site, Snapshot,
 };
 
 enum Fault {
@@ -177,35 +177,14 @@ fn every_restore_call_site_fails_cleanly() {
         let clean = run(config, images.path(), shm.path(), &Fault::None);
         assert_eq!(clean.failure, None, "clean restore: {:?}", clean.lines);
         assert_eq!(clean.before, clean.after, "the clean restore leaked");
-        let unknown: Vec<_> = clean
-            .sites
-            .iter()
-            .filter(|s| s.op.starts_with("UNKNOWN_REQUEST"))
-            .collect();
-        assert!(
-            unknown.is_empty(),
-            "requests kfd-sys does not name: {unknown:?}"
-        );
-        for must in ["CRIU_OP:RESTORE", "CRIU_OP:RESUME", "OPEN"] {
-            assert!(
-                clean.sites.iter().any(|s| s.op == must),
-                "the restore never called {must}"
-            );
-        }
-        let mut per_op = std::collections::BTreeMap::new();
-        for site in &clean.sites {
-            *per_op.entry(site.op.as_str()).or_insert(0) += 1;
-        }
-        println!(
-            "{gpus} GPU(s): {} call sites: {per_op:?}",
-            clean.sites.len()
+        check_clean_sites(
+            &clean.sites,
+            "restore",
+            &["CRIU_OP:RESTORE", "CRIU_OP:RESUME", "OPEN"],
+            &format!("{gpus} GPU(s)"),
         );
         for site in &clean.sites {
-            let errno = if site.op == "MMAP" {
-                Errno(libc::ENOMEM)
-            } else {
-                Errno(libc::EIO)
-            };
+            let errno = site_errno(site);
             let out = run(
                 config,
                 images.path(),

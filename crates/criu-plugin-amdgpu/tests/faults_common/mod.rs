@@ -45,6 +45,41 @@ pub struct Site {
     pub nth: u32,
 }
 
+/// Checks the call sites a clean run recorded before each is failed in
+/// turn: every request is one kfd-sys names, the run made each of `must`,
+/// and prints how many sites of each op `label` (the machine) has.
+pub fn check_clean_sites(sites: &[Site], phase: &str, must: &[&str], label: &str) {
+    let unknown: Vec<_> = sites
+        .iter()
+        .filter(|s| s.op.starts_with("UNKNOWN_REQUEST"))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "requests kfd-sys does not name: {unknown:?}"
+    );
+    for op in must {
+        assert!(
+            sites.iter().any(|s| s.op == *op),
+            "the {phase} never called {op}"
+        );
+    }
+    let mut per_op = std::collections::BTreeMap::new();
+    for site in sites {
+        *per_op.entry(site.op.as_str()).or_insert(0) += 1;
+    }
+    println!("{label}: {} call sites: {per_op:?}", sites.len());
+}
+
+/// The errno a failed call site gets: `ENOMEM` for `mmap` (what it really
+/// fails with), `EIO` for everything else.
+pub fn site_errno(site: &Site) -> kfd_sim::Errno {
+    if site.op == "MMAP" {
+        kfd_sim::Errno(libc::ENOMEM)
+    } else {
+        kfd_sim::Errno(libc::EIO)
+    }
+}
+
 impl std::fmt::Display for Site {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}:{}", self.op, self.nth)
