@@ -31,7 +31,8 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 
 use crate::framing::{self, ReadLimits};
 use crate::messages::ImageMessage;
@@ -307,17 +308,58 @@ pub const WRITE_BEHIND_LAG: u64 = 32 << 20;
 /// pages and drops its clean ones, which is `sync_file_range(
 /// SYNC_FILE_RANGE_WRITE)` plus the release, without `unsafe`. Pages still
 /// under writeback when released stay cached (clean, reclaimable). On file
-/// systems without writeback (tmpfs) the hint does nothing. A refused hint
-/// turns write-behind off for the file; it never fails a write.
+/// systems without writeback (tmpfs) the hint does nothing.
+///
+/// Starting writeback can block (block allocation, a full device queue), so
+/// the hints go to a flusher thread of the file (a duplicate of its fd) over
+/// a channel of [`FLUSH_QUEUE`] ranges: the writer keeps copying while the
+/// disk is fed, and stalls only when the flusher is that many steps behind,
+/// which bounds the dirty page cache of the file. Without a thread (the
+/// spawn or the fd duplication failed) the writer gives the hints itself.
+/// A hint never fails a write: a refused one turns write-behind off.
 #[derive(Debug)]
 struct WriteBehind {
     /// File offset of the writer (end of the last write or skip).
     pos: u64,
-    /// Writeback was started for every byte before this offset.
+    /// Writeback was started (or handed to the flusher) before this offset.
     started: u64,
-    /// Cached pages before this offset were released.
+    /// Cached pages before this offset were released (or handed over).
     released: u64,
     enabled: bool,
+    flusher: Option<Flusher>,
+}
+
+/// Ranges a [`DirWriter`]'s flusher may have queued before the writer waits.
+const FLUSH_QUEUE: usize = 4;
+
+/// The thread that gives a file's write-behind hints.
+#[derive(Debug)]
+struct Flusher {
+    ranges: mpsc::SyncSender<(u64, u64)>,
+    thread: JoinHandle<()>,
+}
+
+impl Flusher {
+    fn spawn(file: &File) -> io::Result<Flusher> {
+        let file = file.try_clone()?;
+        let (ranges, queue) = mpsc::sync_channel::<(u64, u64)>(FLUSH_QUEUE);
+        let thread = std::thread::Builder::new()
+            .name("image-writeback".into())
+            .spawn(move || {
+                for (offset, len) in queue {
+                    // A hint: a refused one costs speed or memory, never data.
+                    let _ = dont_need(&file, offset, len);
+                }
+            })?;
+        Ok(Flusher { ranges, thread })
+    }
+
+    /// Waits until every queued hint was given.
+    fn stop(self) {
+        drop(self.ranges);
+        // The thread only gives hints; a panic there changes nothing written.
+        let _ = self.thread.join();
+    }
 }
 
 impl Default for WriteBehind {
@@ -327,6 +369,7 @@ impl Default for WriteBehind {
             started: 0,
             released: 0,
             enabled: true,
+            flusher: None,
         }
     }
 }
@@ -338,16 +381,32 @@ impl WriteBehind {
         if !self.enabled || self.pos - self.started < WRITE_BEHIND_STEP {
             return;
         }
-        if dont_need(file, self.started, self.pos - self.started).is_err() {
-            self.enabled = false;
-            return;
+        if self.flusher.is_none() {
+            self.flusher = Flusher::spawn(file).ok();
+        }
+        let release_to = self.pos.saturating_sub(WRITE_BEHIND_LAG);
+        let mut ranges = vec![(self.started, self.pos - self.started)];
+        if release_to > self.released {
+            ranges.push((self.released, release_to - self.released));
+        }
+        for (offset, len) in ranges {
+            let handed = match &self.flusher {
+                Some(f) => f.ranges.send((offset, len)).is_ok(),
+                None => false,
+            };
+            if !handed && dont_need(file, offset, len).is_err() {
+                self.enabled = false;
+                return;
+            }
         }
         self.started = self.pos;
-        let release_to = self.started.saturating_sub(WRITE_BEHIND_LAG);
-        if release_to > self.released {
-            // A hint: failing to release costs memory, not correctness.
-            let _ = dont_need(file, self.released, release_to - self.released);
-            self.released = release_to;
+        self.released = self.released.max(release_to);
+    }
+
+    /// Ends write-behind: every hint given, the flusher gone.
+    fn stop(&mut self) {
+        if let Some(f) = self.flusher.take() {
+            f.stop();
         }
     }
 }
@@ -377,8 +436,9 @@ pub struct DirWriter {
 }
 
 impl DirWriter {
-    /// Bytes from the file's start whose writeback this writer started: 0
-    /// for files shorter than [`WRITE_BEHIND_STEP`] and after a refused hint.
+    /// Bytes from the file's start whose writeback this writer started (or
+    /// handed to its flusher thread): 0 for files shorter than
+    /// [`WRITE_BEHIND_STEP`] and after a refused hint.
     pub fn writeback_started(&self) -> u64 {
         self.behind.started
     }
@@ -391,8 +451,12 @@ impl Write for DirWriter {
         Ok(n)
     }
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.file.write_all(buf)?;
-        self.behind.advance(&self.file, buf.len() as u64);
+        // In steps, so the writeback of a large buffer's start begins
+        // while its end is still being copied.
+        for piece in buf.chunks(WRITE_BEHIND_STEP as usize) {
+            self.file.write_all(piece)?;
+            self.behind.advance(&self.file, piece.len() as u64);
+        }
         Ok(())
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -416,6 +480,7 @@ impl PagesSink for DirWriter {
 
 impl ImageWriter for DirWriter {
     fn commit(mut self) -> io::Result<()> {
+        self.behind.stop();
         self.file.flush()?;
         fs::rename(&self.temp, &self.target)?;
         self.committed = true;
@@ -425,6 +490,7 @@ impl ImageWriter for DirWriter {
 
 impl Drop for DirWriter {
     fn drop(&mut self) {
+        self.behind.stop();
         if !self.committed {
             // Best effort: an error here leaves a dot-file no reader takes for an image.
             let _ = fs::remove_file(&self.temp);
