@@ -552,6 +552,7 @@ impl<D: Driver + Clone> Dumper<D> {
             bo_entries,
             producer: Some(PRODUCER.to_owned()),
             format_version: Some(FORMAT_VERSION),
+            device: None,
         };
         store
             .write_message(&ImageName::RenderNode { id }, &msg)
