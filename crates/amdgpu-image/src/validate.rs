@@ -495,8 +495,7 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
         let rn = ValidatedRenderNode { id: name.id(), msg };
         // A render-only image (gpu_id 0) names no KFD gpu; its device
         // entry was checked above.
-        if broken_kfd.is_empty() && !rn.msg.is_render_only() && !kfd_gpus.contains(&rn.msg.gpu_id)
-        {
+        if broken_kfd.is_empty() && !rn.msg.is_render_only() && !kfd_gpus.contains(&rn.msg.gpu_id) {
             report.problems.push(Problem::new(
                 name,
                 "criu_render_node.gpu_id",

@@ -588,7 +588,8 @@ fn a_device_entry_missing_a_required_field_is_named() {
         .0;
     let err = decode_message::<CriuRenderNode>("amdgpu-renderD-4.img", &golden).unwrap_err();
     assert!(
-        err.to_string().contains("criu_render_node.device[0].simd_count"),
+        err.to_string()
+            .contains("criu_render_node.device[0].simd_count"),
         "{err}"
     );
 }

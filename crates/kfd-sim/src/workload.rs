@@ -38,6 +38,8 @@ use crate::kfd::event::is_signal_type;
 use crate::sim::{Pid, Sim, SimDriver, SimError, State};
 use crate::Errno;
 
+pub mod render_only;
+
 /// What kind of application to simulate. Multi-process applications that
 /// share dma-bufs are built with [`Workload::launch_sharing`] (any profile)
 /// or [`Workload::share_with`].
