@@ -547,3 +547,33 @@ fn a_render_only_process_next_to_a_kfd_process_on_its_gpu() {
         );
     }
 }
+
+/// CRIU v4.0 (no `DUMP_DEVICES_LATE`, no retry protocol): the render-only
+/// node is written at `exit`, and restores without waiting for anything.
+#[test]
+fn a_render_only_process_on_criu_without_dump_devices_late() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let gpu = sim.gpus()[0].gpu_id;
+    let app = RenderOnly::launch(&sim, &[gpu], 2).expect("launch");
+    let expected = app.describe().unwrap();
+    let vmas = drm_vmas(&sim, &app, &[gpu]);
+    let dirs = Dirs::new();
+    let files = vec![TaskFile {
+        fd: app.render_fds()[0],
+        id: 9,
+    }];
+    let report = dirs
+        .emulator(&sim, |c| c.max_hooks = 12)
+        .dump(app.pid(), &files, &device_vmas(&sim))
+        .expect("dump on CRIU 4.0");
+    assert_eq!(report.late_answer, None);
+    assert!(render_image(&dirs, 9).is_render_only(), "written at exit");
+    let pid = app.pid();
+    drop(files);
+    app.exit().unwrap();
+    let task = dirs
+        .emulator(&sim, |c| c.max_hooks = 12)
+        .restore(pid, &[9], &vmas)
+        .expect("restore on CRIU 4.0");
+    RenderOnly::verify(&sim, pid, &[restored_file(&task, 9)], &expected).expect("BOs");
+}

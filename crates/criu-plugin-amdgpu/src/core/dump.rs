@@ -409,8 +409,8 @@ impl<D: Driver + Clone> Dumper<D> {
             }
             None => {
                 log_info!(
-                    "file {id}: renderD{minor} comes before its process's /dev/kfd; \
-                     its image is written after the KFD file"
+                    "file {id}: no dumped KFD file names the GPU of renderD{minor} yet; \
+                     its image waits for one (render-only if none comes)"
                 );
                 self.pending_renders
                     .push(PendingRender { fd: own, minor, id });

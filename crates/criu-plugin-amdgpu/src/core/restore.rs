@@ -12,7 +12,17 @@
 //!
 //! A render-node image of the same task (restored after the KFD file: fds are
 //! restored in ascending order) gets a `dup` of the render file KFD already
-//! uses for that GPU, so BOs stay mappable through it.
+//! uses for that GPU, so BOs stay mappable through it; one numbered below
+//! the task's `/dev/kfd` answers with a retry until the KFD file is restored.
+//!
+//! A render node of a task without a KFD image (a process that never opened
+//! `/dev/kfd`: the image's `gpu_id` is 0, or the set holds no KFD image of
+//! the task's pid — the dump cannot tell the two apart, see
+//! [`super::dump::Dumper::dump_render_node`]) is restored render-only: its
+//! recorded device entry picks a compatible local GPU under the `KFD_*_CHECK`
+//! options (the same render minor preferred; two checkpointed GPUs of one
+//! task never on one local GPU), and the fd floor comes from
+//! `find_unused_fd_pid` of the task's own pid ([`TaskIdentity`]).
 //!
 //! Fixed compared with the C plugin: a render node that cannot be opened is
 //! an error (C logs and carries on); an image id with no amdgpu image is not
@@ -41,7 +51,8 @@
 //! back unchanged gives `EINVAL` or wrong permissions).
 //!
 //! This module never touches CRIU's symbols: the caller passes the store,
-//! CRIU's `find_unused_fd_pid` and its fd store as functions ([`Sharing`]).
+//! the task's pid with CRIU's `find_unused_fd_pid` ([`TaskIdentity`]) and
+//! its fd store ([`Sharing`]) as values and functions.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CStr;
