@@ -289,3 +289,50 @@ fn describe_bo(
         contents,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SimConfig;
+
+    #[test]
+    fn describes_and_verifies_its_bos_and_notices_a_change() {
+        let sim = Sim::synthetic(2, SimConfig::default()).unwrap();
+        let gpus: Vec<GpuId> = sim.gpus().iter().map(|g| g.gpu_id).collect();
+        let app = RenderOnly::launch(&sim, &gpus, 3).unwrap();
+        assert!(sim.driver(app.pid()).fd_kind(app.render_fds()[0]).is_ok());
+        let described = app.describe().unwrap();
+        assert_eq!(described.len(), 6);
+        assert!(described
+            .iter()
+            .all(|b| b.va != 0 && b.contents.len() as u64 == b.size));
+        assert_eq!(
+            described
+                .iter()
+                .filter(|b| b.domains == u64::from(AMDGPU_GEM_DOMAIN_VRAM))
+                .count(),
+            4
+        );
+        RenderOnly::verify(&sim, app.pid(), &app.render_fds(), &described).unwrap();
+
+        let bo = &described[4];
+        RenderOnly::touch(
+            &sim,
+            app.pid(),
+            app.render_fds()[bo.file],
+            bo.handle,
+            5,
+            &[0xee],
+        )
+        .unwrap();
+        let err = RenderOnly::verify(&sim, app.pid(), &app.render_fds(), &described).unwrap_err();
+        assert!(err.to_string().contains("contents differ"), "{err}");
+        let err =
+            RenderOnly::verify(&sim, app.pid(), &app.render_fds()[..1], &described).unwrap_err();
+        assert!(
+            err.to_string().contains("render file 1 is missing"),
+            "{err}"
+        );
+        app.exit().unwrap();
+    }
+}
