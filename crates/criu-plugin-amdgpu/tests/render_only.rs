@@ -577,3 +577,34 @@ fn a_render_only_process_on_criu_without_dump_devices_late() {
         .expect("restore on CRIU 4.0");
     RenderOnly::verify(&sim, pid, &[restored_file(&task, 9)], &expected).expect("BOs");
 }
+
+/// A render-only process that never mapped a BO offers `HANDLE_DEVICE_VMA`
+/// nothing: its render file still puts the plugin into the inventory, so
+/// CRIU (v4.1 and later gate plugins on it) loads the plugin at restore.
+#[test]
+fn a_render_only_process_without_mappings_is_in_the_inventory() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let gpu = sim.gpus()[0].gpu_id;
+    let app = RenderOnly::launch(&sim, &[gpu], 1).expect("launch");
+    let expected = app.describe().unwrap();
+    let dirs = Dirs::new();
+    let files = vec![TaskFile {
+        fd: app.render_fds()[0],
+        id: 2,
+    }];
+    let emulator = dirs.emulator(&sim, |_| {});
+    let report = emulator.dump(app.pid(), &files, &[]).expect("dump");
+    assert!(report.vma_answers.is_empty());
+    let inventory = std::fs::read_to_string(
+        dirs.images
+            .path()
+            .join(criu_plugin_amdgpu::emulator::INVENTORY_FILE),
+    )
+    .unwrap();
+    assert_eq!(inventory, "amdgpu_plugin\n");
+    let pid = app.pid();
+    drop(files);
+    app.exit().unwrap();
+    let task = emulator.restore(pid, &[2], &[]).expect("restore");
+    RenderOnly::verify(&sim, pid, &[restored_file(&task, 2)], &expected).expect("BOs");
+}

@@ -365,19 +365,23 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
         };
         match devices.classify_vma(&self.driver, dev) {
             FdClass::Foreign | FdClass::DmaBuf => NOT_MINE,
-            FdClass::Kfd | FdClass::Render { .. } => {
-                if !self.added_to_inventory {
-                    if let Err(e) = self.host.add_inventory_plugin() {
-                        log_error!(
-                            "HANDLE_DEVICE_VMA: cannot add the plugin to the inventory: {e}"
-                        );
-                        return -libc::ENOMEM;
-                    }
-                    self.added_to_inventory = true;
+            FdClass::Kfd | FdClass::Render { .. } => match self.add_to_inventory() {
+                Ok(()) => 0,
+                Err(e) => {
+                    log_error!("HANDLE_DEVICE_VMA: cannot add the plugin to the inventory: {e}");
+                    -libc::ENOMEM
                 }
-                0
-            }
+            },
         }
+    }
+
+    /// Records the plugin in the inventory (once), so a restore loads it.
+    fn add_to_inventory(&mut self) -> std::io::Result<()> {
+        if !self.added_to_inventory {
+            self.host.add_inventory_plugin()?;
+            self.added_to_inventory = true;
+        }
+        Ok(())
     }
 
     fn dumper_mut(&mut self) -> &mut Dumper<D> {
@@ -416,6 +420,15 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
         };
         let file = id as u32;
         self.dumped_ids.insert(file);
+        // A process that never mapped a GPU buffer (a render node used
+        // without mmap) offers HANDLE_DEVICE_VMA nothing: its files put the
+        // plugin into the inventory too.
+        if !matches!(class, FdClass::DmaBuf) {
+            if let Err(e) = self.add_to_inventory() {
+                log_error!("DUMP_EXT_FILE: cannot add the plugin to the inventory: {e}");
+                return -libc::ENOMEM;
+            }
+        }
         let result = match class {
             FdClass::Render { minor } => self
                 .dumper_mut()

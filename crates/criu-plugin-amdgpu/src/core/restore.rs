@@ -68,6 +68,7 @@ use amdgpu_image::{
 use amdgpu_topology::checks::{device_mismatches, rule, Reason};
 use amdgpu_topology::devices::DeviceTopology;
 use amdgpu_topology::mapping::map_topologies;
+use amdgpu_topology::options::CheckOptions;
 use kfd::{Driver, GemCreate, GemHandle, Kfd, RenderNode};
 use kfd_sys::{
     kfd_criu_bo_bucket, kfd_criu_device_bucket, AMDGPU_VM_PAGE_EXECUTABLE, AMDGPU_VM_PAGE_NOALLOC,
@@ -570,18 +571,17 @@ impl<D: Driver + Clone> Restorer<D> {
                  be chosen for it"
             ),
         })?;
-        let checkpointed = device_node(device);
         let taken: BTreeSet<u32> = self.render_only.values().copied().collect();
-        let mut compatible = Vec::new();
-        let mut closest: Option<Vec<Reason>> = None;
-        for node in local.gpus() {
-            let reasons = render_only_mismatches(&checkpointed, node, &local, &self.config.options);
-            if reasons.is_empty() {
-                compatible.push(node);
-            } else if closest.as_ref().is_none_or(|c| reasons.len() < c.len()) {
-                closest = Some(reasons);
-            }
-        }
+        let candidates = render_only_candidates(device, &local, &self.config.options.checks);
+        let compatible: Vec<_> = candidates
+            .as_ref()
+            .map(|ids| {
+                local
+                    .gpus()
+                    .filter(|n| ids.contains(&n.gpu_id))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
         let free: Vec<_> = compatible
             .iter()
             .filter(|n| !taken.contains(&n.gpu_id))
@@ -592,9 +592,8 @@ impl<D: Driver + Clone> Restorer<D> {
             .or_else(|| free.iter().find(|n| n.gpu_id == device.gpu_id))
             .or_else(|| free.first());
         let Some(node) = chosen else {
-            let reasons = if compatible.is_empty() {
+            let reasons = if let Err(closest) = &candidates {
                 let why = closest
-                    .unwrap_or_default()
                     .iter()
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()
@@ -918,18 +917,46 @@ impl<D: Driver + Clone> Restorer<D> {
     }
 }
 
+/// The local GPUs (gpu_ids, node order) that can stand in for the GPU a
+/// render-only node recorded as `device`, or, when none can, every mismatch
+/// of the closest local GPU (empty when the machine has no GPU). A local GPU
+/// qualifies when it passes the property rules of the `KFD_*_CHECK` options
+/// ([`device_mismatches`]) and has, as for KFD processes, at least as many
+/// valid io links (the entry stores only valid ones). Hive and CPU placement
+/// are not asked of a process without KFD queues. What restore chooses from
+/// and what `amdgpu-criu check` reports.
+pub fn render_only_candidates(
+    device: &amdgpu_image::KfdDeviceEntry,
+    local: &DeviceTopology,
+    options: &CheckOptions,
+) -> Result<Vec<u32>, Vec<Reason>> {
+    let checkpointed = device_node(device);
+    let mut compatible = Vec::new();
+    let mut closest: Option<Vec<Reason>> = None;
+    for node in local.gpus() {
+        let reasons = render_only_mismatches(&checkpointed, node, local, options);
+        if reasons.is_empty() {
+            compatible.push(node.gpu_id);
+        } else if closest.as_ref().is_none_or(|c| reasons.len() < c.len()) {
+            closest = Some(reasons);
+        }
+    }
+    if compatible.is_empty() {
+        Err(closest.unwrap_or_default())
+    } else {
+        Ok(compatible)
+    }
+}
+
 /// Why local GPU `dest` of `local` cannot stand in for the checkpointed GPU
-/// of a render-only node: the property rules of the `KFD_*_CHECK` options
-/// ([`device_mismatches`]) and, as for KFD processes, at least as many
-/// valid io links (the entry stores only valid ones). Hive and CPU
-/// placement are not asked of a process without KFD queues.
+/// of a render-only node (see [`render_only_candidates`]).
 fn render_only_mismatches(
     checkpointed: &amdgpu_topology::devices::DeviceNode,
     dest: &amdgpu_topology::devices::DeviceNode,
     local: &DeviceTopology,
-    options: &Options,
+    options: &CheckOptions,
 ) -> Vec<Reason> {
-    let mut reasons = device_mismatches(checkpointed, dest, &options.checks);
+    let mut reasons = device_mismatches(checkpointed, dest, options);
     let want = checkpointed.iolinks.len();
     let have = dest
         .iolinks
