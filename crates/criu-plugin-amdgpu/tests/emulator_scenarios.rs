@@ -198,10 +198,21 @@ fn images_whose_inventory_lacks_the_plugin_are_not_ours() {
     let app = launch(&sim, &Profile::Basic, 1);
     let dirs = Dirs::new();
     let (files, ids) = gpu_files(&app);
-    // No device mapping offered: the plugin never enters the inventory.
     dirs.emulator(&sim, |_| {})
         .dump(app.pid(), &files, &[])
         .expect("dump");
+    // Images of a dump whose inventory does not name the plugin (another
+    // CRIU run wrote them): the restore must leave them alone.
+    let inventory = dirs
+        .images
+        .path()
+        .join(criu_plugin_amdgpu::emulator::INVENTORY_FILE);
+    assert_eq!(
+        std::fs::read_to_string(&inventory).unwrap(),
+        "amdgpu_plugin\n",
+        "GPU files put the plugin into the inventory even without mappings"
+    );
+    std::fs::write(&inventory, "").unwrap();
     let pid = app.pid();
     drop(files);
     app.exit().unwrap();
