@@ -608,3 +608,34 @@ fn a_render_only_process_without_mappings_is_in_the_inventory() {
     let task = emulator.restore(pid, &[2], &[]).expect("restore");
     RenderOnly::verify(&sim, pid, &[restored_file(&task, 2)], &expected).expect("BOs");
 }
+
+/// A render-node image without a device entry (as the C plugin writes, with
+/// a KFD user id) in a task that has no KFD image: no local GPU can be
+/// chosen for it, and the restore says so instead of waiting forever.
+#[test]
+fn a_render_node_without_device_entry_or_kfd_image_is_refused() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let dirs = Dirs::new();
+    let dumped = dump_render_only(&sim, &dirs, &[0], 1);
+    let store = DirStore::open_dir(dirs.images.path()).unwrap();
+    let mut image = render_image(&dirs, dumped.ids[0]);
+    image.device = None;
+    image.gpu_id = 0x1234;
+    store
+        .write_message(&ImageName::RenderNode { id: dumped.ids[0] }, &image)
+        .unwrap();
+    let capture = Capture::start();
+    let err = dirs
+        .emulator(&sim, |_| {})
+        .restore(dumped.pid, &dumped.ids, &dumped.vmas)
+        .expect_err("nothing to choose a GPU by");
+    assert_eq!(hook_errno(&err), ("RESTORE_EXT_FILE", -libc::ENODEV));
+    assert!(
+        capture
+            .lines()
+            .iter()
+            .any(|(l, t)| *l == Level::Error && t.contains("records no device entry")),
+        "{:?}",
+        capture.lines()
+    );
+}
