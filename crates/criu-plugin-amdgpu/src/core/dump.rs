@@ -386,7 +386,9 @@ impl<D: Driver + Clone> Dumper<D> {
     /// with a KFD file's user id may still belong to a render-only process
     /// of the same GPU. Every image therefore also records the GPU's device
     /// entry, and restore decides by whether the restored task has a KFD
-    /// image ([`super::restore`]). The node's own DRM BOs (GEM objects it created) are saved with
+    /// image ([`super::restore`]).
+    ///
+    /// The node's own DRM BOs (GEM objects it created) are saved with
     /// their handles, mmap offsets, GPU mappings and, for VRAM/GTT BOs, their
     /// contents; every exportable BO (also one it imported from another file
     /// or process) is named by the share handle of its buffer, which dma-buf
@@ -436,12 +438,11 @@ impl<D: Driver + Clone> Dumper<D> {
 
     /// The local topology, parsed once.
     fn topology(&mut self) -> Result<&DeviceTopology, Error> {
-        if self.topology.is_none() {
-            self.topology = Some(local_topology(&self.config.topology_root)?);
-        }
-        self.topology
-            .as_ref()
-            .ok_or_else(|| Error::Inconsistent("the local topology vanished after parsing".into()))
+        let parsed = match self.topology.take() {
+            Some(parsed) => parsed,
+            None => local_topology(&self.config.topology_root)?,
+        };
+        Ok(self.topology.insert(parsed))
     }
 
     /// The device entry of the GPU behind render minor `minor`, with the
