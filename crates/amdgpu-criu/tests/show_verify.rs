@@ -185,3 +185,120 @@ fn verify_usage_and_io_errors_exit_2() {
     );
     assert_eq!(run(&["verify"]).status.code(), Some(2));
 }
+
+/// A render-only set: one render-node image with `gpu_id` 0 and the GPU's
+/// device entry (tag 102), one VRAM BO with its drm-pages file.
+fn render_only_dir(minor_in_device: u32) -> tempfile::TempDir {
+    use amdgpu_image::{
+        flags, CriuRenderNode, DevIolink, DrmBoEntry, DrmVmEntry, ImageWriter, KfdDeviceEntry,
+        PagesLayout,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirStore::open_dir(dir.path()).unwrap();
+    let size = 2 * 4096u64;
+    let name = ImageName::DrmPages {
+        id: 5,
+        minor: 129,
+        bo_index: 0,
+    };
+    let mut w = store
+        .create_pages(&name, PagesLayout::from_sizes([size]).unwrap())
+        .unwrap();
+    let bytes: Vec<u8> = (0..size).map(|b| (b % 251) as u8).collect();
+    w.write(&bytes).unwrap();
+    let (sink, written) = w.finish().unwrap();
+    sink.commit().unwrap();
+    let mut rn = CriuRenderNode {
+        gpu_id: 0,
+        id: 5,
+        drm_render_minor: 129,
+        num_of_bos: 1,
+        bo_entries: vec![DrmBoEntry {
+            addr: 0x30_0000_0000,
+            size,
+            offset: 0x11_0000,
+            alignment: 1,
+            preferred_domains: flags::GEM_DOMAIN_VRAM,
+            handle: 1,
+            num_of_vms: 1,
+            vm_entries: vec![DrmVmEntry {
+                addr: 0x30_0000_0000,
+                size,
+                offset: 0,
+                flags: 0x60,
+            }],
+            content_checksum: written.checksums.first().map(|c| c.1),
+            ..Default::default()
+        }],
+        producer: None,
+        format_version: None,
+        device: Some(KfdDeviceEntry {
+            node_id: 2,
+            gpu_id: 0xbeef,
+            simd_count: 208,
+            device_id: 0x740f,
+            vendor_id: 4098,
+            drm_render_minor: minor_in_device,
+            vram_size: 64 << 30,
+            iolinks: vec![DevIolink {
+                r#type: 2,
+                node_to_id: 0,
+            }],
+            ..Default::default()
+        }),
+    };
+    rn.mark_producer();
+    store
+        .write_message(&ImageName::RenderNode { id: 5 }, &rn)
+        .unwrap();
+    dir
+}
+
+#[test]
+fn show_and_verify_a_render_only_set() {
+    let dir = render_only_dir(129);
+    let out = run(&["show", "--json", dir.path().to_str().unwrap()]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["file"] == "amdgpu-renderD-5.img")
+        .unwrap();
+    assert_eq!(r["content"]["gpu_id"], 0);
+    assert_eq!(r["content"]["device"]["gpu_id"], 0xbeef);
+    assert_eq!(r["content"]["device"]["drm_render_minor"], 129);
+    assert_eq!(r["content"]["device"]["iolinks"][0]["node_to_id"], 0);
+
+    let out = run(&["show", &path(dir.path(), ImageName::RenderNode { id: 5 })]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("  gpu_id: 0x0\n"), "{text}");
+    assert!(text.contains("  device:\n    array_count: 0\n"), "{text}");
+    assert!(text.contains("    gpu_id: 0xbeef\n"), "{text}");
+    assert!(text.contains("    node_id: 2\n"), "{text}");
+    assert!(text.contains("    device_id: 0x740f\n"), "{text}");
+
+    let out = run(&["verify", dir.path().to_str().unwrap()]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert_eq!(
+        text,
+        "2 files, 1 bos read (8192 bytes), 1 checksums verified: clean\n"
+    );
+}
+
+#[test]
+fn verify_names_a_device_entry_of_another_render_node() {
+    let dir = render_only_dir(130);
+    let out = run(&["verify", dir.path().to_str().unwrap()]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.starts_with(
+            "amdgpu-renderD-5.img: criu_render_node.device.drm_render_minor: is 130 but the \
+             node is renderD129"
+        ),
+        "{text}"
+    );
+}

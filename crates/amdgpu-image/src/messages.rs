@@ -15,6 +15,8 @@
 //! | `criu_kfd`, `criu_render_node`, `criu_dmabuf_node` | 100 | `producer` (string) | who wrote the image, [`PRODUCER`] |
 //! | same | 101 | `format_version` (uint32) | [`FORMAT_VERSION`] of our additions |
 //! | `kfd_bo_entry`, `drm_bo_entry` | 100 | `content_checksum` (fixed64) | [`content_checksum`](crate::content_checksum) of the BO's bytes in its pages file |
+//! | `drm_bo_entry` | 101 | `share_handle` (uint32) | the handle naming the BO's buffer across the image set |
+//! | `criu_render_node` | 102 | `device` (`kfd_device_entry`) | the node's GPU at checkpoint, see [`CriuRenderNode::device`] |
 //!
 //! Messages serialize with serde under the proto field names; `bytes` fields
 //! serialize as `{ "len": n, "hex_prefix": "…" }`. This module never reads
@@ -342,7 +344,8 @@ impl DrmBoEntry {
 /// `criu_render_node`: the `amdgpu-renderD-<id>.img` payload.
 #[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
 pub struct CriuRenderNode {
-    /// User-visible GPU id.
+    /// User-visible GPU id, as the KFD image of a process using the GPU
+    /// names it; 0 in a render-only image (see [`CriuRenderNode::device`]).
     #[prost(uint32, required, tag = "1")]
     pub gpu_id: u32,
     /// CRIU ext-file id.
@@ -365,6 +368,28 @@ pub struct CriuRenderNode {
     #[prost(uint32, optional, tag = "101")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub format_version: Option<u32>,
+    /// Ours (tag 102): the node's GPU as the checkpointing machine's
+    /// topology described it: every property and valid io link a KFD image
+    /// stores for a GPU node, with `node_id` and `gpu_id` the machine's own
+    /// (sysfs) ids. A restore that has no KFD mapping for the node (its
+    /// process never opened `/dev/kfd`) picks a compatible local GPU by it.
+    /// Absent in images of the C plugin.
+    ///
+    /// A render-only image (no dumped KFD process used the GPU) has
+    /// [`CriuRenderNode::gpu_id`] 0: the C plugin's reader finds no GPU for
+    /// user id 0 and refuses the file (`-ENODEV`) instead of mapping it
+    /// through another process's ids.
+    #[prost(message, optional, tag = "102")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<KfdDeviceEntry>,
+}
+
+impl CriuRenderNode {
+    /// Whether no dumped KFD process used the node's GPU: `gpu_id` is 0 and
+    /// the GPU is described by [`CriuRenderNode::device`] alone.
+    pub fn is_render_only(&self) -> bool {
+        self.gpu_id == 0
+    }
 }
 
 /// `criu_dmabuf_node`: the `amdgpu-dmabuf_<id>.img` payload.

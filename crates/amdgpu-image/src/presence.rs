@@ -225,5 +225,5 @@ schema!(DRM_BO_ENTRY, DrmBoEntry, "drm_bo_entry", [
 ], [10 => "vm_entries": DRM_VM_ENTRY]);
 schema!(CRIU_RENDER_NODE, CriuRenderNode, "criu_render_node", [
     1 => "gpu_id", 2 => "id", 3 => "drm_render_minor", 4 => "num_of_bos",
-], [5 => "bo_entries": DRM_BO_ENTRY]);
+], [5 => "bo_entries": DRM_BO_ENTRY, 102 => "device": KFD_DEVICE_ENTRY]);
 schema!(CRIU_DMABUF_NODE, CriuDmabufNode, "criu_dmabuf_node", [1 => "gem_handle"], []);

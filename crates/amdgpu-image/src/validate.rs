@@ -248,7 +248,9 @@ fn layout_of(bos: &[KfdBoEntry], gpu_id: u32) -> PagesLayout {
 
 /// A `criu_render_node` message whose contents are consistent.
 ///
-/// Guarantees: `gpu_id` is non-zero; `num_of_bos` equals the BO entries; each
+/// Guarantees: `gpu_id` is non-zero, or 0 in a render-only image that
+/// carries a device entry; a device entry describes a GPU and names the
+/// node's render minor; `num_of_bos` equals the BO entries; each
 /// BO's `num_of_vms` equals its VM entries; BO and VM ranges do not wrap; BO
 /// sizes are page multiples (GEM rounds them); each VM mapping lies inside
 /// its BO.
@@ -274,8 +276,31 @@ impl ValidatedRenderNode {
         let file = ImageName::RenderNode { id }.to_string();
         let mut out = Vec::new();
         let mut p = |path: String, message: String| out.push(Problem::new(&file, path, message));
-        if msg.gpu_id == 0 {
-            p("criu_render_node.gpu_id".into(), "is 0, not a gpu".into());
+        match &msg.device {
+            None if msg.gpu_id == 0 => {
+                p(
+                    "criu_render_node.gpu_id".into(),
+                    "is 0, not a gpu (and no device entry describes the gpu)".into(),
+                );
+            }
+            None => {}
+            Some(device) => {
+                if device.gpu_id == 0 {
+                    p(
+                        "criu_render_node.device.gpu_id".into(),
+                        "is 0: the device entry does not describe a gpu".into(),
+                    );
+                }
+                if device.drm_render_minor != msg.drm_render_minor {
+                    p(
+                        "criu_render_node.device.drm_render_minor".into(),
+                        format!(
+                            "is {} but the node is renderD{}",
+                            device.drm_render_minor, msg.drm_render_minor
+                        ),
+                    );
+                }
+            }
         }
         if msg.num_of_bos != msg.bo_entries.len() as u64 {
             p(
@@ -468,7 +493,9 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
             continue;
         }
         let rn = ValidatedRenderNode { id: name.id(), msg };
-        if broken_kfd.is_empty() && !kfd_gpus.contains(&rn.msg.gpu_id) {
+        // A render-only image (gpu_id 0) names no KFD gpu; its device
+        // entry was checked above.
+        if broken_kfd.is_empty() && !rn.msg.is_render_only() && !kfd_gpus.contains(&rn.msg.gpu_id) {
             report.problems.push(Problem::new(
                 name,
                 "criu_render_node.gpu_id",

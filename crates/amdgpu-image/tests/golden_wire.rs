@@ -346,6 +346,7 @@ fn render_node_matches_hand_encoding() {
         }],
         producer: None,
         format_version: None,
+        device: None,
     };
     let vm = Wire::default()
         .uint(1, 0x40_0000)
@@ -521,4 +522,74 @@ fn huge_length_headers_do_not_allocate() {
     )
     .unwrap_err();
     assert!(matches!(err, Error::Truncated { actual: 4, .. }), "{err}");
+}
+
+/// A render-only image: gpu_id 0 and the GPU's device entry at tag 102,
+/// after the upstream fields and our producer tags, encoded exactly as a
+/// hand-written wire image. A reader that only knows upstream's schema
+/// (tags 1-5, as the C plugin's) skips tag 102 and sees gpu_id 0.
+#[test]
+fn render_only_device_entry_is_tag_102() {
+    let gpu = sample_kfd()
+        .device_entries
+        .into_iter()
+        .find(KfdDeviceEntry::is_gpu)
+        .expect("a gpu entry");
+    let mut rn = CriuRenderNode {
+        gpu_id: 0,
+        id: 4,
+        drm_render_minor: gpu.drm_render_minor,
+        num_of_bos: 0,
+        bo_entries: Vec::new(),
+        producer: None,
+        format_version: None,
+        device: Some(gpu.clone()),
+    };
+    rn.mark_producer();
+    let upstream = Wire::default()
+        .uint(1, 0)
+        .uint(2, 4)
+        .uint(3, gpu.drm_render_minor.into())
+        .uint(4, 0);
+    let golden = Wire(upstream.0.clone())
+        .bytes(100, amdgpu_image::PRODUCER.as_bytes())
+        .uint(101, amdgpu_image::FORMAT_VERSION.into())
+        .msg(102, device_wire(&gpu))
+        .0;
+    assert_eq!(encode_message(&rn), golden);
+    let decoded: CriuRenderNode = decode_message("amdgpu-renderD-4.img", &golden).unwrap();
+    assert_eq!(decoded, rn);
+    assert!(decoded.is_render_only());
+    // Upstream's view: the same bytes without our tags are a complete
+    // message with gpu_id 0 (which the C plugin maps to no GPU).
+    let plain: CriuRenderNode = decode_message("amdgpu-renderD-4.img", &upstream.0).unwrap();
+    assert_eq!(plain.device, None);
+    assert_eq!(plain.gpu_id, 0);
+}
+
+#[test]
+fn a_device_entry_missing_a_required_field_is_named() {
+    let gpu = sample_kfd()
+        .device_entries
+        .into_iter()
+        .find(KfdDeviceEntry::is_gpu)
+        .unwrap();
+    // The device entry without its simd_count (tag 4).
+    let mut device = Wire::default();
+    for (tag, v) in [(1u32, gpu.node_id), (2, gpu.gpu_id), (3, 0)] {
+        device = device.uint(tag, v.into());
+    }
+    let golden = Wire::default()
+        .uint(1, 0)
+        .uint(2, 4)
+        .uint(3, 128)
+        .uint(4, 0)
+        .msg(102, device)
+        .0;
+    let err = decode_message::<CriuRenderNode>("amdgpu-renderD-4.img", &golden).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("criu_render_node.device[0].simd_count"),
+        "{err}"
+    );
 }

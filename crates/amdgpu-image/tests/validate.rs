@@ -287,6 +287,7 @@ fn good_render() -> CriuRenderNode {
         ],
         producer: None,
         format_version: None,
+        device: None,
     }
 }
 
@@ -311,7 +312,11 @@ fn render_node_rules() {
         .map(ToString::to_string)
         .collect();
     assert!(
-        p.contains(&"amdgpu-renderD-7.img: criu_render_node.gpu_id: is 0, not a gpu".into()),
+        p.contains(
+            &"amdgpu-renderD-7.img: criu_render_node.gpu_id: is 0, not a gpu (and no device \
+              entry describes the gpu)"
+                .into()
+        ),
         "{p:?}"
     );
     assert!(
@@ -335,4 +340,44 @@ fn render_node_rules() {
         "{p:?}"
     );
     assert_eq!(p.len(), 5, "{p:?}");
+}
+
+/// A render-only image (gpu_id 0) is valid with a device entry of a GPU
+/// that names the node's render minor, and only then.
+#[test]
+fn render_only_rules() {
+    let mut m = good_render();
+    m.gpu_id = 0;
+    m.device = Some(gpu(1, 0x4a1b, &[0]));
+    assert_eq!(m.device.as_ref().unwrap().drm_render_minor, 128);
+    let v = ValidatedRenderNode::new(7, m.clone()).expect("a render-only image");
+    assert!(v.message().is_render_only());
+
+    let mut bad = m.clone();
+    let device = bad.device.as_mut().unwrap();
+    device.gpu_id = 0;
+    device.drm_render_minor = 130;
+    let p: Vec<String> = ValidatedRenderNode::problems(7, &bad)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        p,
+        vec![
+            "amdgpu-renderD-7.img: criu_render_node.device.gpu_id: is 0: the device entry \
+             does not describe a gpu"
+                .to_owned(),
+            "amdgpu-renderD-7.img: criu_render_node.device.drm_render_minor: is 130 but the \
+             node is renderD128"
+                .to_owned(),
+        ]
+    );
+
+    // A KFD-mapped image may carry the device entry too.
+    let mut mapped = m;
+    mapped.gpu_id = 0xaaaa;
+    assert!(!ValidatedRenderNode::new(7, mapped)
+        .unwrap()
+        .message()
+        .is_render_only());
 }

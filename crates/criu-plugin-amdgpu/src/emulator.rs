@@ -88,6 +88,8 @@ pub struct EmulatedHost {
     main_driver: Option<SimDriver>,
     /// CRIU's `--stream`: images go through this streamer.
     streamer: Option<ImageStreamer>,
+    /// The simulated task this host serves (`getpid()` there).
+    task: Option<Pid>,
 }
 
 impl EmulatedHost {
@@ -101,6 +103,16 @@ impl EmulatedHost {
             parallel: ParallelFacts::default(),
             main_driver: None,
             streamer: None,
+            task: None,
+        }
+    }
+
+    /// The host as seen from the restored task `pid`: the same images, fd
+    /// store and handle sharing, with `getpid()` answering `pid`.
+    pub fn for_task(&self, pid: Pid) -> Self {
+        EmulatedHost {
+            task: Some(pid),
+            ..self.clone()
         }
     }
 
@@ -163,6 +175,10 @@ impl CriuHost for EmulatedHost {
 
     fn find_unused_fd(&self, _pid: u32) -> Option<i32> {
         self.fd_floor
+    }
+
+    fn current_pid(&self) -> Option<u32> {
+        self.task.map(|pid| pid.0)
     }
 
     fn fdstore_add(&self, fd: BorrowedFd<'_>) -> io::Result<i32> {
@@ -715,7 +731,7 @@ impl CriuEmulator {
         }
         let mut task_plugins: Vec<_> = tasks
             .iter()
-            .map(|t| main_plugin.forked(self.sim.driver(t.pid), host.clone()))
+            .map(|t| main_plugin.forked(self.sim.driver(t.pid), host.for_task(t.pid)))
             .collect();
         if self.has(hook::POST_FORKING) {
             let answer = main_plugin.post_forking();

@@ -232,6 +232,12 @@ impl CriuHost for CriuServices {
         services().find_unused_fd(i32::try_from(pid).ok()?)
     }
 
+    /// `getpid()`: in a restored task, the pid CRIU restored it under in
+    /// its own pid namespace (CRIU's vpid when the tree has one namespace).
+    fn current_pid(&self) -> Option<u32> {
+        Some(std::process::id())
+    }
+
     fn fdstore_add(&self, fd: BorrowedFd<'_>) -> io::Result<i32> {
         services().fdstore_add(std::os::fd::AsRawFd::as_raw_fd(&fd))
     }

@@ -198,10 +198,21 @@ fn images_whose_inventory_lacks_the_plugin_are_not_ours() {
     let app = launch(&sim, &Profile::Basic, 1);
     let dirs = Dirs::new();
     let (files, ids) = gpu_files(&app);
-    // No device mapping offered: the plugin never enters the inventory.
     dirs.emulator(&sim, |_| {})
         .dump(app.pid(), &files, &[])
         .expect("dump");
+    // Images of a dump whose inventory does not name the plugin (another
+    // CRIU run wrote them): the restore must leave them alone.
+    let inventory = dirs
+        .images
+        .path()
+        .join(criu_plugin_amdgpu::emulator::INVENTORY_FILE);
+    assert_eq!(
+        std::fs::read_to_string(&inventory).unwrap(),
+        "amdgpu_plugin\n",
+        "GPU files put the plugin into the inventory even without mappings"
+    );
+    std::fs::write(&inventory, "").unwrap();
     let pid = app.pid();
     drop(files);
     app.exit().unwrap();
@@ -249,18 +260,31 @@ fn a_render_node_before_dev_kfd_is_dumped_late_and_restored_by_retry() {
     Workload::verify(&sim, pid, &expected).expect("restored state matches");
 }
 
+/// Render nodes dumped without any KFD file become render-only images at
+/// `DUMP_DEVICES_LATE` (see tests/render_only.rs for their restore).
 #[test]
-fn a_render_node_without_a_kfd_process_fails_the_dump() {
+fn a_render_node_without_a_kfd_file_is_written_render_only() {
+    use amdgpu_image::ImageStore;
     let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
     let app = launch(&sim, &Profile::Basic, 0);
     let dirs = Dirs::new();
     let (files, _) = gpu_files(&app);
     let render_only: Vec<TaskFile<'_>> = files.into_iter().filter(|f| f.id != KFD_ID).collect();
-    let err = dirs
+    let report = dirs
         .emulator(&sim, |_| {})
         .dump(app.pid(), &render_only, &device_vmas(&sim))
-        .expect_err("render nodes alone cannot be dumped");
-    assert_eq!(hook_errno(&err), ("DUMP_DEVICES_LATE", -libc::EINVAL));
+        .expect("render nodes alone are dumped");
+    assert_eq!(report.late_answer, Some(0));
+    let image: amdgpu_image::CriuRenderNode = amdgpu_image::DirStore::open_dir(dirs.images.path())
+        .unwrap()
+        .read_message(
+            &amdgpu_image::ImageName::RenderNode { id: KFD_ID + 1 },
+            amdgpu_image::ReadLimits::default(),
+        )
+        .unwrap()
+        .expect("the render-node image");
+    assert!(image.is_render_only());
+    assert_eq!(image.device.map(|d| d.gpu_id), Some(sim.gpus()[0].gpu_id));
 }
 
 #[test]

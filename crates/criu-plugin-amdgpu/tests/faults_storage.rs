@@ -111,6 +111,10 @@ impl CriuHost for FaultyHost {
     fn find_unused_fd(&self, pid: u32) -> Option<i32> {
         self.host.find_unused_fd(pid)
     }
+
+    fn current_pid(&self) -> Option<u32> {
+        self.host.current_pid()
+    }
 }
 
 impl ImageStore for FaultyStore {

@@ -23,6 +23,9 @@
 //! [`Workload::verify`] checks that another (restored) process holds the same
 //! BOs at the same handles and addresses with identical contents. This
 //! module never performs the CRIU ops itself: restoring is the plugin's job.
+//!
+//! Processes that use GPUs only through render nodes (no `/dev/kfd`) are
+//! simulated by [`render_only::RenderOnly`].
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -37,6 +40,8 @@ use crate::bo::{Backing, Domain};
 use crate::kfd::event::is_signal_type;
 use crate::sim::{Pid, Sim, SimDriver, SimError, State};
 use crate::Errno;
+
+pub mod render_only;
 
 /// What kind of application to simulate. Multi-process applications that
 /// share dma-bufs are built with [`Workload::launch_sharing`] (any profile)

@@ -6,7 +6,11 @@
 //! restore), turns its device entries back into the checkpointed topology
 //! with the plugin's own conversion ([`checkpointed_topology`]), and maps it
 //! onto the local topology under the `KFD_*_CHECK` variables, exactly as
-//! `RESTORE_EXT_FILE` would. Output and exit codes are those of `map`: 0
+//! `RESTORE_EXT_FILE` would. Render-only images (render nodes of processes
+//! without `/dev/kfd`, `gpu_id` 0) are checked each on its own with the
+//! plugin's own rule ([`render_only_candidates`]): which of them belong to
+//! one task is not recorded, so that two GPUs of one task need two local
+//! GPUs is not checked here. Output and exit codes are those of `map`: 0
 //! compatible, 1 not, 2 usage or read errors. Reads only; never opens
 //! devices.
 
@@ -14,7 +18,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use amdgpu_image::{CriuKfd, DirStore, ImageName, ImageStore, ReadLimits, ValidatedKfd};
+use amdgpu_image::{
+    CriuKfd, CriuRenderNode, DirStore, ImageName, ImageStore, KfdDeviceEntry, ReadLimits,
+    ValidatedKfd, ValidatedRenderNode,
+};
 use amdgpu_topology::checks::Reason;
 use amdgpu_topology::devices::DeviceTopology;
 use amdgpu_topology::mapping::{map_topologies, MapResult};
@@ -22,6 +29,7 @@ use amdgpu_topology::options::CheckOptions;
 use amdgpu_topology::parse::DEFAULT_ROOT;
 use amdgpu_topology::{builtin_names, GpuId};
 use criu_plugin_amdgpu::core::convert::checkpointed_topology;
+use criu_plugin_amdgpu::core::restore::render_only_candidates;
 use serde::Serialize;
 
 use super::map;
@@ -75,6 +83,32 @@ pub(crate) struct Verdict {
     pub result: MapResult,
 }
 
+/// A render-only image: a render node of a process without `/dev/kfd`.
+#[derive(Debug, Clone)]
+pub(crate) struct RenderOnlyImage {
+    /// CRIU's file id of the image.
+    pub id: u32,
+    /// The GPU it was checkpointed on.
+    pub device: KfdDeviceEntry,
+}
+
+/// The answer for one render-only image.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct RenderOnlyVerdict {
+    /// The image's file name.
+    pub file: String,
+    /// Its render minor at checkpoint.
+    pub drm_render_minor: u32,
+    /// The checkpointed GPU's gpu_id on its machine.
+    pub gpu_id: GpuId,
+    /// Whether some local GPU can stand in for it.
+    pub compatible: bool,
+    /// The local GPUs that can (node order).
+    pub candidates: Vec<GpuId>,
+    /// Why none can: the mismatches of the closest local GPU.
+    pub reasons: Vec<Reason>,
+}
+
 /// Runs `check`: 0 when every image can be restored, 1 when one cannot, 2
 /// when the images or the topology cannot be read.
 pub fn run(args: Args) -> ExitCode {
@@ -82,24 +116,39 @@ pub fn run(args: Args) -> ExitCode {
     for warning in &invalid {
         eprintln!("amdgpu-criu check: warning: {warning}");
     }
-    let outcome = read_checkpointed(&args.images).and_then(|images| {
+    let outcome = read_images(&args.images).and_then(|(images, render_only)| {
         let local = load_local(&args)?;
         let verdicts = check(&images, &local, &options)?;
-        Ok((local, verdicts))
+        let render_verdicts = check_render_only(&render_only, &local, &options);
+        Ok((local, verdicts, render_verdicts))
     });
-    let (local, verdicts) = match outcome {
-        Ok(pair) => pair,
+    let (local, verdicts, render_verdicts) = match outcome {
+        Ok(answer) => answer,
         Err(message) => {
             eprintln!("amdgpu-criu check: {message}");
             return ExitCode::from(2);
         }
     };
-    let compatible = verdicts.iter().all(|v| v.result.compatible);
+    let compatible = verdicts.iter().all(|v| v.result.compatible)
+        && render_verdicts.iter().all(|v| v.compatible);
     if args.json {
-        let text = match verdicts.as_slice() {
-            [one] => serde_json::to_string_pretty(&one.result),
-            many => serde_json::to_string_pretty(&Combined::new(many)),
+        let value = match verdicts.as_slice() {
+            [] => Ok(serde_json::json!({
+                "compatible": compatible,
+                "gpu_map": {},
+                "cpu_map": {},
+                "reasons": [],
+            })),
+            [one] => serde_json::to_value(&one.result),
+            many => serde_json::to_value(Combined::new(many)),
         };
+        let text = value.and_then(|mut value| {
+            if !render_verdicts.is_empty() {
+                value["compatible"] = compatible.into();
+                value["render_only"] = serde_json::to_value(&render_verdicts)?;
+            }
+            serde_json::to_string_pretty(&value)
+        });
         match text {
             Ok(text) => println!("{text}"),
             Err(e) => {
@@ -120,6 +169,23 @@ pub fn run(args: Args) -> ExitCode {
                 verdict.checkpointed.gpus().count()
             );
             map::print_text(&verdict.result, &verdict.checkpointed, &local, &options);
+        }
+        for verdict in &render_verdicts {
+            let gpus: Vec<String> = verdict.candidates.iter().map(|g| g.to_string()).collect();
+            println!(
+                "{} (render-only, renderD{}, GPU {}): {}",
+                verdict.file,
+                verdict.drm_render_minor,
+                verdict.gpu_id,
+                if verdict.compatible {
+                    format!("compatible with local GPU {}", gpus.join(" or "))
+                } else {
+                    "not compatible".to_owned()
+                }
+            );
+            for reason in &verdict.reasons {
+                println!("  {reason}");
+            }
         }
     }
     if compatible {
@@ -149,9 +215,86 @@ fn load_local(args: &Args) -> Result<DeviceTopology, String> {
     map::load("check", &spec, args.complete)
 }
 
+/// The KFD images and the render-only images of `dir`; an error when there
+/// is neither.
+fn read_images(dir: &Path) -> Result<(Vec<Checkpointed>, Vec<RenderOnlyImage>), String> {
+    let render_only = read_render_only(dir)?;
+    let images = read_kfd_images(dir)?;
+    if images.is_empty() && render_only.is_empty() {
+        return Err(format!(
+            "{}: no KFD image (amdgpu-kfd-<id>.img) and no render-only image: not an amdgpu \
+             checkpoint",
+            dir.display()
+        ));
+    }
+    Ok((images, render_only))
+}
+
+/// Every render-only image of `dir` (`gpu_id` 0), validated as the plugin
+/// validates it before restoring.
+pub(crate) fn read_render_only(dir: &Path) -> Result<Vec<RenderOnlyImage>, String> {
+    let store = DirStore::open_dir(dir).map_err(|e| e.to_string())?;
+    let names = store.list().map_err(|e| e.to_string())?;
+    let mut images = Vec::new();
+    for name in names {
+        let ImageName::RenderNode { id } = name else {
+            continue;
+        };
+        let msg = store
+            .read_message::<CriuRenderNode>(&name, ReadLimits::default())
+            .map_err(|e| format!("{}: {name}: {e}", dir.display()))?
+            .ok_or_else(|| format!("{}: {name} vanished while reading", dir.display()))?;
+        let image = ValidatedRenderNode::new(id, msg)
+            .map_err(|e| format!("{}: {name}: {e}", dir.display()))?;
+        let msg = image.into_message();
+        if let (true, Some(device)) = (msg.is_render_only(), msg.device) {
+            images.push(RenderOnlyImage { id, device });
+        }
+    }
+    Ok(images)
+}
+
+/// Which local GPUs can stand in for each render-only image's GPU.
+pub(crate) fn check_render_only(
+    images: &[RenderOnlyImage],
+    local: &DeviceTopology,
+    options: &CheckOptions,
+) -> Vec<RenderOnlyVerdict> {
+    images
+        .iter()
+        .map(|image| {
+            let (candidates, reasons) = match render_only_candidates(&image.device, local, options)
+            {
+                Ok(candidates) => (candidates, Vec::new()),
+                Err(reasons) => (Vec::new(), reasons),
+            };
+            RenderOnlyVerdict {
+                file: ImageName::RenderNode { id: image.id }.to_string(),
+                drm_render_minor: image.device.drm_render_minor,
+                gpu_id: image.device.gpu_id,
+                compatible: !candidates.is_empty(),
+                candidates,
+                reasons,
+            }
+        })
+        .collect()
+}
+
 /// The checkpointed topology of every KFD image in `dir`, in id order, each
 /// image validated as the plugin validates it before restoring.
 pub(crate) fn read_checkpointed(dir: &Path) -> Result<Vec<Checkpointed>, String> {
+    let images = read_kfd_images(dir)?;
+    if images.is_empty() {
+        return Err(format!(
+            "{}: no KFD image (amdgpu-kfd-<id>.img): not an amdgpu checkpoint",
+            dir.display()
+        ));
+    }
+    Ok(images)
+}
+
+/// [`read_checkpointed`], none being no error.
+fn read_kfd_images(dir: &Path) -> Result<Vec<Checkpointed>, String> {
     let store = DirStore::open_dir(dir).map_err(|e| e.to_string())?;
     let names = store.list().map_err(|e| e.to_string())?;
     let mut images = Vec::new();
@@ -169,12 +312,6 @@ pub(crate) fn read_checkpointed(dir: &Path) -> Result<Vec<Checkpointed>, String>
             id,
             topology: checkpointed_topology(&image.message().device_entries),
         });
-    }
-    if images.is_empty() {
-        return Err(format!(
-            "{}: no KFD image (amdgpu-kfd-<id>.img): not an amdgpu checkpoint",
-            dir.display()
-        ));
     }
     Ok(images)
 }

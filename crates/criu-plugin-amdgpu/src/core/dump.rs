@@ -10,6 +10,12 @@
 //! `DUMP_DEVICES_LATE` hook in the host it is unpaused right after its
 //! image is written.
 //!
+//! Render-node files ([`Dumper::dump_render_node`]) record their DRM BOs and
+//! the GPU's device entry; one whose GPU no dumped KFD file names is
+//! written at the end of the dump as a render-only image (`gpu_id` 0), so
+//! processes that use render nodes without `/dev/kfd` can be dumped (the C
+//! plugin refuses them).
+//!
 //! Fixed here compared with the C plugin: any failure after `PROCESS_INFO`
 //! unpauses the process before the error is returned; the image write
 //! result is checked; pages files are named by the user gpu_id at dump as at
@@ -26,7 +32,7 @@ use std::path::{Path, PathBuf};
 
 use amdgpu_image::{
     flags, CriuDmabufNode, CriuKfd, CriuRenderNode, DrmBoEntry, DrmVmEntry, ImageName, ImageStore,
-    KfdBoEntry, FORMAT_VERSION, PRODUCER,
+    KfdBoEntry, KfdDeviceEntry, FORMAT_VERSION, PRODUCER,
 };
 use amdgpu_topology::devices::DeviceTopology;
 use kfd::{Driver, GemHandle, Kfd, ProcessInfo};
@@ -79,8 +85,9 @@ pub struct RenderDump {
     pub id: u32,
     /// The render minor at checkpoint.
     pub minor: u32,
-    /// The user gpu_id of the node's GPU; `None` while the node waits for
-    /// its process's KFD file.
+    /// The user gpu_id of the node's GPU; `Some(0)` for a render-only
+    /// image (no dumped KFD process uses the GPU); `None` while the node
+    /// waits for a KFD file that may name its GPU.
     pub gpu_id: Option<u32>,
     /// DRM BOs of the node's file.
     pub bos: usize,
@@ -128,6 +135,8 @@ pub struct Dumper<D: Driver + Clone> {
     imported: Vec<(u32, u32, u32)>,
     /// Dma-buf files dumped before the KFD file of their BO.
     pending_dmabufs: Vec<(OwnedFd, u32)>,
+    /// The local topology, parsed on first use by a render node.
+    topology: Option<DeviceTopology>,
 }
 
 impl<D: Driver + Clone> std::fmt::Debug for Dumper<D> {
@@ -153,6 +162,7 @@ impl<D: Driver + Clone> Dumper<D> {
             created: BTreeSet::new(),
             imported: Vec::new(),
             pending_dmabufs: Vec::new(),
+            topology: None,
         }
     }
 
@@ -367,8 +377,19 @@ impl<D: Driver + Clone> Dumper<D> {
     /// `CriuRenderNode` naming the GPU by the user id its process knows it
     /// by. That id comes from the process's KFD file; when CRIU offers the
     /// render node first (its fd number is lower), the node is kept (a
-    /// `dup`) and written as soon as the KFD file is dumped — upstream fails
-    /// here. The node's own DRM BOs (GEM objects it created) are saved with
+    /// `dup`) and written as soon as a KFD file naming its GPU is dumped —
+    /// upstream fails here. A node whose GPU no dumped KFD file names by
+    /// the end of the dump belongs to a process without `/dev/kfd` and is
+    /// written as a render-only image ([`Dumper::finish_render_only`]).
+    ///
+    /// Which task a render fd belongs to is not visible here (CRIU passes
+    /// no pid, and a DRM file does not name its process): a node written
+    /// with a KFD file's user id may still belong to a render-only process
+    /// of the same GPU. Every image therefore also records the GPU's device
+    /// entry, and restore decides by whether the restored task has a KFD
+    /// image ([`super::restore`]).
+    ///
+    /// The node's own DRM BOs (GEM objects it created) are saved with
     /// their handles, mmap offsets, GPU mappings and, for VRAM/GTT BOs, their
     /// contents; every exportable BO (also one it imported from another file
     /// or process) is named by the share handle of its buffer, which dma-buf
@@ -391,8 +412,8 @@ impl<D: Driver + Clone> Dumper<D> {
             }
             None => {
                 log_info!(
-                    "file {id}: renderD{minor} comes before its process's /dev/kfd; \
-                     its image is written after the KFD file"
+                    "file {id}: no dumped KFD file names the GPU of renderD{minor} yet; \
+                     its image waits for one (render-only if none comes)"
                 );
                 self.pending_renders
                     .push(PendingRender { fd: own, minor, id });
@@ -416,6 +437,30 @@ impl<D: Driver + Clone> Dumper<D> {
         self.user_gpu_ids.get(local).copied()
     }
 
+    /// The local topology, parsed once.
+    fn topology(&mut self) -> Result<&DeviceTopology, Error> {
+        let parsed = match self.topology.take() {
+            Some(parsed) => parsed,
+            None => local_topology(&self.config.topology_root, &self.driver)?,
+        };
+        Ok(self.topology.insert(parsed))
+    }
+
+    /// The device entry of the GPU behind render minor `minor`, with the
+    /// machine's own node and gpu ids.
+    fn render_device(&mut self, minor: u32) -> Result<KfdDeviceEntry, Error> {
+        let root = self.config.topology_root.display().to_string();
+        let topology = self.topology()?;
+        let node = topology
+            .gpus()
+            .find(|n| n.props.drm_render_minor == minor)
+            .ok_or_else(|| Error::Topology {
+                root,
+                reason: format!("no GPU has render minor {minor} (renderD{minor})"),
+            })?;
+        Ok(device_entry(node, node.gpu_id, topology))
+    }
+
     fn write_render_node<S: ImageStore>(
         &mut self,
         store: &S,
@@ -424,6 +469,9 @@ impl<D: Driver + Clone> Dumper<D> {
         id: u32,
         gpu_id: u32,
     ) -> Result<RenderDump, Error> {
+        let device = self.render_device(minor)?;
+        // Names the GPU in transfer errors: the user id, else the machine's.
+        let named_gpu = if gpu_id != 0 { gpu_id } else { device.gpu_id };
         let node = kfd::RenderNode::from_fd(self.driver.clone(), own);
         let handles = match node.gem_list_handles() {
             Ok(handles) => handles,
@@ -512,7 +560,7 @@ impl<D: Driver + Clone> Dumper<D> {
                         store,
                         &name,
                         transfer::DrmDevice {
-                            gpu_id,
+                            gpu_id: named_gpu,
                             render_minor: minor,
                         },
                         dmabuf.as_fd(),
@@ -553,6 +601,7 @@ impl<D: Driver + Clone> Dumper<D> {
             bo_entries,
             producer: Some(PRODUCER.to_owned()),
             format_version: Some(FORMAT_VERSION),
+            device: Some(device),
         };
         store
             .write_message(&ImageName::RenderNode { id }, &msg)
@@ -590,6 +639,44 @@ impl<D: Driver + Clone> Dumper<D> {
         match first_error {
             Some(e) => Err(e),
             None => Ok(()),
+        }
+    }
+
+    /// Writes every render node still waiting for a KFD file as a
+    /// render-only image (`gpu_id` 0 and the GPU's device entry): no dumped
+    /// KFD process uses its GPU, so its process has no `/dev/kfd` (a process
+    /// with one has every visible GPU among its KFD devices). Called once
+    /// every file is dumped (`DUMP_DEVICES_LATE`, or `exit` in CRIU without
+    /// that hook); then resolves dma-bufs of the nodes' BOs. Returns how
+    /// many images were written; every node is tried, the first error is
+    /// returned.
+    pub fn finish_render_only<S: ImageStore>(&mut self, store: &S) -> Result<usize, Error> {
+        let mut written = 0;
+        let mut first_error = None;
+        for render in std::mem::take(&mut self.pending_renders) {
+            let gpu_id = self.user_gpu_of_minor(render.minor).unwrap_or(0);
+            match self.write_render_node(store, render.fd, render.minor, render.id, gpu_id) {
+                Ok(dump) => {
+                    written += 1;
+                    log_info!(
+                        "file {}: renderD{} dumped without a KFD process ({} DRM BOs)",
+                        render.id,
+                        render.minor,
+                        dump.bos
+                    );
+                }
+                Err(e) => {
+                    log_error!("file {}: renderD{}: {e}", render.id, render.minor);
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Err(e) = self.flush_pending_dmabufs(store) {
+            first_error.get_or_insert(e);
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(written),
         }
     }
 
@@ -713,8 +800,7 @@ impl<D: Driver + Clone> Dumper<D> {
                 .map(|r| format!("file {} (renderD{})", r.id, r.minor))
                 .collect();
             first_error = Some(Error::Inconsistent(format!(
-                "render nodes without a dumped KFD process: {}; processes that use render \
-                 nodes without /dev/kfd cannot be dumped",
+                "render nodes never written (the dump ended before they were): {}",
                 files.join(", ")
             )));
         }

@@ -26,7 +26,7 @@ use super::error::Error;
 use super::handles::{HandleTable, UNSIZED_CAPACITY};
 use super::identify::{Devices, FdClass};
 use super::parallel::{Copier, ParallelFacts, ParallelRestore, SocketName};
-use super::restore::{resume, RestoreConfig, Restored, Restorer, Resume, Sharing};
+use super::restore::{resume, RestoreConfig, Restored, Restorer, Resume, Sharing, TaskIdentity};
 use super::vma::VmaAnswer;
 use crate::abi::Stage;
 use crate::options::Options;
@@ -54,6 +54,18 @@ pub trait CriuHost {
     /// `find_unused_fd_pid(pid)`: a free fd number above every fd the
     /// restored task will own.
     fn find_unused_fd(&self, pid: u32) -> Option<i32>;
+
+    /// The pid of the process this hook runs in, as CRIU restores it: in a
+    /// restored task, its pid in its own pid namespace (`getpid()`), which
+    /// is the pid its KFD image records and, when the tree has one pid
+    /// namespace, the pid `find_unused_fd_pid` knows the task by. `None`
+    /// when the host cannot tell.
+    ///
+    /// Caveat: in a task of a nested pid namespace CRIU's `vpid` (the pid in
+    /// the namespace of the tree's root) differs from `getpid()`, so
+    /// `find_unused_fd_pid` of this pid names another task or none — the
+    /// same limit the C plugin has with the KFD image's pid.
+    fn current_pid(&self) -> Option<u32>;
 
     /// `fdstore_add(fd)`: parks a copy of `fd` in CRIU's fd store (kept by
     /// CRIU's main process for every restored task) and returns its id.
@@ -282,6 +294,24 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
     /// a failed dump removes the images it wrote, so no set that looks
     /// complete remains.
     pub fn exit(mut self, ret: c_int) {
+        // CRIU without DUMP_DEVICES_LATE: render-only nodes are written now,
+        // after every file was dumped. CRIU no longer hears of a failure
+        // here; the log names it and the restore of the missing file fails.
+        if self.stage == Stage::Dump && ret == 0 {
+            if let Some(dumper) = self.dumper.as_mut() {
+                if dumper.pending_render_nodes() > 0 {
+                    let written = self
+                        .host
+                        .image_store(true)
+                        .and_then(|store| dumper.finish_render_only(&store));
+                    if let Err(e) = written {
+                        log_error!(
+                            "exit: render-only nodes not written ({e}); this dump cannot be restored"
+                        );
+                    }
+                }
+            }
+        }
         if let Some(dumper) = self.dumper.as_mut() {
             if dumper.paused() > 0 {
                 if let Err(e) = dumper.unpause_all() {
@@ -335,19 +365,23 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
         };
         match devices.classify_vma(&self.driver, dev) {
             FdClass::Foreign | FdClass::DmaBuf => NOT_MINE,
-            FdClass::Kfd | FdClass::Render { .. } => {
-                if !self.added_to_inventory {
-                    if let Err(e) = self.host.add_inventory_plugin() {
-                        log_error!(
-                            "HANDLE_DEVICE_VMA: cannot add the plugin to the inventory: {e}"
-                        );
-                        return -libc::ENOMEM;
-                    }
-                    self.added_to_inventory = true;
+            FdClass::Kfd | FdClass::Render { .. } => match self.add_to_inventory() {
+                Ok(()) => 0,
+                Err(e) => {
+                    log_error!("HANDLE_DEVICE_VMA: cannot add the plugin to the inventory: {e}");
+                    -libc::ENOMEM
                 }
-                0
-            }
+            },
         }
+    }
+
+    /// Records the plugin in the inventory (once), so a restore loads it.
+    fn add_to_inventory(&mut self) -> std::io::Result<()> {
+        if !self.added_to_inventory {
+            self.host.add_inventory_plugin()?;
+            self.added_to_inventory = true;
+        }
+        Ok(())
     }
 
     fn dumper_mut(&mut self) -> &mut Dumper<D> {
@@ -386,6 +420,15 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
         };
         let file = id as u32;
         self.dumped_ids.insert(file);
+        // A process that never mapped a GPU buffer (a render node used
+        // without mmap) offers HANDLE_DEVICE_VMA nothing: its files put the
+        // plugin into the inventory too.
+        if !matches!(class, FdClass::DmaBuf) {
+            if let Err(e) = self.add_to_inventory() {
+                log_error!("DUMP_EXT_FILE: cannot add the plugin to the inventory: {e}");
+                return -libc::ENOMEM;
+            }
+        }
         let result = match class {
             FdClass::Render { minor } => self
                 .dumper_mut()
@@ -426,8 +469,9 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
         }
     }
 
-    /// `DUMP_DEVICES_LATE(pid)`: unpauses every process paused by the dump;
-    /// not ours when nothing was paused.
+    /// `DUMP_DEVICES_LATE(pid)`: writes the render nodes no KFD file named
+    /// as render-only images, then unpauses every process paused by the
+    /// dump (also when writing failed); not ours when it did neither.
     pub fn dump_devices_late(&mut self, _pid: c_int) -> c_int {
         if self.active().is_none() {
             return NOT_MINE;
@@ -435,10 +479,19 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
         let Some(dumper) = self.dumper.as_mut() else {
             return NOT_MINE;
         };
-        match dumper.unpause_all() {
-            Ok(0) => NOT_MINE,
-            Ok(_) => 0,
-            Err(e) => fail("DUMP_DEVICES_LATE", "unpausing", &e),
+        let written = if dumper.pending_render_nodes() > 0 {
+            self.host
+                .image_store(true)
+                .and_then(|store| dumper.finish_render_only(&store))
+        } else {
+            Ok(0)
+        };
+        let unpaused = dumper.unpause_all();
+        match (written, unpaused) {
+            (Err(e), _) => fail("DUMP_DEVICES_LATE", "writing render-only nodes", &e),
+            (Ok(_), Err(e)) => fail("DUMP_DEVICES_LATE", "unpausing", &e),
+            (Ok(0), Ok(0)) => NOT_MINE,
+            (Ok(_), Ok(_)) => 0,
         }
     }
 
@@ -601,7 +654,11 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             fdstore_add: &fdstore_add,
             fdstore_get: &fdstore_get,
         };
-        match restorer.restore_file(&store, id as u32, &find_unused_fd, &sharing) {
+        let task = TaskIdentity {
+            pid: host.current_pid(),
+            find_unused_fd: &find_unused_fd,
+        };
+        match restorer.restore_file(&store, id as u32, &task, &sharing) {
             Ok(Restored::File(fd)) => {
                 log_info!("file {id}: restored");
                 Ok(Restored::File(fd))

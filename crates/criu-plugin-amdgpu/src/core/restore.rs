@@ -12,7 +12,17 @@
 //!
 //! A render-node image of the same task (restored after the KFD file: fds are
 //! restored in ascending order) gets a `dup` of the render file KFD already
-//! uses for that GPU, so BOs stay mappable through it.
+//! uses for that GPU, so BOs stay mappable through it; one numbered below
+//! the task's `/dev/kfd` answers with a retry until the KFD file is restored.
+//!
+//! A render node of a task without a KFD image (a process that never opened
+//! `/dev/kfd`: the image's `gpu_id` is 0, or the set holds no KFD image of
+//! the task's pid — the dump cannot tell the two apart, see
+//! [`super::dump::Dumper::dump_render_node`]) is restored render-only: its
+//! recorded device entry picks a compatible local GPU under the `KFD_*_CHECK`
+//! options (the same render minor preferred; two checkpointed GPUs of one
+//! task never on one local GPU), and the fd floor comes from
+//! `find_unused_fd_pid` of the task's own pid ([`TaskIdentity`]).
 //!
 //! Fixed compared with the C plugin: a render node that cannot be opened is
 //! an error (C logs and carries on); an image id with no amdgpu image is not
@@ -41,7 +51,8 @@
 //! back unchanged gives `EINVAL` or wrong permissions).
 //!
 //! This module never touches CRIU's symbols: the caller passes the store,
-//! CRIU's `find_unused_fd_pid` and its fd store as functions ([`Sharing`]).
+//! the task's pid with CRIU's `find_unused_fd_pid` ([`TaskIdentity`]) and
+//! its fd store ([`Sharing`]) as values and functions.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CStr;
@@ -54,7 +65,10 @@ use amdgpu_image::{
     flags, CriuDmabufNode, CriuKfd, CriuRenderNode, ImageName, ImageStore, ReadLimits,
     ValidatedKfd, ValidatedRenderNode,
 };
+use amdgpu_topology::checks::{device_mismatches, rule, Reason};
+use amdgpu_topology::devices::DeviceTopology;
 use amdgpu_topology::mapping::map_topologies;
+use amdgpu_topology::options::CheckOptions;
 use kfd::{Driver, GemCreate, GemHandle, Kfd, RenderNode};
 use kfd_sys::{
     kfd_criu_bo_bucket, kfd_criu_device_bucket, AMDGPU_VM_PAGE_EXECUTABLE, AMDGPU_VM_PAGE_NOALLOC,
@@ -62,7 +76,7 @@ use kfd_sys::{
     KFD_INVALID_FD,
 };
 
-use super::convert::checkpointed_topology;
+use super::convert::{checkpointed_topology, device_node};
 use super::dump::{local_topology, HSAKMT_SHM};
 use super::error::Error;
 use super::handles::HandleTable;
@@ -124,6 +138,26 @@ impl std::fmt::Debug for Sharing<'_> {
     }
 }
 
+/// Who the restored task is, for the fd floor and for telling a
+/// render-only process from one whose `/dev/kfd` comes later.
+pub struct TaskIdentity<'a> {
+    /// The task's pid as its KFD image records it (`getpid()` in the
+    /// restored task, see [`super::plugin::CriuHost::current_pid`]); `None`
+    /// when the host cannot tell.
+    pub pid: Option<u32>,
+    /// CRIU's `find_unused_fd_pid`: a free fd number above every fd the
+    /// task with this pid will own.
+    pub find_unused_fd: &'a dyn Fn(u32) -> Option<i32>,
+}
+
+impl std::fmt::Debug for TaskIdentity<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskIdentity")
+            .field("pid", &self.pid)
+            .finish_non_exhaustive()
+    }
+}
+
 /// `AMDGPU_VM_PAGE_*` flags for `GEM_VA` from the page-table bits
 /// `GET_MAPPING_INFO` reports (`AMDGPU_PTE_*`: executable 1<<4, readable
 /// 1<<5, writeable 1<<6, PRT 1<<51, NOALLOC 1<<58). Other bits (memory
@@ -159,6 +193,11 @@ pub struct Restorer<D: Driver + Clone> {
     private_table: Option<HandleTable>,
     /// Checkpointed gpu_id to local gpu_id, once a KFD image was restored.
     gpu_map: BTreeMap<u32, u32>,
+    /// Render-only nodes: checkpointed render minor to the local gpu_id
+    /// standing in for that GPU in this task.
+    render_only: BTreeMap<u32, u32>,
+    /// Whether the image set holds a KFD image of this task, once asked.
+    task_has_kfd: Option<bool>,
     translations: VmaTranslations,
     restored: Vec<KfdRestore>,
     /// Parallel restore: where BO contents are handed off instead of
@@ -202,6 +241,8 @@ impl<D: Driver + Clone> Restorer<D> {
             dmabufs: BTreeMap::new(),
             private_table: None,
             gpu_map: BTreeMap::new(),
+            render_only: BTreeMap::new(),
+            task_has_kfd: None,
             translations: VmaTranslations::new(),
             restored: Vec::new(),
             hand_off: None,
@@ -226,21 +267,22 @@ impl<D: Driver + Clone> Restorer<D> {
         &self.restored
     }
 
-    /// `RESTORE_EXT_FILE(id)`. `find_unused_fd` is CRIU's
-    /// `find_unused_fd_pid` (the checkpointed pid in, a free fd number above
-    /// all the task's fds out); `sharing` is what buffers shared between
-    /// tasks go through.
+    /// `RESTORE_EXT_FILE(id)`. `task` names the restored task and carries
+    /// CRIU's `find_unused_fd_pid` (a pid in, a free fd number above all
+    /// that task's fds out); `sharing` is what buffers shared between tasks
+    /// go through.
     pub fn restore_file<S: ImageStore + Sync>(
         &mut self,
         store: &S,
         id: u32,
-        find_unused_fd: &dyn Fn(u32) -> Option<i32>,
+        task: &TaskIdentity<'_>,
         sharing: &Sharing<'_>,
     ) -> Result<Restored, Error> {
+        let find_unused_fd = task.find_unused_fd;
         let limits = ReadLimits::default();
         match self.deferred.remove(&id) {
             Some(Deferred::RenderNode(msg)) => {
-                return self.render_node_or_wait(store, id, msg, sharing)
+                return self.render_node_or_wait(store, id, msg, task, sharing)
             }
             Some(Deferred::Dmabuf(msg)) => return self.dmabuf_or_wait(id, msg, sharing),
             None => {}
@@ -257,7 +299,7 @@ impl<D: Driver + Clone> Restorer<D> {
             .read_message::<CriuRenderNode>(&ImageName::RenderNode { id }, limits)
             .map_err(Error::image("reading the render-node image"))?
         {
-            return self.render_node_or_wait(store, id, msg, sharing);
+            return self.render_node_or_wait(store, id, msg, task, sharing);
         }
         if let Some(msg) = store
             .read_message::<CriuDmabufNode>(&ImageName::Dmabuf { id }, limits)
@@ -275,9 +317,10 @@ impl<D: Driver + Clone> Restorer<D> {
         store: &S,
         id: u32,
         msg: CriuRenderNode,
+        task: &TaskIdentity<'_>,
         sharing: &Sharing<'_>,
     ) -> Result<Restored, Error> {
-        let result = self.restore_render_node(store, id, msg.clone(), sharing);
+        let result = self.restore_render_node(store, id, msg.clone(), task, sharing);
         if matches!(result, Ok(Restored::WaitForKfd)) {
             self.deferred.insert(id, Deferred::RenderNode(msg));
         }
@@ -522,30 +565,199 @@ impl<D: Driver + Clone> Restorer<D> {
         }
     }
 
+    /// Whether the restored task has a KFD image in the set: it restored
+    /// one already, or an image of the set records its pid. A render-only
+    /// image (`gpu_id` 0) answers no without looking: a process with
+    /// `/dev/kfd` has every visible GPU among its KFD devices, so its KFD
+    /// file would have named the GPU. When the set cannot be listed (a
+    /// stream) or the task's pid is unknown, the answer is yes: the node
+    /// waits for the task's KFD file, as before render-only support.
+    fn has_kfd_image<S: ImageStore>(
+        &mut self,
+        store: &S,
+        msg: &CriuRenderNode,
+        task: &TaskIdentity<'_>,
+    ) -> Result<bool, Error> {
+        if !self.restored.is_empty() {
+            return Ok(true);
+        }
+        if msg.is_render_only() {
+            return Ok(false);
+        }
+        if let Some(known) = self.task_has_kfd {
+            return Ok(known);
+        }
+        let Some(pid) = task.pid else {
+            log_warn!("the restored task's pid is unknown: its render nodes wait for a KFD file");
+            return Ok(true);
+        };
+        let Ok(names) = store.list() else {
+            log_debug!("the image set cannot be listed: render nodes wait for a KFD file");
+            return Ok(true);
+        };
+        let mut found = false;
+        for name in names.iter().filter(|n| matches!(n, ImageName::Kfd { .. })) {
+            let kfd = store
+                .read_message::<CriuKfd>(name, ReadLimits::default())
+                .map_err(Error::image("reading a KFD image to find the task's"))?;
+            if kfd.is_some_and(|k| k.pid == pid) {
+                found = true;
+                break;
+            }
+        }
+        self.task_has_kfd = Some(found);
+        Ok(found)
+    }
+
+    /// The local GPU standing in for the GPU of a render-only node: the one
+    /// already chosen for its checkpointed render minor in this task, else
+    /// a local GPU that passes the property checks
+    /// ([`device_mismatches`] under the `KFD_*_CHECK` options) and has at
+    /// least as many valid io links, not yet taken by another checkpointed
+    /// GPU of this task; the same render minor is preferred, then the same
+    /// gpu_id, then node order. Returns `(local gpu_id, local minor)`.
+    fn render_only_gpu(&mut self, id: u32, msg: &CriuRenderNode) -> Result<(u32, u32), Error> {
+        let minor = msg.drm_render_minor;
+        let local = local_topology(&self.config.topology_root, &self.driver)?;
+        if let Some(&gpu) = self.render_only.get(&minor) {
+            if let Some(node) = local.gpus().find(|n| n.gpu_id == gpu) {
+                return Ok((gpu, node.props.drm_render_minor));
+            }
+        }
+        let device = msg.device.as_ref().ok_or_else(|| Error::Incompatible {
+            reasons: format!(
+                "render-node file {id} (renderD{minor}) belongs to a task without a KFD image \
+                 and records no device entry (an image of the C plugin), so no local GPU can \
+                 be chosen for it"
+            ),
+        })?;
+        let taken: BTreeSet<u32> = self.render_only.values().copied().collect();
+        let candidates = render_only_candidates(device, &local, &self.config.options.checks);
+        let compatible: Vec<_> = candidates
+            .as_ref()
+            .map(|ids| {
+                local
+                    .gpus()
+                    .filter(|n| ids.contains(&n.gpu_id))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        let free: Vec<_> = compatible
+            .iter()
+            .filter(|n| !taken.contains(&n.gpu_id))
+            .collect();
+        let chosen = free
+            .iter()
+            .find(|n| n.props.drm_render_minor == minor)
+            .or_else(|| free.iter().find(|n| n.gpu_id == device.gpu_id))
+            .or_else(|| free.first());
+        let Some(node) = chosen else {
+            let reasons = if let Err(closest) = &candidates {
+                let why = closest
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                format!(
+                    "render-node file {id}: no local GPU can stand in for renderD{minor} \
+                     (GPU {:#x}, device {:#x}){}",
+                    device.gpu_id,
+                    device.device_id,
+                    if why.is_empty() {
+                        " (no local GPU)".to_owned()
+                    } else {
+                        format!(": {why}")
+                    }
+                )
+            } else {
+                format!(
+                    "render-node file {id}: every local GPU compatible with renderD{minor} \
+                     ({}) already stands in for another checkpointed GPU of this task",
+                    compatible
+                        .iter()
+                        .map(|n| format!("{:#x}", n.gpu_id))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            return Err(Error::Incompatible { reasons });
+        };
+        log_info!(
+            "render-node file {id}: renderD{minor} (GPU {:#x}, no KFD process) restored on \
+             local GPU {:#x} (renderD{})",
+            device.gpu_id,
+            node.gpu_id,
+            node.props.drm_render_minor
+        );
+        self.render_only.insert(minor, node.gpu_id);
+        Ok((node.gpu_id, node.props.drm_render_minor))
+    }
+
     fn restore_render_node<S: ImageStore>(
         &mut self,
         store: &S,
         id: u32,
         msg: CriuRenderNode,
+        task: &TaskIdentity<'_>,
         sharing: &Sharing<'_>,
     ) -> Result<Restored, Error> {
         let image = ValidatedRenderNode::new(id, msg)
             .map_err(Error::image("validating the render-node image"))?;
         let msg = image.message();
-        let Some(&local_id) = self.gpu_map.get(&msg.gpu_id) else {
-            log_debug!(
-                "render-node file {id} (GPU {:#x}) waits for the task's KFD file",
-                msg.gpu_id
-            );
-            return Ok(Restored::WaitForKfd);
+        let mapped = self.gpu_map.get(&msg.gpu_id).copied();
+        let (local_id, file, local_minor) = match mapped {
+            Some(local_id) => {
+                let (Some(file), Some(&local_minor)) = (
+                    self.render_files.get(&local_id).cloned(),
+                    self.render_minors.get(&local_id),
+                ) else {
+                    return Err(Error::Inconsistent(format!(
+                        "no render file for local GPU {local_id:#x}"
+                    )));
+                };
+                (local_id, file, local_minor)
+            }
+            None if self.has_kfd_image(store, msg, task)? => {
+                if !self.restored.is_empty() {
+                    return Err(Error::Inconsistent(format!(
+                        "render-node file {id}: the task's KFD file is restored but has no \
+                         GPU {:#x} (renderD{})",
+                        msg.gpu_id, msg.drm_render_minor
+                    )));
+                }
+                log_debug!(
+                    "render-node file {id} (GPU {:#x}) waits for the task's KFD file",
+                    msg.gpu_id
+                );
+                return Ok(Restored::WaitForKfd);
+            }
+            None => {
+                // No KFD process: nothing asked CRIU for the fd floor yet.
+                if self.fd_floor.is_none() {
+                    match task.pid {
+                        Some(pid) => {
+                            self.fd_floor = (task.find_unused_fd)(pid);
+                            log_debug!(
+                                "render nodes go at fd {:?} or above (pid {pid})",
+                                self.fd_floor
+                            );
+                        }
+                        None => log_warn!(
+                            "render-node file {id}: the task's pid is unknown, so its render \
+                             file is not moved above the task's fds"
+                        ),
+                    }
+                }
+                let (local_id, local_minor) = self.render_only_gpu(id, msg)?;
+                let file = self.render_file(local_id, local_minor)?;
+                (local_id, file, local_minor)
+            }
         };
-        let (Some(file), Some(&local_minor)) = (
-            self.render_files.get(&local_id).cloned(),
-            self.render_minors.get(&local_id),
-        ) else {
-            return Err(Error::Inconsistent(format!(
-                "no render file for local GPU {local_id:#x}"
-            )));
+        // Names the GPU in transfer errors: the user id, else the local one.
+        let named_gpu = if msg.gpu_id != 0 && mapped.is_some() {
+            msg.gpu_id
+        } else {
+            local_id
         };
         // Every render node of one GPU in the task becomes this one DRM file
         // (also KFD's VM): its BOs are re-created there under their handles.
@@ -677,7 +889,7 @@ impl<D: Driver + Clone> Restorer<D> {
                     &name,
                     layout,
                     transfer::DrmDevice {
-                        gpu_id: msg.gpu_id,
+                        gpu_id: named_gpu,
                         render_minor: local_minor,
                     },
                     dmabuf.as_fd(),
@@ -763,6 +975,64 @@ impl<D: Driver + Clone> Restorer<D> {
         }
         Ok(())
     }
+}
+
+/// The local GPUs (gpu_ids, node order) that can stand in for the GPU a
+/// render-only node recorded as `device`, or, when none can, every mismatch
+/// of the closest local GPU (empty when the machine has no GPU). A local GPU
+/// qualifies when it passes the property rules of the `KFD_*_CHECK` options
+/// ([`device_mismatches`]) and has, as for KFD processes, at least as many
+/// valid io links (the entry stores only valid ones). Hive and CPU placement
+/// are not asked of a process without KFD queues. What restore chooses from
+/// and what `amdgpu-criu check` reports.
+pub fn render_only_candidates(
+    device: &amdgpu_image::KfdDeviceEntry,
+    local: &DeviceTopology,
+    options: &CheckOptions,
+) -> Result<Vec<u32>, Vec<Reason>> {
+    let checkpointed = device_node(device);
+    let mut compatible = Vec::new();
+    let mut closest: Option<Vec<Reason>> = None;
+    for node in local.gpus() {
+        let reasons = render_only_mismatches(&checkpointed, node, local, options);
+        if reasons.is_empty() {
+            compatible.push(node.gpu_id);
+        } else if closest.as_ref().is_none_or(|c| reasons.len() < c.len()) {
+            closest = Some(reasons);
+        }
+    }
+    if compatible.is_empty() {
+        Err(closest.unwrap_or_default())
+    } else {
+        Ok(compatible)
+    }
+}
+
+/// Why local GPU `dest` of `local` cannot stand in for the checkpointed GPU
+/// of a render-only node (see [`render_only_candidates`]).
+fn render_only_mismatches(
+    checkpointed: &amdgpu_topology::devices::DeviceNode,
+    dest: &amdgpu_topology::devices::DeviceNode,
+    local: &DeviceTopology,
+    options: &CheckOptions,
+) -> Vec<Reason> {
+    let mut reasons = device_mismatches(checkpointed, dest, options);
+    let want = checkpointed.iolinks.len();
+    let have = dest
+        .iolinks
+        .iter()
+        .filter(|l| local.link_is_valid(l))
+        .count();
+    if want > have {
+        reasons.push(Reason {
+            gpu: Some(checkpointed.gpu_id),
+            check: rule::VALID_IO_LINKS,
+            checkpointed: want as u64,
+            local: have as u64,
+            local_gpu: Some(dest.gpu_id),
+        });
+    }
+    reasons
 }
 
 /// Whether a file of the image set uses another file's buffer: a dma-buf
