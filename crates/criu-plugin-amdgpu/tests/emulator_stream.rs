@@ -3,16 +3,19 @@
 //! each file once, and the serving streamer hands each file out once. A
 //! streamed dump carries the same bytes as a dump into a directory, and a
 //! streamed restore brings the workload back, also when a render node comes
-//! before `/dev/kfd` and must be retried.
+//! before `/dev/kfd` and must be retried, and for a process whose only GPU
+//! file is a render node.
 
 mod common;
 
 use std::collections::BTreeMap;
+use std::os::fd::AsFd;
 use std::path::Path;
 
 use amdgpu_image::{verify_set, DirStore, ReadLimits};
 use common::{device_vmas, gpu_files, kfd_image, vmas_of, Dirs};
-use criu_plugin_amdgpu::emulator::ImageStreamer;
+use criu_plugin_amdgpu::emulator::{ImageStreamer, TaskFile};
+use kfd_sim::workload::render_only::RenderOnly;
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Sim, SimConfig};
 
@@ -147,4 +150,38 @@ fn a_render_node_before_dev_kfd_restores_from_a_stream() {
         .expect("the render node is retried without reading its image again");
     Workload::verify(&sim, pid, &expected).expect("state matches");
     no_repeats(&serve.opened());
+}
+
+/// A process whose only GPU file is a render node, through the streamer:
+/// its image is written render-only at `DUMP_DEVICES_LATE` and restores
+/// without listing the set (which a stream cannot).
+#[test]
+fn a_render_only_process_restores_from_a_stream() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let gpu = sim.gpus()[0].gpu_id;
+    let app = RenderOnly::launch(&sim, &[gpu], 3).expect("launch");
+    let expected = app.describe().unwrap();
+    let pid = app.pid();
+    let files = vec![TaskFile {
+        fd: app.render_fds()[0],
+        id: 3,
+    }];
+    let dirs = Dirs::new();
+    let capture = ImageStreamer::capture();
+    dirs.emulator(&sim, |c| c.streamer = Some(capture.clone()))
+        .dump(pid, &files, &device_vmas(&sim))
+        .expect("dump into the streamer");
+    drop(files);
+    app.exit().unwrap();
+    assert!(capture.files().contains_key("amdgpu-renderD-3.img"));
+
+    let serve = capture.serve();
+    let task = dirs
+        .emulator(&sim, |c| c.streamer = Some(serve.clone()))
+        .restore(pid, &[3], &[])
+        .expect("restore from the streamer");
+    let fds: Vec<_> = task.files.iter().map(|(_, fd)| fd.as_fd()).collect();
+    RenderOnly::verify(&sim, pid, &fds, &expected).expect("bit-identical BOs");
+    no_repeats(&serve.opened());
+    assert_eq!(serve.files(), BTreeMap::new(), "every file was read");
 }
