@@ -194,7 +194,7 @@ impl DirStore {
         &self.base
     }
 
-    /// Opens `name` as a `File` (for [`PagesFile`](crate::PagesFile)'s positional reads).
+    /// Opens `name` as a `File` (for [`PagesFile`]'s positional reads).
     pub fn open_file(&self, name: &ImageName) -> Result<Option<File>, Error> {
         match File::open(self.base.join(name.to_string())) {
             Ok(f) => Ok(Some(f)),
