@@ -327,6 +327,8 @@ struct WriteBehind {
     released: u64,
     enabled: bool,
     flusher: Option<Flusher>,
+    /// The flusher could not be started: hints are given by the writer.
+    inline: bool,
 }
 
 /// Ranges a [`DirWriter`]'s flusher may have queued before the writer waits.
@@ -370,6 +372,7 @@ impl Default for WriteBehind {
             released: 0,
             enabled: true,
             flusher: None,
+            inline: false,
         }
     }
 }
@@ -381,8 +384,10 @@ impl WriteBehind {
         if !self.enabled || self.pos - self.started < WRITE_BEHIND_STEP {
             return;
         }
-        if self.flusher.is_none() {
+        if self.flusher.is_none() && !self.inline {
             self.flusher = Flusher::spawn(file).ok();
+            // Without a thread, hints are given inline from now on.
+            self.inline = self.flusher.is_none();
         }
         let release_to = self.pos.saturating_sub(WRITE_BEHIND_LAG);
         let mut ranges = vec![(self.started, self.pos - self.started)];
