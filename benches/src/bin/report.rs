@@ -12,8 +12,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use benches::transfer::{
-    c_strategy_dump, gibs, options_with_max_buffer, plugin_run, raw_io, sdma_rates, BenchError,
-    Fill, Machine, PluginRun, Result, RunOptions,
+    c_strategy_dump, gibs, options_with_max_buffer, plugin_run, raw_io, restore_read, sdma_rates,
+    BenchError, Fill, Machine, PluginRun, Result, RunOptions,
 };
 use benches::{image, topology};
 
@@ -134,6 +134,20 @@ fn run(quick: bool, dir: &Path) -> Result<()> {
         );
     }
     line("staging_peak_bytes_unset", staging_unset);
+
+    progress("the file side of a restore alone (no SDMA) against a raw read");
+    let (mut pages_read, mut plain_read) = (0f64, 0f64);
+    for _ in 0..reps {
+        let r = restore_read(dir, total, bo_bytes)?;
+        pages_read = pages_read.max(r.pages_bps);
+        plain_read = plain_read.max(r.raw_bps);
+    }
+    line("restore_read_gibs", format!("{:.3}", pages_read / gib));
+    line("restore_read_raw_gibs", format!("{:.3}", plain_read / gib));
+    line(
+        "restore_read_vs_raw",
+        format!("{:.3}", pages_read / plain_read),
+    );
 
     progress("staging with KFD_MAX_BUFFER_SIZE=64M and unset (one 512 MiB BO)");
     for (name, value) in [("max64m", Some("64M")), ("unset_512mib_bo", None)] {
