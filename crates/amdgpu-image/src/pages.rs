@@ -15,10 +15,13 @@
 //! - [`PagesReader`] streams a pages file from any `Read` (also a pipe) in
 //!   caller-sized chunks that never straddle two BOs, verifying each BO's
 //!   checksum when it completes. Over a regular file it can skip the file's
-//!   holes ([`PagesReader::skipping_holes`]): it finds them with
+//!   holes of at least [`MIN_SKIPPED_HOLE`] bytes
+//!   ([`PagesReader::skipping_holes`]): it finds them with
 //!   `lseek(SEEK_DATA/SEEK_HOLE)`, fills the caller's buffer with zeros and
 //!   checksums them without reading (a hole read through the page cache
-//!   costs more CPU than data). The bytes delivered are the same.
+//!   costs a page allocation, a clear and a copy per page). Shorter holes
+//!   are read: skipping them would break the kernel's readahead. The bytes
+//!   delivered are the same either way.
 //! - [`PagesFile`] reads ranges of a pages file at given positions (`pread`,
 //!   no shared cursor), for restoring GPUs in parallel from one file.
 //!
