@@ -6,36 +6,12 @@
 
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn run(args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"));
-    command.args(args);
-    for name in [
-        "KFD_FW_VER_CHECK",
-        "KFD_SDMA_FW_VER_CHECK",
-        "KFD_CACHES_COUNT_CHECK",
-        "KFD_NUM_GWS_CHECK",
-        "KFD_VRAM_SIZE_CHECK",
-        "KFD_NUMA_CHECK",
-        "KFD_CAPABILITY_CHECK",
-        "KFD_MAX_BUFFER_SIZE",
-        "AMDGPU_PLUGIN_LOG_LEVEL",
-    ] {
-        command.env_remove(name);
-    }
-    command.output().unwrap()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+mod cli;
+use cli::{run, stderr, stdout};
 
 fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout)

@@ -2,28 +2,12 @@
 //! its render-only image is checked against the target machine with the
 //! plugin's own rule, through the built binary.
 
-use std::process::{Command, Output};
-
 use criu_plugin_amdgpu::emulator::{CriuEmulator, EmulatorConfig, TaskFile};
 use kfd_sim::workload::render_only::RenderOnly;
 use kfd_sim::{Sim, SimConfig};
 
-fn run(args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"));
-    command.args(args);
-    for name in [
-        "KFD_FW_VER_CHECK",
-        "KFD_SDMA_FW_VER_CHECK",
-        "KFD_CACHES_COUNT_CHECK",
-        "KFD_NUM_GWS_CHECK",
-        "KFD_VRAM_SIZE_CHECK",
-        "KFD_NUMA_CHECK",
-        "KFD_CAPABILITY_CHECK",
-    ] {
-        command.env_remove(name);
-    }
-    command.output().unwrap()
-}
+mod cli;
+use cli::run;
 
 /// A render-only checkpoint of a process on an MI210 machine.
 fn render_only_checkpoint() -> (tempfile::TempDir, u32) {

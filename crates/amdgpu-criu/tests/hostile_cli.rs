@@ -10,19 +10,12 @@
 //!   line starting with the damaged file's name; the clean set exits 0.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use amdgpu_image::fuzz_support::{write_sample_set, SampleSpec};
 use amdgpu_image::{encode_message, CriuRenderNode, DirStore, ImageName};
 
-fn run(args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"));
-    command.args(args);
-    for name in ["AMDGPU_PLUGIN_LOG_LEVEL", "KFD_MAX_BUFFER_SIZE"] {
-        command.env_remove(name);
-    }
-    command.output().expect("run amdgpu-criu")
-}
+mod cli;
+use cli::run;
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

@@ -2,29 +2,13 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
+
+mod cli;
 
 fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"));
-    command.args(args);
-    for (name, _) in CHECK_VARIABLES {
-        command.env_remove(name);
-    }
-    for (name, value) in env {
-        command.env(name, value);
-    }
-    command.output().unwrap()
+    cli::run_with(args, env)
 }
-
-const CHECK_VARIABLES: [(&str, ()); 7] = [
-    ("KFD_FW_VER_CHECK", ()),
-    ("KFD_SDMA_FW_VER_CHECK", ()),
-    ("KFD_CACHES_COUNT_CHECK", ()),
-    ("KFD_NUM_GWS_CHECK", ()),
-    ("KFD_VRAM_SIZE_CHECK", ()),
-    ("KFD_NUMA_CHECK", ()),
-    ("KFD_CAPABILITY_CHECK", ()),
-];
 
 /// `../shared/fixtures/topology/<name>` next to the workspace, or `None`
 /// after printing why the test is skipped.

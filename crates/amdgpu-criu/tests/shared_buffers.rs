@@ -7,16 +7,12 @@
 
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+mod cli;
+use cli::run;
 
 fn text(out: &Output) -> String {
     format!(

@@ -3,17 +3,12 @@
 
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Output};
 
 use amdgpu_image::fuzz_support::{write_sample_set, SampleSpec};
 use amdgpu_image::{CriuKfd, DirStore, ImageName, ImageStore};
 
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+mod cli;
+use cli::run;
 
 fn sample_dir() -> (tempfile::TempDir, CriuKfd) {
     let dir = tempfile::tempdir().unwrap();
