@@ -352,6 +352,7 @@ pub fn write_sample_set<S: ImageStore>(store: &S, spec: SampleSpec) -> Result<Cr
         producer: None,
         format_version: None,
         device: None,
+        kfd_pids: Vec::new(),
     };
     rn.mark_producer();
     for i in 0..rn.bo_entries.len() {

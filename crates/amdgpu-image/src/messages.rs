@@ -382,6 +382,18 @@ pub struct CriuRenderNode {
     #[prost(message, optional, tag = "102")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device: Option<KfdDeviceEntry>,
+    /// Ours (tag 103): when [`CriuRenderNode::gpu_id`] names the GPU by a
+    /// KFD process's user id, the pids of the dumped KFD processes that use
+    /// the GPU (each as its KFD image records it: the pid in the process's
+    /// own pid namespace). The dump cannot tell which task a render fd
+    /// belongs to; a restored task whose pid is not among these has no KFD
+    /// file for the node (a process without `/dev/kfd` sharing the GPU) and
+    /// is restored render-only, without listing the image set (which a
+    /// stream cannot). Empty in render-only images and in images of the C
+    /// plugin.
+    #[prost(uint32, repeated, packed = "false", tag = "103")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kfd_pids: Vec<u32>,
 }
 
 impl CriuRenderNode {

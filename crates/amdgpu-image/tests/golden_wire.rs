@@ -347,6 +347,7 @@ fn render_node_matches_hand_encoding() {
         producer: None,
         format_version: None,
         device: None,
+        kfd_pids: Vec::new(),
     };
     let vm = Wire::default()
         .uint(1, 0x40_0000)
@@ -544,6 +545,7 @@ fn render_only_device_entry_is_tag_102() {
         producer: None,
         format_version: None,
         device: Some(gpu.clone()),
+        kfd_pids: Vec::new(),
     };
     rn.mark_producer();
     let upstream = Wire::default()
@@ -592,4 +594,32 @@ fn a_device_entry_missing_a_required_field_is_named() {
             .contains("criu_render_node.device[0].simd_count"),
         "{err}"
     );
+}
+
+/// The KFD pids of a render node named by a KFD process's user id: tag 103,
+/// one unpacked varint per pid (proto2's repeated scalar), after tag 102.
+#[test]
+fn kfd_pids_are_unpacked_tag_103() {
+    let rn = CriuRenderNode {
+        gpu_id: 0x1234,
+        id: 4,
+        drm_render_minor: 128,
+        num_of_bos: 0,
+        bo_entries: Vec::new(),
+        producer: None,
+        format_version: None,
+        device: None,
+        kfd_pids: vec![1234, 5],
+    };
+    let golden = Wire::default()
+        .uint(1, 0x1234)
+        .uint(2, 4)
+        .uint(3, 128)
+        .uint(4, 0)
+        .uint(103, 1234)
+        .uint(103, 5)
+        .0;
+    assert_eq!(encode_message(&rn), golden);
+    let decoded: CriuRenderNode = decode_message("amdgpu-renderD-4.img", &golden).unwrap();
+    assert_eq!(decoded, rn);
 }

@@ -288,6 +288,7 @@ fn good_render() -> CriuRenderNode {
         producer: None,
         format_version: None,
         device: None,
+        kfd_pids: Vec::new(),
     }
 }
 

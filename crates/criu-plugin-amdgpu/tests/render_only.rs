@@ -16,7 +16,8 @@ use amdgpu_image::{verify_set, CriuRenderNode, DirStore, ImageName, ImageStore, 
 use common::{device_vmas, kfd_image_of, vmas_of, Dirs};
 use criu_plugin_amdgpu::core::plugin::NOT_MINE;
 use criu_plugin_amdgpu::emulator::{
-    DeviceVma, EmulatorError, RestoredTask, TaskFile, TaskToDump, TaskToRestore, VmaOutcome,
+    DeviceVma, EmulatorError, ImageStreamer, RestoredTask, TaskFile, TaskToDump, TaskToRestore,
+    VmaOutcome,
 };
 use criu_plugin_amdgpu::log::{Capture, Level};
 use kfd::{GemCreate, GemHandle, RenderNode};
@@ -458,7 +459,9 @@ fn a_render_fd_before_its_kfd_fd_is_not_render_only() {
 /// entry, while the KFD process's own render node uses its KFD mapping.
 #[test]
 fn a_render_only_process_next_to_a_kfd_process_on_its_gpu() {
-    for render_only_first in [false, true] {
+    for (render_only_first, streamed) in
+        [(false, false), (true, false), (false, true), (true, true)]
+    {
         let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
         let gpu = sim.gpus()[0].gpu_id;
         let mut kfd_app = Workload::launch(&sim, &Profile::Basic).expect("launch");
@@ -497,8 +500,15 @@ fn a_render_only_process_next_to_a_kfd_process_on_its_gpu() {
             vec![kfd_task, drm_task]
         };
         let dirs = Dirs::new();
-        let emulator = dirs.emulator(&sim, |_| {});
-        emulator.dump_tree(&tree).expect("dump of both");
+        // With `--stream` the set cannot be listed at restore: the render
+        // image's KFD pids tell the tasks apart.
+        let capture = streamed.then(ImageStreamer::capture);
+        dirs.emulator(&sim, |c| c.streamer = capture.clone())
+            .dump_tree(&tree)
+            .expect("dump of both");
+        if let Some(capture) = &capture {
+            capture.extract(dirs.images.path()).unwrap();
+        }
         let kfd = kfd_image_of(dirs.images.path(), 1);
         let user = kfd
             .device_entries
@@ -513,11 +523,19 @@ fn a_render_only_process_next_to_a_kfd_process_on_its_gpu() {
         );
         assert!(image.device.is_some());
         let (kfd_pid, drm_pid) = (kfd_app.pid(), drm_app.pid());
+        assert_eq!(
+            image.kfd_pids,
+            vec![kfd_pid.0],
+            "the KFD process using the GPU"
+        );
         drop(tree);
         kfd_app.exit().unwrap();
         drm_app.exit().unwrap();
 
-        let tasks = emulator
+        let tasks = dirs
+            .emulator(&sim, |c| {
+                c.streamer = capture.as_ref().map(ImageStreamer::serve)
+            })
             .restore_tree(&[
                 TaskToRestore {
                     pid: drm_pid,
@@ -530,7 +548,9 @@ fn a_render_only_process_next_to_a_kfd_process_on_its_gpu() {
                     vmas: vmas_of(&kfd),
                 },
             ])
-            .unwrap_or_else(|e| panic!("first={render_only_first}: restore: {e}"));
+            .unwrap_or_else(|e| {
+                panic!("first={render_only_first}, streamed={streamed}: restore: {e}")
+            });
         RenderOnly::verify(
             &sim,
             drm_pid,

@@ -123,6 +123,9 @@ pub struct Dumper<D: Driver + Clone> {
     user_gpu_ids: BTreeMap<u32, u32>,
     /// Local gpu_id to render minor, from the local topology.
     render_minors: BTreeMap<u32, u32>,
+    /// Local gpu_id to the pids (from `PROCESS_INFO`) of the dumped KFD
+    /// processes that use it.
+    kfd_pids: BTreeMap<u32, BTreeSet<u32>>,
     /// Render nodes dumped before their process's KFD file.
     pending_renders: Vec<PendingRender>,
     /// (st_dev, st_ino) of each dumped BO's dma-buf to its share handle.
@@ -157,6 +160,7 @@ impl<D: Driver + Clone> Dumper<D> {
             paused: Vec::new(),
             user_gpu_ids: BTreeMap::new(),
             render_minors: BTreeMap::new(),
+            kfd_pids: BTreeMap::new(),
             pending_renders: Vec::new(),
             dmabuf_handles: BTreeMap::new(),
             created: BTreeSet::new(),
@@ -360,6 +364,9 @@ impl<D: Driver + Clone> Dumper<D> {
         store
             .write_message(&ImageName::Kfd { id }, &msg)
             .map_err(Error::image("writing the KFD image"))?;
+        for local in user_of.keys() {
+            self.kfd_pids.entry(*local).or_default().insert(info.pid);
+        }
         self.user_gpu_ids.extend(user_of);
         self.render_minors
             .extend(local.gpus().map(|n| (n.gpu_id, n.props.drm_render_minor)));
@@ -435,6 +442,17 @@ impl<D: Driver + Clone> Dumper<D> {
     fn user_gpu_of_minor(&self, minor: u32) -> Option<u32> {
         let (local, _) = self.render_minors.iter().find(|(_, m)| **m == minor)?;
         self.user_gpu_ids.get(local).copied()
+    }
+
+    /// The pids of the dumped KFD processes using the GPU of `minor`.
+    fn kfd_pids_of_minor(&self, minor: u32) -> Vec<u32> {
+        self.render_minors
+            .iter()
+            .filter(|(_, m)| **m == minor)
+            .filter_map(|(local, _)| self.kfd_pids.get(local))
+            .flatten()
+            .copied()
+            .collect()
     }
 
     /// The local topology, parsed once.
@@ -602,6 +620,12 @@ impl<D: Driver + Clone> Dumper<D> {
             producer: Some(PRODUCER.to_owned()),
             format_version: Some(FORMAT_VERSION),
             device: Some(device),
+            // Which tasks may own the fd: only a named GPU has any.
+            kfd_pids: if gpu_id == 0 {
+                Vec::new()
+            } else {
+                self.kfd_pids_of_minor(minor)
+            },
         };
         store
             .write_message(&ImageName::RenderNode { id }, &msg)

@@ -212,7 +212,7 @@ pub struct Restorer<D: Driver + Clone> {
 /// The image of a file waiting for a retry.
 #[derive(Debug)]
 enum Deferred {
-    RenderNode(CriuRenderNode),
+    RenderNode(Box<CriuRenderNode>),
     Dmabuf(CriuDmabufNode),
 }
 
@@ -282,7 +282,7 @@ impl<D: Driver + Clone> Restorer<D> {
         let limits = ReadLimits::default();
         match self.deferred.remove(&id) {
             Some(Deferred::RenderNode(msg)) => {
-                return self.render_node_or_wait(store, id, msg, task, sharing)
+                return self.render_node_or_wait(store, id, *msg, task, sharing)
             }
             Some(Deferred::Dmabuf(msg)) => return self.dmabuf_or_wait(id, msg, sharing),
             None => {}
@@ -322,7 +322,8 @@ impl<D: Driver + Clone> Restorer<D> {
     ) -> Result<Restored, Error> {
         let result = self.restore_render_node(store, id, msg.clone(), task, sharing);
         if matches!(result, Ok(Restored::WaitForKfd)) {
-            self.deferred.insert(id, Deferred::RenderNode(msg));
+            self.deferred
+                .insert(id, Deferred::RenderNode(Box::new(msg)));
         }
         result
     }
@@ -566,11 +567,13 @@ impl<D: Driver + Clone> Restorer<D> {
     }
 
     /// Whether the restored task has a KFD image in the set: it restored
-    /// one already, or an image of the set records its pid. A render-only
-    /// image (`gpu_id` 0) answers no without looking: a process with
-    /// `/dev/kfd` has every visible GPU among its KFD devices, so its KFD
-    /// file would have named the GPU. When the set cannot be listed (a
-    /// stream) or the task's pid is unknown, the answer is yes: the node
+    /// one already, or the node's image lists its pid among the KFD
+    /// processes using the GPU (`kfd_pids`), or (images without that list)
+    /// an image of the set records its pid. A render-only image (`gpu_id`
+    /// 0) answers no without looking: a process with `/dev/kfd` has every
+    /// visible GPU among its KFD devices, so its KFD file would have named
+    /// the GPU. When the set cannot be listed (a stream) and the image has
+    /// no list, or the task's pid is unknown, the answer is yes: the node
     /// waits for the task's KFD file, as before render-only support.
     fn has_kfd_image<S: ImageStore>(
         &mut self,
@@ -583,6 +586,12 @@ impl<D: Driver + Clone> Restorer<D> {
         }
         if msg.is_render_only() {
             return Ok(false);
+        }
+        // The image names the KFD processes that use the GPU: the task is
+        // one of them or has no KFD file for this node (no listing needed,
+        // so a stream can tell too).
+        if let (false, Some(pid)) = (msg.kfd_pids.is_empty(), task.pid) {
+            return Ok(msg.kfd_pids.contains(&pid));
         }
         if let Some(known) = self.task_has_kfd {
             return Ok(known);
