@@ -8,7 +8,7 @@ mod common;
 
 use std::os::fd::AsFd;
 
-use common::{device_vmas, gpu_files, kfd_image, vmas_of, Dirs, KFD_ID};
+use common::{add_drm_bo, device_vmas, gpu_files, kfd_image, vmas_of, Dirs, DrmBo, KFD_ID};
 use criu_plugin_amdgpu::emulator::{EmulatorError, TaskFile};
 use criu_plugin_amdgpu::options::Staging;
 use kfd_sim::workload::{Profile, Workload};
@@ -461,39 +461,17 @@ fn a_remapped_process_keeps_its_gpu_ids_through_a_second_checkpoint() {
 fn drm_bos_of_a_render_node_keep_handles_addresses_and_contents() {
     use amdgpu_image::{CriuRenderNode, DirStore, ImageName, ImageStore, ReadLimits};
     use criu_plugin_amdgpu::emulator::{DeviceVma, VmaOutcome};
-    use kfd::{GemCreate, RenderNode};
-    use kfd_sys::{AMDGPU_GEM_DOMAIN_VRAM, AMDGPU_VM_PAGE_READABLE, AMDGPU_VM_PAGE_WRITEABLE};
+    use kfd::RenderNode;
 
-    const SIZE: usize = 64 << 10;
-    const VA: u64 = 3 << 40;
     let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
     let app = launch(&sim, &Profile::Basic, 1);
     let expected = app.describe().unwrap();
-    let render_fd = app.render_fds()[0];
-    let node = RenderNode::from_fd(app.driver().clone(), render_fd);
-    let handle = node
-        .gem_create(&GemCreate {
-            size: SIZE as u64,
-            alignment: 4096,
-            domains: u64::from(AMDGPU_GEM_DOMAIN_VRAM),
-            flags: 0,
-        })
-        .expect("GEM_CREATE");
-    node.gem_va_map(
+    let DrmBo {
         handle,
-        VA,
-        0,
-        SIZE as u64,
-        AMDGPU_VM_PAGE_READABLE | AMDGPU_VM_PAGE_WRITEABLE,
-    )
-    .expect("GEM_VA");
-    let old_offset = node.gem_mmap_offset(handle).expect("GEM_MMAP");
-    let pattern: Vec<u8> = (0..SIZE).map(|i| (i * 7 % 251) as u8).collect();
-    let mut map = node
-        .mmap(old_offset, SIZE, libc::PROT_READ | libc::PROT_WRITE)
-        .expect("CPU mapping of the BO");
-    map.write(0, &pattern).expect("fill the BO");
-    drop(map);
+        va,
+        offset: old_offset,
+        pattern,
+    } = add_drm_bo(&app);
 
     let dirs = Dirs::new();
     let emulator = dirs.emulator(&sim, |_| {});
@@ -513,18 +491,17 @@ fn drm_bos_of_a_render_node_keep_handles_addresses_and_contents() {
     let saved = &render_image.bo_entries[0];
     assert_eq!(
         (saved.handle, saved.addr, saved.offset),
-        (handle.0, VA, old_offset)
+        (handle.0, va, old_offset)
     );
     assert!(saved.content_checksum.is_some());
 
     let pid = app.pid();
-    drop(node);
     drop(files);
     app.exit().unwrap();
     let mut vmas = vmas_of(&kfd_image(dirs.images.path()));
     let drm_vma = DeviceVma {
         path: sim.render_path(sim.gpus()[0].gpu_id).unwrap(),
-        addr: VA,
+        addr: va,
         pgoff: old_offset,
     };
     vmas.push(drm_vma.clone());
@@ -551,11 +528,11 @@ fn drm_bos_of_a_render_node_keep_handles_addresses_and_contents() {
         handle.0
     );
     let vms = restored.gem_mapping_info(handle).unwrap();
-    assert_eq!(vms.first().map(|v| v.addr), Some(VA), "GPU address kept");
+    assert_eq!(vms.first().map(|v| v.addr), Some(va), "GPU address kept");
     let map = restored
-        .mmap(*pgoff, SIZE, libc::PROT_READ)
+        .mmap(*pgoff, pattern.len(), libc::PROT_READ)
         .expect("the translated offset maps the BO");
-    let mut back = vec![0u8; SIZE];
+    let mut back = vec![0u8; pattern.len()];
     map.read(0, &mut back).expect("read the restored BO");
     assert_eq!(back, pattern, "DRM BO contents restored");
 }

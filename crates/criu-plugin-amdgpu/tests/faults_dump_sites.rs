@@ -31,10 +31,10 @@ use kfd_sim::{Errno, FaultSpec, Sim, SimConfig};
 mod common;
 mod faults_common;
 
-use common::{device_vmas, gpu_files};
+use common::{add_drm_bo, device_vmas, gpu_files};
 use faults_common::{
-    add_drm_bo, check_clean_sites, empty_dir, log_names_op, set_looks_complete, site_errno,
-    thread_count, thread_count_settled, FaultDriver, HookFailure, MiniCriu, Site, Snapshot,
+    check_clean_sites, empty_dir, log_names_op, set_looks_complete, site_errno, thread_count,
+    thread_count_settled, FaultDriver, HookFailure, MiniCriu, Site, Snapshot,
 };
 
 /// How one run is made to fail.

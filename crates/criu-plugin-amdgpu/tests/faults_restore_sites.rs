@@ -24,15 +24,14 @@ use criu_plugin_amdgpu::abi::PANIC_ERRNO;
 use criu_plugin_amdgpu::core::plugin::NOT_MINE;
 use criu_plugin_amdgpu::emulator::{DeviceVma, EmulatedHost};
 use criu_plugin_amdgpu::log::{Capture, Level};
-use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Errno, FaultSpec, Sim, SimConfig};
 
 mod common;
 mod faults_common;
 
-use common::{device_vmas, gpu_files, kfd_image, vmas_of};
+use common::{add_drm_bo, kfd_image, vmas_of};
 use faults_common::{
-    add_drm_bo, check_clean_sites, empty_dir, log_names_op, site_errno, thread_count,
+    check_clean_sites, dump_and_kill, empty_dir, log_names_op, site_errno, thread_count,
     thread_count_settled, FaultDriver, MiniCriu, Site, Snapshot,
 };
 
@@ -58,24 +57,9 @@ fn run(config: (usize, bool), images: &Path, shm: &Path, fault: &Fault) -> Outco
     let threads_before = thread_count();
     let mut out = {
         let sim = Sim::synthetic(gpus, SimConfig::default()).expect("simulated machine");
-        let mut app = Workload::launch(&sim, &Profile::Basic).expect("launch app");
-        app.step().expect("app step");
-        let drm = drm_bo.then(|| add_drm_bo(&app));
+        let (pid, ids, drm) =
+            dump_and_kill(&sim, images, shm, |app| drm_bo.then(|| add_drm_bo(app)));
         let criu = MiniCriu::new(&sim, shm);
-        let (files, ids) = gpu_files(&app);
-        let quiet = Capture::start();
-        criu.dump(
-            |pid| sim.driver(pid),
-            EmulatedHost::new(images, None),
-            app.pid(),
-            &files,
-            &device_vmas(&sim),
-        )
-        .expect("clean dump");
-        drop(quiet);
-        drop(files);
-        let pid = app.pid();
-        app.exit().expect("the app exits");
         let mut vmas = vmas_of(&kfd_image(images));
         if let Some(bo) = drm {
             vmas.push(DeviceVma {

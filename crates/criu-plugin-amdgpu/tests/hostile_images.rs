@@ -21,14 +21,13 @@ use criu_plugin_amdgpu::abi::PANIC_ERRNO;
 use criu_plugin_amdgpu::core::plugin::NOT_MINE;
 use criu_plugin_amdgpu::emulator::EmulatedHost;
 use criu_plugin_amdgpu::log::{Capture, Level};
-use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Pid, Sim, SimConfig};
 
 mod common;
 mod faults_common;
 
-use common::{device_vmas, gpu_files, kfd_image, vmas_of, KFD_ID};
-use faults_common::{FaultDriver, MiniCriu, Snapshot};
+use common::{kfd_image, vmas_of, KFD_ID};
+use faults_common::{dump_and_kill, FaultDriver, MiniCriu, Snapshot};
 
 /// Something done to one image file.
 type Damage = Box<dyn Fn(&Path)>;
@@ -44,23 +43,7 @@ struct Dumped {
 
 fn dump(images: &Path, shm: &Path) -> Dumped {
     let sim = Sim::synthetic(1, SimConfig::default()).expect("simulated machine");
-    let mut app = Workload::launch(&sim, &Profile::Basic).expect("launch app");
-    app.step().expect("app step");
-    let criu = MiniCriu::new(&sim, shm);
-    let (files, ids) = gpu_files(&app);
-    let quiet = Capture::start();
-    criu.dump(
-        |pid| sim.driver(pid),
-        EmulatedHost::new(images, None),
-        app.pid(),
-        &files,
-        &device_vmas(&sim),
-    )
-    .expect("clean dump");
-    drop(quiet);
-    drop(files);
-    let pid = app.pid();
-    app.exit().expect("the app exits");
+    let (pid, ids, ()) = dump_and_kill(&sim, images, shm, |_| ());
     let vmas = vmas_of(&kfd_image(images));
     let mut clean = Vec::new();
     for entry in std::fs::read_dir(images).unwrap() {

@@ -13,18 +13,17 @@ mod common;
 use std::os::fd::{AsFd, BorrowedFd};
 
 use amdgpu_image::{verify_set, CriuRenderNode, DirStore, ImageName, ImageStore, ReadLimits};
-use common::{device_vmas, kfd_image_of, vmas_of, Dirs};
+use common::{add_drm_bo, device_vmas, kfd_image_of, vmas_of, Dirs, DrmBo};
 use criu_plugin_amdgpu::core::plugin::NOT_MINE;
 use criu_plugin_amdgpu::emulator::{
     DeviceVma, EmulatorError, ImageStreamer, RestoredTask, TaskFile, TaskToDump, TaskToRestore,
     VmaOutcome,
 };
 use criu_plugin_amdgpu::log::{Capture, Level};
-use kfd::{GemCreate, GemHandle, RenderNode};
+use kfd::{GemHandle, RenderNode};
 use kfd_sim::workload::render_only::{DrmBoDescription, RenderOnly};
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Sim, SimConfig};
-use kfd_sys::{AMDGPU_GEM_DOMAIN_VRAM, AMDGPU_VM_PAGE_READABLE, AMDGPU_VM_PAGE_WRITEABLE};
 
 fn render_image(dirs: &Dirs, id: u32) -> CriuRenderNode {
     DirStore::open_dir(dirs.images.path())
@@ -355,36 +354,6 @@ fn a_render_only_process_is_refused_without_a_compatible_gpu() {
     assert!(!other.process_alive(dumped.pid));
 }
 
-/// A DRM BO on the first render node of a KFD workload, mapped and filled.
-fn drm_bo_of(app: &Workload) -> (GemHandle, u64, Vec<u8>) {
-    let node = RenderNode::from_fd(app.driver().clone(), app.render_fds()[0]);
-    let size = 32usize << 10;
-    let handle = node
-        .gem_create(&GemCreate {
-            size: size as u64,
-            alignment: 4096,
-            domains: u64::from(AMDGPU_GEM_DOMAIN_VRAM),
-            flags: 0,
-        })
-        .unwrap();
-    let va = 7u64 << 40;
-    node.gem_va_map(
-        handle,
-        va,
-        0,
-        size as u64,
-        AMDGPU_VM_PAGE_READABLE | AMDGPU_VM_PAGE_WRITEABLE,
-    )
-    .unwrap();
-    let pattern: Vec<u8> = (0..size).map(|b| (b % 241) as u8 ^ 0x3c).collect();
-    let offset = node.gem_mmap_offset(handle).unwrap();
-    node.mmap(offset, size, libc::PROT_READ | libc::PROT_WRITE)
-        .unwrap()
-        .write(0, &pattern)
-        .unwrap();
-    (handle, va, pattern)
-}
-
 fn read_drm_bo(sim: &Sim, task: &RestoredTask, id: u32, handle: GemHandle, len: usize) -> Vec<u8> {
     let node = RenderNode::from_fd(sim.driver(task.pid), restored_file(task, id));
     let offset = node.gem_mmap_offset(handle).unwrap();
@@ -405,7 +374,9 @@ fn a_render_fd_before_its_kfd_fd_is_not_render_only() {
     let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
     let mut app = Workload::launch(&sim, &Profile::Basic).expect("launch");
     app.step().unwrap();
-    let (handle, _, pattern) = drm_bo_of(&app);
+    let DrmBo {
+        handle, pattern, ..
+    } = add_drm_bo(&app);
     let expected = app.describe().unwrap();
     let dirs = Dirs::new();
     let files = vec![
@@ -466,7 +437,9 @@ fn a_render_only_process_next_to_a_kfd_process_on_its_gpu() {
         let gpu = sim.gpus()[0].gpu_id;
         let mut kfd_app = Workload::launch(&sim, &Profile::Basic).expect("launch");
         kfd_app.step().unwrap();
-        let (handle, _, pattern) = drm_bo_of(&kfd_app);
+        let DrmBo {
+            handle, pattern, ..
+        } = add_drm_bo(&kfd_app);
         let kfd_expected = kfd_app.describe().unwrap();
         let drm_app = RenderOnly::launch(&sim, &[gpu], 2).expect("render-only launch");
         let drm_expected = drm_app.describe().unwrap();

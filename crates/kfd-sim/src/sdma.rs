@@ -382,14 +382,19 @@ pub(crate) trait DeviceMemory: Send + Sync + fmt::Debug {
     }
 }
 
-/// `pread(2)` or `pwrite(2)` of a whole range on `fd`, retrying on short
-/// transfers and `EINTR`; `io(fd, ptr, len, offset)` performs one call.
+/// `pread(2)` or `pwrite(2)` of a whole range of a file of `size` bytes,
+/// refused when it does not fit, retrying on short transfers and `EINTR`;
+/// `io(done, left, offset)` performs one call.
 fn whole_range(
+    size: u64,
     offset: u64,
     len: usize,
     mut io: impl FnMut(usize, usize, u64) -> isize,
 ) -> Result<(), MemoryError> {
     let err = MemoryError { offset, len };
+    if offset.checked_add(len as u64).is_none_or(|end| end > size) {
+        return Err(err);
+    }
     let mut done = 0usize;
     while done < len {
         let at = offset.checked_add(done as u64).ok_or(err)?;
@@ -441,18 +446,19 @@ impl DeviceMemory for crate::bo::Memfd {
         dst: *mut u8,
         len: usize,
     ) -> Result<(), MemoryError> {
-        let end = offset.checked_add(len as u64);
-        if end.is_none_or(|end| end > crate::bo::Memfd::size(self)) {
-            return Err(MemoryError { offset, len });
-        }
         let fd = std::os::fd::AsRawFd::as_raw_fd(self.file());
         // One kernel copy from the memfd's pages into the destination.
-        whole_range(offset, len, |done, left, at| {
-            // SAFETY: the caller guarantees `dst..dst+len` is writable and
-            // `done + left == len`; the kernel writes through the raw
-            // pointer, no Rust reference to the destination exists.
-            unsafe { libc::pread(fd, dst.add(done).cast(), left, at as libc::off_t) }
-        })
+        whole_range(
+            crate::bo::Memfd::size(self),
+            offset,
+            len,
+            |done, left, at| {
+                // SAFETY: the caller guarantees `dst..dst+len` is writable and
+                // `done + left == len`; the kernel writes through the raw
+                // pointer, no Rust reference to the destination exists.
+                unsafe { libc::pread(fd, dst.add(done).cast(), left, at as libc::off_t) }
+            },
+        )
     }
     unsafe fn write_from_host(
         &self,
@@ -460,16 +466,17 @@ impl DeviceMemory for crate::bo::Memfd {
         src: *const u8,
         len: usize,
     ) -> Result<(), MemoryError> {
-        let end = offset.checked_add(len as u64);
-        if end.is_none_or(|end| end > crate::bo::Memfd::size(self)) {
-            return Err(MemoryError { offset, len });
-        }
         let fd = std::os::fd::AsRawFd::as_raw_fd(self.file());
-        whole_range(offset, len, |done, left, at| {
-            // SAFETY: the caller guarantees `src..src+len` is readable and
-            // `done + left == len`; the kernel reads through the raw pointer.
-            unsafe { libc::pwrite(fd, src.add(done).cast(), left, at as libc::off_t) }
-        })
+        whole_range(
+            crate::bo::Memfd::size(self),
+            offset,
+            len,
+            |done, left, at| {
+                // SAFETY: the caller guarantees `src..src+len` is readable and
+                // `done + left == len`; the kernel reads through the raw pointer.
+                unsafe { libc::pwrite(fd, src.add(done).cast(), left, at as libc::off_t) }
+            },
+        )
     }
 }
 

@@ -79,3 +79,55 @@ pub fn device_vmas(sim: &Sim) -> Vec<DeviceVma> {
 pub fn vmas_of(image: &CriuKfd) -> Vec<DeviceVma> {
     DeviceVma::of_kfd_image(image)
 }
+
+/// A DRM BO the application created on its first render node (GEM_CREATE),
+/// mapped for the GPU and filled through a CPU mapping, so the render-node
+/// paths (handles, mappings, contents) have work to do.
+#[derive(Debug, Clone)]
+pub struct DrmBo {
+    /// Its GEM handle.
+    pub handle: kfd::GemHandle,
+    /// Its GPU address.
+    pub va: u64,
+    /// Its mmap offset at dump.
+    pub offset: u64,
+    /// Its contents.
+    pub pattern: Vec<u8>,
+}
+
+/// Creates a [`DrmBo`] of 64 KiB in `app`'s first render node.
+pub fn add_drm_bo(app: &Workload) -> DrmBo {
+    use kfd::{GemCreate, RenderNode};
+    use kfd_sys::{AMDGPU_GEM_DOMAIN_VRAM, AMDGPU_VM_PAGE_READABLE, AMDGPU_VM_PAGE_WRITEABLE};
+    const SIZE: usize = 64 << 10;
+    const VA: u64 = 3 << 40;
+    let node = RenderNode::from_fd(app.driver().clone(), app.render_fds()[0]);
+    let handle = node
+        .gem_create(&GemCreate {
+            size: SIZE as u64,
+            alignment: 4096,
+            domains: u64::from(AMDGPU_GEM_DOMAIN_VRAM),
+            flags: 0,
+        })
+        .expect("GEM_CREATE");
+    node.gem_va_map(
+        handle,
+        VA,
+        0,
+        SIZE as u64,
+        AMDGPU_VM_PAGE_READABLE | AMDGPU_VM_PAGE_WRITEABLE,
+    )
+    .expect("GEM_VA");
+    let offset = node.gem_mmap_offset(handle).expect("GEM_MMAP");
+    let pattern: Vec<u8> = (0..SIZE).map(|i| (i * 7 % 251) as u8).collect();
+    let mut map = node
+        .mmap(offset, SIZE, libc::PROT_READ | libc::PROT_WRITE)
+        .expect("CPU mapping of the BO");
+    map.write(0, &pattern).expect("fill the BO");
+    DrmBo {
+        handle,
+        va: VA,
+        offset,
+        pattern,
+    }
+}

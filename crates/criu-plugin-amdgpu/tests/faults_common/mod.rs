@@ -340,6 +340,38 @@ pub struct RestoredTask<D: Driver + Clone, H: CriuHost> {
     pub resume_answer: c_int,
 }
 
+/// A `Basic` workload on `sim`, stepped once, given `prepare` (more GPU
+/// state for the paths under test), dumped cleanly into `images` by a
+/// [`MiniCriu`] with the plugin's log kept quiet, and killed: its pid, its
+/// GPU file ids and what `prepare` returned.
+pub fn dump_and_kill<T>(
+    sim: &Sim,
+    images: &Path,
+    shm: &Path,
+    prepare: impl FnOnce(&kfd_sim::workload::Workload) -> T,
+) -> (Pid, Vec<u32>, T) {
+    let mut app = kfd_sim::workload::Workload::launch(sim, &kfd_sim::workload::Profile::Basic)
+        .expect("launch app");
+    app.step().expect("app step");
+    let prepared = prepare(&app);
+    let criu = MiniCriu::new(sim, shm);
+    let (files, ids) = crate::common::gpu_files(&app);
+    let quiet = criu_plugin_amdgpu::log::Capture::start();
+    criu.dump(
+        |pid| sim.driver(pid),
+        criu_plugin_amdgpu::emulator::EmulatedHost::new(images, None),
+        app.pid(),
+        &files,
+        &crate::common::device_vmas(sim),
+    )
+    .expect("clean dump");
+    drop(quiet);
+    drop(files);
+    let pid = app.pid();
+    app.exit().expect("the app exits");
+    (pid, ids, prepared)
+}
+
 /// CRIU's hook sequence over any driver and host (see the module docs).
 pub struct MiniCriu {
     /// The simulated machine.
@@ -623,47 +655,4 @@ pub fn empty_dir(dir: &Path) {
         let path = entry.expect("dir entry").path();
         std::fs::remove_file(&path).expect("remove an image");
     }
-}
-
-/// A DRM BO the application created on its first render node (GEM_CREATE),
-/// mapped for the GPU and filled through a CPU mapping, so the render-node
-/// paths (handles, mappings, contents) have work to do.
-#[derive(Debug, Clone, Copy)]
-pub struct DrmBo {
-    /// Its GPU address.
-    pub va: u64,
-    /// Its mmap offset at dump.
-    pub offset: u64,
-}
-
-/// Creates a [`DrmBo`] of 64 KiB in `app`'s first render node.
-pub fn add_drm_bo(app: &kfd_sim::workload::Workload) -> DrmBo {
-    use kfd::{GemCreate, RenderNode};
-    use kfd_sys::{AMDGPU_GEM_DOMAIN_VRAM, AMDGPU_VM_PAGE_READABLE, AMDGPU_VM_PAGE_WRITEABLE};
-    const SIZE: usize = 64 << 10;
-    const VA: u64 = 3 << 40;
-    let node = RenderNode::from_fd(app.driver().clone(), app.render_fds()[0]);
-    let handle = node
-        .gem_create(&GemCreate {
-            size: SIZE as u64,
-            alignment: 4096,
-            domains: u64::from(AMDGPU_GEM_DOMAIN_VRAM),
-            flags: 0,
-        })
-        .expect("GEM_CREATE");
-    node.gem_va_map(
-        handle,
-        VA,
-        0,
-        SIZE as u64,
-        AMDGPU_VM_PAGE_READABLE | AMDGPU_VM_PAGE_WRITEABLE,
-    )
-    .expect("GEM_VA");
-    let offset = node.gem_mmap_offset(handle).expect("GEM_MMAP");
-    let pattern: Vec<u8> = (0..SIZE).map(|i| (i * 7 % 251) as u8).collect();
-    let mut map = node
-        .mmap(offset, SIZE, libc::PROT_READ | libc::PROT_WRITE)
-        .expect("CPU mapping of the BO");
-    map.write(0, &pattern).expect("fill the BO");
-    DrmBo { va: VA, offset }
 }
