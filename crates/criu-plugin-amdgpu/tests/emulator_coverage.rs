@@ -9,7 +9,7 @@
 mod common;
 
 use amdgpu_topology::model::System;
-use common::{device_vmas, gpu_files, kfd_image, vmas_of, Dirs};
+use common::{checkpoint, vmas_of, Checkpointed};
 use criu_plugin_amdgpu::emulator::EmulatorError;
 use criu_plugin_amdgpu::log::{Capture, Level};
 use criu_plugin_amdgpu::options::Options;
@@ -102,19 +102,13 @@ fn each_property_check_refuses_when_on_and_restores_when_off() {
     let base = amdgpu_topology::builtin("single-gpu").unwrap();
     for check in CHECKS {
         let origin = Sim::new(base.clone(), SimConfig::default()).unwrap();
-        let mut app = Workload::launch(&origin, &Profile::TensorFlowLike { bo_bytes: 64 << 10 })
-            .expect("launch");
-        app.step().unwrap();
-        let expected = app.describe().unwrap();
-        let pid = app.pid();
-        let dirs = Dirs::new();
-        let (files, ids) = gpu_files(&app);
-        dirs.emulator(&origin, |_| {})
-            .dump(pid, &files, &device_vmas(&origin))
-            .expect("dump");
-        drop(files);
-        app.exit().unwrap();
-        let image = kfd_image(dirs.images.path());
+        let Checkpointed {
+            dirs,
+            pid,
+            ids,
+            expected,
+            image,
+        } = checkpoint(&origin, &Profile::TensorFlowLike { bo_bytes: 64 << 10 });
 
         let mut changed = base.clone();
         (check.change)(&mut changed);
@@ -169,19 +163,13 @@ fn each_property_check_refuses_when_on_and_restores_when_off() {
 fn a_whole_mi210_machine_restores_on_its_renumbered_twin_hive_by_hive() {
     let system = amdgpu_topology::builtin("mi210-8gpu-2hive").unwrap();
     let origin = Sim::new(system.clone(), SimConfig::default()).unwrap();
-    let mut app =
-        Workload::launch(&origin, &Profile::TensorFlowLike { bo_bytes: 16 << 10 }).expect("launch");
-    app.step().unwrap();
-    let expected = app.describe().unwrap();
-    let pid = app.pid();
-    let dirs = Dirs::new();
-    let (files, ids) = gpu_files(&app);
-    dirs.emulator(&origin, |_| {})
-        .dump(pid, &files, &device_vmas(&origin))
-        .expect("dump");
-    drop(files);
-    app.exit().unwrap();
-    let image = kfd_image(dirs.images.path());
+    let Checkpointed {
+        dirs,
+        pid,
+        ids,
+        expected,
+        image,
+    } = checkpoint(&origin, &Profile::TensorFlowLike { bo_bytes: 16 << 10 });
     assert_eq!(image.num_of_gpus, 8);
 
     let (twin, _) = amdgpu_topology::renumbered_with_map(&system, 0x5eed);
@@ -280,19 +268,13 @@ fn pcie_2gpu_split_over_two_sockets() -> System {
 #[test]
 fn numa_placement_refuses_when_on_and_restores_when_off() {
     let origin = Sim::builtin("pcie-2gpu", SimConfig::default()).unwrap();
-    let mut app =
-        Workload::launch(&origin, &Profile::TensorFlowLike { bo_bytes: 16 << 10 }).expect("launch");
-    app.step().unwrap();
-    let expected = app.describe().unwrap();
-    let pid = app.pid();
-    let dirs = Dirs::new();
-    let (files, ids) = gpu_files(&app);
-    dirs.emulator(&origin, |_| {})
-        .dump(pid, &files, &device_vmas(&origin))
-        .expect("dump");
-    drop(files);
-    app.exit().unwrap();
-    let image = kfd_image(dirs.images.path());
+    let Checkpointed {
+        dirs,
+        pid,
+        ids,
+        expected,
+        image,
+    } = checkpoint(&origin, &Profile::TensorFlowLike { bo_bytes: 16 << 10 });
     let target = Sim::new(pcie_2gpu_split_over_two_sockets(), SimConfig::default())
         .expect("the split machine");
 

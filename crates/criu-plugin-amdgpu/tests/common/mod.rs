@@ -131,3 +131,42 @@ pub fn add_drm_bo(app: &Workload) -> DrmBo {
         pattern,
     }
 }
+
+/// A workload checkpointed through the emulated CRIU and gone: what a
+/// restore needs and what it must bring back.
+pub struct Checkpointed {
+    /// The images (and shared-memory) directories.
+    pub dirs: Dirs,
+    /// The checkpointed process, exited since.
+    pub pid: kfd_sim::Pid,
+    /// Its GPU file ids in fd order.
+    pub ids: Vec<u32>,
+    /// Its state at the checkpoint.
+    pub expected: kfd_sim::workload::WorkloadDescription,
+    /// Its KFD image.
+    pub image: CriuKfd,
+}
+
+/// Launches `profile` on `sim`, steps it once, dumps it with default
+/// options and lets it exit.
+pub fn checkpoint(sim: &Sim, profile: &kfd_sim::workload::Profile) -> Checkpointed {
+    let mut app = Workload::launch(sim, profile).expect("launch");
+    app.step().unwrap();
+    let expected = app.describe().unwrap();
+    let pid = app.pid();
+    let dirs = Dirs::new();
+    let (files, ids) = gpu_files(&app);
+    dirs.emulator(sim, |_| {})
+        .dump(pid, &files, &device_vmas(sim))
+        .expect("dump");
+    drop(files);
+    app.exit().unwrap();
+    let image = kfd_image(dirs.images.path());
+    Checkpointed {
+        dirs,
+        pid,
+        ids,
+        expected,
+        image,
+    }
+}
