@@ -1,7 +1,10 @@
 //! Transfer figures: checkpoint and restore of BO contents through the real
 //! plugin (the CRIU emulator over `kfd-sim`) side by side with plain
 //! sequential I/O of the same bytes in the same directory, the C plugin's
-//! serial strategy, staging memory and zero-page elision.
+//! serial strategy, staging memory and zero-page elision, with raw writes
+//! of a pages file's exact layout (data runs written, zero runs left as
+//! holes) as the storage's ceiling for it. The BO layouts ([`Fill`]) are
+//! defined once, in [`Fill::page_holds_data`].
 //!
 //! Every write phase ends with `fsync` of what it wrote (raw file, pages
 //! files, serial image) and every read phase starts with the files' page
@@ -13,7 +16,7 @@
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -60,13 +63,99 @@ fn step<E: std::fmt::Display>(step: &'static str) -> impl FnOnce(E) -> BenchErro
     }
 }
 
+/// Size of the pages of the fill patterns.
+pub const FILL_PAGE: u64 = 4096;
+
 /// How the benchmark's BOs are filled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fill {
     /// Every page holds non-zero bytes.
     Dense,
-    /// One page in ten holds non-zero bytes, the other nine are zero.
+    /// One page in ten holds non-zero bytes, the other nine are zero: the
+    /// most fragmented 90 %-zero BO.
     MostlyZero,
+    /// 90 % zero in long runs, as memory an allocator reserved but used a
+    /// tenth of: in every 10 MiB of a BO the first 1 MiB holds data.
+    ZeroRuns,
+}
+
+impl Fill {
+    /// Whether the [`FILL_PAGE`]-sized page number `page` of a BO holds
+    /// data (non-zero words); all other pages are zero. The one place the
+    /// layouts are defined.
+    pub fn page_holds_data(self, page: u64) -> bool {
+        match self {
+            Fill::Dense => true,
+            Fill::MostlyZero => page % 10 == 0,
+            Fill::ZeroRuns => (page / 256) % 10 == 0,
+        }
+    }
+
+    /// The runs of data pages of a BO of `size` bytes as byte ranges
+    /// `(offset, len)` in BO order, adjacent data pages merged.
+    pub fn data_runs(self, size: u64) -> Vec<(u64, u64)> {
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for page in 0..size.div_ceil(FILL_PAGE) {
+            if !self.page_holds_data(page) {
+                continue;
+            }
+            let start = page * FILL_PAGE;
+            let len = (size - start).min(FILL_PAGE);
+            match runs.last_mut() {
+                Some((offset, run)) if *offset + *run == start => *run += len,
+                _ => runs.push((start, len)),
+            }
+        }
+        runs
+    }
+}
+
+/// One BO of the benchmark before it is allocated: where it goes and what
+/// it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BoPlan {
+    /// Index of its GPU among the machine's GPUs.
+    pub gpu_index: usize,
+    /// Its number among the BOs of its GPU.
+    pub number: u64,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+impl BoPlan {
+    /// The BOs of `total` bytes of BOs of `bo_bytes` each, spread evenly
+    /// over `gpus` GPUs, in allocation order (GPU by GPU).
+    pub fn spread(gpus: usize, total: u64, bo_bytes: u64) -> Vec<BoPlan> {
+        let per_gpu = total / gpus.max(1) as u64;
+        let mut out = Vec::new();
+        for gpu_index in 0..gpus {
+            let mut left = per_gpu;
+            let mut number = 0u64;
+            while left > 0 {
+                let size = left.min(bo_bytes.max(1));
+                out.push(BoPlan {
+                    gpu_index,
+                    number,
+                    size,
+                });
+                left -= size;
+                number += 1;
+            }
+        }
+        out
+    }
+
+    /// Fills `buf` with the BO's bytes at `offset` (8-byte aligned) as
+    /// `fill` lays them out: non-repeating non-zero words in data pages,
+    /// zeros elsewhere.
+    pub fn contents(&self, buf: &mut [u8], offset: u64, fill: Fill) {
+        fill_chunk(
+            buf,
+            (self.gpu_index as u64) << 48 | self.number << 32,
+            offset,
+            fill,
+        );
+    }
 }
 
 /// One BO of the benchmark.
@@ -97,34 +186,30 @@ impl Machine {
         let sim = Sim::synthetic(gpus, SimConfig::default()).map_err(step("simulated machine"))?;
         let mut app =
             Workload::launch(&sim, &Profile::Basic).map_err(step("launching a process"))?;
-        let per_gpu = total / gpus as u64;
+        let infos = sim.gpus();
         let mut bos = Vec::new();
         let mut chunk = vec![0u8; RAW_IO];
-        for (g, gpu) in sim.gpus().iter().enumerate() {
-            let mut left = per_gpu;
-            let mut n = 0u64;
-            while left > 0 {
-                let size = left.min(bo_bytes);
-                let handle = app
-                    .alloc(gpu.gpu_id, size, VRAM_FLAGS, &[gpu.gpu_id])
-                    .map_err(step("allocating a BO"))?;
-                let mut offset = 0u64;
-                while offset < size {
-                    let len = (size - offset).min(RAW_IO as u64) as usize;
-                    let seed = (g as u64) << 48 | n << 32 | offset;
-                    fill_chunk(&mut chunk[..len], seed, offset, fill);
-                    app.write_bo(handle, offset, &chunk[..len])
-                        .map_err(step("filling a BO"))?;
-                    offset += len as u64;
-                }
-                bos.push(BenchBo {
-                    gpu: gpu.gpu_id,
-                    handle,
-                    size,
-                });
-                left -= size;
-                n += 1;
+        for plan in BoPlan::spread(gpus, total, bo_bytes) {
+            let gpu = infos.get(plan.gpu_index).ok_or_else(|| BenchError::Step {
+                step: "simulated machine",
+                reason: format!("no GPU number {}", plan.gpu_index),
+            })?;
+            let handle = app
+                .alloc(gpu.gpu_id, plan.size, VRAM_FLAGS, &[gpu.gpu_id])
+                .map_err(step("allocating a BO"))?;
+            let mut offset = 0u64;
+            while offset < plan.size {
+                let len = (plan.size - offset).min(RAW_IO as u64) as usize;
+                plan.contents(&mut chunk[..len], offset, fill);
+                app.write_bo(handle, offset, &chunk[..len])
+                    .map_err(step("filling a BO"))?;
+                offset += len as u64;
             }
+            bos.push(BenchBo {
+                gpu: gpu.gpu_id,
+                handle,
+                size: plan.size,
+            });
         }
         Ok(Machine { sim, app, bos })
     }
@@ -136,15 +221,14 @@ impl Machine {
 }
 
 /// Fills `buf` (the bytes at `offset` of a BO) with non-repeating non-zero
-/// words, or, for [`Fill::MostlyZero`], only every tenth 4 KiB page.
+/// words where [`Fill::page_holds_data`] says, zeros elsewhere.
 fn fill_chunk(buf: &mut [u8], seed: u64, offset: u64, fill: Fill) {
     for (i, word) in buf.chunks_exact_mut(8).enumerate() {
         let at = offset + 8 * i as u64;
-        let page = at / 4096;
-        let value = if fill == Fill::MostlyZero && page % 10 != 0 {
-            0
-        } else {
+        let value = if fill.page_holds_data(at / FILL_PAGE) {
             (seed ^ at).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
+        } else {
+            0
         };
         word.copy_from_slice(&value.to_le_bytes());
     }
@@ -203,6 +287,105 @@ pub fn raw_io(dir: &Path, bytes: u64, fsync: bool) -> Result<RawFigures> {
         write_bps: bytes as f64 / write.as_secs_f64(),
         read_bps: bytes as f64 / read_time.as_secs_f64(),
     })
+}
+
+/// The bytes of a pages file of the benchmark's BOs, prepared in memory so
+/// that a raw write of them ([`raw_layout_write`]) times only the storage:
+/// the 8-byte length header, then the data runs of every BO at payload
+/// offset `8 + BO offset` (BOs concatenated in order, as a pages file holds
+/// them); the zero runs are left out, so they become holes exactly where a
+/// pages file has them (every file block that holds no data byte).
+#[derive(Debug, Clone)]
+pub struct RawLayout {
+    /// Logical file length: header plus every BO's bytes.
+    len: u64,
+    /// `(file offset, bytes)` of the header and the data runs, each at most
+    /// 8 MiB, in file order.
+    pieces: Vec<(u64, Vec<u8>)>,
+}
+
+impl RawLayout {
+    /// The layout of `bos` (one file, in the given order) filled as `fill`
+    /// says, with the bytes [`Machine::build`] puts into them.
+    pub fn new(bos: &[BoPlan], fill: Fill) -> RawLayout {
+        let header = amdgpu_image::HEADER_LEN as u64;
+        let payload: u64 = bos.iter().map(|b| b.size).sum();
+        let mut pieces = vec![(0, payload.to_le_bytes().to_vec())];
+        let mut base = header;
+        for bo in bos {
+            for (start, len) in fill.data_runs(bo.size) {
+                let mut offset = start;
+                while offset < start + len {
+                    let n = (start + len - offset).min(RAW_IO as u64);
+                    let mut bytes = vec![0u8; n as usize];
+                    bo.contents(&mut bytes, offset, fill);
+                    pieces.push((base + offset, bytes));
+                    offset += n;
+                }
+            }
+            base += bo.size;
+        }
+        RawLayout {
+            len: header + payload,
+            pieces,
+        }
+    }
+
+    /// Logical length of the file.
+    pub fn file_len(&self) -> u64 {
+        self.len
+    }
+
+    /// Bytes written (header and data runs).
+    pub fn written_bytes(&self) -> u64 {
+        self.pieces.iter().map(|(_, b)| b.len() as u64).sum()
+    }
+
+    /// Creates `path` and writes the layout into it: one `pwrite` per piece,
+    /// `ftruncate` to the full length, `fsync`; returns the time of all of
+    /// that, file creation included.
+    fn write_file(&self, path: &Path) -> Result<Duration> {
+        let start = Instant::now();
+        let file = File::create(path).map_err(step("creating the raw layout file"))?;
+        for (offset, bytes) in &self.pieces {
+            file.write_all_at(bytes, *offset)
+                .map_err(step("writing the raw layout file"))?;
+        }
+        file.set_len(self.len)
+            .map_err(step("truncating the raw layout file"))?;
+        file.sync_all()
+            .map_err(step("fsync of the raw layout file"))?;
+        Ok(start.elapsed())
+    }
+}
+
+/// What a raw write of a [`RawLayout`] measured.
+#[derive(Debug, Clone, Copy)]
+pub struct RawLayoutRun {
+    /// `pwrite`s, `ftruncate` and `fsync`.
+    pub time: Duration,
+    /// Logical size of the file.
+    pub logical: u64,
+    /// Its allocated bytes (`st_blocks × 512`).
+    pub allocated: u64,
+}
+
+/// Writes `layout` to `dir/raw-layout.bin` without the plugin (plain
+/// `pwrite`s of the data runs, holes left for the zero runs, `ftruncate`,
+/// `fsync`, all timed): the storage's ceiling for a pages file of those
+/// BOs. Measures the file's disk usage and removes it.
+pub fn raw_layout_write(layout: &RawLayout, dir: &Path) -> Result<RawLayoutRun> {
+    let path = dir.join("raw-layout.bin");
+    let run = layout.write_file(&path).and_then(|time| {
+        let (logical, allocated) = disk_usage(std::slice::from_ref(&path))?;
+        Ok(RawLayoutRun {
+            time,
+            logical,
+            allocated,
+        })
+    });
+    let _ = fs::remove_file(&path);
+    run
 }
 
 /// Drops the (clean) pages of the file at `path` from the page cache.
@@ -739,6 +922,155 @@ pub fn restore_read(dir: &Path, bytes: u64, bo_bytes: u64) -> Result<RestoreRead
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const BLOCK: u64 = 4096;
+
+    /// `(start, end)` of the data extents of `file` (`SEEK_DATA`/`SEEK_HOLE`).
+    fn data_extents(file: &File) -> Vec<(u64, u64)> {
+        let len = file.metadata().unwrap().len() as libc::off_t;
+        let fd = file.as_raw_fd();
+        let mut out = Vec::new();
+        let mut pos: libc::off_t = 0;
+        while pos < len {
+            // SAFETY: lseek on an open fd; no memory is passed.
+            let data = unsafe { libc::lseek(fd, pos, libc::SEEK_DATA) };
+            if data < 0 {
+                let err = std::io::Error::last_os_error();
+                assert_eq!(err.raw_os_error(), Some(libc::ENXIO), "SEEK_DATA: {err}");
+                break;
+            }
+            // SAFETY: as above.
+            let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+            assert!(
+                hole > data,
+                "SEEK_HOLE: {}",
+                std::io::Error::last_os_error()
+            );
+            out.push((data as u64, hole as u64));
+            pos = hole;
+        }
+        out
+    }
+
+    /// Whether the file system of `dir` reports holes through `SEEK_DATA`.
+    fn reports_holes(dir: &Path) -> bool {
+        let path = dir.join("probe");
+        let file = File::create(&path).unwrap();
+        file.write_all_at(&[1], (1 << 20) - 1).unwrap();
+        file.sync_all().unwrap();
+        let holes = data_extents(&file)
+            .first()
+            .is_some_and(|&(start, _)| start > 0);
+        fs::remove_file(&path).unwrap();
+        holes
+    }
+
+    #[test]
+    fn layouts_put_data_pages_where_they_say() {
+        // Spot checks of the rule itself, written out by hand.
+        for (page, data) in [
+            (0, true),
+            (255, true),
+            (256, false),
+            (2559, false),
+            (2560, true),
+        ] {
+            assert_eq!(Fill::ZeroRuns.page_holds_data(page), data, "page {page}");
+        }
+        for (page, data) in [(0, true), (1, false), (9, false), (10, true), (11, false)] {
+            assert_eq!(Fill::MostlyZero.page_holds_data(page), data, "page {page}");
+        }
+        assert_eq!(
+            Fill::ZeroRuns.data_runs((12 << 20) + 3 * BLOCK),
+            vec![(0, 1 << 20), (10 << 20, 1 << 20)]
+        );
+        assert_eq!(
+            Fill::MostlyZero.data_runs(21 * BLOCK + 100),
+            vec![(0, BLOCK), (10 * BLOCK, BLOCK), (20 * BLOCK, BLOCK)]
+        );
+        assert_eq!(
+            Fill::Dense.data_runs(3 * BLOCK + 8),
+            vec![(0, 3 * BLOCK + 8)]
+        );
+        // Contents depend on the position only, not on how they are chunked.
+        let bo = BoPlan::spread(1, 2 * BLOCK, 2 * BLOCK)[0];
+        let mut whole = vec![0u8; 2 * BLOCK as usize];
+        bo.contents(&mut whole, 0, Fill::Dense);
+        let mut tail = vec![0u8; BLOCK as usize + 64];
+        bo.contents(&mut tail, BLOCK - 64, Fill::Dense);
+        assert_eq!(&whole[BLOCK as usize - 64..], &tail[..]);
+        assert!(whole.chunks_exact(8).all(|w| w != [0; 8]));
+    }
+
+    #[test]
+    fn raw_layout_file_has_the_bytes_and_holes_of_a_pages_file() {
+        let dir = tempfile::tempdir().unwrap();
+        if !reports_holes(dir.path()) {
+            eprintln!("skipped: the file system of the temp dir reports no holes (SEEK_DATA)");
+            return;
+        }
+        // Three BOs, the last one short, so BOs start inside zero and data
+        // runs and the 8-byte header shifts every run off the block grid.
+        let bo_bytes = (12 << 20) + 3 * BLOCK;
+        let bos = BoPlan::spread(1, 2 * bo_bytes + 5 * BLOCK, bo_bytes);
+        assert_eq!(bos.len(), 3);
+        for fill in [Fill::ZeroRuns, Fill::MostlyZero, Fill::Dense] {
+            let layout = RawLayout::new(&bos, fill);
+            let payload: u64 = bos.iter().map(|b| b.size).sum();
+            assert_eq!(layout.file_len(), 8 + payload);
+            // What a pages file of these BOs holds, built BO by BO.
+            let mut expected = payload.to_le_bytes().to_vec();
+            for bo in &bos {
+                let mut bytes = vec![0u8; bo.size as usize];
+                bo.contents(&mut bytes, 0, fill);
+                expected.extend_from_slice(&bytes);
+            }
+            let path = dir.path().join("raw");
+            layout.write_file(&path).unwrap();
+            assert_eq!(fs::read(&path).unwrap(), expected, "{fill:?}: bytes");
+
+            let file = File::open(&path).unwrap();
+            let extents = data_extents(&file);
+            let blocks = expected.len().div_ceil(BLOCK as usize);
+            let mut data_blocks = 0u64;
+            for b in 0..blocks {
+                let at = b as u64 * BLOCK;
+                let end = (b + 1) * BLOCK as usize;
+                let has_data = expected[b * BLOCK as usize..end.min(expected.len())]
+                    .iter()
+                    .any(|&x| x != 0);
+                let allocated = extents.iter().any(|&(s, e)| s < at + BLOCK && e > at);
+                assert_eq!(allocated, has_data, "{fill:?}: file block {b}");
+                data_blocks += u64::from(has_data);
+            }
+            if fill != Fill::Dense {
+                // A run of n data pages touches at most n + 1 file blocks.
+                let bound: u64 = bos
+                    .iter()
+                    .flat_map(|b| fill.data_runs(b.size))
+                    .map(|(_, len)| len.div_ceil(BLOCK) + 1)
+                    .sum();
+                assert!(data_blocks <= bound, "{fill:?}: {data_blocks} > {bound}");
+                assert!(data_blocks < blocks as u64 / 4, "{fill:?}: {data_blocks}");
+                let (_, disk) = disk_usage(std::slice::from_ref(&path)).unwrap();
+                // ext4 counts its extent tree blocks too (340 extents each).
+                let meta = 16 + extents.len() as u64 / 100;
+                assert!(
+                    disk <= (data_blocks + meta) * BLOCK,
+                    "{fill:?}: {disk} bytes on disk for {data_blocks} data blocks"
+                );
+            }
+            fs::remove_file(&path).unwrap();
+        }
+
+        // The public entry point measures and cleans up.
+        let layout = RawLayout::new(&bos, Fill::ZeroRuns);
+        let run = raw_layout_write(&layout, dir.path()).unwrap();
+        assert_eq!(run.logical, layout.file_len());
+        assert!(run.allocated < run.logical / 5);
+        assert!(layout.written_bytes() < layout.file_len() / 5);
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
 
     #[test]
     fn restore_read_reads_back_what_the_store_wrote() {

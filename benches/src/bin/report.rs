@@ -12,8 +12,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use benches::transfer::{
-    c_strategy_dump, gibs, options_with_max_buffer, plugin_run, raw_io, restore_read, sdma_rates,
-    BenchError, Fill, Machine, PluginRun, Result, RunOptions,
+    c_strategy_dump, gibs, options_with_max_buffer, plugin_run, raw_io, raw_layout_write,
+    restore_read, sdma_rates, BenchError, BoPlan, Fill, Machine, PluginRun, RawLayout, Result,
+    RunOptions,
 };
 use benches::{image, topology};
 
@@ -156,38 +157,7 @@ fn run(quick: bool, dir: &Path) -> Result<()> {
         line(&format!("staging_peak_bytes_{name}"), peak(&run));
     }
 
-    progress("zero elision: BOs with 90% zero pages against dense BOs");
-    let (mut dense_cp, mut dense_rs, mut sparse_cp, mut sparse_rs) = (None, None, None, None);
-    let mut usage = (0, 0);
-    for _ in 0..reps {
-        for fill in [Fill::Dense, Fill::MostlyZero] {
-            let machine = Machine::build(1, total, bo_bytes, fill)?;
-            let run = plugin_run(machine, dir, options(None, true, true))?;
-            let rs = run.restore.unwrap_or(Duration::MAX);
-            if fill == Fill::Dense {
-                dense_cp = min_time(dense_cp, run.checkpoint);
-                dense_rs = min_time(dense_rs, rs);
-            } else {
-                sparse_cp = min_time(sparse_cp, run.checkpoint);
-                sparse_rs = min_time(sparse_rs, rs);
-                usage = run.pages;
-            }
-        }
-    }
-    let ratio = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
-        (Some(a), Some(b)) => a.as_secs_f64() / b.as_secs_f64(),
-        _ => f64::NAN,
-    };
-    line(
-        "zero_elision_speedup",
-        format!("{:.2}", ratio(dense_cp, sparse_cp)),
-    );
-    line(
-        "zero_elision_restore_speedup",
-        format!("{:.2}", ratio(dense_rs, sparse_rs)),
-    );
-    line("zero_image_logical_bytes", usage.0);
-    line("zero_image_disk_bytes", usage.1);
+    zero_elision(dir, total, bo_bytes, reps)?;
 
     for (suffix, fsync) in [("", true), ("_cached", false)] {
         progress(&format!(
@@ -248,6 +218,98 @@ fn run(quick: bool, dir: &Path) -> Result<()> {
         reason: e.to_string(),
     })?;
     println!("{figures}");
+    Ok(())
+}
+
+/// Best times of one kind of zero elision run.
+#[derive(Default)]
+struct Best {
+    checkpoint: Option<Duration>,
+    restore: Option<Duration>,
+    /// Logical and allocated bytes of the files written.
+    usage: (u64, u64),
+}
+
+fn ratio(a: Option<Duration>, b: Option<Duration>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) => format!("{:.2}", a.as_secs_f64() / b.as_secs_f64()),
+        _ => "nan".into(),
+    }
+}
+
+/// BOs with 90 % zero pages against dense BOs, through the plugin and as a
+/// raw write of the same bytes in the same layout (the storage's ceiling),
+/// interleaved, best of `reps` each. Two layouts: `ZeroRuns` (the figures
+/// without suffix) and `MostlyZero` (`_scattered`).
+fn zero_elision(dir: &Path, total: u64, bo_bytes: u64, reps: usize) -> Result<()> {
+    progress("zero elision: BOs with 90% zero pages against dense BOs, and raw writes of them");
+    let fills = [Fill::Dense, Fill::ZeroRuns, Fill::MostlyZero];
+    // Index into `fills`; plugin runs with 1 GPU for every fill, with 4
+    // GPUs for the dense and the realistic sparse layout.
+    let mut raw: [Best; 3] = Default::default();
+    let mut one: [Best; 3] = Default::default();
+    let mut four: [Best; 2] = Default::default();
+    let plan = BoPlan::spread(1, total, bo_bytes);
+    for rep in 0..reps {
+        progress(&format!("zero elision, 1 GPU and raw ({}/{reps})", rep + 1));
+        for (i, &fill) in fills.iter().enumerate() {
+            let layout = RawLayout::new(&plan, fill);
+            let run = raw_layout_write(&layout, dir)?;
+            drop(layout);
+            raw[i].checkpoint = min_time(raw[i].checkpoint, run.time);
+            raw[i].usage = (run.logical, run.allocated);
+
+            let machine = Machine::build(1, total, bo_bytes, fill)?;
+            let run = plugin_run(machine, dir, options(None, true, true))?;
+            one[i].checkpoint = min_time(one[i].checkpoint, run.checkpoint);
+            if let Some(t) = run.restore {
+                one[i].restore = min_time(one[i].restore, t);
+            }
+            one[i].usage = run.pages;
+        }
+        progress(&format!("zero elision, 4 GPUs ({}/{reps})", rep + 1));
+        for (i, &fill) in fills[..2].iter().enumerate() {
+            let machine = Machine::build(4, total, bo_bytes, fill)?;
+            let run = plugin_run(machine, dir, options(None, true, true))?;
+            four[i].checkpoint = min_time(four[i].checkpoint, run.checkpoint);
+            if let Some(t) = run.restore {
+                four[i].restore = min_time(four[i].restore, t);
+            }
+            four[i].usage = run.pages;
+        }
+    }
+    for (i, suffix) in [(1, ""), (2, "_scattered")] {
+        line(
+            &format!("zero_elision_speedup{suffix}"),
+            ratio(one[0].checkpoint, one[i].checkpoint),
+        );
+        line(
+            &format!("zero_elision_restore_speedup{suffix}"),
+            ratio(one[0].restore, one[i].restore),
+        );
+        line(
+            &format!("zero_elision_raw_ceiling{suffix}"),
+            ratio(raw[0].checkpoint, raw[i].checkpoint),
+        );
+        line(
+            &format!("zero_checkpoint_vs_raw{suffix}"),
+            ratio(raw[i].checkpoint, one[i].checkpoint),
+        );
+        if i == 1 {
+            line("zero_image_logical_bytes", one[i].usage.0);
+        }
+        line(&format!("zero_image_disk_bytes{suffix}"), one[i].usage.1);
+        line(&format!("zero_raw_disk_bytes{suffix}"), raw[i].usage.1);
+    }
+    line(
+        "zero_elision_speedup_4gpu",
+        ratio(four[0].checkpoint, four[1].checkpoint),
+    );
+    line(
+        "zero_elision_restore_speedup_4gpu",
+        ratio(four[0].restore, four[1].restore),
+    );
+    line("zero_image_disk_bytes_4gpu", four[1].usage.1);
     Ok(())
 }
 
