@@ -224,6 +224,7 @@ fn run(quick: bool, dir: &Path) -> Result<()> {
 /// Best times of one kind of zero elision run.
 #[derive(Default)]
 struct Best {
+    /// The checkpoint, or for a raw run its write.
     checkpoint: Option<Duration>,
     restore: Option<Duration>,
     /// Logical and allocated bytes of the files written.
@@ -310,6 +311,24 @@ fn zero_elision(dir: &Path, total: u64, bo_bytes: u64, reps: usize) -> Result<()
         ratio(four[0].restore, four[1].restore),
     );
     line("zero_image_disk_bytes_4gpu", four[1].usage.1);
+    // The times behind the ratios.
+    let ms =
+        |t: Option<Duration>| t.map_or("nan".into(), |t| format!("{:.0}", t.as_secs_f64() * 1e3));
+    for (i, suffix) in ["_dense", "", "_scattered"].into_iter().enumerate() {
+        line(&format!("zero_raw_write_ms{suffix}"), ms(raw[i].checkpoint));
+        line(
+            &format!("zero_checkpoint_ms{suffix}"),
+            ms(one[i].checkpoint),
+        );
+        line(&format!("zero_restore_ms{suffix}"), ms(one[i].restore));
+    }
+    for (i, suffix) in ["_4gpu_dense", "_4gpu"].into_iter().enumerate() {
+        line(
+            &format!("zero_checkpoint_ms{suffix}"),
+            ms(four[i].checkpoint),
+        );
+        line(&format!("zero_restore_ms{suffix}"), ms(four[i].restore));
+    }
     Ok(())
 }
 
