@@ -281,7 +281,6 @@ impl<S: PagesSink> PagesWriter<S> {
             };
             let take = (bo.size - self.bo_written).min(data.len() as u64) as usize;
             let (piece, rest) = data.split_at(take);
-            self.hasher.update(piece);
             self.emit(piece)
                 .map_err(|e| Error::io(&self.file, "write pages", e))?;
             self.bo_written += take as u64;
@@ -304,8 +303,13 @@ impl<S: PagesSink> PagesWriter<S> {
         }
     }
 
+    /// Hashes `data` (bytes of the current BO) and writes it, zero blocks
+    /// as holes where the sink can skip. Zero blocks are hashed without a
+    /// second pass over their memory ([`ContentHasher::update_zeros`]), in
+    /// byte order with the data around them.
     fn emit(&mut self, mut data: &[u8]) -> io::Result<()> {
         if !self.can_skip {
+            self.hasher.update(data);
             self.sink.write_all(data)?;
             self.pos += data.len() as u64;
             return Ok(());
@@ -314,6 +318,7 @@ impl<S: PagesSink> PagesWriter<S> {
         // not be block-aligned; at most one block is ever buffered).
         if !self.block.is_empty() || self.pos % PAGE_SIZE != 0 {
             let need = ((PAGE_SIZE - self.pos % PAGE_SIZE) as usize).min(data.len());
+            self.hasher.update(&data[..need]);
             self.block.extend_from_slice(&data[..need]);
             self.pos += need as u64;
             data = &data[need..];
@@ -339,20 +344,24 @@ impl<S: PagesSink> PagesWriter<S> {
             if is_zero(block) {
                 let at = i * PAGE_SIZE as usize;
                 if run_start < at {
+                    self.hasher.update(&data[run_start..at]);
                     self.flush_hole()?;
                     self.sink.write_all(&data[run_start..at])?;
                 }
+                self.hasher.update_zeros(PAGE_SIZE);
                 self.pending_hole += PAGE_SIZE;
                 self.hole_bytes += PAGE_SIZE;
                 run_start = at + PAGE_SIZE as usize;
             }
         }
         if run_start < whole {
+            self.hasher.update(&data[run_start..whole]);
             self.flush_hole()?;
             self.sink.write_all(&data[run_start..whole])?;
         }
         self.pos += whole as u64;
         let tail = &data[whole..];
+        self.hasher.update(tail);
         self.block.extend_from_slice(tail);
         self.pos += tail.len() as u64;
         Ok(())
