@@ -183,6 +183,17 @@ impl Machine {
     /// `gpus` simulated GPUs with `total` bytes of VRAM BOs of `bo_bytes`
     /// each, spread evenly over the GPUs and filled as `fill` says.
     pub fn build(gpus: usize, total: u64, bo_bytes: u64, fill: Fill) -> Result<Machine> {
+        Self::allocate(gpus, total, bo_bytes, Some(fill))
+    }
+
+    /// The same machine with BOs that were never written: the state of a
+    /// restored BO before its contents arrive (the simulator allocates a
+    /// BO's memory on first write, as a restore's copies find it).
+    pub fn build_unwritten(gpus: usize, total: u64, bo_bytes: u64) -> Result<Machine> {
+        Self::allocate(gpus, total, bo_bytes, None)
+    }
+
+    fn allocate(gpus: usize, total: u64, bo_bytes: u64, fill: Option<Fill>) -> Result<Machine> {
         let sim = Sim::synthetic(gpus, SimConfig::default()).map_err(step("simulated machine"))?;
         let mut app =
             Workload::launch(&sim, &Profile::Basic).map_err(step("launching a process"))?;
@@ -198,7 +209,7 @@ impl Machine {
                 .alloc(gpu.gpu_id, plan.size, VRAM_FLAGS, &[gpu.gpu_id])
                 .map_err(step("allocating a BO"))?;
             let mut offset = 0u64;
-            while offset < plan.size {
+            while let Some(fill) = fill.filter(|_| offset < plan.size) {
                 let len = (plan.size - offset).min(RAW_IO as u64) as usize;
                 plan.contents(&mut chunk[..len], offset, fill);
                 app.write_bo(handle, offset, &chunk[..len])
@@ -807,6 +818,24 @@ pub fn sdma_rates(machine: &Machine) -> Result<SdmaFigures> {
         read_bps: bytes as f64 / read.as_secs_f64(),
         write_bps: bytes as f64 / write.as_secs_f64(),
     })
+}
+
+/// The simulated SDMA writing into BOs that were never written (a
+/// restore's copies), GPUs one after another, one pass from two alternating
+/// 32 MiB staging buffers; bytes per second. This is the simulator's share
+/// of a restore per GPU: a floor under its time that a GPU's DMA engine
+/// does not have.
+pub fn sdma_cold_write(machine: &Machine) -> Result<f64> {
+    let mut time = Duration::ZERO;
+    let mut bytes = 0u64;
+    for gpu in machine.sim.gpus() {
+        let mut rig = SdmaRig::new(machine, gpu.gpu_id)?;
+        let start = Instant::now();
+        bytes += rig.pass(true)?;
+        time += start.elapsed();
+        rig.close()?;
+    }
+    Ok(bytes as f64 / time.as_secs_f64())
 }
 
 /// The file side of a restore alone, against a raw read of the same file.

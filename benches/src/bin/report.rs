@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use benches::transfer::{
     c_strategy_dump, gibs, options_with_max_buffer, plugin_run, raw_io, raw_layout_write,
-    restore_read, sdma_rates, BenchError, BoPlan, Fill, Machine, PluginRun, RawLayout, Result,
-    RunOptions,
+    restore_read, sdma_cold_write, sdma_rates, BenchError, BoPlan, Fill, Machine, PluginRun,
+    RawLayout, Result, RunOptions,
 };
 use benches::{image, topology};
 
@@ -76,6 +76,13 @@ fn run(quick: bool, dir: &Path) -> Result<()> {
     drop(machine);
     line("sdma_read_gibs", format!("{:.3}", sdma.read_bps / gib));
     line("sdma_write_gibs", format!("{:.3}", sdma.write_bps / gib));
+    let machine = Machine::build_unwritten(1, total.min(512 * MIB), bo_bytes)?;
+    let sdma_cold_bps = sdma_cold_write(&machine)?;
+    drop(machine);
+    line(
+        "sdma_write_cold_gibs",
+        format!("{:.3}", sdma_cold_bps / gib),
+    );
 
     // Raw I/O and the plugin runs interleaved, best of `reps` each, so both
     // see the storage in the same state.
@@ -134,6 +141,15 @@ fn run(quick: bool, dir: &Path) -> Result<()> {
             format!("{:.3}", raw_read.as_secs_f64() / rs.as_secs_f64()),
         );
     }
+    // The most a 1-GPU restore can reach here: its simulated SDMA alone
+    // (one thread, writing into fresh BOs) against the raw read.
+    line(
+        "restore_vs_raw_sdma_bound_1gpu",
+        format!(
+            "{:.3}",
+            raw_read.as_secs_f64() / (total as f64 / sdma_cold_bps)
+        ),
+    );
     line("staging_peak_bytes_unset", staging_unset);
 
     progress("the file side of a restore alone (no SDMA) against a raw read");
