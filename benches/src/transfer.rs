@@ -801,22 +801,10 @@ impl SdmaRig {
 /// and back ([`SdmaRig::pass`]), GPUs one after another; no file I/O. The
 /// BOs' contents are overwritten.
 pub fn sdma_rates(machine: &Machine) -> Result<SdmaFigures> {
-    let mut read = Duration::ZERO;
-    let mut write = Duration::ZERO;
-    let mut bytes = 0u64;
-    for gpu in machine.sim.gpus() {
-        let mut rig = SdmaRig::new(machine, gpu.gpu_id)?;
-        let start = Instant::now();
-        bytes += rig.pass(false)?;
-        read += start.elapsed();
-        let start = Instant::now();
-        rig.pass(true)?;
-        write += start.elapsed();
-        rig.close()?;
-    }
+    let (bytes, times) = timed_passes(machine, &[false, true])?;
     Ok(SdmaFigures {
-        read_bps: bytes as f64 / read.as_secs_f64(),
-        write_bps: bytes as f64 / write.as_secs_f64(),
+        read_bps: bytes as f64 / times[0].as_secs_f64(),
+        write_bps: bytes as f64 / times[1].as_secs_f64(),
     })
 }
 
@@ -826,16 +814,29 @@ pub fn sdma_rates(machine: &Machine) -> Result<SdmaFigures> {
 /// of a restore per GPU: a floor under its time that a GPU's DMA engine
 /// does not have.
 pub fn sdma_cold_write(machine: &Machine) -> Result<f64> {
-    let mut time = Duration::ZERO;
+    let (bytes, times) = timed_passes(machine, &[true])?;
+    Ok(bytes as f64 / times[0].as_secs_f64())
+}
+
+/// Runs [`SdmaRig::pass`] once per entry of `to_bo`, in order, on every
+/// GPU of `machine` (one after another); returns the bytes of one pass
+/// over all GPUs and the total time of each pass.
+fn timed_passes(machine: &Machine, to_bo: &[bool]) -> Result<(u64, Vec<Duration>)> {
+    let mut times = vec![Duration::ZERO; to_bo.len()];
     let mut bytes = 0u64;
     for gpu in machine.sim.gpus() {
         let mut rig = SdmaRig::new(machine, gpu.gpu_id)?;
-        let start = Instant::now();
-        bytes += rig.pass(true)?;
-        time += start.elapsed();
+        for (k, &to_bo) in to_bo.iter().enumerate() {
+            let start = Instant::now();
+            let moved = rig.pass(to_bo)?;
+            times[k] += start.elapsed();
+            if k == 0 {
+                bytes += moved;
+            }
+        }
         rig.close()?;
     }
-    Ok(bytes as f64 / time.as_secs_f64())
+    Ok((bytes, times))
 }
 
 /// The file side of a restore alone, against a raw read of the same file.

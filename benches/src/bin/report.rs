@@ -247,6 +247,17 @@ struct Best {
     usage: (u64, u64),
 }
 
+impl Best {
+    /// Keeps the faster checkpoint and restore of `run`, and its disk usage.
+    fn record(&mut self, run: &PluginRun) {
+        self.checkpoint = min_time(self.checkpoint, run.checkpoint);
+        if let Some(t) = run.restore {
+            self.restore = min_time(self.restore, t);
+        }
+        self.usage = run.pages;
+    }
+}
+
 fn ratio(a: Option<Duration>, b: Option<Duration>) -> String {
     match (a, b) {
         (Some(a), Some(b)) => format!("{:.2}", a.as_secs_f64() / b.as_secs_f64()),
@@ -277,22 +288,12 @@ fn zero_elision(dir: &Path, total: u64, bo_bytes: u64, reps: usize) -> Result<()
             raw[i].usage = (run.logical, run.allocated);
 
             let machine = Machine::build(1, total, bo_bytes, fill)?;
-            let run = plugin_run(machine, dir, options(None, true, true))?;
-            one[i].checkpoint = min_time(one[i].checkpoint, run.checkpoint);
-            if let Some(t) = run.restore {
-                one[i].restore = min_time(one[i].restore, t);
-            }
-            one[i].usage = run.pages;
+            one[i].record(&plugin_run(machine, dir, options(None, true, true))?);
         }
         progress(&format!("zero elision, 4 GPUs ({}/{reps})", rep + 1));
         for (i, &fill) in fills[..2].iter().enumerate() {
             let machine = Machine::build(4, total, bo_bytes, fill)?;
-            let run = plugin_run(machine, dir, options(None, true, true))?;
-            four[i].checkpoint = min_time(four[i].checkpoint, run.checkpoint);
-            if let Some(t) = run.restore {
-                four[i].restore = min_time(four[i].restore, t);
-            }
-            four[i].usage = run.pages;
+            four[i].record(&plugin_run(machine, dir, options(None, true, true))?);
         }
     }
     for (i, suffix) in [(1, ""), (2, "_scattered")] {
