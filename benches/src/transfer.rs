@@ -208,13 +208,15 @@ impl Machine {
             let handle = app
                 .alloc(gpu.gpu_id, plan.size, VRAM_FLAGS, &[gpu.gpu_id])
                 .map_err(step("allocating a BO"))?;
-            let mut offset = 0u64;
-            while let Some(fill) = fill.filter(|_| offset < plan.size) {
-                let len = (plan.size - offset).min(RAW_IO as u64) as usize;
-                plan.contents(&mut chunk[..len], offset, fill);
-                app.write_bo(handle, offset, &chunk[..len])
-                    .map_err(step("filling a BO"))?;
-                offset += len as u64;
+            if let Some(fill) = fill {
+                let mut offset = 0u64;
+                while offset < plan.size {
+                    let len = (plan.size - offset).min(RAW_IO as u64) as usize;
+                    plan.contents(&mut chunk[..len], offset, fill);
+                    app.write_bo(handle, offset, &chunk[..len])
+                        .map_err(step("filling a BO"))?;
+                    offset += len as u64;
+                }
             }
             bos.push(BenchBo {
                 gpu: gpu.gpu_id,

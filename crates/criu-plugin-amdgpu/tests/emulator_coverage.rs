@@ -9,19 +9,11 @@
 mod common;
 
 use amdgpu_topology::model::System;
-use common::{checkpoint, vmas_of, Checkpointed};
-use criu_plugin_amdgpu::emulator::EmulatorError;
+use common::{checkpoint, hook_errno, vmas_of, Checkpointed};
 use criu_plugin_amdgpu::log::{Capture, Level};
 use criu_plugin_amdgpu::options::Options;
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Sim, SimConfig};
-
-fn hook_errno(err: &EmulatorError) -> (&'static str, i32) {
-    match err {
-        EmulatorError::Hook { hook, errno, .. } => (hook, *errno),
-        other => panic!("expected a hook failure, got {other}"),
-    }
-}
 
 /// The options with every check on except variable `off` set to `NO`.
 fn options_without(off: Option<&'static str>) -> Options {

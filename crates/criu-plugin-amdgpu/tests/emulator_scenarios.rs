@@ -8,8 +8,11 @@ mod common;
 
 use std::os::fd::AsFd;
 
-use common::{add_drm_bo, device_vmas, gpu_files, kfd_image, vmas_of, Dirs, DrmBo, KFD_ID};
-use criu_plugin_amdgpu::emulator::{EmulatorError, TaskFile};
+use common::{
+    add_drm_bo, device_vmas, gpu_files, hook_errno, image_message, kfd_image, vmas_of, Dirs, DrmBo,
+    KFD_ID,
+};
+use criu_plugin_amdgpu::emulator::TaskFile;
 use criu_plugin_amdgpu::options::Staging;
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{FaultSpec, Sim, SimConfig};
@@ -20,13 +23,6 @@ fn launch(sim: &Sim, profile: &Profile, steps: usize) -> Workload {
         app.step().expect("step");
     }
     app
-}
-
-fn hook_errno(err: &EmulatorError) -> (&'static str, i32) {
-    match err {
-        EmulatorError::Hook { hook, errno, .. } => (hook, *errno),
-        other => panic!("expected a hook failure, got {other}"),
-    }
 }
 
 /// Dumps `app`, kills it, restores it and checks it matches its checkpoint.
@@ -572,14 +568,10 @@ fn a_dma_buf_of_the_process_own_bo_is_restored_to_that_bo() {
     emulator
         .dump(app.pid(), &files, &device_vmas(&sim))
         .expect("dump with a dma-buf");
-    let node: amdgpu_image::CriuDmabufNode = {
-        use amdgpu_image::{DirStore, ImageName, ImageStore, ReadLimits};
-        DirStore::open_dir(dirs.images.path())
-            .unwrap()
-            .read_message(&ImageName::Dmabuf { id: 50 }, ReadLimits::default())
-            .unwrap()
-            .expect("amdgpu-dmabuf_50.img")
-    };
+    let node: amdgpu_image::CriuDmabufNode = image_message(
+        dirs.images.path(),
+        &amdgpu_image::ImageName::Dmabuf { id: 50 },
+    );
     let image = kfd_image(dirs.images.path());
     let entry = image
         .bo_entries

@@ -11,12 +11,15 @@ mod common;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 
-use amdgpu_image::{CriuRenderNode, DirStore, ImageName, ImageStore, ReadLimits};
-use common::{device_vmas, gpu_files_from, kfd_image_of, vmas_of, Dirs};
+use amdgpu_image::{DirStore, ImageName, ImageStore, ReadLimits};
+use common::{
+    device_vmas, gpu_files_from, image_message, kfd_image_of, render_image, restored_file, vmas_of,
+    Dirs,
+};
 use criu_plugin_amdgpu::abi::Stage;
 use criu_plugin_amdgpu::core::plugin::{Plugin, PluginConfig};
 use criu_plugin_amdgpu::emulator::{
-    DeviceVma, EmulatedHost, RestoredTask, TaskFile, TaskToDump, TaskToRestore, VmaOutcome,
+    DeviceVma, EmulatedHost, TaskFile, TaskToDump, TaskToRestore, VmaOutcome,
 };
 use kfd::{GemCreate, GemHandle, Kfd, MemHandle, RenderNode};
 use kfd_sim::workload::{Profile, Workload};
@@ -30,22 +33,6 @@ fn identity(fd: BorrowedFd<'_>) -> (u64, u64) {
     let file = std::fs::File::from(fd.try_clone_to_owned().unwrap());
     let meta = file.metadata().unwrap();
     (meta.dev(), meta.ino())
-}
-
-fn restored_file(task: &RestoredTask, id: u32) -> BorrowedFd<'_> {
-    task.files
-        .iter()
-        .find(|(i, _)| *i == id)
-        .map(|(_, fd)| fd.as_fd())
-        .unwrap_or_else(|| panic!("file {id} restored"))
-}
-
-fn render_image(dirs: &Dirs, id: u32) -> CriuRenderNode {
-    DirStore::open_dir(dirs.images.path())
-        .unwrap()
-        .read_message(&ImageName::RenderNode { id }, ReadLimits::default())
-        .unwrap()
-        .unwrap_or_else(|| panic!("amdgpu-renderD-{id}.img"))
 }
 
 /// A parent shares its first VRAM BO with two children (KFD import), and
@@ -113,11 +100,8 @@ fn children_keep_dma_bufs_of_the_parent_buffer() {
         .unwrap();
     for (i, image) in images.iter().enumerate().skip(1) {
         let id = first_ids[i] + 9;
-        let node: amdgpu_image::CriuDmabufNode = DirStore::open_dir(dirs.images.path())
-            .unwrap()
-            .read_message(&ImageName::Dmabuf { id }, ReadLimits::default())
-            .unwrap()
-            .expect("dma-buf image");
+        let node: amdgpu_image::CriuDmabufNode =
+            image_message(dirs.images.path(), &ImageName::Dmabuf { id });
         assert_eq!(
             node.gem_handle, parent_entry.handle,
             "names the parent's buffer"

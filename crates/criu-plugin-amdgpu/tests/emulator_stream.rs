@@ -34,6 +34,21 @@ fn plugin_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
+/// Dumps `files` of `pid` with `dirs`' emulated CRIU under `--stream`;
+/// returns the streamer that captured the images.
+fn dump_streamed(
+    dirs: &Dirs,
+    sim: &Sim,
+    pid: kfd_sim::Pid,
+    files: &[TaskFile<'_>],
+) -> ImageStreamer {
+    let capture = ImageStreamer::capture();
+    dirs.emulator(sim, |c| c.streamer = Some(capture.clone()))
+        .dump(pid, files, &device_vmas(sim))
+        .expect("dump into the streamer");
+    capture
+}
+
 fn no_repeats(names: &[String]) {
     let mut seen = std::collections::BTreeSet::new();
     for n in names {
@@ -63,11 +78,7 @@ fn a_streamed_dump_equals_a_directory_dump_and_restores() {
         .dump(pid, &files, &device_vmas(&sim))
         .expect("dump into a directory");
     let streamed = Dirs::new();
-    let capture = ImageStreamer::capture();
-    streamed
-        .emulator(&sim, |c| c.streamer = Some(capture.clone()))
-        .dump(pid, &files, &device_vmas(&sim))
-        .expect("dump into the streamer");
+    let capture = dump_streamed(&streamed, &sim, pid, &files);
     drop(files);
     assert_eq!(
         app.describe().unwrap(),
@@ -134,10 +145,7 @@ fn a_render_node_before_dev_kfd_restores_from_a_stream() {
     files.reverse();
     ids.reverse();
     let dirs = Dirs::new();
-    let capture = ImageStreamer::capture();
-    dirs.emulator(&sim, |c| c.streamer = Some(capture.clone()))
-        .dump(pid, &files, &device_vmas(&sim))
-        .expect("dump into the streamer");
+    let capture = dump_streamed(&dirs, &sim, pid, &files);
     drop(files);
     app.exit().unwrap();
     let extracted = tempfile::tempdir().unwrap();
@@ -167,10 +175,7 @@ fn a_render_only_process_restores_from_a_stream() {
         id: 3,
     }];
     let dirs = Dirs::new();
-    let capture = ImageStreamer::capture();
-    dirs.emulator(&sim, |c| c.streamer = Some(capture.clone()))
-        .dump(pid, &files, &device_vmas(&sim))
-        .expect("dump into the streamer");
+    let capture = dump_streamed(&dirs, &sim, pid, &files);
     drop(files);
     app.exit().unwrap();
     assert!(capture.files().contains_key("amdgpu-renderD-3.img"));

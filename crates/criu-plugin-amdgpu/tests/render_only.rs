@@ -13,40 +13,19 @@ mod common;
 use std::os::fd::{AsFd, BorrowedFd};
 
 use amdgpu_image::{verify_set, CriuRenderNode, DirStore, ImageName, ImageStore, ReadLimits};
-use common::{add_drm_bo, device_vmas, kfd_image_of, vmas_of, Dirs, DrmBo};
+use common::{
+    add_drm_bo, device_vmas, hook_errno, kfd_image_of, render_image, restored_file, vmas_of, Dirs,
+    DrmBo,
+};
 use criu_plugin_amdgpu::core::plugin::NOT_MINE;
 use criu_plugin_amdgpu::emulator::{
-    DeviceVma, EmulatorError, ImageStreamer, RestoredTask, TaskFile, TaskToDump, TaskToRestore,
-    VmaOutcome,
+    DeviceVma, ImageStreamer, RestoredTask, TaskFile, TaskToDump, TaskToRestore, VmaOutcome,
 };
 use criu_plugin_amdgpu::log::{Capture, Level};
 use kfd::{GemHandle, RenderNode};
 use kfd_sim::workload::render_only::{DrmBoDescription, RenderOnly};
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Sim, SimConfig};
-
-fn render_image(dirs: &Dirs, id: u32) -> CriuRenderNode {
-    DirStore::open_dir(dirs.images.path())
-        .unwrap()
-        .read_message(&ImageName::RenderNode { id }, ReadLimits::default())
-        .unwrap()
-        .unwrap_or_else(|| panic!("amdgpu-renderD-{id}.img"))
-}
-
-fn hook_errno(err: &EmulatorError) -> (&'static str, i32) {
-    match err {
-        EmulatorError::Hook { hook, errno, .. } => (hook, *errno),
-        other => panic!("expected a hook failure, got {other}"),
-    }
-}
-
-fn restored_file(task: &RestoredTask, id: u32) -> BorrowedFd<'_> {
-    task.files
-        .iter()
-        .find(|(i, _)| *i == id)
-        .map(|(_, fd)| fd.as_fd())
-        .unwrap_or_else(|| panic!("file {id} restored"))
-}
 
 /// The CPU mappings of a render-only process's BOs, as CRIU finds them in
 /// its memory map: each BO mapped through its render node at its GPU
@@ -74,6 +53,23 @@ struct Dumped {
     expected: Vec<DrmBoDescription>,
     vmas: Vec<DeviceVma>,
     minors: Vec<u32>,
+}
+
+/// Restores `dumped` from `dirs` on `sim`, which must be refused (`why`) at
+/// `RESTORE_EXT_FILE` with `ENODEV`; returns the error lines logged.
+fn refused(dirs: &Dirs, sim: &Sim, dumped: &Dumped, why: &str) -> Vec<String> {
+    let capture = Capture::start();
+    let err = dirs
+        .emulator(sim, |_| {})
+        .restore(dumped.pid, &dumped.ids, &dumped.vmas)
+        .expect_err(why);
+    assert_eq!(hook_errno(&err), ("RESTORE_EXT_FILE", -libc::ENODEV));
+    capture
+        .lines()
+        .into_iter()
+        .filter(|(level, _)| *level == Level::Error)
+        .map(|(_, text)| text)
+        .collect()
 }
 
 /// Launches a render-only process on `gpus` (positions in `sim.gpus()`)
@@ -310,17 +306,17 @@ fn a_render_only_process_with_two_gpus_keeps_them_apart() {
     let device_id = other.prop("device_id");
     other.properties.set("device_id", device_id ^ 0x10);
     let small = Sim::new(one, SimConfig::default()).unwrap();
-    let capture = Capture::start();
-    let err = dirs
-        .emulator(&small, |_| {})
-        .restore(dumped.pid, &dumped.ids, &dumped.vmas)
-        .expect_err("one local GPU cannot stand in for two");
-    assert_eq!(hook_errno(&err), ("RESTORE_EXT_FILE", -libc::ENODEV));
+    let errors = refused(
+        &dirs,
+        &small,
+        &dumped,
+        "one local GPU cannot stand in for two",
+    );
     assert!(
-        capture.lines().iter().any(|(l, t)| *l == Level::Error
-            && t.contains("already stands in for another checkpointed GPU")),
-        "{:?}",
-        capture.lines()
+        errors
+            .iter()
+            .any(|t| t.contains("already stands in for another checkpointed GPU")),
+        "{errors:?}"
     );
     assert!(!small.process_alive(dumped.pid));
 }
@@ -333,17 +329,15 @@ fn a_render_only_process_is_refused_without_a_compatible_gpu() {
     let dirs = Dirs::new();
     let dumped = dump_render_only(&origin, &dirs, &[0], 1);
     let other = Sim::builtin("pcie-2gpu", SimConfig::default()).unwrap();
-    let capture = Capture::start();
-    let err = dirs
-        .emulator(&other, |_| {})
-        .restore(dumped.pid, &dumped.ids, &dumped.vmas)
-        .expect_err("an MI100 cannot stand in for an MI210");
-    assert_eq!(hook_errno(&err), ("RESTORE_EXT_FILE", -libc::ENODEV));
-    let lines = capture.lines();
-    let refusal: Vec<&String> = lines
+    let errors = refused(
+        &dirs,
+        &other,
+        &dumped,
+        "an MI100 cannot stand in for an MI210",
+    );
+    let refusal: Vec<&String> = errors
         .iter()
-        .filter(|(l, t)| *l == Level::Error && t.contains("cannot restore"))
-        .map(|(_, t)| t)
+        .filter(|t| t.contains("cannot restore"))
         .collect();
     assert!(
         refusal
@@ -617,18 +611,9 @@ fn a_render_node_without_device_entry_or_kfd_image_is_refused() {
     store
         .write_message(&ImageName::RenderNode { id: dumped.ids[0] }, &image)
         .unwrap();
-    let capture = Capture::start();
-    let err = dirs
-        .emulator(&sim, |_| {})
-        .restore(dumped.pid, &dumped.ids, &dumped.vmas)
-        .expect_err("nothing to choose a GPU by");
-    assert_eq!(hook_errno(&err), ("RESTORE_EXT_FILE", -libc::ENODEV));
+    let errors = refused(&dirs, &sim, &dumped, "nothing to choose a GPU by");
     assert!(
-        capture
-            .lines()
-            .iter()
-            .any(|(l, t)| *l == Level::Error && t.contains("records no device entry")),
-        "{:?}",
-        capture.lines()
+        errors.iter().any(|t| t.contains("records no device entry")),
+        "{errors:?}"
     );
 }

@@ -43,6 +43,32 @@ use crate::Errno;
 
 pub mod render_only;
 
+/// Opens the device file `path` read-write as process `pid` would.
+fn open_device(
+    driver: &SimDriver,
+    pid: Pid,
+    path: &std::path::Path,
+) -> Result<OwnedFd, WorkloadError> {
+    driver
+        .open(path, libc::O_RDWR | libc::O_CLOEXEC)
+        .map_err(|e| WorkloadError::Open {
+            pid,
+            path: path.display().to_string(),
+            errno: Errno(e.raw_os_error().unwrap_or(libc::EIO)),
+        })
+}
+
+/// Opens the render node of GPU `gpu` as process `pid` would.
+fn open_render(
+    sim: &Sim,
+    driver: &SimDriver,
+    pid: Pid,
+    gpu: GpuId,
+) -> Result<OwnedFd, WorkloadError> {
+    let path = sim.render_path(gpu).ok_or(SimError::NoSuchGpu(gpu))?;
+    open_device(driver, pid, &path)
+}
+
 /// What kind of application to simulate. Multi-process applications that
 /// share dma-bufs are built with [`Workload::launch_sharing`] (any profile)
 /// or [`Workload::share_with`].
@@ -512,13 +538,7 @@ impl Workload {
         memory: CpuMemory,
     ) -> Result<Workload, WorkloadError> {
         let driver = sim.driver(pid);
-        let kfd = driver
-            .open("/dev/kfd".as_ref(), libc::O_RDWR | libc::O_CLOEXEC)
-            .map_err(|e| WorkloadError::Open {
-                pid,
-                path: "/dev/kfd".into(),
-                errno: Errno(e.raw_os_error().unwrap_or(libc::EIO)),
-            })?;
+        let kfd = open_device(&driver, pid, "/dev/kfd".as_ref())?;
         let mut w = Workload {
             sim: sim.clone(),
             pid,
@@ -532,15 +552,7 @@ impl Workload {
         w.ioctl(AMDKFD_IOC_GET_VERSION, &mut version, "GET_VERSION")?;
         let gpus = w.gpu_ids()?;
         for (i, &gpu) in gpus.iter().enumerate() {
-            let path = sim.render_path(gpu).ok_or(SimError::NoSuchGpu(gpu))?;
-            let render = w
-                .driver
-                .open(&path, libc::O_RDWR | libc::O_CLOEXEC)
-                .map_err(|e| WorkloadError::Open {
-                    pid,
-                    path: path.display().to_string(),
-                    errno: Errno(e.raw_os_error().unwrap_or(libc::EIO)),
-                })?;
+            let render = open_render(sim, &w.driver, pid, gpu)?;
             let mut acquire = kfd_ioctl_acquire_vm_args {
                 drm_fd: std::os::fd::AsRawFd::as_raw_fd(&render) as u32,
                 gpu_id: gpu,

@@ -3,10 +3,15 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 
-use amdgpu_image::{CriuKfd, DirStore, ImageName, ImageStore, ReadLimits};
-use criu_plugin_amdgpu::emulator::{CriuEmulator, DeviceVma, EmulatorConfig, TaskFile};
+use amdgpu_image::{
+    CriuKfd, CriuRenderNode, DirStore, ImageMessage, ImageName, ImageStore, ReadLimits,
+};
+use criu_plugin_amdgpu::emulator::{
+    CriuEmulator, DeviceVma, EmulatorConfig, EmulatorError, RestoredTask, TaskFile,
+};
 use kfd_sim::workload::Workload;
 use kfd_sim::Sim;
 
@@ -63,11 +68,38 @@ pub fn kfd_image(images: &Path) -> CriuKfd {
 
 /// The KFD image of file `id`.
 pub fn kfd_image_of(images: &Path, id: u32) -> CriuKfd {
+    image_message(images, &ImageName::Kfd { id })
+}
+
+/// The render-node image of file `id`.
+pub fn render_image(dirs: &Dirs, id: u32) -> CriuRenderNode {
+    image_message(dirs.images.path(), &ImageName::RenderNode { id })
+}
+
+/// The message of image file `name` in `images`, which must exist.
+pub fn image_message<M: ImageMessage>(images: &Path, name: &ImageName) -> M {
     DirStore::open_dir(images)
         .unwrap()
-        .read_message(&ImageName::Kfd { id }, ReadLimits::default())
+        .read_message(name, ReadLimits::default())
         .unwrap()
-        .unwrap_or_else(|| panic!("amdgpu-kfd-{id}.img"))
+        .unwrap_or_else(|| panic!("{name} is missing"))
+}
+
+/// The hook and errno of an emulated CRIU run that a hook failed.
+pub fn hook_errno(err: &EmulatorError) -> (&'static str, i32) {
+    match err {
+        EmulatorError::Hook { hook, errno, .. } => (hook, *errno),
+        other => panic!("expected a hook failure, got {other}"),
+    }
+}
+
+/// The restored fd of CRIU file `id`.
+pub fn restored_file(task: &RestoredTask, id: u32) -> BorrowedFd<'_> {
+    task.files
+        .iter()
+        .find(|(i, _)| *i == id)
+        .map(|(_, fd)| fd.as_fd())
+        .unwrap_or_else(|| panic!("file {id} restored"))
 }
 
 /// The mappings CRIU offers `HANDLE_DEVICE_VMA` at dump.

@@ -14,7 +14,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use ::kfd::{Driver, GemCreate, GemHandle, RenderNode};
+use ::kfd::{GemCreate, GemHandle, RenderNode};
 use amdgpu_topology::GpuId;
 use kfd_sys::{
     AMDGPU_GEM_DOMAIN_GTT, AMDGPU_GEM_DOMAIN_VRAM, AMDGPU_VM_PAGE_READABLE,
@@ -22,7 +22,7 @@ use kfd_sys::{
 };
 
 use super::WorkloadError;
-use crate::sim::{Pid, Sim, SimDriver, SimError};
+use crate::sim::{Pid, Sim, SimDriver};
 use crate::Errno;
 
 /// Size unit of the BOs (GEM rounds sizes to pages).
@@ -90,15 +90,8 @@ impl RenderOnly {
             bos: Vec::new(),
         };
         for &gpu in gpus {
-            let path = sim.render_path(gpu).ok_or(SimError::NoSuchGpu(gpu))?;
-            let fd = driver
-                .open(&path, libc::O_RDWR | libc::O_CLOEXEC)
-                .map_err(|e| WorkloadError::Open {
-                    pid,
-                    path: path.display().to_string(),
-                    errno: Errno(e.raw_os_error().unwrap_or(libc::EIO)),
-                })?;
-            app.renders.push(fd);
+            app.renders
+                .push(super::open_render(sim, &driver, pid, gpu)?);
         }
         for file in 0..app.renders.len() {
             for bo in 0..bos_per_file {
@@ -294,6 +287,7 @@ fn describe_bo(
 mod tests {
     use super::*;
     use crate::SimConfig;
+    use ::kfd::Driver;
 
     #[test]
     fn describes_and_verifies_its_bos_and_notices_a_change() {
