@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use amdgpu_image::{
-    CriuKfd, CriuRenderNode, DirStore, ImageName, ImageStore, KfdDeviceEntry, ReadLimits,
-    ValidatedKfd, ValidatedRenderNode,
+    CriuKfd, CriuRenderNode, DirStore, ImageMessage, ImageName, ImageStore, KfdDeviceEntry,
+    ReadLimits, ValidatedKfd, ValidatedRenderNode,
 };
 use amdgpu_topology::checks::Reason;
 use amdgpu_topology::devices::DeviceTopology;
@@ -240,10 +240,7 @@ pub(crate) fn read_render_only(dir: &Path) -> Result<Vec<RenderOnlyImage>, Strin
         let ImageName::RenderNode { id } = name else {
             continue;
         };
-        let msg = store
-            .read_message::<CriuRenderNode>(&name, ReadLimits::default())
-            .map_err(|e| format!("{}: {name}: {e}", dir.display()))?
-            .ok_or_else(|| format!("{}: {name} vanished while reading", dir.display()))?;
+        let msg: CriuRenderNode = read_listed(&store, dir, &name)?;
         let image = ValidatedRenderNode::new(id, msg)
             .map_err(|e| format!("{}: {name}: {e}", dir.display()))?;
         let msg = image.into_message();
@@ -293,6 +290,18 @@ pub(crate) fn read_checkpointed(dir: &Path) -> Result<Vec<Checkpointed>, String>
     Ok(images)
 }
 
+/// The message of `name`, which `store` (the directory `dir`) just listed.
+fn read_listed<M: ImageMessage>(
+    store: &DirStore,
+    dir: &Path,
+    name: &ImageName,
+) -> Result<M, String> {
+    store
+        .read_message::<M>(name, ReadLimits::default())
+        .map_err(|e| format!("{}: {name}: {e}", dir.display()))?
+        .ok_or_else(|| format!("{}: {name} vanished while reading", dir.display()))
+}
+
 /// [`read_checkpointed`], none being no error.
 fn read_kfd_images(dir: &Path) -> Result<Vec<Checkpointed>, String> {
     let store = DirStore::open_dir(dir).map_err(|e| e.to_string())?;
@@ -302,10 +311,7 @@ fn read_kfd_images(dir: &Path) -> Result<Vec<Checkpointed>, String> {
         let ImageName::Kfd { id } = name else {
             continue;
         };
-        let msg = store
-            .read_message::<CriuKfd>(&name, ReadLimits::default())
-            .map_err(|e| format!("{}: {name}: {e}", dir.display()))?
-            .ok_or_else(|| format!("{}: {name} vanished while reading", dir.display()))?;
+        let msg: CriuKfd = read_listed(&store, dir, &name)?;
         let image =
             ValidatedKfd::new(id, msg).map_err(|e| format!("{}: {name}: {e}", dir.display()))?;
         images.push(Checkpointed {
