@@ -214,7 +214,7 @@ fn every_plugin_variable_is_documented() {
         .map(|(name, _)| (*name).to_owned())
         .collect();
     variables.insert(MAX_BUFFER_SIZE.to_owned());
-    let plugin_src = workspace_root().join("crates/criu-plugin-amdgpu/src");
+    let plugin_src = workspace_root().join("criu-plugin-amdgpu/src");
     if plugin_src.is_dir() {
         plugin_variables(&plugin_src, &mut variables);
     } else {

@@ -323,7 +323,7 @@ fn check_properties(data: &[u8]) {
 
 #[test]
 fn topology_properties_fuzz_corpus_replays() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/topology_properties");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/topology_properties");
     let Ok(entries) = std::fs::read_dir(&dir) else {
         println!("skipped: no corpus at {}", dir.display());
         return;

@@ -10,8 +10,8 @@ use amdgpu_image::fuzz_support::{
 };
 
 fn corpus_root() -> PathBuf {
-    // crates/amdgpu-image → workspace root → fuzz/corpus
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus")
+    // amdgpu-image → workspace root → fuzz/corpus
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus")
 }
 
 fn replay(target: &str, check: fn(&[u8])) {
