@@ -6,8 +6,11 @@
 //! checkpointing use, and of the SDMA linear-copy packet. Every item keeps its C name,
 //! so searching for the C name finds the Rust item. Request codes are computed by
 //! [`_IOWR`] and friends from the `size_of` of the argument type, never written as hex.
-//! The test `tests/abi.rs` compiles a C probe against the system headers and compares
-//! every size, alignment, field offset, request code and constant.
+//! On 64-bit targets every struct's and union's size and alignment and every field's
+//! offset are also asserted at compile time (private module `layout`), so a wrong layout
+//! fails the build even where no C headers are installed. The test `tests/abi.rs`
+//! compiles a C probe against the system headers and compares every size, alignment,
+//! field offset, request code and constant.
 //!
 //! This crate holds types and numbers only: no system calls, no `unsafe`, no logic.
 //! The safe layer lives in the `kfd` crate.
@@ -85,6 +88,8 @@ pub mod amdgpu_drm;
 pub mod drm;
 pub mod ioctl;
 pub mod kfd;
+#[cfg(target_pointer_width = "64")]
+mod layout;
 pub mod sdma;
 
 pub use amdgpu_drm::*;
