@@ -2,7 +2,7 @@
 //! its render-only image is checked against the target machine with the
 //! plugin's own rule, through the built binary.
 
-use criu_plugin_amdgpu::emulator::{CriuEmulator, EmulatorConfig, TaskFile};
+use criu_host_emulator::{CriuEmulator, EmulatorConfig, TaskFile};
 use kfd_sim::workload::render_only::RenderOnly;
 use kfd_sim::{Sim, SimConfig};
 

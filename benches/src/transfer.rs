@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use amdgpu_image::{CriuKfd, DirStore, ImageName, ImageStore, ReadLimits};
-use criu_plugin_amdgpu::emulator::{CriuEmulator, DeviceVma, EmulatorConfig, TaskFile};
-use criu_plugin_amdgpu::options::Options;
+use criu_host_emulator::{CriuEmulator, DeviceVma, EmulatorConfig, TaskFile};
+use amdgpu_checkpoint::options::Options;
 use kfd::{
     CopyEngine, CopyEngineConfig, ImportedBo, Kfd, MemHandle, RenderMinor, RenderNode,
     StagingBuffer, StagingSlot,

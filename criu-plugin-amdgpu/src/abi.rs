@@ -59,8 +59,9 @@
 //! `-ENOTSUP`: the hook was ours and it failed.
 //!
 //! Besides this module, `unsafe` appears only in the CRIU service lookups
-//! ([`crate::criu`]), two host system calls ([`crate::sys`]) and the test
-//! emulator's fd adoption. This module never does the work of a hook itself.
+//! ([`crate::criu`]); the system calls of the work itself are the engine's
+//! (`amdgpu_checkpoint::sys`). This module never does the work of a hook
+//! itself.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::os::fd::BorrowedFd;
@@ -348,8 +349,9 @@ pub fn host_profile() -> &'static HostProfile {
 
 /// Runs a hook body, turning a panic into a logged [`PANIC_ERRNO`].
 fn guarded(hook: &str, body: impl FnOnce() -> c_int) -> c_int {
+    crate::log::install();
     let body = || {
-        #[cfg(feature = "emulator")]
+        #[cfg(test)]
         test_support::maybe_panic(hook);
         body()
     };
@@ -367,12 +369,11 @@ fn guarded(hook: &str, body: impl FnOnce() -> c_int) -> c_int {
     }
 }
 
-/// Test support (the `emulator` feature only, never in the `.so` CRIU
-/// loads): a trigger that makes one hook's body panic, so tests can prove
-/// the trampolines turn a panic into an error CRIU sees.
-#[cfg(feature = "emulator")]
-#[doc(hidden)]
-pub mod test_support {
+/// Test support (this crate's own unit tests only, never in any build
+/// another crate links): a trigger that makes one hook's body panic, so
+/// tests can prove the trampolines turn a panic into an error CRIU sees.
+#[cfg(test)]
+pub(crate) mod test_support {
     use std::sync::{Mutex, PoisonError};
 
     static PANIC_IN: Mutex<Option<String>> = Mutex::new(None);

@@ -1,27 +1,29 @@
 //! The CRIU plugin for AMD GPU (ROCm) processes: a drop-in replacement for
 //! CRIU's C `amdgpu_plugin.so`, built as a `cdylib` (installed as
-//! `amdgpu_plugin.so`) and as an `rlib` for tests and tools.
+//! `amdgpu_plugin.so`) and as an `rlib` for the CRIU host emulator and
+//! tools.
 //!
-//! Layout:
-//! - [`abi`]: the `CR_PLUGIN_DESC` symbol CRIU loads, the hook trampolines,
-//!   the choice of `max_hooks` for the CRIU version that loads the `.so`, and
-//!   what happens where a hook is missing.
+//! This crate is the CRIU adapter only; the dump and restore work is the
+//! engine's (`amdgpu-checkpoint`). Layout:
+//! - [`abi`]: the `CR_PLUGIN_DESC` symbol CRIU loads, the hook trampolines
+//!   (panics caught, `-ENOTSUP` for what is not ours), the choice of
+//!   `max_hooks` for the CRIU version that loads the `.so`, and what happens
+//!   where a hook is missing.
 //! - [`criu`]: CRIU's services (log, image dir, inventory, fd store, image
 //!   streamer), looked up at run time so the `.so` has no link-time
 //!   dependency on CRIU.
+//! - [`hooks`]: CRIU's hooks mapped onto the engine, per CRIU process role,
+//!   generic over [`kfd::Driver`] and over what CRIU provides
+//!   ([`hooks::CriuHost`]), so the same code runs inside CRIU and under the
+//!   CRIU host emulator (`criu-host-emulator`, a separate test crate).
+//! - [`store`]: CRIU's images directory or image streamer as one image
+//!   store.
 //! - [`log`]: log lines with the `amdgpu_plugin: ` prefix, into CRIU's log or
-//!   stderr.
-//! - [`core`]: the plugin logic, generic over [`kfd::Driver`] and over what
-//!   CRIU provides ([`core::plugin::CriuHost`]), so it runs against the real
-//!   kernel inside CRIU and against `kfd-sim` in tests.
-//! - [`options`]: `KFD_*_CHECK` and the staging bound `KFD_MAX_BUFFER_SIZE`.
-//! - [`sys`]: the two host system calls `std` lacks.
-//! - `emulator` (feature `emulator`): a CRIU host emulator over `kfd-sim`
-//!   that calls the hooks in CRIU's order and process roles.
+//!   stderr; the engine's `log` records are routed there too.
 //! - `runtime` (private): the process-wide state of the loaded plugin.
 //!
-//! The plugin never parses sysfs or image bytes itself: it uses
-//! `amdgpu-topology` and `amdgpu-image`.
+//! The `.so` contains no simulator and no emulator: nothing in this crate
+//! depends on `kfd-sim`, whatever else a workspace build compiles.
 //!
 //! # Example
 //!
@@ -30,7 +32,7 @@
 //! to 64 MiB (an invalid value is reported and its default kept).
 //!
 //! ```
-//! use criu_plugin_amdgpu::options::Options;
+//! use amdgpu_checkpoint::Options;
 //!
 //! let env = |name: &str| match name {
 //!     "KFD_FW_VER_CHECK" => Some("NO".to_owned()),
@@ -46,11 +48,10 @@
 //! ```
 
 pub mod abi;
-pub mod core;
 pub mod criu;
-#[cfg(feature = "emulator")]
-pub mod emulator;
+pub mod hooks;
 pub mod log;
-pub mod options;
+#[cfg(test)]
+mod panic_tests;
 mod runtime;
-pub mod sys;
+pub mod store;

@@ -7,7 +7,10 @@
 //! tool) lines go to stderr, filtered by `AMDGPU_PLUGIN_LOG_LEVEL`
 //! (`0`..=`4`, default `3` = info).
 //!
-//! Tests can install a [`Capture`] to assert on lines instead.
+//! The engine (`amdgpu-checkpoint`) logs through the `log` facade;
+//! [`install`] routes those records here too, so every line of a dump or
+//! restore reaches the same place with the same prefix. Tests can install a
+//! [`Capture`] to assert on lines instead.
 //!
 //! This module never fails and never panics: logging is best effort.
 
@@ -142,6 +145,42 @@ pub fn log(level: Level, args: fmt::Arguments<'_>) {
     }
 }
 
+impl From<log::Level> for Level {
+    fn from(level: log::Level) -> Level {
+        match level {
+            log::Level::Error => Level::Error,
+            log::Level::Warn => Level::Warn,
+            log::Level::Info => Level::Info,
+            log::Level::Debug | log::Level::Trace => Level::Debug,
+        }
+    }
+}
+
+/// The `log` facade's records, into [`log()`].
+struct Forward;
+
+impl log::Log for Forward {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        log(record.level().into(), *record.args());
+    }
+
+    fn flush(&self) {}
+}
+
+/// Makes this module the `log` facade's logger, so the engine's records
+/// reach CRIU's log (or a [`Capture`]). Idempotent; a program that already
+/// installed a logger of its own keeps it.
+pub fn install() {
+    static FORWARD: Forward = Forward;
+    if log::set_logger(&FORWARD).is_ok() {
+        log::set_max_level(log::LevelFilter::Trace);
+    }
+}
+
 /// Logs at error level.
 #[macro_export]
 #[doc(hidden)]
@@ -182,6 +221,16 @@ mod tests {
         assert!(capture.contains(Level::Warn, "gpu 0x1234 missing"));
         assert!(capture.contains(Level::Debug, "details"));
         assert!(!capture.contains(Level::Error, "details"));
+    }
+
+    #[test]
+    fn log_facade_records_reach_the_capture() {
+        install();
+        let capture = Capture::start();
+        log::warn!("from the engine: gpu {:#x}", 0x42);
+        log::trace!("fine detail");
+        assert!(capture.contains(Level::Warn, "from the engine: gpu 0x42"));
+        assert!(capture.contains(Level::Debug, "fine detail"));
     }
 
     #[test]

@@ -28,8 +28,8 @@ use amdgpu_topology::mapping::{map_topologies, MapResult};
 use amdgpu_topology::options::CheckOptions;
 use amdgpu_topology::parse::DEFAULT_ROOT;
 use amdgpu_topology::{builtin_names, GpuId};
-use criu_plugin_amdgpu::core::convert::checkpointed_topology;
-use criu_plugin_amdgpu::core::restore::render_only_candidates;
+use amdgpu_image::topology::checkpointed_topology;
+use amdgpu_checkpoint::restore::render_only_candidates;
 use serde::Serialize;
 
 use super::map;

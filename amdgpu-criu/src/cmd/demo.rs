@@ -33,12 +33,12 @@ use std::time::{Duration, Instant};
 use amdgpu_image::{flags, verify_set, CriuKfd, DirStore, ImageKind, ImageStore, ReadLimits};
 use amdgpu_topology::devices::DeviceTopology;
 use amdgpu_topology::{builtin, builtin_names, parse, renumbered, synthesize_missing, System};
-use criu_plugin_amdgpu::emulator::{
+use criu_host_emulator::{
     CriuEmulator, DeviceVma, EmulatorConfig, RestoredTask, TaskFile, TaskToDump, TaskToRestore,
     VmaOutcome,
 };
 use criu_plugin_amdgpu::log::{Capture, Level};
-use criu_plugin_amdgpu::options::Options;
+use amdgpu_checkpoint::options::Options;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use kfd_sim::workload::{CpuMemory, Profile, Workload, WorkloadDescription};
 use kfd_sim::{FaultSpec, Pid, Sim, SimConfig};

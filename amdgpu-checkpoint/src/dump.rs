@@ -1,0 +1,969 @@
+//! Dump of a process's `/dev/kfd` file (`DUMP_EXT_FILE` in CRIU's dumper)
+//! and the late unpause (`DUMP_DEVICES_LATE`).
+//!
+//! Per KFD file: a version gate on a private `/dev/kfd` (the target's fd may
+//! only carry the CRIU op), `PROCESS_INFO` (pauses the process's queues),
+//! `CHECKPOINT`, the local topology, the `CriuKfd` message with GPUs named
+//! by their user ids, the BO contents per GPU ([`crate::transfer`]), and
+//! `amdgpu-kfd-<id>.img`. The paused process is remembered (through a `dup`
+//! of its fd) and unpaused by [`Dumper::unpause_all`]; without a
+//! `DUMP_DEVICES_LATE` hook in the host it is unpaused right after its
+//! image is written.
+//!
+//! Render-node files ([`Dumper::dump_render_node`]) record their DRM BOs and
+//! the GPU's device entry; one whose GPU no dumped KFD file names is
+//! written at the end of the dump as a render-only image (`gpu_id` 0), so
+//! processes that use render nodes without `/dev/kfd` can be dumped (the C
+//! plugin refuses them).
+//!
+//! Fixed here compared with the C plugin: any failure after `PROCESS_INFO`
+//! unpauses the process before the error is returned; the image write
+//! result is checked; pages files are named by the user gpu_id at dump as at
+//! restore (C names them by the local id at dump, which breaks
+//! re-checkpointing a remapped process); every paused process is unpaused
+//! even when one unpause fails.
+//!
+//! This module never parses sysfs or image bytes itself and never touches
+//! CRIU: the caller passes the store and the configuration.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use amdgpu_image::{
+    flags, CriuDmabufNode, CriuKfd, CriuRenderNode, DrmBoEntry, DrmVmEntry, ImageName, ImageStore,
+    KfdBoEntry, KfdDeviceEntry, FORMAT_VERSION, PRODUCER,
+};
+use amdgpu_topology::devices::DeviceTopology;
+use kfd::{Driver, GemHandle, Kfd, ProcessInfo};
+use kfd_sys::{AMDGPU_GEM_LIST_HANDLES_FLAG_IS_IMPORT, DRM_CLOEXEC};
+
+use amdgpu_image::topology::device_entry;
+use crate::error::Error;
+use crate::transfer;
+use crate::options::Options;
+
+/// The hsakmt (ROCt) shared-memory object, as `/dev/shm` names it.
+pub const HSAKMT_SHM: &str = "hsakmt_shared_mem";
+
+/// Where and how a dump runs.
+#[derive(Debug, Clone)]
+pub struct DumpConfig {
+    /// The KFD topology root (`/sys/class/kfd/kfd/topology` on a host).
+    pub topology_root: PathBuf,
+    /// Options from the environment.
+    pub options: Options,
+    /// Unpause each process right after its image is written (hosts without
+    /// `DUMP_DEVICES_LATE`).
+    pub unpause_early: bool,
+    /// The POSIX shared-memory directory (`/dev/shm`).
+    pub shm_dir: PathBuf,
+}
+
+/// What one KFD dump did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KfdDump {
+    /// CRIU's file id.
+    pub id: u32,
+    /// The process's pid (in its namespace) as KFD reports it.
+    pub pid: u32,
+    /// GPUs of the process.
+    pub gpus: usize,
+    /// BOs of the process.
+    pub bos: usize,
+    /// Bytes of BO contents written to pages files.
+    pub content_bytes: u64,
+    /// Whether the process was already unpaused.
+    pub unpaused: bool,
+}
+
+/// What one render-node dump did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderDump {
+    /// CRIU's file id.
+    pub id: u32,
+    /// The render minor at checkpoint.
+    pub minor: u32,
+    /// The user gpu_id of the node's GPU; `Some(0)` for a render-only
+    /// image (no dumped KFD process uses the GPU); `None` while the node
+    /// waits for a KFD file that may name its GPU.
+    pub gpu_id: Option<u32>,
+    /// DRM BOs of the node's file.
+    pub bos: usize,
+}
+
+/// What one dma-buf dump did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DmabufDump {
+    /// CRIU's file id.
+    pub id: u32,
+    /// The handle of its BO; `None` while it waits for the KFD file.
+    pub handle: Option<u32>,
+}
+
+struct PendingRender {
+    fd: OwnedFd,
+    minor: u32,
+    id: u32,
+}
+
+struct Paused<D: Driver> {
+    kfd: Kfd<D>,
+    pid: u32,
+    id: u32,
+}
+
+/// The dump side of the plugin in CRIU's dumper process.
+pub struct Dumper<D: Driver + Clone> {
+    driver: D,
+    config: DumpConfig,
+    paused: Vec<Paused<D>>,
+    /// Local (actual) gpu_id to user gpu_id, from every KFD file dumped.
+    user_gpu_ids: BTreeMap<u32, u32>,
+    /// Local gpu_id to render minor, from the local topology.
+    render_minors: BTreeMap<u32, u32>,
+    /// Local gpu_id to the pids (from `PROCESS_INFO`) of the dumped KFD
+    /// processes that use it.
+    kfd_pids: BTreeMap<u32, BTreeSet<u32>>,
+    /// Render nodes dumped before their process's KFD file.
+    pending_renders: Vec<PendingRender>,
+    /// (st_dev, st_ino) of each dumped BO's dma-buf to its share handle.
+    dmabuf_handles: BTreeMap<(u64, u64), u32>,
+    /// Share handles some dumped BO re-creates at restore (its KFD entry
+    /// carries the handle, or its DRM entry is not an import); every other
+    /// holder of the buffer imports it.
+    created: BTreeSet<u32>,
+    /// Imported DRM BOs: (share handle, file id, GEM handle).
+    imported: Vec<(u32, u32, u32)>,
+    /// Dma-buf files dumped before the KFD file of their BO.
+    pending_dmabufs: Vec<(OwnedFd, u32)>,
+    /// The local topology, parsed on first use by a render node.
+    topology: Option<DeviceTopology>,
+}
+
+impl<D: Driver + Clone> std::fmt::Debug for Dumper<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dumper")
+            .field("config", &self.config)
+            .field("paused", &self.paused.len())
+            .finish()
+    }
+}
+
+impl<D: Driver + Clone> Dumper<D> {
+    /// A dumper issuing its system calls through `driver`.
+    pub fn new(driver: D, config: DumpConfig) -> Self {
+        Dumper {
+            driver,
+            config,
+            paused: Vec::new(),
+            user_gpu_ids: BTreeMap::new(),
+            render_minors: BTreeMap::new(),
+            kfd_pids: BTreeMap::new(),
+            pending_renders: Vec::new(),
+            dmabuf_handles: BTreeMap::new(),
+            created: BTreeSet::new(),
+            imported: Vec::new(),
+            pending_dmabufs: Vec::new(),
+            topology: None,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DumpConfig {
+        &self.config
+    }
+
+    /// Number of processes paused and waiting for [`Dumper::unpause_all`].
+    pub fn paused(&self) -> usize {
+        self.paused.len()
+    }
+
+    /// Dumps the KFD state behind `fd` (the target's `/dev/kfd`, drained
+    /// into the dumper) as CRIU file `id`.
+    pub fn dump_kfd<S: ImageStore + Sync>(
+        &mut self,
+        store: &S,
+        fd: BorrowedFd<'_>,
+        id: u32,
+    ) -> Result<KfdDump, Error> {
+        {
+            let private = Kfd::open(self.driver.clone()).map_err(Error::kfd(
+                "opening a private /dev/kfd for the version check",
+            ))?;
+            let version = private
+                .version()
+                .map_err(Error::kfd("reading the KFD interface version"))?;
+            if !version.supports_criu() {
+                return Err(Error::KfdTooOld {
+                    major: version.major,
+                    minor: version.minor,
+                });
+            }
+        }
+        let own = fd
+            .try_clone_to_owned()
+            .map_err(Error::io("duplicating the KFD fd"))?;
+        let target = Kfd::from_fd(self.driver.clone(), own);
+        let info = target
+            .process_info()
+            .map_err(Error::kfd("pausing the process (CRIU_OP PROCESS_INFO)"))?;
+        log::info!(
+            "file {id}: pid {} paused: {} GPUs, {} BOs, {} objects, {} bytes of private data",
+            info.pid,
+            info.num_devices,
+            info.num_bos,
+            info.num_objects,
+            info.priv_data_size
+        );
+        match self
+            .checkpoint_paused(&target, &info, store, id)
+            .and_then(|dump| self.flush_pending_renders(store).map(|()| dump))
+            .and_then(|dump| self.flush_pending_dmabufs(store).map(|()| dump))
+        {
+            Ok(mut dump) => {
+                if self.config.unpause_early {
+                    target
+                        .unpause()
+                        .map_err(Error::kfd("unpausing the process after its dump"))?;
+                    dump.unpaused = true;
+                } else {
+                    self.paused.push(Paused {
+                        kfd: target,
+                        pid: info.pid,
+                        id,
+                    });
+                }
+                Ok(dump)
+            }
+            Err(err) => {
+                // A failed dump must never leave the application frozen.
+                match target.unpause() {
+                    Ok(()) => log::info!("file {id}: pid {} unpaused after the failure", info.pid),
+                    Err(e) => log::error!("file {id}: pid {} stays paused: {e}", info.pid),
+                }
+                Err(err)
+            }
+        }
+    }
+
+    fn checkpoint_paused<S: ImageStore + Sync>(
+        &mut self,
+        target: &Kfd<D>,
+        info: &ProcessInfo,
+        store: &S,
+        id: u32,
+    ) -> Result<KfdDump, Error> {
+        let checkpoint = target
+            .checkpoint(info)
+            .map_err(Error::kfd("reading the process state (CRIU_OP CHECKPOINT)"))?;
+        let local = local_topology(&self.config.topology_root, &self.driver)?;
+
+        // actual (local) gpu_id -> user gpu_id
+        let mut user_of: BTreeMap<u32, u32> = BTreeMap::new();
+        for dev in &checkpoint.devices {
+            if local.gpus().all(|n| n.gpu_id != dev.actual_gpu_id) {
+                return Err(Error::Inconsistent(format!(
+                    "the process uses GPU {:#x}, which the topology at {} does not list",
+                    dev.actual_gpu_id,
+                    self.config.topology_root.display()
+                )));
+            }
+            user_of.insert(dev.actual_gpu_id, dev.user_gpu_id);
+        }
+        // The process's view: a process in a container sees only the GPUs
+        // its device cgroup allows (KFD gives it exactly those), while CRIU
+        // on the host sees every GPU in sysfs. The image describes what the
+        // process sees, so it restores into a container of the same shape
+        // (upstream refuses such a dump: every GPU in sysfs must be the
+        // process's).
+        let view = process_view(&local, &user_of);
+        let mut device_entries = Vec::with_capacity(view.nodes.len());
+        for node in &view.nodes {
+            let user = if node.is_gpu() {
+                user_of[&node.gpu_id]
+            } else {
+                0
+            };
+            device_entries.push(device_entry(node, user, &view));
+        }
+
+        let mut bo_entries = Vec::with_capacity(checkpoint.bos.len());
+        for bo in &checkpoint.bos {
+            // The handle names the BO's buffer for dma-buf files and
+            // importers: the first dumped holder of a buffer re-creates and
+            // publishes it at restore. KFD cannot re-create a BO as an import,
+            // so a later holder (a process that imported it) gets its own
+            // copy at restore and no handle: the buffer's files resolve to the
+            // first holder's.
+            let handle = match &bo.dmabuf {
+                Some(dmabuf) => {
+                    let key = self.dmabuf_handle(dmabuf.as_fd())?;
+                    if self.created.insert(key) {
+                        key
+                    } else {
+                        flags::NO_HANDLE
+                    }
+                }
+                None => flags::NO_HANDLE,
+            };
+            bo_entries.push(KfdBoEntry {
+                addr: bo.bucket.addr,
+                size: bo.bucket.size,
+                offset: bo.bucket.offset,
+                alloc_flags: bo.bucket.alloc_flags,
+                gpu_id: bo.bucket.gpu_id,
+                handle,
+                content_checksum: None,
+            });
+        }
+
+        let gpus: Vec<transfer::GpuTarget> = checkpoint
+            .devices
+            .iter()
+            .map(|d| transfer::GpuTarget {
+                user_gpu_id: d.user_gpu_id,
+                local_gpu_id: d.actual_gpu_id,
+                render_minor: local
+                    .gpus()
+                    .find(|n| n.gpu_id == d.actual_gpu_id)
+                    .map_or(0, |n| n.props.drm_render_minor),
+            })
+            .collect();
+        let contents = transfer::dump_contents(
+            &self.driver,
+            store,
+            id,
+            &gpus,
+            &checkpoint.bos,
+            &self.config.options,
+        )?;
+        for (entry, checksum) in &contents.checksums {
+            if let Some(bo) = bo_entries.get_mut(*entry) {
+                bo.content_checksum = Some(*checksum);
+            }
+        }
+
+        let (shared_mem_size, shared_mem_magic) = probe_hsakmt_shm(&self.config.shm_dir);
+        let num_of_gpus = checkpoint.devices.len() as u32;
+        let msg = CriuKfd {
+            pid: info.pid,
+            num_of_gpus,
+            num_of_cpus: (device_entries.len() as u32).saturating_sub(num_of_gpus),
+            device_entries,
+            num_of_bos: bo_entries.len() as u64,
+            bo_entries,
+            num_of_objects: info.num_objects,
+            shared_mem_size,
+            shared_mem_magic,
+            priv_data: checkpoint.priv_data,
+            producer: Some(PRODUCER.to_owned()),
+            format_version: Some(FORMAT_VERSION),
+        };
+        store
+            .write_message(&ImageName::Kfd { id }, &msg)
+            .map_err(Error::image("writing the KFD image"))?;
+        for local in user_of.keys() {
+            self.kfd_pids.entry(*local).or_default().insert(info.pid);
+        }
+        self.user_gpu_ids.extend(user_of);
+        self.render_minors
+            .extend(local.gpus().map(|n| (n.gpu_id, n.props.drm_render_minor)));
+        Ok(KfdDump {
+            id,
+            pid: info.pid,
+            gpus: gpus.len(),
+            bos: msg.bo_entries.len(),
+            content_bytes: contents.bytes,
+            unpaused: false,
+        })
+    }
+
+    /// Dumps a render-node fd (minor `minor`) as CRIU file `id`: a
+    /// `CriuRenderNode` naming the GPU by the user id its process knows it
+    /// by. That id comes from the process's KFD file; when CRIU offers the
+    /// render node first (its fd number is lower), the node is kept (a
+    /// `dup`) and written as soon as a KFD file naming its GPU is dumped —
+    /// upstream fails here. A node whose GPU no dumped KFD file names by
+    /// the end of the dump belongs to a process without `/dev/kfd` and is
+    /// written as a render-only image ([`Dumper::finish_render_only`]).
+    ///
+    /// Which task a render fd belongs to is not visible here (CRIU passes
+    /// no pid, and a DRM file does not name its process): a node written
+    /// with a KFD file's user id may still belong to a render-only process
+    /// of the same GPU. Every image therefore also records the GPU's device
+    /// entry, and restore decides by whether the restored task has a KFD
+    /// image ([`crate::restore`]).
+    ///
+    /// The node's own DRM BOs (GEM objects it created) are saved with
+    /// their handles, mmap offsets, GPU mappings and, for VRAM/GTT BOs, their
+    /// contents; every exportable BO (also one it imported from another file
+    /// or process) is named by the share handle of its buffer, which dma-buf
+    /// files and KFD BOs of the same buffer carry too.
+    pub fn dump_render_node<S: ImageStore>(
+        &mut self,
+        store: &S,
+        fd: BorrowedFd<'_>,
+        minor: u32,
+        id: u32,
+    ) -> Result<RenderDump, Error> {
+        let own = fd
+            .try_clone_to_owned()
+            .map_err(Error::io("duplicating the render-node fd"))?;
+        match self.user_gpu_of_minor(minor) {
+            Some(gpu_id) => {
+                let dump = self.write_render_node(store, own, minor, id, gpu_id)?;
+                self.flush_pending_dmabufs(store)?;
+                Ok(dump)
+            }
+            None => {
+                log::info!(
+                    "file {id}: no dumped KFD file names the GPU of renderD{minor} yet; \
+                     its image waits for one (render-only if none comes)"
+                );
+                self.pending_renders
+                    .push(PendingRender { fd: own, minor, id });
+                Ok(RenderDump {
+                    id,
+                    minor,
+                    gpu_id: None,
+                    bos: 0,
+                })
+            }
+        }
+    }
+
+    /// Render nodes waiting for their process's KFD file.
+    pub fn pending_render_nodes(&self) -> usize {
+        self.pending_renders.len()
+    }
+
+    fn user_gpu_of_minor(&self, minor: u32) -> Option<u32> {
+        let (local, _) = self.render_minors.iter().find(|(_, m)| **m == minor)?;
+        self.user_gpu_ids.get(local).copied()
+    }
+
+    /// The pids of the dumped KFD processes using the GPU of `minor`.
+    fn kfd_pids_of_minor(&self, minor: u32) -> Vec<u32> {
+        self.render_minors
+            .iter()
+            .filter(|(_, m)| **m == minor)
+            .filter_map(|(local, _)| self.kfd_pids.get(local))
+            .flatten()
+            .copied()
+            .collect()
+    }
+
+    /// The local topology, parsed once.
+    fn topology(&mut self) -> Result<&DeviceTopology, Error> {
+        let parsed = match self.topology.take() {
+            Some(parsed) => parsed,
+            None => local_topology(&self.config.topology_root, &self.driver)?,
+        };
+        Ok(self.topology.insert(parsed))
+    }
+
+    /// The device entry of the GPU behind render minor `minor`, with the
+    /// machine's own node and gpu ids.
+    fn render_device(&mut self, minor: u32) -> Result<KfdDeviceEntry, Error> {
+        let root = self.config.topology_root.display().to_string();
+        let topology = self.topology()?;
+        let node = topology
+            .gpus()
+            .find(|n| n.props.drm_render_minor == minor)
+            .ok_or_else(|| Error::Topology {
+                root,
+                reason: format!("no GPU has render minor {minor} (renderD{minor})"),
+            })?;
+        Ok(device_entry(node, node.gpu_id, topology))
+    }
+
+    fn write_render_node<S: ImageStore>(
+        &mut self,
+        store: &S,
+        own: OwnedFd,
+        minor: u32,
+        id: u32,
+        gpu_id: u32,
+    ) -> Result<RenderDump, Error> {
+        let device = self.render_device(minor)?;
+        // Names the GPU in transfer errors: the user id, else the machine's.
+        let named_gpu = if gpu_id != 0 { gpu_id } else { device.gpu_id };
+        let node = kfd::RenderNode::from_fd(self.driver.clone(), own);
+        let handles = match node.gem_list_handles() {
+            Ok(handles) => handles,
+            // Kernels without GEM_LIST_HANDLES: no DRM BOs can be listed.
+            Err(e) if e.errno() == libc::EINVAL => {
+                log::info!(
+                    "file {id}: the kernel cannot list DRM BOs (no AMDGPU_GEM_LIST_HANDLES); \
+                     renderD{minor} is dumped without BOs"
+                );
+                Vec::new()
+            }
+            Err(e) => {
+                return Err(Error::Kfd {
+                    step: "listing the render node's BOs (AMDGPU_GEM_LIST_HANDLES)",
+                    source: e,
+                })
+            }
+        };
+        let mut bo_entries = Vec::with_capacity(handles.len());
+        for (index, listed) in handles.iter().enumerate() {
+            let handle = GemHandle(listed.gem_handle);
+            let is_import = listed.flags & AMDGPU_GEM_LIST_HANDLES_FLAG_IS_IMPORT != 0;
+            // BOs without CPU access (and userptrs) have no mmap offset
+            // (EPERM): nothing of them can be mapped, so 0 = no translation.
+            let offset = match node.gem_mmap_offset(handle) {
+                Ok(offset) => offset,
+                Err(e) if e.errno() == libc::EPERM => 0,
+                Err(e) => {
+                    return Err(Error::Kfd {
+                        step: "reading a DRM BO's mmap offset (AMDGPU_GEM_MMAP)",
+                        source: e,
+                    })
+                }
+            };
+            let vms = node.gem_mapping_info(handle).map_err(Error::kfd(
+                "reading a DRM BO's GPU mappings (AMDGPU_GEM_OP)",
+            ))?;
+            let in_gpu_memory = listed.preferred_domains
+                & u64::from(flags::GEM_DOMAIN_VRAM | flags::GEM_DOMAIN_GTT)
+                != 0;
+            // The buffer's dma-buf names it across files and processes.
+            // Userptr and VM-always-valid BOs cannot be exported (EPERM):
+            // nothing else can share them either.
+            let dmabuf = match node.prime_handle_to_fd(handle, DRM_CLOEXEC) {
+                Ok(dmabuf) => Some(dmabuf),
+                Err(e) if e.errno() == libc::EPERM && !in_gpu_memory => None,
+                Err(e) => {
+                    return Err(Error::Kfd {
+                        step: "exporting a DRM BO (PRIME_HANDLE_TO_FD)",
+                        source: e,
+                    })
+                }
+            };
+            let share_handle = match &dmabuf {
+                Some(dmabuf) => Some(self.dmabuf_handle(dmabuf.as_fd())?),
+                None => None,
+            };
+            // A buffer another dumped BO re-creates (the same GEM object
+            // shared by dma-buf on one device, which the kernel does not flag)
+            // is imported at restore, as is one imported from another device.
+            let is_import =
+                is_import || share_handle.is_some_and(|key| self.created.contains(&key));
+            match (is_import, share_handle) {
+                (false, Some(key)) => {
+                    self.created.insert(key);
+                }
+                (true, Some(key)) => self.imported.push((key, id, listed.gem_handle)),
+                (true, None) => {
+                    return Err(Error::Inconsistent(format!(
+                        "the imported DRM BO {} of renderD{minor} (file {id}) cannot be \
+                         exported, so its buffer cannot be named",
+                        listed.gem_handle
+                    )))
+                }
+                (false, None) => {}
+            }
+            let content_checksum = match (&dmabuf, in_gpu_memory) {
+                (Some(dmabuf), true) => {
+                    let name = ImageName::DrmPages {
+                        id,
+                        minor,
+                        bo_index: index as u32,
+                    };
+                    Some(transfer::dump_drm_bo(
+                        &self.driver,
+                        store,
+                        &name,
+                        transfer::DrmDevice {
+                            gpu_id: named_gpu,
+                            render_minor: minor,
+                        },
+                        dmabuf.as_fd(),
+                        listed.size,
+                        &self.config.options,
+                    )?)
+                }
+                _ => None,
+            };
+            bo_entries.push(DrmBoEntry {
+                addr: vms.last().map_or(0, |vm| vm.addr),
+                size: listed.size,
+                offset,
+                alloc_flags: listed.alloc_flags,
+                alignment: listed.alignment,
+                preferred_domains: listed.preferred_domains as u32,
+                handle: listed.gem_handle,
+                is_import: u32::from(is_import),
+                num_of_vms: vms.len() as u32,
+                vm_entries: vms
+                    .iter()
+                    .map(|vm| DrmVmEntry {
+                        addr: vm.addr,
+                        size: vm.size,
+                        offset: vm.offset,
+                        flags: vm.flags,
+                    })
+                    .collect(),
+                content_checksum,
+                share_handle,
+            });
+        }
+        let msg = CriuRenderNode {
+            gpu_id,
+            id,
+            drm_render_minor: minor,
+            num_of_bos: bo_entries.len() as u64,
+            bo_entries,
+            producer: Some(PRODUCER.to_owned()),
+            format_version: Some(FORMAT_VERSION),
+            device: Some(device),
+            // Which tasks may own the fd: only a named GPU has any.
+            kfd_pids: if gpu_id == 0 {
+                Vec::new()
+            } else {
+                self.kfd_pids_of_minor(minor)
+            },
+        };
+        store
+            .write_message(&ImageName::RenderNode { id }, &msg)
+            .map_err(Error::image("writing the render-node image"))?;
+        Ok(RenderDump {
+            id,
+            minor,
+            gpu_id: Some(gpu_id),
+            bos: msg.bo_entries.len(),
+        })
+    }
+
+    /// Writes the images of pending render nodes whose GPU is now known.
+    fn flush_pending_renders<S: ImageStore>(&mut self, store: &S) -> Result<(), Error> {
+        let pending = std::mem::take(&mut self.pending_renders);
+        let mut first_error = None;
+        for render in pending {
+            match self.user_gpu_of_minor(render.minor) {
+                Some(gpu_id) => {
+                    match self.write_render_node(store, render.fd, render.minor, render.id, gpu_id)
+                    {
+                        Ok(_) => log::info!(
+                            "file {}: renderD{} of GPU {gpu_id:#x} dumped",
+                            render.id,
+                            render.minor
+                        ),
+                        Err(e) => {
+                            first_error.get_or_insert(e);
+                        }
+                    }
+                }
+                None => self.pending_renders.push(render),
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes every render node still waiting for a KFD file as a
+    /// render-only image (`gpu_id` 0 and the GPU's device entry): no dumped
+    /// KFD process uses its GPU, so its process has no `/dev/kfd` (a process
+    /// with one has every visible GPU among its KFD devices). Called once
+    /// every file is dumped (`DUMP_DEVICES_LATE`, or `exit` in CRIU without
+    /// that hook); then resolves dma-bufs of the nodes' BOs. Returns how
+    /// many images were written; every node is tried, the first error is
+    /// returned.
+    pub fn finish_render_only<S: ImageStore>(&mut self, store: &S) -> Result<usize, Error> {
+        let mut written = 0;
+        let mut first_error = None;
+        for render in std::mem::take(&mut self.pending_renders) {
+            let gpu_id = self.user_gpu_of_minor(render.minor).unwrap_or(0);
+            match self.write_render_node(store, render.fd, render.minor, render.id, gpu_id) {
+                Ok(dump) => {
+                    written += 1;
+                    log::info!(
+                        "file {}: renderD{} dumped without a KFD process ({} DRM BOs)",
+                        render.id,
+                        render.minor,
+                        dump.bos
+                    );
+                }
+                Err(e) => {
+                    log::error!("file {}: renderD{}: {e}", render.id, render.minor);
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Err(e) = self.flush_pending_dmabufs(store) {
+            first_error.get_or_insert(e);
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(written),
+        }
+    }
+
+    /// The handle of the buffer behind a dma-buf: dma-bufs of one buffer are
+    /// one file (the kernel caches a GEM object's export), so the file's
+    /// identity names the buffer.
+    fn dmabuf_handle(&mut self, dmabuf: BorrowedFd<'_>) -> Result<u32, Error> {
+        let key = file_identity(dmabuf)?;
+        let next = self.dmabuf_handles.len() as u32 + 1;
+        Ok(*self.dmabuf_handles.entry(key).or_insert(next))
+    }
+
+    /// Dumps a dma-buf fd as CRIU file `id`: `Ok(None)` when amdgpu did not
+    /// export it (not ours). A dma-buf of a KFD BO is recorded as the BO's
+    /// handle (`amdgpu-dmabuf_<id>.img`); when CRIU offers it before the KFD
+    /// file, it waits for it like a render node.
+    pub fn dump_dmabuf<S: ImageStore>(
+        &mut self,
+        store: &S,
+        fd: BorrowedFd<'_>,
+        id: u32,
+    ) -> Result<Option<DmabufDump>, Error> {
+        let kfd = Kfd::open(self.driver.clone()).map_err(Error::kfd(
+            "opening a private /dev/kfd to identify a dma-buf",
+        ))?;
+        match kfd.dmabuf_info(fd) {
+            Ok(_) => {}
+            // Another exporter's dma-buf (or not one the KFD knows): not ours.
+            Err(e) if matches!(e.errno(), libc::EINVAL | libc::EBADF) => return Ok(None),
+            Err(e) => {
+                return Err(Error::Kfd {
+                    step: "identifying a dma-buf (GET_DMABUF_INFO)",
+                    source: e,
+                })
+            }
+        }
+        let key = file_identity(fd)?;
+        if let Some(&handle) = self.dmabuf_handles.get(&key) {
+            write_dmabuf(store, id, handle)?;
+            return Ok(Some(DmabufDump {
+                id,
+                handle: Some(handle),
+            }));
+        }
+        let own = fd
+            .try_clone_to_owned()
+            .map_err(Error::io("duplicating the dma-buf fd"))?;
+        log::info!("file {id}: dma-buf comes before the KFD file of its BO; written after it");
+        self.pending_dmabufs.push((own, id));
+        Ok(Some(DmabufDump { id, handle: None }))
+    }
+
+    fn flush_pending_dmabufs<S: ImageStore>(&mut self, store: &S) -> Result<(), Error> {
+        let pending = std::mem::take(&mut self.pending_dmabufs);
+        for (fd, id) in pending {
+            let key = file_identity(fd.as_fd())?;
+            match self.dmabuf_handles.get(&key) {
+                Some(&handle) => {
+                    write_dmabuf(store, id, handle)?;
+                    log::info!("file {id}: dma-buf of BO handle {handle} dumped");
+                }
+                None => self.pending_dmabufs.push((fd, id)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Unpauses every paused process (`DUMP_DEVICES_LATE`), all of them even
+    /// when one fails; returns how many were unpaused, or the first error.
+    pub fn unpause_all(&mut self) -> Result<usize, Error> {
+        let mut first_error = None;
+        let mut unpaused = 0;
+        // A process whose unpause failed stays listed: `exit` (and drop)
+        // try again, so a transient failure does not leave it frozen.
+        let mut still_paused = Vec::new();
+        for paused in std::mem::take(&mut self.paused) {
+            match paused.kfd.unpause() {
+                Ok(()) => {
+                    unpaused += 1;
+                    log::info!("file {}: pid {} unpaused", paused.id, paused.pid);
+                }
+                Err(e) => {
+                    log::error!("file {}: cannot unpause pid {}: {e}", paused.id, paused.pid);
+                    first_error.get_or_insert(Error::Kfd {
+                        step: "unpausing a dumped process (CRIU_OP UNPAUSE)",
+                        source: e,
+                    });
+                    still_paused.push(paused);
+                }
+            }
+        }
+        self.paused = still_paused;
+        if first_error.is_none() && !self.pending_dmabufs.is_empty() {
+            let files: Vec<String> = self
+                .pending_dmabufs
+                .drain(..)
+                .map(|(_, id)| format!("file {id}"))
+                .collect();
+            first_error = Some(Error::Inconsistent(format!(
+                "amdgpu dma-bufs of no buffer of a dumped KFD or render-node file: {}",
+                files.join(", ")
+            )));
+        }
+        let orphans: Vec<String> = self
+            .imported
+            .iter()
+            .filter(|(key, ..)| !self.created.contains(key))
+            .map(|(_, id, handle)| format!("BO {handle} of file {id}"))
+            .collect();
+        if first_error.is_none() && !orphans.is_empty() {
+            first_error = Some(Error::Inconsistent(format!(
+                "DRM BOs imported from a buffer no dumped process holds (its exporter is \
+                 outside the dump): {}",
+                orphans.join(", ")
+            )));
+        }
+        if first_error.is_none() && !self.pending_renders.is_empty() {
+            let files: Vec<String> = self
+                .pending_renders
+                .drain(..)
+                .map(|r| format!("file {} (renderD{})", r.id, r.minor))
+                .collect();
+            first_error = Some(Error::Inconsistent(format!(
+                "render nodes never written (the dump ended before they were): {}",
+                files.join(", ")
+            )));
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(unpaused),
+        }
+    }
+}
+
+impl<D: Driver + Clone> Drop for Dumper<D> {
+    fn drop(&mut self) {
+        if !self.paused.is_empty() {
+            log::warn!(
+                "{} dumped process(es) still paused at teardown; unpausing",
+                self.paused.len()
+            );
+            let _ = self.unpause_all();
+        }
+    }
+}
+
+/// `(st_dev, st_ino)` of an open file.
+fn file_identity(fd: BorrowedFd<'_>) -> Result<(u64, u64), Error> {
+    use std::os::unix::fs::MetadataExt;
+    let file = std::fs::File::from(
+        fd.try_clone_to_owned()
+            .map_err(Error::io("duplicating a dma-buf fd"))?,
+    );
+    let meta = file.metadata().map_err(Error::io("fstat of a dma-buf"))?;
+    Ok((meta.dev(), meta.ino()))
+}
+
+fn write_dmabuf<S: ImageStore>(store: &S, id: u32, handle: u32) -> Result<(), Error> {
+    let msg = CriuDmabufNode {
+        gem_handle: handle,
+        producer: Some(PRODUCER.to_owned()),
+        format_version: Some(FORMAT_VERSION),
+    };
+    store
+        .write_message(&ImageName::Dmabuf { id }, &msg)
+        .map_err(Error::image("writing the dma-buf image"))
+}
+
+/// The topology as a process with the GPUs `user_of` (actual gpu_id ->
+/// user gpu_id) sees it: every CPU node and its GPUs, nothing else. GPUs of
+/// the host that the process cannot use are left out (logged), and so are
+/// the links to them (invalid in the view).
+fn process_view(local: &DeviceTopology, user_of: &BTreeMap<u32, u32>) -> DeviceTopology {
+    let mut nodes = Vec::with_capacity(local.nodes.len());
+    for node in &local.nodes {
+        if node.is_gpu() && !user_of.contains_key(&node.gpu_id) {
+            log::info!(
+                "GPU {:#x} (node {}) is not one of the process's GPUs (device cgroup): \
+                 left out of the image",
+                node.gpu_id,
+                node.node_id
+            );
+            continue;
+        }
+        nodes.push(node.clone());
+    }
+    DeviceTopology { nodes }
+}
+
+/// The sysfs reads of the KFD topology as the process behind `driver`
+/// makes them (a node of a GPU its device cgroup hides answers `EPERM`);
+/// listings come from the file system as they are.
+struct ReadAs<'a, D>(&'a D);
+
+impl<D: Driver> amdgpu_topology::parse::SysfsReader for ReadAs<'_, D> {
+    fn read_dir(&self, path: &Path) -> std::io::Result<Vec<String>> {
+        amdgpu_topology::parse::RealFs.read_dir(path)
+    }
+
+    fn is_dir(&self, path: &Path) -> std::io::Result<bool> {
+        amdgpu_topology::parse::RealFs.is_dir(path)
+    }
+
+    fn read(&self, path: &Path, limit: usize) -> std::io::Result<Vec<u8>> {
+        self.0.read_sysfs(path, limit)
+    }
+}
+
+/// Parses the local topology under `root`, as the process behind `driver`
+/// sees it, into the device view. Skipped nodes are logged (with the file
+/// and the reason), so a GPU missing later ("not listed", "number of GPUs
+/// mismatch") can be traced to its sysfs node.
+pub fn local_topology<D: Driver>(root: &Path, driver: &D) -> Result<DeviceTopology, Error> {
+    let parsed =
+        amdgpu_topology::parse::parse_with(&ReadAs(driver), root).map_err(|e| Error::Topology {
+            root: root.display().to_string(),
+            reason: e.to_string(),
+        })?;
+    for skipped in &parsed.skipped {
+        // A container's hidden GPUs are expected; anything else is odd.
+        if skipped.reason == amdgpu_topology::parse::SkipReason::AccessDenied {
+            log::info!("KFD topology at {}: {skipped}", root.display());
+        } else {
+            log::warn!("KFD topology at {}: {skipped}", root.display());
+        }
+    }
+    DeviceTopology::from_system(&parsed.system).map_err(|e| Error::Topology {
+        root: root.display().to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// Size and first four bytes of hsakmt's shared memory, `(0, 0)` when absent.
+fn probe_hsakmt_shm(shm_dir: &Path) -> (u64, u32) {
+    let path = shm_dir.join(HSAKMT_SHM);
+    let Ok(meta) = std::fs::metadata(&path) else {
+        return (0, 0);
+    };
+    let mut magic = [0u8; 4];
+    match std::fs::File::open(&path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+    {
+        Ok(()) => (meta.len(), u32::from_ne_bytes(magic)),
+        Err(e) => {
+            log::warn!("cannot read the magic of {}: {e}", path.display());
+            (meta.len(), 0)
+        }
+    }
+}
+
+/// Removes every image of the CRIU file ids in `ids` from `store` (after a
+/// failed dump, so no image set that looks complete remains); the number of
+/// files removed.
+pub fn discard_images(store: &impl ImageStore, ids: &BTreeSet<u32>) -> Result<usize, Error> {
+    let names = store
+        .list()
+        .map_err(Error::image("listing the images of the failed dump"))?;
+    let mut removed = 0;
+    for name in names.iter().filter(|n| ids.contains(&n.id())) {
+        if store
+            .discard(name)
+            .map_err(Error::image("removing an image of the failed dump"))?
+        {
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}

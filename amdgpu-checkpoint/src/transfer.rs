@@ -1,0 +1,635 @@
+//! BO contents between GPU memory and pages files.
+//!
+//! One worker per GPU, all GPUs in parallel (`std::thread::scope`); each
+//! worker streams the VRAM/GTT BOs of its GPU, in bucket order, into (dump)
+//! or out of (restore) `amdgpu-pages-<id>-<user gpu_id>.img`, through the
+//! staging buffers of [`crate::options::Staging`]. The pages writer of
+//! `amdgpu-image` turns zero pages into holes and records a checksum per
+//! BO, which the KFD image then carries.
+//!
+//! This module decides what moves where; the copy itself belongs to the
+//! `kfd` crate's SDMA copy engine. It never parses image bytes.
+
+use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd};
+
+use amdgpu_image::pages::{PagesBo, WrittenPages};
+use amdgpu_image::{
+    ImageName, ImageStore, ImageWriter, PagesLayout, PagesReader, PagesSink, PagesWriter,
+    ValidatedKfd,
+};
+use kfd::{
+    CheckpointBo, CopyEngine, CopyEngineConfig, Driver, Fence, ImportedBo, RenderMinor, RenderNode,
+    RestoredBo, StagingBuffer, StagingSlot,
+};
+
+use crate::error::Error;
+use crate::options::{Options, Staging};
+
+/// One GPU of a transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuTarget {
+    /// The id the process knows (names the pages file; BO buckets carry it).
+    pub user_gpu_id: u32,
+    /// The local GPU.
+    pub local_gpu_id: u32,
+    /// The local GPU's render minor.
+    pub render_minor: u32,
+}
+
+/// The GPU a DRM BO's transfer runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrmDevice {
+    /// The GPU's user id (names it in errors).
+    pub gpu_id: u32,
+    /// The local render minor the copy engine opens.
+    pub render_minor: u32,
+}
+
+/// What the dump of BO contents produced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContentReport {
+    /// Payload bytes in all pages files.
+    pub bytes: u64,
+    /// `(bo entry index, checksum)` for every BO with contents.
+    pub checksums: Vec<(usize, u64)>,
+}
+
+/// The BOs of one GPU whose contents move, in bucket order, with their index
+/// in the whole BO list.
+fn bos_of_gpu(gpu: u32, bos: &[CheckpointBo]) -> Vec<(usize, &CheckpointBo)> {
+    bos.iter()
+        .enumerate()
+        .filter(|(_, bo)| bo.gpu_id().0 == gpu && bo.flags().has_content())
+        .collect()
+}
+
+/// Writes the pages file of every GPU in `gpus` from the BOs' dma-bufs;
+/// returns the bytes and checksums.
+pub fn dump_contents<D: Driver + Clone, S: ImageStore + Sync>(
+    driver: &D,
+    store: &S,
+    id: u32,
+    gpus: &[GpuTarget],
+    bos: &[CheckpointBo],
+    options: &Options,
+) -> Result<ContentReport, Error> {
+    let results: Vec<Result<ContentReport, Error>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = gpus
+            .iter()
+            .map(|&gpu| {
+                let mine = bos_of_gpu(gpu.user_gpu_id, bos);
+                scope.spawn(move || dump_gpu(driver, store, id, gpu, &mine, options))
+            })
+            .collect();
+        workers
+            .into_iter()
+            .zip(gpus)
+            .map(|(worker, gpu)| {
+                worker.join().unwrap_or_else(|_| {
+                    Err(Error::Transfer {
+                        gpu_id: gpu.user_gpu_id,
+                        step: "dump worker",
+                        reason: "the worker thread panicked".into(),
+                    })
+                })
+            })
+            .collect()
+    });
+    let mut report = ContentReport::default();
+    for result in results {
+        let gpu = result?;
+        report.bytes += gpu.bytes;
+        report.checksums.extend(gpu.checksums);
+    }
+    report.checksums.sort_unstable();
+    Ok(report)
+}
+
+/// Staging slots of one engine with the copy in flight on each, used
+/// round-robin so chunks complete in submission order. The pipeline runs
+/// across BO boundaries: a BO is released once the slot carrying its last
+/// chunk has been drained (`release`), not by emptying the ring at the end
+/// of every BO.
+struct Ring {
+    slots: Vec<StagingSlot>,
+    pending: Vec<Option<(Fence, usize)>>,
+    release: Vec<Option<ImportedBo>>,
+    next: usize,
+}
+
+fn transfer_error(gpu: u32, step: &'static str) -> impl FnOnce(kfd::Error) -> Error {
+    move |e| Error::Transfer {
+        gpu_id: gpu,
+        step,
+        reason: e.to_string(),
+    }
+}
+
+/// One GPU's copy engine on a private render file with its staging ring.
+/// The private file's VM holds nothing but the engine's mappings, so no VA
+/// can collide with the process's BOs.
+struct Pipe<D: Driver + Clone> {
+    engine: CopyEngine<D>,
+    ring: Ring,
+    chunk: u64,
+    gpu: u32,
+}
+
+impl<D: Driver + Clone> Pipe<D> {
+    fn open(driver: &D, render_minor: u32, staging: Staging, gpu: u32) -> Result<Self, Error> {
+        let render = RenderNode::open(driver.clone(), RenderMinor(render_minor))
+            .map_err(transfer_error(gpu, "opening a private render node"))?;
+        let mut engine = CopyEngine::new(render, CopyEngineConfig::default())
+            .map_err(transfer_error(gpu, "setting up the SDMA copy engine"))?;
+        let len = usize::try_from(staging.buffer_size).map_err(|_| Error::Transfer {
+            gpu_id: gpu,
+            step: "allocating staging memory",
+            reason: format!("{} bytes do not fit in memory", staging.buffer_size),
+        })?;
+        let mut slots = Vec::with_capacity(staging.buffers);
+        for _ in 0..staging.buffers {
+            let buffer = StagingBuffer::new(len).map_err(transfer_error(
+                gpu,
+                "allocating staging memory (lower KFD_MAX_BUFFER_SIZE if memory is short)",
+            ))?;
+            slots.push(
+                engine
+                    .add_staging(buffer)
+                    .map_err(transfer_error(gpu, "registering staging memory"))?,
+            );
+        }
+        Ok(Pipe {
+            engine,
+            ring: Ring {
+                pending: vec![None; slots.len()],
+                release: (0..slots.len()).map(|_| None).collect(),
+                slots,
+                next: 0,
+            },
+            chunk: staging.buffer_size,
+            gpu,
+        })
+    }
+
+    fn wait(&mut self, fence: &Fence) -> Result<(), Error> {
+        match self.engine.wait(fence, None) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Error::Transfer {
+                gpu_id: self.gpu,
+                step: "waiting for an SDMA copy",
+                reason: "the copy did not complete".into(),
+            }),
+            Err(e) => Err(transfer_error(self.gpu, "SDMA copy")(e)),
+        }
+    }
+
+    fn import(
+        &mut self,
+        dmabuf: BorrowedFd<'_>,
+        size: u64,
+        what: &str,
+    ) -> Result<ImportedBo, Error> {
+        let imported = self
+            .engine
+            .import_dmabuf(dmabuf)
+            .map_err(transfer_error(self.gpu, "importing a BO's dma-buf"))?;
+        if imported.size() < size {
+            let have = imported.size();
+            let _ = self.engine.release_bo(imported);
+            return Err(Error::Inconsistent(format!(
+                "{what} on GPU {:#x}: the dma-buf has {have:#x} bytes, {size:#x} are expected",
+                self.gpu
+            )));
+        }
+        Ok(imported)
+    }
+
+    /// Releases the BO whose last chunk went through slot `i` (its copies
+    /// are all complete once that slot was drained).
+    fn release_slot_bo(&mut self, i: usize) -> Result<(), Error> {
+        match self.ring.release[i].take() {
+            Some(bo) => self
+                .engine
+                .release_bo(bo)
+                .map_err(transfer_error(self.gpu, "releasing an imported BO")),
+            None => Ok(()),
+        }
+    }
+
+    /// Releases `imported` once `last_slot` (the slot of its last chunk) is
+    /// drained; right away when it had no chunk.
+    fn retire(&mut self, imported: ImportedBo, last_slot: Option<usize>) -> Result<(), Error> {
+        match last_slot {
+            Some(i) => {
+                self.ring.release[i] = Some(imported);
+                Ok(())
+            }
+            None => self
+                .engine
+                .release_bo(imported)
+                .map_err(transfer_error(self.gpu, "releasing an imported BO")),
+        }
+    }
+
+    /// Waits for the copy in flight on slot `i` and appends it to `writer`.
+    fn drain_slot<W: PagesSink>(
+        &mut self,
+        i: usize,
+        writer: &mut PagesWriter<W>,
+    ) -> Result<(), Error> {
+        if let Some((fence, len)) = self.ring.pending[i].take() {
+            self.wait(&fence)?;
+            let data = self
+                .engine
+                .staging(self.ring.slots[i])
+                .map_err(transfer_error(self.gpu, "reading staging memory"))?;
+            writer
+                .write(&data[..len])
+                .map_err(Error::image("writing a pages file"))?;
+        }
+        self.release_slot_bo(i)
+    }
+
+    /// Drains every slot in submission order into `writer`: call after the
+    /// last [`read_bo`](Self::read_bo), before the writer is finished.
+    fn finish_reads<W: PagesSink>(&mut self, writer: &mut PagesWriter<W>) -> Result<(), Error> {
+        for k in 0..self.ring.slots.len() {
+            let i = (self.ring.next + k) % self.ring.slots.len();
+            self.drain_slot(i, writer)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the copy in flight on slot `i` (a write into a BO) and
+    /// releases the BO it completes, if any.
+    fn settle_write(&mut self, i: usize) -> Result<(), Error> {
+        if let Some((fence, _)) = self.ring.pending[i].take() {
+            self.wait(&fence)?;
+        }
+        self.release_slot_bo(i)
+    }
+
+    /// Streams `size` bytes of the BO behind `dmabuf` into `writer`, the SDMA
+    /// copy of each chunk overlapping the write of the previous one (also
+    /// across BOs: the last chunks are written by the next call or by
+    /// [`finish_reads`](Self::finish_reads)).
+    fn read_bo<W: PagesSink>(
+        &mut self,
+        dmabuf: BorrowedFd<'_>,
+        size: u64,
+        writer: &mut PagesWriter<W>,
+        what: &str,
+    ) -> Result<(), Error> {
+        let imported = self.import(dmabuf, size, what)?;
+        let mut offset = 0u64;
+        let mut last_slot = None;
+        while offset < size {
+            let i = self.ring.next;
+            self.drain_slot(i, writer)?;
+            let len = (size - offset).min(self.chunk) as usize;
+            let fence = self
+                .engine
+                .submit_read(&imported, offset, self.ring.slots[i], len)
+                .map_err(transfer_error(self.gpu, "submitting an SDMA read"))?;
+            self.ring.pending[i] = Some((fence, len));
+            self.ring.next = (i + 1) % self.ring.slots.len();
+            last_slot = Some(i);
+            offset += len as u64;
+        }
+        self.retire(imported, last_slot)
+    }
+
+    /// Fills `size` bytes of the BO behind `dmabuf` (layout entry `entry`)
+    /// from `reader`, reading the next chunk while the previous one copies
+    /// (also across BOs: [`close`](Self::close) waits for the last copies).
+    fn write_bo<R: Read>(
+        &mut self,
+        dmabuf: BorrowedFd<'_>,
+        entry: usize,
+        size: u64,
+        reader: &mut PagesReader<R>,
+        name: &ImageName,
+    ) -> Result<(), Error> {
+        let gpu = self.gpu;
+        let imported = self.import(dmabuf, size, &format!("BO {entry}"))?;
+        let mut offset = 0u64;
+        let mut last_slot = None;
+        while offset < size {
+            let i = self.ring.next;
+            self.settle_write(i)?;
+            let want = (size - offset).min(self.chunk) as usize;
+            let buf = self
+                .engine
+                .staging_mut(self.ring.slots[i])
+                .map_err(transfer_error(gpu, "filling staging memory"))?;
+            let chunk = reader
+                .read_chunk(&mut buf[..want])
+                .map_err(Error::image("reading a pages file"))?
+                .ok_or_else(|| Error::Transfer {
+                    gpu_id: gpu,
+                    step: "reading the pages file",
+                    reason: format!("{name} ended inside BO {entry}"),
+                })?;
+            if chunk.entry != entry || chunk.offset != offset || chunk.len == 0 {
+                return Err(Error::Transfer {
+                    gpu_id: gpu,
+                    step: "reading the pages file",
+                    reason: format!(
+                        "{name}: expected BO {entry} at {offset:#x}, got BO {} at {:#x}",
+                        chunk.entry, chunk.offset
+                    ),
+                });
+            }
+            let fence = self
+                .engine
+                .submit_write(&imported, offset, self.ring.slots[i], chunk.len)
+                .map_err(transfer_error(gpu, "submitting an SDMA write"))?;
+            self.ring.pending[i] = Some((fence, chunk.len));
+            self.ring.next = (i + 1) % self.ring.slots.len();
+            last_slot = Some(i);
+            offset += chunk.len as u64;
+        }
+        self.retire(imported, last_slot)
+    }
+
+    /// Waits for the copies still in flight (writes into BOs; reads must
+    /// have been written out with [`finish_reads`](Self::finish_reads)),
+    /// releases the BOs and closes the engine.
+    fn close(mut self) -> Result<(), Error> {
+        for k in 0..self.ring.slots.len() {
+            let i = (self.ring.next + k) % self.ring.slots.len();
+            self.settle_write(i)?;
+        }
+        let gpu = self.gpu;
+        self.engine
+            .close()
+            .map_err(transfer_error(gpu, "closing the SDMA copy engine"))
+    }
+}
+
+fn finish_pages<W: ImageWriter>(
+    writer: PagesWriter<W>,
+    name: &ImageName,
+) -> Result<WrittenPages, Error> {
+    let (sink, written) = writer
+        .finish()
+        .map_err(Error::image("finishing a pages file"))?;
+    sink.commit()
+        .map_err(Error::io(format!("committing {name}")))?;
+    Ok(written)
+}
+
+fn dump_gpu<D: Driver + Clone, S: ImageStore>(
+    driver: &D,
+    store: &S,
+    id: u32,
+    target: GpuTarget,
+    bos: &[(usize, &CheckpointBo)],
+    options: &Options,
+) -> Result<ContentReport, Error> {
+    let gpu = target.user_gpu_id;
+    let name = ImageName::Pages { id, gpu_id: gpu };
+    let layout = PagesLayout::new(
+        bos.iter()
+            .map(|(entry, bo)| PagesBo {
+                entry: *entry,
+                size: bo.bucket.size,
+                checksum: None,
+            })
+            .collect(),
+    )
+    .ok_or_else(|| Error::Transfer {
+        gpu_id: gpu,
+        step: "sizing the pages file",
+        reason: "the BO sizes overflow 64 bits".into(),
+    })?;
+    let mut writer = store
+        .create_pages(&name, layout)
+        .map_err(Error::image("creating a pages file"))?;
+    if !bos.is_empty() {
+        let largest = bos.iter().map(|(_, bo)| bo.bucket.size).max().unwrap_or(0);
+        let mut pipe = Pipe::open(
+            driver,
+            target.render_minor,
+            options.staging.for_largest_bo(largest),
+            gpu,
+        )?;
+        for (entry, bo) in bos {
+            let dmabuf = bo.dmabuf.as_ref().ok_or_else(|| {
+                Error::Inconsistent(format!(
+                    "BO {entry} on GPU {gpu:#x} has contents but the kernel exported no dma-buf"
+                ))
+            })?;
+            pipe.read_bo(
+                dmabuf.as_fd(),
+                bo.bucket.size,
+                &mut writer,
+                &format!("BO {entry}"),
+            )?;
+        }
+        pipe.finish_reads(&mut writer)?;
+        pipe.close()?;
+    }
+    let written = finish_pages(writer, &name)?;
+    Ok(ContentReport {
+        bytes: written.payload_len,
+        checksums: written.checksums,
+    })
+}
+
+/// Writes the contents of every GPU's pages file back into the restored
+/// BOs; returns the bytes written. A GPU without BO contents needs no pages
+/// file (images of the C plugin always have one, with an empty payload).
+pub fn restore_contents<D: Driver + Clone, S: ImageStore + Sync>(
+    driver: &D,
+    store: &S,
+    image: &ValidatedKfd,
+    gpus: &[GpuTarget],
+    restored: &[RestoredBo],
+    options: &Options,
+) -> Result<u64, Error> {
+    let results: Vec<Result<u64, Error>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = gpus
+            .iter()
+            .map(|&gpu| {
+                scope.spawn(move || restore_gpu(driver, store, image, gpu, restored, options))
+            })
+            .collect();
+        workers
+            .into_iter()
+            .zip(gpus)
+            .map(|(worker, gpu)| {
+                worker.join().unwrap_or_else(|_| {
+                    Err(Error::Transfer {
+                        gpu_id: gpu.user_gpu_id,
+                        step: "restore worker",
+                        reason: "the worker thread panicked".into(),
+                    })
+                })
+            })
+            .collect()
+    });
+    let mut bytes = 0;
+    for result in results {
+        bytes += result?;
+    }
+    Ok(bytes)
+}
+
+fn restore_gpu<D: Driver + Clone, S: ImageStore>(
+    driver: &D,
+    store: &S,
+    image: &ValidatedKfd,
+    target: GpuTarget,
+    restored: &[RestoredBo],
+    options: &Options,
+) -> Result<u64, Error> {
+    let gpu = target.user_gpu_id;
+    let name = ImageName::Pages {
+        id: image.id(),
+        gpu_id: gpu,
+    };
+    let dmabuf_of = |entry: usize| {
+        restored
+            .get(entry)
+            .and_then(|r| r.dmabuf.as_ref())
+            .map(|f| f.as_fd())
+    };
+    restore_pages(
+        driver,
+        store,
+        &name,
+        image.pages_layout(gpu),
+        gpu,
+        target.render_minor,
+        options,
+        &dmabuf_of,
+    )
+}
+
+/// Fills the BOs of one GPU's pages file `name` (with `layout`) through
+/// their dma-bufs (`dmabuf_of(layout entry)`), on a private copy engine of
+/// render minor `render_minor`; verifies the end of the file and every
+/// checksum and returns the bytes written. A missing file is fine when the
+/// layout has no BO. Used by the in-task restore and by the parallel
+/// restore worker in CRIU's main process.
+#[allow(clippy::too_many_arguments)]
+pub fn restore_pages<'f, D: Driver + Clone, S: ImageStore>(
+    driver: &D,
+    store: &S,
+    name: &ImageName,
+    layout: PagesLayout,
+    gpu: u32,
+    render_minor: u32,
+    options: &Options,
+    dmabuf_of: &dyn Fn(usize) -> Option<BorrowedFd<'f>>,
+) -> Result<u64, Error> {
+    let total = layout.total_len();
+    let no_bos = layout.bos().is_empty();
+    // A reader over a directory store's file skips its holes (zero runs are
+    // filled into staging without reading the file; still copied to the
+    // GPU, since a restored BO's memory is not known to be cleared).
+    let Some(mut reader) = store
+        .open_pages(name, layout)
+        .map_err(Error::image("reading a pages file"))?
+    else {
+        if no_bos {
+            return Ok(0);
+        }
+        return Err(Error::Transfer {
+            gpu_id: gpu,
+            step: "opening the pages file",
+            reason: format!("{name} is missing"),
+        });
+    };
+    let bos: Vec<PagesBo> = reader.layout().bos().to_vec();
+    if !bos.is_empty() {
+        let largest = bos.iter().map(|b| b.size).max().unwrap_or(0);
+        let mut pipe = Pipe::open(
+            driver,
+            render_minor,
+            options.staging.for_largest_bo(largest),
+            gpu,
+        )?;
+        for bo in &bos {
+            let dmabuf = dmabuf_of(bo.entry).ok_or_else(|| {
+                Error::Inconsistent(format!(
+                    "BO {} on GPU {gpu:#x} has contents but no dma-buf to fill",
+                    bo.entry
+                ))
+            })?;
+            pipe.write_bo(dmabuf, bo.entry, bo.size, &mut reader, name)?;
+        }
+        pipe.close()?;
+    }
+    // The end of the file (and every checksum) is verified.
+    reader
+        .verify_all(&mut [])
+        .map_err(Error::image("reading a pages file"))?;
+    Ok(total)
+}
+
+/// Writes one DRM BO's contents (through its dma-buf) into the pages file
+/// `name`; returns the BO's checksum.
+pub fn dump_drm_bo<D: Driver + Clone, S: ImageStore>(
+    driver: &D,
+    store: &S,
+    name: &ImageName,
+    device: DrmDevice,
+    dmabuf: BorrowedFd<'_>,
+    size: u64,
+    options: &Options,
+) -> Result<u64, Error> {
+    let layout = PagesLayout::from_sizes([size])
+        .ok_or_else(|| Error::Inconsistent(format!("{name}: a BO of {size:#x} bytes")))?;
+    let mut writer = store
+        .create_pages(name, layout)
+        .map_err(Error::image("creating a DRM pages file"))?;
+    if size > 0 {
+        let mut pipe = Pipe::open(
+            driver,
+            device.render_minor,
+            options.staging.for_largest_bo(size),
+            device.gpu_id,
+        )?;
+        pipe.read_bo(dmabuf, size, &mut writer, &name.to_string())?;
+        pipe.finish_reads(&mut writer)?;
+        pipe.close()?;
+    }
+    let written = finish_pages(writer, name)?;
+    Ok(written.checksums.first().map_or(0, |(_, sum)| *sum))
+}
+
+/// Fills one restored DRM BO (through its dma-buf) from the pages file
+/// `name` with `layout` (a single BO).
+pub fn restore_drm_bo<D: Driver + Clone, S: ImageStore>(
+    driver: &D,
+    store: &S,
+    name: &ImageName,
+    layout: PagesLayout,
+    device: DrmDevice,
+    dmabuf: BorrowedFd<'_>,
+    options: &Options,
+) -> Result<u64, Error> {
+    let total = layout.total_len();
+    let mut reader = store
+        .open_pages(name, layout)
+        .map_err(Error::image("reading a DRM pages file"))?
+        .ok_or_else(|| Error::Inconsistent(format!("{name} is missing")))?;
+    let bos: Vec<PagesBo> = reader.layout().bos().to_vec();
+    if let Some(bo) = bos.first().filter(|bo| bo.size > 0) {
+        let mut pipe = Pipe::open(
+            driver,
+            device.render_minor,
+            options.staging.for_largest_bo(bo.size),
+            device.gpu_id,
+        )?;
+        pipe.write_bo(dmabuf, bo.entry, bo.size, &mut reader, name)?;
+        pipe.close()?;
+    }
+    reader
+        .verify_all(&mut [])
+        .map_err(Error::image("reading a DRM pages file"))?;
+    Ok(total)
+}

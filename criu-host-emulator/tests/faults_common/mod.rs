@@ -1,0 +1,658 @@
+//! Shared machinery of the fault, hostile-input and panic tests.
+//!
+//! * [`FaultDriver`]: a [`kfd::Driver`] over a [`SimDriver`] that records
+//!   every device call the plugin makes as a [`Site`] (the simulator's fault
+//!   name plus its 1-based occurrence in the run), and can make exactly one
+//!   site fail through kfd-sim's own fault injection: right before that call
+//!   it arms `FaultSpec::new(name, 1, errno)` (exclusively, so no concurrent
+//!   call of the plugin can consume it) and afterwards checks the fault
+//!   fired.
+//! * [`MiniCriu`]: CRIU's hook sequence for one dump or one restore (as the
+//!   plugin's emulator runs it) over any driver and host, so the tests can put
+//!   the [`FaultDriver`] or a failing image store underneath.
+//! * [`Snapshot`]: what must come back after a failure (simulator accounting,
+//!   threads of this process).
+//!
+//! Never edits the plugin's `tests/common` module; each test binary uses a
+//! subset of this one.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use criu_plugin_amdgpu::abi::Stage;
+use criu_plugin_amdgpu::hooks::{CriuHost, Plugin, PluginConfig, VmaUpdate, NOT_MINE};
+use amdgpu_checkpoint::restore::Restored;
+use criu_host_emulator::{DeviceVma, TaskFile};
+use amdgpu_checkpoint::options::Options;
+use kfd::{DeviceNumber, Driver, FdKind};
+use kfd_sim::{Accounting, Errno, FaultSpec, Pid, ProcessConfig, Sim, SimDriver};
+
+/// One call of the plugin into the (simulated) kernel: the simulator's fault
+/// name of the operation and which call of that name it is in the run.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Site {
+    /// `OPEN`, `MMAP`, an ioctl name without prefix (`AMDGPU_CS`) or
+    /// `CRIU_OP:<SUB>`.
+    pub op: String,
+    /// 1-based occurrence of `op` in the run.
+    pub nth: u32,
+}
+
+/// Checks the call sites a clean run recorded before each is failed in
+/// turn: every request is one kfd-sys names, the run made each of `must`,
+/// and prints how many sites of each op `label` (the machine) has.
+pub fn check_clean_sites(sites: &[Site], phase: &str, must: &[&str], label: &str) {
+    let unknown: Vec<_> = sites
+        .iter()
+        .filter(|s| s.op.starts_with("UNKNOWN_REQUEST"))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "requests kfd-sys does not name: {unknown:?}"
+    );
+    for op in must {
+        assert!(
+            sites.iter().any(|s| s.op == *op),
+            "the {phase} never called {op}"
+        );
+    }
+    let mut per_op = std::collections::BTreeMap::new();
+    for site in sites {
+        *per_op.entry(site.op.as_str()).or_insert(0) += 1;
+    }
+    println!("{label}: {} call sites: {per_op:?}", sites.len());
+}
+
+/// The errno a failed call site gets: `ENOMEM` for `mmap` (what it really
+/// fails with), `EIO` for everything else.
+pub fn site_errno(site: &Site) -> kfd_sim::Errno {
+    if site.op == "MMAP" {
+        kfd_sim::Errno(libc::ENOMEM)
+    } else {
+        kfd_sim::Errno(libc::EIO)
+    }
+}
+
+impl std::fmt::Display for Site {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.op, self.nth)
+    }
+}
+
+macro_rules! request_names {
+    ($($name:ident),* $(,)?) => {
+        &[$((kfd_sys::$name as u32, stringify!($name))),*]
+    };
+}
+
+/// Every request code kfd-sys defines, with its C name.
+const REQUESTS: &[(u32, &str)] = request_names![
+    DRM_IOCTL_AMDGPU_GEM_CREATE,
+    DRM_IOCTL_AMDGPU_GEM_MMAP,
+    DRM_IOCTL_AMDGPU_CTX,
+    DRM_IOCTL_AMDGPU_BO_LIST,
+    DRM_IOCTL_AMDGPU_CS,
+    DRM_IOCTL_AMDGPU_INFO,
+    DRM_IOCTL_AMDGPU_GEM_VA,
+    DRM_IOCTL_AMDGPU_WAIT_CS,
+    DRM_IOCTL_AMDGPU_GEM_OP,
+    DRM_IOCTL_AMDGPU_GEM_USERPTR,
+    DRM_IOCTL_AMDGPU_GEM_LIST_HANDLES,
+    DRM_IOCTL_VERSION,
+    DRM_IOCTL_GEM_CLOSE,
+    DRM_IOCTL_PRIME_HANDLE_TO_FD,
+    DRM_IOCTL_PRIME_FD_TO_HANDLE,
+    DRM_IOCTL_GEM_CHANGE_HANDLE,
+    AMDKFD_IOC_GET_VERSION,
+    AMDKFD_IOC_CREATE_QUEUE,
+    AMDKFD_IOC_DESTROY_QUEUE,
+    AMDKFD_IOC_SET_MEMORY_POLICY,
+    AMDKFD_IOC_GET_CLOCK_COUNTERS,
+    AMDKFD_IOC_GET_PROCESS_APERTURES,
+    AMDKFD_IOC_UPDATE_QUEUE,
+    AMDKFD_IOC_CREATE_EVENT,
+    AMDKFD_IOC_DESTROY_EVENT,
+    AMDKFD_IOC_SET_EVENT,
+    AMDKFD_IOC_RESET_EVENT,
+    AMDKFD_IOC_WAIT_EVENTS,
+    AMDKFD_IOC_SET_SCRATCH_BACKING_VA,
+    AMDKFD_IOC_GET_TILE_CONFIG,
+    AMDKFD_IOC_SET_TRAP_HANDLER,
+    AMDKFD_IOC_GET_PROCESS_APERTURES_NEW,
+    AMDKFD_IOC_ACQUIRE_VM,
+    AMDKFD_IOC_ALLOC_MEMORY_OF_GPU,
+    AMDKFD_IOC_FREE_MEMORY_OF_GPU,
+    AMDKFD_IOC_MAP_MEMORY_TO_GPU,
+    AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU,
+    AMDKFD_IOC_SET_CU_MASK,
+    AMDKFD_IOC_GET_QUEUE_WAVE_STATE,
+    AMDKFD_IOC_GET_DMABUF_INFO,
+    AMDKFD_IOC_IMPORT_DMABUF,
+    AMDKFD_IOC_ALLOC_QUEUE_GWS,
+    AMDKFD_IOC_SMI_EVENTS,
+    AMDKFD_IOC_SVM,
+    AMDKFD_IOC_SET_XNACK_MODE,
+    AMDKFD_IOC_CRIU_OP,
+    AMDKFD_IOC_AVAILABLE_MEMORY,
+    AMDKFD_IOC_EXPORT_DMABUF,
+];
+
+/// CRIU sub-operations by `op` number (kfd_ioctl.h order).
+const CRIU_OPS: [&str; 5] = ["PROCESS_INFO", "CHECKPOINT", "UNPAUSE", "RESTORE", "RESUME"];
+
+/// The simulator's fault name of a request (prefix stripped), or the raw
+/// code in hex when kfd-sys does not define it (the caller fails the test).
+fn fault_name(request: u64, arg: *mut c_void) -> String {
+    let code = request as u32;
+    let Some((_, name)) = REQUESTS.iter().find(|(c, _)| *c == code) else {
+        return format!("UNKNOWN_REQUEST_{code:#x}");
+    };
+    if code == kfd_sys::AMDKFD_IOC_CRIU_OP && !arg.is_null() {
+        // SAFETY: the caller passes a kfd_ioctl_criu_args (the Driver::ioctl
+        // contract makes `arg` valid for its 56 bytes); `op` is its u32 at 48.
+        let op = unsafe {
+            std::ptr::read_unaligned(
+                arg.cast::<u8>()
+                    .add(std::mem::offset_of!(kfd_sys::kfd_ioctl_criu_args, op))
+                    .cast::<u32>(),
+            )
+        };
+        if let Some(sub) = CRIU_OPS.get(op as usize) {
+            return format!("CRIU_OP:{sub}");
+        }
+    }
+    name.strip_prefix("AMDKFD_IOC_")
+        .or_else(|| name.strip_prefix("DRM_IOCTL_"))
+        .unwrap_or(name)
+        .to_owned()
+}
+
+#[derive(Debug, Default)]
+struct Recorder {
+    sites: Vec<Site>,
+    counts: HashMap<String, u32>,
+    target: Option<(Site, Errno)>,
+    /// Whether the targeted call reached the simulator's fault point.
+    fired: Option<bool>,
+}
+
+/// See the module docs.
+#[derive(Clone)]
+pub struct FaultDriver {
+    inner: SimDriver,
+    rec: Arc<Mutex<Recorder>>,
+    /// Taken shared by every call, exclusively by the faulted one.
+    gate: Arc<RwLock<()>>,
+}
+
+impl std::fmt::Debug for FaultDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultDriver")
+            .field("pid", &self.inner.pid())
+            .finish()
+    }
+}
+
+impl FaultDriver {
+    /// Records the calls `inner` is asked to make.
+    pub fn new(inner: SimDriver) -> FaultDriver {
+        FaultDriver {
+            inner,
+            rec: Arc::default(),
+            gate: Arc::default(),
+        }
+    }
+
+    /// A driver for another simulated process sharing this one's record
+    /// (CRIU's dumper, main restorer and restored task are one run).
+    pub fn for_pid(&self, pid: Pid) -> FaultDriver {
+        FaultDriver {
+            inner: self.inner.sim().driver(pid),
+            rec: self.rec.clone(),
+            gate: self.gate.clone(),
+        }
+    }
+
+    /// Makes `site` fail with `errno` in the coming run.
+    pub fn fail_at(&self, site: Site, errno: Errno) {
+        let mut rec = self.lock();
+        rec.target = Some((site, errno));
+        rec.fired = None;
+    }
+
+    /// Every call so far, in order.
+    pub fn sites(&self) -> Vec<Site> {
+        self.lock().sites.clone()
+    }
+
+    /// `Some(true)` when the targeted call met its injected fault,
+    /// `Some(false)` when the call happened but the simulator rejected it
+    /// before its fault point, `None` when the site was never reached.
+    pub fn fired(&self) -> Option<bool> {
+        self.lock().fired
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Recorder> {
+        self.rec.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records one call and runs it, armed if it is the target.
+    fn call<T>(&self, op: String, run: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+        let armed = {
+            let mut rec = self.lock();
+            let n = rec.counts.entry(op.clone()).or_insert(0);
+            *n += 1;
+            let site = Site { op, nth: *n };
+            rec.sites.push(site.clone());
+            match &rec.target {
+                Some((target, errno)) if *target == site => Some((site, *errno)),
+                _ => None,
+            }
+        };
+        let Some((site, errno)) = armed else {
+            let _shared = self.gate.read().unwrap_or_else(PoisonError::into_inner);
+            return run();
+        };
+        let _exclusive = self.gate.write().unwrap_or_else(PoisonError::into_inner);
+        let sim = self.inner.sim();
+        sim.inject(FaultSpec::new(&site.op, 1, errno));
+        let result = run();
+        let fired = sim.pending_faults().is_empty();
+        sim.clear_faults();
+        self.lock().fired = Some(fired);
+        result
+    }
+}
+
+impl Driver for FaultDriver {
+    fn open(&self, path: &Path, flags: c_int) -> io::Result<OwnedFd> {
+        self.call("OPEN".into(), || self.inner.open(path, flags))
+    }
+
+    unsafe fn ioctl(
+        &self,
+        fd: BorrowedFd<'_>,
+        request: u64,
+        arg: *mut c_void,
+    ) -> io::Result<c_int> {
+        let name = fault_name(request, arg);
+        // SAFETY: forwarded Driver::ioctl contract.
+        self.call(name, || unsafe { self.inner.ioctl(fd, request, arg) })
+    }
+
+    unsafe fn mmap(
+        &self,
+        addr: *mut c_void,
+        len: usize,
+        prot: c_int,
+        flags: c_int,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+    ) -> io::Result<NonNull<c_void>> {
+        // SAFETY: forwarded Driver::mmap contract.
+        self.call("MMAP".into(), || unsafe {
+            self.inner.mmap(addr, len, prot, flags, fd, offset)
+        })
+    }
+
+    unsafe fn munmap(&self, addr: NonNull<c_void>, len: usize) -> io::Result<()> {
+        // SAFETY: forwarded Driver::munmap contract.
+        unsafe { self.inner.munmap(addr, len) }
+    }
+
+    fn fd_kind(&self, fd: BorrowedFd<'_>) -> io::Result<FdKind> {
+        self.inner.fd_kind(fd)
+    }
+
+    fn device_number(&self, path: &Path) -> io::Result<DeviceNumber> {
+        self.inner.device_number(path)
+    }
+
+    fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {
+        self.inner.read_sysfs(path, limit)
+    }
+}
+
+/// A hook that made CRIU give up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookFailure {
+    /// The hook.
+    pub hook: &'static str,
+    /// Its negative answer.
+    pub errno: c_int,
+}
+
+/// What a successful restore left: the restored task's plugin state (it
+/// holds render files, as the real restored process does) and the files.
+pub struct RestoredTask<D: Driver + Clone, H: CriuHost> {
+    /// The plugin state of the restored task.
+    pub plugin: Plugin<D, H>,
+    /// The fds `RESTORE_EXT_FILE` returned.
+    pub files: Vec<OwnedFd>,
+    /// `RESUME_DEVICES_LATE`'s answer (CRIU only logs it).
+    pub resume_answer: c_int,
+}
+
+/// A `Basic` workload on `sim`, stepped once, given `prepare` (more GPU
+/// state for the paths under test), dumped cleanly into `images` by a
+/// [`MiniCriu`] with the plugin's log kept quiet, and killed: its pid, its
+/// GPU file ids and what `prepare` returned.
+pub fn dump_and_kill<T>(
+    sim: &Sim,
+    images: &Path,
+    shm: &Path,
+    prepare: impl FnOnce(&kfd_sim::workload::Workload) -> T,
+) -> (Pid, Vec<u32>, T) {
+    let mut app = kfd_sim::workload::Workload::launch(sim, &kfd_sim::workload::Profile::Basic)
+        .expect("launch app");
+    app.step().expect("app step");
+    let prepared = prepare(&app);
+    let criu = MiniCriu::new(sim, shm);
+    let (files, ids) = crate::common::gpu_files(&app);
+    let quiet = criu_plugin_amdgpu::log::Capture::start();
+    criu.dump(
+        |pid| sim.driver(pid),
+        criu_host_emulator::EmulatedHost::new(images, None),
+        app.pid(),
+        &files,
+        &crate::common::device_vmas(sim),
+    )
+    .expect("clean dump");
+    drop(quiet);
+    drop(files);
+    let pid = app.pid();
+    app.exit().expect("the app exits");
+    (pid, ids, prepared)
+}
+
+/// CRIU's hook sequence over any driver and host (see the module docs).
+pub struct MiniCriu {
+    /// The simulated machine.
+    pub sim: Sim,
+    /// The KFD topology root the plugin parses.
+    pub topology_root: PathBuf,
+    /// The private shared-memory directory.
+    pub shm_dir: PathBuf,
+}
+
+impl MiniCriu {
+    /// A CRIU on `sim` whose plugin reads the simulator's own topology.
+    pub fn new(sim: &Sim, shm_dir: &Path) -> MiniCriu {
+        MiniCriu {
+            sim: sim.clone(),
+            topology_root: sim.sysfs_root(),
+            shm_dir: shm_dir.to_path_buf(),
+        }
+    }
+
+    fn config(&self) -> PluginConfig {
+        PluginConfig {
+            topology_root: self.topology_root.clone(),
+            shm_dir: self.shm_dir.clone(),
+            has_dump_devices_late: true,
+            has_restore_retry: true,
+        }
+    }
+
+    /// `criu dump --leave-running` of `target` by a dumper process whose
+    /// driver `driver_of` makes; files in ascending fd order.
+    pub fn dump<D: Driver + Clone, H: CriuHost>(
+        &self,
+        driver_of: impl Fn(Pid) -> D,
+        host: H,
+        target: Pid,
+        files: &[TaskFile<'_>],
+        vmas: &[DeviceVma],
+    ) -> Result<(), HookFailure> {
+        let dumper = self.sim.spawn_process().expect("spawn the dumper");
+        self.sim
+            .ptrace_attach(dumper, target)
+            .expect("ptrace-attach the target");
+        let driver = driver_of(dumper);
+        let mut plugin = Plugin::init(
+            driver.clone(),
+            host,
+            Stage::Dump,
+            self.config(),
+            Options::default(),
+        );
+        let result = (|| {
+            for vma in vmas {
+                if let Ok(dev) = driver.device_number(&vma.path) {
+                    let answer = plugin.handle_device_vma(dev);
+                    if answer < 0 {
+                        return Err(HookFailure {
+                            hook: "HANDLE_DEVICE_VMA",
+                            errno: answer,
+                        });
+                    }
+                }
+            }
+            for file in files {
+                let drained = file.fd.try_clone_to_owned().expect("drain a file");
+                let answer = plugin.dump_ext_file(drained.as_fd(), file.id as c_int);
+                if answer < 0 {
+                    return Err(HookFailure {
+                        hook: "DUMP_EXT_FILE",
+                        errno: answer,
+                    });
+                }
+            }
+            let answer = plugin.dump_devices_late(target.0 as c_int);
+            if answer < 0 && answer != NOT_MINE {
+                return Err(HookFailure {
+                    hook: "DUMP_DEVICES_LATE",
+                    errno: answer,
+                });
+            }
+            Ok(())
+        })();
+        plugin.exit(if result.is_ok() { 0 } else { -1 });
+        let _ = self.sim.ptrace_detach(target);
+        self.sim.exit_process(dumper).expect("the dumper exits");
+        result
+    }
+
+    /// `criu restore` of `pid` with GPU files `ids` and device mappings
+    /// `vmas`. On failure the restored task is killed, as CRIU does.
+    pub fn restore<D: Driver + Clone, H: CriuHost + Clone>(
+        &self,
+        driver_of: impl Fn(Pid) -> D,
+        host: H,
+        pid: Pid,
+        ids: &[u32],
+        vmas: &[DeviceVma],
+    ) -> Result<RestoredTask<D, H>, HookFailure> {
+        let task = self
+            .sim
+            .spawn_process_with(ProcessConfig {
+                pid: Some(pid),
+                ..ProcessConfig::default()
+            })
+            .expect("recreate the task");
+        let main = self.sim.spawn_process().expect("spawn the main restorer");
+        let mut main_plugin = Plugin::init(
+            driver_of(main),
+            host.clone(),
+            Stage::Restore,
+            self.config(),
+            Options::default(),
+        );
+        let mut task_plugin = main_plugin.forked(driver_of(task), host);
+        let result = (|| {
+            let answer = main_plugin.restore_init();
+            if answer < 0 && answer != NOT_MINE {
+                return Err(HookFailure {
+                    hook: "RESTORE_INIT",
+                    errno: answer,
+                });
+            }
+            let answer = main_plugin.post_forking();
+            if answer < 0 && answer != NOT_MINE {
+                return Err(HookFailure {
+                    hook: "POST_FORKING",
+                    errno: answer,
+                });
+            }
+            let mut files = Vec::new();
+            let mut waiting = ids.to_vec();
+            while !waiting.is_empty() {
+                let mut still = Vec::new();
+                for &id in &waiting {
+                    match task_plugin.restore_file(id as c_int) {
+                        Ok(Restored::File(fd)) => files.push(fd),
+                        Ok(Restored::WaitForKfd) => still.push(id),
+                        Ok(Restored::NotOurs) => {
+                            return Err(HookFailure {
+                                hook: "RESTORE_EXT_FILE",
+                                errno: NOT_MINE,
+                            })
+                        }
+                        Err(errno) => {
+                            return Err(HookFailure {
+                                hook: "RESTORE_EXT_FILE",
+                                errno,
+                            })
+                        }
+                    }
+                }
+                if still.len() == waiting.len() {
+                    return Err(HookFailure {
+                        hook: "RESTORE_EXT_FILE",
+                        errno: -libc::EAGAIN,
+                    });
+                }
+                waiting = still;
+            }
+            for vma in vmas {
+                let path = vma.path.as_os_str().as_encoded_bytes();
+                match task_plugin.update_vma_map(path, vma.addr, vma.pgoff) {
+                    VmaUpdate::Translated { fd, .. } if fd >= 0 => {
+                        // SAFETY: an fd >= 0 from UPDATE_VMA_MAP is new and
+                        // owned by CRIU, here this function.
+                        files.push(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) });
+                    }
+                    VmaUpdate::Errno(e) if e != NOT_MINE => {
+                        return Err(HookFailure {
+                            hook: "UPDATE_VMA_MAP",
+                            errno: e,
+                        })
+                    }
+                    _ => {}
+                }
+            }
+            Ok(files)
+        })();
+        match result {
+            Ok(files) => {
+                let resume_answer = main_plugin.resume_devices_late(task.0 as c_int);
+                main_plugin.exit(0);
+                self.sim
+                    .exit_process(main)
+                    .expect("the main restorer exits");
+                Ok(RestoredTask {
+                    plugin: task_plugin,
+                    files,
+                    resume_answer,
+                })
+            }
+            Err(failure) => {
+                main_plugin.exit(-1);
+                drop(task_plugin);
+                self.sim
+                    .exit_process(task)
+                    .expect("the failed task is killed");
+                self.sim
+                    .exit_process(main)
+                    .expect("the main restorer exits");
+                Err(failure)
+            }
+        }
+    }
+}
+
+/// Resources that must be back where they were after a failed run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The simulator's accounting.
+    pub accounting: Accounting,
+    /// Threads of this process.
+    pub threads: usize,
+}
+
+impl Snapshot {
+    /// Takes one now.
+    pub fn take(sim: &Sim) -> Snapshot {
+        Snapshot {
+            accounting: sim.accounting(),
+            threads: thread_count(),
+        }
+    }
+}
+
+/// The number of threads once joined threads have left `/proc/self/task`:
+/// `pthread_join` returns when the kernel clears the thread's tid, which is
+/// before the exiting task is released, so a thread joined a moment ago can
+/// still be listed. Waits up to two seconds for the count to drop to `limit`
+/// and returns the count then; a thread that is really still alive stays
+/// counted.
+pub fn thread_count_settled(limit: usize) -> usize {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let count = thread_count();
+        if count <= limit || std::time::Instant::now() >= deadline {
+            return count;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// The number of threads of this process.
+pub fn thread_count() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// The words an error line must contain for a failure of `op`: the
+/// operation as the kfd crate names it.
+pub fn op_words(op: &str) -> String {
+    match op {
+        "OPEN" => "open".into(),
+        "MMAP" => "mmap".into(),
+        _ => op.replace(':', " "),
+    }
+}
+
+/// Whether an error-level line of `lines` names `op`.
+pub fn log_names_op(lines: &[(criu_plugin_amdgpu::log::Level, String)], op: &str) -> bool {
+    let words = op_words(op).to_ascii_lowercase();
+    lines.iter().any(|(level, text)| {
+        *level == criu_plugin_amdgpu::log::Level::Error
+            && text.to_ascii_lowercase().contains(&words)
+    })
+}
+
+/// Whether `amdgpu-criu verify` would call the set in `dir` complete: it has
+/// amdgpu image files and no problem.
+pub fn set_looks_complete(dir: &Path) -> bool {
+    let store = amdgpu_image::DirStore::open_dir(dir).expect("open the images dir");
+    let report = amdgpu_image::verify_set(&store, amdgpu_image::ReadLimits::default())
+        .expect("list the images dir");
+    report.files > 0 && report.is_clean()
+}
+
+/// Removes every file of `dir` (between runs in one images directory).
+pub fn empty_dir(dir: &Path) {
+    for entry in std::fs::read_dir(dir).expect("read the images dir") {
+        let path = entry.expect("dir entry").path();
+        std::fs::remove_file(&path).expect("remove an image");
+    }
+}

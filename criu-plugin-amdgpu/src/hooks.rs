@@ -1,0 +1,692 @@
+//! The plugin's answers to CRIU's hooks, generic over the driver and over
+//! what CRIU provides ([`CriuHost`]).
+//!
+//! [`Plugin`] holds the state of one CRIU process role (the dumper, the main
+//! restorer, or a restored task — which starts as a fork of the main
+//! restorer, see [`Plugin::forked`]) and answers each hook in CRIU's
+//! convention: 0 or a value on success, a negative errno on failure, and
+//! [`NOT_MINE`] (`-ENOTSUP`) for every fd, VMA, path, pid or image id that
+//! carries no KFD state, so other plugins in CRIU's chain get their turn.
+//! The `.so` instantiates it over the real kernel and CRIU's services; the
+//! emulator over `kfd-sim` and an images directory.
+//!
+//! Errors are logged here, once, with the hook and the object they concern.
+
+use std::collections::BTreeSet;
+use std::ffi::c_int;
+use std::os::fd::{BorrowedFd, IntoRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use kfd::{DeviceNumber, Driver};
+
+use amdgpu_checkpoint::dump::{discard_images, DumpConfig, Dumper};
+use amdgpu_checkpoint::handles::HandleTable;
+use amdgpu_image::ImageStore;
+use amdgpu_checkpoint::identify::{Devices, FdClass};
+use amdgpu_checkpoint::parallel::{Copier, ParallelFacts, ParallelRestore, SocketName, WorkerReport};
+use amdgpu_checkpoint::restore::{
+    resume, shared_buffer_count, RestoreConfig, Restored, Restorer, Resume, Sharing, TaskIdentity,
+};
+use amdgpu_checkpoint::vma::VmaAnswer;
+use amdgpu_checkpoint::{Error, Options};
+
+use crate::abi::Stage;
+use crate::{log_debug, log_error, log_info, log_warn};
+
+/// `-ENOTSUP`: "not mine", the next plugin in CRIU's chain is asked.
+pub const NOT_MINE: c_int = -libc::ENOTSUP;
+
+/// What CRIU offers the plugin in one process role.
+pub trait CriuHost {
+    /// Where images live.
+    type Store: ImageStore + Sync;
+
+    /// The image store, for writing (`dump`) or reading.
+    fn image_store(&self, dump: bool) -> Result<Self::Store, Error>;
+
+    /// `add_inventory_plugin("amdgpu_plugin")`: the restore of these images
+    /// needs this plugin.
+    fn add_inventory_plugin(&self) -> std::io::Result<()>;
+
+    /// Whether the inventory of the images being restored names this plugin
+    /// (always true for CRIU older than inventory gating).
+    fn inventory_names_plugin(&self) -> bool;
+
+    /// `find_unused_fd_pid(pid)`: a free fd number above every fd the
+    /// restored task will own.
+    fn find_unused_fd(&self, pid: u32) -> Option<i32>;
+
+    /// The pid of the process this hook runs in, as CRIU restores it: in a
+    /// restored task, its pid in its own pid namespace (`getpid()`), which
+    /// is the pid its KFD image records and, when the tree has one pid
+    /// namespace, the pid `find_unused_fd_pid` knows the task by. `None`
+    /// when the host cannot tell.
+    ///
+    /// Caveat: in a task of a nested pid namespace CRIU's `vpid` (the pid in
+    /// the namespace of the tree's root) differs from `getpid()`, so
+    /// `find_unused_fd_pid` of this pid names another task or none — the
+    /// same limit the C plugin has with the KFD image's pid.
+    fn current_pid(&self) -> Option<u32>;
+
+    /// `fdstore_add(fd)`: parks a copy of `fd` in CRIU's fd store (kept by
+    /// CRIU's main process for every restored task) and returns its id.
+    /// Hosts without an fd store answer `ENOSYS` (the default).
+    fn fdstore_add(&self, fd: BorrowedFd<'_>) -> std::io::Result<i32> {
+        let _ = fd;
+        Err(std::io::Error::from_raw_os_error(libc::ENOSYS))
+    }
+
+    /// `fdstore_get(id)`: a new fd of the file parked under `id`. Hosts
+    /// without an fd store answer `ENOSYS` (the default).
+    fn fdstore_get(&self, id: i32) -> std::io::Result<OwnedFd> {
+        let _ = id;
+        Err(std::io::Error::from_raw_os_error(libc::ENOSYS))
+    }
+
+    /// What CRIU says about this restore for the choice of parallel
+    /// restore (asked in the main process at `init(RESTORE)`). The default,
+    /// nothing known, keeps BO contents restored in the tasks.
+    fn parallel_facts(&self) -> ParallelFacts {
+        ParallelFacts::default()
+    }
+
+    /// The driver and images directory the parallel restore worker copies
+    /// with, in CRIU's main process (asked at `POST_FORKING`); `None` when
+    /// the host cannot give them.
+    fn copier(&self) -> Option<Copier> {
+        None
+    }
+}
+
+/// Paths and host capabilities that shape the plugin's behaviour.
+#[derive(Debug, Clone)]
+pub struct PluginConfig {
+    /// The KFD topology root.
+    pub topology_root: PathBuf,
+    /// The POSIX shared-memory directory.
+    pub shm_dir: PathBuf,
+    /// Whether CRIU calls `DUMP_DEVICES_LATE` (else processes are unpaused
+    /// right after their dump).
+    pub has_dump_devices_late: bool,
+    /// Whether CRIU passes `retry_needed` to `RESTORE_EXT_FILE` (else a
+    /// render node restored before its task's `/dev/kfd` is an error).
+    pub has_restore_retry: bool,
+}
+
+/// What `UPDATE_VMA_MAP` answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VmaUpdate {
+    /// Return 1: CRIU maps `fd` (if >= 0; CRIU then owns it) at page offset
+    /// `pgoff` instead of the saved one.
+    Translated {
+        /// The new offset.
+        pgoff: u64,
+        /// The fd to map, or -1 to let CRIU open the saved path.
+        fd: c_int,
+    },
+    /// Return 0: keep the saved offset and path.
+    Unchanged,
+    /// A negative errno (`-ENOTSUP` for paths that are not ours).
+    Errno(c_int),
+}
+
+/// The plugin in one CRIU process role.
+pub struct Plugin<D: Driver + Clone, H: CriuHost> {
+    driver: D,
+    host: H,
+    stage: Stage,
+    config: PluginConfig,
+    options: Options,
+    /// Restore of images that do not name this plugin in the inventory.
+    disabled: bool,
+    /// `None`: no `/dev/kfd` on this machine; every hook is not ours.
+    devices: Option<Devices>,
+    added_to_inventory: bool,
+    dumper: Option<Dumper<D>>,
+    restorer: Option<Restorer<D>>,
+    /// The buffer handle table `RESTORE_INIT` made before fork, shared by
+    /// every restored task.
+    handles: Option<Arc<HandleTable>>,
+    /// CRIU file ids `DUMP_EXT_FILE` worked on: their images are removed
+    /// when `exit` reports a failed dump.
+    dumped_ids: BTreeSet<u32>,
+    /// Main restorer: parallel restore, when chosen at `init`.
+    parallel: Option<ParallelRestore>,
+    /// Restored task: where it hands BO contents off (inherited at fork).
+    hand_off: Option<SocketName>,
+}
+
+impl<D: Driver + Clone, H: CriuHost> std::fmt::Debug for Plugin<D, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("stage", &self.stage)
+            .field("disabled", &self.disabled)
+            .field("devices", &self.devices)
+            .field("dumper", &self.dumper)
+            .field("restorer", &self.restorer)
+            .field("parallel", &self.parallel)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Logs what the parallel restore worker did; false when a copy failed
+/// (each failure logged at error level).
+fn log_parallel_outcome(hook: &str, result: Result<WorkerReport, Error>) -> bool {
+    match result {
+        Ok(report) => {
+            let mut ok = true;
+            for (id, e) in report.failures() {
+                ok = false;
+                match id {
+                    Some(id) => log_error!("{hook}: parallel restore of file {id} failed: {e}"),
+                    None => log_error!("{hook}: parallel restore failed: {e}"),
+                }
+            }
+            if ok {
+                log_info!(
+                    "parallel restore: {} bytes of {} KFD files copied",
+                    report.bytes(),
+                    report.commands.len()
+                );
+            }
+            ok
+        }
+        Err(e) => {
+            log_error!("{hook}: parallel restore: {e}");
+            false
+        }
+    }
+}
+
+fn fail(hook: &str, what: &str, err: &Error) -> c_int {
+    log_error!("{hook}: {what}: {err}");
+    err.errno()
+}
+
+impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
+    /// `init(stage)`: probes `/dev/kfd`, applies the inventory gate at
+    /// restore, and takes the options.
+    pub fn init(driver: D, host: H, stage: Stage, config: PluginConfig, options: Options) -> Self {
+        crate::log::install();
+        let disabled = stage == Stage::Restore && !host.inventory_names_plugin();
+        if disabled {
+            log_info!("images do not need this plugin: disabled for this restore");
+        }
+        let devices = match Devices::probe(&driver) {
+            Ok(Some(devices)) => Some(devices),
+            Ok(None) => {
+                log_info!("no /dev/kfd on this machine: GPU files are not handled");
+                None
+            }
+            Err(e) => {
+                log_warn!("cannot stat /dev/kfd ({e}): GPU files are not handled");
+                None
+            }
+        };
+        let parallel = if stage == Stage::Restore && !disabled && devices.is_some() {
+            ParallelRestore::plan(&host.parallel_facts())
+        } else {
+            None
+        };
+        log_info!("initialized for {stage:?}");
+        Plugin {
+            driver,
+            host,
+            stage,
+            config,
+            options,
+            disabled,
+            devices,
+            added_to_inventory: false,
+            dumper: None,
+            restorer: None,
+            handles: None,
+            dumped_ids: BTreeSet::new(),
+            parallel,
+            hand_off: None,
+        }
+    }
+
+    /// The state a restored task starts with: CRIU forks it from the main
+    /// restorer after `init` and `RESTORE_INIT`, so it inherits the options
+    /// and the gate but has its own driver (process identity) and host.
+    pub fn forked(&self, driver: D, host: H) -> Self {
+        Plugin {
+            driver,
+            host,
+            stage: self.stage,
+            config: self.config.clone(),
+            options: self.options,
+            disabled: self.disabled,
+            devices: self.devices,
+            added_to_inventory: self.added_to_inventory,
+            dumper: None,
+            restorer: None,
+            handles: self.handles.clone(),
+            dumped_ids: BTreeSet::new(),
+            parallel: None,
+            hand_off: self.parallel.as_ref().map(|p| p.socket().clone()),
+        }
+    }
+
+    /// The stage.
+    pub fn stage(&self) -> Stage {
+        self.stage
+    }
+
+    /// Whether hooks can be ours at all (enabled, `/dev/kfd` present).
+    fn active(&self) -> Option<Devices> {
+        if self.disabled {
+            return None;
+        }
+        self.devices
+    }
+
+    /// The dumper, if a GPU file was dumped.
+    pub fn dumper(&self) -> Option<&Dumper<D>> {
+        self.dumper.as_ref()
+    }
+
+    /// The restorer, if a GPU file was restored.
+    pub fn restorer(&self) -> Option<&Restorer<D>> {
+        self.restorer.as_ref()
+    }
+
+    /// `exit(stage, ret)`: never leaves a dumped process paused, and after
+    /// a failed dump removes the images it wrote, so no set that looks
+    /// complete remains.
+    pub fn exit(mut self, ret: c_int) {
+        // CRIU without DUMP_DEVICES_LATE: render-only nodes are written now,
+        // after every file was dumped. CRIU no longer hears of a failure
+        // here; the log names it and the restore of the missing file fails.
+        if self.stage == Stage::Dump && ret == 0 {
+            if let Some(dumper) = self.dumper.as_mut() {
+                if dumper.pending_render_nodes() > 0 {
+                    let written = self
+                        .host
+                        .image_store(true)
+                        .and_then(|store| dumper.finish_render_only(&store));
+                    if let Err(e) = written {
+                        log_error!(
+                            "exit: render-only nodes not written ({e}); this dump cannot be restored"
+                        );
+                    }
+                }
+            }
+        }
+        if let Some(dumper) = self.dumper.as_mut() {
+            if dumper.paused() > 0 {
+                if let Err(e) = dumper.unpause_all() {
+                    log_error!("exit: {e}");
+                }
+            }
+        }
+        if self.stage == Stage::Dump && ret != 0 && !self.dumped_ids.is_empty() {
+            self.discard_images();
+        }
+        if let Some(mut parallel) = self.parallel.take() {
+            // RESUME_DEVICES_LATE did not run (a failed restore): stop the
+            // worker, so no thread outlives the plugin.
+            if let Some(result) = parallel.finish() {
+                log_parallel_outcome("exit", result);
+            }
+        }
+        log_info!("finished {:?} (CRIU result {ret})", self.stage);
+    }
+
+    /// Removes every image of the file ids this dump worked on.
+    fn discard_images(&self) {
+        let removed = self
+            .host
+            .image_store(true)
+            .and_then(|store| discard_images(&store, &self.dumped_ids));
+        match removed {
+            Ok(0) => {}
+            Ok(n) => log_info!("exit: removed {n} image file(s) of the failed dump"),
+            Err(e) => log_warn!("exit: images of the failed dump remain: {e}"),
+        }
+    }
+
+    /// `HANDLE_DEVICE_VMA`: accepts mappings of `/dev/kfd` and of amdgpu
+    /// render nodes (and records the plugin in the inventory); everything
+    /// else is not ours.
+    pub fn handle_device_vma(&mut self, dev: DeviceNumber) -> c_int {
+        let Some(devices) = self.active() else {
+            return NOT_MINE;
+        };
+        match devices.classify_vma(&self.driver, dev) {
+            FdClass::Foreign | FdClass::DmaBuf => NOT_MINE,
+            FdClass::Kfd | FdClass::Render { .. } => match self.add_to_inventory() {
+                Ok(()) => 0,
+                Err(e) => {
+                    log_error!("HANDLE_DEVICE_VMA: cannot add the plugin to the inventory: {e}");
+                    -libc::ENOMEM
+                }
+            },
+        }
+    }
+
+    /// Records the plugin in the inventory (once), so a restore loads it.
+    fn add_to_inventory(&mut self) -> std::io::Result<()> {
+        if !self.added_to_inventory {
+            self.host.add_inventory_plugin()?;
+            self.added_to_inventory = true;
+        }
+        Ok(())
+    }
+
+    fn dumper_mut(&mut self) -> &mut Dumper<D> {
+        let config = DumpConfig {
+            topology_root: self.config.topology_root.clone(),
+            options: self.options,
+            unpause_early: !self.config.has_dump_devices_late,
+            shm_dir: self.config.shm_dir.clone(),
+        };
+        let driver = &self.driver;
+        self.dumper
+            .get_or_insert_with(|| Dumper::new(driver.clone(), config))
+    }
+
+    /// `DUMP_EXT_FILE(fd, id)`.
+    pub fn dump_ext_file(&mut self, fd: BorrowedFd<'_>, id: c_int) -> c_int {
+        let Some(devices) = self.active() else {
+            return NOT_MINE;
+        };
+        if self.stage != Stage::Dump {
+            return NOT_MINE;
+        }
+        let class = match devices.classify_fd(&self.driver, fd) {
+            Ok(class) => class,
+            Err(e) => {
+                log_debug!("DUMP_EXT_FILE: cannot identify file {id}: {e}; not ours");
+                return NOT_MINE;
+            }
+        };
+        if matches!(class, FdClass::Foreign) {
+            return NOT_MINE;
+        }
+        let store = match self.host.image_store(true) {
+            Ok(store) => store,
+            Err(e) => return fail("DUMP_EXT_FILE", &format!("file {id}"), &e),
+        };
+        let file = id as u32;
+        self.dumped_ids.insert(file);
+        // A process that never mapped a GPU buffer (a render node used
+        // without mmap) offers HANDLE_DEVICE_VMA nothing: its files put the
+        // plugin into the inventory too.
+        if !matches!(class, FdClass::DmaBuf) {
+            if let Err(e) = self.add_to_inventory() {
+                log_error!("DUMP_EXT_FILE: cannot add the plugin to the inventory: {e}");
+                return -libc::ENOMEM;
+            }
+        }
+        let result = match class {
+            FdClass::Render { minor } => self
+                .dumper_mut()
+                .dump_render_node(&store, fd, minor, file)
+                .map(|d| {
+                    if let Some(gpu) = d.gpu_id {
+                        log_info!(
+                            "file {id}: renderD{} of GPU {gpu:#x} dumped ({} DRM BOs)",
+                            d.minor,
+                            d.bos
+                        )
+                    }
+                }),
+            FdClass::DmaBuf => match self.dumper_mut().dump_dmabuf(&store, fd, file) {
+                Ok(None) => return NOT_MINE,
+                Ok(Some(d)) => {
+                    if let Some(handle) = d.handle {
+                        log_info!("file {id}: dma-buf of BO handle {handle} dumped");
+                    }
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            },
+            _ => self.dumper_mut().dump_kfd(&store, fd, file).map(|d| {
+                log_info!(
+                    "file {id}: KFD state of pid {} dumped ({} GPUs, {} BOs, {} content bytes{})",
+                    d.pid,
+                    d.gpus,
+                    d.bos,
+                    d.content_bytes,
+                    if d.unpaused { ", unpaused" } else { "" }
+                )
+            }),
+        };
+        match result {
+            Ok(()) => 0,
+            Err(e) => fail("DUMP_EXT_FILE", &format!("file {id}"), &e),
+        }
+    }
+
+    /// `DUMP_DEVICES_LATE(pid)`: writes the render nodes no KFD file named
+    /// as render-only images, then unpauses every process paused by the
+    /// dump (also when writing failed); not ours when it did neither.
+    pub fn dump_devices_late(&mut self, _pid: c_int) -> c_int {
+        if self.active().is_none() {
+            return NOT_MINE;
+        }
+        let Some(dumper) = self.dumper.as_mut() else {
+            return NOT_MINE;
+        };
+        let written = if dumper.pending_render_nodes() > 0 {
+            self.host
+                .image_store(true)
+                .and_then(|store| dumper.finish_render_only(&store))
+        } else {
+            Ok(0)
+        };
+        let unpaused = dumper.unpause_all();
+        match (written, unpaused) {
+            (Err(e), _) => fail("DUMP_DEVICES_LATE", "writing render-only nodes", &e),
+            (Ok(_), Err(e)) => fail("DUMP_DEVICES_LATE", "unpausing", &e),
+            (Ok(0), Ok(0)) => NOT_MINE,
+            (Ok(_), Ok(_)) => 0,
+        }
+    }
+
+    /// The buffer handle table shared by the restored tasks, once
+    /// `RESTORE_INIT` made it.
+    pub fn handle_table(&self) -> Option<&HandleTable> {
+        self.handles.as_deref()
+    }
+
+    /// `RESTORE_INIT()` in CRIU's main process, before it forks the tasks:
+    /// makes the buffer handle table they share when the images share
+    /// buffers between files (dma-buf files, render nodes), sized from the
+    /// image set through the image store (so `--stream` and `--work-dir`
+    /// work; a stream, which cannot be listed, gets [`UNSIZED_CAPACITY`](amdgpu_checkpoint::handles::UNSIZED_CAPACITY)).
+    /// Not ours when nothing is shared.
+    pub fn restore_init(&mut self) -> c_int {
+        if self.active().is_none() || self.stage != Stage::Restore {
+            return NOT_MINE;
+        }
+        let capacity = match self
+            .host
+            .image_store(false)
+            .and_then(|store| shared_buffer_count(&store))
+        {
+            Ok(Some(capacity)) => capacity,
+            Ok(None) => return NOT_MINE,
+            Err(e) => return fail("RESTORE_INIT", "sizing the buffer handle table", &e),
+        };
+        match HandleTable::shared(capacity) {
+            Ok(table) => {
+                log_info!(
+                    "buffer handle table for {capacity} buffers shared by the restored tasks"
+                );
+                self.handles = Some(Arc::new(table));
+                0
+            }
+            Err(e) => fail(
+                "RESTORE_INIT",
+                "making the buffer handle table",
+                &Error::io("mapping shared memory")(e),
+            ),
+        }
+    }
+
+    /// `POST_FORKING()`: BO contents are restored inside the restored task,
+    /// so there is no background work to start.
+    pub fn post_forking(&mut self) -> c_int {
+        if self.active().is_none() || self.stage != Stage::Restore {
+            return NOT_MINE;
+        }
+        let Some(parallel) = self.parallel.as_mut() else {
+            return NOT_MINE;
+        };
+        // The tasks were forked with parallel restore on: without the worker
+        // nobody would copy their BOs, so this restore must not go on.
+        let Some(copier) = self.host.copier() else {
+            log_error!(
+                "POST_FORKING: no images directory or device access for the parallel restore worker"
+            );
+            return -libc::EIO;
+        };
+        match parallel.start(copier, self.options) {
+            Ok(()) => 0,
+            Err(e) => fail("POST_FORKING", "parallel restore", &e),
+        }
+    }
+
+    /// `RESTORE_EXT_FILE(id)`: the new fd (CRIU owns it) or an errno; the
+    /// second value is `retry_needed`: a render node whose task's KFD file
+    /// comes later, or a file importing a buffer whose exporter has not run
+    /// yet, answers 0 with a retry (as the C plugin does).
+    pub fn restore_ext_file(&mut self, id: c_int) -> (c_int, bool) {
+        match self.restore_file(id) {
+            Ok(Restored::File(fd)) => (fd.into_raw_fd(), false),
+            Ok(Restored::NotOurs) => (NOT_MINE, false),
+            Ok(Restored::WaitForKfd) => (0, true),
+            Err(errno) => (errno, false),
+        }
+    }
+
+    /// [`Plugin::restore_ext_file`] with the fd as an [`OwnedFd`]; `Err`
+    /// carries the errno of a failure (logged). [`Restored::WaitForKfd`] is
+    /// only answered when the host has the retry protocol.
+    pub fn restore_file(&mut self, id: c_int) -> Result<Restored, c_int> {
+        if self.active().is_none() || self.stage != Stage::Restore {
+            return Ok(Restored::NotOurs);
+        }
+        let store = self
+            .host
+            .image_store(false)
+            .map_err(|e| fail("RESTORE_EXT_FILE", &format!("file {id}"), &e))?;
+        let config = RestoreConfig {
+            topology_root: self.config.topology_root.clone(),
+            options: self.options,
+            shm_dir: self.config.shm_dir.clone(),
+        };
+        let driver = &self.driver;
+        let restorer = self
+            .restorer
+            .get_or_insert_with(|| Restorer::new(driver.clone(), config));
+        // Inside CRIU a restored task is a fork of the main process and
+        // holds its `parallel` state itself; the emulator's tasks get
+        // `hand_off` from `forked`.
+        let socket = self
+            .hand_off
+            .as_ref()
+            .or_else(|| self.parallel.as_ref().map(ParallelRestore::socket));
+        if let Some(socket) = socket {
+            restorer.hand_contents_to(socket.clone());
+        }
+        let host = &self.host;
+        let find_unused_fd = |pid: u32| host.find_unused_fd(pid);
+        let fdstore_add = |fd: BorrowedFd<'_>| host.fdstore_add(fd);
+        let fdstore_get = |store_id: i32| host.fdstore_get(store_id);
+        let sharing = Sharing {
+            table: self.handles.as_deref(),
+            fdstore_add: &fdstore_add,
+            fdstore_get: &fdstore_get,
+        };
+        let task = TaskIdentity {
+            pid: host.current_pid(),
+            find_unused_fd: &find_unused_fd,
+        };
+        match restorer.restore_file(&store, id as u32, &task, &sharing) {
+            Ok(Restored::File(fd)) => {
+                log_info!("file {id}: restored");
+                Ok(Restored::File(fd))
+            }
+            Ok(Restored::WaitForKfd) if !self.config.has_restore_retry => {
+                log_error!(
+                    "RESTORE_EXT_FILE: file {id} comes before the file it needs (its \
+                     task's /dev/kfd, or the creator of a buffer it imports), which this \
+                     CRIU cannot retry (needs CRIU after v4.2)"
+                );
+                Err(-libc::EINVAL)
+            }
+            other => other.map_err(|e| fail("RESTORE_EXT_FILE", &format!("file {id}"), &e)),
+        }
+    }
+
+    /// `UPDATE_VMA_MAP(path, addr, old_pgoff)`.
+    pub fn update_vma_map(&self, path: &[u8], addr: u64, old_pgoff: u64) -> VmaUpdate {
+        if self.active().is_none() {
+            return VmaUpdate::Errno(NOT_MINE);
+        }
+        let Some(restorer) = self.restorer.as_ref() else {
+            return VmaUpdate::Errno(NOT_MINE);
+        };
+        match restorer.translations().answer(path, addr, old_pgoff) {
+            VmaAnswer::NotOurs => VmaUpdate::Errno(NOT_MINE),
+            VmaAnswer::Unchanged => {
+                log_debug!(
+                    "UPDATE_VMA_MAP: no translation for {} at {addr:#x} offset {old_pgoff:#x}",
+                    String::from_utf8_lossy(path)
+                );
+                VmaUpdate::Unchanged
+            }
+            VmaAnswer::Translated { new_offset, file } => {
+                let fd = match file.map(|f| f.try_clone_to_owned()) {
+                    None => -1,
+                    Some(Ok(fd)) => fd.into_raw_fd(),
+                    Some(Err(e)) => {
+                        log_error!(
+                            "UPDATE_VMA_MAP: cannot duplicate the render fd for {addr:#x}: {e}"
+                        );
+                        return VmaUpdate::Errno(-e.raw_os_error().unwrap_or(libc::EIO));
+                    }
+                };
+                VmaUpdate::Translated {
+                    pgoff: new_offset,
+                    fd,
+                }
+            }
+        }
+    }
+
+    /// `RESUME_DEVICES_LATE(pid)` in the main restorer: `CRIU_OP RESUME`;
+    /// pids without KFD state are not ours.
+    pub fn resume_devices_late(&mut self, pid: c_int) -> c_int {
+        if self.active().is_none() || self.stage != Stage::Restore || pid <= 0 {
+            return NOT_MINE;
+        }
+        if let Some(result) = self.parallel.as_mut().and_then(ParallelRestore::finish) {
+            if !log_parallel_outcome("RESUME_DEVICES_LATE", result) {
+                // The BOs do not hold their checkpointed contents: the
+                // process must not run as if restored. CRIU only logs this
+                // answer at debug level and releases the task with its GPU
+                // queues stopped, so the error line above is what tells the
+                // operator (see the crate README).
+                log_error!(
+                    "RESUME_DEVICES_LATE: pid {pid}: GPU queues are NOT resumed because its BO contents \
+                     were not restored; kill the process"
+                );
+                return -libc::EIO;
+            }
+        }
+        match resume(self.driver.clone(), pid as u32) {
+            Ok(Resume::Resumed) => {
+                log_info!("pid {pid}: GPU queues resumed");
+                0
+            }
+            Ok(Resume::NotOurs) => NOT_MINE,
+            Err(e) => fail("RESUME_DEVICES_LATE", &format!("pid {pid}"), &e),
+        }
+    }
+}
