@@ -129,6 +129,27 @@ pub struct Sharing<'a> {
     pub fdstore_get: &'a dyn Fn(i32) -> std::io::Result<OwnedFd>,
 }
 
+fn no_fd_store_add(_: BorrowedFd<'_>) -> std::io::Result<i32> {
+    Err(std::io::Error::from_raw_os_error(libc::ENOSYS))
+}
+
+fn no_fd_store_get(_: i32) -> std::io::Result<OwnedFd> {
+    Err(std::io::Error::from_raw_os_error(libc::ENOSYS))
+}
+
+impl Sharing<'static> {
+    /// Buffers shared between the files of one process only: no table
+    /// shared with other restored processes, no fd store (a tool that
+    /// restores one process at a time, without CRIU).
+    pub fn within_process() -> Self {
+        Sharing {
+            table: None,
+            fdstore_add: &no_fd_store_add,
+            fdstore_get: &no_fd_store_get,
+        }
+    }
+}
+
 impl std::fmt::Debug for Sharing<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sharing")
