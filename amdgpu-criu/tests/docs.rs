@@ -9,7 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use amdgpu_topology::options::{CheckOptions, MAX_BUFFER_SIZE};
+use amdgpu_checkpoint::options::{check_flags, CheckOptions, MAX_BUFFER_SIZE};
 
 fn workspace_root() -> PathBuf {
     let mut dir = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -208,17 +208,18 @@ fn plugin_variables(dir: &Path, found: &mut BTreeSet<String>) {
 fn every_plugin_variable_is_documented() {
     let (_, text) = man_page("criu-amdgpu-plugin.1");
     let text = unescaped(&text);
-    let mut variables: BTreeSet<String> = CheckOptions::all()
-        .flags()
+    let mut variables: BTreeSet<String> = check_flags(&CheckOptions::all())
         .iter()
         .map(|(name, _)| (*name).to_owned())
         .collect();
     variables.insert(MAX_BUFFER_SIZE.to_owned());
-    let plugin_src = workspace_root().join("criu-plugin-amdgpu/src");
-    if plugin_src.is_dir() {
-        plugin_variables(&plugin_src, &mut variables);
-    } else {
-        println!("skipped plugin sources: {} is absent", plugin_src.display());
+    for crate_dir in ["amdgpu-checkpoint", "criu-plugin-amdgpu"] {
+        let src = workspace_root().join(crate_dir).join("src");
+        if src.is_dir() {
+            plugin_variables(&src, &mut variables);
+        } else {
+            println!("skipped {crate_dir} sources: {} is absent", src.display());
+        }
     }
     assert!(
         variables.len() >= 8,

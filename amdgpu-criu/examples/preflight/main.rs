@@ -21,7 +21,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use amdgpu_topology::options::CheckOptions;
 
 mod preflight;
 
@@ -44,7 +43,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let (options, invalid) = CheckOptions::from_env();
+    let (options, invalid) = amdgpu_checkpoint::options::checks_from_env();
     for warning in invalid {
         eprintln!("preflight: warning: {warning}");
     }

@@ -112,7 +112,7 @@ pub(crate) struct RenderOnlyVerdict {
 /// Runs `check`: 0 when every image can be restored, 1 when one cannot, 2
 /// when the images or the topology cannot be read.
 pub fn run(args: Args) -> ExitCode {
-    let (options, invalid) = CheckOptions::from_env();
+    let (options, invalid) = amdgpu_checkpoint::options::checks_from_env();
     for warning in &invalid {
         eprintln!("amdgpu-criu check: warning: {warning}");
     }

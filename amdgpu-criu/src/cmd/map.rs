@@ -46,7 +46,7 @@ pub struct Args {
 /// Runs `map`: 0 when compatible, 1 when not, 2 when a topology cannot be
 /// read or no answer could be reached.
 pub fn run(args: Args) -> ExitCode {
-    let (options, invalid) = CheckOptions::from_env();
+    let (options, invalid) = amdgpu_checkpoint::options::checks_from_env();
     for warning in &invalid {
         eprintln!("amdgpu-criu map: warning: {warning}");
     }
@@ -132,8 +132,7 @@ pub(crate) fn print_text(
     to: &DeviceTopology,
     options: &CheckOptions,
 ) {
-    let off: Vec<&str> = options
-        .flags()
+    let off: Vec<&str> = amdgpu_checkpoint::options::check_flags(options)
         .iter()
         .filter(|(_, on)| !on)
         .map(|(name, _)| *name)
