@@ -2,7 +2,7 @@
 //! GPU model, and [`renumbered`]: the same machine as another host numbers it.
 //!
 //! Each built-in has the key sets and key order a recent kernel prints
-//! (kernel.md §5.2, §5.4), counts that agree with the entries
+//! (the sysfs show functions of amdkfd's `kfd_topology.c`), counts that agree with the entries
 //! (`mem_banks_count`, `caches_count`, `io_links_count`, `p2p_links_count`),
 //! gpu_ids from the kernel's recipe ([`crate::gpu_id`]), render minors from
 //! 128 and links in both directions. Identifiers the kernel derives from

@@ -1,5 +1,6 @@
 //! Device compatibility: whether one local GPU can stand in for one
-//! checkpointed GPU, by the C plugin's rules (upstream-plugin.md §7.4), and
+//! checkpointed GPU, by the C plugin's rules (its per-device property
+//! comparison, `device_properties_match` in `amdgpu_plugin_topology.c`), and
 //! the [`Reason`] every refusal is explained with.
 //!
 //! This module compares properties only; links, hives and CPU placement need

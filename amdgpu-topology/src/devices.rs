@@ -3,7 +3,7 @@
 //!
 //! A [`DeviceTopology`] is built either from a parsed local [`System`]
 //! ([`DeviceTopology::from_system`]) or, by the plugin, field by field from a
-//! checkpoint image's `kfd_device_entry` messages (upstream-plugin.md §14.3),
+//! checkpoint image's `kfd_device_entry` messages (`criu-amdgpu.proto`),
 //! so both sides of a restore are compared in the same terms. This module
 //! only converts; it never decides compatibility.
 
@@ -133,7 +133,8 @@ pub enum DeviceError {
 
 impl DeviceTopology {
     /// The device view of a parsed local topology, as the C plugin builds
-    /// its local topology (upstream-plugin.md §7.1): GPU nodes carry their
+    /// its local topology (`topology_parse` in `amdgpu_plugin_topology.c`): GPU
+    /// nodes carry their
     /// properties and the first frame-buffer memory bank; CPU nodes carry
     /// only `cpu_cores_count`; only PCIe and XGMI io links are kept.
     ///

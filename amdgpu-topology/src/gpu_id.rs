@@ -1,5 +1,5 @@
-//! The kernel's gpu_id recipe (kernel.md §5.3), so synthetic and partial
-//! topologies get ids shaped like a real host's.
+//! The kernel's gpu_id recipe (the hash in amdkfd's `kfd_topology.c`), so
+//! synthetic and partial topologies get ids shaped like a real host's.
 //!
 //! Recent kernels hash eight u32 words describing the GPU (or partition)
 //! with CRC-16 (poly 0x8005 reflected, init 0) over their little-endian

@@ -1,6 +1,7 @@
 //! XGMI hives: groups of GPU nodes joined by XGMI links.
 //!
-//! A hive is found the way the C plugin finds it (upstream-plugin.md §7.2):
+//! A hive is found the way the C plugin finds it (`topology_determine_iolinks`
+//! in `amdgpu_plugin_topology.c`):
 //! an XGMI (type 11) io_link counts only when the target node exists and has
 //! an XGMI link back; GPUs joined by such bidirectional links, directly or
 //! through other members, form one hive. The kernel's `hive_id` property is

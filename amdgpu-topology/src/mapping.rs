@@ -1,5 +1,7 @@
 //! GPU mapping: which local GPU stands in for each checkpointed GPU, by the
-//! C plugin's rules (upstream-plugin.md §7.5–§7.6), or every reason why no
+//! C plugin's rules (`set_restore_gpu_maps` and `map_devices` in
+//! `amdgpu_plugin_topology.c`: XGMI hives kept together, NUMA placement
+//! kept), or every reason why no
 //! assignment exists.
 //!
 //! # What is accepted

@@ -5,7 +5,9 @@
 //! move; [`CopyFormat::build_copy`] turns a copy of any length into packets
 //! plus NOP padding. This fixes the C plugin's off-by-one: from AI (GFX9) on
 //! the hardware copies COUNT + 1 bytes, so COUNT must be `bytes - 1`, while
-//! CRIU writes `bytes` on every family (kernel.md §4.4).
+//! the C plugin writes `bytes` on every family (its linear-copy
+//! packets put the chunk size into COUNT unchanged, one byte too many on
+//! gfx9 and later).
 //!
 //! Pure functions of their inputs: this module never touches a device.
 
