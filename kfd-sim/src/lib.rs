@@ -1,10 +1,10 @@
-//! A simulated amdkfd + amdgpu kernel that implements [`kfd::Driver`](::kfd::Driver).
+//! A simulated amdkfd + amdgpu kernel that implements [`kfd::Driver`].
 //!
 //! The simulator stands in for the kernel at the ABI level: it receives the
 //! same request codes and `#[repr(C)]` argument structs (with real user
 //! pointers) as the kernel would, and answers with the same results and errno
 //! values, rule for rule, as written down in the project's `spec/kernel.md`.
-//! Code above `kfd::Driver` cannot tell it from [`kfd::HostDriver`](::kfd::HostDriver).
+//! Code above `kfd::Driver` cannot tell it from [`kfd::HostDriver`].
 //!
 //! * [`Sim`] is one simulated machine: GPUs built from an
 //!   [`amdgpu_topology::System`] (a fixture or [`Sim::synthetic`]), the sysfs
@@ -12,7 +12,7 @@
 //!   ([`Sim::sysfs_root`]), simulated processes ([`Pid`]) with capabilities,
 //!   ptrace parents and GPU visibility, and the device state.
 //! * [`SimDriver`] is one process's view: `sim.driver(pid)` returns the
-//!   [`kfd::Driver`](::kfd::Driver) a simulated process (or CRIU acting for it) uses. Every
+//!   [`kfd::Driver`] a simulated process (or CRIU acting for it) uses. Every
 //!   fd it hands out is a real file descriptor (a memfd), so `dup`, passing
 //!   fds over unix sockets, `close` and `mmap` behave as with real devices; the
 //!   simulator keys its state on the open file, never on the fd number.
@@ -89,7 +89,7 @@ pub mod accounting;
 pub(crate) mod bo;
 pub(crate) mod drm;
 pub mod fault;
-pub(crate) mod kfd;
+pub(crate) mod amdkfd;
 pub mod sdma;
 mod sim;
 mod sysfs;

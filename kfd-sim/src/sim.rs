@@ -1,6 +1,6 @@
 //! The simulated machine: configuration, GPUs, processes, the open-file
 //! table, and [`SimDriver`], the [`kfd::Driver`] implementation that routes
-//! `open`/`ioctl`/`mmap` to the KFD half (`crate::kfd`) or the DRM half.
+//! `open`/`ioctl`/`mmap` to the KFD half (`crate::amdkfd`) or the DRM half.
 //!
 //! Identity of the caller comes from the [`SimDriver`] instance (everything
 //! runs in one host process). Every device fd is a real memfd; the simulator
@@ -21,9 +21,9 @@ use kfd::{DeviceNumber, Driver, FdKind, HostDriver};
 use tempfile::TempDir;
 
 use crate::accounting::Accounting;
+use crate::amdkfd::process::KfdProcess;
 use crate::bo::{memfd_create, BoStore, Memfd};
 use crate::fault::{FaultSpec, FaultTable};
-use crate::kfd::process::KfdProcess;
 use crate::Errno;
 
 /// Character-device major the simulator reports for `/dev/kfd`. The real
@@ -1336,7 +1336,7 @@ impl SimDriver {
                     caller: self.pid,
                 };
                 // SAFETY: forwarded Driver::ioctl contract.
-                unsafe { crate::kfd::ioctl(&mut ctx, owner, request, arg) }
+                unsafe { crate::amdkfd::ioctl(&mut ctx, owner, request, arg) }
             }
             // SAFETY: forwarded Driver::ioctl contract. The DRM half takes
             // the lock: fence waits happen without it.
@@ -1353,7 +1353,7 @@ impl SimDriver {
     ) -> Result<Option<(Arc<Memfd>, u64)>, Errno> {
         match st.files.get(&key) {
             Some(OpenFile::Kfd(_)) => {
-                crate::kfd::mmap(&self.sim.shared, st, self.pid, offset, len as u64).map(Some)
+                crate::amdkfd::mmap(&self.sim.shared, st, self.pid, offset, len as u64).map(Some)
             }
             Some(OpenFile::Render(r)) => {
                 let gpu = r.gpu;
