@@ -84,12 +84,40 @@
 //! .unwrap();
 //! assert_eq!((v.major_version, v.minor_version), (1, 18));
 //! ```
+//!
+//! The same through the safe API of the `kfd` crate: a process opens
+//! `/dev/kfd` and a render node, binds the GPU's VM and allocates VRAM, as
+//! ROCr does at start-up.
+//!
+//! ```
+//! use std::os::fd::AsFd;
+//! use kfd::{AllocFlags, AllocRequest, GpuId, Kfd, RenderMinor, RenderNode};
+//! use kfd_sim::{Sim, SimConfig};
+//!
+//! let sim = Sim::synthetic(1, SimConfig::default())?;
+//! let driver = sim.driver(sim.spawn_process()?); // or kfd::HostDriver
+//! let kfd = Kfd::open(driver.clone())?;
+//! assert!(kfd.version()?.supports_criu());
+//!
+//! let gpu = &sim.gpus()[0];
+//! let render = RenderNode::open(driver, RenderMinor(gpu.render_minor))?;
+//! kfd.acquire_vm(GpuId(gpu.gpu_id), render.as_fd())?;
+//! let bo = kfd.alloc_memory(&AllocRequest {
+//!     gpu_id: GpuId(gpu.gpu_id),
+//!     va_addr: 0x7f00_0000_0000,
+//!     size: 2 << 20,
+//!     flags: AllocFlags::VRAM | AllocFlags::WRITABLE,
+//! })?;
+//! assert_eq!(bo.handle.gpu_id(), GpuId(gpu.gpu_id));
+//! kfd.free_memory(bo.handle)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod accounting;
+pub(crate) mod amdkfd;
 pub(crate) mod bo;
 pub(crate) mod drm;
 pub mod fault;
-pub(crate) mod amdkfd;
 pub mod sdma;
 mod sim;
 mod sysfs;
