@@ -131,44 +131,7 @@ pub use sim::{
 };
 pub use sysfs::synthetic_system;
 
-use std::fmt;
-
-/// A kernel error number (`EINVAL`, `EBADF`, ...), as the simulated kernel
-/// returns it. Converts into [`std::io::Error`] with the same raw OS error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Errno(pub i32);
-
-impl Errno {
-    /// The calling thread's current `errno`.
-    pub(crate) fn last() -> Errno {
-        Errno(
-            std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO),
-        )
-    }
-
-    /// The symbolic name (`"EINVAL"`), or `None` for numbers this crate does
-    /// not name.
-    pub fn name(self) -> Option<&'static str> {
-        fault::ERRNO_NAMES
-            .iter()
-            .find(|(_, v)| *v == self.0)
-            .map(|(n, _)| *n)
-    }
-}
-
-impl fmt::Display for Errno {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.name() {
-            Some(name) => write!(f, "{name}"),
-            None => write!(f, "errno {}", self.0),
-        }
-    }
-}
-
-impl From<Errno> for std::io::Error {
-    fn from(e: Errno) -> Self {
-        std::io::Error::from_raw_os_error(e.0)
-    }
-}
+/// A kernel error number, as the simulated kernel returns it: the `kfd`
+/// crate's [`kfd::Errno`], so the two crates share one type and one table
+/// of errno names.
+pub use kfd::Errno;
