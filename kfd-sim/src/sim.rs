@@ -17,7 +17,7 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use amdgpu_topology::{GpuId, RenderMinor, System};
-use kfd::{DeviceNumber, Driver, FdKind, HostDriver};
+use kfd::{AnonymousMapping, AnonymousOptions, DeviceNumber, Driver, FdKind, HostDriver, Sharing};
 use tempfile::TempDir;
 
 use crate::accounting::Accounting;
@@ -327,8 +327,7 @@ pub(crate) struct CpuMapping {
 /// simulator is dropped, or when its owner process exits.
 #[derive(Debug)]
 pub(crate) struct HostRegion {
-    addr: usize,
-    len: usize,
+    map: AnonymousMapping,
     /// The process whose memory this is (`None`: the simulator's, kept
     /// until the simulator is dropped).
     owner: Option<Pid>,
@@ -346,84 +345,50 @@ pub struct HostMemorySnapshot {
 
 impl HostRegion {
     fn new(len: usize, owner: Option<Pid>) -> Result<HostRegion, Errno> {
-        // SAFETY: an anonymous private mapping at an address the kernel
-        // picks touches no existing memory.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(Errno::last());
-        }
-        Ok(HostRegion {
-            addr: ptr as usize,
-            len,
-            owner,
-        })
+        let map = AnonymousMapping::private(len).map_err(|e| io_errno(&e))?;
+        Ok(HostRegion { map, owner })
     }
 
     /// Maps `len` bytes at exactly `addr` (page aligned, `len` a whole
     /// number of pages); `EEXIST` when anything in the host process is
     /// mapped there already.
     fn new_at(addr: usize, len: usize, owner: Pid) -> Result<HostRegion, Errno> {
-        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping: the
-        // call fails with EEXIST instead, so no memory of the host process is
-        // touched. Kernels before 4.17 ignore the flag and treat `addr` as a
-        // hint; the address check below catches that.
-        let ptr = unsafe {
-            libc::mmap(
-                addr as *mut c_void,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(Errno::last());
-        }
-        if ptr as usize != addr {
-            // SAFETY: `ptr` is the fresh mapping of `len` bytes made above
-            // at another address; nothing refers to it yet.
-            unsafe { libc::munmap(ptr, len) };
-            return Err(Errno(libc::EEXIST));
-        }
+        let map = AnonymousOptions::new(Sharing::Private)
+            .fixed_at(addr)
+            .map(len)
+            .map_err(|e| io_errno(&e))?;
         Ok(HostRegion {
-            addr,
-            len,
+            map,
             owner: Some(owner),
         })
     }
 
+    fn addr(&self) -> usize {
+        self.map.addr()
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
     fn overlaps(&self, addr: usize, len: usize) -> bool {
-        addr < self.addr + self.len && self.addr < addr.saturating_add(len)
+        addr < self.addr() + self.len() && self.addr() < addr.saturating_add(len)
     }
 
     fn contains(&self, addr: u64, len: usize) -> bool {
         let Ok(addr) = usize::try_from(addr) else {
             return false;
         };
-        addr >= self.addr
+        addr >= self.addr()
             && addr
                 .checked_add(len)
-                .is_some_and(|end| end <= self.addr + self.len)
+                .is_some_and(|end| end <= self.addr() + self.len())
     }
 }
 
-impl Drop for HostRegion {
-    fn drop(&mut self) {
-        // SAFETY: the region was mapped by HostRegion::new and is unmapped
-        // once, here; the simulator hands out no references into it that
-        // outlive it (users hold raw addresses only, by contract).
-        unsafe { libc::munmap(self.addr as *mut c_void, self.len) };
-    }
+/// The errno of a failed host system call (`EIO` if it carries none).
+fn io_errno(err: &io::Error) -> Errno {
+    Errno(err.raw_os_error().unwrap_or(libc::EIO))
 }
 
 /// Mutable simulator state, behind one mutex.
@@ -838,7 +803,7 @@ impl Sim {
         let len = len.max(1).div_ceil(4096) * 4096;
         let region =
             HostRegion::new(len, None).map_err(|e| SimError::HostMemory { len, errno: e })?;
-        let addr = region.addr;
+        let addr = region.addr();
         self.lock().host_regions.insert(addr, region);
         Ok(addr as u64)
     }
@@ -856,7 +821,7 @@ impl Sim {
         }
         let region =
             HostRegion::new(len, Some(pid)).map_err(|e| SimError::HostMemory { len, errno: e })?;
-        let addr = region.addr;
+        let addr = region.addr();
         st.host_regions.insert(addr, region);
         Ok(addr as u64)
     }
@@ -872,8 +837,8 @@ impl Sim {
             .filter(|r| r.owner == Some(pid))
             .filter_map(|r| {
                 Some(HostMemorySnapshot {
-                    addr: r.addr as u64,
-                    bytes: st.read_host(r.addr as u64, r.len)?,
+                    addr: r.addr() as u64,
+                    bytes: st.read_host(r.addr() as u64, r.len())?,
                 })
             })
             .collect()

@@ -13,6 +13,8 @@
 //! - [`copy::CopyEngine`]: asynchronous SDMA copies between a BO's dma-buf
 //!   and page-aligned host memory ([`StagingBuffer`]), with fences.
 //! - [`ioctl::ioctl`]: the single typed ioctl entry point under every wrapper.
+//! - [`AnonymousMapping`]: anonymous host memory (private or shared, at a
+//!   fixed address if asked), unmapped on drop.
 //! - [`Error`]: names the failed operation and keeps the errno.
 //!
 //! The dumper's side of a checkpoint, on the target's `/dev/kfd` fd that
@@ -50,6 +52,7 @@
 //! its own beyond what a [`CopyEngine`] creates (and releases) in its DRM
 //! file.
 
+pub mod anon;
 pub mod copy;
 pub mod criu;
 pub mod driver;
@@ -62,6 +65,7 @@ pub mod sdma;
 pub mod staging;
 pub mod va;
 
+pub use anon::{AnonymousMapping, AnonymousOptions, Sharing};
 pub use copy::{CopyEngine, CopyEngineConfig, Fence, ImportedBo, StagingSlot};
 pub use criu::{Checkpoint, CheckpointBo, ProcessInfo, RestoredBo};
 pub use driver::{DeviceNumber, Driver, FdKind, HostDriver};
