@@ -117,6 +117,7 @@ pub mod accounting;
 pub(crate) mod amdkfd;
 pub(crate) mod bo;
 pub(crate) mod drm;
+pub mod family;
 pub mod fault;
 pub mod sdma;
 mod sim;

@@ -43,41 +43,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// `DRM_IOCTL_AMDGPU_INFO` DEV_INFO family ids (`AMDGPU_FAMILY_*`).
-pub(crate) mod family {
-    /// Southern Islands (GFX6).
-    pub(crate) const SI: u32 = 110;
-    /// Sea Islands (GFX7 dGPU).
-    pub(crate) const CI: u32 = 120;
-    /// Kaveri/Kabini/Mullins (GFX7 APU).
-    pub(crate) const KV: u32 = 125;
-    /// Volcanic Islands (GFX8 dGPU).
-    pub(crate) const VI: u32 = 130;
-    /// Carrizo/Stoney (GFX8 APU).
-    pub(crate) const CZ: u32 = 135;
-    /// Vega and the GFX9 Instinct parts (MI50..MI300).
-    pub(crate) const AI: u32 = 141;
-    /// Raven/Picasso/Renoir (GFX9 APU).
-    pub(crate) const RV: u32 = 142;
-    /// Navi (GFX10.1, GFX10.3 dGPU).
-    pub(crate) const NV: u32 = 143;
-    /// Van Gogh.
-    pub(crate) const VGH: u32 = 144;
-    /// GFX11 dGPU.
-    pub(crate) const GC_11_0_0: u32 = 145;
-    /// Yellow Carp (Rembrandt).
-    pub(crate) const YC: u32 = 146;
-    /// GFX11 APU (Phoenix).
-    pub(crate) const GC_11_0_1: u32 = 148;
-    /// Raphael.
-    pub(crate) const GC_10_3_6: u32 = 149;
-    /// GFX11.5.
-    pub(crate) const GC_11_5_0: u32 = 150;
-    /// Mendocino.
-    pub(crate) const GC_10_3_7: u32 = 151;
-    /// GFX12.
-    pub(crate) const GC_12_0_0: u32 = 152;
-}
+use kfd_sys::{
+    AMDGPU_FAMILY_AI, AMDGPU_FAMILY_CI, AMDGPU_FAMILY_CZ, AMDGPU_FAMILY_KV, AMDGPU_FAMILY_SI,
+    AMDGPU_FAMILY_VI,
+};
 
 /// What the simulator derives from a GPU's `gfx_target_version`
 /// (`major*10000 + minor*100 + stepping`, e.g. 90402 for gfx942).
@@ -88,29 +57,10 @@ pub(crate) struct GpuGeneration {
 }
 
 impl GpuGeneration {
-    /// The generation of a GPU whose topology reports `gfx_target_version`.
+    /// The generation of a GPU whose topology reports `gfx_target_version`
+    /// (its family from [`crate::family::simulated_family`]).
     pub(crate) fn from_gfx_target_version(gfx_target_version: u64) -> Self {
-        let major = gfx_target_version / 10000;
-        let minor = (gfx_target_version / 100) % 100;
-        let stepping = gfx_target_version % 100;
-        let family = match (major, minor, stepping) {
-            (0..=6, _, _) => family::SI,
-            (7, 0, 0 | 3 | 5) => family::KV,
-            (7, _, _) => family::CI,
-            (8, 0, 1) | (8, 1, _) => family::CZ,
-            (8, _, _) => family::VI,
-            (9, 0, 2 | 9 | 12) => family::RV,
-            (9, _, _) => family::AI,
-            (10, 3, 3) => family::VGH,
-            (10, 3, 5) => family::YC,
-            (10, 3, 6) => family::GC_10_3_6,
-            (10, 3, 7) => family::GC_10_3_7,
-            (10, _, _) => family::NV,
-            (11, 0, 1 | 4) => family::GC_11_0_1,
-            (11, 5, _) => family::GC_11_5_0,
-            (11, _, _) => family::GC_11_0_0,
-            _ => family::GC_12_0_0,
-        };
+        let family = crate::family::simulated_family(gfx_target_version);
         GpuGeneration {
             gfx_target_version,
             family,
@@ -129,7 +79,7 @@ impl GpuGeneration {
 
     /// Whether this is family AI (GFX9) or later.
     pub(crate) fn is_ai_or_later(&self) -> bool {
-        self.family >= family::AI
+        self.family >= AMDGPU_FAMILY_AI
     }
 
     /// The GPU VM size in bytes: 48 bits with 4-level page tables on GFX9+,
@@ -145,11 +95,11 @@ impl GpuGeneration {
     /// The SDMA packet rules of this generation.
     pub(crate) fn sdma_rules(&self) -> SdmaRules {
         let max_copy_bytes = match self.family {
-            family::SI => 0,
-            family::CI | family::KV => 0x1F_FFFF,
+            AMDGPU_FAMILY_SI => 0,
+            AMDGPU_FAMILY_CI | AMDGPU_FAMILY_KV => 0x1F_FFFF,
             // SDMA 2.4 (Iceland) allows 0x1FFFFF, SDMA 3.0 0x3FFFE0; the
             // topology cannot tell them apart, so take the SDMA 3.0 limit.
-            family::VI | family::CZ => 0x3F_FFE0,
+            AMDGPU_FAMILY_VI | AMDGPU_FAMILY_CZ => 0x3F_FFE0,
             _ => 0x40_0000,
         };
         SdmaRules {
@@ -1285,6 +1235,10 @@ impl Drop for SdmaEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kfd_sys::{
+        AMDGPU_FAMILY_GC_11_0_0, AMDGPU_FAMILY_GC_11_0_1, AMDGPU_FAMILY_GC_11_5_0,
+        AMDGPU_FAMILY_GC_12_0_0, AMDGPU_FAMILY_NV, AMDGPU_FAMILY_RV, AMDGPU_FAMILY_VGH,
+    };
 
     /// Test memory: a heap buffer.
     #[derive(Debug)]
@@ -1449,24 +1403,26 @@ mod tests {
     #[test]
     fn families_from_gfx_target_version() {
         let fam = |v| GpuGeneration::from_gfx_target_version(v).family();
-        assert_eq!(fam(60001), family::SI);
-        assert_eq!(fam(70001), family::CI);
-        assert_eq!(fam(70000), family::KV);
-        assert_eq!(fam(80003), family::VI);
-        assert_eq!(fam(80100), family::CZ);
-        assert_eq!(fam(90000), family::AI);
-        assert_eq!(fam(90008), family::AI);
-        assert_eq!(fam(90010), family::AI);
-        assert_eq!(fam(90402), family::AI);
-        assert_eq!(fam(90002), family::RV);
-        assert_eq!(fam(90012), family::RV);
-        assert_eq!(fam(100100), family::NV);
-        assert_eq!(fam(100300), family::NV);
-        assert_eq!(fam(100303), family::VGH);
-        assert_eq!(fam(110000), family::GC_11_0_0);
-        assert_eq!(fam(110001), family::GC_11_0_1);
-        assert_eq!(fam(110500), family::GC_11_5_0);
-        assert_eq!(fam(120001), family::GC_12_0_0);
+        assert_eq!(fam(60001), AMDGPU_FAMILY_SI);
+        assert_eq!(fam(70001), AMDGPU_FAMILY_CI);
+        assert_eq!(fam(70000), AMDGPU_FAMILY_KV);
+        assert_eq!(fam(80003), AMDGPU_FAMILY_VI);
+        assert_eq!(fam(80100), AMDGPU_FAMILY_CZ);
+        assert_eq!(fam(90000), AMDGPU_FAMILY_AI);
+        assert_eq!(fam(90008), AMDGPU_FAMILY_AI);
+        assert_eq!(fam(90010), AMDGPU_FAMILY_AI);
+        assert_eq!(fam(90402), AMDGPU_FAMILY_AI);
+        assert_eq!(fam(90002), AMDGPU_FAMILY_RV);
+        assert_eq!(fam(90012), AMDGPU_FAMILY_RV);
+        assert_eq!(fam(100100), AMDGPU_FAMILY_NV);
+        assert_eq!(fam(100300), AMDGPU_FAMILY_NV);
+        assert_eq!(fam(100303), AMDGPU_FAMILY_VGH);
+        assert_eq!(fam(110000), AMDGPU_FAMILY_GC_11_0_0);
+        // 110001 is Navi32 (GC 11.0.3), a dGPU; Phoenix (GC 11.0.1) is 110003.
+        assert_eq!(fam(110001), AMDGPU_FAMILY_GC_11_0_0);
+        assert_eq!(fam(110003), AMDGPU_FAMILY_GC_11_0_1);
+        assert_eq!(fam(110500), AMDGPU_FAMILY_GC_11_5_0);
+        assert_eq!(fam(120001), AMDGPU_FAMILY_GC_12_0_0);
         let vi = GpuGeneration::from_gfx_target_version(80003);
         assert!(!vi.sdma_rules().count_is_bytes_minus_one);
         assert_eq!(vi.vm_bytes(), 1 << 40);

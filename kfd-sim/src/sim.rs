@@ -244,7 +244,7 @@ impl Gpu {
     }
     /// Whether the GPU is SOC15 (GFX9) or newer.
     pub(crate) fn is_soc15(&self) -> bool {
-        self.info.family >= 141
+        self.info.family >= kfd_sys::AMDGPU_FAMILY_AI
     }
 }
 
@@ -434,27 +434,6 @@ fn node_err(node: u32, what: impl Into<String>) -> SimError {
     }
 }
 
-/// amdgpu family id from `gfx_target_version` (major.minor.step as MMmmss).
-fn family_of(gfx_target_version: u32) -> u32 {
-    match gfx_target_version / 10000 {
-        12 => 152,
-        11 => 145,
-        10 => 143,
-        9 => 141,
-        8 => {
-            if gfx_target_version == 80001 {
-                135
-            } else {
-                130
-            }
-        }
-        7 => 120,
-        // Old kernels do not print gfx_target_version; such fixtures are GFX8/9
-        // era. Treat them as GFX9 (AI), the oldest family current ROCm supports.
-        _ => 141,
-    }
-}
-
 impl Sim {
     /// Builds a simulator for `system`. Every GPU node must carry a non-zero
     /// unique `gpu_id`, a unique `drm_render_minor` and a VRAM memory bank
@@ -496,7 +475,7 @@ impl Sim {
                 });
             }
             let gfx = u32::try_from(node.prop("gfx_target_version")).unwrap_or(0);
-            let family = family_of(gfx);
+            let family = crate::family::simulated_family(gfx.into());
             let sdma_engines =
                 u32::try_from(node.prop("num_sdma_engines") + node.prop("num_sdma_xgmi_engines"))
                     .unwrap_or(u32::MAX)
