@@ -43,6 +43,13 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use kfd_sys::sdma::{
+    SDMA_PKT_HEADER_op_mask, SDMA_PKT_HEADER_op_shift, SDMA_PKT_HEADER_sub_op_mask,
+    SDMA_PKT_HEADER_sub_op_shift, SDMA_PKT_NOP_HEADER_count_mask, SDMA_PKT_NOP_HEADER_count_shift,
+    SDMA_CIK_COPY_MAX_BYTES, SDMA_IB_ALIGNMENT, SDMA_OP_COPY, SDMA_OP_NOP,
+    SDMA_PKT_COPY_LINEAR_DWORDS, SDMA_SUBOP_COPY_LINEAR, SDMA_V3_0_COPY_MAX_BYTES,
+    SDMA_V4_COPY_MAX_BYTES,
+};
 use kfd_sys::{
     AMDGPU_FAMILY_AI, AMDGPU_FAMILY_CI, AMDGPU_FAMILY_CZ, AMDGPU_FAMILY_KV, AMDGPU_FAMILY_SI,
     AMDGPU_FAMILY_VI,
@@ -94,14 +101,14 @@ impl GpuGeneration {
 
     /// The SDMA packet rules of this generation.
     pub(crate) fn sdma_rules(&self) -> SdmaRules {
-        let max_copy_bytes = match self.family {
+        let max_copy_bytes = u64::from(match self.family {
             AMDGPU_FAMILY_SI => 0,
-            AMDGPU_FAMILY_CI | AMDGPU_FAMILY_KV => 0x1F_FFFF,
+            AMDGPU_FAMILY_CI | AMDGPU_FAMILY_KV => SDMA_CIK_COPY_MAX_BYTES,
             // SDMA 2.4 (Iceland) allows 0x1FFFFF, SDMA 3.0 0x3FFFE0; the
             // topology cannot tell them apart, so take the SDMA 3.0 limit.
-            AMDGPU_FAMILY_VI | AMDGPU_FAMILY_CZ => 0x3F_FFE0,
-            _ => 0x40_0000,
-        };
+            AMDGPU_FAMILY_VI | AMDGPU_FAMILY_CZ => SDMA_V3_0_COPY_MAX_BYTES,
+            _ => SDMA_V4_COPY_MAX_BYTES,
+        });
         SdmaRules {
             family: self.family,
             count_is_bytes_minus_one: self.is_ai_or_later(),
@@ -121,18 +128,15 @@ pub(crate) struct SdmaRules {
     pub(crate) max_copy_bytes: u64,
 }
 
-/// SDMA opcodes (header bits 7:0).
-const OP_NOP: u32 = 0;
-const OP_COPY: u32 = 1;
-/// COPY sub-opcode LINEAR (header bits 15:8).
-const SUB_OP_LINEAR: u32 = 0;
 /// GFX9+ COPY header bits the simulator refuses rather than ignores:
 /// encrypt (16), TMZ (18) and broadcast (27, a different packet layout).
+/// The opcodes, field masks and packet size come from [`kfd_sys::sdma`].
 const COPY_UNSUPPORTED_HEADER_BITS: u32 = (1 << 16) | (1 << 18) | (1 << 27);
-/// Dwords of a LINEAR COPY packet.
-const LINEAR_COPY_DWORDS: usize = 7;
+/// Linear copy dword 2: the destination (17:16) and source (25:24) endian
+/// swap fields, which the simulator does not implement.
+const COPY_ENDIAN_SWAP_BITS: u32 = (0x3 << 16) | (0x3 << 24);
 /// The SDMA INDIRECT packet drops the low 5 bits of the IB address.
-pub(crate) const IB_ADDRESS_ALIGNMENT: u64 = 32;
+pub(crate) const IB_ADDRESS_ALIGNMENT: u64 = SDMA_IB_ALIGNMENT;
 
 /// A packet the engine cannot execute. On hardware this hangs the engine;
 /// the simulator fails the job with [`JobError::Malformed`].
@@ -221,12 +225,12 @@ pub(crate) fn decode_packet(
         });
     }
     let header = ib[at];
-    let op = header & 0xFF;
-    let sub_op = (header >> 8) & 0xFF;
+    let op = (header >> SDMA_PKT_HEADER_op_shift) & SDMA_PKT_HEADER_op_mask;
+    let sub_op = (header >> SDMA_PKT_HEADER_sub_op_shift) & SDMA_PKT_HEADER_sub_op_mask;
     let remaining = ib.len() - at;
     match op {
-        OP_NOP => {
-            let skip = (header >> 16) & 0x3FFF;
+        SDMA_OP_NOP => {
+            let skip = (header >> SDMA_PKT_NOP_HEADER_count_shift) & SDMA_PKT_NOP_HEADER_count_mask;
             let needed = 1 + skip as usize;
             if needed > remaining {
                 return Err(Malformed::Truncated {
@@ -237,12 +241,14 @@ pub(crate) fn decode_packet(
             }
             Ok((Packet::Nop { skip }, needed))
         }
-        OP_COPY if sub_op == SUB_OP_LINEAR && header & COPY_UNSUPPORTED_HEADER_BITS == 0 => {
-            if remaining < LINEAR_COPY_DWORDS {
+        SDMA_OP_COPY
+            if sub_op == SDMA_SUBOP_COPY_LINEAR && header & COPY_UNSUPPORTED_HEADER_BITS == 0 =>
+        {
+            if remaining < SDMA_PKT_COPY_LINEAR_DWORDS {
                 return Err(Malformed::Truncated {
                     dword: at,
                     op,
-                    needed: LINEAR_COPY_DWORDS,
+                    needed: SDMA_PKT_COPY_LINEAR_DWORDS,
                 });
             }
             let count = u64::from(ib[at + 1]);
@@ -259,7 +265,7 @@ pub(crate) fn decode_packet(
                 });
             }
             let parameters = ib[at + 2];
-            if parameters & ((0x3 << 16) | (0x3 << 24)) != 0 {
+            if parameters & COPY_ENDIAN_SWAP_BITS != 0 {
                 return Err(Malformed::EndianSwap {
                     dword: at,
                     parameters,
@@ -267,7 +273,10 @@ pub(crate) fn decode_packet(
             }
             let src = u64::from(ib[at + 3]) | (u64::from(ib[at + 4]) << 32);
             let dst = u64::from(ib[at + 5]) | (u64::from(ib[at + 6]) << 32);
-            Ok((Packet::LinearCopy { src, dst, bytes }, LINEAR_COPY_DWORDS))
+            Ok((
+                Packet::LinearCopy { src, dst, bytes },
+                SDMA_PKT_COPY_LINEAR_DWORDS,
+            ))
         }
         _ => Err(Malformed::Unsupported { dword: at, header }),
     }
@@ -1293,7 +1302,7 @@ mod tests {
             bytes
         };
         [
-            OP_COPY,
+            SDMA_OP_COPY,
             count as u32,
             0,
             src as u32,
@@ -1499,7 +1508,7 @@ mod tests {
             Err(Malformed::Unsupported { .. })
         ));
         let mut tiled = p;
-        tiled[0] = OP_COPY | (1 << 8);
+        tiled[0] = SDMA_OP_COPY | kfd_sys::sdma::SDMA_PKT_COPY_LINEAR_HEADER_SUB_OP(1);
         assert!(matches!(
             decode_packet(&tiled, 0, ai),
             Err(Malformed::Unsupported { .. })
@@ -1772,7 +1781,7 @@ mod tests {
                     match (r % 4, i % 7) {
                         // Mostly plausible headers and small addresses, so
                         // copies land inside, across and outside the mapping.
-                        (0, _) => OP_COPY,
+                        (0, _) => SDMA_OP_COPY,
                         (1, 1) => (r >> 8) as u32 % 0x3000,
                         (1, _) => 0x10_0000 + (r >> 8) as u32 % 0x4000,
                         _ => (r >> 16) as u32,
