@@ -30,41 +30,6 @@ use std::str::FromStr;
 use crate::sim::State;
 use crate::Errno;
 
-/// Errno names the parser and [`Errno::name`] know.
-pub(crate) const ERRNO_NAMES: &[(&str, i32)] = &[
-    ("EPERM", libc::EPERM),
-    ("ENOENT", libc::ENOENT),
-    ("ESRCH", libc::ESRCH),
-    ("EINTR", libc::EINTR),
-    ("EIO", libc::EIO),
-    ("ENXIO", libc::ENXIO),
-    ("E2BIG", libc::E2BIG),
-    ("EBADF", libc::EBADF),
-    ("EAGAIN", libc::EAGAIN),
-    ("ENOMEM", libc::ENOMEM),
-    ("EACCES", libc::EACCES),
-    ("EFAULT", libc::EFAULT),
-    ("EBUSY", libc::EBUSY),
-    ("EEXIST", libc::EEXIST),
-    ("ENODEV", libc::ENODEV),
-    ("EINVAL", libc::EINVAL),
-    ("ENFILE", libc::ENFILE),
-    ("EMFILE", libc::EMFILE),
-    ("ENOTTY", libc::ENOTTY),
-    ("EFBIG", libc::EFBIG),
-    ("ENOSPC", libc::ENOSPC),
-    ("ERANGE", libc::ERANGE),
-    ("ENOSYS", libc::ENOSYS),
-    ("EOVERFLOW", libc::EOVERFLOW),
-    ("ETIME", libc::ETIME),
-    ("ETIMEDOUT", libc::ETIMEDOUT),
-    ("EOPNOTSUPP", libc::EOPNOTSUPP),
-    ("EADDRINUSE", libc::EADDRINUSE),
-    ("ECANCELED", libc::ECANCELED),
-    ("EDEADLK", libc::EDEADLK),
-    ("EHWPOISON", libc::EHWPOISON),
-];
-
 /// What kind of operation a fault targets (derived from its name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -148,8 +113,8 @@ pub(crate) fn normalize(name: &str) -> String {
 
 fn parse_errno(spec: &str, s: &str) -> Result<Errno, FaultParseError> {
     let up = s.trim().to_ascii_uppercase();
-    if let Some((_, v)) = ERRNO_NAMES.iter().find(|(n, _)| *n == up) {
-        return Ok(Errno(*v));
+    if let Some(errno) = Errno::from_name(&up) {
+        return Ok(errno);
     }
     match up.parse::<i32>() {
         Ok(v) if v > 0 => Ok(Errno(v)),
@@ -236,7 +201,12 @@ impl FromStr for FaultSpec {
 
 impl fmt::Display for FaultSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}={}", self.op, self.nth, self.errno)
+        // The `OP:N=ERRNO` form the parser reads back: the bare name, not
+        // the errno's `Display` (which leads with the C library's text).
+        match self.errno.name() {
+            Some(name) => write!(f, "{}:{}={name}", self.op, self.nth),
+            None => write!(f, "{}:{}={}", self.op, self.nth, self.errno.0),
+        }
     }
 }
 
@@ -372,6 +342,10 @@ mod tests {
     #[test]
     fn display_round_trips() {
         let f: FaultSpec = "AMDGPU_CS:3=ENOMEM".parse().unwrap();
+        assert_eq!(f.to_string(), "AMDGPU_CS:3=ENOMEM");
+        assert_eq!(f.to_string().parse::<FaultSpec>().unwrap(), f);
+        let f = FaultSpec::new("MMAP", 1, Errno(4000));
+        assert_eq!(f.to_string(), "MMAP:1=4000");
         assert_eq!(f.to_string().parse::<FaultSpec>().unwrap(), f);
     }
 }

@@ -1,10 +1,10 @@
-//! A simulated amdkfd + amdgpu kernel that implements [`kfd::Driver`](::kfd::Driver).
+//! A simulated amdkfd + amdgpu kernel that implements [`kfd::Driver`].
 //!
 //! The simulator stands in for the kernel at the ABI level: it receives the
 //! same request codes and `#[repr(C)]` argument structs (with real user
 //! pointers) as the kernel would, and answers with the same results and errno
 //! values, rule for rule, as written down in the project's `spec/kernel.md`.
-//! Code above `kfd::Driver` cannot tell it from [`kfd::HostDriver`](::kfd::HostDriver).
+//! Code above `kfd::Driver` cannot tell it from [`kfd::HostDriver`].
 //!
 //! * [`Sim`] is one simulated machine: GPUs built from an
 //!   [`amdgpu_topology::System`] (a fixture or [`Sim::synthetic`]), the sysfs
@@ -12,7 +12,7 @@
 //!   ([`Sim::sysfs_root`]), simulated processes ([`Pid`]) with capabilities,
 //!   ptrace parents and GPU visibility, and the device state.
 //! * [`SimDriver`] is one process's view: `sim.driver(pid)` returns the
-//!   [`kfd::Driver`](::kfd::Driver) a simulated process (or CRIU acting for it) uses. Every
+//!   [`kfd::Driver`] a simulated process (or CRIU acting for it) uses. Every
 //!   fd it hands out is a real file descriptor (a memfd), so `dup`, passing
 //!   fds over unix sockets, `close` and `mmap` behave as with real devices; the
 //!   simulator keys its state on the open file, never on the fd number.
@@ -84,12 +84,41 @@
 //! .unwrap();
 //! assert_eq!((v.major_version, v.minor_version), (1, 18));
 //! ```
+//!
+//! The same through the safe API of the `kfd` crate: a process opens
+//! `/dev/kfd` and a render node, binds the GPU's VM and allocates VRAM, as
+//! ROCr does at start-up.
+//!
+//! ```
+//! use std::os::fd::AsFd;
+//! use kfd::{AllocFlags, AllocRequest, GpuId, Kfd, RenderMinor, RenderNode};
+//! use kfd_sim::{Sim, SimConfig};
+//!
+//! let sim = Sim::synthetic(1, SimConfig::default())?;
+//! let driver = sim.driver(sim.spawn_process()?); // or kfd::HostDriver
+//! let kfd = Kfd::open(driver.clone())?;
+//! assert!(kfd.version()?.supports_criu());
+//!
+//! let gpu = &sim.gpus()[0];
+//! let render = RenderNode::open(driver, RenderMinor(gpu.render_minor))?;
+//! kfd.acquire_vm(GpuId(gpu.gpu_id), render.as_fd())?;
+//! let bo = kfd.alloc_memory(&AllocRequest {
+//!     gpu_id: GpuId(gpu.gpu_id),
+//!     va_addr: 0x7f00_0000_0000,
+//!     size: 2 << 20,
+//!     flags: AllocFlags::VRAM | AllocFlags::WRITABLE,
+//! })?;
+//! assert_eq!(bo.handle.gpu_id(), GpuId(gpu.gpu_id));
+//! kfd.free_memory(bo.handle)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod accounting;
+pub(crate) mod amdkfd;
 pub(crate) mod bo;
 pub(crate) mod drm;
+pub mod family;
 pub mod fault;
-pub(crate) mod kfd;
 pub mod sdma;
 mod sim;
 mod sysfs;
@@ -103,44 +132,7 @@ pub use sim::{
 };
 pub use sysfs::synthetic_system;
 
-use std::fmt;
-
-/// A kernel error number (`EINVAL`, `EBADF`, ...), as the simulated kernel
-/// returns it. Converts into [`std::io::Error`] with the same raw OS error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Errno(pub i32);
-
-impl Errno {
-    /// The calling thread's current `errno`.
-    pub(crate) fn last() -> Errno {
-        Errno(
-            std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO),
-        )
-    }
-
-    /// The symbolic name (`"EINVAL"`), or `None` for numbers this crate does
-    /// not name.
-    pub fn name(self) -> Option<&'static str> {
-        fault::ERRNO_NAMES
-            .iter()
-            .find(|(_, v)| *v == self.0)
-            .map(|(n, _)| *n)
-    }
-}
-
-impl fmt::Display for Errno {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.name() {
-            Some(name) => write!(f, "{name}"),
-            None => write!(f, "errno {}", self.0),
-        }
-    }
-}
-
-impl From<Errno> for std::io::Error {
-    fn from(e: Errno) -> Self {
-        std::io::Error::from_raw_os_error(e.0)
-    }
-}
+/// A kernel error number, as the simulated kernel returns it: the `kfd`
+/// crate's [`kfd::Errno`], so the two crates share one type and one table
+/// of errno names.
+pub use kfd::Errno;

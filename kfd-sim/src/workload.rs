@@ -36,8 +36,8 @@ use amdgpu_topology::GpuId;
 use kfd_sys::*;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
+use crate::amdkfd::event::is_signal_type;
 use crate::bo::{Backing, Domain};
-use crate::kfd::event::is_signal_type;
 use crate::sim::{Pid, Sim, SimDriver, SimError, State};
 use crate::Errno;
 
@@ -381,7 +381,7 @@ fn allocs(st: &State, pid: Pid) -> Result<Vec<Alloc>, WorkloadError> {
                 m.mapped.iter().map(|&i| p.pdds[i].user_gpu_id).collect();
             mapped_on.sort_unstable();
             out.push(Alloc {
-                handle: crate::kfd::memory::make_handle(pdd.user_gpu_id, slot),
+                handle: crate::amdkfd::memory::make_handle(pdd.user_gpu_id, slot),
                 va: m.va,
                 size: m.size,
                 flags: m.flags,
@@ -399,7 +399,7 @@ fn allocs(st: &State, pid: Pid) -> Result<Vec<Alloc>, WorkloadError> {
 /// signal page (the GPU writes event slots there, not data).
 fn data_allocs<'a>(st: &State, pid: Pid, list: &'a [Alloc]) -> Vec<&'a Alloc> {
     let page = match st.kfd(pid).and_then(|p| p.signal_page.as_ref()) {
-        Some(crate::kfd::process::SignalPage::User { bo, .. }) => Some(*bo),
+        Some(crate::amdkfd::process::SignalPage::User { bo, .. }) => Some(*bo),
         _ => None,
     };
     list.iter()
@@ -1044,10 +1044,12 @@ impl Workload {
             .collect();
         if !signal_ids.is_empty() {
             let id = signal_ids[(counter % signal_ids.len() as u64) as usize];
-            crate::kfd::event::signal(&mut st, pid, id).map_err(|errno| WorkloadError::Ioctl {
-                pid,
-                op: "SET_EVENT",
-                errno,
+            crate::amdkfd::event::signal(&mut st, pid, id).map_err(|errno| {
+                WorkloadError::Ioctl {
+                    pid,
+                    op: "SET_EVENT",
+                    errno,
+                }
             })?;
         }
         Ok(())

@@ -43,6 +43,11 @@ pub enum FdKind {
 /// the same copy-in/copy-out of argument structs (including user pointers
 /// inside them), the same file-descriptor semantics (`dup`, passing over unix
 /// sockets and `close` work on the returned fds).
+///
+/// `&D`, `Box<D>` and `Arc<D>` are drivers whenever `D` is (`D` may be
+/// unsized), so an `Arc<dyn Driver>` can be cloned into worker threads and
+/// handed to [`Kfd`](crate::Kfd) or [`RenderNode`](crate::RenderNode)
+/// without a wrapper type.
 pub trait Driver: Send + Sync {
     /// `open(2)` of `path` with `flags` (`O_RDWR | O_CLOEXEC`, ...).
     fn open(&self, path: &Path, flags: c_int) -> io::Result<OwnedFd>;
@@ -100,6 +105,64 @@ pub trait Driver: Send + Sync {
         read_file_prefix(path, limit)
     }
 }
+
+/// Forwards every [`Driver`] method through a pointer type to the driver it
+/// points to, so `&D`, `Box<D>` and `Arc<D>` (including `Arc<dyn Driver>`,
+/// which is `Send + Sync` because `Driver` requires both) are drivers too.
+macro_rules! forward_driver {
+    ($($pointer:ty),+ $(,)?) => {$(
+        impl<D: Driver + ?Sized> Driver for $pointer {
+            fn open(&self, path: &Path, flags: c_int) -> io::Result<OwnedFd> {
+                (**self).open(path, flags)
+            }
+
+            unsafe fn ioctl(
+                &self,
+                fd: BorrowedFd<'_>,
+                request: u64,
+                arg: *mut c_void,
+            ) -> io::Result<c_int> {
+                // SAFETY: the caller upholds `Driver::ioctl`'s contract, which
+                // is the pointed-to driver's contract unchanged.
+                unsafe { (**self).ioctl(fd, request, arg) }
+            }
+
+            unsafe fn mmap(
+                &self,
+                addr: *mut c_void,
+                len: usize,
+                prot: c_int,
+                flags: c_int,
+                fd: BorrowedFd<'_>,
+                offset: u64,
+            ) -> io::Result<NonNull<c_void>> {
+                // SAFETY: the caller upholds `Driver::mmap`'s contract, passed
+                // on unchanged.
+                unsafe { (**self).mmap(addr, len, prot, flags, fd, offset) }
+            }
+
+            unsafe fn munmap(&self, addr: NonNull<c_void>, len: usize) -> io::Result<()> {
+                // SAFETY: the caller upholds `Driver::munmap`'s contract,
+                // passed on unchanged.
+                unsafe { (**self).munmap(addr, len) }
+            }
+
+            fn fd_kind(&self, fd: BorrowedFd<'_>) -> io::Result<FdKind> {
+                (**self).fd_kind(fd)
+            }
+
+            fn device_number(&self, path: &Path) -> io::Result<DeviceNumber> {
+                (**self).device_number(path)
+            }
+
+            fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {
+                (**self).read_sysfs(path, limit)
+            }
+        }
+    )+};
+}
+
+forward_driver!(&D, Box<D>, std::sync::Arc<D>);
 
 /// At most `limit` bytes from the start of the file at `path` (sysfs files
 /// report `st_size` 4096 whatever their content, so this reads to EOF).
@@ -214,5 +277,110 @@ impl Driver for HostDriver {
             major: libc::major(rdev),
             minor: libc::minor(rdev),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// Counts the calls that reach it; answers every call with `ENODEV`
+    /// (`read_sysfs` with its argument back, to show it is not the default).
+    #[derive(Default)]
+    struct Counting(AtomicUsize);
+
+    impl Counting {
+        fn hit<T>(&self) -> io::Result<T> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Err(io::Error::from_raw_os_error(libc::ENODEV))
+        }
+    }
+
+    impl Driver for Counting {
+        fn open(&self, _: &Path, _: c_int) -> io::Result<OwnedFd> {
+            self.hit()
+        }
+        unsafe fn ioctl(&self, _: BorrowedFd<'_>, _: u64, _: *mut c_void) -> io::Result<c_int> {
+            self.hit()
+        }
+        unsafe fn mmap(
+            &self,
+            _: *mut c_void,
+            _: usize,
+            _: c_int,
+            _: c_int,
+            _: BorrowedFd<'_>,
+            _: u64,
+        ) -> io::Result<NonNull<c_void>> {
+            self.hit()
+        }
+        unsafe fn munmap(&self, _: NonNull<c_void>, _: usize) -> io::Result<()> {
+            self.hit()
+        }
+        fn fd_kind(&self, _: BorrowedFd<'_>) -> io::Result<FdKind> {
+            self.hit()
+        }
+        fn device_number(&self, _: &Path) -> io::Result<DeviceNumber> {
+            self.hit()
+        }
+        fn read_sysfs(&self, _: &Path, limit: usize) -> io::Result<Vec<u8>> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Ok(vec![0; limit])
+        }
+    }
+
+    /// Calls every method once through `driver`; returns how many failed
+    /// with the inner driver's `ENODEV`.
+    fn call_all(driver: impl Driver) -> usize {
+        let file = std::fs::File::open("/dev/null").unwrap();
+        let fd = std::os::fd::AsFd::as_fd(&file);
+        let path = Path::new("/nonexistent");
+        let enodev = |r: io::Result<()>| r.unwrap_err().raw_os_error() == Some(libc::ENODEV);
+        let mut n = 0;
+        n += usize::from(enodev(driver.open(path, 0).map(drop)));
+        // SAFETY: the counting driver never dereferences its arguments.
+        n += usize::from(enodev(
+            unsafe { driver.ioctl(fd, 0, std::ptr::null_mut()) }.map(drop),
+        ));
+        // SAFETY: as above.
+        n += usize::from(enodev(
+            unsafe { driver.mmap(std::ptr::null_mut(), 1, 0, 0, fd, 0) }.map(drop),
+        ));
+        // SAFETY: as above; the pointer is never mapped or touched.
+        n += usize::from(enodev(unsafe { driver.munmap(NonNull::dangling(), 1) }));
+        n += usize::from(enodev(driver.fd_kind(fd).map(drop)));
+        n += usize::from(enodev(driver.device_number(path).map(drop)));
+        assert_eq!(driver.read_sysfs(path, 3).unwrap(), vec![0; 3]);
+        n
+    }
+
+    #[test]
+    fn references_boxes_and_arcs_forward_every_method() {
+        let inner = Counting::default();
+        assert_eq!(call_all(&inner), 6);
+        assert_eq!(call_all(Box::new(&inner)), 6);
+        assert_eq!(inner.0.load(Ordering::Relaxed), 14);
+
+        let shared: Arc<dyn Driver + Send + Sync> = Arc::new(Counting::default());
+        assert_eq!(call_all(Arc::clone(&shared)), 6);
+        let plain: Arc<dyn Driver> = Arc::new(Counting::default());
+        assert_eq!(call_all(plain), 6);
+        let boxed: Box<dyn Driver> = Box::new(Counting::default());
+        assert_eq!(call_all(boxed), 6);
+    }
+
+    #[test]
+    fn shared_dyn_driver_crosses_threads() {
+        fn assert_driver<D: Driver + Clone + 'static>(_: &D) {}
+        let shared: Arc<dyn Driver> = Arc::new(HostDriver);
+        assert_driver(&shared);
+        let worker = {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || shared.device_number(Path::new("/dev/null")).is_ok())
+        };
+        assert!(worker.join().unwrap());
     }
 }

@@ -123,15 +123,38 @@ impl Error {
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Formats an errno as `"<description> (<NAME>)"`, e.g.
-/// `"Invalid argument (EINVAL)"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A kernel error number (`EINVAL`, `EBADF`, ...), as a system call (or the
+/// simulated kernel) returns it.
+///
+/// Displays as `"<description> (<NAME>)"`, e.g. `"Invalid argument (EINVAL)"`,
+/// and converts into [`std::io::Error`] with the same raw OS error. This is
+/// the one errno type of the stack: the `kfd-sim` crate re-exports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Errno(pub i32);
 
 impl Errno {
+    /// The calling thread's current `errno` (`EIO` if the C library reports
+    /// none).
+    pub fn last() -> Errno {
+        Errno(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        )
+    }
+
     /// The symbolic name (`"EINVAL"`), if this errno is one the stack meets.
     pub fn name(self) -> Option<&'static str> {
         errno_name(self.0)
+    }
+
+    /// The errno called `name` (`"EINVAL"`, upper case), if it is one the
+    /// stack meets: the inverse of [`Errno::name`].
+    pub fn from_name(name: &str) -> Option<Errno> {
+        ERRNO_NAMES
+            .iter()
+            .find(|(_, n)| *n == name)
+            .map(|(v, _)| Errno(*v))
     }
 }
 
@@ -142,6 +165,12 @@ impl fmt::Display for Errno {
             Some(name) => write!(f, "{desc} ({name})"),
             None => write!(f, "{desc} (errno {})", self.0),
         }
+    }
+}
+
+impl From<Errno> for std::io::Error {
+    fn from(e: Errno) -> Self {
+        std::io::Error::from_raw_os_error(e.0)
     }
 }
 
@@ -159,47 +188,56 @@ fn describe(errno: i32) -> String {
     String::from_utf8_lossy(&buf[..len]).into_owned()
 }
 
-fn errno_name(errno: i32) -> Option<&'static str> {
+/// The errnos the stack meets, by name: the one table behind
+/// [`Errno::name`] and [`Errno::from_name`] (and so behind the simulator's
+/// fault specs). Linux aliases (`EWOULDBLOCK`, `EDEADLOCK`, `ENOTSUP`) are
+/// left out so that every number has one name.
+const ERRNO_NAMES: &[(i32, &str)] = {
     use libc::*;
-    let name = match errno {
-        EPERM => "EPERM",
-        ENOENT => "ENOENT",
-        ESRCH => "ESRCH",
-        EINTR => "EINTR",
-        EIO => "EIO",
-        ENXIO => "ENXIO",
-        E2BIG => "E2BIG",
-        EBADF => "EBADF",
-        EAGAIN => "EAGAIN",
-        ENOMEM => "ENOMEM",
-        EACCES => "EACCES",
-        EFAULT => "EFAULT",
-        EBUSY => "EBUSY",
-        EEXIST => "EEXIST",
-        ENODEV => "ENODEV",
-        ENOTDIR => "ENOTDIR",
-        EINVAL => "EINVAL",
-        ENFILE => "ENFILE",
-        EMFILE => "EMFILE",
-        ENOTTY => "ENOTTY",
-        EFBIG => "EFBIG",
-        ENOSPC => "ENOSPC",
-        ESPIPE => "ESPIPE",
-        ERANGE => "ERANGE",
-        EDEADLK => "EDEADLK",
-        ENOSYS => "ENOSYS",
-        ENODATA => "ENODATA",
-        ETIME => "ETIME",
-        EPROTO => "EPROTO",
-        EOVERFLOW => "EOVERFLOW",
-        EOPNOTSUPP => "EOPNOTSUPP",
-        EADDRINUSE => "EADDRINUSE",
-        ETIMEDOUT => "ETIMEDOUT",
-        ECANCELED => "ECANCELED",
-        EHWPOISON => "EHWPOISON",
-        _ => return None,
-    };
-    Some(name)
+    &[
+        (EPERM, "EPERM"),
+        (ENOENT, "ENOENT"),
+        (ESRCH, "ESRCH"),
+        (EINTR, "EINTR"),
+        (EIO, "EIO"),
+        (ENXIO, "ENXIO"),
+        (E2BIG, "E2BIG"),
+        (EBADF, "EBADF"),
+        (EAGAIN, "EAGAIN"),
+        (ENOMEM, "ENOMEM"),
+        (EACCES, "EACCES"),
+        (EFAULT, "EFAULT"),
+        (EBUSY, "EBUSY"),
+        (EEXIST, "EEXIST"),
+        (ENODEV, "ENODEV"),
+        (ENOTDIR, "ENOTDIR"),
+        (EINVAL, "EINVAL"),
+        (ENFILE, "ENFILE"),
+        (EMFILE, "EMFILE"),
+        (ENOTTY, "ENOTTY"),
+        (EFBIG, "EFBIG"),
+        (ENOSPC, "ENOSPC"),
+        (ESPIPE, "ESPIPE"),
+        (ERANGE, "ERANGE"),
+        (EDEADLK, "EDEADLK"),
+        (ENOSYS, "ENOSYS"),
+        (ENODATA, "ENODATA"),
+        (ETIME, "ETIME"),
+        (EPROTO, "EPROTO"),
+        (EOVERFLOW, "EOVERFLOW"),
+        (EOPNOTSUPP, "EOPNOTSUPP"),
+        (EADDRINUSE, "EADDRINUSE"),
+        (ETIMEDOUT, "ETIMEDOUT"),
+        (ECANCELED, "ECANCELED"),
+        (EHWPOISON, "EHWPOISON"),
+    ]
+};
+
+fn errno_name(errno: i32) -> Option<&'static str> {
+    ERRNO_NAMES
+        .iter()
+        .find(|(v, _)| *v == errno)
+        .map(|(_, n)| *n)
 }
 
 #[cfg(test)]
@@ -228,6 +266,18 @@ mod tests {
         };
         assert_eq!(err.errno(), libc::ESRCH);
         assert!(err.to_string().ends_with("(ESRCH)"), "{err}");
+    }
+
+    #[test]
+    fn errno_names_round_trip_and_are_unique() {
+        for (value, name) in ERRNO_NAMES {
+            assert_eq!(Errno(*value).name(), Some(*name));
+            assert_eq!(Errno::from_name(name), Some(Errno(*value)));
+        }
+        assert_eq!(Errno::from_name("EWHAT"), None);
+        assert_eq!(Errno(4095).name(), None);
+        let err: std::io::Error = Errno(libc::EBUSY).into();
+        assert_eq!(err.raw_os_error(), Some(libc::EBUSY));
     }
 
     #[test]

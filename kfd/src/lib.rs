@@ -13,6 +13,8 @@
 //! - [`copy::CopyEngine`]: asynchronous SDMA copies between a BO's dma-buf
 //!   and page-aligned host memory ([`StagingBuffer`]), with fences.
 //! - [`ioctl::ioctl`]: the single typed ioctl entry point under every wrapper.
+//! - [`AnonymousMapping`]: anonymous host memory (private or shared, at a
+//!   fixed address if asked), unmapped on drop.
 //! - [`Error`]: names the failed operation and keeps the errno.
 //!
 //! The dumper's side of a checkpoint, on the target's `/dev/kfd` fd that
@@ -41,38 +43,16 @@
 //! ```
 //!
 //! The same calls run unchanged against the simulated kernel of the
-//! `kfd-sim` crate, which is how this crate is tested without a GPU: a
-//! process opens `/dev/kfd` and a render node, binds the GPU's VM and
-//! allocates VRAM, as ROCr does at start-up.
-//!
-//! ```
-//! use std::os::fd::AsFd;
-//! use kfd::{AllocFlags, AllocRequest, GpuId, Kfd, RenderMinor, RenderNode};
-//! use kfd_sim::{Sim, SimConfig};
-//!
-//! let sim = Sim::synthetic(1, SimConfig::default())?;
-//! let driver = sim.driver(sim.spawn_process()?); // or kfd::HostDriver
-//! let kfd = Kfd::open(driver.clone())?;
-//! assert!(kfd.version()?.supports_criu());
-//!
-//! let gpu = &sim.gpus()[0];
-//! let render = RenderNode::open(driver, RenderMinor(gpu.render_minor))?;
-//! kfd.acquire_vm(GpuId(gpu.gpu_id), render.as_fd())?;
-//! let bo = kfd.alloc_memory(&AllocRequest {
-//!     gpu_id: GpuId(gpu.gpu_id),
-//!     va_addr: 0x7f00_0000_0000,
-//!     size: 2 << 20,
-//!     flags: AllocFlags::VRAM | AllocFlags::WRITABLE,
-//! })?;
-//! assert_eq!(bo.handle.gpu_id(), GpuId(gpu.gpu_id));
-//! kfd.free_memory(bo.handle)?;
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! `kfd-sim` crate, which is how this crate is tested without a GPU (those
+//! tests, and an example of a process that opens `/dev/kfd` and a render
+//! node, binds the GPU's VM and allocates VRAM, live in `kfd-sim`, so this
+//! crate does not depend on its own simulator).
 //!
 //! This crate never parses sysfs or image files and keeps no kernel state of
 //! its own beyond what a [`CopyEngine`] creates (and releases) in its DRM
 //! file.
 
+pub mod anon;
 pub mod copy;
 pub mod criu;
 pub mod driver;
@@ -85,6 +65,7 @@ pub mod sdma;
 pub mod staging;
 pub mod va;
 
+pub use anon::{AnonymousMapping, AnonymousOptions, Sharing};
 pub use copy::{CopyEngine, CopyEngineConfig, Fence, ImportedBo, StagingSlot};
 pub use criu::{Checkpoint, CheckpointBo, ProcessInfo, RestoredBo};
 pub use driver::{DeviceNumber, Driver, FdKind, HostDriver};

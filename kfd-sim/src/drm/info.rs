@@ -13,7 +13,6 @@ use kfd_sys as k;
 
 use super::va::{GPU_PAGE, HOLE_END, HOLE_START, VA_RESERVED_BOTTOM, VA_RESERVED_TOP};
 use super::{read_arg, write_arg, Call, DrmDevice, Step};
-use crate::sdma::family;
 use crate::sim::copy_to_user;
 use crate::Errno;
 
@@ -130,11 +129,13 @@ impl DrmDevice {
     fn sdma_version(&self) -> (u32, u32) {
         let gfx = self.generation.gfx_target_version();
         match self.generation.family() {
-            family::CI | family::KV => (2, 0),
-            family::VI | family::CZ => (3, 0),
-            family::AI | family::RV => (4, 0),
-            family::GC_11_0_0 | family::GC_11_0_1 | family::GC_11_5_0 => (6, 0),
-            family::GC_12_0_0 => (7, 0),
+            k::AMDGPU_FAMILY_CI | k::AMDGPU_FAMILY_KV => (2, 0),
+            k::AMDGPU_FAMILY_VI | k::AMDGPU_FAMILY_CZ => (3, 0),
+            k::AMDGPU_FAMILY_AI | k::AMDGPU_FAMILY_RV => (4, 0),
+            k::AMDGPU_FAMILY_GC_11_0_0
+            | k::AMDGPU_FAMILY_GC_11_0_1
+            | k::AMDGPU_FAMILY_GC_11_5_0 => (6, 0),
+            k::AMDGPU_FAMILY_GC_12_0_0 => (7, 0),
             _ if gfx / 100 == 1003 => (5, 2),
             _ => (5, 0),
         }

@@ -79,30 +79,18 @@ pub fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
         .expect("an os error")
 }
 
-/// Page-aligned anonymous host memory (what userptr BOs wrap).
+/// Page-aligned anonymous host memory (what userptr BOs wrap). The
+/// simulated device only writes it during a submission the test waits for
+/// before reading.
 pub struct HostBuf {
-    ptr: NonNull<u8>,
-    len: usize,
+    map: kfd::AnonymousMapping,
 }
 
 impl HostBuf {
     /// `len` bytes (a page multiple) filled by `fill(index)`.
     pub fn new(len: usize, fill: impl Fn(usize) -> u8) -> HostBuf {
-        // SAFETY: an anonymous private mapping touches no existing memory.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(ptr, libc::MAP_FAILED, "mmap of a host buffer");
         let mut buf = HostBuf {
-            ptr: NonNull::new(ptr.cast()).expect("mmap never returns null"),
-            len,
+            map: kfd::AnonymousMapping::private(len).expect("mmap of a host buffer"),
         };
         for (i, b) in buf.bytes_mut().iter_mut().enumerate() {
             *b = fill(i);
@@ -112,33 +100,22 @@ impl HostBuf {
 
     /// The address as a user pointer.
     pub fn addr(&self) -> u64 {
-        self.ptr.as_ptr() as u64
+        self.map.addr() as u64
     }
 
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.len
+        self.map.len()
     }
 
     /// The bytes.
     pub fn bytes(&self) -> &[u8] {
-        // SAFETY: the mapping is `len` readable bytes owned by `self`; the
-        // simulated device only writes it during a submission the test waits
-        // for before reading.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        self.map.as_slice()
     }
 
     /// The bytes, writable.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `bytes`, and `&mut self` makes this the only view.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for HostBuf {
-    fn drop(&mut self) {
-        // SAFETY: the mapping was made in `new` and nothing refers to it now.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+        self.map.as_mut_slice()
     }
 }
 

@@ -2,14 +2,14 @@
 //! queries, GEM objects, PRIME, VA mappings, handle listing and renaming,
 //! contexts, BO lists, a hand-built SDMA submission and its fence.
 
-mod common;
+mod kfd_api_support;
 
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use common::sim;
 use kfd::sdma::CopyFormat;
 use kfd::{GemCreate, GemHandle, IbChunk, RenderMinor, RenderNode, StagingBuffer};
+use kfd_api_support::sim;
 use kfd_sim::{FaultSpec, SimDriver};
 use kfd_sys::{
     AMDGPU_CTX_PRIORITY_NORMAL, AMDGPU_GEM_DOMAIN_DOORBELL, AMDGPU_GEM_DOMAIN_GTT,

@@ -3,13 +3,13 @@
 //! (submission failure, short DMA), the shared-VM restore path with
 //! reserved ranges, and that closing the engine releases everything.
 
-mod common;
+mod kfd_api_support;
 
 use std::os::fd::AsFd;
 use std::str::FromStr;
 
-use ::kfd::{CopyEngine, CopyEngineConfig, Error, Fence, RenderMinor, RenderNode, StagingBuffer};
-use common::{gtt, pattern, sim, vram, GpuProcess};
+use kfd::{CopyEngine, CopyEngineConfig, Error, Fence, RenderMinor, RenderNode, StagingBuffer};
+use kfd_api_support::{gtt, pattern, sim, vram, GpuProcess};
 use kfd_sim::{FaultSpec, Sim, SimDriver};
 
 const VA: u64 = 0x7f00_0000_0000;

@@ -200,7 +200,7 @@ fn lookup(nr: u32) -> Option<IoctlDesc> {
 /// `kfd_ioctl()`: dispatch one ioctl on a `/dev/kfd` file owned by `owner`.
 ///
 /// # Safety
-/// The [`kfd::Driver::ioctl`](::kfd::Driver::ioctl) contract for `arg`.
+/// The [`kfd::Driver::ioctl`] contract for `arg`.
 pub(crate) unsafe fn ioctl(
     ctx: &mut Ctx<'_>,
     owner: Pid,

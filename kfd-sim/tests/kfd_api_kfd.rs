@@ -3,16 +3,16 @@
 //! main restorer), the errno of each documented failure, and that no fd
 //! leaks on success or error paths.
 
-mod common;
+mod kfd_api_support;
 
 use std::os::fd::{AsFd, AsRawFd};
 use std::str::FromStr;
 
-use common::{gtt, pattern, sim, vram, GpuProcess};
 use kfd::{
     AllocFlags, AllocRequest, Error, GpuId, Kfd, ProcessInfo, QueueRequest, RenderMinor,
     RenderNode, Version,
 };
+use kfd_api_support::{gtt, pattern, sim, vram, GpuProcess};
 use kfd_sim::{FaultSpec, ProcessConfig, Sim};
 use kfd_sys::{
     kfd_criu_device_bucket, KFD_INVALID_FD, KFD_IOC_EVENT_SIGNAL, KFD_IOC_QUEUE_TYPE_COMPUTE_AQL,

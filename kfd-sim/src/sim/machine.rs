@@ -1,224 +1,27 @@
-//! The simulated machine: configuration, GPUs, processes, the open-file
-//! table, and [`SimDriver`], the [`kfd::Driver`] implementation that routes
-//! `open`/`ioctl`/`mmap` to the KFD half (`crate::kfd`) or the DRM half.
+//! One simulated machine: [`Sim`], the GPUs built from its topology, and
+//! the state behind its one mutex ([`State`]: processes, the open-file
+//! table keyed by [`FileKey`], BOs, faults, CPU mappings, host memory).
 //!
-//! Identity of the caller comes from the [`SimDriver`] instance (everything
-//! runs in one host process). Every device fd is a real memfd; the simulator
-//! keys its state on the memfd's inode ([`FileKey`]), so dup'ed fds and fds
-//! received over a unix socket resolve to the same open file, as the kernel's
-//! `struct file` does. This module never interprets ioctl arguments itself.
+//! This module never interprets ioctl arguments; the KFD and DRM halves do.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ffi::{c_int, c_void};
-use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::ffi::c_int;
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use amdgpu_topology::{GpuId, RenderMinor, System};
-use kfd::{DeviceNumber, Driver, FdKind, HostDriver};
+use amdgpu_topology::{GpuId, System};
 use tempfile::TempDir;
 
 use crate::accounting::Accounting;
-use crate::bo::{memfd_create, BoStore, Memfd};
+use crate::amdkfd::process::KfdProcess;
+use crate::bo::{BoStore, Memfd};
 use crate::fault::{FaultSpec, FaultTable};
-use crate::kfd::process::KfdProcess;
 use crate::Errno;
 
-/// Character-device major the simulator reports for `/dev/kfd`. The real
-/// major is assigned dynamically at boot (often 234–511); the simulator uses
-/// a fixed 511 (minor 0).
-pub const KFD_MAJOR: u32 = 511;
-/// Character-device major of DRM nodes (`/dev/dri/renderD<minor>`).
-pub const DRM_MAJOR: u32 = 226;
-
-/// A simulated process id. Pids are handed out from 1000 upward.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Pid(pub u32);
-
-impl std::fmt::Display for Pid {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-/// Simulator-wide knobs.
-#[derive(Debug, Clone)]
-pub struct SimConfig {
-    /// KFD ioctl minor version GET_VERSION reports (major is always 1).
-    /// Default 18, as in current mainline kernels.
-    pub kfd_minor_version: u32,
-    /// `MAX_GPU_INSTANCE` of the simulated kernel: the length of a BO private
-    /// record's `mapped_gpuids` array (64 in current kernels, 16 in older
-    /// ones). Private data from one value cannot be restored on the other.
-    pub max_gpu_instance: usize,
-    /// Host memory the simulated kernel believes it has (bytes); used for the
-    /// page-table reserve estimate of AVAILABLE_MEMORY.
-    pub system_memory_bytes: u64,
-}
-
-impl Default for SimConfig {
-    fn default() -> Self {
-        SimConfig {
-            kfd_minor_version: 18,
-            max_gpu_instance: 64,
-            system_memory_bytes: 64 << 30,
-        }
-    }
-}
-
-/// How to create a simulated process.
-#[derive(Debug, Clone)]
-pub struct ProcessConfig {
-    /// A specific pid (for example to recreate a checkpointed process under
-    /// its old pid); `None` picks the next free one.
-    pub pid: Option<Pid>,
-    /// Whether the process has `CAP_CHECKPOINT_RESTORE` (or `CAP_SYS_ADMIN`)
-    /// in the initial user namespace. Default true.
-    pub checkpoint_restore_capable: bool,
-    /// The gpu_ids the device cgroup lets the process see; `None` = all GPUs.
-    /// The others are absent from its KFD process (`n_pdds`), their render
-    /// nodes answer `EPERM` to `open`, and their topology nodes answer
-    /// `EPERM` to reads through [`kfd::Driver::read_sysfs`].
-    pub visible_gpus: Option<Vec<GpuId>>,
-}
-
-impl Default for ProcessConfig {
-    fn default() -> Self {
-        ProcessConfig {
-            pid: None,
-            checkpoint_restore_capable: true,
-            visible_gpus: None,
-        }
-    }
-}
-
-/// Why a simulator could not be built or a process operation failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SimError {
-    /// The topology has no GPU nodes.
-    #[error("the topology has no gpu nodes: a simulator needs at least one gpu")]
-    NoGpus,
-    /// A GPU node lacks something the simulator cannot invent.
-    #[error("topology node {node}: {what}")]
-    IncompleteNode {
-        /// Node id.
-        node: u32,
-        /// What is missing or wrong.
-        what: String,
-    },
-    /// Two GPU nodes share a gpu_id or render minor.
-    #[error("topology node {node}: {what} {value} is used by another gpu node")]
-    Duplicate {
-        /// Node id.
-        node: u32,
-        /// `gpu_id` or `drm_render_minor`.
-        what: &'static str,
-        /// The value.
-        value: u64,
-    },
-    /// Writing the sysfs tree failed.
-    #[error("writing the simulated sysfs tree under {path}: {source}")]
-    Sysfs {
-        /// Target directory.
-        path: PathBuf,
-        /// The I/O error.
-        source: io::Error,
-    },
-    /// Reading a topology fixture failed.
-    #[error("reading topology from {path}: {reason}")]
-    Topology {
-        /// Root that was read.
-        path: PathBuf,
-        /// The parser's explanation.
-        reason: String,
-    },
-    /// No built-in topology has this name.
-    #[error("no built-in topology named {0:?} (see amdgpu_topology::builtin_names)")]
-    UnknownBuiltin(String),
-    /// The pid is already in use.
-    #[error("pid {0} is already in use")]
-    PidInUse(Pid),
-    /// No live process has this pid.
-    #[error("no simulated process with pid {0}")]
-    NoSuchProcess(Pid),
-    /// Host memory for a simulated application could not be mapped.
-    #[error("mapping {len} bytes of host memory: {errno}")]
-    HostMemory {
-        /// Requested length.
-        len: usize,
-        /// The mmap error.
-        errno: Errno,
-    },
-    /// A gpu_id named in a process configuration is not in the topology.
-    #[error("gpu_id {0} is not a gpu of this simulator")]
-    NoSuchGpu(GpuId),
-    /// Host memory could not be mapped back at a fixed address
-    /// ([`Sim::restore_host_memory`]): `EEXIST` when the range is taken,
-    /// `EINVAL` for an address that is not page aligned or an empty range.
-    #[error("mapping {len} bytes of host memory at {addr:#x}: {errno}")]
-    HostMemoryAt {
-        /// Requested address.
-        addr: u64,
-        /// Requested length.
-        len: usize,
-        /// The mmap error.
-        errno: Errno,
-    },
-}
-
-/// The CRIU-relevant state of one KFD process (see [`Sim::kfd_state`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KfdState {
-    /// Per device, in topology order: (user gpu_id, actual gpu_id).
-    pub gpu_ids: Vec<(GpuId, GpuId)>,
-    /// Set by PROCESS_INFO, cleared by UNPAUSE.
-    pub queues_paused: bool,
-    /// Per device: queue eviction levels (queues run only at 0).
-    pub eviction_levels: Vec<u32>,
-    /// Per device: whether a render file's VM became the compute VM.
-    pub vm_acquired: Vec<bool>,
-    /// RESTORE reached the BO stage and RESUME has not run yet.
-    pub awaiting_resume: bool,
-    /// How many RESUMEs succeeded.
-    pub resumed: u32,
-    /// Allocations across all devices.
-    pub bos: usize,
-    /// User queues.
-    pub queues: usize,
-    /// Events.
-    pub events: usize,
-    /// SVM ranges.
-    pub svm_ranges: usize,
-}
-
-impl KfdState {
-    /// Whether the process's queues run (no eviction level on any device).
-    pub fn queues_running(&self) -> bool {
-        self.eviction_levels.iter().all(|&l| l == 0)
-    }
-}
-
-/// Public description of one simulated GPU.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuInfo {
-    /// Topology node id.
-    pub node_id: u32,
-    /// The (actual) KFD gpu_id.
-    pub gpu_id: GpuId,
-    /// Render minor: the device is `/dev/dri/renderD<minor>`.
-    pub render_minor: RenderMinor,
-    /// VRAM size in bytes.
-    pub vram_bytes: u64,
-    /// Whether all VRAM is CPU visible (large BAR).
-    pub large_bar: bool,
-    /// amdgpu family id (`AMDGPU_FAMILY_*`, 141 = AI/GFX9).
-    pub family: u32,
-    /// `gfx_target_version` (e.g. 90010 for gfx90a), 0 when unknown.
-    pub gfx_target_version: u32,
-}
+use super::{
+    CpuMapping, GpuInfo, HostMemorySnapshot, HostRegion, KfdState, Pid, Process, ProcessConfig,
+    SimConfig, SimDriver, SimError,
+};
 
 /// Static facts about one simulated GPU, derived from its topology node.
 #[derive(Debug, Clone)]
@@ -244,7 +47,7 @@ impl Gpu {
     }
     /// Whether the GPU is SOC15 (GFX9) or newer.
     pub(crate) fn is_soc15(&self) -> bool {
-        self.info.family >= 141
+        self.info.family >= kfd_sys::AMDGPU_FAMILY_AI
     }
 }
 
@@ -305,127 +108,6 @@ pub(crate) enum OpenFile {
     Render(RenderFile),
 }
 
-/// A simulated process.
-#[derive(Debug)]
-pub(crate) struct Process {
-    pub(crate) capable: bool,
-    pub(crate) ptrace_parent: Option<Pid>,
-    /// GPU indices the device cgroup allows, in topology order.
-    pub(crate) visible: Vec<usize>,
-    /// The KFD process, created by the first open of `/dev/kfd`.
-    pub(crate) kfd: Option<KfdProcess>,
-}
-
-/// A CPU mapping made through [`Driver::mmap`].
-#[derive(Debug, Clone)]
-pub(crate) struct CpuMapping {
-    pub(crate) len: usize,
-}
-
-/// Anonymous host memory owned by the simulator: the simulated
-/// applications' CPU memory that USERPTR BOs point at. Unmapped when the
-/// simulator is dropped, or when its owner process exits.
-#[derive(Debug)]
-pub(crate) struct HostRegion {
-    addr: usize,
-    len: usize,
-    /// The process whose memory this is (`None`: the simulator's, kept
-    /// until the simulator is dropped).
-    owner: Option<Pid>,
-}
-
-/// One region of a process's host memory with its contents, as CRIU's
-/// pages dump captures it (see [`Sim::host_memory_of`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostMemorySnapshot {
-    /// Address of the first byte (page aligned).
-    pub addr: u64,
-    /// The contents (a whole number of pages).
-    pub bytes: Vec<u8>,
-}
-
-impl HostRegion {
-    fn new(len: usize, owner: Option<Pid>) -> Result<HostRegion, Errno> {
-        // SAFETY: an anonymous private mapping at an address the kernel
-        // picks touches no existing memory.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(Errno::last());
-        }
-        Ok(HostRegion {
-            addr: ptr as usize,
-            len,
-            owner,
-        })
-    }
-
-    /// Maps `len` bytes at exactly `addr` (page aligned, `len` a whole
-    /// number of pages); `EEXIST` when anything in the host process is
-    /// mapped there already.
-    fn new_at(addr: usize, len: usize, owner: Pid) -> Result<HostRegion, Errno> {
-        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping: the
-        // call fails with EEXIST instead, so no memory of the host process is
-        // touched. Kernels before 4.17 ignore the flag and treat `addr` as a
-        // hint; the address check below catches that.
-        let ptr = unsafe {
-            libc::mmap(
-                addr as *mut c_void,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(Errno::last());
-        }
-        if ptr as usize != addr {
-            // SAFETY: `ptr` is the fresh mapping of `len` bytes made above
-            // at another address; nothing refers to it yet.
-            unsafe { libc::munmap(ptr, len) };
-            return Err(Errno(libc::EEXIST));
-        }
-        Ok(HostRegion {
-            addr,
-            len,
-            owner: Some(owner),
-        })
-    }
-
-    fn overlaps(&self, addr: usize, len: usize) -> bool {
-        addr < self.addr + self.len && self.addr < addr.saturating_add(len)
-    }
-
-    fn contains(&self, addr: u64, len: usize) -> bool {
-        let Ok(addr) = usize::try_from(addr) else {
-            return false;
-        };
-        addr >= self.addr
-            && addr
-                .checked_add(len)
-                .is_some_and(|end| end <= self.addr + self.len)
-    }
-}
-
-impl Drop for HostRegion {
-    fn drop(&mut self) {
-        // SAFETY: the region was mapped by HostRegion::new and is unmapped
-        // once, here; the simulator hands out no references into it that
-        // outlive it (users hold raw addresses only, by contract).
-        unsafe { libc::munmap(self.addr as *mut c_void, self.len) };
-    }
-}
-
 /// Mutable simulator state, behind one mutex.
 #[derive(Debug)]
 pub(crate) struct State {
@@ -466,27 +148,6 @@ fn node_err(node: u32, what: impl Into<String>) -> SimError {
     SimError::IncompleteNode {
         node,
         what: what.into(),
-    }
-}
-
-/// amdgpu family id from `gfx_target_version` (major.minor.step as MMmmss).
-fn family_of(gfx_target_version: u32) -> u32 {
-    match gfx_target_version / 10000 {
-        12 => 152,
-        11 => 145,
-        10 => 143,
-        9 => 141,
-        8 => {
-            if gfx_target_version == 80001 {
-                135
-            } else {
-                130
-            }
-        }
-        7 => 120,
-        // Old kernels do not print gfx_target_version; such fixtures are GFX8/9
-        // era. Treat them as GFX9 (AI), the oldest family current ROCm supports.
-        _ => 141,
     }
 }
 
@@ -531,7 +192,7 @@ impl Sim {
                 });
             }
             let gfx = u32::try_from(node.prop("gfx_target_version")).unwrap_or(0);
-            let family = family_of(gfx);
+            let family = crate::family::simulated_family(gfx.into());
             let sdma_engines =
                 u32::try_from(node.prop("num_sdma_engines") + node.prop("num_sdma_xgmi_engines"))
                     .unwrap_or(u32::MAX)
@@ -638,7 +299,7 @@ impl Sim {
     /// The GPU (index into the simulated GPUs) whose topology node `path`
     /// lies in (`<sysfs_root>/nodes/<node>/...`); `None` for CPU nodes and
     /// paths outside the nodes.
-    fn gpu_of_sysfs_path(&self, path: &Path) -> Option<usize> {
+    pub(super) fn gpu_of_sysfs_path(&self, path: &Path) -> Option<usize> {
         let rest = path.strip_prefix(self.sysfs_root().join("nodes")).ok()?;
         let node: u32 = rest
             .components()
@@ -838,7 +499,7 @@ impl Sim {
         let len = len.max(1).div_ceil(4096) * 4096;
         let region =
             HostRegion::new(len, None).map_err(|e| SimError::HostMemory { len, errno: e })?;
-        let addr = region.addr;
+        let addr = region.addr();
         self.lock().host_regions.insert(addr, region);
         Ok(addr as u64)
     }
@@ -856,7 +517,7 @@ impl Sim {
         }
         let region =
             HostRegion::new(len, Some(pid)).map_err(|e| SimError::HostMemory { len, errno: e })?;
-        let addr = region.addr;
+        let addr = region.addr();
         st.host_regions.insert(addr, region);
         Ok(addr as u64)
     }
@@ -872,8 +533,8 @@ impl Sim {
             .filter(|r| r.owner == Some(pid))
             .filter_map(|r| {
                 Some(HostMemorySnapshot {
-                    addr: r.addr as u64,
-                    bytes: st.read_host(r.addr as u64, r.len)?,
+                    addr: r.addr() as u64,
+                    bytes: st.read_host(r.addr() as u64, r.len())?,
                 })
             })
             .collect()
@@ -1137,398 +798,5 @@ impl State {
     /// The KFD process of `pid`, mutably.
     pub(crate) fn kfd_mut(&mut self, pid: Pid) -> Option<&mut KfdProcess> {
         self.processes.get_mut(&pid)?.kfd.as_mut()
-    }
-}
-
-/// Largest buffer a single copy-in may need (1 GiB); larger requests fail
-/// with `ENOMEM` instead of exhausting host memory.
-pub(crate) const MAX_KERNEL_BUFFER: usize = 1 << 30;
-
-/// Copies `len` bytes from the caller's memory at `addr` (`copy_from_user`).
-/// A null address is `EFAULT`.
-///
-/// Every user pointer reaching the simulator comes inside an ioctl argument,
-/// whose validity the caller of [`Driver::ioctl`] guarantees for the size the
-/// kernel uses; the simulator only reads the sizes the kernel would.
-pub(crate) fn copy_from_user(addr: u64, len: usize) -> Result<Vec<u8>, Errno> {
-    if len == 0 {
-        return Ok(Vec::new());
-    }
-    if len > MAX_KERNEL_BUFFER {
-        // kvmalloc of an absurd size fails in the kernel too.
-        return Err(Errno(libc::ENOMEM));
-    }
-    if addr == 0 {
-        return Err(Errno(libc::EFAULT));
-    }
-    let mut out = vec![0u8; len];
-    // SAFETY: the Driver::ioctl contract makes the caller guarantee that user
-    // pointers inside the argument are valid for the size the kernel reads;
-    // `out` is a fresh buffer of `len` bytes that cannot overlap it.
-    unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, out.as_mut_ptr(), len) };
-    Ok(out)
-}
-
-/// Copies `data` to the caller's memory at `addr` (`copy_to_user`). A null
-/// address is `EFAULT`.
-pub(crate) fn copy_to_user(addr: u64, data: &[u8]) -> Result<(), Errno> {
-    if data.is_empty() {
-        return Ok(());
-    }
-    if addr == 0 {
-        return Err(Errno(libc::EFAULT));
-    }
-    // SAFETY: the Driver::ioctl contract makes the caller guarantee that user
-    // pointers inside the argument are valid for writes of the size the
-    // kernel writes; `data` is simulator memory and cannot overlap it.
-    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as usize as *mut u8, data.len()) };
-    Ok(())
-}
-
-/// The kernel's argument marshalling for one ioctl: a buffer of
-/// `max(user_size, kernel_size)` bytes, the first `user_size` copied in when
-/// `copy_in` (zero-filled otherwise), the handler run on it, and the first
-/// `user_size` bytes copied back when `copy_out` — also when the handler
-/// failed. A failed copy-in is `EFAULT`; a failed copy-out turns any result
-/// into `EFAULT`.
-///
-/// # Safety
-/// `arg` must be valid for reads and writes of `user_size` bytes (the
-/// [`Driver::ioctl`] contract).
-pub(crate) unsafe fn marshal(
-    arg: *mut c_void,
-    user_size: usize,
-    kernel_size: usize,
-    copy_in: bool,
-    copy_out: bool,
-    handler: impl FnOnce(&mut [u8]) -> Result<c_int, Errno>,
-) -> Result<c_int, Errno> {
-    let mut buf = vec![0u8; user_size.max(kernel_size)];
-    if (copy_in || copy_out) && user_size > 0 && arg.is_null() {
-        return Err(Errno(libc::EFAULT));
-    }
-    if copy_in && user_size > 0 {
-        // SAFETY: the caller guarantees `arg` is valid for `user_size` bytes;
-        // `buf` holds at least that many and is a separate allocation.
-        unsafe { std::ptr::copy_nonoverlapping(arg as *const u8, buf.as_mut_ptr(), user_size) };
-    }
-    let ret = handler(&mut buf);
-    if copy_out && user_size > 0 {
-        // SAFETY: as above, `arg` is valid for writes of `user_size` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), arg as *mut u8, user_size) };
-    }
-    ret
-}
-
-/// Runs `f` on a typed copy of the argument at the start of `buf` and writes
-/// the (possibly updated) struct back, whatever `f` returns.
-pub(crate) fn typed<T, R>(buf: &mut [u8], f: impl FnOnce(&mut T) -> R) -> R
-where
-    T: zerocopy::FromBytes + zerocopy::IntoBytes + zerocopy::Immutable + zerocopy::KnownLayout,
-{
-    let size = std::mem::size_of::<T>();
-    // The marshalling buffer is never smaller than the kernel's struct; a
-    // shorter one would be a dispatch-table bug, answered with a zeroed struct.
-    let mut value = T::read_from_prefix(buf)
-        .map(|(v, _)| v)
-        .unwrap_or_else(|_| T::new_zeroed());
-    let r = f(&mut value);
-    if buf.len() >= size {
-        buf[..size].copy_from_slice(value.as_bytes());
-    }
-    r
-}
-
-/// One simulated process's [`kfd::Driver`]. Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct SimDriver {
-    sim: Sim,
-    pid: Pid,
-}
-
-impl SimDriver {
-    /// The process this driver acts as.
-    pub fn pid(&self) -> Pid {
-        self.pid
-    }
-
-    /// The simulator.
-    pub fn sim(&self) -> &Sim {
-        &self.sim
-    }
-
-    fn alive(&self, st: &State) -> Result<(), Errno> {
-        if st.processes.contains_key(&self.pid) {
-            Ok(())
-        } else {
-            Err(Errno(libc::ESRCH))
-        }
-    }
-
-    fn open_inner(&self, path: &Path, flags: c_int) -> Result<OwnedFd, Errno> {
-        let shared = &self.sim.shared;
-        let mut st = self.sim.lock();
-        self.alive(&st)?;
-        crate::fault::check(&mut st, "OPEN")?;
-        let cloexec = flags & libc::O_CLOEXEC != 0;
-        let path_str = path.to_str().ok_or(Errno(libc::ENOENT))?;
-        if path_str == "/dev/kfd" {
-            let fd = memfd_create("kfd-sim-kfd", cloexec)?;
-            let key = FileKey::of_raw(fd.as_raw_fd())?;
-            let pid = self.pid;
-            let proc_ = st.processes.get_mut(&pid).ok_or(Errno(libc::ESRCH))?;
-            if proc_.kfd.is_none() {
-                proc_.kfd = Some(KfdProcess::new(&shared.gpus, &proc_.visible));
-            }
-            st.insert_file(key, OpenFile::Kfd(KfdFile { owner: pid }));
-            return Ok(fd);
-        }
-        if let Some(minor) = path_str.strip_prefix("/dev/dri/renderD") {
-            let minor: u32 = minor.parse().map_err(|_| Errno(libc::ENOENT))?;
-            let gpu = shared
-                .gpus
-                .iter()
-                .position(|g| g.info.render_minor == minor)
-                .ok_or(Errno(libc::ENOENT))?;
-            let visible = st
-                .processes
-                .get(&self.pid)
-                .is_some_and(|p| p.visible.contains(&gpu));
-            if !visible {
-                return Err(Errno(libc::EPERM));
-            }
-            let fd = memfd_create(&format!("kfd-sim-renderD{minor}"), cloexec)?;
-            let key = FileKey::of_raw(fd.as_raw_fd())?;
-            st.insert_file(
-                key,
-                OpenFile::Render(RenderFile {
-                    gpu,
-                    kfd_vm_owner: None,
-                    drm: crate::drm::DrmFile::new(&shared.gpus[gpu].drm),
-                }),
-            );
-            return Ok(fd);
-        }
-        Err(Errno(libc::ENOENT))
-    }
-
-    /// # Safety
-    /// The [`Driver::ioctl`] contract.
-    unsafe fn ioctl_inner(
-        &self,
-        fd: BorrowedFd<'_>,
-        request: u64,
-        arg: *mut c_void,
-    ) -> Result<c_int, Errno> {
-        let key = FileKey::of_raw(fd.as_raw_fd())?;
-        let mut st = self.sim.lock();
-        self.alive(&st)?;
-        let owner = match st.files.get(&key) {
-            Some(OpenFile::Kfd(k)) => Some(k.owner),
-            Some(OpenFile::Render(_)) => None,
-            None => return Err(Errno(libc::ENOTTY)),
-        };
-        match owner {
-            Some(owner) => {
-                let mut ctx = Ctx {
-                    sim: &self.sim.shared,
-                    st: &mut st,
-                    caller: self.pid,
-                };
-                // SAFETY: forwarded Driver::ioctl contract.
-                unsafe { crate::kfd::ioctl(&mut ctx, owner, request, arg) }
-            }
-            // SAFETY: forwarded Driver::ioctl contract. The DRM half takes
-            // the lock: fence waits happen without it.
-            None => unsafe { crate::drm::ioctl(&self.sim.shared, st, self.pid, key, request, arg) },
-        }
-    }
-
-    fn mmap_source(
-        &self,
-        st: &mut State,
-        key: FileKey,
-        len: usize,
-        offset: u64,
-    ) -> Result<Option<(Arc<Memfd>, u64)>, Errno> {
-        match st.files.get(&key) {
-            Some(OpenFile::Kfd(_)) => {
-                crate::kfd::mmap(&self.sim.shared, st, self.pid, offset, len as u64).map(Some)
-            }
-            Some(OpenFile::Render(r)) => {
-                let gpu = r.gpu;
-                // A BO imported from another GPU has its offset on this one
-                // from the DRM half.
-                let drm = &self.sim.shared.gpus[gpu].drm;
-                let (id, base) = match drm.import_at(&st.bos, offset, len as u64) {
-                    Some(found) => found,
-                    None => {
-                        let id = st
-                            .bos
-                            .lookup_offset(gpu, offset, len as u64)
-                            .ok_or(Errno(libc::EINVAL))?;
-                        (id, st.bos.get(id).ok_or(Errno(libc::EINVAL))?.mmap_offset)
-                    }
-                };
-                let bo = st.bos.get(id).ok_or(Errno(libc::EINVAL))?;
-                if !bo.allowed_files.contains(&key) {
-                    return Err(Errno(libc::EACCES));
-                }
-                let memfd = match &bo.backing {
-                    crate::bo::Backing::Memory(m) | crate::bo::Backing::Aperture(m) => m.clone(),
-                    crate::bo::Backing::UserPtr { .. } => return Err(Errno(libc::EPERM)),
-                };
-                Ok(Some((memfd, offset - base)))
-            }
-            None => Ok(None),
-        }
-    }
-}
-
-impl Driver for SimDriver {
-    fn open(&self, path: &Path, flags: c_int) -> io::Result<OwnedFd> {
-        self.open_inner(path, flags).map_err(Into::into)
-    }
-
-    unsafe fn ioctl(
-        &self,
-        fd: BorrowedFd<'_>,
-        request: u64,
-        arg: *mut c_void,
-    ) -> io::Result<c_int> {
-        // SAFETY: forwarded Driver::ioctl contract.
-        unsafe { self.ioctl_inner(fd, request, arg) }.map_err(Into::into)
-    }
-
-    unsafe fn mmap(
-        &self,
-        addr: *mut c_void,
-        len: usize,
-        prot: c_int,
-        flags: c_int,
-        fd: BorrowedFd<'_>,
-        offset: u64,
-    ) -> io::Result<NonNull<c_void>> {
-        let key = FileKey::of_raw(fd.as_raw_fd())?;
-        let mut st = self.sim.lock();
-        self.alive(&st)?;
-        crate::fault::check(&mut st, "MMAP")?;
-        if len == 0 || offset % crate::bo::PAGE_SIZE != 0 {
-            return Err(Errno(libc::EINVAL).into());
-        }
-        let source = self.mmap_source(&mut st, key, len, offset)?;
-        // `source` keeps the memfd open until the mapping exists.
-        let (raw_fd, file_offset) = match &source {
-            Some((memfd, off)) => (memfd.file().as_raw_fd(), *off),
-            // Not a device of ours (a dma-buf or any other file): the host maps it.
-            None => (fd.as_raw_fd(), offset),
-        };
-        let file_offset = libc::off_t::try_from(file_offset).map_err(|_| Errno(libc::EOVERFLOW))?;
-        // SAFETY: the caller upholds the MAP_FIXED contract of Driver::mmap;
-        // otherwise the kernel picks an unused range. `raw_fd` is open for the
-        // duration of the call (held by the store or by the caller).
-        let ptr = unsafe { libc::mmap(addr, len, prot, flags, raw_fd, file_offset) };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        // Mappings of the simulator's devices and dma-bufs are accounted;
-        // other files are the host's business.
-        if source.is_some() || st.bos.by_key(key).is_some() {
-            st.cpu_maps.insert(ptr as usize, CpuMapping { len });
-        }
-        NonNull::new(ptr).ok_or_else(|| Errno(libc::EFAULT).into())
-    }
-
-    unsafe fn munmap(&self, addr: NonNull<c_void>, len: usize) -> io::Result<()> {
-        let mut st = self.sim.lock();
-        // SAFETY: the caller guarantees the range is a mapping of ours that
-        // nothing references any more.
-        let ret = unsafe { libc::munmap(addr.as_ptr(), len) };
-        if ret < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let start = addr.as_ptr() as usize;
-        let end = start.saturating_add(len);
-        let covered: Vec<usize> = st
-            .cpu_maps
-            .range(start..end)
-            .filter(|(&a, m)| a + m.len <= end)
-            .map(|(&a, _)| a)
-            .collect();
-        for a in covered {
-            st.cpu_maps.remove(&a);
-        }
-        Ok(())
-    }
-
-    fn fd_kind(&self, fd: BorrowedFd<'_>) -> io::Result<FdKind> {
-        let key = FileKey::of_raw(fd.as_raw_fd())?;
-        let st = self.sim.lock();
-        match st.files.get(&key) {
-            Some(OpenFile::Kfd(_)) => {
-                return Ok(FdKind::CharDevice(DeviceNumber {
-                    major: KFD_MAJOR,
-                    minor: 0,
-                }))
-            }
-            Some(OpenFile::Render(r)) => {
-                return Ok(FdKind::CharDevice(DeviceNumber {
-                    major: DRM_MAJOR,
-                    minor: self.sim.shared.gpus[r.gpu].info.render_minor,
-                }))
-            }
-            None => {}
-        }
-        if st.bos.by_key(key).is_some() {
-            return Ok(FdKind::DmaBuf);
-        }
-        drop(st);
-        HostDriver.fd_kind(fd)
-    }
-
-    fn device_number(&self, path: &Path) -> io::Result<DeviceNumber> {
-        let s = path
-            .to_str()
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
-        if s == "/dev/kfd" {
-            return Ok(DeviceNumber {
-                major: KFD_MAJOR,
-                minor: 0,
-            });
-        }
-        if let Some(m) = s
-            .strip_prefix("/dev/dri/renderD")
-            .and_then(|m| m.parse::<u32>().ok())
-        {
-            if self
-                .sim
-                .shared
-                .gpus
-                .iter()
-                .any(|g| g.info.render_minor == m)
-            {
-                return Ok(DeviceNumber {
-                    major: DRM_MAJOR,
-                    minor: m,
-                });
-            }
-        }
-        Err(io::Error::from_raw_os_error(libc::ENOENT))
-    }
-
-    fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {
-        // As amdkfd's topology attributes: a node of a GPU the caller's
-        // device cgroup hides answers EPERM, whoever reads it.
-        if let Some(gpu) = self.sim.gpu_of_sysfs_path(path) {
-            let st = self.sim.lock();
-            let visible = st
-                .processes
-                .get(&self.pid)
-                .is_some_and(|p| p.visible.contains(&gpu));
-            if !visible {
-                return Err(io::Error::from_raw_os_error(libc::EPERM));
-            }
-        }
-        kfd::driver::read_file_prefix(path, limit)
     }
 }

@@ -1,6 +1,7 @@
-//! Shared set-up for the simulator-backed tests: a simulated machine and a
-//! "GPU process" that opened /dev/kfd and one render node per GPU and
-//! acquired their VMs, as ROCr does at start-up.
+//! Shared set-up for the tests of the `kfd` crate's API against the
+//! simulator (`kfd_api_*.rs`): a simulated machine and a "GPU process" that
+//! opened /dev/kfd and one render node per GPU and acquired their VMs, as
+//! ROCr does at start-up.
 
 #![allow(dead_code)]
 

@@ -1,0 +1,631 @@
+//! The SDMA execution engine: one worker thread per ring that runs jobs in
+//! submission order, decodes their IBs, performs copies through the job's
+//! [`VmView`] at the configured bandwidth, records VM faults and signals
+//! [`Fence`]s.
+//!
+//! This module never validates ioctl arguments (the DRM module does so
+//! before a job exists) and never touches memory a job's VM does not map.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::memory::{Access, Landing};
+use super::{decode_packet, Malformed, Packet, SdmaRules, VmView, IB_ADDRESS_ALIGNMENT};
+
+/// Why a job failed; what `WAIT_CS` returns for its fence.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum JobError {
+    /// A packet the engine cannot execute (the job "hung").
+    #[error("malformed sdma packet: {0}")]
+    Malformed(#[from] Malformed),
+    /// An access outside every mapping (or against the PTE permissions).
+    #[error("gpu vm fault at {va:#x} ({access})")]
+    VmFault {
+        /// The first faulting VA of the job.
+        va: u64,
+        /// "read" or "write".
+        access: &'static str,
+    },
+    /// An injected short DMA: the copy stopped early.
+    #[error("injected short dma: the copy stopped after {moved:#x} bytes")]
+    ShortDma {
+        /// Bytes the faulted packet moved.
+        moved: u64,
+        /// The errno the fence reports.
+        errno: i32,
+    },
+    /// The ring's worker thread is gone.
+    #[error("sdma ring worker is gone")]
+    RingLost,
+}
+
+impl JobError {
+    /// The (positive) errno `WAIT_CS` returns for this failure.
+    pub(crate) fn errno(&self) -> i32 {
+        match self {
+            JobError::Malformed(_) => libc::ETIME,
+            JobError::VmFault { .. } | JobError::RingLost => libc::ECANCELED,
+            JobError::ShortDma { errno, .. } => *errno,
+        }
+    }
+
+    /// Whether the job hung the engine, which makes its context guilty.
+    pub(crate) fn is_hang(&self) -> bool {
+        matches!(self, JobError::Malformed(_))
+    }
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The completion of one job: pending until the ring signals it.
+#[derive(Debug, Default)]
+pub(crate) struct Fence {
+    state: Mutex<Option<Result<(), JobError>>>,
+    signaled: Condvar,
+}
+
+/// How long `Fence::wait` may block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Deadline {
+    /// Do not block (a timeout already in the past).
+    Poll,
+    /// Block until this instant.
+    At(Instant),
+    /// Block until signaled (`WAIT_CS` timeout with the top bit set).
+    Infinite,
+}
+
+impl Deadline {
+    /// The deadline of an absolute CLOCK_MONOTONIC timeout in ns as
+    /// `WAIT_CS` takes it (`amdgpu_gem_timeout`).
+    pub(crate) fn from_monotonic_ns(timeout_ns: u64) -> Self {
+        if (timeout_ns as i64) < 0 {
+            return Deadline::Infinite;
+        }
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `now` is a valid, writable timespec; CLOCK_MONOTONIC always
+        // exists on Linux.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+        if rc != 0 {
+            return Deadline::Poll;
+        }
+        let now_ns = (now.tv_sec as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(now.tv_nsec as u64);
+        match timeout_ns.checked_sub(now_ns) {
+            Some(left) if left > 0 => Deadline::At(Instant::now() + Duration::from_nanos(left)),
+            _ => Deadline::Poll,
+        }
+    }
+}
+
+impl Fence {
+    /// A new, unsignaled fence.
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Fence::default())
+    }
+
+    /// Signal the fence with the job's outcome (first signal wins).
+    pub(crate) fn signal(&self, outcome: Result<(), JobError>) {
+        let mut state = lock(&self.state);
+        if state.is_none() {
+            *state = Some(outcome);
+            self.signaled.notify_all();
+        }
+    }
+
+    /// The outcome if signaled.
+    pub(crate) fn outcome(&self) -> Option<Result<(), JobError>> {
+        lock(&self.state).clone()
+    }
+
+    /// Wait until signaled or `deadline`; `None` when still busy.
+    pub(crate) fn wait(&self, deadline: Deadline) -> Option<Result<(), JobError>> {
+        let mut state = lock(&self.state);
+        loop {
+            if let Some(outcome) = state.as_ref() {
+                return Some(outcome.clone());
+            }
+            state = match deadline {
+                Deadline::Poll => return None,
+                Deadline::Infinite => self
+                    .signaled
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Deadline::At(at) => {
+                    let left = at.checked_duration_since(Instant::now())?;
+                    self.signaled
+                        .wait_timeout(state, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+            };
+        }
+    }
+}
+
+/// One IB of a job: `bytes` bytes of packets at GPU VA `va`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ib {
+    /// GPU VA of the first dword.
+    pub(crate) va: u64,
+    /// Size in bytes (the kernel uses `bytes / 4` dwords).
+    pub(crate) bytes: u32,
+}
+
+/// An injected "short DMA": the job's first copy moves only half its bytes,
+/// then the job stops and its fence reports `errno`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ShortDma {
+    /// The errno the fence reports.
+    pub(crate) errno: i32,
+}
+
+/// Called with a job's outcome before its fence signals.
+pub(crate) type Completion = Box<dyn FnOnce(&Result<(), JobError>) + Send>;
+
+/// One submission to a ring.
+pub(crate) struct Job {
+    /// The IBs, run in order.
+    pub(crate) ibs: Vec<Ib>,
+    /// The submitting file's VM at submission time.
+    pub(crate) vm: Arc<VmView>,
+    /// Signaled when the job is done.
+    pub(crate) fence: Arc<Fence>,
+    /// An injected short DMA, if any.
+    pub(crate) short_dma: Option<ShortDma>,
+    /// Fences that must signal before the job runs (CS dependencies).
+    pub(crate) dependencies: Vec<Arc<Fence>>,
+    /// Runs with the outcome before the fence signals (guilty context, GPU
+    /// reset counter, user fence write).
+    pub(crate) on_done: Option<Completion>,
+}
+
+impl fmt::Debug for Job {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Job")
+            .field("ibs", &self.ibs)
+            .field("short_dma", &self.short_dma)
+            .field("dependencies", &self.dependencies.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A GPU VM fault caused by an SDMA access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VmFault {
+    /// The first VA of the faulting access.
+    pub va: u64,
+    /// Whether the access was a write (dropped).
+    pub write: bool,
+}
+
+/// The VM faults one GPU's SDMA engines raised.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VmFaultLog {
+    /// Number of faulting accesses (each contiguous unmapped run counts once).
+    pub count: u64,
+    /// The first fault.
+    pub first: Option<VmFault>,
+    /// The most recent fault.
+    pub last: Option<VmFault>,
+}
+
+/// What a GPU's SDMA engines did so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SdmaStats {
+    /// Jobs completed (successfully or not).
+    pub jobs: u64,
+    /// Jobs whose fence reported an error.
+    pub failed_jobs: u64,
+    /// Bytes written by LINEAR COPY packets.
+    pub bytes_copied: u64,
+    /// VM faults.
+    pub faults: VmFaultLog,
+}
+
+/// State shared by a GPU's rings.
+#[derive(Debug, Default)]
+struct EngineShared {
+    /// Bytes per second per ring; 0 = unlimited.
+    bandwidth: AtomicU64,
+    stats: Mutex<SdmaStats>,
+}
+
+impl EngineShared {
+    fn record_fault(&self, fault: VmFault) {
+        let mut stats = lock(&self.stats);
+        stats.faults.count += 1;
+        stats.faults.first.get_or_insert(fault);
+        stats.faults.last = Some(fault);
+    }
+}
+
+/// A bandwidth limiter for one ring: a running deadline advanced by the
+/// time each chunk takes at the configured rate.
+struct Pacer {
+    next: Option<Instant>,
+}
+
+/// Smallest piece a throttled copy moves between rate checks.
+const THROTTLE_CHUNK: u64 = 64 << 10;
+/// Largest piece an unthrottled copy moves at once (the bounce buffer size).
+pub(super) const BOUNCE_BYTES: u64 = 1 << 20;
+
+impl Pacer {
+    /// Longest single sleep, so a bandwidth change takes effect promptly.
+    const SLICE: Duration = Duration::from_millis(10);
+
+    /// Account `bytes` moved and sleep until the configured rate allows the
+    /// next piece. Setting the bandwidth to unlimited ends a pending wait.
+    fn account(&mut self, bytes: u64, bandwidth: &AtomicU64) {
+        let rate = bandwidth.load(Ordering::Relaxed);
+        if rate == 0 || bytes == 0 {
+            self.next = None;
+            return;
+        }
+        let now = Instant::now();
+        // Keep the long-run rate: oversleeping is made up by the next piece,
+        // but a backlog older than one slice (a pause, a slow host) is dropped.
+        let start = match self.next {
+            Some(n) if n + Self::SLICE >= now => n,
+            _ => now,
+        };
+        let nanos = u128::from(bytes) * 1_000_000_000 / u128::from(rate);
+        let wait = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+        let Some(next) = start.checked_add(wait) else {
+            self.next = None;
+            return;
+        };
+        self.next = Some(next);
+        while let Some(left) = next.checked_duration_since(Instant::now()) {
+            if left.is_zero() || bandwidth.load(Ordering::Relaxed) != rate {
+                break;
+            }
+            std::thread::sleep(left.min(Self::SLICE));
+        }
+    }
+}
+
+/// Executes jobs for one ring (runs on the ring's worker thread).
+struct Executor<'a> {
+    rules: SdmaRules,
+    shared: &'a EngineShared,
+    pacer: Pacer,
+    bounce: Vec<u8>,
+}
+
+/// Per-copy bookkeeping: the first fault, and whether the previous piece
+/// faulted (so a contiguous unmapped run counts once).
+#[derive(Default)]
+struct FaultTrack {
+    first: Option<VmFault>,
+    in_run: [bool; 2],
+}
+
+impl FaultTrack {
+    fn hit(&mut self, shared: &EngineShared, side: usize, fault: VmFault) {
+        if !self.in_run[side] {
+            shared.record_fault(fault);
+        }
+        self.in_run[side] = true;
+        self.first.get_or_insert(fault);
+    }
+}
+
+impl Executor<'_> {
+    fn run(&mut self, job: &Job) -> Result<(), JobError> {
+        let mut faults = FaultTrack::default();
+        let mut short = job.short_dma;
+        for ib in &job.ibs {
+            if ib.va % IB_ADDRESS_ALIGNMENT != 0 {
+                return Err(Malformed::MisalignedIb { va: ib.va }.into());
+            }
+            let dwords = self.fetch_ib(&job.vm, *ib)?;
+            let mut at = 0;
+            while at < dwords.len() {
+                let (packet, used) = decode_packet(&dwords, at, self.rules)?;
+                if let Packet::LinearCopy { src, dst, bytes } = packet {
+                    if let Some(inject) = short.take() {
+                        let moved = bytes / 2;
+                        self.copy(&job.vm, src, dst, moved, &mut faults);
+                        return Err(JobError::ShortDma {
+                            moved,
+                            errno: inject.errno,
+                        });
+                    }
+                    self.copy(&job.vm, src, dst, bytes, &mut faults);
+                }
+                at += used;
+            }
+        }
+        match faults.first {
+            Some(fault) => Err(JobError::VmFault {
+                va: fault.va,
+                access: if fault.write { "write" } else { "read" },
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Read an IB through the VM; a fetch fault fails the job.
+    fn fetch_ib(&self, vm: &VmView, ib: Ib) -> Result<Vec<u32>, JobError> {
+        let len = u64::from(ib.bytes / 4) * 4;
+        let mut bytes = vec![0u8; len as usize];
+        let mut done = 0u64;
+        while done < len {
+            let va = ib.va.wrapping_add(done);
+            let (landing, piece) = vm.resolve(va, len - done, Access::Read);
+            let buf = &mut bytes[done as usize..(done + piece) as usize];
+            let fetched = match landing {
+                Landing::Memory(memory, offset) => memory.read_at(offset, buf).is_ok(),
+                Landing::Prt => true,
+                Landing::Fault => false,
+            };
+            if !fetched {
+                self.shared.record_fault(VmFault { va, write: false });
+                return Err(JobError::VmFault { va, access: "read" });
+            }
+            done += piece;
+        }
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|d| u32::from_le_bytes([d[0], d[1], d[2], d[3]]))
+            .collect())
+    }
+
+    /// Move `bytes` bytes from GPU VA `src` to GPU VA `dst` piece by piece
+    /// through a bounded bounce buffer; pieces whose source or destination is
+    /// not mapped are dropped and recorded as faults.
+    fn copy(&mut self, vm: &VmView, src: u64, dst: u64, bytes: u64, faults: &mut FaultTrack) {
+        let mut done = 0u64;
+        let mut copied = 0u64;
+        faults.in_run = [false; 2];
+        while done < bytes {
+            let left = bytes - done;
+            let bandwidth = self.shared.bandwidth.load(Ordering::Relaxed);
+            let chunk = if bandwidth == 0 {
+                BOUNCE_BYTES
+            } else {
+                THROTTLE_CHUNK
+            };
+            let limit = left.min(chunk);
+            let s_va = src.wrapping_add(done);
+            let d_va = dst.wrapping_add(done);
+            let (from, s_len) = vm.resolve(s_va, limit, Access::Read);
+            let (to, d_len) = vm.resolve(d_va, limit, Access::Write);
+            let n = s_len.min(d_len);
+            let len = n as usize;
+            let (read_ok, write_ok) = self.move_piece(from, to, len);
+            if read_ok {
+                faults.in_run[0] = false;
+            } else {
+                faults.hit(
+                    self.shared,
+                    0,
+                    VmFault {
+                        va: s_va,
+                        write: false,
+                    },
+                );
+            }
+            if write_ok {
+                faults.in_run[1] = false;
+                if read_ok && matches!(to, Landing::Memory(..)) {
+                    copied += n;
+                }
+            } else {
+                faults.hit(
+                    self.shared,
+                    1,
+                    VmFault {
+                        va: d_va,
+                        write: true,
+                    },
+                );
+            }
+            done += n;
+            self.pacer.account(n, &self.shared.bandwidth);
+        }
+        if copied > 0 {
+            lock(&self.shared.stats).bytes_copied += copied;
+        }
+    }
+
+    /// Move one piece of `len` bytes between two landings; returns whether
+    /// the read and the write succeeded (a failed read drops the write, which
+    /// is then not a write fault). Host memory on either side is copied to
+    /// or from directly: one copy, no bounce buffer.
+    fn move_piece(&mut self, from: Landing<'_>, to: Landing<'_>, len: usize) -> (bool, bool) {
+        match (from, to) {
+            (Landing::Fault, Landing::Fault) => (false, false),
+            (Landing::Fault, _) => (false, true),
+            (_, Landing::Fault) => (true, false),
+            (_, Landing::Prt) => (true, true),
+            (Landing::Prt, Landing::Memory(dst, d_off)) => {
+                let ok = match dst.host_address() {
+                    Some(base) => {
+                        // SAFETY: `resolve` keeps `d_off..d_off+len` inside the
+                        // destination's size, and a host-address memory is
+                        // valid for writes over its whole size.
+                        unsafe {
+                            std::ptr::write_bytes((base + d_off as usize) as *mut u8, 0, len)
+                        };
+                        true
+                    }
+                    None => {
+                        let buf = self.bounce(len);
+                        buf.fill(0);
+                        dst.write_at(d_off, buf).is_ok()
+                    }
+                };
+                (true, ok)
+            }
+            (Landing::Memory(src, s_off), Landing::Memory(dst, d_off)) => {
+                if let Some(base) = dst.host_address() {
+                    // SAFETY: `resolve` keeps `d_off..d_off+len` inside the
+                    // destination, whose host memory is valid for writes
+                    // over its whole size (`UserMemory::new`'s contract).
+                    let ok =
+                        unsafe { src.read_to_host(s_off, (base + d_off as usize) as *mut u8, len) };
+                    (ok.is_ok(), true)
+                } else if let Some(base) = src.host_address() {
+                    // SAFETY: as above, for reads of the source.
+                    let ok = unsafe {
+                        dst.write_from_host(d_off, (base + s_off as usize) as *const u8, len)
+                    };
+                    (true, ok.is_ok())
+                } else {
+                    let buf = self.bounce(len);
+                    if src.read_at(s_off, buf).is_err() {
+                        return (false, true);
+                    }
+                    (true, dst.write_at(d_off, buf).is_ok())
+                }
+            }
+        }
+    }
+
+    /// The bounce buffer, at least `len` bytes long.
+    fn bounce(&mut self, len: usize) -> &mut [u8] {
+        if self.bounce.len() < len {
+            self.bounce.resize(len, 0);
+        }
+        &mut self.bounce[..len]
+    }
+}
+
+/// A ring's worker: started on first submission.
+#[derive(Debug)]
+struct RingWorker {
+    tx: mpsc::Sender<Job>,
+    thread: JoinHandle<()>,
+}
+
+/// The SDMA engines of one GPU: one worker per ring.
+#[derive(Debug)]
+pub(crate) struct SdmaEngine {
+    name: String,
+    rules: SdmaRules,
+    rings: Vec<Mutex<Option<RingWorker>>>,
+    shared: Arc<EngineShared>,
+}
+
+impl SdmaEngine {
+    /// The engines of GPU `name` (used for thread names) with `rings` rings.
+    pub(crate) fn new(name: impl Into<String>, rings: u32, rules: SdmaRules) -> Self {
+        SdmaEngine {
+            name: name.into(),
+            rules,
+            rings: (0..rings).map(|_| Mutex::new(None)).collect(),
+            shared: Arc::new(EngineShared::default()),
+        }
+    }
+
+    /// Number of rings.
+    pub(crate) fn ring_count(&self) -> u32 {
+        self.rings.len() as u32
+    }
+
+    /// Per-ring bandwidth in bytes/s (`None` = unlimited, the default).
+    pub(crate) fn set_bandwidth(&self, bytes_per_second: Option<u64>) {
+        self.shared
+            .bandwidth
+            .store(bytes_per_second.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// What the engines did so far.
+    pub(crate) fn stats(&self) -> SdmaStats {
+        lock(&self.shared.stats).clone()
+    }
+
+    /// Queue `job` on `ring`. An out-of-range ring or a dead worker signals
+    /// the job's fence with an error instead (the DRM layer checks the ring
+    /// before building a job).
+    pub(crate) fn submit(&self, ring: u32, job: Job) {
+        let Some(slot) = self.rings.get(ring as usize) else {
+            job.fence.signal(Err(JobError::RingLost));
+            return;
+        };
+        let mut slot = lock(slot);
+        if slot.is_none() {
+            match self.spawn(ring) {
+                Ok(worker) => *slot = Some(worker),
+                Err(_) => {
+                    job.fence.signal(Err(JobError::RingLost));
+                    return;
+                }
+            }
+        }
+        let Some(worker) = slot.as_ref() else {
+            job.fence.signal(Err(JobError::RingLost));
+            return;
+        };
+        if let Err(mpsc::SendError(job)) = worker.tx.send(job) {
+            job.fence.signal(Err(JobError::RingLost));
+        }
+    }
+
+    fn spawn(&self, ring: u32) -> std::io::Result<RingWorker> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let shared = Arc::clone(&self.shared);
+        let rules = self.rules;
+        let thread = std::thread::Builder::new()
+            .name(format!("sdma-{}-ring{ring}", self.name))
+            .spawn(move || {
+                let mut exec = Executor {
+                    rules,
+                    shared: &shared,
+                    pacer: Pacer { next: None },
+                    bounce: Vec::new(),
+                };
+                while let Ok(mut job) = rx.recv() {
+                    for dependency in &job.dependencies {
+                        dependency.wait(Deadline::Infinite);
+                    }
+                    // A bug in the executor must not leave the fence pending
+                    // forever (WAIT_CS would hang): it fails the job instead.
+                    let outcome =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exec.run(&job)))
+                            .unwrap_or(Err(JobError::RingLost));
+                    if let Some(on_done) = job.on_done.take() {
+                        on_done(&outcome);
+                    }
+                    {
+                        let mut stats = lock(&shared.stats);
+                        stats.jobs += 1;
+                        if outcome.is_err() {
+                            stats.failed_jobs += 1;
+                        }
+                    }
+                    job.fence.signal(outcome);
+                }
+            })?;
+        Ok(RingWorker { tx, thread })
+    }
+}
+
+impl Drop for SdmaEngine {
+    fn drop(&mut self) {
+        // Finish queued jobs quickly, then let the workers see the channel close.
+        self.set_bandwidth(None);
+        for slot in &self.rings {
+            if let Some(worker) = lock(slot).take() {
+                drop(worker.tx);
+                // A worker that panicked already signaled nothing more; its
+                // fences were dropped with the channel.
+                let _ = worker.thread.join();
+            }
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! The memory an SDMA job reads and writes: BO memfds and simulated host
+//! memory behind [`DeviceMemory`], and the job's snapshot of its GPU VM
+//! ([`VmView`]) that turns GPU virtual addresses into those backings.
+//!
+//! This module never touches memory outside the ranges a [`VmView`] maps,
+//! and never decodes packets or schedules jobs.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// Memory the engine can reach through a VM mapping: a BO's backing memfd
+/// or host memory pinned by a userptr BO. Accesses go through `read_at` /
+/// `write_at`, so the engine never holds references into the memory.
+pub(crate) trait DeviceMemory: Send + Sync + fmt::Debug {
+    /// Size in bytes.
+    fn size(&self) -> u64;
+    /// Read `buf.len()` bytes at `offset` (inside `size`).
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), MemoryError>;
+    /// Write `data` at `offset` (inside `size`).
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), MemoryError>;
+
+    /// The host address of byte 0 when this memory is host memory of this
+    /// process that the engine may copy to and from directly (the pages of
+    /// a userptr BO); `None` for memory reached only through accesses.
+    /// When `Some`, the whole `size` bytes from that address stay valid for
+    /// reads and writes while the memory lives.
+    fn host_address(&self) -> Option<usize> {
+        None
+    }
+
+    /// Read `len` bytes at `offset` (inside `size`) straight into host
+    /// memory at `dst`, without an intermediate buffer where the memory
+    /// allows it.
+    ///
+    /// # Safety
+    /// `dst..dst+len` must be valid for writes for the duration of the call.
+    unsafe fn read_to_host(
+        &self,
+        offset: u64,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<(), MemoryError> {
+        let mut buf = vec![0u8; len];
+        self.read_at(offset, &mut buf)?;
+        // SAFETY: the caller guarantees `dst..dst+len` is writable; `buf` is
+        // a fresh allocation of ours, so the ranges cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst, len) };
+        Ok(())
+    }
+
+    /// Write `len` bytes of host memory at `src` to `offset` (inside
+    /// `size`), without an intermediate buffer where the memory allows it.
+    ///
+    /// # Safety
+    /// `src..src+len` must be valid for reads for the duration of the call.
+    unsafe fn write_from_host(
+        &self,
+        offset: u64,
+        src: *const u8,
+        len: usize,
+    ) -> Result<(), MemoryError> {
+        let mut buf = vec![0u8; len];
+        // SAFETY: the caller guarantees `src..src+len` is readable; `buf` is
+        // a fresh allocation of ours.
+        unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), len) };
+        self.write_at(offset, &buf)
+    }
+}
+
+/// `pread(2)` or `pwrite(2)` of a whole range of a file of `size` bytes,
+/// refused when it does not fit, retrying on short transfers and `EINTR`;
+/// `io(done, left, offset)` performs one call.
+pub(super) fn whole_range(
+    size: u64,
+    offset: u64,
+    len: usize,
+    mut io: impl FnMut(usize, usize, u64) -> isize,
+) -> Result<(), MemoryError> {
+    let err = MemoryError { offset, len };
+    if offset.checked_add(len as u64).is_none_or(|end| end > size) {
+        return Err(err);
+    }
+    let mut done = 0usize;
+    while done < len {
+        let at = offset.checked_add(done as u64).ok_or(err)?;
+        let n = io(done, len - done, at);
+        if n < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        if n == 0 {
+            return Err(err);
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// A [`DeviceMemory`] access failed (out of range or an I/O error of the
+/// backing file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("device memory access of {len} bytes at offset {offset:#x} failed")]
+pub(crate) struct MemoryError {
+    /// Offset of the access.
+    pub(crate) offset: u64,
+    /// Length of the access.
+    pub(crate) len: usize,
+}
+
+impl DeviceMemory for crate::bo::Memfd {
+    fn size(&self) -> u64 {
+        crate::bo::Memfd::size(self)
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        crate::bo::Memfd::read_at(self, offset, buf).map_err(|_| MemoryError {
+            offset,
+            len: buf.len(),
+        })
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), MemoryError> {
+        crate::bo::Memfd::write_at(self, offset, data).map_err(|_| MemoryError {
+            offset,
+            len: data.len(),
+        })
+    }
+    unsafe fn read_to_host(
+        &self,
+        offset: u64,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<(), MemoryError> {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(self.file());
+        // One kernel copy from the memfd's pages into the destination.
+        whole_range(
+            crate::bo::Memfd::size(self),
+            offset,
+            len,
+            |done, left, at| {
+                // SAFETY: the caller guarantees `dst..dst+len` is writable and
+                // `done + left == len`; the kernel writes through the raw
+                // pointer, no Rust reference to the destination exists.
+                unsafe { libc::pread(fd, dst.add(done).cast(), left, at as libc::off_t) }
+            },
+        )
+    }
+    unsafe fn write_from_host(
+        &self,
+        offset: u64,
+        src: *const u8,
+        len: usize,
+    ) -> Result<(), MemoryError> {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(self.file());
+        whole_range(
+            crate::bo::Memfd::size(self),
+            offset,
+            len,
+            |done, left, at| {
+                // SAFETY: the caller guarantees `src..src+len` is readable and
+                // `done + left == len`; the kernel reads through the raw pointer.
+                unsafe { libc::pwrite(fd, src.add(done).cast(), left, at as libc::off_t) }
+            },
+        )
+    }
+}
+
+/// Host memory of this process pinned by a userptr BO (`GEM_USERPTR`).
+#[derive(Debug)]
+pub(crate) struct UserMemory {
+    addr: usize,
+    len: usize,
+}
+
+impl UserMemory {
+    /// Wrap `len` bytes of host memory at `addr`.
+    ///
+    /// # Safety
+    /// `addr..addr+len` must stay valid for reads and writes for as long as
+    /// the returned object (or any clone of an `Arc` to it) lives. For a
+    /// userptr BO this is the caller's promise in `kfd::Driver::ioctl`: host
+    /// memory handed to the device stays valid until the device is done.
+    pub(crate) unsafe fn new(addr: usize, len: usize) -> Self {
+        UserMemory { addr, len }
+    }
+
+    fn check(&self, offset: u64, len: usize) -> Result<usize, MemoryError> {
+        let err = MemoryError { offset, len };
+        let start = usize::try_from(offset).map_err(|_| err)?;
+        match start.checked_add(len) {
+            Some(end) if end <= self.len => Ok(start),
+            _ => Err(err),
+        }
+    }
+}
+
+impl DeviceMemory for UserMemory {
+    fn size(&self) -> u64 {
+        self.len as u64
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        let start = self.check(offset, buf.len())?;
+        // SAFETY: `check` keeps the range inside `addr..addr+len`, which
+        // `UserMemory::new`'s contract keeps valid while `self` lives; `buf`
+        // is our own buffer, so the two cannot overlap. Device memory may be
+        // written concurrently by the application, as DMA memory is; the
+        // bytes are copied without forming references into it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (self.addr + start) as *const u8,
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        Ok(())
+    }
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), MemoryError> {
+        let start = self.check(offset, data.len())?;
+        // SAFETY: as in `read_at`: the range is inside the pinned host memory
+        // and `data` is a separate buffer of ours.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), (self.addr + start) as *mut u8, data.len())
+        };
+        Ok(())
+    }
+    fn host_address(&self) -> Option<usize> {
+        Some(self.addr)
+    }
+    unsafe fn read_to_host(
+        &self,
+        offset: u64,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<(), MemoryError> {
+        let start = self.check(offset, len)?;
+        // SAFETY: the source is inside the pinned host memory (`check`), the
+        // caller guarantees the destination; `copy` allows the two to overlap
+        // (a copy between two userptr BOs over the same pages).
+        unsafe { std::ptr::copy((self.addr + start) as *const u8, dst, len) };
+        Ok(())
+    }
+    unsafe fn write_from_host(
+        &self,
+        offset: u64,
+        src: *const u8,
+        len: usize,
+    ) -> Result<(), MemoryError> {
+        let start = self.check(offset, len)?;
+        // SAFETY: as in `read_to_host`, with the roles swapped.
+        unsafe { std::ptr::copy(src, (self.addr + start) as *mut u8, len) };
+        Ok(())
+    }
+}
+
+/// What a VM range shows.
+#[derive(Debug, Clone)]
+pub(crate) enum RangeBacking {
+    /// Memory, starting `offset` bytes into it.
+    Memory {
+        /// The memory.
+        memory: Arc<dyn DeviceMemory>,
+        /// Offset of the range's first byte in the memory.
+        offset: u64,
+    },
+    /// A PRT (partially resident) range: reads return zero, writes vanish,
+    /// and neither faults.
+    Prt,
+}
+
+/// One mapped range of a [`VmView`].
+#[derive(Debug, Clone)]
+pub(crate) struct VmRange {
+    /// First GPU VA.
+    pub(crate) va: u64,
+    /// Length in bytes.
+    pub(crate) len: u64,
+    /// The PTEs allow reads.
+    pub(crate) readable: bool,
+    /// The PTEs allow writes.
+    pub(crate) writable: bool,
+    /// What the range shows.
+    pub(crate) backing: RangeBacking,
+}
+
+/// A snapshot of one DRM file's GPU VM, as the engine sees it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct VmView {
+    ranges: Vec<VmRange>,
+}
+
+/// Which way an access goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Access {
+    Read,
+    Write,
+}
+
+/// Where a piece of an access lands.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Landing<'a> {
+    Memory(&'a dyn DeviceMemory, u64),
+    Prt,
+    Fault,
+}
+
+impl VmView {
+    /// A view over `ranges`; overlapping ranges are a caller bug, the later
+    /// one (by VA) is then shadowed where they overlap.
+    pub(crate) fn new(mut ranges: Vec<VmRange>) -> Self {
+        ranges.retain(|r| r.len != 0);
+        ranges.sort_by_key(|r| r.va);
+        VmView { ranges }
+    }
+
+    /// Resolve the longest prefix (≤ `len`, ≥ 1 byte) of an access at `va`
+    /// that lands in one place.
+    pub(super) fn resolve(&self, va: u64, len: u64, access: Access) -> (Landing<'_>, u64) {
+        let idx = self.ranges.partition_point(|r| r.va <= va);
+        let next_start = self.ranges.get(idx).map_or(u64::MAX, |r| r.va);
+        let unmapped = || {
+            (
+                Landing::Fault,
+                len.min(next_start.saturating_sub(va)).max(1),
+            )
+        };
+        let Some(range) = idx.checked_sub(1).map(|i| &self.ranges[i]) else {
+            return unmapped();
+        };
+        let into = va - range.va;
+        if into >= range.len {
+            return unmapped();
+        }
+        let piece = len.min(range.len - into);
+        let allowed = match access {
+            Access::Read => range.readable,
+            Access::Write => range.writable,
+        };
+        if !allowed {
+            return (Landing::Fault, piece);
+        }
+        match &range.backing {
+            RangeBacking::Prt => (Landing::Prt, piece),
+            RangeBacking::Memory { memory, offset } => {
+                let start = offset.checked_add(into);
+                match start.and_then(|s| s.checked_add(piece).map(|e| (s, e))) {
+                    Some((s, e)) if e <= memory.size() => {
+                        (Landing::Memory(memory.as_ref(), s), piece)
+                    }
+                    _ => (Landing::Fault, piece),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! [`SimDriver`], one simulated process's [`kfd::Driver`]: routes `open`,
+//! `ioctl`, `mmap` and `munmap` to the KFD half (`crate::amdkfd`) or the DRM
+//! half, and answers `fd_kind`, `device_number` and `read_sysfs` as the
+//! kernel would for that process.
+//!
+//! This module never interprets ioctl arguments itself.
+
+use std::ffi::{c_int, c_void};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use kfd::{DeviceNumber, Driver, FdKind, HostDriver};
+
+use crate::amdkfd::process::KfdProcess;
+use crate::bo::{memfd_create, Memfd};
+use crate::Errno;
+
+use super::{
+    CpuMapping, Ctx, FileKey, KfdFile, OpenFile, Pid, RenderFile, Sim, State, DRM_MAJOR, KFD_MAJOR,
+};
+
+/// One simulated process's [`kfd::Driver`]. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SimDriver {
+    pub(super) sim: Sim,
+    pub(super) pid: Pid,
+}
+
+impl SimDriver {
+    /// The process this driver acts as.
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// The simulator.
+    pub fn sim(&self) -> &Sim {
+        &self.sim
+    }
+
+    fn alive(&self, st: &State) -> Result<(), Errno> {
+        if st.processes.contains_key(&self.pid) {
+            Ok(())
+        } else {
+            Err(Errno(libc::ESRCH))
+        }
+    }
+
+    fn open_inner(&self, path: &Path, flags: c_int) -> Result<OwnedFd, Errno> {
+        let shared = &self.sim.shared;
+        let mut st = self.sim.lock();
+        self.alive(&st)?;
+        crate::fault::check(&mut st, "OPEN")?;
+        let cloexec = flags & libc::O_CLOEXEC != 0;
+        let path_str = path.to_str().ok_or(Errno(libc::ENOENT))?;
+        if path_str == "/dev/kfd" {
+            let fd = memfd_create("kfd-sim-kfd", cloexec)?;
+            let key = FileKey::of_raw(fd.as_raw_fd())?;
+            let pid = self.pid;
+            let proc_ = st.processes.get_mut(&pid).ok_or(Errno(libc::ESRCH))?;
+            if proc_.kfd.is_none() {
+                proc_.kfd = Some(KfdProcess::new(&shared.gpus, &proc_.visible));
+            }
+            st.insert_file(key, OpenFile::Kfd(KfdFile { owner: pid }));
+            return Ok(fd);
+        }
+        if let Some(minor) = path_str.strip_prefix("/dev/dri/renderD") {
+            let minor: u32 = minor.parse().map_err(|_| Errno(libc::ENOENT))?;
+            let gpu = shared
+                .gpus
+                .iter()
+                .position(|g| g.info.render_minor == minor)
+                .ok_or(Errno(libc::ENOENT))?;
+            let visible = st
+                .processes
+                .get(&self.pid)
+                .is_some_and(|p| p.visible.contains(&gpu));
+            if !visible {
+                return Err(Errno(libc::EPERM));
+            }
+            let fd = memfd_create(&format!("kfd-sim-renderD{minor}"), cloexec)?;
+            let key = FileKey::of_raw(fd.as_raw_fd())?;
+            st.insert_file(
+                key,
+                OpenFile::Render(RenderFile {
+                    gpu,
+                    kfd_vm_owner: None,
+                    drm: crate::drm::DrmFile::new(&shared.gpus[gpu].drm),
+                }),
+            );
+            return Ok(fd);
+        }
+        Err(Errno(libc::ENOENT))
+    }
+
+    /// # Safety
+    /// The [`Driver::ioctl`] contract.
+    unsafe fn ioctl_inner(
+        &self,
+        fd: BorrowedFd<'_>,
+        request: u64,
+        arg: *mut c_void,
+    ) -> Result<c_int, Errno> {
+        let key = FileKey::of_raw(fd.as_raw_fd())?;
+        let mut st = self.sim.lock();
+        self.alive(&st)?;
+        let owner = match st.files.get(&key) {
+            Some(OpenFile::Kfd(k)) => Some(k.owner),
+            Some(OpenFile::Render(_)) => None,
+            None => return Err(Errno(libc::ENOTTY)),
+        };
+        match owner {
+            Some(owner) => {
+                let mut ctx = Ctx {
+                    sim: &self.sim.shared,
+                    st: &mut st,
+                    caller: self.pid,
+                };
+                // SAFETY: forwarded Driver::ioctl contract.
+                unsafe { crate::amdkfd::ioctl(&mut ctx, owner, request, arg) }
+            }
+            // SAFETY: forwarded Driver::ioctl contract. The DRM half takes
+            // the lock: fence waits happen without it.
+            None => unsafe { crate::drm::ioctl(&self.sim.shared, st, self.pid, key, request, arg) },
+        }
+    }
+
+    fn mmap_source(
+        &self,
+        st: &mut State,
+        key: FileKey,
+        len: usize,
+        offset: u64,
+    ) -> Result<Option<(Arc<Memfd>, u64)>, Errno> {
+        match st.files.get(&key) {
+            Some(OpenFile::Kfd(_)) => {
+                crate::amdkfd::mmap(&self.sim.shared, st, self.pid, offset, len as u64).map(Some)
+            }
+            Some(OpenFile::Render(r)) => {
+                let gpu = r.gpu;
+                // A BO imported from another GPU has its offset on this one
+                // from the DRM half.
+                let drm = &self.sim.shared.gpus[gpu].drm;
+                let (id, base) = match drm.import_at(&st.bos, offset, len as u64) {
+                    Some(found) => found,
+                    None => {
+                        let id = st
+                            .bos
+                            .lookup_offset(gpu, offset, len as u64)
+                            .ok_or(Errno(libc::EINVAL))?;
+                        (id, st.bos.get(id).ok_or(Errno(libc::EINVAL))?.mmap_offset)
+                    }
+                };
+                let bo = st.bos.get(id).ok_or(Errno(libc::EINVAL))?;
+                if !bo.allowed_files.contains(&key) {
+                    return Err(Errno(libc::EACCES));
+                }
+                let memfd = match &bo.backing {
+                    crate::bo::Backing::Memory(m) | crate::bo::Backing::Aperture(m) => m.clone(),
+                    crate::bo::Backing::UserPtr { .. } => return Err(Errno(libc::EPERM)),
+                };
+                Ok(Some((memfd, offset - base)))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
+impl Driver for SimDriver {
+    fn open(&self, path: &Path, flags: c_int) -> io::Result<OwnedFd> {
+        self.open_inner(path, flags).map_err(Into::into)
+    }
+
+    unsafe fn ioctl(
+        &self,
+        fd: BorrowedFd<'_>,
+        request: u64,
+        arg: *mut c_void,
+    ) -> io::Result<c_int> {
+        // SAFETY: forwarded Driver::ioctl contract.
+        unsafe { self.ioctl_inner(fd, request, arg) }.map_err(Into::into)
+    }
+
+    unsafe fn mmap(
+        &self,
+        addr: *mut c_void,
+        len: usize,
+        prot: c_int,
+        flags: c_int,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+    ) -> io::Result<NonNull<c_void>> {
+        let key = FileKey::of_raw(fd.as_raw_fd())?;
+        let mut st = self.sim.lock();
+        self.alive(&st)?;
+        crate::fault::check(&mut st, "MMAP")?;
+        if len == 0 || offset % crate::bo::PAGE_SIZE != 0 {
+            return Err(Errno(libc::EINVAL).into());
+        }
+        let source = self.mmap_source(&mut st, key, len, offset)?;
+        // `source` keeps the memfd open until the mapping exists.
+        let (raw_fd, file_offset) = match &source {
+            Some((memfd, off)) => (memfd.file().as_raw_fd(), *off),
+            // Not a device of ours (a dma-buf or any other file): the host maps it.
+            None => (fd.as_raw_fd(), offset),
+        };
+        let file_offset = libc::off_t::try_from(file_offset).map_err(|_| Errno(libc::EOVERFLOW))?;
+        // SAFETY: the caller upholds the MAP_FIXED contract of Driver::mmap;
+        // otherwise the kernel picks an unused range. `raw_fd` is open for the
+        // duration of the call (held by the store or by the caller).
+        let ptr = unsafe { libc::mmap(addr, len, prot, flags, raw_fd, file_offset) };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // Mappings of the simulator's devices and dma-bufs are accounted;
+        // other files are the host's business.
+        if source.is_some() || st.bos.by_key(key).is_some() {
+            st.cpu_maps.insert(ptr as usize, CpuMapping { len });
+        }
+        NonNull::new(ptr).ok_or_else(|| Errno(libc::EFAULT).into())
+    }
+
+    unsafe fn munmap(&self, addr: NonNull<c_void>, len: usize) -> io::Result<()> {
+        let mut st = self.sim.lock();
+        // SAFETY: the caller guarantees the range is a mapping of ours that
+        // nothing references any more.
+        let ret = unsafe { libc::munmap(addr.as_ptr(), len) };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let start = addr.as_ptr() as usize;
+        let end = start.saturating_add(len);
+        let covered: Vec<usize> = st
+            .cpu_maps
+            .range(start..end)
+            .filter(|(&a, m)| a + m.len <= end)
+            .map(|(&a, _)| a)
+            .collect();
+        for a in covered {
+            st.cpu_maps.remove(&a);
+        }
+        Ok(())
+    }
+
+    fn fd_kind(&self, fd: BorrowedFd<'_>) -> io::Result<FdKind> {
+        let key = FileKey::of_raw(fd.as_raw_fd())?;
+        let st = self.sim.lock();
+        match st.files.get(&key) {
+            Some(OpenFile::Kfd(_)) => {
+                return Ok(FdKind::CharDevice(DeviceNumber {
+                    major: KFD_MAJOR,
+                    minor: 0,
+                }))
+            }
+            Some(OpenFile::Render(r)) => {
+                return Ok(FdKind::CharDevice(DeviceNumber {
+                    major: DRM_MAJOR,
+                    minor: self.sim.shared.gpus[r.gpu].info.render_minor,
+                }))
+            }
+            None => {}
+        }
+        if st.bos.by_key(key).is_some() {
+            return Ok(FdKind::DmaBuf);
+        }
+        drop(st);
+        HostDriver.fd_kind(fd)
+    }
+
+    fn device_number(&self, path: &Path) -> io::Result<DeviceNumber> {
+        let s = path
+            .to_str()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+        if s == "/dev/kfd" {
+            return Ok(DeviceNumber {
+                major: KFD_MAJOR,
+                minor: 0,
+            });
+        }
+        if let Some(m) = s
+            .strip_prefix("/dev/dri/renderD")
+            .and_then(|m| m.parse::<u32>().ok())
+        {
+            if self
+                .sim
+                .shared
+                .gpus
+                .iter()
+                .any(|g| g.info.render_minor == m)
+            {
+                return Ok(DeviceNumber {
+                    major: DRM_MAJOR,
+                    minor: m,
+                });
+            }
+        }
+        Err(io::Error::from_raw_os_error(libc::ENOENT))
+    }
+
+    fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {
+        // As amdkfd's topology attributes: a node of a GPU the caller's
+        // device cgroup hides answers EPERM, whoever reads it.
+        if let Some(gpu) = self.sim.gpu_of_sysfs_path(path) {
+            let st = self.sim.lock();
+            let visible = st
+                .processes
+                .get(&self.pid)
+                .is_some_and(|p| p.visible.contains(&gpu));
+            if !visible {
+                return Err(io::Error::from_raw_os_error(libc::EPERM));
+            }
+        }
+        kfd::driver::read_file_prefix(path, limit)
+    }
+}

@@ -1,0 +1,33 @@
+//! The simulated machine: configuration, GPUs, processes, the open-file
+//! table, and [`SimDriver`], the [`kfd::Driver`] implementation that routes
+//! `open`/`ioctl`/`mmap` to the KFD half (`crate::amdkfd`) or the DRM half.
+//!
+//! Identity of the caller comes from the [`SimDriver`] instance (everything
+//! runs in one host process). Every device fd is a real memfd; the simulator
+//! keys its state on the memfd's inode ([`FileKey`]), so dup'ed fds and fds
+//! received over a unix socket resolve to the same open file, as the kernel's
+//! `struct file` does. This module never interprets ioctl arguments itself.
+//!
+//! Layout: `config` (the public vocabulary: majors, [`Pid`], [`SimConfig`],
+//! [`ProcessConfig`], [`SimError`], [`KfdState`], [`GpuInfo`]), `machine`
+//! ([`Sim`] and the shared state behind its mutex: GPUs, open files),
+//! `process` (simulated processes and their host memory), `uaccess`
+//! (copying ioctl arguments from and to user memory) and `driver`
+//! ([`SimDriver`]).
+
+mod config;
+mod driver;
+mod machine;
+mod process;
+mod uaccess;
+
+pub use config::{
+    GpuInfo, KfdState, Pid, ProcessConfig, SimConfig, SimError, DRM_MAJOR, KFD_MAJOR,
+};
+pub use driver::SimDriver;
+pub use machine::Sim;
+pub use process::HostMemorySnapshot;
+
+pub(crate) use machine::{Ctx, FileKey, Gpu, KfdFile, OpenFile, RenderFile, Shared, State};
+pub(crate) use process::{CpuMapping, HostRegion, Process};
+pub(crate) use uaccess::{copy_from_user, copy_to_user, marshal, typed};

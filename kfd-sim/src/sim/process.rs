@@ -1,0 +1,101 @@
+//! Simulated processes ([`Process`]) and the host memory the simulator
+//! owns for them ([`HostRegion`], an [`AnonymousMapping`] each), with the
+//! snapshot CRIU's pages dump would take ([`HostMemorySnapshot`]).
+//!
+//! This module never maps memory except through [`AnonymousMapping`] and
+//! never replaces an existing mapping.
+
+use std::io;
+
+use kfd::{AnonymousMapping, AnonymousOptions, Sharing};
+
+use crate::amdkfd::process::KfdProcess;
+use crate::Errno;
+
+use super::Pid;
+
+/// A simulated process.
+#[derive(Debug)]
+pub(crate) struct Process {
+    pub(crate) capable: bool,
+    pub(crate) ptrace_parent: Option<Pid>,
+    /// GPU indices the device cgroup allows, in topology order.
+    pub(crate) visible: Vec<usize>,
+    /// The KFD process, created by the first open of `/dev/kfd`.
+    pub(crate) kfd: Option<KfdProcess>,
+}
+
+/// A CPU mapping made through [`Driver::mmap`].
+#[derive(Debug, Clone)]
+pub(crate) struct CpuMapping {
+    pub(crate) len: usize,
+}
+
+/// Anonymous host memory owned by the simulator: the simulated
+/// applications' CPU memory that USERPTR BOs point at. Unmapped when the
+/// simulator is dropped, or when its owner process exits.
+#[derive(Debug)]
+pub(crate) struct HostRegion {
+    map: AnonymousMapping,
+    /// The process whose memory this is (`None`: the simulator's, kept
+    /// until the simulator is dropped).
+    pub(super) owner: Option<Pid>,
+}
+
+/// One region of a process's host memory with its contents, as CRIU's
+/// pages dump captures it (see [`Sim::host_memory_of`](super::Sim::host_memory_of)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostMemorySnapshot {
+    /// Address of the first byte (page aligned).
+    pub addr: u64,
+    /// The contents (a whole number of pages).
+    pub bytes: Vec<u8>,
+}
+
+impl HostRegion {
+    pub(super) fn new(len: usize, owner: Option<Pid>) -> Result<HostRegion, Errno> {
+        let map = AnonymousMapping::private(len).map_err(|e| io_errno(&e))?;
+        Ok(HostRegion { map, owner })
+    }
+
+    /// Maps `len` bytes at exactly `addr` (page aligned, `len` a whole
+    /// number of pages); `EEXIST` when anything in the host process is
+    /// mapped there already.
+    pub(super) fn new_at(addr: usize, len: usize, owner: Pid) -> Result<HostRegion, Errno> {
+        let map = AnonymousOptions::new(Sharing::Private)
+            .fixed_at(addr)
+            .map(len)
+            .map_err(|e| io_errno(&e))?;
+        Ok(HostRegion {
+            map,
+            owner: Some(owner),
+        })
+    }
+
+    pub(super) fn addr(&self) -> usize {
+        self.map.addr()
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub(super) fn overlaps(&self, addr: usize, len: usize) -> bool {
+        addr < self.addr() + self.len() && self.addr() < addr.saturating_add(len)
+    }
+
+    pub(super) fn contains(&self, addr: u64, len: usize) -> bool {
+        let Ok(addr) = usize::try_from(addr) else {
+            return false;
+        };
+        addr >= self.addr()
+            && addr
+                .checked_add(len)
+                .is_some_and(|end| end <= self.addr() + self.len())
+    }
+}
+
+/// The errno of a failed host system call (`EIO` if it carries none).
+fn io_errno(err: &io::Error) -> Errno {
+    Errno(err.raw_os_error().unwrap_or(libc::EIO))
+}
