@@ -16,10 +16,12 @@
 //! the table needs no lock (a lock held by a task that dies would block the
 //! others) and a key is never published twice.
 //!
-//! This module never talks to CRIU or to the kernel beyond `mmap`/`munmap`.
+//! This module never talks to CRIU or to the kernel beyond the mapping
+//! ([`kfd::AnonymousMapping`]).
 
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use kfd::{AnonymousMapping, AnonymousOptions};
 
 /// Slots of a table whose image set cannot be listed (an image stream):
 /// 64 Ki buffers, 512 KiB of address space, touched only as slots fill.
@@ -41,11 +43,8 @@ pub enum TableError {
 }
 
 enum Memory {
-    /// `MAP_SHARED | MAP_ANONYMOUS`, unmapped on drop.
-    Shared {
-        base: NonNull<AtomicU64>,
-        len: usize,
-    },
+    /// `MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE`, unmapped on drop.
+    Shared(AnonymousMapping),
     Heap(Box<[AtomicU64]>),
 }
 
@@ -53,12 +52,6 @@ enum Memory {
 pub struct HandleTable {
     memory: Memory,
 }
-
-// SAFETY: the table is an array of atomics, which any thread may access; the
-// shared mapping is owned by the table and unmapped only on drop.
-unsafe impl Send for HandleTable {}
-// SAFETY: as above: every access goes through `AtomicU64` operations.
-unsafe impl Sync for HandleTable {}
 
 impl std::fmt::Debug for HandleTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -102,34 +95,26 @@ impl HandleTable {
         let bytes = len
             .checked_mul(std::mem::size_of::<AtomicU64>())
             .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
-        // SAFETY: an anonymous mapping at an address of the kernel's choice
-        // aliases no Rust object; the result is checked below.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        let base = NonNull::new(ptr.cast::<AtomicU64>())
-            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
+        let mapping = AnonymousOptions::new(kfd::Sharing::Shared)
+            .no_reserve()
+            .map(bytes)?;
         Ok(HandleTable {
-            memory: Memory::Shared { base, len },
+            memory: Memory::Shared(mapping),
         })
     }
 
     fn slots(&self) -> &[AtomicU64] {
         match &self.memory {
-            // SAFETY: the mapping holds `len` zero-filled (so valid, empty)
-            // `AtomicU64`s, page aligned, and lives as long as `self`.
-            Memory::Shared { base, len } => unsafe {
-                std::slice::from_raw_parts(base.as_ptr(), *len)
+            // SAFETY: the mapping is page aligned, `len()` bytes long (a
+            // multiple of 8, see `shared`) and zero-filled by the kernel, so
+            // it holds `len() / 8` valid, empty `AtomicU64`s; it is only ever
+            // accessed through them (here and by forked tasks), and it lives
+            // as long as `self`.
+            Memory::Shared(mapping) => unsafe {
+                std::slice::from_raw_parts(
+                    mapping.as_ptr().as_ptr().cast::<AtomicU64>(),
+                    mapping.len() / std::mem::size_of::<AtomicU64>(),
+                )
             },
             Memory::Heap(slots) => slots,
         }
@@ -195,18 +180,6 @@ impl HandleTable {
         Err(TableError::Full {
             capacity: self.capacity(),
         })
-    }
-}
-
-impl Drop for HandleTable {
-    fn drop(&mut self) {
-        if let Memory::Shared { base, len } = &self.memory {
-            // SAFETY: the mapping was made by `shared` with this address and
-            // length, and no slice of it outlives `self`.
-            unsafe {
-                libc::munmap(base.as_ptr().cast(), len * std::mem::size_of::<AtomicU64>());
-            }
-        }
     }
 }
 
