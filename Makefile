@@ -13,9 +13,8 @@
 # `install` never builds: it installs what `make` built, so it can run as
 # root without running cargo. PROFILE (default release), BUILD_DIR (the
 # CLI's, default $(CARGO_TARGET_DIR)/$(PROFILE)) and PLUGIN_BUILD_DIR (the
-# plugin's, default $(CARGO_TARGET_DIR)/plugin/$(PROFILE)) select the
-# artifacts; the workspace test installs the debug artifacts of `cargo test`
-# this way.
+# plugin's, default BUILD_DIR) select the artifacts; the workspace test
+# installs the debug artifacts of `cargo test` this way.
 #
 # Every installed file and every directory install had to create is listed
 # in $(PREFIX)/share/amdgpu-criu/install-manifest (written as files are
@@ -31,13 +30,9 @@ CARGO ?= cargo
 CARGO_TARGET_DIR ?= target
 BUILD_DIR ?= $(CARGO_TARGET_DIR)/$(PROFILE)
 
-# The plugin is built in a target directory of its own, where it is the only
-# package ever built: in the shared one, amdgpu-criu's build of the plugin
-# crate (with the CRIU host emulator over kfd-sim, for `demo`) writes its own
-# cdylib over the plugin's, and the .so CRIU loads must not carry the
-# emulator.
-PLUGIN_TARGET_DIR ?= $(CARGO_TARGET_DIR)/plugin
-PLUGIN_BUILD_DIR ?= $(PLUGIN_TARGET_DIR)/$(PROFILE)
+# The plugin crate depends on neither the simulator nor the CRIU host
+# emulator, so the .so of any workspace build is the one to ship.
+PLUGIN_BUILD_DIR ?= $(BUILD_DIR)
 PLUGIN_SO := $(PLUGIN_BUILD_DIR)/libcriu_plugin_amdgpu.so
 CLI_BIN := $(BUILD_DIR)/amdgpu-criu
 MAN_PAGES := docs/man/criu-amdgpu-plugin.1 docs/man/amdgpu-criu.1
@@ -64,8 +59,7 @@ endif
 all: build
 
 build:
-	$(CARGO) build $(CARGO_PROFILE_FLAG) -p amdgpu-criu
-	CARGO_TARGET_DIR=$(PLUGIN_TARGET_DIR) $(CARGO) build $(CARGO_PROFILE_FLAG) -p criu-plugin-amdgpu
+	$(CARGO) build $(CARGO_PROFILE_FLAG) -p amdgpu-criu -p criu-plugin-amdgpu
 
 test:
 	$(CARGO) test --workspace

@@ -4,9 +4,10 @@
 //! The test never builds: it points the Makefile's `BUILD_DIR` and
 //! `PLUGIN_BUILD_DIR` at the directory holding this test's own `amdgpu-criu`
 //! binary, where `cargo test --workspace` has also built the plugin's
-//! `libcriu_plugin_amdgpu.so` (the plugin's C-host test needs it; this one
-//! carries the test emulator, which `make` keeps out of the release `.so`). Running a release build here would double
-//! the CI build time. When the `.so` is absent (for example `cargo test -p
+//! `libcriu_plugin_amdgpu.so` (the plugin crate depends on neither the
+//! simulator nor the CRIU host emulator, so that `.so` is the one `make`
+//! ships, in debug). Running a release build here would double the CI build
+//! time. When the `.so` is absent (for example `cargo test -p
 //! amdgpu-criu` alone) or `make` is not installed, the test says so and
 //! skips.
 
@@ -112,6 +113,22 @@ fn install_then_uninstall_leaves_what_was_there() {
         fs::read(&plugin).unwrap(),
         "the plugin is installed byte for byte"
     );
+    // Whatever else the workspace built beside it, the installed plugin
+    // carries no simulator, no emulator and no test trigger.
+    let so = fs::read(dest.path().join("usr/lib/criu/amdgpu_plugin.so")).unwrap();
+    for needle in [
+        "kfd_sim",
+        "kfd-sim",
+        "criu_host_emulator",
+        "SimDriver",
+        "EmulatedHost",
+        "test-triggered panic",
+    ] {
+        assert!(
+            !so.windows(needle.len()).any(|w| w == needle.as_bytes()),
+            "the installed plugin contains {needle:?}"
+        );
+    }
     let manual = fs::read_to_string(workspace_root().join("docs/man/amdgpu-criu.1")).unwrap();
     assert_eq!(
         fs::read_to_string(dest.path().join("usr/share/man/man1/amdgpu-criu.1")).unwrap(),

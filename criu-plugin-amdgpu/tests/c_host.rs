@@ -7,12 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// The cdylib as `make` ships it: built for this crate alone (without the
-/// test emulator that workspace builds switch on), in a target directory of
-/// its own under target/. A package with a cdylib gets file names without
-/// cargo's hash, so building it into the shared target/<profile>/deps would
-/// overwrite the emulator-enabled `libcriu_plugin_amdgpu.rlib` that other
-/// test and doc-test targets of the same `cargo test --workspace` link.
+/// The cdylib as `cargo build -p criu-plugin-amdgpu` makes it, in a target
+/// directory of its own under target/, so the test does not depend on
+/// whether the running `cargo test` uplifted the `.so` of this package.
 fn plugin_so() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
