@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 use super::error::{step, BenchError, Result};
 
 /// Drops the (clean) pages of the file at `path` from the page cache.
+// `posix_fadvise` has no safe wrapper in std: the crate's one unsafe call
+// outside tests.
+#[allow(unsafe_code)]
 pub fn drop_cache(path: &Path) -> Result<()> {
     let file = File::open(path).map_err(step("opening a file to drop its cache"))?;
     file.sync_all()

@@ -176,6 +176,8 @@ mod tests {
     const BLOCK: u64 = 4096;
 
     /// `(start, end)` of the data extents of `file` (`SEEK_DATA`/`SEEK_HOLE`).
+    // std's `Seek` has no `SEEK_DATA`/`SEEK_HOLE`, so `lseek` it is.
+    #[allow(unsafe_code)]
     fn data_extents(file: &File) -> Vec<(u64, u64)> {
         let len = file.metadata().unwrap().len() as libc::off_t;
         let fd = file.as_raw_fd();
