@@ -85,7 +85,8 @@ pub struct RawLayout {
 
 impl RawLayout {
     /// The layout of `bos` (one file, in the given order) filled as `fill`
-    /// says, with the bytes [`Machine::build`] puts into them.
+    /// says, with the bytes [`Machine::build`](super::Machine::build) puts
+    /// into them.
     pub fn new(bos: &[BoPlan], fill: Fill) -> RawLayout {
         let header = amdgpu_image::HEADER_LEN as u64;
         let payload: u64 = bos.iter().map(|b| b.size).sum();
