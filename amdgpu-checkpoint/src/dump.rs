@@ -38,10 +38,10 @@ use amdgpu_topology::devices::DeviceTopology;
 use kfd::{Driver, GemHandle, Kfd, ProcessInfo};
 use kfd_sys::{AMDGPU_GEM_LIST_HANDLES_FLAG_IS_IMPORT, DRM_CLOEXEC};
 
-use amdgpu_image::topology::device_entry;
 use crate::error::Error;
-use crate::transfer;
 use crate::options::Options;
+use crate::transfer;
+use amdgpu_image::topology::device_entry;
 
 /// The hsakmt (ROCt) shared-memory object, as `/dev/shm` names it.
 pub const HSAKMT_SHM: &str = "hsakmt_shared_mem";

@@ -65,8 +65,8 @@ use amdgpu_image::{DirStore, ImageName, PagesLayout, ValidatedKfd};
 use kfd::{DeviceNumber, Driver, FdKind, RestoredBo};
 
 use crate::error::Error;
-use crate::transfer::{self, GpuTarget};
 use crate::options::Options;
+use crate::transfer::{self, GpuTarget};
 
 /// The most fds one `sendmsg` carries (CRIU's `CR_SCM_MAX_FD`).
 pub const FDS_PER_MESSAGE: usize = 252;

@@ -76,14 +76,14 @@ use kfd_sys::{
     KFD_INVALID_FD,
 };
 
-use amdgpu_image::topology::{checkpointed_topology, device_node};
 use crate::dump::{local_topology, HSAKMT_SHM};
 use crate::error::Error;
 use crate::handles::HandleTable;
 use crate::identify::render_node_path;
+use crate::options::Options;
 use crate::transfer;
 use crate::vma::{Translation, VmaTranslations};
-use crate::options::Options;
+use amdgpu_image::topology::{checkpointed_topology, device_node};
 
 /// The GPU page size, the unit of `drm_bo_entry.alignment`.
 const GPU_PAGE: u64 = 4096;
@@ -1185,11 +1185,12 @@ pub fn shared_buffer_count(store: &impl ImageStore) -> Result<Option<usize>, Err
                 }
             }
             ImageName::RenderNode { .. } => {
-                if let Some(msg) = store
-                    .read_message::<CriuRenderNode>(name, limits)
-                    .map_err(Error::image(
-                        "reading a render-node image to size the handle table",
-                    ))?
+                if let Some(msg) =
+                    store
+                        .read_message::<CriuRenderNode>(name, limits)
+                        .map_err(Error::image(
+                            "reading a render-node image to size the handle table",
+                        ))?
                 {
                     buffers += msg.bo_entries.len();
                 }

@@ -7,6 +7,8 @@
 //! 0 success, 1 a negative answer (incompatible, problems found), 2 usage or
 //! read errors.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};

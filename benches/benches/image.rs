@@ -3,6 +3,8 @@
 //! checksum alone. Prints the summary figures of `benches::image::measure`
 //! at the end.
 
+#![forbid(unsafe_code)]
+
 use std::hint::black_box;
 use std::time::Duration;
 

@@ -2,6 +2,8 @@
 //! without file I/O: a 64 MiB BO into two 32 MiB staging buffers and back.
 //! This is the simulator's share of every checkpoint and restore figure.
 
+#![forbid(unsafe_code)]
+
 use std::time::{Duration, Instant};
 
 use benches::transfer::{Fill, Machine, SdmaRig};

@@ -4,6 +4,7 @@
 
 // criterion_group! generates an undocumented public function.
 #![allow(missing_docs)]
+#![forbid(unsafe_code)]
 
 use benches::topology::{fixtures_root, map_cases};
 use criterion::{criterion_group, criterion_main, Criterion};

@@ -14,13 +14,13 @@
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
-use criu_plugin_amdgpu::abi::Stage;
+use amdgpu_checkpoint::options::Options;
 use amdgpu_checkpoint::parallel::ParallelFacts;
-use criu_plugin_amdgpu::hooks::{Plugin, PluginConfig};
 use amdgpu_checkpoint::restore::Restored;
 use criu_host_emulator::{CriuEmulator, EmulatedHost, EmulatorConfig, TaskFile};
+use criu_plugin_amdgpu::abi::Stage;
+use criu_plugin_amdgpu::hooks::{Plugin, PluginConfig};
 use criu_plugin_amdgpu::log::Capture;
-use amdgpu_checkpoint::options::Options;
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{ProcessConfig, Sim, SimConfig};
 

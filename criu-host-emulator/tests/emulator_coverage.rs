@@ -8,10 +8,10 @@
 
 mod common;
 
+use amdgpu_checkpoint::options::Options;
 use amdgpu_topology::model::System;
 use common::{checkpoint, hook_errno, vmas_of, Checkpointed};
 use criu_plugin_amdgpu::log::{Capture, Level};
-use amdgpu_checkpoint::options::Options;
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Sim, SimConfig};
 

@@ -8,12 +8,12 @@ mod common;
 
 use std::os::fd::AsFd;
 
+use amdgpu_checkpoint::options::Staging;
 use common::{
     add_drm_bo, device_vmas, gpu_files, hook_errno, image_message, kfd_image, vmas_of, Dirs, DrmBo,
     KFD_ID,
 };
 use criu_host_emulator::TaskFile;
-use amdgpu_checkpoint::options::Staging;
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{FaultSpec, Sim, SimConfig};
 
@@ -199,10 +199,7 @@ fn images_whose_inventory_lacks_the_plugin_are_not_ours() {
         .expect("dump");
     // Images of a dump whose inventory does not name the plugin (another
     // CRIU run wrote them): the restore must leave them alone.
-    let inventory = dirs
-        .images
-        .path()
-        .join(criu_host_emulator::INVENTORY_FILE);
+    let inventory = dirs.images.path().join(criu_host_emulator::INVENTORY_FILE);
     assert_eq!(
         std::fs::read_to_string(&inventory).unwrap(),
         "amdgpu_plugin\n",
@@ -332,10 +329,10 @@ fn hsakmt_shared_memory_is_recreated_with_its_size_and_magic() {
 
 #[test]
 fn resume_of_a_pid_without_kfd_state_is_not_ours() {
+    use amdgpu_checkpoint::options::Options;
+    use criu_host_emulator::EmulatedHost;
     use criu_plugin_amdgpu::abi::Stage;
     use criu_plugin_amdgpu::hooks::{Plugin, PluginConfig, NOT_MINE};
-    use criu_host_emulator::EmulatedHost;
-    use amdgpu_checkpoint::options::Options;
 
     let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
     let dirs = Dirs::new();

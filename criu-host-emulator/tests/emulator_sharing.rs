@@ -16,11 +16,11 @@ use common::{
     device_vmas, gpu_files_from, image_message, kfd_image_of, render_image, restored_file, vmas_of,
     Dirs,
 };
-use criu_plugin_amdgpu::abi::Stage;
-use criu_plugin_amdgpu::hooks::{Plugin, PluginConfig};
 use criu_host_emulator::{
     DeviceVma, EmulatedHost, TaskFile, TaskToDump, TaskToRestore, VmaOutcome,
 };
+use criu_plugin_amdgpu::abi::Stage;
+use criu_plugin_amdgpu::hooks::{Plugin, PluginConfig};
 use kfd::{GemCreate, GemHandle, Kfd, MemHandle, RenderNode};
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Sim, SimConfig};

@@ -20,9 +20,9 @@
 
 use std::path::Path;
 
+use criu_host_emulator::{DeviceVma, EmulatedHost};
 use criu_plugin_amdgpu::abi::PANIC_ERRNO;
 use criu_plugin_amdgpu::hooks::NOT_MINE;
-use criu_host_emulator::{DeviceVma, EmulatedHost};
 use criu_plugin_amdgpu::log::{Capture, Level};
 use kfd_sim::{Errno, FaultSpec, Sim, SimConfig};
 

@@ -21,11 +21,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use amdgpu_checkpoint::Error;
 use amdgpu_image::{DirStore, ImageName, ImageStore, ImageWriter, PagesSink};
+use criu_host_emulator::EmulatedHost;
 use criu_plugin_amdgpu::abi::PANIC_ERRNO;
 use criu_plugin_amdgpu::hooks::{CriuHost, NOT_MINE};
-use amdgpu_checkpoint::Error;
-use criu_host_emulator::EmulatedHost;
 use criu_plugin_amdgpu::log::{Capture, Level};
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Sim, SimConfig};

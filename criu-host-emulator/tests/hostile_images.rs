@@ -17,9 +17,9 @@
 use std::path::Path;
 
 use amdgpu_image::{encode_message, CriuKfd, ImageName};
+use criu_host_emulator::EmulatedHost;
 use criu_plugin_amdgpu::abi::PANIC_ERRNO;
 use criu_plugin_amdgpu::hooks::NOT_MINE;
-use criu_host_emulator::EmulatedHost;
 use criu_plugin_amdgpu::log::{Capture, Level};
 use kfd_sim::{Pid, Sim, SimConfig};
 

@@ -17,9 +17,9 @@ use std::path::{Path, PathBuf};
 
 use amdgpu_topology::parse::parse_properties;
 use amdgpu_topology::write::format_properties;
+use criu_host_emulator::EmulatedHost;
 use criu_plugin_amdgpu::abi::PANIC_ERRNO;
 use criu_plugin_amdgpu::hooks::NOT_MINE;
-use criu_host_emulator::EmulatedHost;
 use criu_plugin_amdgpu::log::{Capture, Level};
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Sim, SimConfig};

@@ -17,15 +17,13 @@ use std::os::fd::AsFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
 
-use common::{device_vmas, gpu_files, gpu_files_from, kfd_image, kfd_image_of, vmas_of, Dirs};
+use amdgpu_checkpoint::options::Options;
 use amdgpu_checkpoint::parallel::{
     send_command, Command, Copier, Entry, GpuRoute, ParallelFacts, ParallelRestore, SharedDriver,
 };
-use criu_host_emulator::{
-    CriuEmulator, EmulatorError, RestoredTask, TaskToDump, TaskToRestore,
-};
+use common::{device_vmas, gpu_files, gpu_files_from, kfd_image, kfd_image_of, vmas_of, Dirs};
+use criu_host_emulator::{CriuEmulator, EmulatorError, RestoredTask, TaskToDump, TaskToRestore};
 use criu_plugin_amdgpu::log::{Capture, Level};
-use amdgpu_checkpoint::options::Options;
 use kfd_sim::workload::{Profile, Workload, WorkloadDescription};
 use kfd_sim::{FaultSpec, Pid, Sim, SimConfig};
 

@@ -17,10 +17,10 @@ use common::{
     add_drm_bo, device_vmas, hook_errno, kfd_image_of, render_image, restored_file, vmas_of, Dirs,
     DrmBo,
 };
-use criu_plugin_amdgpu::hooks::NOT_MINE;
 use criu_host_emulator::{
     DeviceVma, ImageStreamer, RestoredTask, TaskFile, TaskToDump, TaskToRestore, VmaOutcome,
 };
+use criu_plugin_amdgpu::hooks::NOT_MINE;
 use criu_plugin_amdgpu::log::{Capture, Level};
 use kfd::{GemHandle, RenderNode};
 use kfd_sim::workload::render_only::{DrmBoDescription, RenderOnly};
@@ -582,12 +582,9 @@ fn a_render_only_process_without_mappings_is_in_the_inventory() {
     let emulator = dirs.emulator(&sim, |_| {});
     let report = emulator.dump(app.pid(), &files, &[]).expect("dump");
     assert!(report.vma_answers.is_empty());
-    let inventory = std::fs::read_to_string(
-        dirs.images
-            .path()
-            .join(criu_host_emulator::INVENTORY_FILE),
-    )
-    .unwrap();
+    let inventory =
+        std::fs::read_to_string(dirs.images.path().join(criu_host_emulator::INVENTORY_FILE))
+            .unwrap();
     assert_eq!(inventory, "amdgpu_plugin\n");
     let pid = app.pid();
     drop(files);

@@ -22,14 +22,16 @@ use kfd::{DeviceNumber, Driver};
 
 use amdgpu_checkpoint::dump::{discard_images, DumpConfig, Dumper};
 use amdgpu_checkpoint::handles::HandleTable;
-use amdgpu_image::ImageStore;
 use amdgpu_checkpoint::identify::{Devices, FdClass};
-use amdgpu_checkpoint::parallel::{Copier, ParallelFacts, ParallelRestore, SocketName, WorkerReport};
+use amdgpu_checkpoint::parallel::{
+    Copier, ParallelFacts, ParallelRestore, SocketName, WorkerReport,
+};
 use amdgpu_checkpoint::restore::{
     resume, shared_buffer_count, RestoreConfig, Restored, Restorer, Resume, Sharing, TaskIdentity,
 };
 use amdgpu_checkpoint::vma::VmaAnswer;
 use amdgpu_checkpoint::{Error, Options};
+use amdgpu_image::ImageStore;
 
 use crate::abi::Stage;
 use crate::{log_debug, log_error, log_info, log_warn};

@@ -21,7 +21,6 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-
 mod preflight;
 
 use preflight::{preflight, read_checkpoint, Machine, Report, Verdict};

@@ -18,6 +18,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use amdgpu_checkpoint::restore::render_only_candidates;
+use amdgpu_image::topology::checkpointed_topology;
 use amdgpu_image::{
     CriuKfd, CriuRenderNode, DirStore, ImageMessage, ImageName, ImageStore, KfdDeviceEntry,
     ReadLimits, ValidatedKfd, ValidatedRenderNode,
@@ -28,8 +30,6 @@ use amdgpu_topology::mapping::{map_topologies, MapResult};
 use amdgpu_topology::options::CheckOptions;
 use amdgpu_topology::parse::DEFAULT_ROOT;
 use amdgpu_topology::{builtin_names, GpuId};
-use amdgpu_image::topology::checkpointed_topology;
-use amdgpu_checkpoint::restore::render_only_candidates;
 use serde::Serialize;
 
 use super::map;

@@ -7,6 +7,8 @@
 //! else `target/bench-report` of the workspace (the same file system for
 //! raw and plugin runs); everything written there is removed again.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;

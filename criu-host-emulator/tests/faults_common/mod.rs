@@ -26,11 +26,11 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
-use criu_plugin_amdgpu::abi::Stage;
-use criu_plugin_amdgpu::hooks::{CriuHost, Plugin, PluginConfig, VmaUpdate, NOT_MINE};
+use amdgpu_checkpoint::options::Options;
 use amdgpu_checkpoint::restore::Restored;
 use criu_host_emulator::{DeviceVma, TaskFile};
-use amdgpu_checkpoint::options::Options;
+use criu_plugin_amdgpu::abi::Stage;
+use criu_plugin_amdgpu::hooks::{CriuHost, Plugin, PluginConfig, VmaUpdate, NOT_MINE};
 use kfd::{DeviceNumber, Driver, FdKind};
 use kfd_sim::{Accounting, Errno, FaultSpec, Pid, ProcessConfig, Sim, SimDriver};
 

@@ -1,0 +1,80 @@
+//! The images directory: where the checkpoint is written (given, kept or
+//! temporary) and reading its KFD images back for the restore.
+
+use std::path::{Path, PathBuf};
+
+use amdgpu_image::{CriuKfd, DirStore, ImageKind, ImageStore, ReadLimits};
+
+use super::args::Args;
+use super::Stop;
+
+/// The images directory: `--dir` (which must not already hold an image
+/// set), a temporary one kept for `--keep`, or a temporary one removed
+/// when the demo ends.
+pub(super) enum ImagesDir {
+    Given(PathBuf),
+    Kept(PathBuf),
+    Temp(tempfile::TempDir),
+}
+
+impl ImagesDir {
+    pub(super) fn path(&self) -> &Path {
+        match self {
+            ImagesDir::Given(p) | ImagesDir::Kept(p) => p,
+            ImagesDir::Temp(t) => t.path(),
+        }
+    }
+
+    /// Where the images are, for the summary.
+    pub(super) fn describe(&self) -> String {
+        let path = self.path().display();
+        match self {
+            ImagesDir::Given(_) => format!("images: {path}"),
+            ImagesDir::Kept(_) => format!("images: {path} (kept)"),
+            ImagesDir::Temp(_) => {
+                format!("images: {path} (removed; --keep or --dir DIR keeps them)")
+            }
+        }
+    }
+}
+
+pub(super) fn images_dir(args: &Args) -> Result<ImagesDir, Stop> {
+    let Some(dir) = &args.dir else {
+        let temp = tempfile::Builder::new()
+            .prefix("amdgpu-criu-demo.")
+            .tempdir()
+            .map_err(|e| Stop::Usage(format!("cannot create a temporary directory: {e}")))?;
+        return Ok(if args.keep {
+            ImagesDir::Kept(temp.keep())
+        } else {
+            ImagesDir::Temp(temp)
+        });
+    };
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Stop::Usage(format!("{}: cannot create: {e}", dir.display())))?;
+    let existing = DirStore::open_dir(dir)
+        .and_then(|s| s.list())
+        .map_err(|e| Stop::Usage(format!("{}: {e}", dir.display())))?;
+    if !existing.is_empty() {
+        return Err(Stop::Usage(format!(
+            "{}: already holds {} amdgpu image files; give an empty directory",
+            dir.display(),
+            existing.len()
+        )));
+    }
+    Ok(ImagesDir::Given(dir.clone()))
+}
+
+pub(super) fn read_kfd_images(dir: &Path) -> Result<Vec<(u32, CriuKfd)>, Stop> {
+    let store = DirStore::open_dir(dir).map_err(|e| Stop::Failed(e.to_string()))?;
+    let names = store.list().map_err(|e| Stop::Failed(e.to_string()))?;
+    let mut out = Vec::new();
+    for name in names.iter().filter(|n| n.kind() == ImageKind::Kfd) {
+        let msg = store
+            .read_message::<CriuKfd>(name, ReadLimits::default())
+            .map_err(|e| Stop::Failed(format!("{name}: {e}")))?
+            .ok_or_else(|| Stop::Failed(format!("{name} vanished")))?;
+        out.push((name.id(), msg));
+    }
+    Ok(out)
+}

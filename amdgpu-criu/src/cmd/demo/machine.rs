@@ -1,0 +1,56 @@
+//! The simulated machines: a topology named on the command line (a
+//! built-in name or a sysfs tree) and the `kfd-sim` simulator built from it.
+
+use std::path::Path;
+
+use amdgpu_topology::{builtin, builtin_names, parse, synthesize_missing, System};
+use kfd_sim::{Sim, SimConfig};
+
+use super::Stop;
+
+/// A simulated machine.
+pub(super) struct Machine {
+    pub(super) label: String,
+    pub(super) system: System,
+}
+
+/// A built-in topology by name, or a sysfs tree completed as the simulator
+/// completes partial captures.
+pub(super) fn resolve(spec: &str) -> Result<Machine, Stop> {
+    if let Some(system) = builtin(spec) {
+        return Ok(Machine {
+            label: spec.to_owned(),
+            system,
+        });
+    }
+    let dir = Path::new(spec);
+    if !dir.is_dir() {
+        return Err(Stop::Usage(format!(
+            "{spec:?} is neither a built-in topology ({}) nor a directory",
+            builtin_names().join(", ")
+        )));
+    }
+    let parsed = parse(dir).map_err(|e| Stop::Usage(format!("{spec}: {e}")))?;
+    let mut system = parsed.system;
+    let filled = synthesize_missing(&mut system);
+    if !filled.is_empty() {
+        eprintln!(
+            "amdgpu-criu demo: note: {spec}: {} missing properties (gpu_ids, VRAM banks, \
+             render minors) filled in as the simulator does",
+            filled.len()
+        );
+    }
+    Ok(Machine {
+        label: spec.to_owned(),
+        system,
+    })
+}
+
+pub(super) fn simulate(machine: &Machine) -> Result<Sim, Stop> {
+    Sim::new(machine.system.clone(), SimConfig::default()).map_err(|e| {
+        Stop::Usage(format!(
+            "{}: cannot simulate this machine: {e}",
+            machine.label
+        ))
+    })
+}

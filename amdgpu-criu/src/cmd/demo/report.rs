@@ -1,0 +1,127 @@
+//! What the demo reports: the measured checkpoint and restore phases, the
+//! summary lines, and printing them as text or as one JSON object.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use amdgpu_image::{flags, CriuKfd};
+use criu_host_emulator::RestoredTask;
+use serde::Serialize;
+
+use super::{GIB, MIB};
+
+/// One side of the demo, as the JSON and the summary report it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(super) struct Phase {
+    gpus: usize,
+    bos: usize,
+    bytes: u64,
+    seconds: f64,
+}
+
+/// What the demo prints.
+#[derive(Debug, Default, Serialize)]
+pub(super) struct Report {
+    pub(super) checkpoint: Option<Phase>,
+    pub(super) restore: Option<Phase>,
+    pub(super) gpu_map: BTreeMap<u32, u32>,
+    pub(super) verified: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) error: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(super) reasons: Vec<String>,
+    /// What verification found wrong after a completed restore.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(super) problems: Vec<String>,
+    /// Human-readable lines (text mode only).
+    #[serde(skip)]
+    pub(super) lines: Vec<String>,
+    /// Where the images are (text mode only, printed last).
+    #[serde(skip)]
+    pub(super) images: String,
+}
+
+impl Report {
+    /// Prints the report on stdout: one JSON object when `json`, else the
+    /// summary lines and where the images are.
+    pub(super) fn print(&self, json: bool) -> serde_json::Result<()> {
+        if json {
+            let text = serde_json::to_string_pretty(self)?;
+            println!("{text}");
+        } else {
+            for line in &self.lines {
+                println!("{line}");
+            }
+            if !self.images.is_empty() {
+                println!("{}", self.images);
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn checkpoint_phase(images: &[(u32, CriuKfd)], time: Duration) -> Phase {
+    let gpus: BTreeSet<u32> = images
+        .iter()
+        .flat_map(|(_, m)| m.device_entries.iter().filter(|d| d.gpu_id != 0))
+        .map(|d| d.gpu_id)
+        .collect();
+    let bos = images.iter().map(|(_, m)| m.bo_entries.len()).sum();
+    let bytes = images
+        .iter()
+        .flat_map(|(_, m)| &m.bo_entries)
+        .filter(|b| b.alloc_flags & (flags::KFD_VRAM | flags::KFD_GTT) != 0)
+        .map(|b| b.size)
+        .sum();
+    Phase {
+        gpus: gpus.len(),
+        bos,
+        bytes,
+        seconds: time.as_secs_f64(),
+    }
+}
+
+pub(super) fn restore_phase(tasks: &[RestoredTask], time: Duration) -> Phase {
+    let mut phase = Phase {
+        seconds: time.as_secs_f64(),
+        ..Phase::default()
+    };
+    let mut gpus = BTreeSet::new();
+    for kfd in tasks
+        .iter()
+        .filter_map(|t| t.plugin.restorer())
+        .flat_map(|r| r.restored())
+    {
+        phase.bos += kfd.bos;
+        phase.bytes += kfd.content_bytes;
+        gpus.extend(kfd.gpu_map.values().copied());
+    }
+    phase.gpus = gpus.len();
+    phase
+}
+
+pub(super) fn human_bytes(bytes: u64) -> String {
+    if bytes >= GIB {
+        format!("{:.2} GiB", bytes as f64 / GIB as f64)
+    } else {
+        format!("{:.1} MiB", bytes as f64 / MIB as f64)
+    }
+}
+
+pub(super) fn phase_line(name: &str, phase: &Phase) -> String {
+    let rate = if phase.seconds > 0.0 {
+        format!(
+            "{:.2} GiB/s",
+            phase.bytes as f64 / GIB as f64 / phase.seconds
+        )
+    } else {
+        "-".to_owned()
+    };
+    format!(
+        "{name} {} GPUs, {} BOs, {} in {:.3} s ({rate})",
+        phase.gpus,
+        phase.bos,
+        human_bytes(phase.bytes),
+        phase.seconds
+    )
+}

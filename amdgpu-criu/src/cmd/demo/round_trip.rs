@@ -1,0 +1,295 @@
+//! The round trip itself: stage the machines, the workload and its
+//! shared buffer, checkpoint the process tree through the emulated CRIU,
+//! check the restore machine, restore the tree and hand the restored
+//! processes to verification, writing every outcome into the [`Report`].
+
+use std::fmt::Write as _;
+use std::os::fd::AsFd;
+use std::time::Instant;
+
+use amdgpu_checkpoint::options::Options;
+use amdgpu_image::flags;
+use amdgpu_topology::devices::DeviceTopology;
+use amdgpu_topology::renumbered;
+use criu_host_emulator::{
+    CriuEmulator, DeviceVma, EmulatorConfig, TaskFile, TaskToDump, TaskToRestore,
+};
+use indicatif::ProgressBar;
+
+use super::args::Args;
+use super::exchange::exchange_buffer;
+use super::images::{images_dir, read_kfd_images};
+use super::machine::{resolve, simulate, Machine};
+use super::progress::{stage, with_pages_progress};
+use super::report::{checkpoint_phase, phase_line, restore_phase, Report};
+use super::verification::{checkpoint_failed, image_set, resume_problems, run_after_restore};
+use super::workload::launch;
+use super::{Stop, STEPS_AFTER, STEPS_BEFORE};
+use crate::cmd::{check, map};
+
+pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Result<(), Stop> {
+    let (options, invalid) = Options::from_env();
+    for warning in &invalid {
+        eprintln!("amdgpu-criu demo: warning: {warning}");
+    }
+    let origin = resolve(&args.topology)?;
+    let same_machine = args.restore_topology.as_deref() == Some(args.topology.as_str());
+    let target = match &args.restore_topology {
+        Some(spec) if !same_machine => Some(resolve(spec)?),
+        Some(_) => None,
+        None => Some(Machine {
+            label: format!("{} renumbered (seed {})", origin.label, args.seed),
+            system: renumbered(&origin.system, args.seed),
+        }),
+    };
+    let images = images_dir(args)?;
+    report.images = images.describe();
+    let shm = tempfile::tempdir()
+        .map_err(|e| Stop::Usage(format!("cannot create a temporary directory: {e}")))?;
+
+    bar.set_message("building the simulated machines");
+    let origin_sim = simulate(&origin)?;
+    let gpus = origin_sim.gpus().len() as u64;
+    let profiles = args.workload.profiles(args.size, gpus);
+
+    stage(bar, "launching the workload");
+    let mut processes = launch(&origin_sim, &profiles)?;
+    // Several processes exchange a DRM buffer by dma-buf, as a DDP group
+    // does: the root's render-node BO, imported and held by the others.
+    let exchange = if processes.len() > 1 {
+        Some(exchange_buffer(&mut processes)?)
+    } else {
+        None
+    };
+    let target_sim = match &target {
+        Some(machine) => Some(simulate(machine)?),
+        None => None,
+    };
+    let restore_sim = target_sim.as_ref().unwrap_or(&origin_sim);
+    let restore_label = target.as_ref().map_or_else(
+        || format!("{} (the same machine)", origin.label),
+        |m| m.label.clone(),
+    );
+    report.lines.push(format!(
+        "checkpoint on {} ({} GPUs), restore on {} ({} GPUs)",
+        origin.label,
+        gpus,
+        restore_label,
+        restore_sim.gpus().len()
+    ));
+    report.lines.push(format!(
+        "workload: {}, {} process{}, {STEPS_BEFORE} steps before the checkpoint, \
+         {STEPS_AFTER} after the restore",
+        args.workload.name(),
+        processes.len(),
+        if processes.len() == 1 { "" } else { "es" }
+    ));
+
+    // Faults fire once, at their first occurrence on the way from dump to
+    // restore: armed on the checkpointing machine, moved to the restoring
+    // one when the dump did not trigger them.
+    for spec in &args.inject {
+        origin_sim.inject(spec.clone());
+    }
+
+    stage(bar, "checkpointing");
+    let config = {
+        let mut c = EmulatorConfig::new(shm.path());
+        c.options = options;
+        c
+    };
+    let dumper = CriuEmulator::new(origin_sim.clone(), images.path(), config.clone());
+    // One `criu dump` of the whole tree: the first process is the root.
+    let mut tree = Vec::new();
+    for p in &processes {
+        let Some(app) = &p.app else { continue };
+        let Some(kfd) = app.kfd_fd() else {
+            return Err(Stop::Failed("the workload has no /dev/kfd fd".into()));
+        };
+        let mut files = vec![TaskFile {
+            fd: kfd,
+            id: p.file_ids[0],
+        }];
+        for (fd, &id) in app.render_fds().into_iter().zip(&p.file_ids[1..]) {
+            files.push(TaskFile { fd, id });
+        }
+        if let Some(exchange) = &exchange {
+            for (_, fd, id) in exchange.held.iter().filter(|(pid, ..)| *pid == p.pid) {
+                files.push(TaskFile {
+                    fd: fd.as_fd(),
+                    id: *id,
+                });
+            }
+        }
+        tree.push(TaskToDump {
+            pid: p.pid,
+            files,
+            vmas: DeviceVma::offered_at_dump(&origin_sim),
+        });
+    }
+    let total: u64 = processes
+        .iter()
+        .flat_map(|p| &p.expected.bos)
+        .filter(|b| b.flags & (flags::KFD_VRAM | flags::KFD_GTT) != 0)
+        .map(|b| b.size)
+        .sum();
+    let started = Instant::now();
+    let dumped = with_pages_progress(bar, images.path(), total, || dumper.dump_tree(&tree));
+    let dump_time = started.elapsed();
+    drop(tree);
+    if let Err(e) = dumped {
+        let error = e.to_string();
+        return Err(checkpoint_failed(
+            &error,
+            &mut processes,
+            images.path(),
+            report,
+        ));
+    }
+    let kfd_images = read_kfd_images(images.path())?;
+    let phase = checkpoint_phase(&kfd_images, dump_time);
+    report.lines.push(phase_line("checkpoint:", &phase));
+    report.checkpoint = Some(phase);
+
+    if let Some(sim) = &target_sim {
+        for spec in origin_sim.pending_faults() {
+            sim.inject(spec);
+        }
+        origin_sim.clear_faults();
+    }
+
+    stage(bar, "checking the restore machine");
+    let local = DeviceTopology::from_system(restore_sim.topology())
+        .map_err(|e| Stop::Usage(format!("{restore_label}: {e}")))?;
+    let checkpointed = check::read_checkpointed(images.path()).map_err(Stop::Failed)?;
+    let verdicts =
+        check::check(&checkpointed, &local, &config.options.checks).map_err(Stop::Failed)?;
+    for v in verdicts.iter().filter(|v| !v.result.compatible) {
+        report.reasons.extend(map::reason_lines(&v.result.reasons));
+    }
+
+    stage(bar, "restoring");
+    let restorer = CriuEmulator::new(restore_sim.clone(), images.path(), config);
+    // One `criu restore` of the whole tree.
+    let tree: Vec<TaskToRestore> = processes
+        .iter()
+        .map(|p| TaskToRestore {
+            pid: p.pid,
+            file_ids: p.file_ids.clone(),
+            vmas: kfd_images
+                .iter()
+                .filter(|(id, _)| p.file_ids.contains(id))
+                .flat_map(|(_, image)| DeviceVma::of_kfd_image(image))
+                .collect(),
+        })
+        .collect();
+    // The checkpointed processes end, their memory with them; their twins
+    // run on. Right before the restore: the restore maps that memory back
+    // at the same addresses in this host process, and nothing else should
+    // be mapped there in between.
+    for p in &mut processes {
+        if let Some(app) = p.app.take() {
+            app.exit()
+                .map_err(|e| Stop::Failed(format!("ending the checkpointed process: {e}")))?;
+        }
+    }
+    let started = Instant::now();
+    let restored = restorer.restore_tree(&tree);
+    let restore_time = started.elapsed();
+    let tasks = match restored {
+        Ok(tasks) => tasks,
+        Err(e) => {
+            let incompatible = if report.reasons.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({restore_label} cannot take this checkpoint: {} reasons)",
+                    report.reasons.len()
+                )
+            };
+            let left: Vec<String> = processes
+                .iter()
+                .filter(|p| restore_sim.process_alive(p.pid))
+                .map(|p| p.pid.to_string())
+                .collect();
+            let left = if left.is_empty() {
+                format!("no process was left behind on {restore_label}")
+            } else {
+                format!(
+                    "pids {} are left half-restored on {restore_label}",
+                    left.join(", ")
+                )
+            };
+            report
+                .lines
+                .push(format!("restore failed: {e}{incompatible}; {left}"));
+            return Err(Stop::Failed(format!("restore failed: {e}")));
+        }
+    };
+    let phase = restore_phase(&tasks, restore_time);
+    report.lines.push(phase_line("restore:   ", &phase));
+    report.restore = Some(phase);
+    for task in &tasks {
+        if let Some(restorer) = task.plugin.restorer() {
+            for kfd in restorer.restored() {
+                report
+                    .gpu_map
+                    .extend(kfd.gpu_map.iter().map(|(k, v)| (*k, *v)));
+            }
+        }
+    }
+    let mut map = String::from("GPU map (checkpointed gpu_id -> local gpu_id):");
+    for (from, to) in &report.gpu_map {
+        let _ = write!(map, "\n  {from} -> {to}");
+    }
+    report.lines.push(map);
+
+    stage(bar, "resuming");
+    let mut problems = resume_problems(&tasks);
+    stage(bar, "running after the restore");
+    problems.extend(run_after_restore(restore_sim, &mut processes));
+    if let Some(exchange) = &exchange {
+        problems.extend(exchange.problems(restore_sim, &processes, &tasks));
+    }
+    stage(bar, "verifying the image set");
+    let set_line = match image_set(images.path()) {
+        Ok(line) => line,
+        Err(set_problems) => {
+            problems.extend(set_problems);
+            String::new()
+        }
+    };
+    for spec in restore_sim.pending_faults() {
+        report
+            .lines
+            .push(format!("note: injected fault {spec} never fired"));
+    }
+    drop(tasks);
+
+    if !problems.is_empty() {
+        report
+            .lines
+            .extend(problems.iter().map(|p| format!("problem: {p}")));
+        let message = format!(
+            "not verified: {} problem{}",
+            problems.len(),
+            if problems.len() == 1 { "" } else { "s" }
+        );
+        report.problems = problems;
+        return Err(Stop::Failed(message));
+    }
+    report.verified = true;
+    report.lines.push(std::mem::take(&mut report.images));
+    let shared = match &exchange {
+        Some(exchange) => format!(
+            "; a DRM buffer shared by {} processes (imports and dma-buf fds) is one buffer again",
+            exchange.imports.len() + 1
+        ),
+        None => String::new(),
+    };
+    report.lines.push(format!(
+        "verified: same BOs, handles, addresses and contents; {STEPS_AFTER} steps after the \
+         restore match an uninterrupted run{shared}; {set_line}"
+    ));
+    Ok(())
+}

@@ -1,0 +1,133 @@
+//! Verification: what the restore hooks answered, each restored process
+//! against its checkpoint and its uninterrupted twin, the image set; and
+//! after a failed dump, what the failure left behind. It only looks and
+//! reports, never repairs.
+
+use std::path::Path;
+
+use amdgpu_image::{verify_set, DirStore, ReadLimits};
+use criu_host_emulator::{RestoredTask, VmaOutcome};
+use kfd_sim::workload::Workload;
+use kfd_sim::Sim;
+
+use super::report::Report;
+use super::workload::Process;
+use super::{Stop, STEPS_AFTER};
+
+/// What the restore hooks answered that a successful restore would not:
+/// a failed `RESUME_DEVICES_LATE`, a device mapping left untranslated.
+pub(super) fn resume_problems(tasks: &[RestoredTask]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for task in tasks {
+        if task.resume_answer != 0 {
+            problems.push(format!(
+                "RESUME_DEVICES_LATE of pid {} answered {}",
+                task.pid, task.resume_answer
+            ));
+        }
+        for (vma, outcome) in &task.vmas {
+            if !matches!(outcome, VmaOutcome::Translated { .. }) {
+                problems.push(format!(
+                    "pid {}: mapping of {} at {:#x} was not translated",
+                    task.pid,
+                    vma.path.display(),
+                    vma.addr
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// Compares each restored process with its checkpoint, then runs it and
+/// its uninterrupted twin [`STEPS_AFTER`] steps and compares fingerprints.
+pub(super) fn run_after_restore(sim: &Sim, processes: &mut [Process]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for p in processes {
+        if let Err(e) = Workload::verify(sim, p.pid, &p.expected) {
+            problems.push(format!("restored state: {e}"));
+            continue;
+        }
+        let mut restored = Workload::attach(sim, p.pid);
+        let ran = (0..STEPS_AFTER).try_for_each(|_| {
+            restored
+                .step()
+                .map_err(|e| format!("pid {} cannot run after the restore: {e}", p.pid))?;
+            p.twin
+                .step()
+                .map_err(|e| format!("the uninterrupted twin of pid {}: {e}", p.pid))
+        });
+        if let Err(problem) = ran {
+            problems.push(problem);
+            continue;
+        }
+        match (restored.fingerprint(), p.twin.fingerprint()) {
+            (Ok(a), Ok(b)) if a == b => {}
+            (Ok(a), Ok(b)) => problems.push(format!(
+                "pid {} diverged from its uninterrupted twin (fingerprint {a:#018x}, twin {b:#018x})",
+                p.pid
+            )),
+            (Err(e), _) | (_, Err(e)) => problems.push(format!("fingerprint: {e}")),
+        }
+    }
+    problems
+}
+
+/// `verify_set` over the images: a summary when clean, else every problem.
+pub(super) fn image_set(images: &Path) -> Result<String, Vec<String>> {
+    match DirStore::open_dir(images).and_then(|store| verify_set(&store, ReadLimits::default())) {
+        Ok(set) if set.is_clean() && set.files > 0 => Ok(format!(
+            "image set clean ({} files, {} checksums)",
+            set.files, set.checksums_verified
+        )),
+        Ok(set) if set.files == 0 => Err(vec!["image set: no amdgpu image files".into()]),
+        Ok(set) => Err(set
+            .problems
+            .iter()
+            .map(|p| format!("image set: {p}"))
+            .collect()),
+        Err(e) => Err(vec![format!("image set: {e}")]),
+    }
+}
+
+/// After a failed dump: was the application left running, and what does
+/// `verify` make of what is in the images directory?
+pub(super) fn checkpoint_failed(
+    error: &str,
+    processes: &mut [Process],
+    images: &Path,
+    report: &mut Report,
+) -> Stop {
+    report.lines.push(format!("checkpoint failed: {error}"));
+    for p in processes.iter_mut() {
+        let Some(app) = p.app.as_mut() else { continue };
+        match app.step() {
+            Ok(()) => report.lines.push(format!(
+                "application pid {}: unpaused, it keeps running",
+                p.pid
+            )),
+            Err(e) => report.lines.push(format!(
+                "application pid {}: left unable to run: {e}",
+                p.pid
+            )),
+        }
+    }
+    let verdict = match DirStore::open_dir(images)
+        .and_then(|store| verify_set(&store, ReadLimits::default()))
+    {
+        Ok(set) if set.files == 0 => "no amdgpu image files remain".to_owned(),
+        Ok(set) if set.is_clean() => format!(
+            "{} files of the processes dumped before the failure, clean on their own \
+             but not a checkpoint of the whole tree",
+            set.files
+        ),
+        Ok(set) => format!(
+            "verify refuses what remains ({} files, {} problems)",
+            set.files,
+            set.problems.len()
+        ),
+        Err(e) => format!("verify cannot read the directory: {e}"),
+    };
+    report.lines.push(format!("image directory: {verdict}"));
+    Stop::Failed(format!("checkpoint failed: {error}"))
+}

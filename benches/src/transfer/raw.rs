@@ -1,0 +1,290 @@
+//! The storage's own figures, without the plugin: plain sequential I/O of
+//! one file, and raw writes of a pages file's exact layout (data runs
+//! written, zero runs left as holes) as the ceiling for a dump.
+
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::disk::{disk_usage, drop_cache};
+use super::error::{step, BenchError, Result};
+use super::fill::{fill_chunk, BoPlan, Fill};
+use super::RAW_IO;
+
+/// Plain sequential I/O of one file.
+#[derive(Debug, Clone, Copy)]
+pub struct RawFigures {
+    /// Write (8 MiB `write`s, then `fsync`) bytes per second.
+    pub write_bps: f64,
+    /// Read (8 MiB `read`s, page cache dropped first) bytes per second.
+    pub read_bps: f64,
+}
+
+/// Writes `bytes` non-zero bytes to `dir/raw-io.bin` in 8 MiB writes and
+/// `fsync`s (when `fsync`; otherwise the write time is the page cache's),
+/// drops the file from the page cache and reads it back; removes it.
+pub fn raw_io(dir: &Path, bytes: u64, fsync: bool) -> Result<RawFigures> {
+    let path = dir.join("raw-io.bin");
+    let mut buf = vec![0u8; RAW_IO];
+    fill_chunk(&mut buf, 0x5EED, 0, Fill::Dense);
+    let start = Instant::now();
+    let mut file = File::create(&path).map_err(step("creating the raw file"))?;
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(RAW_IO as u64) as usize;
+        file.write_all(&buf[..n])
+            .map_err(step("writing the raw file"))?;
+        left -= n as u64;
+    }
+    if fsync {
+        file.sync_all().map_err(step("fsync of the raw file"))?;
+    }
+    let write = start.elapsed();
+    drop(file);
+    drop_cache(&path)?;
+    let start = Instant::now();
+    let mut file = File::open(&path).map_err(step("opening the raw file"))?;
+    let mut read = 0u64;
+    loop {
+        let n = file.read(&mut buf).map_err(step("reading the raw file"))?;
+        if n == 0 {
+            break;
+        }
+        read += n as u64;
+    }
+    let read_time = start.elapsed();
+    let _ = fs::remove_file(&path);
+    if read != bytes {
+        return Err(BenchError::Step {
+            step: "reading the raw file",
+            reason: format!("read {read} bytes of {bytes}"),
+        });
+    }
+    Ok(RawFigures {
+        write_bps: bytes as f64 / write.as_secs_f64(),
+        read_bps: bytes as f64 / read_time.as_secs_f64(),
+    })
+}
+
+/// The bytes of a pages file of the benchmark's BOs, prepared in memory so
+/// that a raw write of them ([`raw_layout_write`]) times only the storage:
+/// the 8-byte length header, then the data runs of every BO at payload
+/// offset `8 + BO offset` (BOs concatenated in order, as a pages file holds
+/// them); the zero runs are left out, so they become holes exactly where a
+/// pages file has them (every file block that holds no data byte).
+#[derive(Debug, Clone)]
+pub struct RawLayout {
+    /// Logical file length: header plus every BO's bytes.
+    len: u64,
+    /// `(file offset, bytes)` of the header and the data runs, each at most
+    /// 8 MiB, in file order.
+    pieces: Vec<(u64, Vec<u8>)>,
+}
+
+impl RawLayout {
+    /// The layout of `bos` (one file, in the given order) filled as `fill`
+    /// says, with the bytes [`Machine::build`](super::Machine::build) puts
+    /// into them.
+    pub fn new(bos: &[BoPlan], fill: Fill) -> RawLayout {
+        let header = amdgpu_image::HEADER_LEN as u64;
+        let payload: u64 = bos.iter().map(|b| b.size).sum();
+        let mut pieces = vec![(0, payload.to_le_bytes().to_vec())];
+        let mut base = header;
+        for bo in bos {
+            for (start, len) in fill.data_runs(bo.size) {
+                let mut offset = start;
+                while offset < start + len {
+                    let n = (start + len - offset).min(RAW_IO as u64);
+                    let mut bytes = vec![0u8; n as usize];
+                    bo.contents(&mut bytes, offset, fill);
+                    pieces.push((base + offset, bytes));
+                    offset += n;
+                }
+            }
+            base += bo.size;
+        }
+        RawLayout {
+            len: header + payload,
+            pieces,
+        }
+    }
+
+    /// Logical length of the file.
+    pub fn file_len(&self) -> u64 {
+        self.len
+    }
+
+    /// Bytes written (header and data runs).
+    pub fn written_bytes(&self) -> u64 {
+        self.pieces.iter().map(|(_, b)| b.len() as u64).sum()
+    }
+
+    /// Creates `path` and writes the layout into it: one `pwrite` per piece,
+    /// `ftruncate` to the full length, `fsync`; returns the time of all of
+    /// that, file creation included.
+    fn write_file(&self, path: &Path) -> Result<Duration> {
+        let start = Instant::now();
+        let file = File::create(path).map_err(step("creating the raw layout file"))?;
+        for (offset, bytes) in &self.pieces {
+            file.write_all_at(bytes, *offset)
+                .map_err(step("writing the raw layout file"))?;
+        }
+        file.set_len(self.len)
+            .map_err(step("truncating the raw layout file"))?;
+        file.sync_all()
+            .map_err(step("fsync of the raw layout file"))?;
+        Ok(start.elapsed())
+    }
+}
+
+/// What a raw write of a [`RawLayout`] measured.
+#[derive(Debug, Clone, Copy)]
+pub struct RawLayoutRun {
+    /// `pwrite`s, `ftruncate` and `fsync`.
+    pub time: Duration,
+    /// Logical size of the file.
+    pub logical: u64,
+    /// Its allocated bytes (`st_blocks × 512`).
+    pub allocated: u64,
+}
+
+/// Writes `layout` to `dir/raw-layout.bin` without the plugin (plain
+/// `pwrite`s of the data runs, holes left for the zero runs, `ftruncate`,
+/// `fsync`, all timed): the storage's ceiling for a pages file of those
+/// BOs. Measures the file's disk usage and removes it.
+pub fn raw_layout_write(layout: &RawLayout, dir: &Path) -> Result<RawLayoutRun> {
+    let path = dir.join("raw-layout.bin");
+    let run = layout.write_file(&path).and_then(|time| {
+        let (logical, allocated) = disk_usage(std::slice::from_ref(&path))?;
+        Ok(RawLayoutRun {
+            time,
+            logical,
+            allocated,
+        })
+    });
+    let _ = fs::remove_file(&path);
+    run
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+
+    const BLOCK: u64 = 4096;
+
+    /// `(start, end)` of the data extents of `file` (`SEEK_DATA`/`SEEK_HOLE`).
+    // std's `Seek` has no `SEEK_DATA`/`SEEK_HOLE`, so `lseek` it is.
+    #[allow(unsafe_code)]
+    fn data_extents(file: &File) -> Vec<(u64, u64)> {
+        let len = file.metadata().unwrap().len() as libc::off_t;
+        let fd = file.as_raw_fd();
+        let mut out = Vec::new();
+        let mut pos: libc::off_t = 0;
+        while pos < len {
+            // SAFETY: lseek on an open fd; no memory is passed.
+            let data = unsafe { libc::lseek(fd, pos, libc::SEEK_DATA) };
+            if data < 0 {
+                let err = std::io::Error::last_os_error();
+                assert_eq!(err.raw_os_error(), Some(libc::ENXIO), "SEEK_DATA: {err}");
+                break;
+            }
+            // SAFETY: as above.
+            let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+            assert!(
+                hole > data,
+                "SEEK_HOLE: {}",
+                std::io::Error::last_os_error()
+            );
+            out.push((data as u64, hole as u64));
+            pos = hole;
+        }
+        out
+    }
+
+    /// Whether the file system of `dir` reports holes through `SEEK_DATA`.
+    fn reports_holes(dir: &Path) -> bool {
+        let path = dir.join("probe");
+        let file = File::create(&path).unwrap();
+        file.write_all_at(&[1], (1 << 20) - 1).unwrap();
+        file.sync_all().unwrap();
+        let holes = data_extents(&file)
+            .first()
+            .is_some_and(|&(start, _)| start > 0);
+        fs::remove_file(&path).unwrap();
+        holes
+    }
+
+    #[test]
+    fn raw_layout_file_has_the_bytes_and_holes_of_a_pages_file() {
+        let dir = tempfile::tempdir().unwrap();
+        if !reports_holes(dir.path()) {
+            eprintln!("skipped: the file system of the temp dir reports no holes (SEEK_DATA)");
+            return;
+        }
+        // Three BOs, the last one short, so BOs start inside zero and data
+        // runs and the 8-byte header shifts every run off the block grid.
+        let bo_bytes = (12 << 20) + 3 * BLOCK;
+        let bos = BoPlan::spread(1, 2 * bo_bytes + 5 * BLOCK, bo_bytes);
+        assert_eq!(bos.len(), 3);
+        for fill in [Fill::ZeroRuns, Fill::MostlyZero, Fill::Dense] {
+            let layout = RawLayout::new(&bos, fill);
+            let payload: u64 = bos.iter().map(|b| b.size).sum();
+            assert_eq!(layout.file_len(), 8 + payload);
+            // What a pages file of these BOs holds, built BO by BO.
+            let mut expected = payload.to_le_bytes().to_vec();
+            for bo in &bos {
+                let mut bytes = vec![0u8; bo.size as usize];
+                bo.contents(&mut bytes, 0, fill);
+                expected.extend_from_slice(&bytes);
+            }
+            let path = dir.path().join("raw");
+            layout.write_file(&path).unwrap();
+            assert_eq!(fs::read(&path).unwrap(), expected, "{fill:?}: bytes");
+
+            let file = File::open(&path).unwrap();
+            let extents = data_extents(&file);
+            let blocks = expected.len().div_ceil(BLOCK as usize);
+            let mut data_blocks = 0u64;
+            for b in 0..blocks {
+                let at = b as u64 * BLOCK;
+                let end = (b + 1) * BLOCK as usize;
+                let has_data = expected[b * BLOCK as usize..end.min(expected.len())]
+                    .iter()
+                    .any(|&x| x != 0);
+                let allocated = extents.iter().any(|&(s, e)| s < at + BLOCK && e > at);
+                assert_eq!(allocated, has_data, "{fill:?}: file block {b}");
+                data_blocks += u64::from(has_data);
+            }
+            if fill != Fill::Dense {
+                // A run of n data pages touches at most n + 1 file blocks.
+                let bound: u64 = bos
+                    .iter()
+                    .flat_map(|b| fill.data_runs(b.size))
+                    .map(|(_, len)| len.div_ceil(BLOCK) + 1)
+                    .sum();
+                assert!(data_blocks <= bound, "{fill:?}: {data_blocks} > {bound}");
+                assert!(data_blocks < blocks as u64 / 4, "{fill:?}: {data_blocks}");
+                let (_, disk) = disk_usage(std::slice::from_ref(&path)).unwrap();
+                // ext4 counts its extent tree blocks too (340 extents each).
+                let meta = 16 + extents.len() as u64 / 100;
+                assert!(
+                    disk <= (data_blocks + meta) * BLOCK,
+                    "{fill:?}: {disk} bytes on disk for {data_blocks} data blocks"
+                );
+            }
+            fs::remove_file(&path).unwrap();
+        }
+
+        // The public entry point measures and cleans up.
+        let layout = RawLayout::new(&bos, Fill::ZeroRuns);
+        let run = raw_layout_write(&layout, dir.path()).unwrap();
+        assert_eq!(run.logical, layout.file_len());
+        assert!(run.allocated < run.logical / 5);
+        assert!(layout.written_bytes() < layout.file_len() / 5);
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}

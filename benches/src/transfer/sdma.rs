@@ -1,0 +1,170 @@
+//! The simulated copy engine alone: BOs copied to and from staging memory
+//! without file I/O, the simulator's own share of a dump or restore.
+
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use kfd::{
+    CopyEngine, CopyEngineConfig, ImportedBo, Kfd, MemHandle, RenderMinor, RenderNode,
+    StagingBuffer, StagingSlot,
+};
+use kfd_sim::SimDriver;
+
+use super::error::{step, BenchError, Result};
+use super::machine::Machine;
+
+/// Unthrottled SDMA rates of the simulator, without file I/O.
+#[derive(Debug, Clone, Copy)]
+pub struct SdmaFigures {
+    /// BO to host memory, bytes per second.
+    pub read_bps: f64,
+    /// Host memory to BO, bytes per second.
+    pub write_bps: f64,
+}
+
+/// One GPU's copy engine with the GPU's BOs of a [`Machine`] imported and
+/// two 32 MiB staging buffers: copies without file I/O.
+pub struct SdmaRig {
+    engine: CopyEngine<SimDriver>,
+    slots: Vec<StagingSlot>,
+    imported: Vec<(ImportedBo, u64)>,
+}
+
+impl SdmaRig {
+    /// Size of each staging buffer.
+    pub const SLOT: usize = 32 << 20;
+
+    /// The rig for the BOs of `machine` on `gpu` (a `GpuInfo::gpu_id`).
+    pub fn new(machine: &Machine, gpu: u32) -> Result<SdmaRig> {
+        let driver = machine.sim.driver(machine.app.pid());
+        let kfd_fd = machine.app.kfd_fd().ok_or_else(|| BenchError::Step {
+            step: "sdma rig",
+            reason: "the process has no /dev/kfd fd".into(),
+        })?;
+        let kfd = Kfd::from_fd(driver.clone(), kfd_fd);
+        let info = machine
+            .sim
+            .gpus()
+            .into_iter()
+            .find(|g| g.gpu_id == gpu)
+            .ok_or_else(|| BenchError::Step {
+                step: "sdma rig",
+                reason: format!("no GPU {gpu:#x}"),
+            })?;
+        let render = RenderNode::open(driver, RenderMinor(info.render_minor))
+            .map_err(step("opening a render node"))?;
+        let mut engine = CopyEngine::new(render, CopyEngineConfig::default())
+            .map_err(step("setting up the copy engine"))?;
+        let mut slots = Vec::new();
+        for _ in 0..2 {
+            let mut buffer = StagingBuffer::new(Self::SLOT).map_err(step("staging memory"))?;
+            // Touch the pages once, as a reused staging buffer is.
+            buffer.as_mut_slice().fill(1);
+            slots.push(
+                engine
+                    .add_staging(buffer)
+                    .map_err(step("registering staging"))?,
+            );
+        }
+        let mut imported = Vec::new();
+        for bo in machine.bos.iter().filter(|b| b.gpu == gpu) {
+            let dmabuf = kfd
+                .export_dmabuf(MemHandle(bo.handle))
+                .map_err(step("exporting a dma-buf"))?;
+            let bo_import = engine
+                .import_dmabuf(dmabuf.as_fd())
+                .map_err(step("importing a dma-buf"))?;
+            imported.push((bo_import, bo.size));
+        }
+        Ok(SdmaRig {
+            engine,
+            slots,
+            imported,
+        })
+    }
+
+    /// Copies every BO into the staging buffers (`to_bo` false) or the
+    /// staging buffers into every BO (`to_bo` true), one copy in flight while
+    /// the previous one is waited for; returns the bytes moved.
+    pub fn pass(&mut self, to_bo: bool) -> Result<u64> {
+        let mut pending = None;
+        let mut turn = 0;
+        let mut bytes = 0;
+        for (bo, size) in &self.imported {
+            let mut offset = 0u64;
+            while offset < *size {
+                let len = (*size - offset).min(Self::SLOT as u64) as usize;
+                let fence = if to_bo {
+                    self.engine.submit_write(bo, offset, self.slots[turn], len)
+                } else {
+                    self.engine.submit_read(bo, offset, self.slots[turn], len)
+                }
+                .map_err(step("submitting a copy"))?;
+                if let Some(prev) = pending.replace(fence) {
+                    self.engine
+                        .wait(&prev, None)
+                        .map_err(step("waiting for a copy"))?;
+                }
+                turn ^= 1;
+                offset += len as u64;
+                bytes += len as u64;
+            }
+        }
+        if let Some(prev) = pending {
+            self.engine
+                .wait(&prev, None)
+                .map_err(step("waiting for a copy"))?;
+        }
+        Ok(bytes)
+    }
+
+    /// Releases the BOs and closes the engine.
+    pub fn close(mut self) -> Result<()> {
+        for (bo, _) in self.imported.drain(..) {
+            self.engine.release_bo(bo).map_err(step("releasing a BO"))?;
+        }
+        self.engine.close().map_err(step("closing the copy engine"))
+    }
+}
+
+/// Copies every BO of `machine` into two alternating 32 MiB staging buffers
+/// and back ([`SdmaRig::pass`]), GPUs one after another; no file I/O. The
+/// BOs' contents are overwritten.
+pub fn sdma_rates(machine: &Machine) -> Result<SdmaFigures> {
+    let (bytes, times) = timed_passes(machine, &[false, true])?;
+    Ok(SdmaFigures {
+        read_bps: bytes as f64 / times[0].as_secs_f64(),
+        write_bps: bytes as f64 / times[1].as_secs_f64(),
+    })
+}
+
+/// The simulated SDMA writing into BOs that were never written (a
+/// restore's copies), GPUs one after another, one pass from two alternating
+/// 32 MiB staging buffers; bytes per second. This is the simulator's share
+/// of a restore per GPU: a floor under its time that a GPU's DMA engine
+/// does not have.
+pub fn sdma_cold_write(machine: &Machine) -> Result<f64> {
+    let (bytes, times) = timed_passes(machine, &[true])?;
+    Ok(bytes as f64 / times[0].as_secs_f64())
+}
+
+/// Runs [`SdmaRig::pass`] once per entry of `to_bo`, in order, on every
+/// GPU of `machine` (one after another); returns the bytes of one pass
+/// over all GPUs and the total time of each pass.
+fn timed_passes(machine: &Machine, to_bo: &[bool]) -> Result<(u64, Vec<Duration>)> {
+    let mut times = vec![Duration::ZERO; to_bo.len()];
+    let mut bytes = 0u64;
+    for gpu in machine.sim.gpus() {
+        let mut rig = SdmaRig::new(machine, gpu.gpu_id)?;
+        for (k, &to_bo) in to_bo.iter().enumerate() {
+            let start = Instant::now();
+            let moved = rig.pass(to_bo)?;
+            times[k] += start.elapsed();
+            if k == 0 {
+                bytes += moved;
+            }
+        }
+        rig.close()?;
+    }
+    Ok((bytes, times))
+}
