@@ -41,7 +41,7 @@ fn checkpoint_and_restore(keep: Option<&std::ffi::OsStr>) -> Result<(), Box<dyn 
     let scratch = tempfile::tempdir()?;
     let images = match keep {
         Some(dir) => {
-            std::fs::create_dir_all(&dir)?;
+            std::fs::create_dir_all(dir)?;
             Path::new(&dir).to_path_buf()
         }
         None => scratch.path().join("images"),

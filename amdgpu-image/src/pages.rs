@@ -316,13 +316,13 @@ impl<S: PagesSink> PagesWriter<S> {
         }
         // Complete the file block being assembled (the caller's pieces need
         // not be block-aligned; at most one block is ever buffered).
-        if !self.block.is_empty() || self.pos % PAGE_SIZE != 0 {
+        if !self.block.is_empty() || !self.pos.is_multiple_of(PAGE_SIZE) {
             let need = ((PAGE_SIZE - self.pos % PAGE_SIZE) as usize).min(data.len());
             self.hasher.update(&data[..need]);
             self.block.extend_from_slice(&data[..need]);
             self.pos += need as u64;
             data = &data[need..];
-            if self.pos % PAGE_SIZE != 0 {
+            if !self.pos.is_multiple_of(PAGE_SIZE) {
                 return Ok(());
             }
             let block = std::mem::take(&mut self.block);

@@ -1,10 +1,9 @@
 //! Shared helpers for the benchmarks.
 //!
-//! Unsafe code is denied; the two `libc` calls with no safe std equivalent
-//! are allowed where they are: `posix_fadvise` in `transfer::drop_cache` and,
-//! in a test, `lseek(SEEK_DATA/SEEK_HOLE)`.
+//! No unsafe code: the file hints std lacks (`posix_fadvise`,
+//! `lseek(SEEK_DATA/SEEK_HOLE)`) come from `rustix`.
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod image;
 pub mod topology;

@@ -109,7 +109,7 @@ fn generated_arguments_never_panic() {
                 let mut a = k::drm_amdgpu_gem_op {
                     handle: g.u32(),
                     op: g.u32(),
-                    value: if g.next() % 2 == 0 {
+                    value: if g.next().is_multiple_of(2) {
                         0
                     } else {
                         u64::from(k::AMDGPU_GEM_DOMAIN_GTT)
@@ -145,7 +145,11 @@ fn generated_arguments_never_panic() {
                 let mut a = k::drm_amdgpu_cs_in {
                     ctx_id: g.u32(),
                     bo_list_handle: g.u32(),
-                    num_chunks: if g.next() % 2 == 0 { 0 } else { g.u32() },
+                    num_chunks: if g.next().is_multiple_of(2) {
+                        0
+                    } else {
+                        g.u32()
+                    },
                     flags: g.u32(),
                     chunks: 0,
                 };

@@ -181,7 +181,7 @@ fn alloc_errors() {
         (a.handle, b.handle),
         ((u64::from(g) << 32), (u64::from(g) << 32) | 1)
     );
-    assert!(a.mmap_offset >= 0x1_0000_0000 && a.mmap_offset % 4096 == 0);
+    assert!(a.mmap_offset >= 0x1_0000_0000 && a.mmap_offset.is_multiple_of(4096));
     let m = p
         .alloc(
             g,

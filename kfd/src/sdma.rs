@@ -158,7 +158,7 @@ impl CopyFormat {
 
 /// Pads `ib` with one-dword NOPs to a multiple of 8 dwords.
 pub fn pad_ib(ib: &mut Vec<u32>) {
-    while ib.len() % SDMA_IB_PAD_DWORDS != 0 {
+    while !ib.len().is_multiple_of(SDMA_IB_PAD_DWORDS) {
         ib.push(SDMA_OP_NOP);
     }
 }

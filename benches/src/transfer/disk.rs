@@ -3,29 +3,22 @@
 //! their logical and allocated sizes.
 
 use std::fs::{self, File};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::error::{step, BenchError, Result};
 
 /// Drops the (clean) pages of the file at `path` from the page cache.
-// `posix_fadvise` has no safe wrapper in std: the crate's one unsafe call
-// outside tests.
-#[allow(unsafe_code)]
 pub fn drop_cache(path: &Path) -> Result<()> {
     let file = File::open(path).map_err(step("opening a file to drop its cache"))?;
     file.sync_all()
         .map_err(step("fsync before dropping the cache"))?;
-    // SAFETY: advice on an open fd; no memory is passed.
-    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    if rc != 0 {
-        return Err(BenchError::Step {
+    rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed).map_err(|e| {
+        BenchError::Step {
             step: "posix_fadvise(DONTNEED)",
-            reason: std::io::Error::from_raw_os_error(rc).to_string(),
-        });
-    }
-    Ok(())
+            reason: std::io::Error::from(e).to_string(),
+        }
+    })
 }
 
 /// The pages files (`amdgpu-pages-*`, `amdgpu-drm-pages-*`) of `images`.

@@ -26,8 +26,8 @@ impl Fill {
     pub fn page_holds_data(self, page: u64) -> bool {
         match self {
             Fill::Dense => true,
-            Fill::MostlyZero => page % 10 == 0,
-            Fill::ZeroRuns => (page / 256) % 10 == 0,
+            Fill::MostlyZero => page.is_multiple_of(10),
+            Fill::ZeroRuns => (page / 256).is_multiple_of(10),
         }
     }
 

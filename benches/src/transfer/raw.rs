@@ -170,36 +170,25 @@ pub fn raw_layout_write(layout: &RawLayout, dir: &Path) -> Result<RawLayoutRun> 
 
 #[cfg(test)]
 mod tests {
-    use std::os::fd::AsRawFd;
-
     use super::*;
 
     const BLOCK: u64 = 4096;
 
     /// `(start, end)` of the data extents of `file` (`SEEK_DATA`/`SEEK_HOLE`).
-    // std's `Seek` has no `SEEK_DATA`/`SEEK_HOLE`, so `lseek` it is.
-    #[allow(unsafe_code)]
     fn data_extents(file: &File) -> Vec<(u64, u64)> {
-        let len = file.metadata().unwrap().len() as libc::off_t;
-        let fd = file.as_raw_fd();
+        use rustix::fs::{seek, SeekFrom};
+        let len = file.metadata().unwrap().len();
         let mut out = Vec::new();
-        let mut pos: libc::off_t = 0;
+        let mut pos = 0;
         while pos < len {
-            // SAFETY: lseek on an open fd; no memory is passed.
-            let data = unsafe { libc::lseek(fd, pos, libc::SEEK_DATA) };
-            if data < 0 {
-                let err = std::io::Error::last_os_error();
-                assert_eq!(err.raw_os_error(), Some(libc::ENXIO), "SEEK_DATA: {err}");
-                break;
-            }
-            // SAFETY: as above.
-            let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
-            assert!(
-                hole > data,
-                "SEEK_HOLE: {}",
-                std::io::Error::last_os_error()
-            );
-            out.push((data as u64, hole as u64));
+            let data = match seek(file, SeekFrom::Data(pos)) {
+                Ok(data) => data,
+                Err(rustix::io::Errno::NXIO) => break,
+                Err(e) => panic!("SEEK_DATA: {e}"),
+            };
+            let hole = seek(file, SeekFrom::Hole(data)).expect("SEEK_HOLE");
+            assert!(hole > data, "SEEK_HOLE {hole} not past SEEK_DATA {data}");
+            out.push((data, hole));
             pos = hole;
         }
         out

@@ -284,7 +284,7 @@ pub(super) fn gem_userptr(call: &mut Call<'_>, buf: &mut [u8]) -> Result<Step, E
         | k::AMDGPU_GEM_USERPTR_ANONONLY
         | k::AMDGPU_GEM_USERPTR_VALIDATE
         | k::AMDGPU_GEM_USERPTR_REGISTER;
-    if (args.addr | args.size) % GPU_PAGE != 0 {
+    if !(args.addr | args.size).is_multiple_of(GPU_PAGE) {
         return Err(Errno(libc::EINVAL));
     }
     if args.flags & !known != 0 {

@@ -187,7 +187,10 @@ impl<T: Clone> VaSpace<T> {
         offset: u64,
         target_size: Option<u64>,
     ) -> Result<(), VaError> {
-        if start % GPU_PAGE != 0 || offset % GPU_PAGE != 0 || size % GPU_PAGE != 0 {
+        if !start.is_multiple_of(GPU_PAGE)
+            || !offset.is_multiple_of(GPU_PAGE)
+            || !size.is_multiple_of(GPU_PAGE)
+        {
             return Err(VaError::Misaligned {
                 va: start,
                 size,

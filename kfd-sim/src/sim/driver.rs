@@ -196,7 +196,7 @@ impl Driver for SimDriver {
         let mut st = self.sim.lock();
         self.alive(&st)?;
         crate::fault::check(&mut st, "MMAP")?;
-        if len == 0 || offset % crate::bo::PAGE_SIZE != 0 {
+        if len == 0 || !offset.is_multiple_of(crate::bo::PAGE_SIZE) {
             return Err(Errno(libc::EINVAL).into());
         }
         let source = self.mmap_source(&mut st, key, len, offset)?;

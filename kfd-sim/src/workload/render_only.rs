@@ -108,7 +108,7 @@ impl RenderOnly {
     fn create_bo(&mut self, file: usize, index: usize) -> Result<(), WorkloadError> {
         let pid = self.pid;
         let size = UNIT * (index as u64 + 1);
-        let domains = if index % 2 == 0 {
+        let domains = if index.is_multiple_of(2) {
             AMDGPU_GEM_DOMAIN_VRAM
         } else {
             AMDGPU_GEM_DOMAIN_GTT

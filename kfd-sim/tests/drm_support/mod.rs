@@ -333,7 +333,7 @@ pub mod packet {
 
     /// Pads an IB with NOPs to a multiple of 8 dwords.
     pub fn pad(ib: &mut Vec<u32>) {
-        while ib.len() % 8 != 0 {
+        while !ib.len().is_multiple_of(8) {
             ib.push(0);
         }
     }
