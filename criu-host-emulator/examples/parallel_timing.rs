@@ -3,7 +3,7 @@
 //! (the `kfd-sim` machine, a real images directory).
 //!
 //! ```sh
-//! cargo run --release -p criu-plugin-amdgpu --example parallel_timing -- [GPUS] [MIB_PER_GPU] [parallel-first]
+//! cargo run --release -p criu-host-emulator --example parallel_timing -- [GPUS] [MIB_PER_GPU] [parallel-first]
 //! ```
 //!
 //! Reports, per mode, how long the task spends in `RESTORE_EXT_FILE` (what
