@@ -1,12 +1,23 @@
-//! The two host system calls the plugin core needs that `std` lacks: moving
-//! an fd above a floor (`fcntl(F_DUPFD_CLOEXEC)`) and creating hsakmt's
-//! named semaphore (`sem_open`).
+//! The few places where this crate needs `unsafe` outside the handle
+//! table's memory ([`crate::handles`]): moving an fd above a floor
+//! (`fcntl(F_DUPFD_CLOEXEC)`), creating hsakmt's named semaphore
+//! (`sem_open`), blocking signals in the calling thread while it spawns
+//! another (`pthread_sigmask`), and [`SharedDriver`], which forwards
+//! [`Driver`]'s unsafe methods to a shared driver.
 //!
 //! Small safe wrappers, each `unsafe` block with its proof; nothing else.
+//! The rest of the crate denies `unsafe_code`. This module never decides
+//! anything: which fd, which name, which signals are the caller's choice.
 
-use std::ffi::CStr;
+use std::ffi::{c_void, CStr};
 use std::io;
+use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use kfd::{DeviceNumber, Driver, FdKind};
 
 /// A close-on-exec duplicate of `fd` numbered `floor` or higher.
 pub fn dup_at_least(fd: BorrowedFd<'_>, floor: i32) -> io::Result<OwnedFd> {
@@ -42,6 +53,129 @@ pub fn ensure_named_semaphore(name: &CStr) -> io::Result<()> {
     Ok(())
 }
 
+/// The calling thread's signal mask from before
+/// [`block_signals_except`], put back when this is dropped. It stays on
+/// the thread that made it (it is neither `Send` nor `Sync`).
+#[must_use = "dropping it restores the signal mask at once"]
+pub struct BlockedSignals {
+    old: libc::sigset_t,
+    /// A signal mask belongs to one thread.
+    _thread: PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for BlockedSignals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BlockedSignals")
+    }
+}
+
+/// `pthread_sigmask(SIG_BLOCK)` of every signal except `keep`, in the
+/// calling thread only; threads it spawns meanwhile inherit the mask. The
+/// old mask comes back when the returned value is dropped.
+#[doc(alias = "pthread_sigmask")]
+pub fn block_signals_except(keep: &[libc::c_int]) -> io::Result<BlockedSignals> {
+    // SAFETY: sigset_t is plain data; sigfillset initialises it in place.
+    let mut block: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `block` is a valid, writable sigset_t.
+    unsafe { libc::sigfillset(&mut block) };
+    for &signal in keep {
+        // SAFETY: `block` is a valid, writable sigset_t; an invalid signal
+        // number is reported, not undefined.
+        if unsafe { libc::sigdelset(&mut block, signal) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    // SAFETY: sigset_t is plain data; pthread_sigmask writes the old mask.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: both sets are valid for the call; this changes only the
+    // calling thread's mask, which `BlockedSignals` (pinned to this thread)
+    // restores.
+    let ret = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old) };
+    if ret != 0 {
+        return Err(io::Error::from_raw_os_error(ret));
+    }
+    Ok(BlockedSignals {
+        old,
+        _thread: PhantomData,
+    })
+}
+
+impl Drop for BlockedSignals {
+    fn drop(&mut self) {
+        // SAFETY: `old` is the mask pthread_sigmask read on this very thread
+        // (the value cannot leave it); restoring it is always valid.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
+/// A [`Driver`] shared with the parallel restore worker thread
+/// ([`crate::parallel`]), which outlives any borrow of the hook that starts
+/// it.
+#[derive(Clone)]
+pub struct SharedDriver(Arc<dyn Driver + 'static>);
+
+impl SharedDriver {
+    /// Shares `driver`.
+    pub fn new(driver: impl Driver + 'static) -> Self {
+        SharedDriver(Arc::new(driver))
+    }
+}
+
+impl std::fmt::Debug for SharedDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedDriver")
+    }
+}
+
+impl Driver for SharedDriver {
+    fn open(&self, path: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
+        self.0.open(path, flags)
+    }
+
+    unsafe fn ioctl(
+        &self,
+        fd: BorrowedFd<'_>,
+        request: u64,
+        arg: *mut c_void,
+    ) -> io::Result<libc::c_int> {
+        // SAFETY: the caller upholds `Driver::ioctl`'s contract, which is the
+        // inner driver's contract unchanged.
+        unsafe { self.0.ioctl(fd, request, arg) }
+    }
+
+    unsafe fn mmap(
+        &self,
+        addr: *mut c_void,
+        len: usize,
+        prot: libc::c_int,
+        flags: libc::c_int,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+    ) -> io::Result<NonNull<c_void>> {
+        // SAFETY: the caller upholds `Driver::mmap`'s contract, passed on
+        // unchanged.
+        unsafe { self.0.mmap(addr, len, prot, flags, fd, offset) }
+    }
+
+    unsafe fn munmap(&self, addr: NonNull<c_void>, len: usize) -> io::Result<()> {
+        // SAFETY: the caller upholds `Driver::munmap`'s contract, passed on
+        // unchanged.
+        unsafe { self.0.munmap(addr, len) }
+    }
+
+    fn fd_kind(&self, fd: BorrowedFd<'_>) -> io::Result<FdKind> {
+        self.0.fd_kind(fd)
+    }
+
+    fn device_number(&self, path: &Path) -> io::Result<DeviceNumber> {
+        self.0.device_number(path)
+    }
+
+    fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {
+        self.0.read_sysfs(path, limit)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,5 +190,42 @@ mod tests {
         let original = file.metadata().unwrap();
         let copy = std::fs::File::from(dup).metadata().unwrap();
         assert_eq!((original.dev(), original.ino()), (copy.dev(), copy.ino()));
+    }
+
+    /// The calling thread's current signal mask.
+    fn current_mask() -> libc::sigset_t {
+        // SAFETY: sigset_t is plain data; with a null new set
+        // pthread_sigmask only writes the current mask into `mask`.
+        unsafe {
+            let mut mask: libc::sigset_t = std::mem::zeroed();
+            assert_eq!(
+                libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut mask),
+                0
+            );
+            mask
+        }
+    }
+
+    fn blocks(mask: &libc::sigset_t, signal: libc::c_int) -> bool {
+        // SAFETY: `mask` is a valid sigset_t; sigismember only reads it.
+        unsafe { libc::sigismember(mask, signal) == 1 }
+    }
+
+    #[test]
+    fn spawned_threads_inherit_the_blocked_mask_and_the_caller_gets_its_back() {
+        std::thread::spawn(|| {
+            assert!(!blocks(&current_mask(), libc::SIGCHLD));
+            let blocked = block_signals_except(&[libc::SIGSEGV]).unwrap();
+            let child = std::thread::spawn(|| {
+                let mask = current_mask();
+                (blocks(&mask, libc::SIGCHLD), blocks(&mask, libc::SIGSEGV))
+            });
+            drop(blocked);
+            assert_eq!(child.join().unwrap(), (true, false));
+            assert!(!blocks(&current_mask(), libc::SIGCHLD));
+        })
+        .join()
+        .unwrap();
+        assert!(block_signals_except(&[0x7fff]).is_err());
     }
 }
