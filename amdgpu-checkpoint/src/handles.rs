@@ -18,6 +18,8 @@
 //!
 //! This module never talks to CRIU or to the kernel beyond `mmap`/`munmap`.
 
+#![allow(unsafe_code)]
+
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 

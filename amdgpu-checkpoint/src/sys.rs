@@ -9,6 +9,8 @@
 //! The rest of the crate denies `unsafe_code`. This module never decides
 //! anything: which fd, which name, which signals are the caller's choice.
 
+#![allow(unsafe_code)]
+
 use std::ffi::{c_void, CStr};
 use std::io;
 use std::marker::PhantomData;
