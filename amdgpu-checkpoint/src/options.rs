@@ -68,37 +68,36 @@ impl fmt::Display for InvalidOption {
     }
 }
 
-    /// Reads the seven `KFD_*_CHECK` variables from the process environment.
+/// Reads the seven `KFD_*_CHECK` variables from the process environment.
 pub fn checks_from_env() -> (CheckOptions, Vec<InvalidOption>) {
     checks_from_lookup(|name| std::env::var(name).ok())
 }
 
-    /// Reads the seven variables through `lookup` (name to value, `None` when
-    /// unset). Unset means the default (on). `0` or `NO` (any case) switch a
-    /// check off, `1` or `YES` (any case) on; any other value keeps the
-    /// default and is returned as an [`InvalidOption`].
+/// Reads the seven variables through `lookup` (name to value, `None` when
+/// unset). Unset means the default (on). `0` or `NO` (any case) switch a
+/// check off, `1` or `YES` (any case) on; any other value keeps the
+/// default and is returned as an [`InvalidOption`].
 pub fn checks_from_lookup(
     lookup: impl Fn(&str) -> Option<String>,
 ) -> (CheckOptions, Vec<InvalidOption>) {
     let mut options = CheckOptions::all();
-        let mut invalid = Vec::new();
-        for (variable, flag) in check_flags_mut(&mut options) {
-            let Some(value) = lookup(variable) else {
-                continue;
-            };
-            match parse_bool(&value) {
-                Some(on) => *flag = on,
-                None => invalid.push(InvalidOption {
-                    variable,
-                    value,
-                    expected: "YES/NO or 1/0",
-                    kept: if *flag { "YES" } else { "NO" }.to_owned(),
-                }),
-            }
+    let mut invalid = Vec::new();
+    for (variable, flag) in check_flags_mut(&mut options) {
+        let Some(value) = lookup(variable) else {
+            continue;
+        };
+        match parse_bool(&value) {
+            Some(on) => *flag = on,
+            None => invalid.push(InvalidOption {
+                variable,
+                value,
+                expected: "YES/NO or 1/0",
+                kept: if *flag { "YES" } else { "NO" }.to_owned(),
+            }),
         }
-        (options, invalid)
     }
-
+    (options, invalid)
+}
 
 /// `(variable, value)` for each switch, in the C plugin's order.
 pub fn check_flags(options: &CheckOptions) -> [(&'static str, bool); 7] {
@@ -241,7 +240,6 @@ pub fn max_buffer_size_from_lookup(
 pub fn max_buffer_size_from_env() -> (u64, Option<InvalidOption>) {
     max_buffer_size_from_lookup(|name| std::env::var(name).ok())
 }
-
 
 /// Page size for staging buffers (userptr BOs must be page aligned).
 pub const STAGING_PAGE: u64 = 4096;
