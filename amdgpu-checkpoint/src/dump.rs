@@ -30,6 +30,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use amdgpu_image::topology::device_entry;
 use amdgpu_image::{
     flags, CriuDmabufNode, CriuKfd, CriuRenderNode, DrmBoEntry, DrmVmEntry, ImageName, ImageStore,
     KfdBoEntry, KfdDeviceEntry, FORMAT_VERSION, PRODUCER,
@@ -41,7 +42,6 @@ use kfd_sys::{AMDGPU_GEM_LIST_HANDLES_FLAG_IS_IMPORT, DRM_CLOEXEC};
 use crate::error::Error;
 use crate::options::Options;
 use crate::transfer;
-use amdgpu_image::topology::device_entry;
 
 /// The hsakmt (ROCt) shared-memory object, as `/dev/shm` names it.
 pub const HSAKMT_SHM: &str = "hsakmt_shared_mem";

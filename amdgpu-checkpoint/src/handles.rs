@@ -19,6 +19,8 @@
 //! This module never talks to CRIU or to the kernel beyond the mapping
 //! ([`kfd::AnonymousMapping`]).
 
+#![allow(unsafe_code)]
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use kfd::{AnonymousMapping, AnonymousOptions};

@@ -34,7 +34,10 @@
 //! errno for hosts that speak errno.
 //!
 //! Unsafe code lives in [`sys`] and [`handles`] (the shared handle table's
-//! memory); every other module is safe code.
+//! memory); every other module is safe code, as the crate-level lint
+//! below enforces (only those two modules lift it).
+
+#![deny(unsafe_code)]
 
 pub mod dump;
 pub mod error;

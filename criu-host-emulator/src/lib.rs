@@ -50,7 +50,7 @@ use amdgpu_image::{DirStore, StreamMode, StreamStore};
 use kfd::{DeviceNumber, Driver};
 use kfd_sim::{Pid, ProcessConfig, Sim, SimDriver, SimError};
 
-use amdgpu_checkpoint::parallel::{Copier, ParallelFacts, SharedDriver};
+use amdgpu_checkpoint::parallel::{Copier, ParallelFacts};
 use amdgpu_checkpoint::restore::Restored;
 use amdgpu_checkpoint::{Error, Options};
 use criu_plugin_amdgpu::abi::{hook, Stage, HOOK_SLOTS};
@@ -202,7 +202,7 @@ impl CriuHost for EmulatedHost {
 
     fn copier(&self) -> Option<Copier> {
         Some(Copier {
-            driver: SharedDriver::new(self.main_driver.clone()?),
+            driver: std::sync::Arc::new(self.main_driver.clone()?),
             images: DirStore::open_dir(&self.images).ok()?,
         })
     }

@@ -19,7 +19,7 @@ use std::os::unix::net::{SocketAddr, UnixStream};
 
 use amdgpu_checkpoint::options::Options;
 use amdgpu_checkpoint::parallel::{
-    send_command, Command, Copier, Entry, GpuRoute, ParallelFacts, ParallelRestore, SharedDriver,
+    send_command, Command, Copier, Entry, GpuRoute, ParallelFacts, ParallelRestore,
 };
 use common::{device_vmas, gpu_files, gpu_files_from, kfd_image, kfd_image_of, vmas_of, Dirs};
 use criu_host_emulator::{CriuEmulator, EmulatorError, RestoredTask, TaskToDump, TaskToRestore};
@@ -275,7 +275,7 @@ fn started_worker(sim: &Sim, dirs: &Dirs) -> ParallelRestore {
     parallel
         .start(
             Copier {
-                driver: SharedDriver::new(sim.driver(main)),
+                driver: std::sync::Arc::new(sim.driver(main)),
                 images: amdgpu_image::DirStore::open_dir(dirs.images.path()).unwrap(),
             },
             Options::default(),

@@ -16,7 +16,7 @@ use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use amdgpu_checkpoint::parallel::{Copier, ParallelFacts, SharedDriver};
+use amdgpu_checkpoint::parallel::{Copier, ParallelFacts};
 use amdgpu_checkpoint::{Error, Options};
 use amdgpu_image::{DirStore, StreamStore};
 use amdgpu_topology::parse::DEFAULT_ROOT;
@@ -104,7 +104,7 @@ impl CriuHost for CriuServices {
         };
         match DirStore::from_dir_fd(dir) {
             Ok(images) => Some(Copier {
-                driver: SharedDriver::new(HostDriver),
+                driver: std::sync::Arc::new(HostDriver),
                 images,
             }),
             Err(e) => {

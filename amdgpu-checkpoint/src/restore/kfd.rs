@@ -1,0 +1,240 @@
+//! Restoring a KFD image (`amdgpu-kfd-<id>.img`): validate it, map its GPUs
+//! onto local ones, open their render nodes, re-create the process with
+//! `CRIU_OP RESTORE`, bring the BO contents back (here, or handed to CRIU's
+//! main process), record the mmap-offset translations and recreate
+//! hsakmt's shared memory.
+//!
+//! This module never resumes the process's queues (`resume` does, later,
+//! in CRIU's main process), and never decides how buffers are shared: it
+//! publishes the BOs that other files may use through `sharing`.
+
+use std::ffi::CStr;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+
+use amdgpu_image::topology::checkpointed_topology;
+use amdgpu_image::{flags, CriuKfd, ImageStore, ValidatedKfd};
+use amdgpu_topology::mapping::map_topologies;
+use kfd::{Driver, Kfd};
+use kfd_sys::{kfd_criu_bo_bucket, kfd_criu_device_bucket, KFD_INVALID_FD};
+
+use super::sharing::{publish, uses_shared_buffers};
+use super::{KfdRestore, Restorer, Sharing};
+use crate::dump::{local_topology, HSAKMT_SHM};
+use crate::error::Error;
+use crate::transfer;
+use crate::vma::Translation;
+
+/// hsakmt's named semaphore (`/dev/shm/sem.hsakmt_semaphore`).
+pub const HSAKMT_SEMAPHORE: &CStr = c"hsakmt_semaphore";
+
+impl<D: Driver + Clone> Restorer<D> {
+    /// `RESTORE_EXT_FILE` of a KFD image: the new `/dev/kfd`.
+    pub(super) fn restore_kfd<S: ImageStore + Sync>(
+        &mut self,
+        store: &S,
+        id: u32,
+        msg: CriuKfd,
+        find_unused_fd: &dyn Fn(u32) -> Option<i32>,
+        sharing: &Sharing<'_>,
+    ) -> Result<OwnedFd, Error> {
+        let image = ValidatedKfd::new(id, msg).map_err(Error::image("validating the KFD image"))?;
+        // Pages files that cannot hold what the image says (missing, cut,
+        // too long, a lying header) are refused here, before any kernel
+        // state exists; contents that fail their checksum are found while
+        // they are copied back, before the task ever runs.
+        for (name, layout) in image.pages_files() {
+            store
+                .check_pages(&name, &layout)
+                .map_err(Error::image("checking a pages file before restore"))?;
+        }
+        let msg = image.message();
+        let kfd = Kfd::open(self.driver.clone()).map_err(Error::kfd("opening /dev/kfd"))?;
+        let version = kfd
+            .version()
+            .map_err(Error::kfd("reading the KFD interface version"))?;
+        if !version.supports_criu() {
+            return Err(Error::KfdTooOld {
+                major: version.major,
+                minor: version.minor,
+            });
+        }
+        if self.fd_floor.is_none() {
+            self.fd_floor = find_unused_fd(msg.pid);
+            log::debug!(
+                "render nodes go at fd {:?} or above (pid {})",
+                self.fd_floor,
+                msg.pid
+            );
+        }
+
+        let checkpointed = checkpointed_topology(&msg.device_entries);
+        let local = local_topology(&self.config.topology_root, &self.driver)?;
+        let mapping = map_topologies(&checkpointed, &local, &self.config.options.checks)
+            .map_err(|e| Error::Incompatible {
+                reasons: e.to_string(),
+            })?
+            .into_mapping()
+            .map_err(|reasons| Error::Incompatible {
+                reasons: reasons
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            })?;
+
+        let mut devices = Vec::new();
+        let mut gpus = Vec::new();
+        for entry in image.gpus() {
+            let local_id = *mapping.gpu_map.get(&entry.gpu_id).ok_or_else(|| {
+                Error::Inconsistent(format!(
+                    "the GPU mapping has no local GPU for checkpointed GPU {:#x}",
+                    entry.gpu_id
+                ))
+            })?;
+            let node = local.gpus().find(|n| n.gpu_id == local_id).ok_or_else(|| {
+                Error::Inconsistent(format!(
+                    "local GPU {local_id:#x} vanished from the topology"
+                ))
+            })?;
+            let minor = node.props.drm_render_minor;
+            let file = self.render_file(local_id, minor)?;
+            log::info!(
+                "file {id}: GPU {:#x} restored on local GPU {local_id:#x} (renderD{minor})",
+                entry.gpu_id
+            );
+            devices.push(kfd_criu_device_bucket {
+                user_gpu_id: entry.gpu_id,
+                actual_gpu_id: local_id,
+                drm_fd: file.as_raw_fd() as u32,
+                ..Default::default()
+            });
+            gpus.push(transfer::GpuTarget {
+                user_gpu_id: entry.gpu_id,
+                local_gpu_id: local_id,
+                render_minor: minor,
+            });
+        }
+        let buckets: Vec<kfd_criu_bo_bucket> = msg
+            .bo_entries
+            .iter()
+            .map(|bo| kfd_criu_bo_bucket {
+                addr: bo.addr,
+                size: bo.size,
+                offset: bo.offset,
+                gpu_id: bo.gpu_id,
+                alloc_flags: bo.alloc_flags,
+                dmabuf_fd: KFD_INVALID_FD,
+                ..Default::default()
+            })
+            .collect();
+        let restored = kfd
+            .restore(&devices, &buckets, &msg.priv_data, msg.num_of_objects)
+            .map_err(Error::kfd("re-creating the process (CRIU_OP RESTORE)"))?;
+        if restored.len() != buckets.len() {
+            return Err(Error::Inconsistent(format!(
+                "CRIU_OP RESTORE returned {} BOs for {} in the image",
+                restored.len(),
+                buckets.len()
+            )));
+        }
+
+        // With parallel restore CRIU's main process copies the contents
+        // while this task carries on ([`crate::parallel`]).
+        let content_bytes = match &self.hand_off {
+            Some(socket) => crate::parallel::hand_off(socket, &image, &gpus, &restored)?,
+            None => transfer::restore_contents(
+                &self.driver,
+                store,
+                &image,
+                &gpus,
+                &restored,
+                &self.config.options,
+            )?,
+        };
+
+        for (entry, bo) in msg.bo_entries.iter().zip(&restored) {
+            let mem = entry.alloc_flags & flags::KFD_MEM_TYPE_MASK;
+            if mem & !flags::KFD_USERPTR == 0 {
+                continue;
+            }
+            let local_id = mapping.gpu_map.get(&entry.gpu_id).copied();
+            self.translations.push(Translation {
+                addr: entry.addr,
+                old_offset: entry.offset,
+                new_offset: bo.bucket.restored_offset,
+                file: local_id.and_then(|g| self.render_files.get(&g).cloned()),
+            });
+        }
+        self.recreate_hsakmt_shm(msg.shared_mem_size, msg.shared_mem_magic)?;
+
+        // Dma-buf files of the task re-open their BO through the dma-buf
+        // RESTORE returned; keep those (above the task's fds) while the
+        // images hold dma-buf files at all.
+        // Other tasks find the buffers through the shared table (which the
+        // host only makes when the images share buffers); without one, this
+        // task's own dma-buf and render files find them here.
+        let bos = restored.len();
+        let keep_local = sharing.table.is_none() && uses_shared_buffers(store);
+        for (entry, bo) in msg.bo_entries.iter().zip(restored) {
+            let (Some(dmabuf), true) = (bo.dmabuf, entry.handle != flags::NO_HANDLE) else {
+                continue;
+            };
+            if let Some(table) = sharing.table {
+                publish(table, sharing, entry.handle, dmabuf.as_fd())?;
+            }
+            if keep_local {
+                let kept = match self.fd_floor {
+                    Some(floor) => crate::sys::dup_at_least(dmabuf.as_fd(), floor)
+                        .map_err(Error::io(format!("moving a dma-buf above fd {floor}")))?,
+                    None => dmabuf,
+                };
+                self.dmabufs.insert(entry.handle, kept);
+            }
+        }
+
+        self.gpu_map
+            .extend(mapping.gpu_map.iter().map(|(k, v)| (*k, *v)));
+        self.restored.push(KfdRestore {
+            id,
+            gpu_map: mapping.gpu_map.clone(),
+            bos,
+            content_bytes,
+        });
+        Ok(kfd.into_fd())
+    }
+
+    fn recreate_hsakmt_shm(&self, size: u64, magic: u32) -> Result<(), Error> {
+        if size == 0 {
+            return Ok(());
+        }
+        let path = self.config.shm_dir.join(HSAKMT_SHM);
+        if !path.exists() {
+            log::warn!(
+                "{} is missing and is recreated; GPU performance counters may be lost",
+                path.display()
+            );
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o666)
+            .open(&path)
+            .map_err(Error::io(format!("creating {}", path.display())))?;
+        file.set_len(size)
+            .map_err(Error::io(format!("sizing {}", path.display())))?;
+        file.write_all_at(&magic.to_ne_bytes(), 0)
+            .map_err(Error::io(format!(
+                "writing the magic of {}",
+                path.display()
+            )))?;
+        if self.config.shm_dir == Path::new("/dev/shm") {
+            crate::sys::ensure_named_semaphore(HSAKMT_SEMAPHORE)
+                .map_err(Error::io("creating hsakmt's semaphore"))?;
+        }
+        Ok(())
+    }
+}
