@@ -22,6 +22,8 @@
 //!   stderr; the engine's `log` records are routed there too.
 //! - `runtime` (private): the process-wide state of the loaded plugin.
 //!
+//! Unsafe code is denied outside [`abi`] and [`criu`].
+//!
 //! The `.so` contains no simulator and no emulator: nothing in this crate
 //! depends on `kfd-sim`, whatever else a workspace build compiles.
 //!
@@ -47,11 +49,18 @@
 //! assert!(options.staging.total() <= 64 << 20);
 //! ```
 
+#![deny(unsafe_code)]
+
+// The C ABI and CRIU's services are where this crate meets raw pointers
+// and fds; everything else is safe code.
+#[allow(unsafe_code)]
 pub mod abi;
+#[allow(unsafe_code)]
 pub mod criu;
 pub mod hooks;
 pub mod log;
 #[cfg(test)]
+#[allow(unsafe_code)]
 mod panic_tests;
 mod runtime;
 pub mod store;
