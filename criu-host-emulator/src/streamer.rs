@@ -11,7 +11,7 @@
 //! fails here as it would under the real streamer. A file the capture does
 //! not hold answers `ENOENT`, as CRIU's `img_streamer_open` does.
 //!
-//! Test support only (feature `emulator`); it never touches the images
+//! Test support only; it never touches the images
 //! directory except in [`ImageStreamer::extract`].
 
 use std::collections::BTreeMap;

@@ -2,7 +2,7 @@
 //! `amdgpu_topology::parse::parse_properties`. Never panics; a file that
 //! parses formats back (`write::format_properties`) to text that parses to
 //! the same properties. The same check replays fuzz/corpus/topology_properties/
-//! on stable in criu-plugin-amdgpu/tests/hostile_sysfs.rs.
+//! on stable in criu-host-emulator/tests/hostile_sysfs.rs.
 #![no_main]
 
 use std::path::Path;
