@@ -263,15 +263,30 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EEXIST));
 
-        let (ptr, len) = taken.into_raw();
-        // SAFETY: `into_raw` handed the mapping over; nothing refers to it.
-        assert_eq!(unsafe { libc::munmap(ptr.as_ptr().cast(), len) }, 0);
-        let mut again = AnonymousOptions::new(Sharing::Private)
-            .fixed_at(ptr.as_ptr() as usize)
-            .map(len)
-            .unwrap();
-        assert_eq!(again.as_ptr(), ptr);
-        assert!(again.as_mut_slice().iter().all(|&b| b == 0));
+        drop(taken);
+
+        // A freed range is free for a fixed placement. Other test threads
+        // may map into the hole between the munmap and the fixed mmap (that
+        // is EEXIST, the rule above at work), so take a fresh range and try
+        // again; a dozen losses in a row would be no race but a bug.
+        for _ in 0..12 {
+            let (ptr, len) = AnonymousMapping::private(2 * page()).unwrap().into_raw();
+            // SAFETY: `into_raw` handed the mapping over; nothing refers to it.
+            assert_eq!(unsafe { libc::munmap(ptr.as_ptr().cast(), len) }, 0);
+            match AnonymousOptions::new(Sharing::Private)
+                .fixed_at(ptr.as_ptr() as usize)
+                .map(len)
+            {
+                Ok(mut again) => {
+                    assert_eq!(again.as_ptr(), ptr);
+                    assert!(again.as_mut_slice().iter().all(|&b| b == 0));
+                    return;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+                Err(e) => panic!("fixed placement in a freed range: {e}"),
+            }
+        }
+        panic!("a freed range was taken by another mapping twelve times in a row");
     }
 
     #[test]
