@@ -1,7 +1,8 @@
 //! The shipped plugin inside real CRIU releases.
 //!
-//! `make` builds the `.so` that is installed; these tests copy that file
-//! into a scratch plugin directory (`criu -L DIR`) and drive CRIU binaries
+//! `make` builds the `.so` that is installed; these tests install it with
+//! `make install DESTDIR=<scratch>` (stripped, as users get it), point CRIU
+//! at the installed plugin directory (`criu -L DIR`) and drive CRIU binaries
 //! built from the upstream archives in `../shared/vendor/criu/` by its
 //! `build.sh`: criu-dev 2cf8f13 (15 hooks), v4.2 (13), v4.1.1 (12), v3.19
 //! (10) and the CRIU image streamer. No GPU is needed: the dumped process
@@ -92,8 +93,10 @@ impl Setup {
         self.builds.join("streamer/criu-image-streamer")
     }
 
-    fn plugin_dir(&self) -> &Path {
-        self.plugins.path()
+    /// The plugin directory (`criu -L`): `$(PREFIX)/lib/criu` of a staged
+    /// `make install`.
+    fn plugin_dir(&self) -> PathBuf {
+        self.plugins.path().join("usr/lib/criu")
     }
 }
 
@@ -195,7 +198,31 @@ fn setup(releases: &[Release]) -> Option<Setup> {
         Err(why) => return unavailable(&why),
     };
     let plugins = tempfile::tempdir().expect("plugin directory");
-    fs::copy(&setup_plugins, plugins.path().join("amdgpu_plugin.so")).expect("install the .so");
+    if std::env::var_os("AMDGPU_PLUGIN_SO").is_some() {
+        let dir = plugins.path().join("usr/lib/criu");
+        fs::create_dir_all(&dir).expect("plugin directory");
+        fs::copy(&setup_plugins, dir.join("amdgpu_plugin.so")).expect("copy the .so");
+    } else {
+        // Installed as users get it: `make install`, stripped.
+        let build_dir = setup_plugins.parent().expect("the .so's directory");
+        let out = Command::new("make")
+            .arg("-s")
+            .arg("-C")
+            .arg(workspace_root())
+            .arg("install")
+            .arg(format!("DESTDIR={}", plugins.path().display()))
+            .arg("PREFIX=/usr")
+            .arg(format!("BUILD_DIR={}", build_dir.display()))
+            .output();
+        match out {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => panic!(
+                "make install of the shipped plugin failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => return unavailable(&format!("make cannot run: {e}")),
+        }
+    }
     let setup = Setup {
         builds,
         plugins,

@@ -98,9 +98,20 @@ impl Tree {
         }
     }
 
+    /// Reaps the root and waits until init reaped its children, so the
+    /// restore finds every pid free.
     fn reap(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.wait();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline
+            && self
+                .pids
+                .iter()
+                .any(|pid| Path::new(&format!("/proc/{pid}")).exists())
+        {
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
 }
@@ -117,10 +128,11 @@ impl Drop for Tree {
     }
 }
 
-fn criu(criu: &Path, plugins: &Path, args: &[&str]) -> Result<f64, String> {
+fn criu(criu: &Path, plugins: &Path, args: &[&str], log: &str) -> Result<f64, String> {
     let start = Instant::now();
     let out = Command::new(criu)
         .args(args)
+        .args(["-o", log])
         .arg("-L")
         .arg(plugins)
         .stdin(Stdio::null())
@@ -128,10 +140,13 @@ fn criu(criu: &Path, plugins: &Path, args: &[&str]) -> Result<f64, String> {
         .map_err(|e| format!("running {}: {e}", criu.display()))?;
     let ms = start.elapsed().as_secs_f64() * 1e3;
     if !out.status.success() {
+        let log = std::fs::read_to_string(log).unwrap_or_default();
+        let errors: Vec<&str> = log.lines().filter(|l| l.contains("Error (")).collect();
         return Err(format!(
-            "criu {} failed: {}",
+            "criu {} failed: {}{}",
             args[0],
-            String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&out.stderr),
+            errors.join("\n")
         ));
     }
     Ok(ms)
@@ -147,14 +162,16 @@ fn round(criu_bin: &Path, config: &mut Config) -> Result<(), String> {
     let dump = criu(
         criu_bin,
         config.plugins.path(),
-        &["dump", "-t", &root, "-D", images, "-o", &log],
+        &["dump", "-t", &root, "-D", images],
+        &log,
     )?;
     tree.reap();
     let log = format!("{images}/restore.log");
     let restore = criu(
         criu_bin,
         config.plugins.path(),
-        &["restore", "-d", "-D", images, "-o", &log],
+        &["restore", "-d", "-D", images],
+        &log,
     )?;
     // The restored tree has the same pids; `tree` kills it on drop.
     drop(tree);
@@ -205,7 +222,7 @@ fn run() -> Result<(), String> {
             &c_plugin,
             "bash benches/criu/build-c-plugin.sh",
         ),
-        ("our plugin", &ours, "make"),
+        ("this project's plugin", &ours, "make"),
     ] {
         if !path.is_file() {
             return Err(format!("no {what} at {} (run `{how}`)", path.display()));
