@@ -16,6 +16,13 @@
 # plugin's, default BUILD_DIR) select the artifacts; the workspace test
 # installs the debug artifacts of `cargo test` this way.
 #
+# Installed binaries are stripped (objcopy --strip-unneeded; the release
+# build keeps line tables, `debug = 1`, which would make the .so ten times
+# its size). STRIP=0 installs them as built; DEBUG_SYMBOLS=1 also installs
+# their debug information as separate files under $(PREFIX)/lib/debug
+# (objcopy --only-keep-debug, linked with --add-gnu-debuglink), where gdb
+# finds them for PREFIX=/usr.
+#
 # Every installed file and every directory install had to create is listed
 # in $(PREFIX)/share/amdgpu-criu/install-manifest (written as files are
 # installed, so a failed install can be undone too); `uninstall` removes
@@ -28,6 +35,9 @@ DESTDIR ?=
 PROFILE ?= release
 CARGO ?= cargo
 CARGO_TARGET_DIR ?= target
+STRIP ?= 1
+DEBUG_SYMBOLS ?= 0
+OBJCOPY ?= objcopy
 BUILD_DIR ?= $(CARGO_TARGET_DIR)/$(PROFILE)
 
 # The plugin crate depends on neither the simulator nor the CRIU host
@@ -44,6 +54,7 @@ BASH_DIR := $(PREFIX)/share/bash-completion/completions
 ZSH_DIR := $(PREFIX)/share/zsh/site-functions
 FISH_DIR := $(PREFIX)/share/fish/vendor_completions.d
 DATA_DIR := $(PREFIX)/share/amdgpu-criu
+DEBUG_DIR := $(PREFIX)/lib/debug
 MANIFEST := $(DATA_DIR)/install-manifest
 
 ifeq ($(PROFILE),release)
@@ -81,6 +92,18 @@ mkd() { \
 }; \
 put() { \
 	install -m "$$1" "$$2" "$(DESTDIR)$$3"; echo "f $$3" >> "$$man"; \
+}; \
+putbin() { \
+	if [ "$(STRIP)" = 0 ]; then put "$$1" "$$2" "$$3"; return; fi; \
+	b="$$tmp/$${3##*/}"; \
+	$(OBJCOPY) --strip-unneeded "$$2" "$$b"; \
+	if [ "$(DEBUG_SYMBOLS)" = 1 ]; then \
+		$(OBJCOPY) --only-keep-debug "$$2" "$$b.debug"; \
+		$(OBJCOPY) --add-gnu-debuglink="$$b.debug" "$$b"; \
+		mkd "$(DEBUG_DIR)$${3%/*}"; \
+		put 0644 "$$b.debug" "$(DEBUG_DIR)$$3.debug"; \
+	fi; \
+	put "$$1" "$$b" "$$3"; \
 }
 endef
 
@@ -96,16 +119,20 @@ install:
 		exit 1; \
 	fi
 	@case "$(PREFIX)" in /*) ;; *) echo "make install: PREFIX must be absolute" >&2; exit 1;; esac
+	@if [ "$(STRIP)" != 0 ] && ! $(OBJCOPY) --version >/dev/null 2>&1; then \
+		echo "make install: $(OBJCOPY) (binutils) is needed to strip the binaries; install it or set STRIP=0" >&2; \
+		exit 1; \
+	fi
 	@$(INSTALL_FUNCS); \
+	tmp=$$(mktemp -d); trap 'rm -f "$$tmpman"; rm -rf "$$tmp"' EXIT; \
 	if [ -n "$(DESTDIR)" ]; then mkdir -p "$(DESTDIR)"; fi; \
 	for d in "$(PLUGIN_DIR)" "$(BIN_DIR)" "$(MAN1_DIR)" "$(BASH_DIR)" \
 		"$(ZSH_DIR)" "$(FISH_DIR)" "$(DATA_DIR)"; do mkd "$$d"; done; \
 	cat "$$man" > "$(DESTDIR)$(MANIFEST)"; man="$(DESTDIR)$(MANIFEST)"; \
 	echo "f $(MANIFEST)" >> "$$man"; \
-	put 0644 "$(PLUGIN_SO)" "$(PLUGIN_DIR)/amdgpu_plugin.so"; \
-	put 0755 "$(CLI_BIN)" "$(BIN_DIR)/amdgpu-criu"; \
+	putbin 0644 "$(PLUGIN_SO)" "$(PLUGIN_DIR)/amdgpu_plugin.so"; \
+	putbin 0755 "$(CLI_BIN)" "$(BIN_DIR)/amdgpu-criu"; \
 	for m in $(MAN_PAGES); do put 0644 "$$m" "$(MAN1_DIR)/$${m##*/}"; done; \
-	tmp=$$(mktemp -d); trap 'rm -f "$$tmpman"; rm -rf "$$tmp"' EXIT; \
 	"$(CLI_BIN)" completions bash > "$$tmp/amdgpu-criu"; \
 	"$(CLI_BIN)" completions zsh > "$$tmp/_amdgpu-criu"; \
 	"$(CLI_BIN)" completions fish > "$$tmp/amdgpu-criu.fish"; \

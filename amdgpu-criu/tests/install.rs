@@ -1,5 +1,6 @@
 //! `make install` and `make uninstall` of the root Makefile, into a temporary
-//! `DESTDIR` with `PREFIX=/usr`.
+//! `DESTDIR` with `PREFIX=/usr`: binaries stripped by default, as built with
+//! `STRIP=0`, with separate debug files with `DEBUG_SYMBOLS=1`.
 //!
 //! The test never builds: it points the Makefile's `BUILD_DIR` and
 //! `PLUGIN_BUILD_DIR` at the directory holding this test's own `amdgpu-criu`
@@ -25,6 +26,10 @@ fn workspace_root() -> PathBuf {
 }
 
 fn make(target: &str, destdir: &Path, build_dir: &Path) -> Output {
+    make_with(target, destdir, build_dir, &[])
+}
+
+fn make_with(target: &str, destdir: &Path, build_dir: &Path, vars: &[&str]) -> Output {
     Command::new("make")
         .arg("-s")
         .arg("-C")
@@ -34,6 +39,7 @@ fn make(target: &str, destdir: &Path, build_dir: &Path) -> Output {
         .arg("PREFIX=/usr")
         .arg(format!("BUILD_DIR={}", build_dir.display()))
         .arg(format!("PLUGIN_BUILD_DIR={}", build_dir.display()))
+        .args(vars)
         .output()
         .expect("make runs")
 }
@@ -108,14 +114,40 @@ fn install_then_uninstall_leaves_what_was_there() {
     let expected: BTreeSet<String> = INSTALLED_FILES.iter().map(|s| (*s).to_owned()).collect();
     assert_eq!(installed, expected);
 
-    assert_eq!(
-        fs::read(dest.path().join("usr/lib/criu/amdgpu_plugin.so")).unwrap(),
-        fs::read(&plugin).unwrap(),
-        "the plugin is installed byte for byte"
+    // Installed stripped: the build's debug information stays behind, the
+    // symbol CRIU looks up stays in.
+    for (installed, built) in [
+        ("usr/lib/criu/amdgpu_plugin.so", plugin.clone()),
+        ("usr/bin/amdgpu-criu", cli.to_path_buf()),
+    ] {
+        let installed_bytes = fs::read(dest.path().join(installed)).unwrap();
+        let built_bytes = fs::read(&built).unwrap();
+        assert!(
+            sections(&built_bytes).iter().any(|s| s == ".debug_info"),
+            "{built:?} has no debug info"
+        );
+        assert!(
+            // .debug_gdb_scripts is loaded (gdb's pretty-printer list) and
+            // stays; the DWARF sections go.
+            !sections(&installed_bytes)
+                .iter()
+                .any(|s| s.starts_with(".debug_") && s != ".debug_gdb_scripts"),
+            "{installed} is not stripped"
+        );
+        assert!(
+            installed_bytes.len() < built_bytes.len(),
+            "{installed}: {} bytes installed from {} built",
+            installed_bytes.len(),
+            built_bytes.len()
+        );
+    }
+    let so = fs::read(dest.path().join("usr/lib/criu/amdgpu_plugin.so")).unwrap();
+    assert!(
+        contains(&so, "CR_PLUGIN_DESC"),
+        "the descriptor symbol was stripped"
     );
     // Whatever else the workspace built beside it, the installed plugin
     // carries no simulator, no emulator and no test trigger.
-    let so = fs::read(dest.path().join("usr/lib/criu/amdgpu_plugin.so")).unwrap();
     for needle in [
         "kfd_sim",
         "kfd-sim",
@@ -125,7 +157,7 @@ fn install_then_uninstall_leaves_what_was_there() {
         "test-triggered panic",
     ] {
         assert!(
-            !so.windows(needle.len()).any(|w| w == needle.as_bytes()),
+            !contains(&so, needle),
             "the installed plugin contains {needle:?}"
         );
     }
@@ -181,6 +213,110 @@ fn install_then_uninstall_leaves_what_was_there() {
     assert!(
         !again.status.success(),
         "uninstalling with nothing installed is an error"
+    );
+}
+
+/// The section names of a 64-bit little-endian ELF file (empty for
+/// anything else): what stripping removes, unlike strings in the code.
+fn sections(elf: &[u8]) -> Vec<String> {
+    let u16_at = |at: usize| {
+        elf.get(at..at + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+    };
+    let u32_at = |at: usize| {
+        elf.get(at..at + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize)
+    };
+    let u64_at = |at: usize| {
+        elf.get(at..at + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()) as usize)
+    };
+    if elf.get(..6) != Some(b"\x7fELF\x02\x01".as_slice()) {
+        return Vec::new();
+    }
+    let (Some(shoff), Some(shentsize), Some(shnum), Some(shstrndx)) =
+        (u64_at(0x28), u16_at(0x3a), u16_at(0x3c), u16_at(0x3e))
+    else {
+        return Vec::new();
+    };
+    let header = |i: usize| shoff + i * shentsize;
+    let Some(strtab) = u64_at(header(shstrndx) + 0x18) else {
+        return Vec::new();
+    };
+    (0..shnum)
+        .filter_map(|i| {
+            let name = strtab + u32_at(header(i))?;
+            let len = elf.get(name..)?.iter().position(|&b| b == 0)?;
+            Some(String::from_utf8_lossy(&elf[name..name + len]).into_owned())
+        })
+        .collect()
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+#[test]
+fn strip_0_installs_as_built_and_debug_symbols_1_beside() {
+    let cli = Path::new(env!("CARGO_BIN_EXE_amdgpu-criu"));
+    let build_dir = cli.parent().unwrap();
+    let plugin = build_dir.join("libcriu_plugin_amdgpu.so");
+    if !plugin.is_file() {
+        println!("skipped: {} is absent", plugin.display());
+        return;
+    }
+    if Command::new("make").arg("--version").output().is_err() {
+        println!("skipped: make is not installed");
+        return;
+    }
+    let dest = tempfile::tempdir().unwrap();
+    assert_ok(
+        &make_with("install", dest.path(), build_dir, &["STRIP=0"]),
+        "make install STRIP=0",
+    );
+    assert_eq!(
+        fs::read(dest.path().join("usr/lib/criu/amdgpu_plugin.so")).unwrap(),
+        fs::read(&plugin).unwrap(),
+        "STRIP=0 installs the plugin byte for byte"
+    );
+    assert_ok(
+        &make_with("uninstall", dest.path(), build_dir, &["STRIP=0"]),
+        "make uninstall",
+    );
+    assert!(tree(dest.path()).is_empty(), "uninstall removes everything");
+
+    assert_ok(
+        &make_with("install", dest.path(), build_dir, &["DEBUG_SYMBOLS=1"]),
+        "make install DEBUG_SYMBOLS=1",
+    );
+    let so = sections(&fs::read(dest.path().join("usr/lib/criu/amdgpu_plugin.so")).unwrap());
+    assert!(!so.iter().any(|s| s == ".debug_info"), "{so:?}");
+    assert!(so.iter().any(|s| s == ".gnu_debuglink"), "{so:?}");
+    for debug in [
+        "usr/lib/debug/usr/lib/criu/amdgpu_plugin.so.debug",
+        "usr/lib/debug/usr/bin/amdgpu-criu.debug",
+    ] {
+        let bytes = fs::read(dest.path().join(debug)).unwrap_or_default();
+        assert!(
+            contains(&bytes, ".debug_info"),
+            "{debug} holds no debug info"
+        );
+    }
+    let manifest =
+        fs::read_to_string(dest.path().join("usr/share/amdgpu-criu/install-manifest")).unwrap();
+    assert!(
+        manifest.contains("f /usr/lib/debug/usr/bin/amdgpu-criu.debug"),
+        "{manifest}"
+    );
+    assert_ok(
+        &make_with("uninstall", dest.path(), build_dir, &["DEBUG_SYMBOLS=1"]),
+        "make uninstall",
+    );
+    assert!(
+        tree(dest.path()).is_empty(),
+        "uninstall removes the debug files too"
     );
 }
 

@@ -24,7 +24,7 @@ type NoArgIntFn = unsafe extern "C" fn() -> c_int;
 type IntIntFn = unsafe extern "C" fn(c_int) -> c_int;
 type ImgStreamerOpenFn = unsafe extern "C" fn(*mut c_char, c_int) -> c_int;
 type AddInventoryPluginFn = unsafe extern "C" fn(*const c_char) -> c_int;
-type CheckInventoryPluginFn = unsafe extern "C" fn(*const c_char, c_int) -> bool;
+type CheckInventoryPluginFn = unsafe extern "C" fn(*const c_char, usize) -> bool;
 type HasChildrenFn = unsafe extern "C" fn(*mut c_void) -> bool;
 
 /// The image streamer's socket at dump (criu/img-streamer.c).
@@ -82,6 +82,19 @@ pub struct Services {
 unsafe impl Send for Services {}
 // SAFETY: see `Send`: immutable addresses of process-lifetime globals.
 unsafe impl Sync for Services {}
+
+/// What a restore's inventory image says about a plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InventoryGate {
+    /// The inventory lists the plugin: the dump saved files only it
+    /// restores.
+    Lists,
+    /// The inventory lists other plugins or none: nothing here needs it.
+    Omits,
+    /// No plugin list (images or CRIU older than v4.1): CRIU treats every
+    /// plugin as needed.
+    Predates,
+}
 
 /// The longest `criu_run_id` read (CRIU's is a 36-character UUID string
 /// with its NUL).
@@ -157,7 +170,8 @@ impl Services {
         self.get_image_dir.is_some()
     }
 
-    /// Prints `prefix` + `text` through CRIU's `print_on_level`. Returns
+    /// Prints `prefix` (the level's tag and the plugin prefix, see
+    /// [`crate::log::line_start`]) + `text` through CRIU's `print_on_level`. Returns
     /// false when CRIU's logger is not available.
     pub fn print(&self, level: Level, prefix: &str, text: &str) -> bool {
         let Some(print_on_level) = self.print_on_level else {
@@ -265,16 +279,40 @@ impl Services {
         Ok(true)
     }
 
-    /// `check_and_remove_inventory_plugin(name, len)`: whether the inventory
-    /// of the images being restored names this plugin. `true` when CRIU
-    /// predates inventory gating, as CRIU itself treats such images.
-    pub fn inventory_names_plugin(&self, name: &CStr) -> bool {
+    /// What the inventory of the images being restored says about the
+    /// plugin `name`, through `check_and_remove_inventory_plugin(name, len)`
+    /// (which also takes `name` off CRIU's list of plugins still missing).
+    ///
+    /// CRIU answers true for every name when the inventory has no plugin
+    /// list at all (images of CRIU before v4.1), so a name no plugin has is
+    /// asked first: true for it means the list is absent. CRIU before v4.1
+    /// has no such service: [`InventoryGate::Predates`].
+    pub fn inventory_gate(&self, name: &CStr) -> InventoryGate {
         let Some(check) = self.check_and_remove_inventory_plugin else {
-            return true;
+            return InventoryGate::Predates;
         };
-        let len = c_int::try_from(name.to_bytes().len()).unwrap_or(c_int::MAX);
-        // SAFETY: `name` is NUL-terminated and at least `len` bytes long.
-        unsafe { check(name.as_ptr(), len) }
+        let ask = |name: &CStr| {
+            // SAFETY: `name` is NUL-terminated and exactly `len` bytes long
+            // before its NUL; CRIU compares at most `len` bytes.
+            unsafe { check(name.as_ptr(), name.to_bytes().len()) }
+        };
+        // No plugin is called this: the prefix compare of a listed name
+        // never matches it, so it is true only for images without a list.
+        if ask(c"amdgpu_plugin inventory probe: no plugin has this name") {
+            return InventoryGate::Predates;
+        }
+        if ask(name) {
+            InventoryGate::Lists
+        } else {
+            InventoryGate::Omits
+        }
+    }
+
+    /// Whether the inventory of the images being restored names this plugin,
+    /// or predates inventory gating (then CRIU treats every plugin as
+    /// needed, and so does this).
+    pub fn inventory_names_plugin(&self, name: &CStr) -> bool {
+        self.inventory_gate(name) != InventoryGate::Omits
     }
 
     /// `find_unused_fd_pid(pid)`: the lowest fd number above every fd the

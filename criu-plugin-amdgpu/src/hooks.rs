@@ -23,6 +23,7 @@ use kfd::{DeviceNumber, Driver};
 use amdgpu_checkpoint::dump::{discard_images, DumpConfig, Dumper};
 use amdgpu_checkpoint::handles::HandleTable;
 use amdgpu_checkpoint::identify::{Devices, FdClass};
+use amdgpu_checkpoint::options::MAX_BUFFER_SIZE;
 use amdgpu_checkpoint::parallel::{
     Copier, ParallelFacts, ParallelRestore, SocketName, WorkerReport,
 };
@@ -34,6 +35,7 @@ use amdgpu_checkpoint::{Error, Options};
 use amdgpu_image::ImageStore;
 
 use crate::abi::Stage;
+pub use crate::criu::InventoryGate;
 use crate::{log_debug, log_error, log_info, log_warn};
 
 /// `-ENOTSUP`: "not mine", the next plugin in CRIU's chain is asked.
@@ -54,6 +56,32 @@ pub trait CriuHost {
     /// Whether the inventory of the images being restored names this plugin
     /// (always true for CRIU older than inventory gating).
     fn inventory_names_plugin(&self) -> bool;
+
+    /// What the inventory of the images being restored says about this
+    /// plugin. The default knows only [`CriuHost::inventory_names_plugin`]:
+    /// named counts as [`InventoryGate::Predates`], so a host that cannot
+    /// tell an explicit listing never has a restore refused for it.
+    fn inventory_gate(&self) -> InventoryGate {
+        if self.inventory_names_plugin() {
+            InventoryGate::Predates
+        } else {
+            InventoryGate::Omits
+        }
+    }
+
+    /// A few words on the host for the plugin's `init` line (CRIU's
+    /// `max_hooks` and how it was found); `None` adds nothing.
+    fn describe(&self) -> Option<String> {
+        None
+    }
+
+    /// The task and its fd number that hold the file CRIU passed to
+    /// `DUMP_EXT_FILE` as `fd` (a copy CRIU drained from the task), for log
+    /// lines; `None` when the host cannot tell.
+    fn task_fd(&self, fd: BorrowedFd<'_>) -> Option<TaskFd> {
+        let _ = fd;
+        None
+    }
 
     /// `find_unused_fd_pid(pid)`: a free fd number above every fd the
     /// restored task will own.
@@ -101,6 +129,15 @@ pub trait CriuHost {
     }
 }
 
+/// A file as its task holds it: the task's pid and the fd number there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskFd {
+    /// The task's pid (as CRIU's dumper sees it).
+    pub pid: u32,
+    /// The fd number in that task.
+    pub fd: i32,
+}
+
 /// Paths and host capabilities that shape the plugin's behaviour.
 #[derive(Debug, Clone)]
 pub struct PluginConfig {
@@ -142,6 +179,8 @@ pub struct Plugin<D: Driver + Clone, H: CriuHost> {
     options: Options,
     /// Restore of images that do not name this plugin in the inventory.
     disabled: bool,
+    /// `init` failed: the images need GPUs this machine does not have.
+    refused: bool,
     /// `None`: no `/dev/kfd` on this machine; every hook is not ours.
     devices: Option<Devices>,
     added_to_inventory: bool,
@@ -201,6 +240,12 @@ fn log_parallel_outcome(hook: &str, result: Result<WorkerReport, Error>) -> bool
     }
 }
 
+/// Whether `err` is a KFD ioctl the device does not know (`ENOTTY`): the
+/// node at `/dev/kfd` belongs to another driver.
+fn answers_no_kfd_ioctl(err: &Error) -> bool {
+    matches!(err, Error::Kfd { source, .. } if source.errno() == libc::ENOTTY)
+}
+
 fn fail(hook: &str, what: &str, err: &Error) -> c_int {
     log_error!("{hook}: {what}: {err}");
     err.errno()
@@ -209,29 +254,63 @@ fn fail(hook: &str, what: &str, err: &Error) -> c_int {
 impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
     /// `init(stage)`: probes `/dev/kfd`, applies the inventory gate at
     /// restore, and takes the options.
+    ///
+    /// On a machine without `/dev/kfd` it logs one line here and one at
+    /// `exit`; a restore the images do not need this plugin for logs one
+    /// line in all. A restore of images whose inventory lists this plugin
+    /// on a machine without `/dev/kfd` is refused ([`Plugin::refused`]):
+    /// their GPU files cannot be restored here.
     pub fn init(driver: D, host: H, stage: Stage, config: PluginConfig, options: Options) -> Self {
         crate::log::install();
-        let disabled = stage == Stage::Restore && !host.inventory_names_plugin();
-        if disabled {
-            log_info!("images do not need this plugin: disabled for this restore");
-        }
+        let gate = if stage == Stage::Restore {
+            host.inventory_gate()
+        } else {
+            InventoryGate::Predates
+        };
+        let disabled = gate == InventoryGate::Omits;
         let devices = match Devices::probe(&driver) {
-            Ok(Some(devices)) => Some(devices),
-            Ok(None) => {
-                log_info!("no /dev/kfd on this machine: GPU files are not handled");
-                None
-            }
+            Ok(devices) => devices,
             Err(e) => {
-                log_warn!("cannot stat /dev/kfd ({e}): GPU files are not handled");
+                log_warn!("cannot stat /dev/kfd ({e}): GPU files are left to CRIU");
                 None
             }
         };
+        let refused = gate == InventoryGate::Lists && devices.is_none();
+        let host_note = host
+            .describe()
+            .map(|note| format!(" ({note})"))
+            .unwrap_or_default();
+        if disabled {
+            log_info!(
+                "not needed for this restore: the images' inventory does not list \
+                 amdgpu_plugin (their dump saved no GPU file){host_note}"
+            );
+        } else if refused {
+            log_error!(
+                "cannot restore these images: their inventory lists amdgpu_plugin (their dump \
+                 saved GPU state) but this machine has no /dev/kfd; restore them on a machine \
+                 with AMD GPUs and the amdgpu driver loaded"
+            );
+        } else if devices.is_none() {
+            log_info!(
+                "initialized for {stage:?}{host_note}; no /dev/kfd on this machine: GPU files \
+                 are left to CRIU"
+            );
+        } else {
+            log_info!("initialized for {stage:?}{host_note}");
+            // The device checks matter where GPUs are matched, at restore;
+            // the staging size wherever BO contents move.
+            for line in options.describe() {
+                if stage == Stage::Restore || line.contains(MAX_BUFFER_SIZE) {
+                    log_info!("{line}");
+                }
+            }
+        }
         let parallel = if stage == Stage::Restore && !disabled && devices.is_some() {
             ParallelRestore::plan(&host.parallel_facts())
         } else {
             None
         };
-        log_info!("initialized for {stage:?}");
         Plugin {
             driver,
             host,
@@ -239,6 +318,7 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             config,
             options,
             disabled,
+            refused,
             devices,
             added_to_inventory: false,
             dumper: None,
@@ -247,6 +327,30 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             dumped_ids: BTreeSet::new(),
             parallel,
             hand_off: None,
+        }
+    }
+
+    /// Whether `init` refused this run (the error is logged): the host must
+    /// answer `init` with an error and never call the plugin again.
+    pub fn refused(&self) -> bool {
+        self.refused
+    }
+
+    /// How log lines name file `id` at dump: with the task's pid and fd
+    /// number when the host can tell them.
+    fn dumped_file(&self, fd: BorrowedFd<'_>, id: c_int) -> String {
+        match self.host.task_fd(fd) {
+            Some(TaskFd { pid, fd }) => format!("file {id} (pid {pid} fd {fd})"),
+            None => format!("file {id}"),
+        }
+    }
+
+    /// How log lines name file `id` at restore: in the restored task, with
+    /// its pid.
+    fn restored_file(&self, id: c_int) -> String {
+        match self.host.current_pid() {
+            Some(pid) => format!("file {id} (pid {pid})"),
+            None => format!("file {id}"),
         }
     }
 
@@ -261,6 +365,7 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             config: self.config.clone(),
             options: self.options,
             disabled: self.disabled,
+            refused: self.refused,
             devices: self.devices,
             added_to_inventory: self.added_to_inventory,
             dumper: None,
@@ -334,7 +439,11 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
                 log_parallel_outcome("exit", result);
             }
         }
-        log_info!("finished {:?} (CRIU result {ret})", self.stage);
+        // A restore the plugin stayed out of said so at init; "finished"
+        // would read as if it had taken part.
+        if !self.disabled {
+            log_info!("finished {:?} (CRIU result {ret})", self.stage);
+        }
     }
 
     /// Removes every image of the file ids this dump worked on.
@@ -408,9 +517,10 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
         if matches!(class, FdClass::Foreign) {
             return NOT_MINE;
         }
+        let name = self.dumped_file(fd, id);
         let store = match self.host.image_store(true) {
             Ok(store) => store,
-            Err(e) => return fail("DUMP_EXT_FILE", &format!("file {id}"), &e),
+            Err(e) => return fail("DUMP_EXT_FILE", &name, &e),
         };
         let file = id as u32;
         self.dumped_ids.insert(file);
@@ -430,7 +540,7 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
                 .map(|d| {
                     if let Some(gpu) = d.gpu_id {
                         log_info!(
-                            "file {id}: renderD{} of GPU {gpu:#x} dumped ({} DRM BOs)",
+                            "{name}: renderD{} of GPU {gpu:#x} dumped ({} DRM BOs)",
                             d.minor,
                             d.bos
                         )
@@ -440,7 +550,7 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
                 Ok(None) => return NOT_MINE,
                 Ok(Some(d)) => {
                     if let Some(handle) = d.handle {
-                        log_info!("file {id}: dma-buf of BO handle {handle} dumped");
+                        log_info!("{name}: dma-buf of BO handle {handle} dumped");
                     }
                     Ok(())
                 }
@@ -448,7 +558,7 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             },
             _ => self.dumper_mut().dump_kfd(&store, fd, file).map(|d| {
                 log_info!(
-                    "file {id}: KFD state of pid {} dumped ({} GPUs, {} BOs, {} content bytes{})",
+                    "{name}: KFD state of pid {} dumped ({} GPUs, {} BOs, {} content bytes{})",
                     d.pid,
                     d.gpus,
                     d.bos,
@@ -459,7 +569,14 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
         };
         match result {
             Ok(()) => 0,
-            Err(e) => fail("DUMP_EXT_FILE", &format!("file {id}"), &e),
+            Err(e) if matches!(class, FdClass::Kfd) && answers_no_kfd_ioctl(&e) => {
+                log_error!(
+                    "DUMP_EXT_FILE: {name}: the device at /dev/kfd is not an amdkfd device \
+                     (it does not answer KFD's ioctls: {e}); CRIU cannot dump a process holding it"
+                );
+                e.errno()
+            }
+            Err(e) => fail("DUMP_EXT_FILE", &name, &e),
         }
     }
 
@@ -573,10 +690,11 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
         if self.active().is_none() || self.stage != Stage::Restore {
             return Ok(Restored::NotOurs);
         }
+        let name = self.restored_file(id);
         let store = self
             .host
             .image_store(false)
-            .map_err(|e| fail("RESTORE_EXT_FILE", &format!("file {id}"), &e))?;
+            .map_err(|e| fail("RESTORE_EXT_FILE", &name, &e))?;
         let config = RestoreConfig {
             topology_root: self.config.topology_root.clone(),
             options: self.options,
@@ -611,18 +729,18 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
         };
         match restorer.restore_file(&store, id as u32, &task, &sharing) {
             Ok(Restored::File(fd)) => {
-                log_info!("file {id}: restored");
+                log_info!("{name}: restored");
                 Ok(Restored::File(fd))
             }
             Ok(Restored::WaitForKfd) if !self.config.has_restore_retry => {
                 log_error!(
-                    "RESTORE_EXT_FILE: file {id} comes before the file it needs (its \
+                    "RESTORE_EXT_FILE: {name} comes before the file it needs (its \
                      task's /dev/kfd, or the creator of a buffer it imports), which this \
                      CRIU cannot retry (needs CRIU after v4.2)"
                 );
                 Err(-libc::EINVAL)
             }
-            other => other.map_err(|e| fail("RESTORE_EXT_FILE", &format!("file {id}"), &e)),
+            other => other.map_err(|e| fail("RESTORE_EXT_FILE", &name, &e)),
         }
     }
 

@@ -1,10 +1,20 @@
 //! Log lines of the plugin.
 //!
 //! Inside CRIU every line goes to CRIU's log through its `print_on_level`
-//! service (looked up at run time, see [`crate::criu`]), prefixed with
-//! `amdgpu_plugin: ` like the C plugin's lines, so `grep amdgpu_plugin` over a
-//! CRIU log finds them. Without CRIU (tests, the emulator, the command-line
-//! tool) lines go to stderr, filtered by `AMDGPU_PLUGIN_LOG_LEVEL`
+//! service (looked up at run time, see [`crate::criu`]) in the form CRIU's
+//! own `pr_err`/`pr_warn`/`pr_info` macros give the C plugin's lines:
+//!
+//! ```text
+//! Error (criu-plugin-amdgpu/src/hooks.rs:412): amdgpu_plugin: DUMP_EXT_FILE: ...
+//! Warn  (amdgpu-checkpoint/src/dump.rs:88): amdgpu_plugin: ...
+//! amdgpu_plugin: initialized for Dump ...
+//! ```
+//!
+//! so `grep Error dump.log` finds the plugin's errors among CRIU's and `grep
+//! amdgpu_plugin` finds every plugin line. The tag names the source file (from
+//! its crate directory on) and line, as `__FILE__:__LINE__` does in C; CRIU
+//! prepends its timestamp. Without CRIU (tests, the emulator, the command-line
+//! tool) the same lines go to stderr, filtered by `AMDGPU_PLUGIN_LOG_LEVEL`
 //! (`0`..=`4`, default `3` = info).
 //!
 //! The engine (`amdgpu-checkpoint`) logs through the `log` facade;
@@ -18,8 +28,49 @@ use std::fmt;
 use std::io::Write;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-/// The prefix of every line, as the C plugin's `LOG_PREFIX`.
+/// The prefix of every line's text, as the C plugin's `LOG_PREFIX`.
 pub const PREFIX: &str = "amdgpu_plugin: ";
+
+/// Where a line was logged from: a source file and line, as C's
+/// `__FILE__` and `__LINE__`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin<'a> {
+    /// The source file (`file!()`, or a `log` record's file).
+    pub file: &'a str,
+    /// The line in it.
+    pub line: u32,
+}
+
+impl Origin<'_> {
+    /// The file as the tag shows it: from the crate directory on
+    /// (`criu-plugin-amdgpu/src/hooks.rs`), whatever directory the crate
+    /// was built in (a registry checkout has long absolute paths).
+    fn short_file(&self) -> &str {
+        let file = self.file;
+        match file.rfind("/src/") {
+            Some(src) => match file[..src].rfind('/') {
+                Some(slash) => &file[slash + 1..],
+                None => file,
+            },
+            None => file,
+        }
+    }
+}
+
+/// The start of a line at `level`, as CRIU's macros write it: `Error
+/// (FILE:LINE): ` and `Warn  (FILE:LINE): ` (two spaces, so the tags line
+/// up) before the prefix; info and debug lines start with the prefix.
+pub fn line_start(level: Level, origin: Option<Origin<'_>>) -> String {
+    let tag = match level {
+        Level::Error => "Error",
+        Level::Warn => "Warn ",
+        Level::Msg | Level::Info | Level::Debug => return PREFIX.to_owned(),
+    };
+    match origin {
+        Some(origin) => format!("{tag} ({}:{}): {PREFIX}", origin.short_file(), origin.line),
+        None => format!("{tag} (amdgpu_plugin): {PREFIX}"),
+    }
+}
 
 /// CRIU's log levels (`LOG_MSG` .. `LOG_DEBUG` in criu/include/log.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -123,8 +174,15 @@ fn stderr_level() -> Level {
     })
 }
 
-/// Emits one line at `level`.
+/// Emits one line at `level`, without a source location (error and warning
+/// tags then name the plugin instead of a file).
 pub fn log(level: Level, args: fmt::Arguments<'_>) {
+    log_at(level, None, args);
+}
+
+/// Emits one line at `level`, logged at `origin` (the macros pass
+/// `file!()` and `line!()`).
+pub fn log_at(level: Level, origin: Option<Origin<'_>>, args: fmt::Arguments<'_>) {
     let text = fmt::format(args);
     if let Some(lines) = capture_slot()
         .lock()
@@ -137,11 +195,12 @@ pub fn log(level: Level, args: fmt::Arguments<'_>) {
             .push((level, text));
         return;
     }
-    if crate::criu::services().print(level, PREFIX, &text) {
+    let start = line_start(level, origin);
+    if crate::criu::services().print(level, &start, &text) {
         return;
     }
     if level <= stderr_level() {
-        let _ = writeln!(std::io::stderr().lock(), "{PREFIX}{text}");
+        let _ = writeln!(std::io::stderr().lock(), "{start}{text}");
     }
 }
 
@@ -165,7 +224,11 @@ impl log::Log for Forward {
     }
 
     fn log(&self, record: &log::Record<'_>) {
-        log(record.level().into(), *record.args());
+        let origin = record.file().map(|file| Origin {
+            file,
+            line: record.line().unwrap_or(0),
+        });
+        log_at(record.level().into(), origin, *record.args());
     }
 
     fn flush(&self) {}
@@ -185,28 +248,44 @@ pub fn install() {
 #[macro_export]
 #[doc(hidden)]
 macro_rules! log_error {
-    ($($arg:tt)*) => { $crate::log::log($crate::log::Level::Error, format_args!($($arg)*)) };
+    ($($arg:tt)*) => { $crate::log::log_at(
+        $crate::log::Level::Error,
+        Some($crate::log::Origin { file: file!(), line: line!() }),
+        format_args!($($arg)*),
+    ) };
 }
 
 /// Logs at warning level.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! log_warn {
-    ($($arg:tt)*) => { $crate::log::log($crate::log::Level::Warn, format_args!($($arg)*)) };
+    ($($arg:tt)*) => { $crate::log::log_at(
+        $crate::log::Level::Warn,
+        Some($crate::log::Origin { file: file!(), line: line!() }),
+        format_args!($($arg)*),
+    ) };
 }
 
 /// Logs at info level.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! log_info {
-    ($($arg:tt)*) => { $crate::log::log($crate::log::Level::Info, format_args!($($arg)*)) };
+    ($($arg:tt)*) => { $crate::log::log_at(
+        $crate::log::Level::Info,
+        Some($crate::log::Origin { file: file!(), line: line!() }),
+        format_args!($($arg)*),
+    ) };
 }
 
 /// Logs at debug level.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! log_debug {
-    ($($arg:tt)*) => { $crate::log::log($crate::log::Level::Debug, format_args!($($arg)*)) };
+    ($($arg:tt)*) => { $crate::log::log_at(
+        $crate::log::Level::Debug,
+        Some($crate::log::Origin { file: file!(), line: line!() }),
+        format_args!($($arg)*),
+    ) };
 }
 
 #[cfg(test)]
@@ -231,6 +310,36 @@ mod tests {
         log::trace!("fine detail");
         assert!(capture.contains(Level::Warn, "from the engine: gpu 0x42"));
         assert!(capture.contains(Level::Debug, "fine detail"));
+    }
+
+    #[test]
+    fn errors_and_warnings_carry_criu_tags() {
+        let here = Origin {
+            file: "criu-plugin-amdgpu/src/hooks.rs",
+            line: 42,
+        };
+        assert_eq!(
+            line_start(Level::Error, Some(here)),
+            "Error (criu-plugin-amdgpu/src/hooks.rs:42): amdgpu_plugin: "
+        );
+        assert_eq!(
+            line_start(Level::Warn, Some(here)),
+            "Warn  (criu-plugin-amdgpu/src/hooks.rs:42): amdgpu_plugin: "
+        );
+        assert_eq!(line_start(Level::Info, Some(here)), "amdgpu_plugin: ");
+        assert_eq!(line_start(Level::Debug, None), "amdgpu_plugin: ");
+        assert_eq!(
+            line_start(Level::Error, None),
+            "Error (amdgpu_plugin): amdgpu_plugin: "
+        );
+        let registry = Origin {
+            file: "/root/.cargo/registry/src/index-1/amdgpu-checkpoint-0.1.0/src/dump/mod.rs",
+            line: 7,
+        };
+        assert_eq!(
+            line_start(Level::Warn, Some(registry)),
+            "Warn  (amdgpu-checkpoint-0.1.0/src/dump/mod.rs:7): amdgpu_plugin: "
+        );
     }
 
     #[test]

@@ -22,12 +22,12 @@ use amdgpu_image::{DirStore, StreamStore};
 use amdgpu_topology::parse::DEFAULT_ROOT;
 use kfd::{DeviceNumber, HostDriver};
 
-use crate::abi::{host_profile, Stage, PLUGIN_NAME};
+use crate::abi::{host_profile, ProfileBasis, Stage, PLUGIN_NAME};
 use crate::criu::services;
-use crate::hooks::{CriuHost, Plugin, PluginConfig};
+use crate::hooks::{CriuHost, InventoryGate, Plugin, PluginConfig, TaskFd};
 pub use crate::hooks::{VmaUpdate, NOT_MINE};
 use crate::store::{open_stream, HostStore, StreamOpen};
-use crate::{log_debug, log_error, log_info};
+use crate::{log_debug, log_error};
 
 /// CRIU's services as the core sees them.
 #[derive(Debug, Clone, Copy, Default)]
@@ -59,6 +59,27 @@ impl CriuHost for CriuServices {
 
     fn inventory_names_plugin(&self) -> bool {
         services().inventory_names_plugin(PLUGIN_NAME)
+    }
+
+    fn inventory_gate(&self) -> InventoryGate {
+        services().inventory_gate(PLUGIN_NAME)
+    }
+
+    fn describe(&self) -> Option<String> {
+        let profile = host_profile();
+        let basis = match &profile.basis {
+            ProfileBasis::Override => "from AMDGPU_PLUGIN_MAX_HOOKS".to_owned(),
+            ProfileBasis::HookTable { criu_max } => format!("CRIU has {criu_max}"),
+            ProfileBasis::Marker(symbol) => format!("CRIU has {symbol}"),
+            ProfileBasis::NoCriu => "no CRIU found".to_owned(),
+        };
+        Some(format!("max_hooks {}: {basis}", profile.max_hooks))
+    }
+
+    /// The first fd, among the tasks this CRIU process traces (the tree it
+    /// is dumping), that refers to the same file as `fd`.
+    fn task_fd(&self, fd: BorrowedFd<'_>) -> Option<TaskFd> {
+        traced_task_fd(fd)
     }
 
     fn find_unused_fd(&self, pid: u32) -> Option<i32> {
@@ -115,6 +136,48 @@ impl CriuHost for CriuServices {
     }
 }
 
+/// Finds the task fd behind CRIU's drained copy `fd`: CRIU's dumper traces
+/// every task of the tree while it dumps, so the candidates are the
+/// processes whose `TracerPid` is this process; among their fds the first
+/// one on the same inode is taken (two fds of one task on the same device
+/// node are told apart by CRIU's own log only).
+fn traced_task_fd(fd: BorrowedFd<'_>) -> Option<TaskFd> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let file = std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+    let tracer = format!("TracerPid:\t{}\n", std::process::id());
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let traced = std::fs::read_to_string(entry.path().join("status"))
+            .is_ok_and(|status| status.contains(&tracer));
+        if !traced {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        let mut found: Vec<i32> = fds
+            .flatten()
+            .filter_map(|fd| {
+                let number = fd.file_name().to_str()?.parse::<i32>().ok()?;
+                let meta = std::fs::metadata(fd.path()).ok()?;
+                (meta.dev() == file.dev() && meta.ino() == file.ino()).then_some(number)
+            })
+            .collect();
+        found.sort_unstable();
+        if let Some(&fd) = found.first() {
+            return Some(TaskFd { pid, fd });
+        }
+    }
+    None
+}
+
 static RUNTIME: Mutex<Option<Plugin<HostDriver, CriuServices>>> = Mutex::new(None);
 
 /// The state, even after a panic in an earlier hook: a half-finished dump
@@ -151,17 +214,9 @@ pub fn init(raw_stage: c_int) -> c_int {
             crate::abi::HOOK_SLOTS
         );
     }
-    log_debug!(
-        "host profile: max_hooks {} ({:?})",
-        profile.max_hooks,
-        profile.basis
-    );
     let (options, invalid) = Options::from_env();
     for problem in &invalid {
         log_error!("{problem}");
-    }
-    for line in options.describe() {
-        log_info!("{line}");
     }
     let config = PluginConfig {
         topology_root: PathBuf::from(DEFAULT_ROOT),
@@ -170,6 +225,10 @@ pub fn init(raw_stage: c_int) -> c_int {
         has_restore_retry: profile.restore_ext_file_has_retry(),
     };
     let plugin = Plugin::init(HostDriver, CriuServices, stage, config, options);
+    if plugin.refused() {
+        // CRIU unloads a plugin whose init failed without calling its exit.
+        return -libc::ENODEV;
+    }
     *state() = Some(plugin);
     0
 }

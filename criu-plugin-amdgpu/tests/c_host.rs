@@ -124,7 +124,11 @@ fn max_hooks_follows_criu_hook_table() {
         let Some(host) = build_host(
             dir.path(),
             &format!("host{criu_max}"),
-            &[&format!("-DHOOK_MAX={criu_max}"), "-DINVENTORY"],
+            &[
+                &format!("-DHOOK_MAX={criu_max}"),
+                "-DINVENTORY",
+                "-DINVENTORY_OLD",
+            ],
         ) else {
             return;
         };
@@ -132,6 +136,12 @@ fn max_hooks_follows_criu_hook_table() {
         let lines = run.log_lines();
         assert!(
             lines.iter().all(|l| l[2..].starts_with("amdgpu_plugin: ")),
+            "info lines start with the prefix, and nothing else was logged: {lines:?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains(&format!("max_hooks {expected}: CRIU has {criu_max}"))),
             "{lines:?}"
         );
         assert!(
@@ -148,7 +158,7 @@ fn max_hooks_follows_criu_hook_table() {
 #[test]
 fn marker_symbols_when_the_hook_table_is_not_exported() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(v41) = build_host(dir.path(), "v41", &["-DINVENTORY"]) else {
+    let Some(v41) = build_host(dir.path(), "v41", &["-DINVENTORY", "-DINVENTORY_OLD"]) else {
         return;
     };
     run_host(&v41, 12, &[]);
@@ -167,26 +177,33 @@ fn environment_override_and_its_validation() {
     run_host(&host, 14, &[("AMDGPU_PLUGIN_MAX_HOOKS", "14")]);
     let run = run_host(&host, 12, &[("AMDGPU_PLUGIN_MAX_HOOKS", "99")]);
     assert!(
-        run.log_lines()
-            .iter()
-            .any(|l| l.starts_with("1 ") && l.contains("AMDGPU_PLUGIN_MAX_HOOKS=\"99\"")),
-        "no error line about the invalid override:\n{}",
+        run.log_lines().iter().any(|l| l.starts_with("1 Error (")
+            && l.contains("): amdgpu_plugin: ignoring AMDGPU_PLUGIN_MAX_HOOKS=\"99\"")),
+        "no error line, tagged as CRIU's pr_err tags them, about the invalid override:\n{}",
         run.stdout
     );
 }
 
 #[test]
-fn inventory_without_the_plugin_disables_it_at_restore() {
+fn inventory_gate_at_restore() {
     let dir = tempfile::tempdir().unwrap();
+    let have_kfd = Path::new("/dev/kfd").exists();
     let Some(listed) = build_host(dir.path(), "listed", &["-DHOOK_MAX=13", "-DINVENTORY"]) else {
         return;
     };
     let run = run_host(&listed, 13, &[]);
-    assert!(
-        !run.stdout.contains("disabled for this restore"),
-        "{}",
-        run.stdout
-    );
+    assert!(!run.stdout.contains("not needed"), "{}", run.stdout);
+    if !have_kfd {
+        // The C host checked that init(RESTORE) failed; the reason is an
+        // error line that says what to do.
+        assert!(
+            run.log_lines().iter().any(|l| l.starts_with("1 Error (")
+                && l.contains("inventory lists amdgpu_plugin")
+                && l.contains("no /dev/kfd")),
+            "{}",
+            run.stdout
+        );
+    }
     let Some(unlisted) = build_host(
         dir.path(),
         "unlisted",
@@ -196,8 +213,49 @@ fn inventory_without_the_plugin_disables_it_at_restore() {
     };
     let run = run_host(&unlisted, 13, &[]);
     assert!(
-        run.stdout.contains("disabled for this restore"),
+        run.stdout.contains("not needed for this restore"),
         "{}",
         run.stdout
     );
+    // No line that contradicts it: the plugin neither says it initialized
+    // for the restore nor that it finished one.
+    for contradiction in ["initialized for Restore", "finished Restore"] {
+        assert!(!run.stdout.contains(contradiction), "{}", run.stdout);
+    }
+    let Some(old) = build_host(
+        dir.path(),
+        "old",
+        &["-DHOOK_MAX=13", "-DINVENTORY", "-DINVENTORY_OLD"],
+    ) else {
+        return;
+    };
+    let run = run_host(&old, 13, &[]);
+    assert!(
+        run.stdout.contains("initialized for Restore"),
+        "images without a plugin list keep every plugin: {}",
+        run.stdout
+    );
+}
+
+#[test]
+fn a_machine_without_gpus_hears_two_lines_per_run() {
+    if Path::new("/dev/kfd").exists() {
+        println!("skipped: this machine has /dev/kfd");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(host) = build_host(
+        dir.path(),
+        "quiet",
+        &["-DHOOK_MAX=15", "-DINVENTORY", "-DINVENTORY_OLD"],
+    ) else {
+        return;
+    };
+    let run = run_host(&host, 15, &[]);
+    // Three stages (dump, pre-dump, restore), every hook called with files
+    // that are not ours: one line at init and one at exit per stage, at
+    // every level, and no option lines.
+    let lines = run.log_lines();
+    assert_eq!(lines.len(), 6, "{lines:#?}");
+    assert!(!run.stdout.contains("_CHECK"), "{}", run.stdout);
 }

@@ -1,0 +1,1000 @@
+//! The shipped plugin inside real CRIU releases.
+//!
+//! `make` builds the `.so` that is installed; these tests install it with
+//! `make install DESTDIR=<scratch>` (stripped, as users get it), point CRIU
+//! at the installed plugin directory (`criu -L DIR`) and drive CRIU binaries
+//! built from the upstream archives in `../shared/vendor/criu/` by its
+//! `build.sh`: criu-dev 2cf8f13 (15 hooks), v4.2 (13), v4.1.1 (12), v3.19
+//! (10) and the CRIU image streamer. No GPU is needed: the dumped process
+//! tree holds ordinary files, and what the plugin must do with them is stay
+//! out of the way, say little, and say it in CRIU's log format.
+//!
+//! Where the binaries live: `$CRIU_BUILDS` (as `.ci/run` exports it), else
+//! `~/.cache/criu-builds` (build.sh's default). Which `.so`:
+//! `$AMDGPU_PLUGIN_SO`, else `<target>/release/libcriu_plugin_amdgpu.so`
+//! beside this test's target directory, refused when older than the
+//! plugin's sources (run `make` again).
+//!
+//! The tests need root, `unshare`, `python3` (the workload) and a working
+//! `criu check`. Without them they print why and skip; with `CI` set a skip
+//! is a failure. They run one at a time, leave nothing in /tmp (scratch
+//! directories are removed when dropped) and kill every process they
+//! started, also when an assertion fails.
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+/// CRIU runs are serialised: parallel dumps would compete for pids and for
+/// the two cores CI has.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// A CRIU build of `build.sh` and the hooks its `CR_PLUGIN_HOOK__MAX` offers.
+#[derive(Debug, Clone, Copy)]
+struct Release {
+    name: &'static str,
+    hooks: u32,
+}
+
+const RELEASES: [Release; 4] = [
+    Release {
+        name: "head",
+        hooks: 15,
+    },
+    Release {
+        name: "v4.2",
+        hooks: 13,
+    },
+    Release {
+        name: "v4.1.1",
+        hooks: 12,
+    },
+    Release {
+        name: "v3.19",
+        hooks: 10,
+    },
+];
+
+const HEAD: Release = RELEASES[0];
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the crate sits in the workspace root")
+        .to_path_buf()
+}
+
+/// Says why the test cannot run: a skip, or a failure under CI.
+fn unavailable(why: &str) -> Option<Setup> {
+    if std::env::var_os("CI").is_some() {
+        panic!("real CRIU tests cannot run under CI: {why}");
+    }
+    println!("skipped: {why}");
+    None
+}
+
+/// What every test needs: the builds, the shipped `.so` in a plugin
+/// directory, the workload script.
+struct Setup {
+    builds: PathBuf,
+    plugins: tempfile::TempDir,
+    workload: PathBuf,
+}
+
+impl Setup {
+    fn criu(&self, release: Release) -> PathBuf {
+        self.builds.join(release.name).join("criu")
+    }
+
+    fn streamer(&self) -> PathBuf {
+        self.builds.join("streamer/criu-image-streamer")
+    }
+
+    /// The plugin directory (`criu -L`): `$(PREFIX)/lib/criu` of a staged
+    /// `make install`.
+    fn plugin_dir(&self) -> PathBuf {
+        self.plugins.path().join("usr/lib/criu")
+    }
+}
+
+fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().nth(1))
+            == Some("0")
+    })
+}
+
+fn runs(program: &str, arg: &str) -> bool {
+    Command::new(program)
+        .arg(arg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The newest modification time under `dir`.
+fn newest(dir: &Path) -> SystemTime {
+    let mut latest = SystemTime::UNIX_EPOCH;
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let time = if path.is_dir() {
+            newest(&path)
+        } else {
+            entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH)
+        };
+        latest = latest.max(time);
+    }
+    latest
+}
+
+/// The `.so` `make` built, or why there is none to test.
+fn shipped_plugin() -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os("AMDGPU_PLUGIN_SO") {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!(
+                "AMDGPU_PLUGIN_SO={} does not exist",
+                path.display()
+            ))
+        };
+    }
+    // <target>/<profile>/deps/real_criu-<hash>
+    let exe = std::env::current_exe().map_err(|e| format!("no test executable path: {e}"))?;
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .ok_or("the test executable is not in <target>/<profile>/deps")?;
+    let so = target.join("release/libcriu_plugin_amdgpu.so");
+    let built = fs::metadata(&so)
+        .and_then(|m| m.modified())
+        .map_err(|_| format!("{} is missing: run `make` first", so.display()))?;
+    let root = workspace_root();
+    for krate in [
+        "criu-plugin-amdgpu",
+        "amdgpu-checkpoint",
+        "amdgpu-image",
+        "amdgpu-topology",
+        "kfd",
+        "kfd-sys",
+    ] {
+        if newest(&root.join(krate).join("src")) > built {
+            return Err(format!(
+                "{} is older than the sources of {krate}: run `make` again",
+                so.display()
+            ));
+        }
+    }
+    Ok(so)
+}
+
+fn setup(releases: &[Release]) -> Option<Setup> {
+    if !is_root() {
+        return unavailable("CRIU needs root");
+    }
+    if !runs("unshare", "--version") {
+        return unavailable("unshare (util-linux) is not installed");
+    }
+    if !runs("python3", "--version") {
+        return unavailable("python3 (the workload) is not installed");
+    }
+    let builds = std::env::var_os("CRIU_BUILDS")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/criu-builds")))
+        .unwrap_or_default();
+    let setup_plugins = match shipped_plugin() {
+        Ok(so) => so,
+        Err(why) => return unavailable(&why),
+    };
+    let plugins = tempfile::tempdir().expect("plugin directory");
+    if std::env::var_os("AMDGPU_PLUGIN_SO").is_some() {
+        let dir = plugins.path().join("usr/lib/criu");
+        fs::create_dir_all(&dir).expect("plugin directory");
+        fs::copy(&setup_plugins, dir.join("amdgpu_plugin.so")).expect("copy the .so");
+    } else {
+        // Installed as users get it: `make install`, stripped.
+        let build_dir = setup_plugins.parent().expect("the .so's directory");
+        let out = Command::new("make")
+            .arg("-s")
+            .arg("-C")
+            .arg(workspace_root())
+            .arg("install")
+            .arg(format!("DESTDIR={}", plugins.path().display()))
+            .arg("PREFIX=/usr")
+            .arg(format!("BUILD_DIR={}", build_dir.display()))
+            .output();
+        match out {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => panic!(
+                "make install of the shipped plugin failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => return unavailable(&format!("make cannot run: {e}")),
+        }
+    }
+    let setup = Setup {
+        builds,
+        plugins,
+        workload: Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/real_criu/workload.py"),
+    };
+    for release in releases {
+        let criu = setup.criu(*release);
+        if !criu.is_file() {
+            return unavailable(&format!(
+                "no CRIU {} at {} (run ../shared/vendor/criu/build.sh and set CRIU_BUILDS)",
+                release.name,
+                criu.display()
+            ));
+        }
+        let check = Command::new(&criu)
+            .arg("check")
+            .output()
+            .expect("run criu check");
+        if !check.status.success() {
+            return unavailable(&format!(
+                "`{} check` fails on this machine: {}",
+                criu.display(),
+                String::from_utf8_lossy(&check.stderr).trim()
+            ));
+        }
+    }
+    Some(setup)
+}
+
+/// The pids of a tree, killed on drop (the original tree, its restored
+/// copy, or both).
+struct Tree {
+    scratch: PathBuf,
+    child: Option<Child>,
+    pids: Vec<u32>,
+}
+
+impl Tree {
+    /// Starts the workload and waits until it beats.
+    fn start(setup: &Setup, scratch: &Path, device: Option<&Path>) -> Tree {
+        let mut cmd = Command::new("python3");
+        cmd.arg(&setup.workload)
+            .arg(scratch)
+            .args(device)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd.spawn().expect("start the workload");
+        let mut tree = Tree {
+            scratch: scratch.to_path_buf(),
+            child: Some(child),
+            pids: Vec::new(),
+        };
+        tree.wait_for_pids();
+        tree
+    }
+
+    /// A tree started by someone else (a script), known by its pids file.
+    fn adopt(scratch: &Path) -> Tree {
+        let mut tree = Tree {
+            scratch: scratch.to_path_buf(),
+            child: None,
+            pids: Vec::new(),
+        };
+        tree.wait_for_pids();
+        tree
+    }
+
+    fn wait_for_pids(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(text) = fs::read_to_string(self.scratch.join("pids")) {
+                let pids: Vec<u32> = text
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect();
+                if pids.len() == 3 && beats(&self.scratch) >= 2 {
+                    self.pids = pids;
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the workload did not start (see {})",
+                self.scratch.display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn root(&self) -> u32 {
+        self.pids[0]
+    }
+
+    /// Reaps the original root after CRIU killed it and waits until its
+    /// children are gone too (init reaps them), so every pid is free for
+    /// the restore.
+    fn reap(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline
+            && self
+                .pids
+                .iter()
+                .any(|pid| Path::new(&format!("/proc/{pid}")).exists())
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Asserts every process of the tree is alive and working: the root's
+    /// fd checks go on passing and each child goes on counting.
+    fn assert_runs_on(&self, what: &str) {
+        let before: Vec<usize> = LOGS.iter().map(|f| lines(&self.scratch, f)).collect();
+        std::thread::sleep(Duration::from_millis(400));
+        for pid in &self.pids {
+            let state = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = state.rsplit(") ").next().unwrap_or("").chars().next();
+            assert!(
+                matches!(state, Some('S' | 'R')),
+                "{what}: process {pid} of the tree is not running ({state:?})"
+            );
+        }
+        for (file, was) in LOGS.iter().zip(before) {
+            let now = lines(&self.scratch, file);
+            assert!(
+                now > was,
+                "{what}: {file} stopped growing ({was} -> {now} lines)"
+            );
+        }
+        let heartbeat = fs::read_to_string(self.scratch.join("heartbeat")).unwrap_or_default();
+        assert!(
+            !heartbeat.contains("FAIL"),
+            "{what}: an fd of the tree stopped working: {}",
+            heartbeat.lines().last().unwrap_or("")
+        );
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        for pid in &self.pids {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
+        }
+        self.reap();
+    }
+}
+
+const LOGS: [&str; 3] = ["heartbeat", "child1", "child2"];
+
+fn lines(scratch: &Path, file: &str) -> usize {
+    fs::read_to_string(scratch.join(file)).map_or(0, |t| t.lines().count())
+}
+
+fn beats(scratch: &Path) -> usize {
+    lines(scratch, "heartbeat")
+}
+
+/// One CRIU run's result and log.
+struct Run {
+    output: Output,
+    log: String,
+}
+
+impl Run {
+    fn ok(&self) -> bool {
+        self.output.status.success()
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "status {:?}\nstderr:\n{}\nlog:\n{}",
+            self.output.status,
+            String::from_utf8_lossy(&self.output.stderr),
+            self.log
+        )
+    }
+
+    fn assert_ok(&self, what: &str) {
+        assert!(self.ok(), "{what} failed: {}", self.describe());
+    }
+
+    /// The plugin's lines (CRIU's timestamp stripped).
+    fn plugin_lines(&self) -> Vec<&str> {
+        self.log
+            .lines()
+            .filter(|l| l.contains("amdgpu_plugin: "))
+            .collect()
+    }
+
+    /// CRIU's own lines at error level (`pr_err`), the plugin's excluded.
+    fn criu_errors(&self) -> Vec<&str> {
+        self.log
+            .lines()
+            .filter(|l| l.contains("Error (") && !l.contains("amdgpu_plugin: "))
+            .collect()
+    }
+
+    /// Asserts CRIU loaded the plugin with `hooks` hooks and the plugin said
+    /// at most two things, none of them an error or warning.
+    fn assert_quiet_plugin(&self, release: Release, what: &str) {
+        let loaded = format!(
+            "Plugin \"amdgpu_plugin\" (version 512 hooks {})",
+            release.hooks
+        );
+        assert!(
+            self.log.contains(&loaded),
+            "{what} on CRIU {}: no {loaded:?} line:\n{}",
+            release.name,
+            self.log
+        );
+        let lines = self.plugin_lines();
+        assert!(
+            !lines.is_empty() && lines.len() <= 2,
+            "{what} on CRIU {}: a machine without GPUs hears one or two plugin lines, not {}:\n{}",
+            release.name,
+            lines.len(),
+            lines.join("\n")
+        );
+        for line in &lines {
+            assert!(
+                !line.contains("Error (") && !line.contains("Warn  (") && !line.contains("_CHECK"),
+                "{what} on CRIU {}: {line}",
+                release.name
+            );
+        }
+    }
+}
+
+fn criu(setup: &Setup, release: Release, log: &Path, args: &[&str]) -> Run {
+    let output = Command::new(setup.criu(release))
+        .args(args)
+        .arg("-v4")
+        .arg("-o")
+        .arg(log)
+        .arg("-L")
+        .arg(setup.plugin_dir())
+        .env_remove("AMDGPU_PLUGIN_MAX_HOOKS")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run criu");
+    Run {
+        output,
+        log: fs::read_to_string(log).unwrap_or_default(),
+    }
+}
+
+/// A scratch directory with `images/` in it.
+fn scratch() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("scratch directory");
+    fs::create_dir(dir.path().join("images")).unwrap();
+    dir
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 path")
+}
+
+mod inventory {
+    //! CRIU's `inventory.img`: `INVENTORY_MAGIC`, then one protobuf entry
+    //! framed by its u32 length. Only `plugins_entry` (field 12) is
+    //! interpreted; every other field is kept byte for byte.
+
+    use prost::Message;
+
+    const INVENTORY_MAGIC: u32 = 0x5831_3116;
+    const PLUGINS_ENTRY: u64 = 12;
+
+    #[derive(Clone, PartialEq, Message)]
+    struct PluginsEntry {
+        #[prost(string, repeated, tag = "12")]
+        plugins: Vec<String>,
+    }
+
+    /// The fields of the entry as (field number, raw bytes of the field).
+    fn fields(mut msg: &[u8]) -> Vec<(u64, Vec<u8>)> {
+        let mut out = Vec::new();
+        while !msg.is_empty() {
+            let start = msg;
+            let key = prost::encoding::decode_varint(&mut msg).expect("field key");
+            let len = match key & 7 {
+                0 => {
+                    prost::encoding::decode_varint(&mut msg).expect("varint");
+                    0
+                }
+                1 => 8,
+                2 => prost::encoding::decode_varint(&mut msg).expect("length") as usize,
+                5 => 4,
+                wire => panic!("wire type {wire} in the inventory"),
+            };
+            msg = &msg[len..];
+            let used = start.len() - msg.len();
+            out.push((key >> 3, start[..used].to_vec()));
+        }
+        out
+    }
+
+    fn entry(image: &[u8]) -> &[u8] {
+        assert_eq!(
+            u32::from_le_bytes(image[..4].try_into().unwrap()),
+            INVENTORY_MAGIC,
+            "inventory magic"
+        );
+        let len = u32::from_le_bytes(image[4..8].try_into().unwrap()) as usize;
+        &image[8..8 + len]
+    }
+
+    /// The plugin list, `None` when the inventory has none (CRIU < 4.1).
+    pub fn plugins(image: &[u8]) -> Option<Vec<String>> {
+        fields(entry(image))
+            .into_iter()
+            .filter(|(n, _)| *n == PLUGINS_ENTRY)
+            .map(|(_, raw)| {
+                let mut raw = &raw[1..];
+                let len = prost::encoding::decode_varint(&mut raw).unwrap() as usize;
+                PluginsEntry::decode(&raw[..len])
+                    .expect("plugins_entry")
+                    .plugins
+            })
+            .reduce(|mut a, b| {
+                a.extend(b);
+                a
+            })
+    }
+
+    /// The image with its plugin list replaced by `plugins`.
+    pub fn with_plugins(image: &[u8], plugins: &[&str]) -> Vec<u8> {
+        let mut msg = Vec::new();
+        for (number, raw) in fields(entry(image)) {
+            if number != PLUGINS_ENTRY {
+                msg.extend_from_slice(&raw);
+            }
+        }
+        let list = PluginsEntry {
+            plugins: plugins.iter().map(|p| (*p).to_owned()).collect(),
+        };
+        prost::encoding::message::encode(PLUGINS_ENTRY as u32, &list, &mut msg);
+        let mut out = image[..4].to_vec();
+        out.extend_from_slice(&(msg.len() as u32).to_le_bytes());
+        out.extend_from_slice(&msg);
+        out
+    }
+}
+
+/// Asserts the plugin left no trace in an image directory: no file of its
+/// own and no inventory entry.
+fn assert_no_plugin_images(images: &Path, release: Release) {
+    let names: Vec<String> = fs::read_dir(images)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.starts_with("amdgpu-")),
+        "CRIU {}: plugin files in the images: {names:?}",
+        release.name
+    );
+    let image = fs::read(images.join("inventory.img")).expect("inventory.img");
+    if let Some(plugins) = inventory::plugins(&image) {
+        assert!(
+            !plugins.iter().any(|p| p == "amdgpu_plugin"),
+            "CRIU {}: the inventory names the plugin: {plugins:?}",
+            release.name
+        );
+    }
+}
+
+/// Dumps and restores the workload tree with `release`; returns the dump
+/// and restore runs.
+fn dump_and_restore(setup: &Setup, release: Release, extra_dump: &[&str]) -> (Run, Run) {
+    let dir = scratch();
+    let images = dir.path().join("images");
+    let mut tree = Tree::start(setup, dir.path(), None);
+    let root = tree.root().to_string();
+    let mut args = vec!["dump", "-t", &root, "-D", path(&images)];
+    args.extend_from_slice(extra_dump);
+    let dump = criu(setup, release, &dir.path().join("dump.log"), &args);
+    dump.assert_ok(&format!("dump with CRIU {}", release.name));
+    dump.assert_quiet_plugin(release, "dump");
+    assert_no_plugin_images(&images, release);
+    if extra_dump.contains(&"--leave-running") {
+        tree.assert_runs_on("after dump --leave-running");
+        for pid in &tree.pids {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+    tree.reap();
+    let restore = criu(
+        setup,
+        release,
+        &dir.path().join("restore.log"),
+        &["restore", "-d", "-D", path(&images)],
+    );
+    restore.assert_ok(&format!("restore with CRIU {}", release.name));
+    restore.assert_quiet_plugin(release, "restore");
+    tree.assert_runs_on(&format!("restored by CRIU {}", release.name));
+    (dump, restore)
+}
+
+#[test]
+fn every_release_dumps_and_restores_a_process_tree_beside_the_plugin() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(setup) = setup(&RELEASES) else {
+        return;
+    };
+    for release in RELEASES {
+        let (dump, restore) = dump_and_restore(&setup, release, &[]);
+        // One line at init and one at exit, never the option list.
+        assert!(
+            dump.plugin_lines()
+                .iter()
+                .any(|l| l.contains("initialized for Dump")),
+            "{}",
+            dump.log
+        );
+        // From v4.1 the inventory tells the plugin it is not needed, and
+        // then it says nothing that reads as taking part.
+        let said = restore.plugin_lines().join("\n");
+        if release.hooks >= 12 {
+            assert!(said.contains("not needed for this restore"), "{said}");
+            for contradiction in ["initialized for Restore", "finished Restore"] {
+                assert!(!said.contains(contradiction), "{said}");
+            }
+        } else {
+            assert!(said.contains("initialized for Restore"), "{said}");
+        }
+    }
+}
+
+#[test]
+fn criu_dev_dump_with_leave_running() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(setup) = setup(&[HEAD]) else {
+        return;
+    };
+    dump_and_restore(&setup, HEAD, &["--leave-running"]);
+}
+
+/// A process that stays alive only while `child` does: killed on drop.
+struct Streamer(Child);
+
+impl Drop for Streamer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for_socket(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the image streamer made no {}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn criu_dev_streams_through_the_image_streamer() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(setup) = setup(&[HEAD]) else {
+        return;
+    };
+    if !setup.streamer().is_file() {
+        unavailable(&format!(
+            "no criu-image-streamer at {} (run build.sh)",
+            setup.streamer().display()
+        ));
+        return;
+    }
+    let dir = scratch();
+    let images = dir.path().join("images");
+    let stream_file = dir.path().join("img.stream");
+    let mut tree = Tree::start(&setup, dir.path(), None);
+    let root = tree.root().to_string();
+
+    // The streamer's shards must be pipes: threads move them to and from
+    // a file.
+    let mut capture = Streamer(
+        Command::new(setup.streamer())
+            .args(["--images-dir", path(&images), "capture"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the streamer"),
+    );
+    let mut shard = capture.0.stdout.take().unwrap();
+    let mut file = fs::File::create(&stream_file).unwrap();
+    let saver = std::thread::spawn(move || std::io::copy(&mut shard, &mut file));
+    wait_for_socket(&images.join("streamer-capture.sock"));
+    let dump = criu(
+        &setup,
+        HEAD,
+        &dir.path().join("dump.log"),
+        &["dump", "--stream", "-t", &root, "-D", path(&images)],
+    );
+    dump.assert_ok("dump --stream");
+    let status = capture.0.wait().expect("streamer exit");
+    let mut err = String::new();
+    if let Some(mut e) = capture.0.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    assert!(status.success(), "capture failed: {err}");
+    let saved = saver.join().unwrap().expect("saving the stream");
+    assert!(saved > 0, "the streamer captured nothing");
+    drop(capture);
+    dump.assert_quiet_plugin(HEAD, "dump --stream");
+    tree.reap();
+    for entry in fs::read_dir(&images).unwrap() {
+        let name = entry.unwrap().file_name();
+        assert!(
+            !name.to_string_lossy().ends_with(".img"),
+            "--stream wrote {name:?} into the images directory"
+        );
+    }
+
+    let mut serve = Streamer(
+        Command::new(setup.streamer())
+            .args(["--images-dir", path(&images), "serve"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the streamer"),
+    );
+    let mut shard = serve.0.stdin.take().unwrap();
+    let mut file = fs::File::open(&stream_file).unwrap();
+    let feeder = std::thread::spawn(move || std::io::copy(&mut file, &mut shard));
+    wait_for_socket(&images.join("streamer-serve.sock"));
+    let restore = criu(
+        &setup,
+        HEAD,
+        &dir.path().join("restore.log"),
+        &["restore", "--stream", "-d", "-D", path(&images)],
+    );
+    drop(serve);
+    let _ = feeder.join();
+    restore.assert_ok("restore --stream");
+    restore.assert_quiet_plugin(HEAD, "restore --stream");
+    tree.assert_runs_on("restored from the stream");
+}
+
+#[test]
+fn criu_dev_inventory_listing_the_plugin_makes_it_claim_the_restore() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(setup) = setup(&[HEAD]) else {
+        return;
+    };
+    if Path::new("/dev/kfd").exists() {
+        println!("skipped: this machine has /dev/kfd, so the plugin can take the restore");
+        return;
+    }
+    let dir = scratch();
+    let images = dir.path().join("images");
+    let mut tree = Tree::start(&setup, dir.path(), None);
+    let root = tree.root().to_string();
+    let dump = criu(
+        &setup,
+        HEAD,
+        &dir.path().join("dump.log"),
+        &["dump", "-t", &root, "-D", path(&images)],
+    );
+    dump.assert_ok("dump");
+    tree.reap();
+    let inventory = images.join("inventory.img");
+    let image = fs::read(&inventory).unwrap();
+    assert_eq!(inventory::plugins(&image), Some(vec![]));
+    let listed = inventory::with_plugins(&image, &["amdgpu_plugin"]);
+    assert_eq!(
+        inventory::plugins(&listed),
+        Some(vec!["amdgpu_plugin".to_owned()])
+    );
+    fs::write(&inventory, listed).unwrap();
+
+    let restore = criu(
+        &setup,
+        HEAD,
+        &dir.path().join("restore.log"),
+        &["restore", "-d", "-D", path(&images)],
+    );
+    assert!(
+        !restore.ok(),
+        "a restore of images that need the plugin must fail without /dev/kfd"
+    );
+    let said = restore
+        .plugin_lines()
+        .into_iter()
+        .find(|l| l.contains("Error ("))
+        .unwrap_or_else(|| panic!("no plugin error line:\n{}", restore.log));
+    for why in [
+        "inventory lists amdgpu_plugin",
+        "no /dev/kfd",
+        "restore them on",
+    ] {
+        assert!(said.contains(why), "the error does not say {why:?}: {said}");
+    }
+    assert!(
+        restore
+            .log
+            .contains("Failed in init(2) of \"amdgpu_plugin\""),
+        "CRIU did not stop at the plugin's init:\n{}",
+        restore.log
+    );
+    // Nothing was restored.
+    for pid in &tree.pids {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists()
+                || fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| !c.contains("workload.py")),
+            "process {pid} runs although the restore failed"
+        );
+    }
+}
+
+/// A misc character device that CRIU has no handler for and that opens
+/// without further setup, as (path, major, minor).
+fn foreign_char_device() -> Option<(PathBuf, u32, u32)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    ["/dev/fuse", "/dev/loop-control"].iter().find_map(|p| {
+        let meta = fs::metadata(p).ok()?;
+        if !meta.file_type().is_char_device() || fs::File::open(p).is_err() {
+            return None;
+        }
+        let rdev = meta.rdev();
+        let major = ((rdev >> 8) & 0xfff) as u32 | ((rdev >> 32) & !0xfff) as u32;
+        let minor = (rdev & 0xff) as u32 | ((rdev >> 12) & !0xff) as u32;
+        Some((PathBuf::from(p), major, minor))
+    })
+}
+
+#[test]
+fn criu_dev_leaves_other_character_devices_to_criu() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(setup) = setup(&[HEAD]) else {
+        return;
+    };
+    let Some((device, _, _)) = foreign_char_device() else {
+        unavailable("neither /dev/fuse nor /dev/loop-control opens here");
+        return;
+    };
+    let dir = scratch();
+    let images = dir.path().join("images");
+    let tree = Tree::start(&setup, dir.path(), Some(&device));
+    let root = tree.root().to_string();
+    let dump = criu(
+        &setup,
+        HEAD,
+        &dir.path().join("dump.log"),
+        &["dump", "-t", &root, "-D", path(&images)],
+    );
+    assert!(
+        !dump.ok(),
+        "CRIU has no handler for {}: the dump must fail",
+        device.display()
+    );
+    // CRIU's own error, after the plugin said "not mine".
+    assert!(
+        dump.criu_errors()
+            .iter()
+            .any(|l| l.contains("of that type") || l.contains("chr")),
+        "no CRIU error about the device:\n{}",
+        dump.log
+    );
+    assert!(
+        !dump
+            .plugin_lines()
+            .iter()
+            .any(|l| l.contains("Error (") || l.contains("Warn  (")),
+        "the plugin claimed {}:\n{}",
+        device.display(),
+        dump.plugin_lines().join("\n")
+    );
+    tree.assert_runs_on("after the failed dump");
+}
+
+/// Runs `script` (sh) in a private mount namespace with a /dev of its own,
+/// where `/dev/kfd` is the node `major:minor`.
+const FAKE_KFD_SCRIPT: &str = r#"
+set -eu
+scratch=$1 criu=$2 plugins=$3 workload=$4 major=$5 minor=$6
+mkdir "$scratch/hostdev"
+mount --rbind /dev "$scratch/hostdev"
+mount -t tmpfs -o mode=755 fakedev /dev
+for n in null zero full random urandom tty ptmx; do
+    touch "/dev/$n"
+    mount --bind "$scratch/hostdev/$n" "/dev/$n"
+done
+mkdir /dev/pts /dev/shm /dev/net
+mount --bind "$scratch/hostdev/pts" /dev/pts
+if [ -e "$scratch/hostdev/net/tun" ]; then
+    touch /dev/net/tun
+    mount --bind "$scratch/hostdev/net/tun" /dev/net/tun
+fi
+mount -t tmpfs shm /dev/shm
+umount -l "$scratch/hostdev"
+rmdir "$scratch/hostdev"
+mknod /dev/kfd c "$major" "$minor"
+python3 "$workload" "$scratch" /dev/kfd </dev/null >/dev/null 2>&1 &
+while [ ! -s "$scratch/pids" ] || [ "$(wc -l < "$scratch/heartbeat" 2>/dev/null || echo 0)" -lt 2 ]; do
+    sleep 0.05
+done
+root=$(cut -d' ' -f1 "$scratch/pids")
+status=0
+"$criu" dump -t "$root" -D "$scratch/images" -v4 -o "$scratch/dump.log" -L "$plugins" || status=$?
+echo "$status" > "$scratch/dump.status"
+"#;
+
+#[test]
+fn criu_dev_fails_the_dump_of_a_dev_kfd_that_is_no_kfd() {
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(setup) = setup(&[HEAD]) else {
+        return;
+    };
+    let Some((device, major, minor)) = foreign_char_device() else {
+        unavailable("neither /dev/fuse nor /dev/loop-control opens here");
+        return;
+    };
+    let dir = scratch();
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(FAKE_KFD_SCRIPT)
+        .arg("fake-kfd")
+        .arg(dir.path())
+        .arg(setup.criu(HEAD))
+        .arg(setup.plugin_dir())
+        .arg(&setup.workload)
+        .arg(major.to_string())
+        .arg(minor.to_string())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run unshare");
+    // The tree runs on in the namespace after the script: adopt it so it
+    // is killed whatever happens below.
+    let tree = dir
+        .path()
+        .join("pids")
+        .exists()
+        .then(|| Tree::adopt(dir.path()));
+    assert!(
+        out.status.success(),
+        "the namespace script failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tree = tree.expect("the workload started");
+    let status = fs::read_to_string(dir.path().join("dump.status")).unwrap();
+    let log = fs::read_to_string(dir.path().join("dump.log")).unwrap_or_default();
+    assert_ne!(
+        status.trim(),
+        "0",
+        "the dump of a /dev/kfd that is {} must fail:\n{log}",
+        device.display()
+    );
+    let error = log
+        .lines()
+        .find(|l| l.contains("Error (") && l.contains("amdgpu_plugin: "))
+        .unwrap_or_else(|| panic!("no plugin error in the dump log:\n{log}"));
+    assert!(
+        error.contains("DUMP_EXT_FILE") && error.contains(&format!("pid {}", tree.root())),
+        "the error names the hook and the task: {error}"
+    );
+    assert!(
+        error.contains("the device at /dev/kfd is not an amdkfd device"),
+        "the error says what is wrong with the file: {error}"
+    );
+    tree.assert_runs_on("after the failed dump");
+}
