@@ -259,10 +259,16 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
             String::new()
         }
     };
+    // A rehearsal whose fault never fired rehearsed nothing: the operation
+    // is not called on this path (or not N times), so it is a failure.
     for spec in restore_sim.pending_faults() {
-        report
-            .lines
-            .push(format!("note: injected fault {spec} never fired"));
+        problems.push(format!(
+            "injected fault {spec} never fired: the demo's checkpoint and restore do not \
+             call {} {} time{} after the workload started",
+            spec.op,
+            spec.nth,
+            if spec.nth == 1 { "" } else { "s" }
+        ));
     }
     drop(tasks);
 
