@@ -41,10 +41,12 @@ pub struct Args {
     /// each, checkpointed together).
     #[arg(long, value_enum, default_value_t = WorkloadKind::Tensorflow)]
     pub workload: WorkloadKind,
-    /// Total bytes of the BOs the workload allocates, spread over its GPUs
-    /// (`256M`, `1G`, `8M`; binary units). `basic` has a fixed small size.
-    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
-    pub size: u64,
+    /// Total bytes of the VRAM and GTT BOs the workload allocates, spread
+    /// over its GPUs (`256M`, `1G`, `8M`; binary units; default 256M). A
+    /// size below what the workload always allocates on the machine is
+    /// refused, and so is any --size for `basic` (a fixed handful of BOs).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub size: Option<u64>,
     /// Which renumbering of the default restore machine to use.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

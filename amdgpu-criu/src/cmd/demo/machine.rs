@@ -40,6 +40,12 @@ pub(super) fn resolve(spec: &str) -> Result<Machine, Stop> {
             filled.len()
         );
     }
+    for note in kfd_sim::complete_kernel_properties(&mut system) {
+        eprintln!(
+            "amdgpu-criu demo: note: {spec}: {note} (what a current kernel reports for this \
+             chip; the capture's kernel did not print it)"
+        );
+    }
     Ok(Machine {
         label: spec.to_owned(),
         system,

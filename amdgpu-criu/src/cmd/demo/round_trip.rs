@@ -20,12 +20,27 @@ use super::args::Args;
 use super::exchange::exchange_buffer;
 use super::images::{images_dir, read_kfd_images};
 use super::machine::{resolve, simulate, Machine};
-use super::progress::{stage, with_pages_progress};
+use super::progress::{bytes_read, pages_bytes, stage, with_progress};
 use super::report::{checkpoint_phase, phase_line, restore_phase, Report};
 use super::verification::{checkpoint_failed, image_set, resume_problems, run_after_restore};
-use super::workload::launch;
+use super::budget;
+use super::workload::{launch, WorkloadKind, DEFAULT_SIZE};
 use super::{Stop, STEPS_AFTER, STEPS_BEFORE};
 use crate::cmd::{check, map};
+
+/// Registers a simulator's temporary sysfs tree (the directory above its
+/// `sys/class/kfd/kfd/topology`) for removal if a signal stops the run.
+fn remove_sysfs_on_signal(sim: &kfd_sim::Sim) {
+    let topology = sim.sysfs_root();
+    if let Some(root) = topology.ancestors().nth(5) {
+        if root
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("kfd-sim-sysfs"))
+        {
+            super::cleanup::remove_on_signal(root);
+        }
+    }
+}
 
 pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Result<(), Stop> {
     let (options, invalid) = Options::from_env();
@@ -46,11 +61,22 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
     report.images = images.describe();
     let shm = tempfile::tempdir()
         .map_err(|e| Stop::Usage(format!("cannot create a temporary directory: {e}")))?;
+    super::cleanup::remove_on_signal(shm.path());
 
     bar.set_message("building the simulated machines");
     let origin_sim = simulate(&origin)?;
+    remove_sysfs_on_signal(&origin_sim);
     let gpus = origin_sim.gpus().len() as u64;
-    let profiles = args.workload.profiles(args.size, gpus);
+    let profiles = args
+        .workload
+        .profiles(args.size, gpus)
+        .map_err(|reason| Stop::Usage(format!("{}: {reason}", origin.label)))?;
+    let planned = match args.size {
+        Some(size) => size,
+        None if args.workload == WorkloadKind::Basic => args.workload.minimum_bytes(gpus),
+        None => DEFAULT_SIZE,
+    };
+    budget::judge(&budget::measure(planned, gpus, images.path())).map_err(Stop::Usage)?;
 
     stage(bar, "launching the workload");
     let mut processes = launch(&origin_sim, &profiles)?;
@@ -65,6 +91,9 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
         Some(machine) => Some(simulate(machine)?),
         None => None,
     };
+    if let Some(sim) = &target_sim {
+        remove_sysfs_on_signal(sim);
+    }
     let restore_sim = target_sim.as_ref().unwrap_or(&origin_sim);
     let restore_label = target.as_ref().map_or_else(
         || format!("{} (the same machine)", origin.label),
@@ -134,7 +163,13 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
         .map(|b| b.size)
         .sum();
     let started = Instant::now();
-    let dumped = with_pages_progress(bar, images.path(), total, || dumper.dump_tree(&tree));
+    let dumped = with_progress(
+        bar,
+        "checkpointing, pages files",
+        total,
+        || pages_bytes(images.path()),
+        || dumper.dump_tree(&tree),
+    );
     let dump_time = started.elapsed();
     drop(tree);
     if let Err(e) = dumped {
@@ -147,7 +182,7 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
         ));
     }
     let kfd_images = read_kfd_images(images.path())?;
-    let phase = checkpoint_phase(&kfd_images, dump_time);
+    let phase = checkpoint_phase(&kfd_images, images.path(), dump_time);
     report.lines.push(phase_line("checkpoint:", &phase));
     report.checkpoint = Some(phase);
 
@@ -183,18 +218,35 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
                 .collect(),
         })
         .collect();
-    // The checkpointed processes end, their memory with them; their twins
-    // run on. Right before the restore: the restore maps that memory back
-    // at the same addresses in this host process, and nothing else should
-    // be mapped there in between.
+    // The checkpointed processes run on for a few steps (as with `criu dump
+    // --leave-running`), which says where a restored process must arrive,
+    // then end, their memory with them. Right before the restore: the
+    // restore maps that memory back at the same addresses in this host
+    // process, and nothing else should be mapped there in between.
     for p in &mut processes {
-        if let Some(app) = p.app.take() {
+        if let Some(mut app) = p.app.take() {
+            let ran_on = (0..STEPS_AFTER)
+                .try_for_each(|_| app.step())
+                .and_then(|()| app.fingerprint());
+            p.expected_after = Some(ran_on.map_err(|e| {
+                Stop::Failed(format!(
+                    "pid {} cannot run on after its checkpoint: {e}",
+                    p.pid
+                ))
+            })?);
             app.exit()
                 .map_err(|e| Stop::Failed(format!("ending the checkpointed process: {e}")))?;
         }
     }
     let started = Instant::now();
-    let restored = restorer.restore_tree(&tree);
+    let read_before = bytes_read();
+    let restored = with_progress(
+        bar,
+        "restoring, read from the images",
+        total,
+        || bytes_read().saturating_sub(read_before),
+        || restorer.restore_tree(&tree),
+    );
     let restore_time = started.elapsed();
     let tasks = match restored {
         Ok(tasks) => tasks,
@@ -252,7 +304,15 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
         problems.extend(exchange.problems(restore_sim, &processes, &tasks));
     }
     stage(bar, "verifying the image set");
-    let set_line = match image_set(images.path()) {
+    let read_before = bytes_read();
+    let written = super::report::pages_on_disk(images.path());
+    let set_line = match with_progress(
+        bar,
+        "verifying, checksums read",
+        written,
+        || bytes_read().saturating_sub(read_before),
+        || image_set(images.path()),
+    ) {
         Ok(line) => line,
         Err(set_problems) => {
             problems.extend(set_problems);
