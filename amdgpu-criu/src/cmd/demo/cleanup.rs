@@ -25,13 +25,6 @@ pub(super) fn remove_on_signal(path: &Path) {
     }
 }
 
-/// Forgets `path`: it is removed (or kept) by its owner from now on.
-pub(super) fn forget(path: &Path) {
-    if let Ok(mut paths) = TEMPORARY.lock() {
-        paths.retain(|p| p != path);
-    }
-}
-
 fn signal_set() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data, and sigemptyset initialises it before
     // sigaddset reads it; both only write into `set`.

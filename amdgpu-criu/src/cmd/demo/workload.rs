@@ -287,11 +287,11 @@ mod tests {
     fn the_size_is_the_total_of_the_bos() {
         for (size, gpus) in [
             (256 * MIB, 8),
-            (8 * MIB, 2),
+            (16 * MIB, 2),
             (GIB, 64),
             (64 * MIB, 1),
             (2 * GIB, 8),
-            (300 * MIB, 63),
+            (700 * MIB, 63),
         ] {
             for kind in [
                 WorkloadKind::Pytorch,
@@ -306,7 +306,7 @@ mod tests {
             }
         }
         assert_eq!(
-            WorkloadKind::Multi.profiles(Some(8 * MIB), 2).unwrap().len(),
+            WorkloadKind::Multi.profiles(Some(16 * MIB), 2).unwrap().len(),
             3
         );
         assert_eq!(
