@@ -348,7 +348,10 @@ fn a_size_that_cannot_be_honoured_is_refused_with_the_reason() {
 fn the_checkpoint_reports_logical_and_written_bytes() {
     let v = demo_verified(&["--topology", "pcie-2gpu", "--workload", "tensorflow"]);
     let c = &v["checkpoint"];
-    let (logical, written) = (c["bytes"].as_u64().unwrap(), c["written_bytes"].as_u64().unwrap());
+    let (logical, written) = (
+        c["bytes"].as_u64().unwrap(),
+        c["written_bytes"].as_u64().unwrap(),
+    );
     // --size is the total of the BOs.
     assert!(logical.abs_diff(16 << 20) <= (16 << 20) / 32, "{v:#}");
     // The tensorflow pool is used to 5/6: dense data is written, the

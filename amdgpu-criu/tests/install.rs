@@ -251,13 +251,20 @@ fn install_refuses_to_overwrite_a_plugin_it_did_not_write() {
     let before = tree(dest.path());
 
     let out = make("install", dest.path(), &build_dir);
-    assert!(!out.status.success(), "install over a foreign plugin must be refused");
+    assert!(
+        !out.status.success(),
+        "install over a foreign plugin must be refused"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("amdgpu_plugin.so exists") && stderr.contains("FORCE=1"),
         "the refusal names the file and the way out: {stderr}"
     );
-    assert_eq!(tree(dest.path()), before, "a refused install writes nothing");
+    assert_eq!(
+        tree(dest.path()),
+        before,
+        "a refused install writes nothing"
+    );
     assert_eq!(
         fs::read(dest.path().join("usr/lib/criu/amdgpu_plugin.so")).unwrap(),
         FOREIGN_PLUGIN
@@ -291,7 +298,10 @@ fn forced_install_keeps_the_old_plugin_and_uninstall_puts_it_back() {
         "the manifest records the kept file:\n{manifest}"
     );
 
-    assert_ok(&make("uninstall", dest.path(), &build_dir), "make uninstall");
+    assert_ok(
+        &make("uninstall", dest.path(), &build_dir),
+        "make uninstall",
+    );
     assert_eq!(tree(dest.path()), before, "uninstall restores the tree");
     assert_eq!(
         fs::read(dest.path().join("usr/lib/criu/amdgpu_plugin.so")).unwrap(),

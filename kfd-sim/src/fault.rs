@@ -330,7 +330,10 @@ mod tests {
     #[test]
     fn parses_full_and_short_forms() {
         let f: FaultSpec = "CRIU_OP:CHECKPOINT=EIO".parse().unwrap();
-        assert_eq!(FaultSpec::parse_known("CRIU_OP:CHECKPOINT=EIO"), Ok(f.clone()));
+        assert_eq!(
+            FaultSpec::parse_known("CRIU_OP:CHECKPOINT=EIO"),
+            Ok(f.clone())
+        );
         assert_eq!(
             (f.op.as_str(), f.nth, f.errno),
             ("CRIU_OP:CHECKPOINT", 1, Errno(libc::EIO))
@@ -417,7 +420,11 @@ mod tests {
         ] {
             assert!(known.iter().any(|k| k == op), "{op} missing from {known:?}");
         }
-        for spec in ["AMDKFD_IOC_ALLOC_MEMORY_OF_GPU:2=ENOMEM", "drm_ioctl_amdgpu_cs:3", "mmap"] {
+        for spec in [
+            "AMDKFD_IOC_ALLOC_MEMORY_OF_GPU:2=ENOMEM",
+            "drm_ioctl_amdgpu_cs:3",
+            "mmap",
+        ] {
             assert!(FaultSpec::parse_known(spec).is_ok(), "{spec}");
         }
         for spec in ["FOO", "CRIU_OP_CHECKPOINT=EIO", "ALLOC_MEMORY=ENOMEM"] {

@@ -273,7 +273,10 @@ pub fn complete_kernel_properties(system: &mut System) -> Vec<String> {
         for (key, value) in [
             ("num_sdma_engines", chip.num_sdma_engines),
             ("num_sdma_xgmi_engines", 0),
-            ("num_sdma_queues_per_engine", chip.num_sdma_queues_per_engine),
+            (
+                "num_sdma_queues_per_engine",
+                chip.num_sdma_queues_per_engine,
+            ),
         ] {
             if !p.contains(key) {
                 p.insert_after(&anchor, key, value);

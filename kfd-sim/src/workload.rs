@@ -897,8 +897,9 @@ impl Workload {
             buf.clear();
             let first_word = offset / 8;
             buf.extend(
-                (0..len.div_ceil(8))
-                    .flat_map(|w| splitmix(handle.rotate_left(40) ^ (first_word + w)).to_le_bytes()),
+                (0..len.div_ceil(8)).flat_map(|w| {
+                    splitmix(handle.rotate_left(40) ^ (first_word + w)).to_le_bytes()
+                }),
             );
             buf.truncate(len as usize);
             self.write_bo(handle, offset, &buf)?;

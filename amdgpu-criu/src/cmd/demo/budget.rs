@@ -8,9 +8,12 @@
 //! (memfds as large as the BOs), the plugin's staging buffers (at most
 //! 64 MiB per GPU, `KFD_MAX_BUFFER_SIZE` unset), the images when they are on
 //! a memory file system, and a fixed allowance for the simulators. The
-//! checkpointed process ends before the restore re-creates its BOs, so the
-//! two copies never coexist. The readers of `/proc` and `/sys` are at the
-//! edge; [`judge`] is a pure function of the numbers.
+//! checkpointed process ends, and its machine is dropped, before the
+//! restore re-creates its BOs on another machine, so the two copies never
+//! coexist; restoring on the very machine it was checkpointed on, the
+//! simulated kernel keeps the exported BOs, and the run holds both. The
+//! readers of `/proc` and `/sys` are at the edge; [`judge`] is a pure
+//! function of the numbers.
 
 use std::path::Path;
 
@@ -26,6 +29,8 @@ pub(super) struct Budget {
     pub(super) gpus: u64,
     /// Whether the image directory is on a memory file system (tmpfs).
     pub(super) images_in_memory: bool,
+    /// Whether the restore is on the checkpointing machine itself.
+    pub(super) same_machine: bool,
     /// `MemAvailable` of `/proc/meminfo`.
     pub(super) mem_available: Option<u64>,
     /// What the cgroup still allows (its limit less its usage), if limited.
@@ -44,7 +49,8 @@ impl Budget {
     pub(super) fn memory_needed(&self) -> u64 {
         let staging = (STAGING_PER_GPU * self.gpus).min(self.bos.saturating_mul(2));
         let images = if self.images_in_memory { self.bos } else { 0 };
-        self.bos + staging + images + OVERHEAD
+        let copies = if self.same_machine { 2 } else { 1 };
+        self.bos.saturating_mul(copies) + staging + images + OVERHEAD
     }
 }
 
@@ -59,10 +65,15 @@ pub(super) fn judge(budget: &Budget) -> Result<(), String> {
         if let Some(room) = room {
             if needed > room {
                 return Err(format!(
-                    "not enough memory: this run needs about {} ({} of BOs, {} of staging{}, \
+                    "not enough memory: this run needs about {} ({} of BOs{}, {} of staging{}, \
                      {} for the simulators) and {what} {}; give a smaller --size",
                     bytes(needed),
                     bytes(budget.bos),
+                    if budget.same_machine {
+                        " twice (restored on the machine that still holds them)"
+                    } else {
+                        ""
+                    },
                     bytes((STAGING_PER_GPU * budget.gpus).min(budget.bos.saturating_mul(2))),
                     if budget.images_in_memory {
                         format!(", {} for the images on tmpfs", bytes(budget.bos))
@@ -154,7 +165,7 @@ fn cgroup_room() -> Option<u64> {
 
 /// Measures the host for a run of `bos` bytes on `gpus` GPUs writing its
 /// images into `images`.
-pub(super) fn measure(bos: u64, gpus: u64, images: &Path) -> Budget {
+pub(super) fn measure(bos: u64, gpus: u64, same_machine: bool, images: &Path) -> Budget {
     // TMPFS_MAGIC and RAMFS_MAGIC from linux/magic.h.
     const TMPFS_MAGIC: i64 = 0x0102_1994;
     const RAMFS_MAGIC: i64 = 0x8584_58f6;
@@ -166,6 +177,7 @@ pub(super) fn measure(bos: u64, gpus: u64, images: &Path) -> Budget {
         bos,
         gpus,
         images_in_memory: matches!(fs_type, Some(TMPFS_MAGIC | RAMFS_MAGIC)),
+        same_machine,
         mem_available: mem_available(),
         cgroup_room: cgroup_room(),
         disk_free,
@@ -182,6 +194,7 @@ mod tests {
             bos,
             gpus: 8,
             images_in_memory: false,
+            same_machine: false,
             mem_available: Some(20 * GIB),
             cgroup_room: None,
             disk_free: Some(100 * GIB),
@@ -193,7 +206,11 @@ mod tests {
         assert_eq!(judge(&budget(GIB)), Ok(()));
         // At most 1.25x the BOs once the BOs are large.
         let b = budget(8 * GIB);
-        assert!(b.memory_needed() <= 8 * GIB + 2 * GIB, "{}", b.memory_needed());
+        assert!(
+            b.memory_needed() <= 8 * GIB + 2 * GIB,
+            "{}",
+            b.memory_needed()
+        );
     }
 
     #[test]
@@ -212,6 +229,10 @@ mod tests {
         b.mem_available = Some(4 * GIB);
         let err = judge(&b).unwrap_err();
         assert!(err.contains("for the images on tmpfs"), "{err}");
+        let mut b = budget(12 * GIB);
+        b.same_machine = true;
+        let err = judge(&b).unwrap_err();
+        assert!(err.contains("twice"), "{err}");
         let mut b = budget(2 * GIB);
         b.disk_free = Some(GIB);
         let err = judge(&b).unwrap_err();
@@ -221,7 +242,7 @@ mod tests {
     #[test]
     fn this_host_can_be_measured() {
         let dir = tempfile::tempdir().unwrap();
-        let b = measure(MIB, 1, dir.path());
+        let b = measure(MIB, 1, false, dir.path());
         assert!(b.mem_available.is_some_and(|m| m > 0), "{b:?}");
         assert!(b.disk_free.is_some(), "{b:?}");
     }

@@ -17,13 +17,13 @@ use criu_host_emulator::{
 use indicatif::ProgressBar;
 
 use super::args::Args;
+use super::budget;
 use super::exchange::exchange_buffer;
 use super::images::{images_dir, read_kfd_images};
 use super::machine::{resolve, simulate, Machine};
 use super::progress::{bytes_read, pages_bytes, stage, with_progress};
 use super::report::{checkpoint_phase, phase_line, restore_phase, Report};
 use super::verification::{checkpoint_failed, image_set, resume_problems, run_after_restore};
-use super::budget;
 use super::workload::{launch, WorkloadKind, DEFAULT_SIZE};
 use super::{Stop, STEPS_AFTER, STEPS_BEFORE};
 use crate::cmd::{check, map};
@@ -76,7 +76,8 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
         None if args.workload == WorkloadKind::Basic => args.workload.minimum_bytes(gpus),
         None => DEFAULT_SIZE,
     };
-    budget::judge(&budget::measure(planned, gpus, images.path())).map_err(Stop::Usage)?;
+    budget::judge(&budget::measure(planned, gpus, same_machine, images.path()))
+        .map_err(Stop::Usage)?;
 
     stage(bar, "launching the workload");
     let mut processes = launch(&origin_sim, &profiles)?;
@@ -94,7 +95,7 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
     if let Some(sim) = &target_sim {
         remove_sysfs_on_signal(sim);
     }
-    let restore_sim = target_sim.as_ref().unwrap_or(&origin_sim);
+    let restore_sim = &target_sim.clone().unwrap_or_else(|| origin_sim.clone());
     let restore_label = target.as_ref().map_or_else(
         || format!("{} (the same machine)", origin.label),
         |m| m.label.clone(),
@@ -172,6 +173,10 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
     );
     let dump_time = started.elapsed();
     drop(tree);
+    // CRIU's dump process ends with the dump: whatever the plugin held
+    // (render files, dma-bufs of the BOs) goes with it, so the application's
+    // BOs are freed when it ends too.
+    drop(dumper);
     if let Err(e) = dumped {
         let error = e.to_string();
         return Err(checkpoint_failed(
@@ -237,6 +242,14 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
             app.exit()
                 .map_err(|e| Stop::Failed(format!("ending the checkpointed process: {e}")))?;
         }
+    }
+    // The checkpointing machine's simulated kernel keeps a BO once exported
+    // (the dump's dma-bufs) for as long as it lives, as amdgpu keeps a GEM
+    // object a dma-buf refers to. Restoring on another machine, it is no
+    // longer needed: dropping it frees the application's BOs before the
+    // restore creates its own, so the run holds one copy, not two.
+    if target_sim.is_some() {
+        drop(origin_sim);
     }
     let started = Instant::now();
     let read_before = bytes_read();

@@ -92,7 +92,10 @@ impl WorkloadKind {
             WorkloadKind::Basic => vec![Profile::Basic],
             WorkloadKind::Pytorch => vec![pytorch(size - fixed_bytes(Fixed::Pytorch, gpus), gpus)],
             WorkloadKind::Tensorflow => {
-                vec![tensorflow(size - fixed_bytes(Fixed::Tensorflow, gpus), gpus)]
+                vec![tensorflow(
+                    size - fixed_bytes(Fixed::Tensorflow, gpus),
+                    gpus,
+                )]
             }
             WorkloadKind::Multi => {
                 // Half each for the pytorch and the tensorflow process, or
@@ -306,7 +309,10 @@ mod tests {
             }
         }
         assert_eq!(
-            WorkloadKind::Multi.profiles(Some(16 * MIB), 2).unwrap().len(),
+            WorkloadKind::Multi
+                .profiles(Some(16 * MIB), 2)
+                .unwrap()
+                .len(),
             3
         );
         assert_eq!(
@@ -318,7 +324,10 @@ mod tests {
     #[test]
     fn a_size_that_cannot_be_honoured_is_refused_with_the_reason() {
         let err = WorkloadKind::Basic.profiles(Some(GIB), 8).unwrap_err();
-        assert!(err.contains("--size does not apply to the basic workload"), "{err}");
+        assert!(
+            err.contains("--size does not apply to the basic workload"),
+            "{err}"
+        );
         let err = WorkloadKind::Pytorch.profiles(Some(1), 8).unwrap_err();
         assert!(err.contains("--size 1 B is below the"), "{err}");
         // 63 GPUs each need their rings and GTT buffers: 64M cannot be.
