@@ -169,6 +169,8 @@ pub(super) fn measure(bos: u64, gpus: u64, same_machine: bool, images: &Path) ->
     // TMPFS_MAGIC and RAMFS_MAGIC from linux/magic.h.
     const TMPFS_MAGIC: i64 = 0x0102_1994;
     const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    // `f_type` is i64 here but narrower on other architectures.
+    #[allow(clippy::unnecessary_cast)]
     let fs_type = rustix::fs::statfs(images).ok().map(|s| s.f_type as i64);
     let disk_free = rustix::fs::statvfs(images)
         .ok()
