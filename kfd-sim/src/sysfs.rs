@@ -238,7 +238,8 @@ const LEGACY_CHIPS: &[LegacyChip] = &[
     },
 ];
 
-/// Fills in, for GPU nodes of the chips in [`LEGACY_CHIPS`], the keys a
+/// Fills in, for GPU nodes of the chips whose captures predate the keys
+/// (Carrizo/Bristol Ridge, Polaris, Vega 10, by PCI device id), the keys a
 /// current kernel prints that the capture lacks (`gfx_target_version`,
 /// `num_sdma_engines`, `num_sdma_xgmi_engines`,
 /// `num_sdma_queues_per_engine`), where the kernel prints them. Keys the
