@@ -882,7 +882,12 @@ impl Workload {
                 self.svm_range(start, len, gpu)?;
             }
         }
-        Ok(())
+        // The step counter is the first word of the first data BO: it
+        // starts at 0 whatever the fill put there.
+        let st = self.sim.lock();
+        let list = allocs(&st, self.pid)?;
+        let control = control_alloc(&st, self.pid, &list)?;
+        write8(&st, self.pid, control, 0, 0)
     }
 
     /// Fills the first `used` bytes of VRAM/GTT BO `handle` with
