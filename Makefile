@@ -29,6 +29,11 @@
 # those files, then those directories if they are empty, never a directory
 # that existed before. Installing over an existing manifest is refused:
 # uninstall first. Paths must not contain white space.
+#
+# Install never destroys a file it did not write: if any file it would
+# install is already there (the distribution's C amdgpu_plugin.so, for one),
+# it refuses and names it. With FORCE=1 it keeps each such file as FILE.orig
+# (recorded as "o PATH" in the manifest) and uninstall puts it back.
 
 PREFIX ?= /usr/local
 DESTDIR ?=
@@ -46,16 +51,23 @@ PLUGIN_BUILD_DIR ?= $(BUILD_DIR)
 PLUGIN_SO := $(PLUGIN_BUILD_DIR)/libcriu_plugin_amdgpu.so
 CLI_BIN := $(BUILD_DIR)/amdgpu-criu
 MAN_PAGES := docs/man/criu-amdgpu-plugin.1 docs/man/amdgpu-criu.1
+MAN_PAGES_FA := docs/man/fa/criu-amdgpu-plugin.1
+FORCE ?=
 
 PLUGIN_DIR := $(PREFIX)/lib/criu
 BIN_DIR := $(PREFIX)/bin
 MAN1_DIR := $(PREFIX)/share/man/man1
+MAN1_FA_DIR := $(PREFIX)/share/man/fa/man1
 BASH_DIR := $(PREFIX)/share/bash-completion/completions
 ZSH_DIR := $(PREFIX)/share/zsh/site-functions
 FISH_DIR := $(PREFIX)/share/fish/vendor_completions.d
 DATA_DIR := $(PREFIX)/share/amdgpu-criu
 DEBUG_DIR := $(PREFIX)/lib/debug
 MANIFEST := $(DATA_DIR)/install-manifest
+INSTALLED := $(PLUGIN_DIR)/amdgpu_plugin.so $(BIN_DIR)/amdgpu-criu \
+	$(addprefix $(MAN1_DIR)/,$(notdir $(MAN_PAGES))) \
+	$(addprefix $(MAN1_FA_DIR)/,$(notdir $(MAN_PAGES_FA))) \
+	$(BASH_DIR)/amdgpu-criu $(ZSH_DIR)/_amdgpu-criu $(FISH_DIR)/amdgpu-criu.fish
 
 ifeq ($(PROFILE),release)
 CARGO_PROFILE_FLAG := --release
@@ -77,7 +89,9 @@ test:
 
 # mkd DIR: create DIR under DESTDIR one component at a time, recording each
 # component created (as "d PATH") in the manifest being written.
-# put MODE SRC DEST: install one file, recording it (as "f PATH").
+# put MODE SRC DEST: install one file, recording it (as "f PATH"); a file
+# already at DEST (allowed by FORCE=1 only) is first kept as DEST.orig and
+# recorded (as "o PATH").
 define INSTALL_FUNCS
 set -e; \
 man=$$(mktemp); tmpman=$$man; trap 'rm -f "$$tmpman"' EXIT; \
@@ -91,6 +105,10 @@ mkd() { \
 	done; \
 }; \
 put() { \
+	if [ -e "$(DESTDIR)$$3" ]; then \
+		mv "$(DESTDIR)$$3" "$(DESTDIR)$$3.orig"; echo "o $$3" >> "$$man"; \
+		echo "kept $$3 as $$3.orig"; \
+	fi; \
 	install -m "$$1" "$$2" "$(DESTDIR)$$3"; echo "f $$3" >> "$$man"; \
 }; \
 putbin() { \
@@ -123,16 +141,29 @@ install:
 		echo "make install: $(OBJCOPY) (binutils) is needed to strip the binaries; install it or set STRIP=0" >&2; \
 		exit 1; \
 	fi
+	@for f in $(INSTALLED); do \
+		if [ -e "$(DESTDIR)$$f.orig" ] && [ -e "$(DESTDIR)$$f" ]; then \
+			echo "make install: $(DESTDIR)$$f and $(DESTDIR)$$f.orig both exist; move one away first" >&2; \
+			exit 1; \
+		fi; \
+		if [ -e "$(DESTDIR)$$f" ] && [ "$(FORCE)" != 1 ]; then \
+			echo "make install: $(DESTDIR)$$f exists and was not installed by this Makefile" \
+				"(another package's file?); refusing to overwrite it. Remove it, or run with" \
+				"FORCE=1 to keep it as $$f.orig and put it back on 'make uninstall'" >&2; \
+			exit 1; \
+		fi; \
+	done
 	@$(INSTALL_FUNCS); \
 	tmp=$$(mktemp -d); trap 'rm -f "$$tmpman"; rm -rf "$$tmp"' EXIT; \
 	if [ -n "$(DESTDIR)" ]; then mkdir -p "$(DESTDIR)"; fi; \
-	for d in "$(PLUGIN_DIR)" "$(BIN_DIR)" "$(MAN1_DIR)" "$(BASH_DIR)" \
+	for d in "$(PLUGIN_DIR)" "$(BIN_DIR)" "$(MAN1_DIR)" "$(MAN1_FA_DIR)" "$(BASH_DIR)" \
 		"$(ZSH_DIR)" "$(FISH_DIR)" "$(DATA_DIR)"; do mkd "$$d"; done; \
 	cat "$$man" > "$(DESTDIR)$(MANIFEST)"; man="$(DESTDIR)$(MANIFEST)"; \
 	echo "f $(MANIFEST)" >> "$$man"; \
 	putbin 0644 "$(PLUGIN_SO)" "$(PLUGIN_DIR)/amdgpu_plugin.so"; \
 	putbin 0755 "$(CLI_BIN)" "$(BIN_DIR)/amdgpu-criu"; \
 	for m in $(MAN_PAGES); do put 0644 "$$m" "$(MAN1_DIR)/$${m##*/}"; done; \
+	for m in $(MAN_PAGES_FA); do put 0644 "$$m" "$(MAN1_FA_DIR)/$${m##*/}"; done; \
 	"$(CLI_BIN)" completions bash > "$$tmp/amdgpu-criu"; \
 	"$(CLI_BIN)" completions zsh > "$$tmp/_amdgpu-criu"; \
 	"$(CLI_BIN)" completions fish > "$$tmp/amdgpu-criu.fish"; \
@@ -151,6 +182,9 @@ uninstall:
 	sed -n 's/^f //p' "$(DESTDIR)$(MANIFEST)" | while IFS= read -r f; do \
 		case "$$f" in "$(MANIFEST)") continue;; esac; \
 		rm -f "$(DESTDIR)$$f"; echo "removed $$f"; \
+	done; \
+	sed -n 's/^o //p' "$(DESTDIR)$(MANIFEST)" | while IFS= read -r f; do \
+		mv "$(DESTDIR)$$f.orig" "$(DESTDIR)$$f"; echo "put back $$f"; \
 	done; \
 	dirs=$$(sed -n 's/^d //p' "$(DESTDIR)$(MANIFEST)" | sort -r); \
 	rm -f "$(DESTDIR)$(MANIFEST)"; \

@@ -7,7 +7,8 @@
 //! 0 success, 1 a negative answer (incompatible, problems found), 2 usage or
 //! read errors.
 
-#![forbid(unsafe_code)]
+// Unsafe code only in the demo's signal handling (cmd/demo/cleanup.rs).
+#![deny(unsafe_code)]
 
 use std::process::ExitCode;
 

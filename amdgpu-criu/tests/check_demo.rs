@@ -24,7 +24,11 @@ fn code(out: &Output) -> i32 {
 
 /// Runs the demo with `--json` and checks the verified answer's shape.
 fn demo_verified(args: &[&str]) -> Value {
-    let mut all = vec!["demo", "--json", "--size", "8M"];
+    let mut all = vec!["demo", "--json"];
+    // `basic` has a fixed size and refuses --size.
+    if !args.contains(&"basic") && !args.contains(&"--size") {
+        all.extend(["--size", "16M"]);
+    }
     all.extend_from_slice(args);
     let out = run(&all);
     let v = json(&out);
@@ -72,7 +76,8 @@ fn tensorflow_moves_to_a_renumbered_machine() {
 
 #[test]
 fn default_machine_with_two_hives_remaps_every_gpu() {
-    let v = demo_verified(&["--workload", "tensorflow"]);
+    // Eight GPUs take 35 MiB of rings and GTT buffers whatever the size.
+    let v = demo_verified(&["--workload", "tensorflow", "--size", "40M"]);
     let map = gpu_map(&v);
     assert_eq!(map.len(), 8, "mi210-8gpu-2hive has eight GPUs");
     let targets: std::collections::BTreeSet<u64> = map.iter().map(|(_, to)| *to).collect();
@@ -120,7 +125,7 @@ fn multi_holds_three_processes() {
         "--workload",
         "multi",
         "--size",
-        "8M",
+        "16M",
         "--dir",
         images.to_str().unwrap(),
     ]);
@@ -149,7 +154,7 @@ fn an_incompatible_restore_machine_fails_with_reasons() {
         "demo",
         "--json",
         "--size",
-        "8M",
+        "16M",
         "--topology",
         "pcie-2gpu",
         "--restore-topology",
@@ -177,7 +182,7 @@ fn other_hardware_is_refused() {
     let out = run(&[
         "demo",
         "--size",
-        "8M",
+        "16M",
         "--topology",
         "pcie-2gpu",
         "--restore-topology",
@@ -193,7 +198,7 @@ fn a_failed_checkpoint_names_the_error_and_leaves_the_app_running() {
     let out = run(&[
         "demo",
         "--size",
-        "8M",
+        "16M",
         "--topology",
         "pcie-2gpu",
         "--inject",
@@ -212,7 +217,7 @@ fn a_failed_checkpoint_names_the_error_and_leaves_the_app_running() {
         "demo",
         "--json",
         "--size",
-        "8M",
+        "16M",
         "--topology",
         "pcie-2gpu",
         "--inject",
@@ -233,7 +238,7 @@ fn a_failed_restore_names_the_error() {
     let out = run(&[
         "demo",
         "--size",
-        "8M",
+        "16M",
         "--topology",
         "pcie-2gpu",
         "--inject",
@@ -278,12 +283,88 @@ fn usage_errors_exit_2() {
     assert!(stderr(&out).contains("already holds"), "{}", stderr(&out));
 }
 
+#[test]
+fn inject_names_the_valid_operations_and_a_fault_that_never_fires_fails() {
+    let out = run(&["demo", "--inject", "FOO"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("unknown operation \"FOO\"")
+            && err.contains("valid operations: ")
+            && err.contains("CRIU_OP:CHECKPOINT"),
+        "{err}"
+    );
+    let help = stdout(&run(&["demo", "--help"]));
+    assert!(
+        help.contains("CRIU_OP:RESTORE") && help.contains("SDMA_SHORT"),
+        "--help lists the operations: {help}"
+    );
+    // A valid operation that this run never calls after the workload
+    // started: the rehearsal rehearsed nothing, so the run fails.
+    let out = run(&[
+        "demo",
+        "--size",
+        "16M",
+        "--topology",
+        "pcie-2gpu",
+        "--inject",
+        "ALLOC_MEMORY_OF_GPU=ENOMEM",
+    ]);
+    assert_eq!(code(&out), 1, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("injected fault ALLOC_MEMORY_OF_GPU:1=ENOMEM never fired"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn a_size_that_cannot_be_honoured_is_refused_with_the_reason() {
+    let out = run(&["demo", "--workload", "basic", "--size", "1G"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("--size does not apply to the basic workload"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&["demo", "--workload", "pytorch", "--size", "1"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("--size 1 B is below the"),
+        "{}",
+        stderr(&out)
+    );
+    // More than any host here has: refused before anything is allocated.
+    let out = run(&["demo", "--size", "64T"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("not enough memory") && stderr(&out).contains("MemAvailable"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn the_checkpoint_reports_logical_and_written_bytes() {
+    let v = demo_verified(&["--topology", "pcie-2gpu", "--workload", "tensorflow"]);
+    let c = &v["checkpoint"];
+    let (logical, written) = (
+        c["bytes"].as_u64().unwrap(),
+        c["written_bytes"].as_u64().unwrap(),
+    );
+    // --size is the total of the BOs.
+    assert!(logical.abs_diff(16 << 20) <= (16 << 20) / 32, "{v:#}");
+    // The tensorflow pool is used to 5/6: dense data is written, the
+    // untouched headroom is elided.
+    assert!(written > logical / 2 && written < logical, "{v:#}");
+}
+
 /// Images of a tensorflow run on pcie-2gpu, kept in `dir`.
 fn demo_images(dir: &Path) {
     let out = run(&[
         "demo",
         "--size",
-        "8M",
+        "16M",
         "--topology",
         "pcie-2gpu",
         "--keep",
@@ -366,7 +447,7 @@ fn a_tree_dump_failing_on_its_second_process_unpauses_every_process() {
     let out = run(&[
         "demo",
         "--size",
-        "8M",
+        "16M",
         "--topology",
         "single-gpu",
         "--workload",
@@ -391,7 +472,7 @@ fn a_failed_resume_is_restored_but_not_verified() {
         "demo",
         "--json",
         "--size",
-        "8M",
+        "16M",
         "--topology",
         "pcie-2gpu",
         "--inject",

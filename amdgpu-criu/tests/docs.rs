@@ -2,7 +2,9 @@
 //! without warnings, every subcommand and flag of the built tool is
 //! documented in `amdgpu-criu.1` (and nothing that does not exist), and
 //! every environment variable the plugin reads is in
-//! `criu-amdgpu-plugin.1`. So the pages cannot silently drift.
+//! `criu-amdgpu-plugin.1`. So the pages cannot silently drift. The Persian
+//! translation `fa/criu-amdgpu-plugin.1` keeps the English page's sections,
+//! options, names and examples, and formats cleanly as UTF-8.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -108,19 +110,31 @@ fn check_structure(path: &Path, text: &str) {
     assert!(!in_example, "{name}: .EX not closed");
 }
 
-/// `groff -man -ww -z`: every warning is a formatting defect.
-fn check_with_groff(path: &Path) {
+/// Whether a missing tool fails the test: under CI, where `.ci/run`
+/// installs it, a skip would hide a defect.
+fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// `groff -k -man -Tutf8 -ww` (what `man -l` runs, `-k` passing UTF-8 input
+/// through preconv): every warning is a formatting defect. Returns the
+/// rendered text, or `None` when groff is absent outside CI.
+fn check_with_groff(path: &Path) -> Option<String> {
     let Ok(out) = Command::new("groff")
-        .args(["-man", "-Tutf8", "-ww", "-z"])
+        .args(["-k", "-man", "-Tutf8", "-ww"])
         .arg(path)
-        .env("LC_ALL", "C")
+        .env("LC_ALL", "C.UTF-8")
         .output()
     else {
+        assert!(
+            !under_ci(),
+            "groff is not installed, and .ci/run installs it (groff-base)"
+        );
         println!(
-            "skipped groff check of {}: groff is not installed",
+            "skipped groff check of {}: groff is not installed (package groff-base)",
             path.display()
         );
-        return;
+        return None;
     };
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -128,6 +142,7 @@ fn check_with_groff(path: &Path) {
         "groff on {}: {stderr}",
         path.display()
     );
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 #[test]
@@ -136,6 +151,134 @@ fn man_pages_are_well_formed() {
         let (path, text) = man_page(page);
         check_structure(&path, &text);
         check_with_groff(&path);
+    }
+}
+
+/// The arguments of a roff font request line set in `font` (`'B'` or
+/// `'I'`): all of `.B`, the alternating ones of `.BR`, `.RB`, `.BI`, `.IB`, ...
+fn font_arguments(line: &str, font: char) -> Vec<String> {
+    let Some(rest) = line.strip_prefix('.') else {
+        return Vec::new();
+    };
+    let (request, args) = rest.split_once(' ').unwrap_or((rest, ""));
+    let mut words = Vec::new();
+    let mut chars = args.trim().chars().peekable();
+    while chars.peek().is_some() {
+        let mut word = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            for c in chars.by_ref() {
+                if c == '"' {
+                    break;
+                }
+                word.push(c);
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == ' ' {
+                    break;
+                }
+                word.push(c);
+                chars.next();
+            }
+        }
+        while chars.peek() == Some(&' ') {
+            chars.next();
+        }
+        words.push(word);
+    }
+    if request.len() == 1 && request.starts_with(font) {
+        return vec![words.join(" ")];
+    }
+    let fonts: Vec<char> = request.chars().collect();
+    if fonts.len() != 2 || !fonts.iter().all(|f| "BIR".contains(*f)) {
+        return Vec::new();
+    }
+    words
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| fonts[i % 2] == font)
+        .map(|(_, w)| w)
+        .collect()
+}
+
+/// What a translation must keep from its original: the count of each
+/// structural request, every bold and italic name (options, variables,
+/// commands, files; words in the page's own language and section names
+/// aside), and the examples verbatim.
+#[derive(Debug, PartialEq)]
+struct PageSkeleton {
+    requests: Vec<(String, usize)>,
+    bold: Vec<String>,
+    italic: Vec<String>,
+    examples: Vec<String>,
+}
+
+fn skeleton(text: &str) -> PageSkeleton {
+    let sections: BTreeSet<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(".SH ").or_else(|| l.strip_prefix(".SS ")))
+        .map(|l| l.trim_matches('"').to_owned())
+        .collect();
+    let names = |font: char| {
+        let mut names: Vec<String> = text
+            .lines()
+            .flat_map(|l| font_arguments(l, font))
+            .filter(|w| w.is_ascii() && !w.is_empty() && !sections.contains(w))
+            .collect();
+        names.sort();
+        names
+    };
+    let requests = ["SH", "SS", "TP", "IP", "PP", "EX"]
+        .iter()
+        .map(|r| {
+            let count = text
+                .lines()
+                .filter(|l| *l == format!(".{r}") || l.starts_with(&format!(".{r} ")))
+                .count();
+            ((*r).to_owned(), count)
+        })
+        .collect();
+    let examples = text
+        .split(".EX\n")
+        .skip(1)
+        .filter_map(|block| block.split(".EE\n").next())
+        .map(str::to_owned)
+        .collect();
+    PageSkeleton {
+        requests,
+        bold: names('B'),
+        italic: names('I'),
+        examples,
+    }
+}
+
+#[test]
+fn persian_plugin_page_keeps_step_with_the_english_one() {
+    let (_, english) = man_page("criu-amdgpu-plugin.1");
+    let (path, persian) = man_page("fa/criu-amdgpu-plugin.1");
+    let original = skeleton(&english);
+    assert!(
+        original.bold.iter().any(|b| b == "KFD_MAX_BUFFER_SIZE")
+            && original.bold.iter().any(|b| b == "\\-\\-libdir")
+            && original.examples.len() >= 4,
+        "the skeleton parser finds the options and examples: {original:?}"
+    );
+    assert_eq!(
+        skeleton(&persian),
+        original,
+        "{} must have the sections, options, names and examples of the English page",
+        path.display()
+    );
+    assert!(
+        persian.contains(".SH \"نام\"") && persian.contains("criu-amdgpu-plugin \\- "),
+        "the NAME section is translated and keeps `name \\- summary` for whatis"
+    );
+    if let Some(rendered) = check_with_groff(&path) {
+        assert!(
+            rendered.contains("افزونه") && rendered.contains("KFD_MAX_BUFFER_SIZE"),
+            "groff renders the Persian text as UTF-8"
+        );
     }
 }
 

@@ -59,8 +59,6 @@ fn demo_inject_rehearses_every_criu_operation_failing() {
     for (fault, words, errno) in cases {
         let out = run(&[
             "demo",
-            "--size",
-            "8M",
             "--topology",
             "pcie-2gpu",
             "--workload",

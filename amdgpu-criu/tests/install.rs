@@ -69,19 +69,21 @@ fn tree(root: &Path) -> BTreeSet<String> {
     out
 }
 
-const INSTALLED_FILES: [&str; 8] = [
+const INSTALLED_FILES: [&str; 9] = [
     "usr/lib/criu/amdgpu_plugin.so",
     "usr/bin/amdgpu-criu",
     "usr/share/man/man1/criu-amdgpu-plugin.1",
     "usr/share/man/man1/amdgpu-criu.1",
+    "usr/share/man/fa/man1/criu-amdgpu-plugin.1",
     "usr/share/bash-completion/completions/amdgpu-criu",
     "usr/share/zsh/site-functions/_amdgpu-criu",
     "usr/share/fish/vendor_completions.d/amdgpu-criu.fish",
     "usr/share/amdgpu-criu/install-manifest",
 ];
 
-#[test]
-fn install_then_uninstall_leaves_what_was_there() {
+/// The directory holding the test's binaries and the plugin `.so`, or `None`
+/// (with the reason printed) when the test cannot run here.
+fn build_dir_with_plugin() -> Option<PathBuf> {
     let cli = Path::new(env!("CARGO_BIN_EXE_amdgpu-criu"));
     let build_dir = cli.parent().unwrap();
     let plugin = build_dir.join("libcriu_plugin_amdgpu.so");
@@ -90,12 +92,22 @@ fn install_then_uninstall_leaves_what_was_there() {
             "skipped: {} is absent (built by `cargo test --workspace`, not by `cargo test -p amdgpu-criu`)",
             plugin.display()
         );
-        return;
+        return None;
     }
     if Command::new("make").arg("--version").output().is_err() {
         println!("skipped: make is not installed");
-        return;
+        return None;
     }
+    Some(build_dir.to_path_buf())
+}
+
+#[test]
+fn install_then_uninstall_leaves_what_was_there() {
+    let Some(build_dir) = build_dir_with_plugin() else {
+        return;
+    };
+    let build_dir = build_dir.as_path();
+    let plugin = build_dir.join("libcriu_plugin_amdgpu.so");
     let dest = tempfile::tempdir().unwrap();
     // A directory and a file that were there before: they must survive.
     fs::create_dir_all(dest.path().join("usr/share/man/man1")).unwrap();
@@ -161,11 +173,19 @@ fn install_then_uninstall_leaves_what_was_there() {
             "the installed plugin contains {needle:?}"
         );
     }
-    let manual = fs::read_to_string(workspace_root().join("docs/man/amdgpu-criu.1")).unwrap();
-    assert_eq!(
-        fs::read_to_string(dest.path().join("usr/share/man/man1/amdgpu-criu.1")).unwrap(),
-        manual
-    );
+    for (installed, source) in [
+        ("usr/share/man/man1/amdgpu-criu.1", "docs/man/amdgpu-criu.1"),
+        (
+            "usr/share/man/fa/man1/criu-amdgpu-plugin.1",
+            "docs/man/fa/criu-amdgpu-plugin.1",
+        ),
+    ] {
+        assert_eq!(
+            fs::read_to_string(dest.path().join(installed)).unwrap(),
+            fs::read_to_string(workspace_root().join(source)).unwrap(),
+            "{installed} is {source}"
+        );
+    }
     for (file, marker) in [
         (
             "usr/share/bash-completion/completions/amdgpu-criu",
@@ -336,4 +356,87 @@ fn install_without_artifacts_is_refused() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(tree(dest.path()).is_empty(), "nothing is installed");
+}
+
+/// A plugin of another origin (the distribution's C `amdgpu_plugin.so`) in
+/// the plugin directory before any install.
+const FOREIGN_PLUGIN: &[u8] = b"\x7fELF the distribution's C amdgpu_plugin.so";
+
+fn with_foreign_plugin() -> tempfile::TempDir {
+    let dest = tempfile::tempdir().unwrap();
+    fs::create_dir_all(dest.path().join("usr/lib/criu")).unwrap();
+    fs::write(
+        dest.path().join("usr/lib/criu/amdgpu_plugin.so"),
+        FOREIGN_PLUGIN,
+    )
+    .unwrap();
+    dest
+}
+
+#[test]
+fn install_refuses_to_overwrite_a_plugin_it_did_not_write() {
+    let Some(build_dir) = build_dir_with_plugin() else {
+        return;
+    };
+    let dest = with_foreign_plugin();
+    let before = tree(dest.path());
+
+    let out = make("install", dest.path(), &build_dir);
+    assert!(
+        !out.status.success(),
+        "install over a foreign plugin must be refused"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("amdgpu_plugin.so exists") && stderr.contains("FORCE=1"),
+        "the refusal names the file and the way out: {stderr}"
+    );
+    assert_eq!(
+        tree(dest.path()),
+        before,
+        "a refused install writes nothing"
+    );
+    assert_eq!(
+        fs::read(dest.path().join("usr/lib/criu/amdgpu_plugin.so")).unwrap(),
+        FOREIGN_PLUGIN
+    );
+}
+
+#[test]
+fn forced_install_keeps_the_old_plugin_and_uninstall_puts_it_back() {
+    let Some(build_dir) = build_dir_with_plugin() else {
+        return;
+    };
+    let dest = with_foreign_plugin();
+    let before = tree(dest.path());
+
+    let out = make_with("install", dest.path(), &build_dir, &["FORCE=1"]);
+    assert_ok(&out, "make install FORCE=1");
+    assert_eq!(
+        fs::read(dest.path().join("usr/lib/criu/amdgpu_plugin.so.orig")).unwrap(),
+        FOREIGN_PLUGIN,
+        "the replaced plugin is kept"
+    );
+    assert_eq!(
+        fs::read(dest.path().join("usr/lib/criu/amdgpu_plugin.so")).unwrap(),
+        fs::read(build_dir.join("libcriu_plugin_amdgpu.so")).unwrap(),
+        "ours is installed"
+    );
+    let manifest =
+        fs::read_to_string(dest.path().join("usr/share/amdgpu-criu/install-manifest")).unwrap();
+    assert!(
+        manifest.contains("o /usr/lib/criu/amdgpu_plugin.so\n"),
+        "the manifest records the kept file:\n{manifest}"
+    );
+
+    assert_ok(
+        &make("uninstall", dest.path(), &build_dir),
+        "make uninstall",
+    );
+    assert_eq!(tree(dest.path()), before, "uninstall restores the tree");
+    assert_eq!(
+        fs::read(dest.path().join("usr/lib/criu/amdgpu_plugin.so")).unwrap(),
+        FOREIGN_PLUGIN,
+        "the old plugin is back, byte for byte"
+    );
 }

@@ -33,7 +33,7 @@ fn demo_set() -> tempfile::TempDir {
         "--workload",
         "multi",
         "--size",
-        "8M",
+        "16M",
         "--dir",
         images.to_str().unwrap(),
     ]);

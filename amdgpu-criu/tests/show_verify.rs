@@ -116,6 +116,25 @@ fn show_reports_unreadable_files_and_bad_paths() {
 }
 
 #[test]
+fn verify_says_an_interrupted_dump_is_incomplete() {
+    let (dir, _) = sample_dir();
+    // What a dump killed mid-file leaves: the file it was writing.
+    std::fs::write(
+        dir.path().join(".amdgpu-pages-1-0002.img.part-4242-7"),
+        b"partial",
+    )
+    .unwrap();
+    let out = run(&["verify", dir.path().to_str().unwrap()]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("incomplete image set: .amdgpu-pages-1-0002.img.part-4242-7")
+            && text.contains(": incomplete, 1 unfinished files"),
+        "{text}"
+    );
+}
+
+#[test]
 fn verify_clean_set_exits_0() {
     let (dir, _) = sample_dir();
     let out = run(&["verify", dir.path().to_str().unwrap()]);

@@ -134,7 +134,7 @@ struct GpuModel {
 /// watch points (4 address bits), doorbell 2.0, the trap-debug bits, memory
 /// and SRAM EDC, RAS events, SVM and firmware trap support.
 const GFX9_CAPABILITY: u64 = 0x80 // WATCH_POINTS_SUPPORTED
-    | (4 << 8) // WATCH_POINTS_TOTALBITS
+    | (2 << 8) // WATCH_POINTS_TOTALBITS: log2 of 4 watch points
     | (2 << 12) // DOORBELL_TYPE 2.0
     | 0x8000 // TRAP_DEBUG_SUPPORT
     | 0x10000 // TRAP_DEBUG_WAVE_LAUNCH_TRAP_OVERRIDE_SUPPORTED
@@ -146,21 +146,27 @@ const GFX9_CAPABILITY: u64 = 0x80 // WATCH_POINTS_SUPPORTED
     | 0x8000000 // SVMAPI_SUPPORTED
     | 0x20000000; // TRAP_DEBUG_FIRMWARE_SUPPORTED
 
-/// Instinct MI210: gfx90a, 104 CUs, 64 GiB HBM2e.
+/// `HSA_CAP_ASIC_REVISION` (bits 22..25) of a revision-1 part.
+const ASIC_REVISION_1: u64 = 1 << 22;
+
+/// Instinct MI210: gfx90a, 104 CUs, 64 GiB HBM2e. The values the real
+/// capture `mi210-8gpu-xgmi-2hives` reports (8 arrays of 14 CU slots,
+/// 13 active; firmware; capability with ASIC revision 1; 217 caches), so
+/// a checkpoint moves between the two.
 const MI210: GpuModel = GpuModel {
     name: "aldebaran",
     device_id: 0x740F,
     gfx_target_version: 90010,
     compute_units: 104,
     array_count: 8,
-    cu_per_simd_array: 13,
+    cu_per_simd_array: 14,
     num_sdma_engines: 2,
     num_sdma_xgmi_engines: 3,
     max_engine_clk_fcompute: 1700,
-    fw_version: 78,
-    sdma_fw_version: 8,
-    capability: GFX9_CAPABILITY,
-    debug_prop: 1495,
+    fw_version: 92,
+    sdma_fw_version: 9,
+    capability: GFX9_CAPABILITY | ASIC_REVISION_1,
+    debug_prop: 470,
     num_xcc: 1,
     vram: 64 * GIB,
     mem_width: 4096,
@@ -700,9 +706,11 @@ fn gpu_caches(model: &GpuModel, simd_id_base: u64) -> Vec<Indexed> {
             .collect::<Vec<_>>()
             .join(",")
     };
-    let global_map = (0..model.array_count * 32)
+    let arrays = model.array_count.max(1);
+    let active_in = |array: u64| cus / arrays + u64::from(array < cus % arrays);
+    let global_map = (0..arrays * 32)
         .map(|slot| {
-            if slot % 32 < model.cu_per_simd_array {
+            if slot % 32 < active_in(slot / 32) {
                 "1"
             } else {
                 "0"
@@ -719,8 +727,21 @@ fn gpu_caches(model: &GpuModel, simd_id_base: u64) -> Vec<Indexed> {
             local_map(1),
         );
     }
-    for cu in (0..cus).step_by(2) {
-        let sharing = (cus - cu).min(2);
+    // The pairs sharing an instruction and a scalar cache never straddle a
+    // shader array: the kernel walks each array's CUs (the active CUs
+    // spread evenly, the first arrays taking the remainder), so an array
+    // with an odd count ends with a cache of its own. An MI210 (104 CUs
+    // in 8 arrays of 13) has 56 of each, 217 caches in all, as its capture.
+    let mut pairs = Vec::new();
+    let mut first = 0;
+    for array in 0..arrays {
+        let active = active_in(array);
+        for offset in (0..active).step_by(2) {
+            pairs.push((first + offset, (active - offset).min(2)));
+        }
+        first += active;
+    }
+    for &(cu, sharing) in &pairs {
         push(
             cu,
             1,
@@ -729,8 +750,7 @@ fn gpu_caches(model: &GpuModel, simd_id_base: u64) -> Vec<Indexed> {
             local_map(sharing),
         );
     }
-    for cu in (0..cus).step_by(2) {
-        let sharing = (cus - cu).min(2);
+    for &(cu, sharing) in &pairs {
         push(cu, 1, 16, CACHE_DATA | CACHE_HSA_CU, local_map(sharing));
     }
     push(

@@ -480,3 +480,67 @@ fn the_validator_rejects_a_split_hive() {
         &cpu_map,
     );
 }
+
+/// The built-in `mi210-8gpu-2hive` imitates the real MI210 capture: every
+/// property a restore compares agrees (CU layout, firmware, capability,
+/// cache count, SDMA engines, ...), and a checkpoint moves from either
+/// machine to the other with every check on.
+#[test]
+fn the_builtin_mi210_machine_agrees_with_the_real_capture() {
+    let Some(real) = load_system("mi210-8gpu-xgmi-2hives") else {
+        return;
+    };
+    let imitation = builtin("mi210-8gpu-2hive").unwrap();
+    let real_gpu = real.gpus().next().unwrap();
+    let mut differing = Vec::new();
+    for gpu in imitation.gpus() {
+        for key in [
+            "simd_count",
+            "caches_count",
+            "io_links_count",
+            "max_waves_per_simd",
+            "lds_size_in_kb",
+            "num_gws",
+            "wave_front_size",
+            "array_count",
+            "simd_arrays_per_engine",
+            "cu_per_simd_array",
+            "simd_per_cu",
+            "max_slots_scratch_cu",
+            "gfx_target_version",
+            "vendor_id",
+            "device_id",
+            "num_sdma_engines",
+            "num_sdma_xgmi_engines",
+            "num_sdma_queues_per_engine",
+            "num_cp_queues",
+            "max_engine_clk_fcompute",
+            "fw_version",
+            "capability",
+            "debug_prop",
+            "sdma_fw_version",
+            "num_xcc",
+        ] {
+            if gpu.prop(key) != real_gpu.prop(key) {
+                differing.push(format!(
+                    "node {} {key}: built-in {} vs capture {}",
+                    gpu.id,
+                    gpu.prop(key),
+                    real_gpu.prop(key)
+                ));
+            }
+        }
+    }
+    assert!(differing.is_empty(), "{}", differing.join("\n"));
+
+    let real = DeviceTopology::from_system(&real).unwrap();
+    let imitation = DeviceTopology::from_system(&imitation).unwrap();
+    for (from, to, what) in [
+        (&real, &imitation, "capture -> built-in"),
+        (&imitation, &real, "built-in -> capture"),
+    ] {
+        let r = map(from, to, CheckOptions::all());
+        assert!(r.compatible, "{what}: {:?}", r.reasons);
+        assert_eq!(r.gpu_map.len(), 8, "{what}");
+    }
+}

@@ -85,6 +85,17 @@ pub enum FaultParseError {
         /// The offending text.
         value: String,
     },
+    /// An operation the simulator never checks, so the fault could never
+    /// fire.
+    #[error("fault spec {spec:?}: unknown operation {op:?}; valid operations: {}", known.join(", "))]
+    UnknownOp {
+        /// The whole spec.
+        spec: String,
+        /// The normalised operation name.
+        op: String,
+        /// Every operation a fault can target.
+        known: Vec<String>,
+    },
     /// A `CRIU_OP:` sub-operation that does not exist.
     #[error("fault spec {spec:?}: unknown criu operation {value:?} (PROCESS_INFO, CHECKPOINT, UNPAUSE, RESTORE, RESUME)")]
     BadCriuOp {
@@ -98,6 +109,32 @@ pub enum FaultParseError {
 /// CRIU sub-operation names, by op number.
 pub(crate) const CRIU_OP_NAMES: [&str; 5] =
     ["PROCESS_INFO", "CHECKPOINT", "UNPAUSE", "RESTORE", "RESUME"];
+
+/// The internal fault points that are not ioctls (see the module docs).
+const INTERNAL_POINTS: [&str; 6] = [
+    "OPEN",
+    "MMAP",
+    "DMABUF_EXPORT",
+    "EVICT",
+    "RESTORE_QUEUES",
+    "SDMA_SHORT",
+];
+
+/// Every operation a fault can target, in normalised form: the KFD and
+/// render-node ioctls the simulator handles, the CRIU sub-operations and
+/// the internal points. Sorted, without duplicates.
+pub fn known_operations() -> Vec<String> {
+    let mut ops: Vec<String> = crate::amdkfd::ioctl_names()
+        .into_iter()
+        .chain(crate::drm::ioctl_names())
+        .chain(INTERNAL_POINTS)
+        .map(str::to_owned)
+        .chain(CRIU_OP_NAMES.iter().map(|op| format!("CRIU_OP:{op}")))
+        .collect();
+    ops.sort();
+    ops.dedup();
+    ops
+}
 
 /// Upper-cases and strips the ioctl prefixes.
 pub(crate) fn normalize(name: &str) -> String {
@@ -132,6 +169,23 @@ impl FaultSpec {
             op: normalize(op),
             nth: nth.max(1),
             errno,
+        }
+    }
+
+    /// Parses `spec` like [`FromStr`] and also refuses an operation the
+    /// simulator never checks (a typo, or a name of another driver), whose
+    /// fault could never fire. The error lists the valid operations.
+    pub fn parse_known(spec: &str) -> Result<FaultSpec, FaultParseError> {
+        let fault: FaultSpec = spec.parse()?;
+        let known = known_operations();
+        if known.contains(&fault.op) {
+            Ok(fault)
+        } else {
+            Err(FaultParseError::UnknownOp {
+                spec: spec.to_owned(),
+                op: fault.op,
+                known,
+            })
         }
     }
 
@@ -277,6 +331,10 @@ mod tests {
     fn parses_full_and_short_forms() {
         let f: FaultSpec = "CRIU_OP:CHECKPOINT=EIO".parse().unwrap();
         assert_eq!(
+            FaultSpec::parse_known("CRIU_OP:CHECKPOINT=EIO"),
+            Ok(f.clone())
+        );
+        assert_eq!(
             (f.op.as_str(), f.nth, f.errno),
             ("CRIU_OP:CHECKPOINT", 1, Errno(libc::EIO))
         );
@@ -347,5 +405,37 @@ mod tests {
         let f = FaultSpec::new("MMAP", 1, Errno(4000));
         assert_eq!(f.to_string(), "MMAP:1=4000");
         assert_eq!(f.to_string().parse::<FaultSpec>().unwrap(), f);
+    }
+
+    #[test]
+    fn only_operations_the_simulator_checks_are_known() {
+        let known = known_operations();
+        for op in [
+            "CRIU_OP:CHECKPOINT",
+            "ALLOC_MEMORY_OF_GPU",
+            "AMDGPU_CS",
+            "AMDGPU_GEM_LIST_HANDLES",
+            "SDMA_SHORT",
+            "MMAP",
+        ] {
+            assert!(known.iter().any(|k| k == op), "{op} missing from {known:?}");
+        }
+        for spec in [
+            "AMDKFD_IOC_ALLOC_MEMORY_OF_GPU:2=ENOMEM",
+            "drm_ioctl_amdgpu_cs:3",
+            "mmap",
+        ] {
+            assert!(FaultSpec::parse_known(spec).is_ok(), "{spec}");
+        }
+        for spec in ["FOO", "CRIU_OP_CHECKPOINT=EIO", "ALLOC_MEMORY=ENOMEM"] {
+            let err = FaultSpec::parse_known(spec).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                matches!(err, FaultParseError::UnknownOp { .. })
+                    && text.contains("valid operations: ")
+                    && text.contains("CRIU_OP:CHECKPOINT"),
+                "{spec}: {text}"
+            );
+        }
     }
 }

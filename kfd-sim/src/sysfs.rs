@@ -1,5 +1,6 @@
-//! The simulated machine's topology: a built-in synthetic topology and where
-//! the simulator writes the sysfs tree for its topology.
+//! The simulated machine's topology: a built-in synthetic topology, the
+//! properties a current kernel reports that old captures lack, and where the
+//! simulator writes the sysfs tree for its topology.
 //!
 //! The tree itself is written by `amdgpu_topology::write` into a temporary
 //! directory the [`crate::Sim`] owns, at [`TOPOLOGY_DIR`] below it, so a
@@ -189,10 +190,145 @@ pub fn synthetic_system(gpus: usize) -> System {
     }
 }
 
+/// What a current amdkfd derives for a pre-gfx9 or first gfx9 chip from its
+/// PCI device id alone, for captures taken with kernels that did not print
+/// it yet (`gfx_target_version` since 5.x, the `num_sdma_*` keys since
+/// 5.x): the ids of `amdgpu_drv.c`'s `pciidlist`, the `gfx_target_version`
+/// of `kgd2kfd_probe()` (`kfd_device.c`) and the SDMA engines of
+/// `kfd_device_info_set_sdma_info()` (engines = `adev->sdma.num_instances`,
+/// 2 on these chips; 2 queues per engine for SDMA 2.x/3.x and 4.0; no XGMI
+/// engines).
+struct LegacyChip {
+    /// The chip, for the documentation and the notes.
+    name: &'static str,
+    /// Inclusive PCI device-id ranges.
+    device_ids: &'static [(u64, u64)],
+    gfx_target_version: u64,
+    num_sdma_engines: u64,
+    num_sdma_queues_per_engine: u64,
+}
+
+const LEGACY_CHIPS: &[LegacyChip] = &[
+    // CHIP_CARRIZO (Carrizo and Bristol Ridge APUs): carrizo_device_info,
+    // gfx_target_version 80001, 2 SDMA 3.0 instances, 2 queues each.
+    LegacyChip {
+        name: "Carrizo/Bristol Ridge (gfx801)",
+        device_ids: &[(0x9870, 0x9877)],
+        gfx_target_version: 80001,
+        num_sdma_engines: 2,
+        num_sdma_queues_per_engine: 2,
+    },
+    // CHIP_POLARIS10/11/12: polaris1x_device_info, gfx803, 2 SDMA 3.x
+    // instances, 2 queues each.
+    LegacyChip {
+        name: "Polaris (gfx803)",
+        device_ids: &[(0x67C0, 0x67DF), (0x67E0, 0x67FF), (0x6980, 0x699F)],
+        gfx_target_version: 80003,
+        num_sdma_engines: 2,
+        num_sdma_queues_per_engine: 2,
+    },
+    // CHIP_VEGA10 (GC 9.0.1): gfx900, SDMA 4.0.0 with 2 instances and
+    // 2 queues per engine.
+    LegacyChip {
+        name: "Vega 10 (gfx900)",
+        device_ids: &[(0x6860, 0x686F), (0x687F, 0x687F)],
+        gfx_target_version: 90000,
+        num_sdma_engines: 2,
+        num_sdma_queues_per_engine: 2,
+    },
+];
+
+/// Fills in, for GPU nodes of the chips whose captures predate the keys
+/// (Carrizo/Bristol Ridge, Polaris, Vega 10, by PCI device id), the keys a
+/// current kernel prints that the capture lacks (`gfx_target_version`,
+/// `num_sdma_engines`, `num_sdma_xgmi_engines`,
+/// `num_sdma_queues_per_engine`), where the kernel prints them. Keys the
+/// capture has are never changed; other chips are left alone. Returns one
+/// line per node changed.
+pub fn complete_kernel_properties(system: &mut System) -> Vec<String> {
+    let mut notes = Vec::new();
+    for node in system.nodes.iter_mut().filter(|n| n.is_gpu()) {
+        let device_id = node.prop("device_id");
+        let Some(chip) = LEGACY_CHIPS.iter().find(|c| {
+            c.device_ids
+                .iter()
+                .any(|&(lo, hi)| (lo..=hi).contains(&device_id))
+        }) else {
+            continue;
+        };
+        let mut added = Vec::new();
+        let p = &mut node.properties;
+        if p.get_or_zero("gfx_target_version") == 0 {
+            p.insert_after(
+                "max_slots_scratch_cu",
+                "gfx_target_version",
+                chip.gfx_target_version,
+            );
+            added.push(format!("gfx_target_version {}", chip.gfx_target_version));
+        }
+        let sdma_anchor = ["hive_id", "drm_render_minor", "location_id"]
+            .into_iter()
+            .find(|k| p.contains(k))
+            .unwrap_or("device_id");
+        let mut anchor = sdma_anchor.to_owned();
+        for (key, value) in [
+            ("num_sdma_engines", chip.num_sdma_engines),
+            ("num_sdma_xgmi_engines", 0),
+            (
+                "num_sdma_queues_per_engine",
+                chip.num_sdma_queues_per_engine,
+            ),
+        ] {
+            if !p.contains(key) {
+                p.insert_after(&anchor, key, value);
+                added.push(format!("{key} {value}"));
+            }
+            anchor = key.to_owned();
+        }
+        if !added.is_empty() {
+            notes.push(format!(
+                "node {} ({}): {}",
+                node.id,
+                chip.name,
+                added.join(", ")
+            ));
+        }
+    }
+    notes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn old_captures_get_what_a_current_kernel_reports() {
+        let mut sys = synthetic_system(1);
+        let gpu = sys.nodes.iter_mut().find(|n| n.is_gpu()).unwrap();
+        for key in [
+            "gfx_target_version",
+            "num_sdma_engines",
+            "num_sdma_xgmi_engines",
+            "num_sdma_queues_per_engine",
+        ] {
+            gpu.properties.remove(key);
+        }
+        gpu.properties.set("device_id", 0x67DF);
+        let notes = complete_kernel_properties(&mut sys);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let gpu = sys.gpus().next().unwrap();
+        assert_eq!(gpu.prop("gfx_target_version"), 80003);
+        assert_eq!(gpu.prop("num_sdma_engines"), 2);
+        assert_eq!(gpu.prop("num_sdma_queues_per_engine"), 2);
+        assert!(gpu.properties.contains("num_sdma_xgmi_engines"));
+        // What the capture has stays; a complete node is left alone.
+        assert!(complete_kernel_properties(&mut sys).is_empty());
+        let mut modern = synthetic_system(2);
+        let before = modern.clone();
+        assert!(complete_kernel_properties(&mut modern).is_empty());
+        assert_eq!(modern, before);
+    }
 
     #[test]
     fn synthetic_gpus_are_complete_and_distinct() {

@@ -19,6 +19,15 @@
 //! SVM ranges (two runs in one host process cannot share them; `verify`
 //! compares them).
 //!
+//! BO contents look like the application's, so a checkpoint writes what a
+//! real one would (zero pages are elided from pages files, so a zero BO
+//! would measure only holes). At launch each data BO is filled with
+//! incompressible bytes over its used share, the rest left untouched
+//! (zero), as [`Profile`] documents per workload: weights, activations and
+//! gradients are dense; allocator pools and staging buffers are partly
+//! used; queue rings and the event page hold only what the queues and
+//! events write.
+//!
 //! [`Workload::describe`] records what a process holds;
 //! [`Workload::verify`] checks that another (restored) process holds the same
 //! BOs at the same handles and addresses with identical contents. This
@@ -77,13 +86,15 @@ fn open_render(
 pub enum Profile {
     /// Per GPU: one VRAM, one GTT and one USERPTR BO, a doorbell and an MMIO
     /// BO, one compute queue, one signal event (the first GPU also holds the
-    /// event page BO).
+    /// event page BO). Contents: the VRAM BO dense, the GTT BO half used.
     Basic,
     /// PyTorch-like: per GPU `bos_per_gpu` BOs with sizes cycling from 4 KiB
     /// up to `max_bo_bytes` (two thirds VRAM, one third GTT, every fifth
     /// read-only for the GPU, every seventh mapped on all GPUs), 8 compute
     /// and 2 SDMA queues, 16 events, 4 USERPTR staging buffers and an SVM
-    /// range.
+    /// range. Contents: VRAM BOs (weights, activations, gradients,
+    /// optimizer state) dense, except every fourth one, a block the caching
+    /// allocator holds free (untouched); GTT BOs (pinned staging) half used.
     PyTorchLike {
         /// BOs per GPU (thousands for a realistic process).
         bos_per_gpu: usize,
@@ -91,7 +102,9 @@ pub enum Profile {
         max_bo_bytes: u64,
     },
     /// TensorFlow-like: per GPU 6 large VRAM BOs of `bo_bytes`, 2 GTT BOs, 2
-    /// compute and 4 SDMA queues, 4 events.
+    /// compute and 4 SDMA queues, 4 events. Contents: the VRAM BOs are the
+    /// BFC allocator's pool, used to 5/6 (five dense, the sixth untouched
+    /// headroom); the GTT BOs (host staging) half used.
     TensorFlowLike {
         /// Size of each large BO in bytes.
         bo_bytes: u64,
@@ -803,27 +816,38 @@ impl Workload {
             )?;
             match profile {
                 Profile::Basic => {
-                    self.alloc(gpu, 64 * KIB, VRAM, &own)?;
-                    self.alloc(gpu, 16 * KIB, GTT, &own)?;
+                    let vram = self.alloc(gpu, 64 * KIB, VRAM, &own)?;
+                    self.fill(vram, 64 * KIB)?;
+                    let gtt = self.alloc(gpu, 16 * KIB, GTT, &own)?;
+                    self.fill(gtt, 8 * KIB)?;
                 }
                 Profile::PyTorchLike { .. } => {
                     let levels = (max_bo / (4 * KIB)).max(1).ilog2() as usize + 1;
                     for i in 0..n_bos {
                         let size = ((4 * KIB) << (i % levels)).min(max_bo);
-                        let mut flags = if i % 3 == 2 { GTT } else { VRAM };
+                        let gtt = i % 3 == 2;
+                        let mut flags = if gtt { GTT } else { VRAM };
                         if i % 5 == 4 {
                             flags &= !KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE;
                         }
                         let map_on: &[GpuId] = if i % 7 == 6 { gpus } else { &own };
-                        self.alloc(gpu, size, flags, map_on)?;
+                        let handle = self.alloc(gpu, size, flags, map_on)?;
+                        let used = match (gtt, i % 4 == 3) {
+                            (true, _) => size / 2,
+                            (false, true) => 0,
+                            (false, false) => size,
+                        };
+                        self.fill(handle, used)?;
                     }
                 }
                 Profile::TensorFlowLike { .. } => {
-                    for _ in 0..n_bos {
-                        self.alloc(gpu, max_bo, VRAM, &own)?;
+                    for i in 0..n_bos {
+                        let handle = self.alloc(gpu, max_bo, VRAM, &own)?;
+                        self.fill(handle, if i + 1 < n_bos { max_bo } else { 0 })?;
                     }
                     for _ in 0..2 {
-                        self.alloc(gpu, 2 * MIB, GTT, &own)?;
+                        let handle = self.alloc(gpu, 2 * MIB, GTT, &own)?;
+                        self.fill(handle, MIB)?;
                     }
                 }
             }
@@ -857,6 +881,34 @@ impl Workload {
                 let start = self.cpu_memory(len as usize)?;
                 self.svm_range(start, len, gpu)?;
             }
+        }
+        // The step counter is the first word of the first data BO: it
+        // starts at 0 whatever the fill put there.
+        let st = self.sim.lock();
+        let list = allocs(&st, self.pid)?;
+        let control = control_alloc(&st, self.pid, &list)?;
+        write8(&st, self.pid, control, 0, 0)
+    }
+
+    /// Fills the first `used` bytes of VRAM/GTT BO `handle` with
+    /// incompressible bytes (a splitmix stream seeded by the handle), as the
+    /// application's data would be; the rest stays untouched (zero).
+    fn fill(&self, handle: u64, used: u64) -> Result<(), WorkloadError> {
+        const CHUNK: u64 = MIB;
+        let mut buf = Vec::new();
+        let mut offset = 0;
+        while offset < used {
+            let len = (used - offset).min(CHUNK);
+            buf.clear();
+            let first_word = offset / 8;
+            buf.extend(
+                (0..len.div_ceil(8)).flat_map(|w| {
+                    splitmix(handle.rotate_left(40) ^ (first_word + w)).to_le_bytes()
+                }),
+            );
+            buf.truncate(len as usize);
+            self.write_bo(handle, offset, &buf)?;
+            offset += len;
         }
         Ok(())
     }

@@ -30,6 +30,16 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A dump writes each file as `.NAME.part-*` and renames it when done:
+    // one left over means the dump was interrupted (killed, Ctrl-C) and the
+    // set is incomplete whatever the finished files say.
+    let unfinished = unfinished_files(&args.dir);
+    for name in &unfinished {
+        println!(
+            "incomplete image set: {name} was never finished (the dump was interrupted); \
+             do not restore from this directory"
+        );
+    }
     for problem in &report.problems {
         println!("{problem}");
     }
@@ -37,6 +47,14 @@ pub fn run(args: Args) -> ExitCode {
         "{} files, {} bos read ({} bytes), {} checksums verified",
         report.files, report.bos_read, report.bytes_read, report.checksums_verified
     );
+    if !unfinished.is_empty() {
+        println!(
+            "{summary}: incomplete, {} unfinished files, {} problems",
+            unfinished.len(),
+            report.problems.len()
+        );
+        return ExitCode::from(1);
+    }
     if report.files == 0 {
         eprintln!(
             "amdgpu-criu verify: {}: no amdgpu image files",
@@ -51,4 +69,19 @@ pub fn run(args: Args) -> ExitCode {
         println!("{summary}: {} problems", report.problems.len());
         ExitCode::from(1)
     }
+}
+
+/// Names of the amdgpu image files in `dir` that a writer started and never
+/// finished (`.amdgpu-*.part-*`), sorted.
+fn unfinished_files(dir: &std::path::Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".amdgpu-") && n.contains(".img.part-"))
+        .collect();
+    names.sort();
+    names
 }

@@ -57,6 +57,15 @@ const fn d(cmd: u32, name: &'static str, func: Handler) -> IoctlDesc {
     }
 }
 
+/// The names (for fault injection) of every ioctl the simulated
+/// `/dev/kfd` handles.
+pub(crate) fn ioctl_names() -> Vec<&'static str> {
+    (0..=0xFF)
+        .filter_map(lookup)
+        .map(|desc| desc.name)
+        .collect()
+}
+
 /// The ioctl table by number.
 fn lookup(nr: u32) -> Option<IoctlDesc> {
     Some(match nr {

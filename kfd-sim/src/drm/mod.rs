@@ -591,6 +591,18 @@ fn run(name: &'static str, dir: u32, size: usize, handler: Handler) -> Option<En
     })
 }
 
+/// The names (for fault injection) of every ioctl the simulated render
+/// node handles.
+pub(crate) fn ioctl_names() -> Vec<&'static str> {
+    (0..=u8::MAX)
+        .filter_map(entry)
+        .filter_map(|e| match e {
+            Entry::Run { name, .. } => Some(name),
+            Entry::NotForRenderNodes => None,
+        })
+        .collect()
+}
+
 /// The ioctl table, by command number.
 fn entry(nr: u8) -> Option<Entry> {
     use std::mem::size_of;

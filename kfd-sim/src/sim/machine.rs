@@ -156,7 +156,12 @@ impl Sim {
     /// unique `gpu_id`, a unique `drm_render_minor` and a VRAM memory bank
     /// (fill missing ones with the topology crate first). The sysfs tree for
     /// `system` is written into a temporary directory the simulator owns.
-    pub fn new(system: System, config: SimConfig) -> Result<Sim, SimError> {
+    ///
+    /// A GPU of an old capture that lacks what a current kernel reports
+    /// (its `gfx_target_version` and SDMA engine counts) gets them first
+    /// ([`crate::sysfs::complete_kernel_properties`]), in the sysfs tree too.
+    pub fn new(mut system: System, config: SimConfig) -> Result<Sim, SimError> {
+        crate::sysfs::complete_kernel_properties(&mut system);
         let mut gpus = Vec::new();
         let mut ids = HashSet::new();
         let mut minors = HashSet::new();

@@ -41,10 +41,12 @@ pub struct Args {
     /// each, checkpointed together).
     #[arg(long, value_enum, default_value_t = WorkloadKind::Tensorflow)]
     pub workload: WorkloadKind,
-    /// Total bytes of the BOs the workload allocates, spread over its GPUs
-    /// (`256M`, `1G`, `8M`; binary units). `basic` has a fixed small size.
-    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
-    pub size: u64,
+    /// Total bytes of the VRAM and GTT BOs the workload allocates, spread
+    /// over its GPUs (`256M`, `1G`, `8M`; binary units; default 256M). A
+    /// size below what the workload always allocates on the machine is
+    /// refused, and so is any --size for `basic` (a fixed handful of BOs).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub size: Option<u64>,
     /// Which renumbering of the default restore machine to use.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -60,10 +62,9 @@ pub struct Args {
     /// of text, and no progress bar.
     #[arg(long)]
     pub json: bool,
-    /// Make the Nth call of a kernel operation fail, to rehearse a failure:
-    /// `OP[:N][=ERRNO]`, e.g. `CRIU_OP:CHECKPOINT=EIO`, `CRIU_OP:RESTORE`,
-    /// `SDMA_SHORT`, `MMAP=ENOMEM` (see kfd-sim's fault module). Repeatable.
-    #[arg(long, value_name = "OP[:N][=ERRNO]", value_parser = parse_fault)]
+    // Make the Nth call of a kernel operation fail, to rehearse a failure;
+    // the help lists the operations (computed from the simulator).
+    #[arg(long, value_name = "OP[:N][=ERRNO]", value_parser = parse_fault, help = inject_help())]
     pub inject: Vec<FaultSpec>,
 }
 
@@ -102,7 +103,17 @@ fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 fn parse_fault(text: &str) -> Result<FaultSpec, String> {
-    text.parse::<FaultSpec>().map_err(|e| e.to_string())
+    FaultSpec::parse_known(text).map_err(|e| e.to_string())
+}
+
+/// The help of `--inject`, with every operation a fault can target.
+fn inject_help() -> String {
+    format!(
+        "Make the Nth call of a kernel operation fail, to rehearse a failure: \
+         `OP[:N][=ERRNO]`, e.g. `CRIU_OP:CHECKPOINT=EIO`, `SDMA_SHORT`, `MMAP=ENOMEM`. \
+         A fault that never fires makes the run fail. Repeatable. Operations: {}",
+        kfd_sim::fault::known_operations().join(", ")
+    )
 }
 
 #[cfg(test)]

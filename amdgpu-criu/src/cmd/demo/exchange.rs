@@ -13,8 +13,10 @@ use super::Stop;
 
 /// Bytes of the DRM buffer the `multi` processes exchange.
 const SHARED_BYTES: usize = 1 << 20;
-/// Its GPU address in every process (above the workload's KFD BOs).
-const SHARED_VA: u64 = 6 << 40;
+/// Its GPU address in every process: below the workload's KFD BOs (from
+/// 1 << 40) and inside the 40-bit VM of pre-gfx9 GPUs (Polaris, Carrizo)
+/// as well as the 48-bit one of gfx9 and later.
+const SHARED_VA: u64 = 1 << 39;
 
 /// A DRM buffer the root process created on its first GPU's render node
 /// and the other processes imported there and hold as a dma-buf fd.

@@ -44,6 +44,9 @@ pub(super) fn images_dir(args: &Args) -> Result<ImagesDir, Stop> {
             .prefix("amdgpu-criu-demo.")
             .tempdir()
             .map_err(|e| Stop::Usage(format!("cannot create a temporary directory: {e}")))?;
+        // A temporary directory, kept or not, is removed if a signal stops
+        // the run: what it holds then is no checkpoint.
+        super::cleanup::remove_on_signal(temp.path());
         return Ok(if args.keep {
             ImagesDir::Kept(temp.keep())
         } else {

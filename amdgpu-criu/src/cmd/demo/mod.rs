@@ -5,8 +5,9 @@
 //! The machines are `kfd-sim` simulators built from a built-in topology or a
 //! sysfs tree; CRIU is the plugin crate's host emulator, which calls the
 //! plugin's hooks in CRIU's order and process roles. The workload comes from
-//! `kfd_sim::workload`; an identical twin runs uninterrupted next to it so
-//! the restored process can be compared with where it would have been.
+//! `kfd_sim::workload`; after its checkpoint it runs on a few steps (as
+//! with `criu dump --leave-running`) so the restored process can be
+//! compared with where it would have been, then ends.
 //! The application's own CPU memory (where its USERPTR BOs point) is its
 //! process's, as on a real host: the emulated CRIU carries it in its pages
 //! dump and maps it back at the same addresses on the restoring machine, so
@@ -16,7 +17,8 @@
 //! Verified means: every restore hook answered success, every device mapping
 //! was translated, the restored process holds the same BOs at the same
 //! handles and addresses with identical contents, queues, events and SVM
-//! ranges, it keeps running (N more steps end with the twin's fingerprint),
+//! ranges, it keeps running (N more steps end with the fingerprint the checkpointed process reached
+//! after N steps),
 //! and `verify_set` finds the image set clean.
 //!
 //! This module decides nothing the plugin decides: it only sets the stage,
@@ -28,6 +30,8 @@ use std::process::ExitCode;
 use criu_plugin_amdgpu::log::{Capture, Level};
 
 mod args;
+mod budget;
+mod cleanup;
 mod exchange;
 mod images;
 mod machine;
@@ -44,7 +48,8 @@ use round_trip::execute;
 
 /// Steps the workload makes before the checkpoint.
 const STEPS_BEFORE: usize = 3;
-/// Steps the restored process and its twin make after the restore.
+/// Steps the checkpointed process makes after its checkpoint, and the
+/// restored process after the restore.
 const STEPS_AFTER: usize = 4;
 
 const KIB: u64 = 1 << 10;
@@ -63,7 +68,13 @@ enum Stop {
 /// Runs `demo`: 0 when verified, 1 when a step failed or the result differs,
 /// 2 on usage errors.
 pub fn run(args: Args) -> ExitCode {
+    // Before any thread exists: they inherit the blocked signals.
+    if let Err(e) = cleanup::install() {
+        eprintln!("amdgpu-criu demo: {e}");
+        return ExitCode::from(2);
+    }
     let show_bar = !args.json && std::io::stderr().is_terminal();
+    progress::lines_without_terminal(!args.json && !show_bar);
     let bar = progress::bar(show_bar);
     // The plugin logs to stderr outside CRIU; the demo keeps its lines and
     // shows the warnings and errors when something fails.

@@ -1,9 +1,11 @@
-//! The progress bar on stderr: the demo's stages and, while the dump runs,
-//! the bytes its pages files have reached. Display only: nothing here
+//! The progress bar on stderr: the demo's stages and, while the dump, the
+//! restore and the verification run, the bytes done and the rate; without
+//! a terminal, a line every few seconds instead. Display only: nothing here
 //! feeds the report.
 
 use std::path::Path;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -26,40 +28,86 @@ pub(super) fn bar(show: bool) -> ProgressBar {
     }
 }
 
-/// Runs `dump` while showing how many bytes the pages files in `images`
-/// have reached out of `total` (only when the bar is drawn).
-pub(super) fn with_pages_progress<T>(
+/// Whether progress goes to stderr as a line every few seconds (no
+/// terminal, no `--json`); set once by `run`.
+static LINES: AtomicBool = AtomicBool::new(false);
+
+/// Makes [`with_progress`] print a line every [`LINE_EVERY`] when the bar
+/// is hidden.
+pub(super) fn lines_without_terminal(on: bool) {
+    LINES.store(on, Ordering::Relaxed);
+}
+
+/// How often a progress line is printed without a terminal.
+const LINE_EVERY: Duration = Duration::from_secs(5);
+
+/// Runs `work` while showing `what` has done `done()` bytes of `total`,
+/// with the rate: on the bar when it is drawn, else as a line on stderr
+/// every few seconds when [`lines_without_terminal`] is on.
+pub(super) fn with_progress<T>(
     bar: &ProgressBar,
-    images: &Path,
+    what: &str,
     total: u64,
-    dump: impl FnOnce() -> T,
+    done: impl Fn() -> u64 + Sync,
+    work: impl FnOnce() -> T,
 ) -> T {
-    if bar.is_hidden() {
-        return dump();
+    let lines = LINES.load(Ordering::Relaxed);
+    if bar.is_hidden() && !lines {
+        return work();
     }
-    let done = std::sync::atomic::AtomicBool::new(false);
+    let finished = AtomicBool::new(false);
+    let started = Instant::now();
+    let text = |bytes: u64| {
+        let seconds = started.elapsed().as_secs_f64();
+        let rate = if seconds > 0.0 {
+            format!("{}/s", human_bytes((bytes as f64 / seconds) as u64))
+        } else {
+            "-".to_owned()
+        };
+        format!(
+            "{what}: {} of {} ({rate})",
+            human_bytes(bytes.min(total)),
+            human_bytes(total)
+        )
+    };
     std::thread::scope(|scope| {
         scope.spawn(|| {
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                let written = pages_bytes(images);
-                bar.set_message(format!(
-                    "checkpointing: {} of {} in pages files",
-                    human_bytes(written.min(total)),
-                    human_bytes(total)
-                ));
+            let mut last_line = Instant::now();
+            while !finished.load(Ordering::Relaxed) {
+                let message = text(done());
+                if !bar.is_hidden() {
+                    bar.set_message(message);
+                } else if last_line.elapsed() >= LINE_EVERY {
+                    eprintln!("amdgpu-criu demo: {message}");
+                    last_line = Instant::now();
+                }
                 std::thread::sleep(Duration::from_millis(50));
             }
         });
-        let result = dump();
-        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let result = work();
+        finished.store(true, Ordering::Relaxed);
         result
     })
+}
+
+/// Bytes this process has read with `read(2)` and its kind so far
+/// (`rchar` of `/proc/self/io`): how far a restore or a verification that
+/// reads the pages files has come. For the progress display only.
+pub(super) fn bytes_read() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|io| {
+            io.lines()
+                .find_map(|l| l.strip_prefix("rchar: "))
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 /// Bytes in the pages files of `images` so far, those still being written
 /// (`DirStore` writes `.amdgpu-pages-*.part-*` and renames it when done)
 /// included. For the progress display only.
-fn pages_bytes(images: &Path) -> u64 {
+pub(super) fn pages_bytes(images: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(images) else {
         return 0;
     };

@@ -2,6 +2,8 @@
 //! summary lines, and printing them as text or as one JSON object.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::time::Duration;
 
 use amdgpu_image::{flags, CriuKfd};
@@ -15,7 +17,12 @@ use super::{GIB, MIB};
 pub(super) struct Phase {
     gpus: usize,
     bos: usize,
+    /// Logical bytes of the VRAM and GTT BOs.
     bytes: u64,
+    /// Checkpoint only: bytes the pages files hold on disk; zero pages are
+    /// left as holes, so this is what was really written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    written_bytes: Option<u64>,
     seconds: f64,
 }
 
@@ -60,7 +67,25 @@ impl Report {
     }
 }
 
-pub(super) fn checkpoint_phase(images: &[(u32, CriuKfd)], time: Duration) -> Phase {
+/// Bytes the pages files of `dir` occupy (allocated blocks, so the holes
+/// of elided zero pages do not count).
+pub(super) fn pages_on_disk(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("amdgpu-pages-") || name.starts_with("amdgpu-drm-pages-")
+        })
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| (m.blocks() * 512).min(m.len()))
+        .sum()
+}
+
+pub(super) fn checkpoint_phase(images: &[(u32, CriuKfd)], dir: &Path, time: Duration) -> Phase {
     let gpus: BTreeSet<u32> = images
         .iter()
         .flat_map(|(_, m)| m.device_entries.iter().filter(|d| d.gpu_id != 0))
@@ -77,6 +102,7 @@ pub(super) fn checkpoint_phase(images: &[(u32, CriuKfd)], time: Duration) -> Pha
         gpus: gpus.len(),
         bos,
         bytes,
+        written_bytes: Some(pages_on_disk(dir)),
         seconds: time.as_secs_f64(),
     }
 }
@@ -109,19 +135,40 @@ pub(super) fn human_bytes(bytes: u64) -> String {
 }
 
 pub(super) fn phase_line(name: &str, phase: &Phase) -> String {
-    let rate = if phase.seconds > 0.0 {
-        format!(
-            "{:.2} GiB/s",
-            phase.bytes as f64 / GIB as f64 / phase.seconds
-        )
-    } else {
-        "-".to_owned()
+    let rate = |bytes: u64| {
+        if phase.seconds > 0.0 {
+            format!("{:.2} GiB/s", bytes as f64 / GIB as f64 / phase.seconds)
+        } else {
+            "-".to_owned()
+        }
     };
-    format!(
-        "{name} {} GPUs, {} BOs, {} in {:.3} s ({rate})",
-        phase.gpus,
-        phase.bos,
-        human_bytes(phase.bytes),
-        phase.seconds
-    )
+    match phase.written_bytes {
+        Some(written) => {
+            let elided = phase.bytes.saturating_sub(written);
+            let share = if phase.bytes > 0 {
+                100.0 * elided as f64 / phase.bytes as f64
+            } else {
+                0.0
+            };
+            format!(
+                "{name} {} GPUs, {} BOs, {} of BOs, {} written ({share:.1}% elided as zero \
+                 pages) in {:.3} s ({} of BOs, {} written)",
+                phase.gpus,
+                phase.bos,
+                human_bytes(phase.bytes),
+                human_bytes(written),
+                phase.seconds,
+                rate(phase.bytes),
+                rate(written)
+            )
+        }
+        None => format!(
+            "{name} {} GPUs, {} BOs, {} of BOs in {:.3} s ({})",
+            phase.gpus,
+            phase.bos,
+            human_bytes(phase.bytes),
+            phase.seconds,
+            rate(phase.bytes)
+        ),
+    }
 }

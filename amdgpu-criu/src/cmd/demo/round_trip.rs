@@ -17,15 +17,30 @@ use criu_host_emulator::{
 use indicatif::ProgressBar;
 
 use super::args::Args;
+use super::budget;
 use super::exchange::exchange_buffer;
 use super::images::{images_dir, read_kfd_images};
 use super::machine::{resolve, simulate, Machine};
-use super::progress::{stage, with_pages_progress};
+use super::progress::{bytes_read, pages_bytes, stage, with_progress};
 use super::report::{checkpoint_phase, phase_line, restore_phase, Report};
 use super::verification::{checkpoint_failed, image_set, resume_problems, run_after_restore};
-use super::workload::launch;
+use super::workload::{launch, WorkloadKind, DEFAULT_SIZE};
 use super::{Stop, STEPS_AFTER, STEPS_BEFORE};
 use crate::cmd::{check, map};
+
+/// Registers a simulator's temporary sysfs tree (the directory above its
+/// `sys/class/kfd/kfd/topology`) for removal if a signal stops the run.
+fn remove_sysfs_on_signal(sim: &kfd_sim::Sim) {
+    let topology = sim.sysfs_root();
+    if let Some(root) = topology.ancestors().nth(5) {
+        if root
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("kfd-sim-sysfs"))
+        {
+            super::cleanup::remove_on_signal(root);
+        }
+    }
+}
 
 pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Result<(), Stop> {
     let (options, invalid) = Options::from_env();
@@ -46,11 +61,23 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
     report.images = images.describe();
     let shm = tempfile::tempdir()
         .map_err(|e| Stop::Usage(format!("cannot create a temporary directory: {e}")))?;
+    super::cleanup::remove_on_signal(shm.path());
 
     bar.set_message("building the simulated machines");
     let origin_sim = simulate(&origin)?;
+    remove_sysfs_on_signal(&origin_sim);
     let gpus = origin_sim.gpus().len() as u64;
-    let profiles = args.workload.profiles(args.size, gpus);
+    let profiles = args
+        .workload
+        .profiles(args.size, gpus)
+        .map_err(|reason| Stop::Usage(format!("{}: {reason}", origin.label)))?;
+    let planned = match args.size {
+        Some(size) => size,
+        None if args.workload == WorkloadKind::Basic => args.workload.minimum_bytes(gpus),
+        None => DEFAULT_SIZE,
+    };
+    budget::judge(&budget::measure(planned, gpus, same_machine, images.path()))
+        .map_err(Stop::Usage)?;
 
     stage(bar, "launching the workload");
     let mut processes = launch(&origin_sim, &profiles)?;
@@ -65,7 +92,10 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
         Some(machine) => Some(simulate(machine)?),
         None => None,
     };
-    let restore_sim = target_sim.as_ref().unwrap_or(&origin_sim);
+    if let Some(sim) = &target_sim {
+        remove_sysfs_on_signal(sim);
+    }
+    let restore_sim = &target_sim.clone().unwrap_or_else(|| origin_sim.clone());
     let restore_label = target.as_ref().map_or_else(
         || format!("{} (the same machine)", origin.label),
         |m| m.label.clone(),
@@ -134,9 +164,19 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
         .map(|b| b.size)
         .sum();
     let started = Instant::now();
-    let dumped = with_pages_progress(bar, images.path(), total, || dumper.dump_tree(&tree));
+    let dumped = with_progress(
+        bar,
+        "checkpointing, pages files",
+        total,
+        || pages_bytes(images.path()),
+        || dumper.dump_tree(&tree),
+    );
     let dump_time = started.elapsed();
     drop(tree);
+    // CRIU's dump process ends with the dump: whatever the plugin held
+    // (render files, dma-bufs of the BOs) goes with it, so the application's
+    // BOs are freed when it ends too.
+    drop(dumper);
     if let Err(e) = dumped {
         let error = e.to_string();
         return Err(checkpoint_failed(
@@ -147,7 +187,7 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
         ));
     }
     let kfd_images = read_kfd_images(images.path())?;
-    let phase = checkpoint_phase(&kfd_images, dump_time);
+    let phase = checkpoint_phase(&kfd_images, images.path(), dump_time);
     report.lines.push(phase_line("checkpoint:", &phase));
     report.checkpoint = Some(phase);
 
@@ -183,18 +223,43 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
                 .collect(),
         })
         .collect();
-    // The checkpointed processes end, their memory with them; their twins
-    // run on. Right before the restore: the restore maps that memory back
-    // at the same addresses in this host process, and nothing else should
-    // be mapped there in between.
+    // The checkpointed processes run on for a few steps (as with `criu dump
+    // --leave-running`), which says where a restored process must arrive,
+    // then end, their memory with them. Right before the restore: the
+    // restore maps that memory back at the same addresses in this host
+    // process, and nothing else should be mapped there in between.
     for p in &mut processes {
-        if let Some(app) = p.app.take() {
+        if let Some(mut app) = p.app.take() {
+            let ran_on = (0..STEPS_AFTER)
+                .try_for_each(|_| app.step())
+                .and_then(|()| app.fingerprint());
+            p.expected_after = Some(ran_on.map_err(|e| {
+                Stop::Failed(format!(
+                    "pid {} cannot run on after its checkpoint: {e}",
+                    p.pid
+                ))
+            })?);
             app.exit()
                 .map_err(|e| Stop::Failed(format!("ending the checkpointed process: {e}")))?;
         }
     }
+    // The checkpointing machine's simulated kernel keeps a BO once exported
+    // (the dump's dma-bufs) for as long as it lives, as amdgpu keeps a GEM
+    // object a dma-buf refers to. Restoring on another machine, it is no
+    // longer needed: dropping it frees the application's BOs before the
+    // restore creates its own, so the run holds one copy, not two.
+    if target_sim.is_some() {
+        drop(origin_sim);
+    }
     let started = Instant::now();
-    let restored = restorer.restore_tree(&tree);
+    let read_before = bytes_read();
+    let restored = with_progress(
+        bar,
+        "restoring, read from the images",
+        total,
+        || bytes_read().saturating_sub(read_before),
+        || restorer.restore_tree(&tree),
+    );
     let restore_time = started.elapsed();
     let tasks = match restored {
         Ok(tasks) => tasks,
@@ -252,17 +317,31 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
         problems.extend(exchange.problems(restore_sim, &processes, &tasks));
     }
     stage(bar, "verifying the image set");
-    let set_line = match image_set(images.path()) {
+    let read_before = bytes_read();
+    let written = super::report::pages_on_disk(images.path());
+    let set_line = match with_progress(
+        bar,
+        "verifying, checksums read",
+        written,
+        || bytes_read().saturating_sub(read_before),
+        || image_set(images.path()),
+    ) {
         Ok(line) => line,
         Err(set_problems) => {
             problems.extend(set_problems);
             String::new()
         }
     };
+    // A rehearsal whose fault never fired rehearsed nothing: the operation
+    // is not called on this path (or not N times), so it is a failure.
     for spec in restore_sim.pending_faults() {
-        report
-            .lines
-            .push(format!("note: injected fault {spec} never fired"));
+        problems.push(format!(
+            "injected fault {spec} never fired: the demo's checkpoint and restore do not \
+             call {} {} time{} after the workload started",
+            spec.op,
+            spec.nth,
+            if spec.nth == 1 { "" } else { "s" }
+        ));
     }
     drop(tasks);
 

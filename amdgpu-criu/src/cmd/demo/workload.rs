@@ -1,6 +1,13 @@
 //! The simulated application: which processes `--workload` launches, how
-//! `--size` sizes their BOs over the machine's GPUs, and launching each
-//! process next to its uninterrupted twin.
+//! `--size` sizes their BOs over the machine's GPUs (or why it cannot), and
+//! launching them.
+//!
+//! `--size` is the total of the VRAM and GTT BOs, the bytes the plugin
+//! moves through its pages files. Part of every workload is fixed per GPU
+//! whatever the size (queue rings, the event page, TensorFlow's GTT
+//! buffers); the rest is spread over the GPUs in the workload's data BOs.
+//! A size below the fixed part cannot be honoured and is refused, and so is
+//! `--size` for `basic`, whose BOs are a fixed handful.
 
 use kfd_sim::workload::{CpuMemory, Profile, Workload, WorkloadDescription};
 use kfd_sim::{Pid, Sim};
@@ -30,59 +37,187 @@ impl WorkloadKind {
         }
     }
 
-    /// The processes to launch, sized so their BOs add up to about `size`
-    /// bytes over `gpus` GPUs.
-    pub(super) fn profiles(self, size: u64, gpus: u64) -> Vec<Profile> {
+    /// VRAM and GTT bytes the workload allocates on `gpus` GPUs whatever
+    /// `--size` says, plus the smallest data BOs it can have.
+    pub(super) fn minimum_bytes(self, gpus: u64) -> u64 {
         match self {
-            WorkloadKind::Basic => vec![Profile::Basic],
-            WorkloadKind::Pytorch => vec![pytorch(size, gpus)],
-            WorkloadKind::Tensorflow => vec![tensorflow(size, gpus)],
-            WorkloadKind::Multi => vec![
-                pytorch(size / 2, gpus),
-                tensorflow(size / 2, gpus),
-                Profile::Basic,
-            ],
+            WorkloadKind::Basic => fixed_bytes(Fixed::Basic, gpus),
+            WorkloadKind::Pytorch => fixed_bytes(Fixed::Pytorch, gpus) + gpus * 4 * KIB,
+            WorkloadKind::Tensorflow => fixed_bytes(Fixed::Tensorflow, gpus) + gpus * 6 * 4 * KIB,
+            WorkloadKind::Multi => {
+                fixed_bytes(Fixed::Basic, gpus)
+                    + WorkloadKind::Pytorch.minimum_bytes(gpus)
+                    + WorkloadKind::Tensorflow.minimum_bytes(gpus)
+            }
         }
+    }
+
+    /// The processes to launch so their VRAM and GTT BOs add up to `size`
+    /// bytes (`None`: the workload's own fixed size) over `gpus` GPUs, or
+    /// why that cannot be.
+    pub(super) fn profiles(self, size: Option<u64>, gpus: u64) -> Result<Vec<Profile>, String> {
+        let gpus = gpus.max(1);
+        let Some(size) = size else {
+            return match self {
+                WorkloadKind::Basic => Ok(vec![Profile::Basic]),
+                _ => self.profiles(Some(DEFAULT_SIZE), gpus),
+            };
+        };
+        let minimum = self.minimum_bytes(gpus);
+        if self == WorkloadKind::Basic {
+            return Err(format!(
+                "--size does not apply to the basic workload: it allocates a fixed \
+                 {} of BOs on this machine ({gpus} GPUs, a few small BOs of every type \
+                 each); size a run with --workload pytorch, tensorflow or multi",
+                bytes(minimum)
+            ));
+        }
+        if size < minimum {
+            return Err(format!(
+                "--size {} is below the {} that {} allocates on this machine's {gpus} \
+                 GPUs whatever the size (queue rings, the event page{}, and the smallest \
+                 data BOs); give --size {}M or more",
+                bytes(size),
+                bytes(minimum),
+                self.name(),
+                if matches!(self, WorkloadKind::Tensorflow | WorkloadKind::Multi) {
+                    ", 4 MiB of GTT buffers per GPU"
+                } else {
+                    ""
+                },
+                minimum.div_ceil(MIB)
+            ));
+        }
+        Ok(match self {
+            WorkloadKind::Basic => vec![Profile::Basic],
+            WorkloadKind::Pytorch => vec![pytorch(size - fixed_bytes(Fixed::Pytorch, gpus), gpus)],
+            WorkloadKind::Tensorflow => {
+                vec![tensorflow(
+                    size - fixed_bytes(Fixed::Tensorflow, gpus),
+                    gpus,
+                )]
+            }
+            WorkloadKind::Multi => {
+                // Half each for the pytorch and the tensorflow process, or
+                // what tensorflow needs at least when half is less.
+                let rest = size - fixed_bytes(Fixed::Basic, gpus);
+                let tensorflow_share = (rest / 2)
+                    .max(WorkloadKind::Tensorflow.minimum_bytes(gpus))
+                    .min(rest - WorkloadKind::Pytorch.minimum_bytes(gpus));
+                vec![
+                    pytorch(
+                        rest - tensorflow_share - fixed_bytes(Fixed::Pytorch, gpus),
+                        gpus,
+                    ),
+                    tensorflow(
+                        tensorflow_share - fixed_bytes(Fixed::Tensorflow, gpus),
+                        gpus,
+                    ),
+                    Profile::Basic,
+                ]
+            }
+        })
     }
 }
 
-/// A PyTorch-like process: BO sizes cycle through the powers of two from
-/// 4 KiB up to a sixteenth of the per-GPU share (at most 16 MiB), as many
-/// BOs as fill the share.
+/// `--size` when none is given.
+pub(super) const DEFAULT_SIZE: u64 = 256 * MIB;
+
+/// `256.0 MiB`, `4.0 KiB`.
+pub(super) fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// The workloads' parts whose VRAM and GTT BOs do not depend on `--size`.
+#[derive(Clone, Copy)]
+enum Fixed {
+    Basic,
+    Pytorch,
+    Tensorflow,
+}
+
+/// VRAM and GTT bytes a profile allocates on `gpus` GPUs independently of
+/// its size, as `kfd_sim::workload` builds it: per GPU a 64 KiB ring per
+/// queue (basic 1 queue, pytorch 8 compute + 2 SDMA, tensorflow 2 + 4),
+/// basic's 64 KiB VRAM and 16 KiB GTT BOs, tensorflow's two 2 MiB GTT
+/// BOs; the 64 KiB event page on the first GPU. Doorbell and MMIO BOs are
+/// not memory, and USERPTR memory is the process's own (CRIU's pages).
+fn fixed_bytes(profile: Fixed, gpus: u64) -> u64 {
+    let per_gpu = match profile {
+        Fixed::Basic => 64 * KIB + 64 * KIB + 16 * KIB,
+        Fixed::Pytorch => 10 * 64 * KIB,
+        Fixed::Tensorflow => 6 * 64 * KIB + 2 * 2 * MIB,
+    };
+    64 * KIB + gpus * per_gpu
+}
+
+/// A PyTorch-like process whose data BOs take `size` bytes over `gpus`
+/// GPUs: BO sizes cycle through the powers of two from 4 KiB up to a
+/// sixteenth of the per-GPU share (at most 16 MiB), and the count is the
+/// one whose total comes closest to the share (within half the largest BO,
+/// so within 1/32 of the share).
 fn pytorch(size: u64, gpus: u64) -> Profile {
     let share = (size / gpus.max(1)).max(4 * KIB);
     let max_bo_bytes = (share / 16).clamp(4 * KIB, 16 * MIB);
     let max_bo_bytes = 1u64 << max_bo_bytes.ilog2();
-    let levels = u64::from((max_bo_bytes / (4 * KIB)).ilog2()) + 1;
-    let cycle_bytes = 4 * KIB * ((1u64 << levels) - 1);
-    let bos_per_gpu = (share * levels / cycle_bytes).max(1);
+    let levels = (max_bo_bytes / (4 * KIB)).ilog2() + 1;
+    let mut total = 0u64;
+    let mut count = 0u64;
+    loop {
+        let next = (4 * KIB) << (count % u64::from(levels));
+        if total + next > share {
+            // Take one more BO when that lands nearer the share.
+            if share - total > total + next - share {
+                count += 1;
+            }
+            break;
+        }
+        total += next;
+        count += 1;
+    }
     Profile::PyTorchLike {
-        bos_per_gpu: usize::try_from(bos_per_gpu).unwrap_or(usize::MAX),
+        bos_per_gpu: usize::try_from(count.max(1)).unwrap_or(usize::MAX),
         max_bo_bytes,
     }
 }
 
-/// A TensorFlow-like process: per GPU six equal VRAM BOs take the share
-/// left after its two 2 MiB GTT BOs.
+/// A TensorFlow-like process whose six large VRAM BOs per GPU take `size`
+/// bytes over `gpus` GPUs.
 fn tensorflow(size: u64, gpus: u64) -> Profile {
     let share = size / gpus.max(1);
-    let bo_bytes = (share.saturating_sub(4 * MIB) / 6) / (4 * KIB) * (4 * KIB);
+    let bo_bytes = (share / 6) / (4 * KIB) * (4 * KIB);
     Profile::TensorFlowLike {
         bo_bytes: bo_bytes.max(4 * KIB),
     }
 }
 
-/// One simulated application process and its uninterrupted twin.
+/// One simulated application process.
 pub(super) struct Process {
+    /// The running application, until it ends after its checkpoint.
     pub(super) app: Option<Workload>,
-    pub(super) twin: Workload,
+    /// Its fingerprint after it ran on for [`super::STEPS_AFTER`] steps
+    /// past the checkpoint (as `criu dump --leave-running` lets it): where
+    /// the restored process must arrive. Holding that instead of an
+    /// uninterrupted twin keeps one copy of the BOs in memory, not two.
+    pub(super) expected_after: Option<u64>,
     pub(super) pid: Pid,
     /// CRIU file ids of its GPU files: /dev/kfd first, then render nodes.
     pub(super) file_ids: Vec<u32>,
     pub(super) expected: WorkloadDescription,
 }
 
-/// Launches one process (and its twin) per profile and makes them step.
+/// Launches one process per profile and makes it step.
 pub(super) fn launch(sim: &Sim, profiles: &[Profile]) -> Result<Vec<Process>, Stop> {
     let mut next_id = 1u32;
     let mut processes = Vec::new();
@@ -97,11 +232,8 @@ pub(super) fn launch(sim: &Sim, profiles: &[Profile]) -> Result<Vec<Process>, St
         // dump like any process's.
         let mut app =
             Workload::launch_with_memory(sim, profile, CpuMemory::Process).map_err(failed)?;
-        let mut twin =
-            Workload::launch_with_memory(sim, profile, CpuMemory::Process).map_err(failed)?;
         for _ in 0..STEPS_BEFORE {
             app.step().map_err(failed)?;
-            twin.step().map_err(failed)?;
         }
         let expected = app.describe().map_err(failed)?;
         let files = 1 + app.render_fds().len() as u32;
@@ -110,7 +242,7 @@ pub(super) fn launch(sim: &Sim, profiles: &[Profile]) -> Result<Vec<Process>, St
         processes.push(Process {
             pid: app.pid(),
             app: Some(app),
-            twin,
+            expected_after: None,
             file_ids,
             expected,
         });
@@ -123,7 +255,7 @@ mod tests {
     use super::super::GIB;
     use super::*;
 
-    /// Bytes the profile's sized BOs take per GPU (what `--size` spreads).
+    /// VRAM and GTT bytes of a profile's sized BOs per GPU.
     fn sized_bytes(profile: &Profile) -> u64 {
         match *profile {
             Profile::PyTorchLike {
@@ -135,25 +267,82 @@ mod tests {
                     .map(|i| ((4 * KIB) << (i % levels)).min(max_bo_bytes))
                     .sum()
             }
-            Profile::TensorFlowLike { bo_bytes } => 6 * bo_bytes + 4 * MIB,
+            Profile::TensorFlowLike { bo_bytes } => 6 * bo_bytes,
             _ => 0,
         }
     }
 
+    fn total(kind: WorkloadKind, size: u64, gpus: u64) -> u64 {
+        let profiles = kind.profiles(Some(size), gpus).unwrap();
+        let fixed = match kind {
+            WorkloadKind::Pytorch => fixed_bytes(Fixed::Pytorch, gpus),
+            WorkloadKind::Tensorflow => fixed_bytes(Fixed::Tensorflow, gpus),
+            _ => {
+                fixed_bytes(Fixed::Pytorch, gpus)
+                    + fixed_bytes(Fixed::Tensorflow, gpus)
+                    + fixed_bytes(Fixed::Basic, gpus)
+            }
+        };
+        fixed + gpus * profiles.iter().map(sized_bytes).sum::<u64>()
+    }
+
     #[test]
-    fn profiles_spread_the_size_over_the_gpus() {
-        for (size, gpus) in [(256 * MIB, 8), (8 * MIB, 2), (GIB, 64), (64 * MIB, 1)] {
-            for kind in [WorkloadKind::Pytorch, WorkloadKind::Tensorflow] {
-                let profiles = kind.profiles(size, gpus);
-                let per_gpu = sized_bytes(&profiles[0]);
-                let share = size / gpus;
+    fn the_size_is_the_total_of_the_bos() {
+        for (size, gpus) in [
+            (256 * MIB, 8),
+            (16 * MIB, 2),
+            (GIB, 64),
+            (64 * MIB, 1),
+            (2 * GIB, 8),
+            (700 * MIB, 63),
+        ] {
+            for kind in [
+                WorkloadKind::Pytorch,
+                WorkloadKind::Tensorflow,
+                WorkloadKind::Multi,
+            ] {
+                let got = total(kind, size, gpus);
                 assert!(
-                    per_gpu <= share + share / 4 && per_gpu + share / 4 >= share,
-                    "{kind:?} {size} on {gpus}: {per_gpu} per GPU for a share of {share}"
+                    got.abs_diff(size) <= size / 32,
+                    "{kind:?} --size {size} on {gpus} GPUs: {got} bytes of BOs"
                 );
             }
         }
-        assert_eq!(WorkloadKind::Multi.profiles(8 * MIB, 2).len(), 3);
-        assert_eq!(WorkloadKind::Basic.profiles(GIB, 8), vec![Profile::Basic]);
+        assert_eq!(
+            WorkloadKind::Multi
+                .profiles(Some(16 * MIB), 2)
+                .unwrap()
+                .len(),
+            3
+        );
+        assert_eq!(
+            WorkloadKind::Basic.profiles(None, 8).unwrap(),
+            vec![Profile::Basic]
+        );
+    }
+
+    #[test]
+    fn a_size_that_cannot_be_honoured_is_refused_with_the_reason() {
+        let err = WorkloadKind::Basic.profiles(Some(GIB), 8).unwrap_err();
+        assert!(
+            err.contains("--size does not apply to the basic workload"),
+            "{err}"
+        );
+        let err = WorkloadKind::Pytorch.profiles(Some(1), 8).unwrap_err();
+        assert!(err.contains("--size 1 B is below the"), "{err}");
+        // 63 GPUs each need their rings and GTT buffers: 64M cannot be.
+        let err = WorkloadKind::Tensorflow
+            .profiles(Some(64 * MIB), 63)
+            .unwrap_err();
+        assert!(err.contains("63 GPUs") && err.contains("or more"), "{err}");
+        for kind in [
+            WorkloadKind::Pytorch,
+            WorkloadKind::Tensorflow,
+            WorkloadKind::Multi,
+        ] {
+            let minimum = kind.minimum_bytes(63);
+            assert!(kind.profiles(Some(minimum), 63).is_ok(), "{kind:?}");
+            assert!(kind.profiles(Some(minimum - 1), 63).is_err(), "{kind:?}");
+        }
     }
 }
