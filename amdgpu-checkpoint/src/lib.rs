@@ -45,6 +45,7 @@ pub mod handles;
 pub mod identify;
 pub mod options;
 pub mod parallel;
+pub mod recover;
 pub mod restore;
 pub mod sys;
 pub mod transfer;

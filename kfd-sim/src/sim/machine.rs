@@ -117,6 +117,8 @@ pub(crate) struct State {
     pub(crate) faults: FaultTable,
     pub(crate) cpu_maps: BTreeMap<usize, CpuMapping>,
     pub(crate) host_regions: BTreeMap<usize, HostRegion>,
+    /// Open pidfds (memfds standing in for them) and the process each names.
+    pub(crate) pidfds: HashMap<FileKey, Pid>,
     next_pid: u32,
 }
 
@@ -254,6 +256,7 @@ impl Sim {
                     faults: FaultTable::default(),
                     cpu_maps: BTreeMap::new(),
                     host_regions: BTreeMap::new(),
+                    pidfds: HashMap::new(),
                     next_pid: 1000,
                 }),
             }),
@@ -389,6 +392,11 @@ impl Sim {
                 ptrace_parent: None,
                 visible,
                 kfd: None,
+                comm: format!("sim-{}", pid.0),
+                ptrace_stopped: false,
+                ptrace_allowed: true,
+                fds: Default::default(),
+                frozen: None,
             },
         );
         Ok(pid)
@@ -424,6 +432,7 @@ impl Sim {
             .get_mut(&tracee)
             .ok_or(SimError::NoSuchProcess(tracee))?;
         p.ptrace_parent = None;
+        p.ptrace_stopped = false;
         Ok(())
     }
 
@@ -450,9 +459,12 @@ impl Sim {
         if let Some(kfd) = proc_.kfd {
             kfd.teardown(&mut st, pid);
         }
+        // The kernel's exit_ptrace(): every tracee is detached and a
+        // stopped one runs on.
         for p in st.processes.values_mut() {
             if p.ptrace_parent == Some(pid) {
                 p.ptrace_parent = None;
+                p.ptrace_stopped = false;
             }
         }
         st.release_host_memory_of(pid);
