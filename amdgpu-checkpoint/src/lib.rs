@@ -41,6 +41,7 @@
 
 pub mod dump;
 pub mod error;
+pub mod guardian;
 pub mod handles;
 pub mod identify;
 pub mod options;

@@ -99,6 +99,13 @@ pub trait CriuHost {
     fn copier(&self) -> Option<Copier> {
         None
     }
+
+    /// The directory the dump guardian logs to (the dump log's); `None`
+    /// (the default, for hosts whose processes are not host processes)
+    /// starts no guardian.
+    fn guardian_log_dir(&self) -> Option<PathBuf> {
+        None
+    }
 }
 
 /// Paths and host capabilities that shape the plugin's behaviour.
@@ -384,6 +391,7 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             options: self.options,
             unpause_early: !self.config.has_dump_devices_late,
             shm_dir: self.config.shm_dir.clone(),
+            guardian_log_dir: self.host.guardian_log_dir(),
         };
         let driver = &self.driver;
         self.dumper

@@ -227,12 +227,11 @@ impl Sim {
         if gpus.is_empty() {
             return Err(SimError::NoGpus);
         }
-        // Prefer tmpfs (/dev/shm): a large topology is thousands of small
-        // files, which a disk file system creates far more slowly.
-        let sysfs = tempfile::Builder::new()
-            .prefix("kfd-sim-sysfs")
-            .tempdir_in("/dev/shm")
-            .or_else(|_| tempfile::Builder::new().prefix("kfd-sim-sysfs").tempdir())
+        // In this process's run directory (crate::scratch): removed with
+        // the simulator, and with the process even if a test panicked or
+        // leaked its simulator.
+        let sysfs = crate::scratch::run_dir()
+            .and_then(|run| tempfile::Builder::new().prefix("sysfs").tempdir_in(run))
             .map_err(|source| SimError::Sysfs {
                 path: std::env::temp_dir(),
                 source,
