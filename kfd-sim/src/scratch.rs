@@ -67,7 +67,15 @@ static RUN_DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 
 extern "C" fn remove_run_dir() {
     if let Some(Ok(dir)) = RUN_DIR.get() {
-        let _ = std::fs::remove_dir_all(dir);
+        // A forked child that exits through exit(3) runs this too: only
+        // the owner removes the directory.
+        let owner = dir
+            .file_name()
+            .and_then(|n| owner_of(n.to_str()?))
+            .map(|(pid, _)| pid);
+        if owner == Some(std::process::id()) {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
