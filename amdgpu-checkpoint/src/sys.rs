@@ -2,8 +2,9 @@
 //! a floor (`fcntl(F_DUPFD_CLOEXEC)`, through rustix), and the few places
 //! where this crate needs `unsafe` outside the handle table's memory
 //! ([`crate::handles`]): creating hsakmt's named semaphore
-//! (`sem_open`), and blocking signals in the calling thread while it
-//! spawns another (`pthread_sigmask`).
+//! (`sem_open`), blocking signals in the calling thread while it
+//! spawns another (`pthread_sigmask`), and the dump guardian's process
+//! (`pipe2`, the double `fork` of [`spawn_orphan`], `poll`).
 //!
 //! Small safe wrappers, each `unsafe` block with its proof; nothing else.
 //! The rest of the crate denies `unsafe_code`. This module never decides
@@ -95,61 +96,6 @@ impl Drop for BlockedSignals {
         // SAFETY: `old` is the mask pthread_sigmask read on this very thread
         // (the value cannot leave it); restoring it is always valid.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::fd::AsFd;
-    use std::os::fd::AsRawFd;
-
-    #[test]
-    fn duplicates_land_at_or_above_the_floor() {
-        let file = std::fs::File::open("/dev/null").unwrap();
-        let dup = dup_at_least(file.as_fd(), 200).unwrap();
-        assert!(dup.as_raw_fd() >= 200);
-        use std::os::unix::fs::MetadataExt;
-        let original = file.metadata().unwrap();
-        let copy = std::fs::File::from(dup).metadata().unwrap();
-        assert_eq!((original.dev(), original.ino()), (copy.dev(), copy.ino()));
-    }
-
-    /// The calling thread's current signal mask.
-    fn current_mask() -> libc::sigset_t {
-        // SAFETY: sigset_t is plain data; with a null new set
-        // pthread_sigmask only writes the current mask into `mask`.
-        unsafe {
-            let mut mask: libc::sigset_t = std::mem::zeroed();
-            assert_eq!(
-                libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut mask),
-                0
-            );
-            mask
-        }
-    }
-
-    fn blocks(mask: &libc::sigset_t, signal: libc::c_int) -> bool {
-        // SAFETY: `mask` is a valid sigset_t; sigismember only reads it.
-        unsafe { libc::sigismember(mask, signal) == 1 }
-    }
-
-    #[test]
-    fn spawned_threads_inherit_the_blocked_mask_and_the_caller_gets_its_back() {
-        std::thread::spawn(|| {
-            assert!(!blocks(&current_mask(), libc::SIGCHLD));
-            let blocked = block_signals_except(&[libc::SIGSEGV]).unwrap();
-            let child = std::thread::spawn(|| {
-                let mask = current_mask();
-                (blocks(&mask, libc::SIGCHLD), blocks(&mask, libc::SIGSEGV))
-            });
-            drop(blocked);
-            assert_eq!(child.join().unwrap(), (true, false));
-            assert!(!blocks(&current_mask(), libc::SIGCHLD));
-        })
-        .join()
-        .unwrap();
-        assert!(block_signals_except(&[0x7fff]).is_err());
     }
 }
 
@@ -298,4 +244,59 @@ pub fn poll_ready_now(fd: BorrowedFd<'_>) -> io::Result<bool> {
         return Err(io::Error::last_os_error());
     }
     Ok(pollfd.revents & libc::POLLIN != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn duplicates_land_at_or_above_the_floor() {
+        let file = std::fs::File::open("/dev/null").unwrap();
+        let dup = dup_at_least(file.as_fd(), 200).unwrap();
+        assert!(dup.as_raw_fd() >= 200);
+        use std::os::unix::fs::MetadataExt;
+        let original = file.metadata().unwrap();
+        let copy = std::fs::File::from(dup).metadata().unwrap();
+        assert_eq!((original.dev(), original.ino()), (copy.dev(), copy.ino()));
+    }
+
+    /// The calling thread's current signal mask.
+    fn current_mask() -> libc::sigset_t {
+        // SAFETY: sigset_t is plain data; with a null new set
+        // pthread_sigmask only writes the current mask into `mask`.
+        unsafe {
+            let mut mask: libc::sigset_t = std::mem::zeroed();
+            assert_eq!(
+                libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut mask),
+                0
+            );
+            mask
+        }
+    }
+
+    fn blocks(mask: &libc::sigset_t, signal: libc::c_int) -> bool {
+        // SAFETY: `mask` is a valid sigset_t; sigismember only reads it.
+        unsafe { libc::sigismember(mask, signal) == 1 }
+    }
+
+    #[test]
+    fn spawned_threads_inherit_the_blocked_mask_and_the_caller_gets_its_back() {
+        std::thread::spawn(|| {
+            assert!(!blocks(&current_mask(), libc::SIGCHLD));
+            let blocked = block_signals_except(&[libc::SIGSEGV]).unwrap();
+            let child = std::thread::spawn(|| {
+                let mask = current_mask();
+                (blocks(&mask, libc::SIGCHLD), blocks(&mask, libc::SIGSEGV))
+            });
+            drop(blocked);
+            assert_eq!(child.join().unwrap(), (true, false));
+            assert!(!blocks(&current_mask(), libc::SIGCHLD));
+        })
+        .join()
+        .unwrap();
+        assert!(block_signals_except(&[0x7fff]).is_err());
+    }
 }
