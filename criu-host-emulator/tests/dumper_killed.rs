@@ -18,7 +18,11 @@
 //! `DUMP_DEVICES_LATE` (its `UNPAUSE`, never issued). After each: the
 //! application's queues run again, its next steps match a run that was
 //! never dumped, no simulator object is leaked, and the images directory
-//! never verifies as complete. One test per binary (thread counts).
+//! never verifies as complete.
+//!
+//! Restore: CRIU (its main restorer and the restored task) killed right
+//! after `RESTORE`, during each GPU's BO fill and at `RESUME`: the
+//! half-restored task is gone and the simulator holds what it held before.
 
 use std::ffi::{c_int, c_void};
 use std::io;
@@ -50,6 +54,9 @@ struct Call {
 #[derive(Default)]
 struct Record {
     calls: Vec<Call>,
+    /// The processes of the CRIU run (dumper; main restorer and task),
+    /// killed together.
+    criu: Vec<kfd_sim::Pid>,
     /// Kill the dumper before call number `kill_at` (0-based).
     kill_at: Option<usize>,
     killed_at: Option<Instant>,
@@ -70,10 +77,12 @@ impl KillDriver {
         if rec.kill_at == Some(n) {
             rec.killed_at = Some(Instant::now());
             // SIGKILL as the kernel sees it.
-            self.inner
-                .sim()
-                .exit_process(self.inner.pid())
-                .expect("kill the dumper");
+            for &pid in &rec.criu {
+                self.inner
+                    .sim()
+                    .exit_process(pid)
+                    .expect("kill a CRIU process");
+            }
         }
     }
 
@@ -137,6 +146,15 @@ impl Driver for KillDriver {
     }
 }
 
+/// The driver of CRIU process `pid`, killed with the others of the run.
+fn killable(sim: &Sim, rec: &Arc<Mutex<Record>>, pid: kfd_sim::Pid) -> KillDriver {
+    rec.lock().unwrap().criu.push(pid);
+    KillDriver {
+        inner: sim.driver(pid),
+        rec: rec.clone(),
+    }
+}
+
 const GPUS: usize = 2;
 const NEXT_STEPS: usize = 3;
 
@@ -171,10 +189,7 @@ fn run(images: &Path, shm: &Path, kill_at: Option<usize>, expected: &[u64]) -> R
     let result = {
         let (files, _) = gpu_files(&app);
         MiniCriu::new(&sim, shm).dump(
-            |pid| KillDriver {
-                inner: sim.driver(pid),
-                rec: rec.clone(),
-            },
+            |pid| killable(&sim, &rec, pid),
             EmulatedHost::new(images, None),
             app.pid(),
             &files,
@@ -271,5 +286,92 @@ fn a_dumper_killed_at_any_stage_leaves_the_app_recoverable_and_nothing_leaked() 
         assert!(killed.dump_failed, "{label}: the dump fails");
         let took = killed.recovery.expect("the dumper was killed");
         println!("killed {label} (call {at}): queues run again {took:?} after the kill");
+    }
+}
+
+/// (label, call index) of each restore stage: right after `RESTORE`, during
+/// the BO fill of each GPU (its second SDMA submission, or its only one),
+/// and at `RESUME`.
+fn restore_stages(calls: &[Call]) -> Vec<(String, usize)> {
+    let restore = calls
+        .iter()
+        .position(|c| c.name == "CRIU_OP:RESTORE")
+        .unwrap_or_else(|| panic!("no RESTORE: {calls:?}"));
+    let mut stages = vec![("after RESTORE".to_owned(), restore + 1)];
+    let mut minors: Vec<u32> = calls[restore..].iter().filter_map(|c| c.minor).collect();
+    minors.sort_unstable();
+    minors.dedup();
+    for minor in minors {
+        let submissions: Vec<usize> = (restore..calls.len())
+            .filter(|&i| calls[i].minor == Some(minor) && calls[i].name == "AMDGPU_CS")
+            .collect();
+        if let Some(&at) = submissions.get(1).or(submissions.first()) {
+            stages.push((format!("during the BO fill of renderD{minor}"), at));
+        }
+    }
+    let resume = calls
+        .iter()
+        .position(|c| c.name == "CRIU_OP:RESUME")
+        .unwrap_or_else(|| panic!("no RESUME: {calls:?}"));
+    stages.push(("at RESUME".to_owned(), resume));
+    stages
+}
+
+/// One restore of a clean dump's images on a fresh machine, CRIU (main
+/// restorer and restored task) killed before call `kill_at`: the
+/// half-restored task is gone and the simulator holds what it held before.
+fn restore_run(kill_at: Option<usize>) -> (Vec<Call>, bool) {
+    let images = tempfile::tempdir().unwrap();
+    let shm = tempfile::tempdir().unwrap();
+    let sim = Sim::synthetic(GPUS, SimConfig::default()).expect("simulated machine");
+    let (pid, ids, ()) = faults_common::dump_and_kill(&sim, images.path(), shm.path(), |_| ());
+    let before = Snapshot::take(&sim);
+    let rec = Arc::new(Mutex::new(Record {
+        kill_at,
+        ..Record::default()
+    }));
+    let quiet = criu_plugin_amdgpu::log::Capture::start();
+    let result = MiniCriu::new(&sim, shm.path()).restore(
+        |p| killable(&sim, &rec, p),
+        EmulatedHost::new(images.path(), None),
+        pid,
+        &ids,
+        &device_vmas(&sim),
+    );
+    drop(quiet);
+    let killed = rec.lock().unwrap().killed_at.is_some();
+    let failed = match result {
+        // Killed at RESUME: every file was restored, RESUME never was.
+        Ok(task) if killed => {
+            assert_ne!(task.resume_answer, 0, "RESUME fails");
+            drop(task);
+            true
+        }
+        Ok(task) => {
+            assert_eq!(task.resume_answer, 0);
+            drop(task);
+            sim.exit_process(pid).expect("the restored task exits");
+            false
+        }
+        Err(_) => true,
+    };
+    assert!(
+        sim.kfd_state(pid).is_none(),
+        "the half-restored task is gone"
+    );
+    let after = Snapshot::take(&sim);
+    assert_eq!(after.accounting, before.accounting, "nothing leaked");
+    let calls = rec.lock().unwrap().calls.clone();
+    (calls, failed)
+}
+
+#[test]
+fn criu_killed_at_any_restore_stage_leaves_no_half_restored_task_and_nothing_leaked() {
+    let (calls, failed) = restore_run(None);
+    assert!(!failed, "the clean restore succeeds");
+    for (label, at) in restore_stages(&calls) {
+        let (_, failed) = restore_run(Some(at));
+        assert!(failed, "{label}: the restore fails");
+        println!("killed {label} (call {at}): the half-restored task is gone, nothing leaked");
     }
 }
