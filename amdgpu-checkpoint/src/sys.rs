@@ -183,13 +183,18 @@ fn orphan_main(keep: &[RawFd], body: impl FnOnce() -> i32) -> ! {
     // pipes and sockets must see EOF when the caller closes them.
     let mut keep: Vec<RawFd> = keep.iter().copied().filter(|&fd| fd > 2).collect();
     keep.sort_unstable();
+    // SAFETY: sysconf takes an integer and reads no memory of ours.
+    let open_max = RawFd::try_from(unsafe { libc::sysconf(libc::_SC_OPEN_MAX) })
+        .ok()
+        .filter(|&n| n > 0)
+        .unwrap_or(1 << 20);
     let mut first: RawFd = 3;
     for &fd in keep.iter().chain(std::iter::once(&RawFd::MAX)) {
         if fd > first {
             // SAFETY: close_range(2) takes integers; it closes fds of this
             // (forked) process only, none of which a Rust object here owns
             // past this point (the caller's objects are dead copies).
-            unsafe {
+            let ret = unsafe {
                 libc::syscall(
                     libc::SYS_close_range,
                     first as libc::c_uint,
@@ -197,6 +202,13 @@ fn orphan_main(keep: &[RawFd], body: impl FnOnce() -> i32) -> ! {
                     0 as libc::c_uint,
                 )
             };
+            if ret < 0 {
+                // Before Linux 5.9: one by one, up to the fd limit.
+                for stale in first..fd.min(open_max) {
+                    // SAFETY: as above; EBADF for numbers not open.
+                    unsafe { libc::close(stale) };
+                }
+            }
         }
         first = fd.saturating_add(1);
     }
