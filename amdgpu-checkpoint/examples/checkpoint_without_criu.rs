@@ -83,6 +83,8 @@ fn checkpoint_and_restore(keep: Option<&std::ffi::OsStr>) -> Result<(), Box<dyn 
             options,
             unpause_early: false,
             shm_dir: shm.clone(),
+            // The simulated process is not a host process to guard.
+            guardian_log_dir: None,
         },
     );
     // File ids are the tool's to choose; they name the image files.

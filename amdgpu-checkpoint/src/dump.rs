@@ -40,6 +40,7 @@ use kfd::{Driver, GemHandle, Kfd, ProcessInfo};
 use kfd_sys::{AMDGPU_GEM_LIST_HANDLES_FLAG_IS_IMPORT, DRM_CLOEXEC};
 
 use crate::error::Error;
+use crate::guardian::Guardian;
 use crate::options::Options;
 use crate::transfer;
 
@@ -58,6 +59,10 @@ pub struct DumpConfig {
     pub unpause_early: bool,
     /// The POSIX shared-memory directory (`/dev/shm`).
     pub shm_dir: PathBuf,
+    /// Where a [`Guardian`] of each paused process logs (the dump log's
+    /// directory); `None` starts no guardian (a driver that is not the
+    /// host's, or a host without a log directory).
+    pub guardian_log_dir: Option<PathBuf>,
 }
 
 /// What one KFD dump did.
@@ -111,6 +116,8 @@ struct Paused<D: Driver> {
     kfd: Kfd<D>,
     pid: u32,
     id: u32,
+    /// Dropped once the process is unpaused (the guardian then exits).
+    _guardian: Option<Guardian>,
 }
 
 /// The dump side of the plugin in CRIU's dumper process.
@@ -216,6 +223,7 @@ impl<D: Driver + Clone> Dumper<D> {
             info.num_objects,
             info.priv_data_size
         );
+        let guardian = self.arm_guardian(&info, id);
         match self
             .checkpoint_paused(&target, &info, store, id)
             .and_then(|dump| self.flush_pending_renders(store).map(|()| dump))
@@ -232,6 +240,7 @@ impl<D: Driver + Clone> Dumper<D> {
                         kfd: target,
                         pid: info.pid,
                         id,
+                        _guardian: guardian,
                     });
                 }
                 Ok(dump)
@@ -243,6 +252,30 @@ impl<D: Driver + Clone> Dumper<D> {
                     Err(e) => log::error!("file {id}: pid {} stays paused: {e}", info.pid),
                 }
                 Err(err)
+            }
+        }
+    }
+
+    /// Starts the guardian of a process just paused, when configured; a
+    /// guardian that cannot start leaves recovery manual, said in the log.
+    fn arm_guardian(&self, info: &ProcessInfo, id: u32) -> Option<Guardian> {
+        let dir = self.config.guardian_log_dir.as_deref()?;
+        let Some(pid) = crate::guardian::locate_target(info.pid) else {
+            log::warn!(
+                "file {id}: pid {}: no traced process holds this KFD file, no guardian; \
+                 if this dump is killed, run `amdgpu-criu unpause --pid PID` on the process",
+                info.pid
+            );
+            return None;
+        };
+        match Guardian::arm(pid, dir) {
+            Ok(guardian) => {
+                log::debug!("file {id}: pid {pid} guarded by pid {}", guardian.pid());
+                Some(guardian)
+            }
+            Err(e) => {
+                log::warn!("file {id}: {e}");
+                None
             }
         }
     }

@@ -41,10 +41,12 @@
 
 pub mod dump;
 pub mod error;
+pub mod guardian;
 pub mod handles;
 pub mod identify;
 pub mod options;
 pub mod parallel;
+pub mod recover;
 pub mod restore;
 pub mod sys;
 pub mod transfer;

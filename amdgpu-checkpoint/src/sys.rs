@@ -2,8 +2,9 @@
 //! a floor (`fcntl(F_DUPFD_CLOEXEC)`, through rustix), and the few places
 //! where this crate needs `unsafe` outside the handle table's memory
 //! ([`crate::handles`]): creating hsakmt's named semaphore
-//! (`sem_open`), and blocking signals in the calling thread while it
-//! spawns another (`pthread_sigmask`).
+//! (`sem_open`), blocking signals in the calling thread while it
+//! spawns another (`pthread_sigmask`), and the dump guardian's process
+//! (`pipe2`, the double `fork` of [`spawn_orphan`], `poll`).
 //!
 //! Small safe wrappers, each `unsafe` block with its proof; nothing else.
 //! The rest of the crate denies `unsafe_code`. This module never decides
@@ -14,7 +15,7 @@
 use std::ffi::CStr;
 use std::io;
 use std::marker::PhantomData;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// A close-on-exec duplicate of `fd` numbered `floor` or higher.
 pub fn dup_at_least(fd: BorrowedFd<'_>, floor: i32) -> io::Result<OwnedFd> {
@@ -96,6 +97,165 @@ impl Drop for BlockedSignals {
         // (the value cannot leave it); restoring it is always valid.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
     }
+}
+
+/// `pipe2(O_CLOEXEC)`: (read end, write end).
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a writable array of two ints, as pipe2(2) fills.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 succeeded: both fds are new and ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Runs `body` in a new process that is not a child of the caller: a double
+/// fork whose intermediate process exits at once and is reaped here before
+/// this returns, so the caller never sees a child it did not make. The new
+/// process starts its own session, has `/dev/null` as its standard streams
+/// and every fd but `keep` closed, and exits with `body`'s status. Returns
+/// its pid.
+///
+/// `body` runs in the forked copy of a possibly multi-threaded process: it
+/// must not take a lock another thread of the caller could hold (stdio,
+/// `log`, the caller's mutexes); glibc leaves `malloc` usable after fork.
+pub fn spawn_orphan(keep: &[RawFd], body: impl FnOnce() -> i32) -> io::Result<u32> {
+    let (pid_r, pid_w) = pipe()?;
+    // SAFETY: the intermediate child only calls async-signal-safe functions
+    // (fork, write, _exit) before it exits; the grandchild runs `body`
+    // under the contract above and ends with _exit, never returning into
+    // the caller's stack frames.
+    let intermediate = unsafe { libc::fork() };
+    if intermediate < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if intermediate == 0 {
+        // SAFETY: as above.
+        let guardian = unsafe { libc::fork() };
+        if guardian == 0 {
+            orphan_main(keep, body);
+        }
+        let bytes = guardian.to_ne_bytes();
+        // SAFETY: writes 4 bytes from a live local array; then _exit, which
+        // runs no destructor or atexit handler of the caller.
+        unsafe {
+            libc::write(pid_w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+            libc::_exit(if guardian > 0 { 0 } else { 1 });
+        }
+    }
+    drop(pid_w);
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a writable int for the duration of the call.
+        let ret = unsafe { libc::waitpid(intermediate, &mut status, 0) };
+        if ret >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            // ECHILD: the host reaped it first (CRIU's own waits); the pid
+            // pipe still tells what happened.
+            break;
+        }
+    }
+    let mut bytes = [0u8; 4];
+    let mut file = std::fs::File::from(pid_r);
+    std::io::Read::read_exact(&mut file, &mut bytes)
+        .map_err(|_| io::Error::other("the guardian's intermediate process died"))?;
+    let pid = libc::pid_t::from_ne_bytes(bytes);
+    if pid <= 0 {
+        return Err(io::Error::other("fork of the guardian failed"));
+    }
+    Ok(pid as u32)
+}
+
+/// The orphan's side of [`spawn_orphan`]; never returns.
+fn orphan_main(keep: &[RawFd], body: impl FnOnce() -> i32) -> ! {
+    // SAFETY: setsid takes no arguments; failure (already a leader) is
+    // harmless.
+    unsafe { libc::setsid() };
+    // SAFETY: a NUL-terminated literal path.
+    let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+    if null >= 0 {
+        for std_fd in 0..3 {
+            // SAFETY: dup2 of an open fd onto a standard stream number.
+            unsafe { libc::dup2(null, std_fd) };
+        }
+    }
+    // Close every fd but the standard streams and `keep`: the caller's
+    // pipes and sockets must see EOF when the caller closes them.
+    let mut keep: Vec<RawFd> = keep.iter().copied().filter(|&fd| fd > 2).collect();
+    keep.sort_unstable();
+    // SAFETY: sysconf takes an integer and reads no memory of ours.
+    let open_max = RawFd::try_from(unsafe { libc::sysconf(libc::_SC_OPEN_MAX) })
+        .ok()
+        .filter(|&n| n > 0)
+        .unwrap_or(1 << 20);
+    let mut first: RawFd = 3;
+    for &fd in keep.iter().chain(std::iter::once(&RawFd::MAX)) {
+        if fd > first {
+            // SAFETY: close_range(2) takes integers; it closes fds of this
+            // (forked) process only, none of which a Rust object here owns
+            // past this point (the caller's objects are dead copies).
+            let ret = unsafe {
+                libc::syscall(
+                    libc::SYS_close_range,
+                    first as libc::c_uint,
+                    (fd - 1) as libc::c_uint,
+                    0 as libc::c_uint,
+                )
+            };
+            if ret < 0 {
+                // Before Linux 5.9: one by one, up to the fd limit.
+                for stale in first..fd.min(open_max) {
+                    // SAFETY: as above; EBADF for numbers not open.
+                    unsafe { libc::close(stale) };
+                }
+            }
+        }
+        first = fd.saturating_add(1);
+    }
+    let code = body();
+    // SAFETY: ends this process without unwinding into the caller's frames
+    // or running its atexit handlers.
+    unsafe { libc::_exit(code) }
+}
+
+/// `poll(2)` for readability of `fds`, forever (`EINTR` retried); returns
+/// which are readable (or hung up).
+pub fn poll_readable(fds: &[BorrowedFd<'_>]) -> io::Result<Vec<bool>> {
+    let mut pollfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    loop {
+        // SAFETY: `pollfds` is a live array of `len` pollfd structs.
+        let ret = unsafe { libc::poll(pollfds.as_mut_ptr(), pollfds.len() as libc::nfds_t, -1) };
+        if ret >= 0 {
+            break;
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    }
+    Ok(pollfds.iter().map(|p| p.revents != 0).collect())
+}
+
+/// Whether `fd` is readable right now (`poll` with a zero timeout).
+pub fn poll_ready_now(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    let mut pollfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: `pollfd` is one live pollfd struct.
+    let ret = unsafe { libc::poll(&mut pollfd, 1, 0) };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(pollfd.revents & libc::POLLIN != 0)
 }
 
 #[cfg(test)]

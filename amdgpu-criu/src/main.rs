@@ -38,6 +38,8 @@ enum Command {
     /// Checkpoint a simulated GPU process through the plugin and restore it
     /// on another simulated machine, verified.
     Demo(cmd::demo::Args),
+    /// Resume the GPU queues of a process a killed CRIU left paused.
+    Unpause(cmd::unpause::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::Args),
 }
@@ -51,6 +53,7 @@ fn main() -> ExitCode {
         Command::Topology(args) => cmd::topology::run(args),
         Command::Check(args) => cmd::check::run(args),
         Command::Demo(args) => cmd::demo::run(args),
+        Command::Unpause(args) => cmd::unpause::run(args),
         Command::Completions(args) => cmd::completions::run(args, Cli::command()),
     }
 }

@@ -127,6 +127,13 @@ pub trait CriuHost {
     fn copier(&self) -> Option<Copier> {
         None
     }
+
+    /// The directory the dump guardian logs to (the dump log's); `None`
+    /// (the default, for hosts whose processes are not host processes)
+    /// starts no guardian.
+    fn guardian_log_dir(&self) -> Option<PathBuf> {
+        None
+    }
 }
 
 /// A file as its task holds it: the task's pid and the fd number there.
@@ -493,6 +500,7 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             options: self.options,
             unpause_early: !self.config.has_dump_devices_late,
             shm_dir: self.config.shm_dir.clone(),
+            guardian_log_dir: self.host.guardian_log_dir(),
         };
         let driver = &self.driver;
         self.dumper

@@ -92,6 +92,13 @@ impl CriuHost for CriuServices {
         Some(std::process::id())
     }
 
+    /// CRIU's images directory, where its log goes unless `-o`/`-W` moved
+    /// it (CRIU gives plugins no other directory).
+    fn guardian_log_dir(&self) -> Option<std::path::PathBuf> {
+        let fd = services().image_dir_fd()?;
+        std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()
+    }
+
     fn fdstore_add(&self, fd: BorrowedFd<'_>) -> io::Result<i32> {
         services().fdstore_add(std::os::fd::AsRawFd::as_raw_fd(&fd))
     }

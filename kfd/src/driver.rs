@@ -11,10 +11,12 @@
 
 use std::ffi::{c_int, c_void, CString};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr::NonNull;
+
+use crate::process::{FrozenCgroup, ProcessStatus};
 
 /// The device number of a character device: `(major, minor)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -104,6 +106,73 @@ pub trait Driver: Send + Sync {
     fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {
         read_file_prefix(path, limit)
     }
+
+    /// `pidfd_open(pid, 0)`: a pidfd for process `pid` (`ESRCH` when there is
+    /// none). The default answers `ENOSYS`, as for every process-control
+    /// method below: a driver that does not model processes cannot recover
+    /// one.
+    fn pidfd_open(&self, pid: u32) -> io::Result<OwnedFd> {
+        let _ = pid;
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
+
+    /// `pidfd_getfd(pidfd, target_fd, 0)`: a duplicate (close-on-exec) of
+    /// the target process's `target_fd`, the same open file. The kernel asks
+    /// for ptrace access to the target (`PTRACE_MODE_ATTACH_REALCREDS`,
+    /// `EPERM`), answers `EBADF` when `target_fd` is not open there and
+    /// `ESRCH` when the process has exited.
+    fn pidfd_getfd(&self, pidfd: BorrowedFd<'_>, target_fd: RawFd) -> io::Result<OwnedFd> {
+        let _ = (pidfd, target_fd);
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
+
+    /// `ptrace(PTRACE_SEIZE, pid, 0, 0)`: the calling thread becomes the
+    /// tracer (the "ptrace parent") of `pid` without stopping it; `EPERM`
+    /// when `pid` is traced already or may not be traced by the caller,
+    /// `ESRCH` when it does not exist. The kernel ends the relation when
+    /// the tracer exits.
+    fn ptrace_seize(&self, pid: u32) -> io::Result<()> {
+        let _ = pid;
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
+
+    /// `ptrace(PTRACE_INTERRUPT, pid, 0, 0)`, then `waitpid(pid, __WALL)`
+    /// for at most `timeout` until `pid` reports its ptrace stop (the
+    /// process's own state, signals and job control are untouched).
+    /// `ETIMEDOUT` when it did not stop in time (a task in a cgroup v1
+    /// freezer cannot); `ESRCH` when the caller does not trace `pid`.
+    fn ptrace_interrupt(&self, pid: u32, timeout: std::time::Duration) -> io::Result<()> {
+        let _ = (pid, timeout);
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
+
+    /// `ptrace(PTRACE_DETACH, pid, 0, 0)`: ends tracing and lets a stopped
+    /// `pid` run on; `ESRCH` when the caller does not trace `pid` or it is
+    /// not in a ptrace stop.
+    fn ptrace_detach(&self, pid: u32) -> io::Result<()> {
+        let _ = pid;
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
+
+    /// The name and tracer of `pid` (`/proc/PID/status`); `ESRCH`-like
+    /// `NotFound` when there is no such process.
+    fn process_status(&self, pid: u32) -> io::Result<ProcessStatus> {
+        let _ = pid;
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
+
+    /// The open fd numbers of `pid` (`/proc/PID/fd`).
+    fn process_fds(&self, pid: u32) -> io::Result<Vec<RawFd>> {
+        let _ = pid;
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
+
+    /// The cgroup freezer holding `pid` frozen, if any (`/proc/PID/cgroup`
+    /// and the cgroup's `cgroup.freeze` or `freezer.state`).
+    fn frozen_cgroup(&self, pid: u32) -> io::Result<Option<FrozenCgroup>> {
+        let _ = pid;
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
 }
 
 /// Forwards every [`Driver`] method through a pointer type to the driver it
@@ -158,6 +227,38 @@ macro_rules! forward_driver {
             fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {
                 (**self).read_sysfs(path, limit)
             }
+
+            fn pidfd_open(&self, pid: u32) -> io::Result<OwnedFd> {
+                (**self).pidfd_open(pid)
+            }
+
+            fn pidfd_getfd(&self, pidfd: BorrowedFd<'_>, target_fd: RawFd) -> io::Result<OwnedFd> {
+                (**self).pidfd_getfd(pidfd, target_fd)
+            }
+
+            fn ptrace_seize(&self, pid: u32) -> io::Result<()> {
+                (**self).ptrace_seize(pid)
+            }
+
+            fn ptrace_interrupt(&self, pid: u32, timeout: std::time::Duration) -> io::Result<()> {
+                (**self).ptrace_interrupt(pid, timeout)
+            }
+
+            fn ptrace_detach(&self, pid: u32) -> io::Result<()> {
+                (**self).ptrace_detach(pid)
+            }
+
+            fn process_status(&self, pid: u32) -> io::Result<ProcessStatus> {
+                (**self).process_status(pid)
+            }
+
+            fn process_fds(&self, pid: u32) -> io::Result<Vec<RawFd>> {
+                (**self).process_fds(pid)
+            }
+
+            fn frozen_cgroup(&self, pid: u32) -> io::Result<Option<FrozenCgroup>> {
+                (**self).frozen_cgroup(pid)
+            }
         }
     )+};
 }
@@ -172,6 +273,25 @@ pub fn read_file_prefix(path: &Path, limit: usize) -> io::Result<Vec<u8>> {
     let mut buf = Vec::new();
     file.take(limit as u64).read_to_end(&mut buf)?;
     Ok(buf)
+}
+
+/// `ptrace(request, pid, 0, 0)`.
+fn ptrace(request: libc::c_uint, pid: u32) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: SEIZE, INTERRUPT and DETACH with a null address and data read
+    // and write no memory of ours.
+    let ret = unsafe {
+        libc::ptrace(
+            request,
+            pid,
+            std::ptr::null_mut::<c_void>(),
+            std::ptr::null_mut::<c_void>(),
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The real kernel: plain system calls.
@@ -277,6 +397,90 @@ impl Driver for HostDriver {
             major: libc::major(rdev),
             minor: libc::minor(rdev),
         })
+    }
+
+    fn pidfd_open(&self, pid: u32) -> io::Result<OwnedFd> {
+        let pid =
+            libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+        // SAFETY: pidfd_open(2) takes two integers and touches no memory.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: pidfd_open(2) succeeded, so `fd` is a new descriptor we own.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    }
+
+    fn pidfd_getfd(&self, pidfd: BorrowedFd<'_>, target_fd: RawFd) -> io::Result<OwnedFd> {
+        // SAFETY: pidfd_getfd(2) takes three integers and touches no memory.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), target_fd, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: pidfd_getfd(2) succeeded: `fd` is a new descriptor we own.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    }
+
+    fn ptrace_seize(&self, pid: u32) -> io::Result<()> {
+        ptrace(libc::PTRACE_SEIZE, pid)
+    }
+
+    fn ptrace_interrupt(&self, pid: u32, timeout: std::time::Duration) -> io::Result<()> {
+        ptrace(libc::PTRACE_INTERRUPT, pid)?;
+        let tid =
+            libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let mut status = 0;
+            // SAFETY: `status` is a writable int for the duration of the call.
+            let ret = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
+            if ret < 0 {
+                let err = io::Error::last_os_error();
+                if err.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return Err(err);
+            }
+            if ret == tid {
+                if libc::WIFSTOPPED(status) {
+                    return Ok(());
+                }
+                // Exited or killed while we waited.
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(io::Error::from_raw_os_error(libc::ETIMEDOUT));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+
+    fn ptrace_detach(&self, pid: u32) -> io::Result<()> {
+        ptrace(libc::PTRACE_DETACH, pid)
+    }
+
+    fn process_status(&self, pid: u32) -> io::Result<ProcessStatus> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        crate::process::parse_status(&text)
+    }
+
+    fn process_fds(&self, pid: u32) -> io::Result<Vec<RawFd>> {
+        let mut fds = Vec::new();
+        for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+            if let Some(fd) = entry?.file_name().to_str().and_then(|n| n.parse().ok()) {
+                fds.push(fd);
+            }
+        }
+        fds.sort_unstable();
+        Ok(fds)
+    }
+
+    fn frozen_cgroup(&self, pid: u32) -> io::Result<Option<FrozenCgroup>> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))?;
+        Ok(crate::process::frozen_cgroup_in(
+            &text,
+            Path::new("/sys/fs/cgroup"),
+        ))
     }
 }
 

@@ -60,6 +60,7 @@ pub mod error;
 pub mod ioctl;
 pub mod kfd;
 pub mod mapping;
+pub mod process;
 pub mod render;
 pub mod sdma;
 pub mod staging;
@@ -75,6 +76,7 @@ pub use kfd::{
     QueueRequest, Version, KFD_PATH,
 };
 pub use mapping::DeviceMapping;
+pub use process::{FrozenCgroup, ProcessStatus};
 pub use render::{
     dmabuf_size, BoListHandle, CtxId, DrmVersion, GemCreate, GemHandle, IbChunk, RenderMinor,
     RenderNode, SubmissionFence,

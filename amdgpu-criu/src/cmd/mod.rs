@@ -6,4 +6,5 @@ pub mod demo;
 pub mod map;
 pub mod show;
 pub mod topology;
+pub mod unpause;
 pub mod verify;

@@ -149,7 +149,7 @@ const CRIU_OPS: [&str; 5] = ["PROCESS_INFO", "CHECKPOINT", "UNPAUSE", "RESTORE",
 
 /// The simulator's fault name of a request (prefix stripped), or the raw
 /// code in hex when kfd-sys does not define it (the caller fails the test).
-fn fault_name(request: u64, arg: *mut c_void) -> String {
+pub fn fault_name(request: u64, arg: *mut c_void) -> String {
     let code = request as u32;
     let Some((_, name)) = REQUESTS.iter().find(|(c, _)| *c == code) else {
         return format!("UNKNOWN_REQUEST_{code:#x}");
@@ -456,7 +456,11 @@ impl MiniCriu {
         })();
         plugin.exit(if result.is_ok() { 0 } else { -1 });
         let _ = self.sim.ptrace_detach(target);
-        self.sim.exit_process(dumper).expect("the dumper exits");
+        match self.sim.exit_process(dumper) {
+            // A test that killed the dumper mid-dump ended it already.
+            Ok(()) | Err(kfd_sim::SimError::NoSuchProcess(_)) => {}
+            Err(e) => panic!("the dumper exits: {e}"),
+        }
         result
     }
 
@@ -554,9 +558,11 @@ impl MiniCriu {
             Ok(files) => {
                 let resume_answer = main_plugin.resume_devices_late(task.0 as c_int);
                 main_plugin.exit(0);
-                self.sim
-                    .exit_process(main)
-                    .expect("the main restorer exits");
+                match self.sim.exit_process(main) {
+                    // A test that killed the restore at RESUME ended it.
+                    Ok(()) | Err(kfd_sim::SimError::NoSuchProcess(_)) => {}
+                    Err(e) => panic!("the main restorer exits: {e}"),
+                }
                 Ok(RestoredTask {
                     plugin: task_plugin,
                     files,
@@ -566,12 +572,16 @@ impl MiniCriu {
             Err(failure) => {
                 main_plugin.exit(-1);
                 drop(task_plugin);
-                self.sim
-                    .exit_process(task)
-                    .expect("the failed task is killed");
-                self.sim
-                    .exit_process(main)
-                    .expect("the main restorer exits");
+                // A test that killed the restore ended both already.
+                for (pid, what) in [
+                    (task, "the failed task is killed"),
+                    (main, "the main restorer exits"),
+                ] {
+                    match self.sim.exit_process(pid) {
+                        Ok(()) | Err(kfd_sim::SimError::NoSuchProcess(_)) => {}
+                        Err(e) => panic!("{what}: {e}"),
+                    }
+                }
                 Err(failure)
             }
         }

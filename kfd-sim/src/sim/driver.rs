@@ -7,12 +7,13 @@
 
 use std::ffi::{c_int, c_void};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::time::Duration;
 
-use kfd::{DeviceNumber, Driver, FdKind, HostDriver};
+use kfd::{DeviceNumber, Driver, FdKind, FrozenCgroup, HostDriver, ProcessStatus};
 
 use crate::amdkfd::process::KfdProcess;
 use crate::bo::{memfd_create, Memfd};
@@ -63,6 +64,7 @@ impl SimDriver {
             if proc_.kfd.is_none() {
                 proc_.kfd = Some(KfdProcess::new(&shared.gpus, &proc_.visible));
             }
+            proc_.fds.insert(fd.as_raw_fd(), key);
             st.insert_file(key, OpenFile::Kfd(KfdFile { owner: pid }));
             return Ok(fd);
         }
@@ -82,6 +84,9 @@ impl SimDriver {
             }
             let fd = memfd_create(&format!("kfd-sim-renderD{minor}"), cloexec)?;
             let key = FileKey::of_raw(fd.as_raw_fd())?;
+            if let Some(p) = st.processes.get_mut(&self.pid) {
+                p.fds.insert(fd.as_raw_fd(), key);
+            }
             st.insert_file(
                 key,
                 OpenFile::Render(RenderFile {
@@ -313,5 +318,37 @@ impl Driver for SimDriver {
             }
         }
         kfd::driver::read_file_prefix(path, limit)
+    }
+
+    fn pidfd_open(&self, pid: u32) -> io::Result<OwnedFd> {
+        self.sim_pidfd_open(pid)
+    }
+
+    fn pidfd_getfd(&self, pidfd: BorrowedFd<'_>, target_fd: RawFd) -> io::Result<OwnedFd> {
+        self.sim_pidfd_getfd(pidfd, target_fd)
+    }
+
+    fn ptrace_seize(&self, pid: u32) -> io::Result<()> {
+        self.sim_ptrace_seize(pid)
+    }
+
+    fn ptrace_interrupt(&self, pid: u32, timeout: Duration) -> io::Result<()> {
+        self.sim_ptrace_interrupt(pid, timeout)
+    }
+
+    fn ptrace_detach(&self, pid: u32) -> io::Result<()> {
+        self.sim_ptrace_detach(pid)
+    }
+
+    fn process_status(&self, pid: u32) -> io::Result<ProcessStatus> {
+        self.sim_process_status(pid)
+    }
+
+    fn process_fds(&self, pid: u32) -> io::Result<Vec<RawFd>> {
+        self.sim_process_fds(pid)
+    }
+
+    fn frozen_cgroup(&self, pid: u32) -> io::Result<Option<FrozenCgroup>> {
+        self.sim_frozen_cgroup(pid)
     }
 }

@@ -117,6 +117,8 @@ pub(crate) struct State {
     pub(crate) faults: FaultTable,
     pub(crate) cpu_maps: BTreeMap<usize, CpuMapping>,
     pub(crate) host_regions: BTreeMap<usize, HostRegion>,
+    /// Open pidfds (memfds standing in for them) and the process each names.
+    pub(crate) pidfds: HashMap<FileKey, Pid>,
     next_pid: u32,
 }
 
@@ -230,12 +232,11 @@ impl Sim {
         if gpus.is_empty() {
             return Err(SimError::NoGpus);
         }
-        // Prefer tmpfs (/dev/shm): a large topology is thousands of small
-        // files, which a disk file system creates far more slowly.
-        let sysfs = tempfile::Builder::new()
-            .prefix("kfd-sim-sysfs")
-            .tempdir_in("/dev/shm")
-            .or_else(|_| tempfile::Builder::new().prefix("kfd-sim-sysfs").tempdir())
+        // In this process's run directory (crate::scratch): removed with
+        // the simulator, and with the process even if a test panicked or
+        // leaked its simulator.
+        let sysfs = crate::scratch::run_dir()
+            .and_then(|run| tempfile::Builder::new().prefix("sysfs").tempdir_in(run))
             .map_err(|source| SimError::Sysfs {
                 path: std::env::temp_dir(),
                 source,
@@ -259,6 +260,7 @@ impl Sim {
                     faults: FaultTable::default(),
                     cpu_maps: BTreeMap::new(),
                     host_regions: BTreeMap::new(),
+                    pidfds: HashMap::new(),
                     next_pid: 1000,
                 }),
             }),
@@ -394,6 +396,11 @@ impl Sim {
                 ptrace_parent: None,
                 visible,
                 kfd: None,
+                comm: format!("sim-{}", pid.0),
+                ptrace_stopped: false,
+                ptrace_allowed: true,
+                fds: Default::default(),
+                frozen: None,
             },
         );
         Ok(pid)
@@ -429,6 +436,7 @@ impl Sim {
             .get_mut(&tracee)
             .ok_or(SimError::NoSuchProcess(tracee))?;
         p.ptrace_parent = None;
+        p.ptrace_stopped = false;
         Ok(())
     }
 
@@ -455,9 +463,12 @@ impl Sim {
         if let Some(kfd) = proc_.kfd {
             kfd.teardown(&mut st, pid);
         }
+        // The kernel's exit_ptrace(): every tracee is detached and a
+        // stopped one runs on.
         for p in st.processes.values_mut() {
             if p.ptrace_parent == Some(pid) {
                 p.ptrace_parent = None;
+                p.ptrace_stopped = false;
             }
         }
         st.release_host_memory_of(pid);

@@ -19,6 +19,7 @@ mod config;
 mod driver;
 mod machine;
 mod process;
+mod ptrace;
 mod uaccess;
 
 pub use config::{

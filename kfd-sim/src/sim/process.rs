@@ -23,6 +23,19 @@ pub(crate) struct Process {
     pub(crate) visible: Vec<usize>,
     /// The KFD process, created by the first open of `/dev/kfd`.
     pub(crate) kfd: Option<KfdProcess>,
+    /// Its name (`/proc/PID/status` `Name:`).
+    pub(crate) comm: String,
+    /// Whether it sits in a ptrace stop its tracer asked for.
+    pub(crate) ptrace_stopped: bool,
+    /// Whether other processes may ptrace it (same credentials and no
+    /// Yama restriction); when false, `PTRACE_SEIZE` and `pidfd_getfd`
+    /// answer `EPERM`.
+    pub(crate) ptrace_allowed: bool,
+    /// The fds the simulator opened for it (device files), by number, with
+    /// the open file each referred to.
+    pub(crate) fds: std::collections::BTreeMap<std::os::fd::RawFd, super::FileKey>,
+    /// The cgroup freezer holding it, if any.
+    pub(crate) frozen: Option<kfd::FrozenCgroup>,
 }
 
 /// A CPU mapping made through [`Driver::mmap`].

@@ -1,0 +1,210 @@
+//! The dump guardian against real processes: a dumper process (this test
+//! binary, re-executed) seizes a target the way CRIU does and arms a
+//! guardian for it; then it is SIGKILLed, or it ends the dump normally.
+//!
+//! * killed: the guardian notices through its pidfd, waits until the kernel
+//!   has detached the target, seizes it, looks for its KFD fd (a `sleep`
+//!   has none, so the recovery reports exactly that), detaches, logs to the
+//!   log directory and exits; the target runs on, untraced;
+//! * normal end: the guardian exits and writes nothing;
+//! * in both: the guardian is not the dumper's child and holds no fd of the
+//!   dumper's but the two it watches (so the dumper's pipes and sockets see
+//!   EOF as before).
+//!
+//! `harness = false`: `main` dispatches on `GUARDIAN_TEST_ROLE`.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use std::time::{Duration, Instant};
+
+use amdgpu_checkpoint::guardian::{log_name, Guardian};
+use kfd::{Driver, HostDriver};
+
+const ROLE: &str = "GUARDIAN_TEST_ROLE";
+const BOUND: Duration = Duration::from_secs(20);
+
+fn main() {
+    if let Ok(role) = std::env::var(ROLE) {
+        dumper_role(&role);
+        return;
+    }
+    let mut failed = 0;
+    for (name, test) in [
+        ("killed_dumper_is_replaced_by_the_guardian", killed as fn()),
+        ("normal_end_leaves_no_trace", normal_end as fn()),
+    ] {
+        match std::panic::catch_unwind(test) {
+            Ok(()) => println!("test {name} ... ok"),
+            Err(_) => {
+                println!("test {name} ... FAILED");
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
+
+/// The dumper: seize the target, arm its guardian, report the guardian's
+/// pid, its parent and its fds; then end normally or wait to be killed.
+fn dumper_role(role: &str) {
+    let mut parts = role.split(';');
+    let target: u32 = parts.next().unwrap().parse().unwrap();
+    let dir = Path::new(parts.next().unwrap());
+    let end = parts.next().unwrap();
+    HostDriver.ptrace_seize(target).expect("seize the target");
+    let guardian = Guardian::arm(target, dir).expect("arm the guardian");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", guardian.pid())).unwrap();
+    let ppid = field(&status, "PPid:");
+    println!("guardian {} ppid {ppid}", guardian.pid());
+    if end == "normal" {
+        drop(guardian);
+        return;
+    }
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+fn field(status: &str, name: &str) -> u32 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or_else(|| panic!("no {name} in {status}"))
+}
+
+/// A child killed and reaped when dropped (also when a test panics; the
+/// dumper before the target, which it traces).
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The fds the guardian holds once it has closed the dumper's.
+fn guardian_fds(pid: u32) -> Vec<String> {
+    let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| {
+                let link = std::fs::read_link(e.ok()?.path()).ok()?;
+                Some(link.display().to_string())
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    fds.sort();
+    fds
+}
+
+/// (target, dumper, guardian pid); the dumper has armed the guardian.
+fn start(end: &str, dir: &Path) -> (Reaped, Reaped, u32) {
+    let target = Reaped(Command::new("sleep").arg("600").spawn().unwrap());
+    let mut dumper = Reaped(
+        Command::new(std::env::current_exe().unwrap())
+            .env(ROLE, format!("{};{};{end}", target.0.id(), dir.display()))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(dumper.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words.first(), Some(&"guardian"), "dumper said {line:?}");
+    let guardian: u32 = words[1].parse().unwrap();
+    let ppid: u32 = words[3].parse().unwrap();
+    assert_ne!(
+        ppid,
+        dumper.0.id(),
+        "the guardian is not the dumper's child"
+    );
+    if end == "kill" {
+        // Standard streams on /dev/null, the dumper's pidfd, the pipe;
+        // nothing else of the dumper's (closed right after the fork).
+        wait_for("the guardian to close the dumper's fds", || {
+            guardian_fds(guardian).len() <= 5
+        });
+        let fds = guardian_fds(guardian);
+        assert_eq!(fds.len(), 5, "{fds:?}");
+        assert_eq!(
+            fds.iter().filter(|f| *f == "/dev/null").count(),
+            3,
+            "{fds:?}"
+        );
+        assert!(fds.iter().any(|f| f.contains("pidfd")), "{fds:?}");
+        assert!(fds.iter().any(|f| f.starts_with("pipe:")), "{fds:?}");
+    }
+    (target, dumper, guardian)
+}
+
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // A zombie whose new parent (init) has not reaped it yet.
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z')),
+    }
+}
+
+fn wait_for(what: &str, mut ready: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !ready() {
+        assert!(start.elapsed() < BOUND, "{what} within {BOUND:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    start.elapsed()
+}
+
+fn tracer_of(pid: u32) -> u32 {
+    field(
+        &std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap(),
+        "TracerPid:",
+    )
+}
+
+fn killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, mut dumper, guardian) = start("kill", dir.path());
+    let pid = target.0.id();
+    let dumper_pid = dumper.0.id();
+    assert_eq!(tracer_of(pid), dumper_pid);
+    dumper.0.kill().unwrap();
+    dumper.0.wait().unwrap();
+    let log = dir.path().join(log_name(pid));
+    let took = wait_for("the guardian's log", || {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.contains("recover it with"))
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains(&format!("the dumper (pid {dumper_pid}) ended")),
+        "{text}"
+    );
+    assert!(text.contains("has no /dev/kfd open"), "{text}");
+    assert!(
+        text.contains(&format!("amdgpu-criu unpause --pid {pid}")),
+        "{text}"
+    );
+    wait_for("the guardian's exit", || gone(guardian));
+    assert_eq!(tracer_of(pid), 0, "the guardian detached the target");
+    assert!(!gone(pid), "the target runs on");
+    println!("guardian acted {took:?} after the kill");
+}
+
+fn normal_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let (target, mut dumper, guardian) = start("normal", dir.path());
+    assert!(dumper.0.wait().unwrap().success());
+    wait_for("the guardian's exit", || gone(guardian));
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no log");
+    assert_eq!(tracer_of(target.0.id()), 0);
+}

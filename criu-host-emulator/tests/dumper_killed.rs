@@ -1,0 +1,377 @@
+//! The dumper killed at each stage of a dump, and the guardian's recovery.
+//!
+//! kfd-sim is state in this test process, so the dumper cannot be a second
+//! host process (it would need the simulated kernel across an address
+//! space: every ioctl's nested user pointers, fds and mappings). What a
+//! SIGKILL does, as the kernel sees it, is modelled instead: at the chosen
+//! call the dumper process ends (`Sim::exit_process`: its tracee is
+//! detached, it can make no further call: everything it tries answers
+//! `ESRCH`, so nothing it still has in flight — its error paths, its
+//! unpause — reaches the kernel), and its fds are closed when its objects
+//! are dropped. Then a rescuer process does what the guardian does
+//! (`amdgpu_checkpoint::recover::unpause_process`; the guardian process
+//! itself is SIGKILL-tested against real processes in amdgpu-checkpoint's
+//! tests/guardian.rs).
+//!
+//! Stages: right after `PROCESS_INFO`, during the BO drain of each GPU (at
+//! its second SDMA submission, `AMDGPU_CS` on its render node), and at
+//! `DUMP_DEVICES_LATE` (its `UNPAUSE`, never issued). After each: the
+//! application's queues run again, its next steps match a run that was
+//! never dumped, no simulator object is leaked, and the images directory
+//! never verifies as complete.
+//!
+//! Restore: CRIU (its main restorer and the restored task) killed right
+//! after `RESTORE`, during each GPU's BO fill and at `RESUME`: the
+//! half-restored task is gone and the simulator holds what it held before.
+
+use std::ffi::{c_int, c_void};
+use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use amdgpu_checkpoint::recover::unpause_process;
+use criu_host_emulator::EmulatedHost;
+use kfd::{DeviceNumber, Driver, FdKind};
+use kfd_sim::workload::{Profile, Workload};
+use kfd_sim::{Sim, SimConfig, SimDriver, DRM_MAJOR};
+
+mod common;
+mod faults_common;
+
+use common::{device_vmas, gpu_files};
+use faults_common::{empty_dir, fault_name, set_looks_complete, MiniCriu, Snapshot};
+
+/// One call of the dumper: its name and, on a render node, its minor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Call {
+    name: String,
+    minor: Option<u32>,
+}
+
+#[derive(Default)]
+struct Record {
+    calls: Vec<Call>,
+    /// The processes of the CRIU run (dumper; main restorer and task),
+    /// killed together.
+    criu: Vec<kfd_sim::Pid>,
+    /// Kill the dumper before call number `kill_at` (0-based).
+    kill_at: Option<usize>,
+    killed_at: Option<Instant>,
+}
+
+/// The dumper's driver: records its calls; kills it at the chosen one.
+#[derive(Clone)]
+struct KillDriver {
+    inner: SimDriver,
+    rec: Arc<Mutex<Record>>,
+}
+
+impl KillDriver {
+    fn before(&self, name: String, minor: Option<u32>) {
+        let mut rec = self.rec.lock().unwrap();
+        let n = rec.calls.len();
+        rec.calls.push(Call { name, minor });
+        if rec.kill_at == Some(n) {
+            rec.killed_at = Some(Instant::now());
+            // SIGKILL as the kernel sees it.
+            for &pid in &rec.criu {
+                self.inner
+                    .sim()
+                    .exit_process(pid)
+                    .expect("kill a CRIU process");
+            }
+        }
+    }
+
+    fn minor_of(&self, fd: BorrowedFd<'_>) -> Option<u32> {
+        match self.inner.fd_kind(fd) {
+            Ok(FdKind::CharDevice(DeviceNumber { major, minor })) if major == DRM_MAJOR => {
+                Some(minor)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Driver for KillDriver {
+    fn open(&self, path: &Path, flags: c_int) -> io::Result<OwnedFd> {
+        self.before("OPEN".into(), None);
+        self.inner.open(path, flags)
+    }
+
+    unsafe fn ioctl(
+        &self,
+        fd: BorrowedFd<'_>,
+        request: u64,
+        arg: *mut c_void,
+    ) -> io::Result<c_int> {
+        self.before(fault_name(request, arg), self.minor_of(fd));
+        // SAFETY: forwarded Driver::ioctl contract.
+        unsafe { self.inner.ioctl(fd, request, arg) }
+    }
+
+    unsafe fn mmap(
+        &self,
+        addr: *mut c_void,
+        len: usize,
+        prot: c_int,
+        flags: c_int,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+    ) -> io::Result<NonNull<c_void>> {
+        self.before("MMAP".into(), self.minor_of(fd));
+        // SAFETY: forwarded Driver::mmap contract.
+        unsafe { self.inner.mmap(addr, len, prot, flags, fd, offset) }
+    }
+
+    unsafe fn munmap(&self, addr: NonNull<c_void>, len: usize) -> io::Result<()> {
+        // SAFETY: forwarded Driver::munmap contract (a dead process's
+        // mappings go with it; the host memory is released either way).
+        unsafe { self.inner.munmap(addr, len) }
+    }
+
+    fn fd_kind(&self, fd: BorrowedFd<'_>) -> io::Result<FdKind> {
+        self.inner.fd_kind(fd)
+    }
+
+    fn device_number(&self, path: &Path) -> io::Result<DeviceNumber> {
+        self.inner.device_number(path)
+    }
+
+    fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {
+        self.inner.read_sysfs(path, limit)
+    }
+}
+
+/// The driver of CRIU process `pid`, killed with the others of the run.
+fn killable(sim: &Sim, rec: &Arc<Mutex<Record>>, pid: kfd_sim::Pid) -> KillDriver {
+    rec.lock().unwrap().criu.push(pid);
+    KillDriver {
+        inner: sim.driver(pid),
+        rec: rec.clone(),
+    }
+}
+
+const GPUS: usize = 2;
+const NEXT_STEPS: usize = 3;
+
+fn fingerprints(app: &mut Workload) -> Vec<u64> {
+    (0..NEXT_STEPS)
+        .map(|_| {
+            app.step().expect("queues run");
+            app.fingerprint().unwrap()
+        })
+        .collect()
+}
+
+struct Run {
+    calls: Vec<Call>,
+    dump_failed: bool,
+    recovery: Option<Duration>,
+}
+
+/// One dump of a fresh machine, the dumper killed before call `kill_at`;
+/// checks everything a killed dump must leave as it was.
+fn run(images: &Path, shm: &Path, kill_at: Option<usize>, expected: &[u64]) -> Run {
+    empty_dir(images);
+    let sim = Sim::synthetic(GPUS, SimConfig::default()).expect("simulated machine");
+    let mut app = Workload::launch(&sim, &Profile::Basic).expect("launch app");
+    app.step().expect("app step");
+    let before = Snapshot::take(&sim);
+    let rec = Arc::new(Mutex::new(Record {
+        kill_at,
+        ..Record::default()
+    }));
+    let quiet = criu_plugin_amdgpu::log::Capture::start();
+    let result = {
+        let (files, _) = gpu_files(&app);
+        MiniCriu::new(&sim, shm).dump(
+            |pid| killable(&sim, &rec, pid),
+            EmulatedHost::new(images, None),
+            app.pid(),
+            &files,
+            &device_vmas(&sim),
+        )
+    };
+    drop(quiet);
+    let (calls, killed_at) = {
+        let rec = rec.lock().unwrap();
+        (rec.calls.clone(), rec.killed_at)
+    };
+    let mut recovery = None;
+    if let Some(killed_at) = killed_at {
+        let state = sim.kfd_state(app.pid()).unwrap();
+        assert_eq!(
+            sim.tracer_of(app.pid()),
+            None,
+            "the dead dumper's tracee is free"
+        );
+        // The guardian's work.
+        let rescuer = sim.spawn_process().unwrap();
+        let done = unpause_process(&sim.driver(rescuer), app.pid().0).expect("recovery");
+        assert_eq!(done.was_paused, state.queues_paused);
+        recovery = Some(killed_at.elapsed());
+        sim.exit_process(rescuer).unwrap();
+        assert!(
+            !set_looks_complete(images),
+            "a killed dump never verifies as complete"
+        );
+    }
+    let state = sim.kfd_state(app.pid()).unwrap();
+    assert!(state.queues_running() && !state.queues_paused, "{state:?}");
+    assert_eq!(fingerprints(&mut app), expected, "the next steps");
+    let after = Snapshot::take(&sim);
+    assert_eq!(after.accounting, before.accounting, "nothing leaked");
+    Run {
+        calls,
+        dump_failed: result.is_err(),
+        recovery,
+    }
+}
+
+/// (label, call index) of each stage in a clean dump's calls.
+fn stages(calls: &[Call]) -> Vec<(String, usize)> {
+    let position = |from: usize, name: &str| {
+        calls[from..]
+            .iter()
+            .position(|c| c.name == name)
+            .map(|i| i + from)
+            .unwrap_or_else(|| panic!("no {name} in the dump: {calls:?}"))
+    };
+    let info = position(0, "CRIU_OP:PROCESS_INFO");
+    let mut stages = vec![("after PROCESS_INFO".to_owned(), info + 1)];
+    let checkpoint = position(info, "CRIU_OP:CHECKPOINT");
+    let mut minors: Vec<u32> = calls[checkpoint..].iter().filter_map(|c| c.minor).collect();
+    minors.sort_unstable();
+    minors.dedup();
+    assert_eq!(minors.len(), GPUS, "every GPU drains: {calls:?}");
+    for minor in minors {
+        // The GPU's SDMA submissions; killed at its second (one BO's copy
+        // submitted, the next one on its way) or its only one.
+        let submissions: Vec<usize> = (checkpoint..calls.len())
+            .filter(|&i| calls[i].minor == Some(minor) && calls[i].name == "AMDGPU_CS")
+            .collect();
+        let at = *submissions
+            .get(1)
+            .or(submissions.first())
+            .unwrap_or_else(|| panic!("no SDMA submission on renderD{minor}: {calls:?}"));
+        stages.push((format!("during the BO drain of renderD{minor}"), at));
+    }
+    let late = position(checkpoint, "CRIU_OP:UNPAUSE");
+    stages.push(("at DUMP_DEVICES_LATE".to_owned(), late));
+    stages
+}
+
+#[test]
+fn a_dumper_killed_at_any_stage_leaves_the_app_recoverable_and_nothing_leaked() {
+    let images = tempfile::tempdir().unwrap();
+    let shm = tempfile::tempdir().unwrap();
+    let expected = {
+        let sim = Sim::synthetic(GPUS, SimConfig::default()).unwrap();
+        let mut app = Workload::launch(&sim, &Profile::Basic).unwrap();
+        app.step().unwrap();
+        fingerprints(&mut app)
+    };
+    let clean = run(images.path(), shm.path(), None, &expected);
+    assert!(!clean.dump_failed);
+    assert!(
+        set_looks_complete(images.path()),
+        "the clean dump is complete"
+    );
+    for (label, at) in stages(&clean.calls) {
+        let killed = run(images.path(), shm.path(), Some(at), &expected);
+        assert!(killed.dump_failed, "{label}: the dump fails");
+        let took = killed.recovery.expect("the dumper was killed");
+        println!("killed {label} (call {at}): queues run again {took:?} after the kill");
+    }
+}
+
+/// (label, call index) of each restore stage: right after `RESTORE`, during
+/// the BO fill of each GPU (its second SDMA submission, or its only one),
+/// and at `RESUME`.
+fn restore_stages(calls: &[Call]) -> Vec<(String, usize)> {
+    let restore = calls
+        .iter()
+        .position(|c| c.name == "CRIU_OP:RESTORE")
+        .unwrap_or_else(|| panic!("no RESTORE: {calls:?}"));
+    let mut stages = vec![("after RESTORE".to_owned(), restore + 1)];
+    let mut minors: Vec<u32> = calls[restore..].iter().filter_map(|c| c.minor).collect();
+    minors.sort_unstable();
+    minors.dedup();
+    for minor in minors {
+        let submissions: Vec<usize> = (restore..calls.len())
+            .filter(|&i| calls[i].minor == Some(minor) && calls[i].name == "AMDGPU_CS")
+            .collect();
+        if let Some(&at) = submissions.get(1).or(submissions.first()) {
+            stages.push((format!("during the BO fill of renderD{minor}"), at));
+        }
+    }
+    let resume = calls
+        .iter()
+        .position(|c| c.name == "CRIU_OP:RESUME")
+        .unwrap_or_else(|| panic!("no RESUME: {calls:?}"));
+    stages.push(("at RESUME".to_owned(), resume));
+    stages
+}
+
+/// One restore of a clean dump's images on a fresh machine, CRIU (main
+/// restorer and restored task) killed before call `kill_at`: the
+/// half-restored task is gone and the simulator holds what it held before.
+fn restore_run(kill_at: Option<usize>) -> (Vec<Call>, bool) {
+    let images = tempfile::tempdir().unwrap();
+    let shm = tempfile::tempdir().unwrap();
+    let sim = Sim::synthetic(GPUS, SimConfig::default()).expect("simulated machine");
+    let (pid, ids, ()) = faults_common::dump_and_kill(&sim, images.path(), shm.path(), |_| ());
+    let before = Snapshot::take(&sim);
+    let rec = Arc::new(Mutex::new(Record {
+        kill_at,
+        ..Record::default()
+    }));
+    let quiet = criu_plugin_amdgpu::log::Capture::start();
+    let result = MiniCriu::new(&sim, shm.path()).restore(
+        |p| killable(&sim, &rec, p),
+        EmulatedHost::new(images.path(), None),
+        pid,
+        &ids,
+        &device_vmas(&sim),
+    );
+    drop(quiet);
+    let killed = rec.lock().unwrap().killed_at.is_some();
+    let failed = match result {
+        // Killed at RESUME: every file was restored, RESUME never was.
+        Ok(task) if killed => {
+            assert_ne!(task.resume_answer, 0, "RESUME fails");
+            drop(task);
+            true
+        }
+        Ok(task) => {
+            assert_eq!(task.resume_answer, 0);
+            drop(task);
+            sim.exit_process(pid).expect("the restored task exits");
+            false
+        }
+        Err(_) => true,
+    };
+    assert!(
+        sim.kfd_state(pid).is_none(),
+        "the half-restored task is gone"
+    );
+    let after = Snapshot::take(&sim);
+    assert_eq!(after.accounting, before.accounting, "nothing leaked");
+    let calls = rec.lock().unwrap().calls.clone();
+    (calls, failed)
+}
+
+#[test]
+fn criu_killed_at_any_restore_stage_leaves_no_half_restored_task_and_nothing_leaked() {
+    let (calls, failed) = restore_run(None);
+    assert!(!failed, "the clean restore succeeds");
+    for (label, at) in restore_stages(&calls) {
+        let (_, failed) = restore_run(Some(at));
+        assert!(failed, "{label}: the restore fails");
+        println!("killed {label} (call {at}): the half-restored task is gone, nothing leaked");
+    }
+}
