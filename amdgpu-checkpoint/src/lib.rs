@@ -41,6 +41,8 @@
 
 pub mod dump;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzz_support;
 pub mod guardian;
 pub mod handles;
 pub mod identify;

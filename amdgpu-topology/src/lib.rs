@@ -57,6 +57,8 @@
 pub mod builtin;
 pub mod checks;
 pub mod devices;
+#[doc(hidden)]
+pub mod fuzz_support;
 pub mod gpu_id;
 pub mod hive;
 pub mod mapping;

@@ -1,0 +1,44 @@
+//! The checks of the fuzz targets over the engine's parsers of outside
+//! input, shared by the cargo-fuzz targets (fuzz/) and the replay of their
+//! corpora on stable Rust, so both run the same code. Not part of the API.
+
+use std::collections::HashMap;
+
+use crate::options::{parse_buffer_size, Options};
+
+/// The `plugin_options` target: `NAME=value` lines through the options
+/// parser. Never panics; rejected values keep the default and are reported;
+/// the staging memory never exceeds the limit a valid `KFD_MAX_BUFFER_SIZE`
+/// asked for.
+pub fn check_plugin_options(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let mut values = HashMap::new();
+    for line in text.lines() {
+        if let Some((name, value)) = line.split_once('=') {
+            values.insert(name.to_owned(), value.to_owned());
+        }
+        let _ = parse_buffer_size(line);
+    }
+    let (options, invalid) = Options::from_lookup(|name| values.get(name).cloned());
+    for bad in &invalid {
+        let _ = bad.to_string();
+    }
+    let _ = options.describe();
+    let _ = options.staging.total();
+    if let Some(Ok(limit)) = values
+        .get("KFD_MAX_BUFFER_SIZE")
+        .map(|v| parse_buffer_size(v))
+    {
+        if limit > 0
+            && invalid
+                .iter()
+                .all(|i| !i.to_string().contains("KFD_MAX_BUFFER_SIZE"))
+        {
+            assert!(
+                options.staging.total() <= limit.max(options.staging.buffer_size),
+                "staging {} exceeds the limit {limit}",
+                options.staging.total()
+            );
+        }
+    }
+}
