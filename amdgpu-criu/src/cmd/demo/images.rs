@@ -81,3 +81,31 @@ pub(super) fn read_kfd_images(dir: &Path) -> Result<Vec<(u32, CriuKfd)>, Stop> {
     }
     Ok(out)
 }
+
+/// The pages files of `dir` of the given kinds (`ImageKind::Pages`,
+/// `ImageKind::DrmPages`), told by their image names; with `in_progress`,
+/// also those `DirStore` is still writing (`.NAME.part-*`, renamed to
+/// `NAME` when done).
+pub(super) fn pages_files(
+    dir: &Path,
+    kinds: &[ImageKind],
+    in_progress: bool,
+) -> Vec<std::fs::Metadata> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            let name = match name.strip_prefix('.').and_then(|n| n.split_once(".part-")) {
+                Some((written, _)) if in_progress => written,
+                Some(_) => return false,
+                None => &name,
+            };
+            amdgpu_image::ImageName::parse(name).is_ok_and(|n| kinds.contains(&n.kind()))
+        })
+        .filter_map(|e| e.metadata().ok())
+        .collect()
+}

@@ -104,21 +104,13 @@ pub(super) fn bytes_read() -> u64 {
         .unwrap_or(0)
 }
 
-/// Bytes in the pages files of `images` so far, those still being written
+/// Bytes in the KFD pages files of `images` so far (the bar's total is the
+/// KFD BOs), those still being written
 /// (`DirStore` writes `.amdgpu-pages-*.part-*` and renames it when done)
 /// included. For the progress display only.
 pub(super) fn pages_bytes(images: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(images) else {
-        return 0;
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter(|e| {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            name.trim_start_matches('.').starts_with("amdgpu-pages-")
-        })
-        .filter_map(|e| e.metadata().ok())
+    super::images::pages_files(images, &[amdgpu_image::ImageKind::Pages], true)
+        .iter()
         .map(|m| m.len())
         .sum()
 }

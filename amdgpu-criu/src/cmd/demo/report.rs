@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
-use amdgpu_image::{flags, CriuKfd};
+use amdgpu_image::{flags, CriuKfd, ImageKind};
 use criu_host_emulator::RestoredTask;
 use serde::Serialize;
 
@@ -70,17 +70,8 @@ impl Report {
 /// Bytes the pages files of `dir` occupy (allocated blocks, so the holes
 /// of elided zero pages do not count).
 pub(super) fn pages_on_disk(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter(|e| {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            name.starts_with("amdgpu-pages-") || name.starts_with("amdgpu-drm-pages-")
-        })
-        .filter_map(|e| e.metadata().ok())
+    super::images::pages_files(dir, &[ImageKind::Pages, ImageKind::DrmPages], false)
+        .iter()
         .map(|m| (m.blocks() * 512).min(m.len()))
         .sum()
 }
