@@ -44,6 +44,21 @@ pub mod rule {
     /// them: CPU placement (the most preferred placement tried) or hive
     /// assignment.
     pub const COMPATIBLE_GPUS: &str = "compatible_gpus";
+    /// A device-map pin of `gpu` to `local_gpu` fails the pair checks; the
+    /// reasons that follow say which. `checkpointed` counts them.
+    pub const PIN: &str = "pin";
+    /// Device-map pins split the XGMI hive of `gpu`: it shares a hive with
+    /// checkpointed GPU `checkpointed`, but their pins, `local_gpu` and
+    /// `local`, are not in one local hive.
+    pub const PIN_SPLITS_HIVE: &str = "pin_splits_hive";
+    /// Device-map pins merge XGMI hives: `gpu` and checkpointed GPU
+    /// `checkpointed` are in different hives, but their pins, `local_gpu`
+    /// and `local`, are in one local hive.
+    pub const PIN_MERGES_HIVES: &str = "pin_merges_hives";
+    /// A device-map pin puts `gpu`, a member of an XGMI hive of
+    /// `checkpointed` GPUs, on `local_gpu`, in a local hive of only `local`
+    /// GPUs (0: in none).
+    pub const PIN_HIVE_SIZE: &str = "pin_hive_size";
 }
 
 /// One reason a checkpointed topology cannot be restored on a local one.
@@ -259,6 +274,30 @@ impl fmt::Display for Reason {
             (rule::COMPATIBLE_GPUS, None) => write!(
                 f,
                 "{c} checkpointed GPUs (this one among them) are compatible with only {l} local GPUs"
+            ),
+            (rule::PIN, None) => write!(
+                f,
+                "the device map pins it to {local_gpu}, which fails {c} check(s)"
+            ),
+            (rule::PIN_SPLITS_HIVE, None) => write!(
+                f,
+                "the device map splits its XGMI hive: it shares a hive with checkpointed GPU {c}, \
+                 but they are pinned to {local_gpu} and local GPU {l}, which are not in one hive"
+            ),
+            (rule::PIN_MERGES_HIVES, None) => write!(
+                f,
+                "the device map merges XGMI hives: it and checkpointed GPU {c} are in different \
+                 hives, but they are pinned to {local_gpu} and local GPU {l}, which share one"
+            ),
+            (rule::PIN_HIVE_SIZE, None) if l == 0 => write!(
+                f,
+                "the device map breaks its XGMI hive of {c} GPUs: it is pinned to {local_gpu}, \
+                 which is in no XGMI hive"
+            ),
+            (rule::PIN_HIVE_SIZE, None) => write!(
+                f,
+                "the device map breaks its XGMI hive of {c} GPUs: it is pinned to {local_gpu}, \
+                 whose hive has only {l}"
             ),
             (check, None) => write!(f, "{check}: checkpointed {c}, {local_gpu} {l}"),
         }

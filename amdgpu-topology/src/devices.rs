@@ -73,6 +73,15 @@ pub struct DeviceProps {
     pub vram_public: bool,
     /// VRAM size in bytes; checkpointed at most local (`KFD_VRAM_SIZE_CHECK`).
     pub vram_size: u64,
+    /// PCI bus/device/function (`location_id`: bus << 8 | device << 3 |
+    /// function, partitions of GFX 9.4.3 OR their index into the low bits);
+    /// 0 when not known (images of other producers). Never compared: it
+    /// only names the GPU in a device map.
+    pub location_id: u32,
+    /// The kernel's `unique_id` of the GPU (a serial number), 0 when the
+    /// kernel reports none or the image predates it. Never compared: it only
+    /// names the GPU in a device map.
+    pub unique_id: u64,
 }
 
 /// One io link as the plugin keeps it: its CRAT type and target node id.
@@ -203,6 +212,8 @@ impl DeviceTopology {
                 sdma_fw_version: u32_prop("sdma_fw_version"),
                 vram_public,
                 vram_size,
+                location_id: u32_prop("location_id"),
+                unique_id: node.prop("unique_id"),
             };
             nodes.push(DeviceNode {
                 node_id: node.id,

@@ -56,6 +56,7 @@
 
 pub mod builtin;
 pub mod checks;
+pub mod device_map;
 pub mod devices;
 #[doc(hidden)]
 pub mod fuzz_support;

@@ -171,6 +171,22 @@ pub enum MapError {
         /// [`MAX_NODES`].
         max: usize,
     },
+    /// A pin names a gpu_id the topology does not have.
+    #[error("device map: {side} topology has no GPU {gpu}")]
+    PinnedGpuMissing {
+        /// Which topology.
+        side: Side,
+        /// The gpu_id.
+        gpu: GpuId,
+    },
+    /// Two pins name one GPU.
+    #[error("device map names {side} GPU {gpu} twice; a GPU can be pinned once")]
+    PinnedTwice {
+        /// Which topology.
+        side: Side,
+        /// The gpu_id.
+        gpu: GpuId,
+    },
     /// The search explored [`MAX_SEARCH_STATES`] states without an answer.
     #[error("no answer after exploring {states} search states; the topologies are too irregular to decide (try KFD_NUMA_CHECK=0)")]
     SearchLimit {
@@ -187,6 +203,24 @@ pub fn map_topologies(
     checkpointed: &DeviceTopology,
     local: &DeviceTopology,
     options: &CheckOptions,
+) -> Result<MapResult, MapError> {
+    map_topologies_pinned(checkpointed, local, options, &[])
+}
+
+/// [`map_topologies`] with some checkpointed GPUs pinned to local GPUs
+/// (`(checkpointed gpu_id, local gpu_id)`, as
+/// [`crate::device_map::DeviceMap::resolve`] gives them).
+///
+/// Every pinned pair must pass the pair checks (properties, io links, CPU
+/// links); pins must keep each checkpointed XGMI hive in one local hive at
+/// least as large, and different checkpointed hives in different local
+/// hives; the GPUs not pinned are mapped by the usual rules around the
+/// pins. A refusal names the pin at fault.
+pub fn map_topologies_pinned(
+    checkpointed: &DeviceTopology,
+    local: &DeviceTopology,
+    options: &CheckOptions,
+    pins: &[(GpuId, GpuId)],
 ) -> Result<MapResult, MapError> {
     let mut src = View::new(checkpointed, Side::Checkpointed)?;
     let mut dst = View::new(local, Side::Local)?;
@@ -235,6 +269,21 @@ pub fn map_topologies(
     for i in 0..n {
         for j in 0..n {
             base.set(i, j, class_ok[src.pair_class[i]][dst.pair_class[j]]);
+        }
+    }
+    if !pins.is_empty() {
+        let positions = pin_positions(&src, &dst, pins)?;
+        let reasons = pin_reasons(&src, &dst, &positions, options);
+        if !reasons.is_empty() {
+            return Ok(MapResult::refused(reasons));
+        }
+        for &(pi, pj) in &positions {
+            for k in 0..n {
+                base.set(pi, k, k == pj);
+                if k != pi {
+                    base.set(k, pj, false);
+                }
+            }
         }
     }
 
@@ -290,6 +339,103 @@ pub fn map_topologies(
             },
         ))),
     }
+}
+
+/// The pins as GPU positions in the two views. A gpu_id a view lacks or a
+/// GPU pinned twice is malformed input ([`MapError`]); a resolved device
+/// map has neither.
+fn pin_positions(
+    src: &View<'_>,
+    dst: &View<'_>,
+    pins: &[(GpuId, GpuId)],
+) -> Result<Vec<(usize, usize)>, MapError> {
+    let find = |view: &View<'_>, id: GpuId, side| {
+        (0..view.gpus.len())
+            .find(|&p| view.gpu(p).gpu_id == id)
+            .ok_or(MapError::PinnedGpuMissing { side, gpu: id })
+    };
+    let mut positions: Vec<(usize, usize)> = Vec::with_capacity(pins.len());
+    for &(s, d) in pins {
+        let (i, j) = (
+            find(src, s, Side::Checkpointed)?,
+            find(dst, d, Side::Local)?,
+        );
+        if positions.iter().any(|&(pi, _)| pi == i) {
+            return Err(MapError::PinnedTwice {
+                side: Side::Checkpointed,
+                gpu: s,
+            });
+        }
+        if positions.iter().any(|&(_, pj)| pj == j) {
+            return Err(MapError::PinnedTwice {
+                side: Side::Local,
+                gpu: d,
+            });
+        }
+        positions.push((i, j));
+    }
+    Ok(positions)
+}
+
+/// Why the pins cannot hold, before any search: pairs that fail the pair
+/// checks, and pins that split, merge or squeeze XGMI hives.
+fn pin_reasons(
+    src: &View<'_>,
+    dst: &View<'_>,
+    positions: &[(usize, usize)],
+    options: &CheckOptions,
+) -> Vec<Reason> {
+    let src_hive = |i: usize| src.hives.iter().position(|h| h.contains(&i));
+    let dst_hive = |j: usize| dst.hives.iter().position(|h| h.contains(&j));
+    let mut reasons = Vec::new();
+    for &(i, j) in positions {
+        let pair = pair_reasons(src, i, dst, j, options);
+        if !pair.is_empty() {
+            reasons.push(Reason {
+                gpu: Some(src.gpu(i).gpu_id),
+                check: rule::PIN,
+                checkpointed: pair.len() as u64,
+                local: 0,
+                local_gpu: Some(dst.gpu(j).gpu_id),
+            });
+            reasons.extend(pair);
+        }
+        if let Some(h) = src_hive(i) {
+            let size = dst_hive(j).map_or(0, |k| dst.hives[k].len());
+            if size < src.hives[h].len() {
+                reasons.push(Reason {
+                    gpu: Some(src.gpu(i).gpu_id),
+                    check: rule::PIN_HIVE_SIZE,
+                    checkpointed: src.hives[h].len() as u64,
+                    local: size as u64,
+                    local_gpu: Some(dst.gpu(j).gpu_id),
+                });
+            }
+        }
+    }
+    for (a, &(i1, j1)) in positions.iter().enumerate() {
+        for &(i2, j2) in &positions[a + 1..] {
+            let (Some(h1), Some(h2)) = (src_hive(i1), src_hive(i2)) else {
+                continue;
+            };
+            let same_local = dst_hive(j1).is_some() && dst_hive(j1) == dst_hive(j2);
+            let check = if h1 == h2 && !same_local && dst_hive(j1).is_some() && dst_hive(j2).is_some() {
+                rule::PIN_SPLITS_HIVE
+            } else if h1 != h2 && same_local {
+                rule::PIN_MERGES_HIVES
+            } else {
+                continue;
+            };
+            reasons.push(Reason {
+                gpu: Some(src.gpu(i1).gpu_id),
+                check,
+                checkpointed: src.gpu(i2).gpu_id.into(),
+                local: dst.gpu(j2).gpu_id.into(),
+                local_gpu: Some(dst.gpu(j1).gpu_id),
+            });
+        }
+    }
+    reasons
 }
 
 /// A link from a GPU to a CPU, as the placement rules see it.
