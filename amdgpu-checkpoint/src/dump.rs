@@ -392,6 +392,9 @@ impl<D: Driver + Clone> Dumper<D> {
             priv_data: checkpoint.priv_data,
             producer: Some(PRODUCER.to_owned()),
             format_version: Some(FORMAT_VERSION),
+            kfd_major_version: None,
+            kfd_minor_version: None,
+            kfd_required_minor: None,
         };
         store
             .write_message(&ImageName::Kfd { id }, &msg)

@@ -42,6 +42,9 @@ fn write_kfd(dir: &Path, id: u32, pid: u32, entries: Vec<KfdDeviceEntry>) {
         priv_data: Vec::new(),
         producer: None,
         format_version: None,
+        kfd_major_version: None,
+        kfd_minor_version: None,
+        kfd_required_minor: None,
     };
     kfd.mark_producer();
     let store = DirStore::open_dir(dir).unwrap();

@@ -282,6 +282,9 @@ pub fn write_sample_set<S: ImageStore>(store: &S, spec: SampleSpec) -> Result<Cr
         priv_data: (0..64u8).collect(),
         producer: None,
         format_version: None,
+        kfd_major_version: None,
+        kfd_minor_version: None,
+        kfd_required_minor: None,
     };
     kfd.mark_producer();
     for d in kfd.device_entries.clone().iter().filter(|d| d.is_gpu()) {

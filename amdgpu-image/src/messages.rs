@@ -176,6 +176,17 @@ pub struct KfdDeviceEntry {
     /// Valid io links.
     #[prost(message, repeated, tag = "32")]
     pub iolinks: Vec<DevIolink>,
+    /// Ours (tag 110): the node's sysfs `location_id` (PCI bus << 8 |
+    /// device << 3 | function), so a device map can name the GPU by PCI
+    /// address. GPU entries only.
+    #[prost(uint32, optional, tag = "110")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub location_id: Option<u32>,
+    /// Ours (tag 111): the node's sysfs `unique_id`, so a device map can
+    /// name the GPU by it. GPU entries whose kernel reports one only.
+    #[prost(uint64, optional, tag = "111")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unique_id: Option<u64>,
 }
 
 impl KfdDeviceEntry {
@@ -261,6 +272,21 @@ pub struct CriuKfd {
     #[prost(uint32, optional, tag = "101")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub format_version: Option<u32>,
+    /// Ours (tag 110): the dump host's KFD interface major version
+    /// (`AMDKFD_IOC_GET_VERSION`).
+    #[prost(uint32, optional, tag = "110")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kfd_major_version: Option<u32>,
+    /// Ours (tag 111): the dump host's KFD interface minor version.
+    #[prost(uint32, optional, tag = "111")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kfd_minor_version: Option<u32>,
+    /// Ours (tag 112): the KFD interface minor version this image needs at
+    /// restore: the oldest minor that has every feature the dumped state
+    /// uses (see `amdgpu_checkpoint::kfd_version`).
+    #[prost(uint32, optional, tag = "112")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kfd_required_minor: Option<u32>,
 }
 
 /// `drm_vm_entry`: one GPU VA mapping of a DRM BO.

@@ -70,6 +70,8 @@ pub fn device_entry(
         vram_public: u32::from(p.vram_public),
         vram_size: p.vram_size,
         iolinks,
+        location_id: (p.location_id != 0).then_some(p.location_id),
+        unique_id: (p.unique_id != 0).then_some(p.unique_id),
     }
 }
 
@@ -114,6 +116,8 @@ pub fn device_node(entry: &KfdDeviceEntry) -> DeviceNode {
             sdma_fw_version: entry.sdma_fw_version,
             vram_public: entry.vram_public != 0,
             vram_size: entry.vram_size,
+            location_id: entry.location_id.unwrap_or(0),
+            unique_id: entry.unique_id.unwrap_or(0),
         }
     } else {
         DeviceProps {

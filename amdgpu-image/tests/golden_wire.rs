@@ -247,6 +247,9 @@ fn sample_kfd() -> CriuKfd {
         priv_data: vec![1, 2, 3, 0, 255],
         producer: None,
         format_version: None,
+        kfd_major_version: None,
+        kfd_minor_version: None,
+        kfd_required_minor: None,
     }
 }
 

@@ -72,6 +72,9 @@ fn good_kfd() -> CriuKfd {
         priv_data: vec![],
         producer: None,
         format_version: None,
+        kfd_major_version: None,
+        kfd_minor_version: None,
+        kfd_required_minor: None,
     }
 }
 

@@ -81,6 +81,9 @@ pub fn kfd_with_bos(bos: usize) -> CriuKfd {
         priv_data: vec![0x5a; 256 << 10],
         producer: None,
         format_version: None,
+        kfd_major_version: None,
+        kfd_minor_version: None,
+        kfd_required_minor: None,
     };
     kfd.mark_producer();
     kfd
