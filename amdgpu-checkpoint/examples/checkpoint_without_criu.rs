@@ -80,7 +80,7 @@ fn checkpoint_and_restore(keep: Option<&std::ffi::OsStr>) -> Result<(), Box<dyn 
         driver.clone(),
         DumpConfig {
             topology_root: sim.sysfs_root(),
-            options,
+            options: options.clone(),
             unpause_early: false,
             shm_dir: shm.clone(),
             // The simulated process is not a host process to guard.

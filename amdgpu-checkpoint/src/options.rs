@@ -1,12 +1,28 @@
 //! The engine's options: the seven `KFD_*_CHECK` switches of the device
 //! checks (the switches themselves are `amdgpu-topology`'s
-//! [`CheckOptions`]) and the staging bound `KFD_MAX_BUFFER_SIZE`.
+//! [`CheckOptions`]), the staging bound `KFD_MAX_BUFFER_SIZE` and the
+//! device map `KFD_DEVICE_MAP`.
 //!
-//! Parsing follows the C plugin and, like it, never fails: an invalid value
-//! keeps the default and yields an [`InvalidOption`] for the caller to log.
-//! Everything takes a lookup function (name to value), so the same parsing
-//! serves the environment, CRIU's plugin options and tests; only the
-//! `*_from_env` functions read the process environment.
+//! # Two sources
+//!
+//! Every option has a name on CRIU's command line,
+//! `--plugin-option amdgpu.NAME=VALUE` (CRIU after criu#3138 hands plugins
+//! these strings through `criu_plugin_get_options`), and an environment
+//! variable; [`OPTIONS`] lists them, one row per option, so a new option is
+//! one row and one field. [`Options::resolve`] reads the environment and
+//! [`Options::with_command_line`] applies CRIU's entries on top: a
+//! command-line value overrides the environment, and [`Options::describe`]
+//! says where each value came from. On the command line an unknown `amdgpu.*` name or
+//! a bad value is an error ([`OptionError`]) naming the option and what it
+//! accepts: a mistyped option silently ignored could restore onto the wrong
+//! GPUs. Entries of other plugins (`cuda.device-map=...`) are not ours and
+//! are left alone.
+//!
+//! In the environment the seven checks and `KFD_MAX_BUFFER_SIZE` keep the
+//! C plugin's leniency: an invalid value keeps the default and yields an
+//! [`InvalidOption`] for the caller to log (deployments that set them for
+//! the C plugin keep working). `KFD_DEVICE_MAP` is new and strict: a map
+//! that does not parse is an [`OptionError`] wherever it comes from.
 //!
 //! Staging: BO contents move between GPU memory and image files through
 //! host staging buffers, two per GPU so that the SDMA copy of one chunk
@@ -21,11 +37,12 @@
 //! - Buffers never exceed the largest BO (rounded up to a page) they serve
 //!   ([`Staging::for_largest_bo`]).
 //!
-//! An invalid value is reported naming the variable and the default is
-//! kept. This module reads the environment only in [`Options::from_env`].
+//! This module reads the environment only in [`Options::from_env`] and
+//! [`Options::resolve_env`].
 
 use std::fmt;
 
+pub use amdgpu_topology::device_map::DeviceMap;
 pub use amdgpu_topology::options::CheckOptions;
 
 /// `KFD_FW_VER_CHECK`: checkpointed MEC firmware version must be `<=` local.
@@ -44,6 +61,8 @@ pub const NUMA_CHECK: &str = "KFD_NUMA_CHECK";
 pub const CAPABILITY_CHECK: &str = "KFD_CAPABILITY_CHECK";
 /// `KFD_MAX_BUFFER_SIZE`: cap on the staging buffer of BO transfers (0 = none).
 pub const MAX_BUFFER_SIZE: &str = "KFD_MAX_BUFFER_SIZE";
+/// `KFD_DEVICE_MAP`: pins of checkpointed GPUs to local GPUs at restore.
+pub const DEVICE_MAP: &str = "KFD_DEVICE_MAP";
 
 /// An environment variable whose value was not understood; the default was kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -307,25 +326,59 @@ impl Staging {
     }
 }
 
-/// Everything the environment configures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Everything the options configure.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Options {
     /// Device compatibility checks for restore.
     pub checks: CheckOptions,
     /// Staging memory per GPU.
     pub staging: Staging,
+    /// The staging bound as given (`KFD_MAX_BUFFER_SIZE`, 0 = default).
+    pub max_buffer_size: u64,
+    /// Pins of checkpointed GPUs to local GPUs (`KFD_DEVICE_MAP`).
+    pub device_map: DeviceMap,
+    /// Where each value came from, by option name ([`OptionSpec::name`]);
+    /// an option not listed has its default.
+    pub sources: std::collections::BTreeMap<&'static str, Source>,
 }
 
 impl Options {
     /// Reads the options through `lookup` (name to value, `None` when unset);
     /// returns them with every value that was rejected (the default was kept).
+    ///
+    /// Never fails: a `KFD_DEVICE_MAP` that does not parse is reported like
+    /// the others and no GPU is pinned. The plugin uses the strict
+    /// [`Options::resolve`] instead.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> (Options, Vec<InvalidOption>) {
         let (checks, mut invalid) = checks_from_lookup(&lookup);
         let (limit, bad_limit) = max_buffer_size_from_lookup(&lookup);
         invalid.extend(bad_limit);
+        let device_map = match lookup(DEVICE_MAP).map(|v| (v.parse::<DeviceMap>(), v)) {
+            None => DeviceMap::default(),
+            Some((Ok(map), _)) => map,
+            Some((Err(e), value)) => {
+                invalid.push(InvalidOption {
+                    variable: DEVICE_MAP,
+                    value,
+                    expected: amdgpu_topology::device_map::ACCEPTED,
+                    kept: format!("no pins ({e})"),
+                });
+                DeviceMap::default()
+            }
+        };
+        let sources = OPTIONS
+            .iter()
+            .filter(|spec| {
+                lookup(spec.variable).is_some() && !invalid.iter().any(|i| i.variable == spec.variable)
+            })
+            .map(|spec| (spec.name, Source::Environment))
+            .collect();
         let options = Options {
             checks,
             staging: Staging::from_limit(limit),
+            max_buffer_size: limit,
+            device_map,
+            sources,
         };
         (options, invalid)
     }
@@ -335,18 +388,242 @@ impl Options {
         Options::from_lookup(|name| std::env::var(name).ok())
     }
 
-    /// One `param: NAME:value` line per option, as the C plugin logs them.
+    /// One `param:` line per option: its command-line name, its
+    /// environment variable, its value and where the value came from.
     pub fn describe(&self) -> Vec<String> {
-        let mut lines: Vec<String> = check_flags(&self.checks)
+        OPTIONS
             .iter()
-            .map(|(name, on)| format!("param: {name}:{}", if *on { 'Y' } else { 'N' }))
-            .collect();
-        lines.push(format!(
-            "param: {MAX_BUFFER_SIZE}: {} staging buffer(s) of {:#x} bytes per GPU",
-            self.staging.buffers, self.staging.buffer_size
-        ));
-        lines
+            .map(|spec| {
+                format!(
+                    "param: {PLUGIN_PREFIX}{} ({}) = {} ({})",
+                    spec.name,
+                    spec.variable,
+                    (spec.show)(self),
+                    self.source(spec.name)
+                )
+            })
+            .collect()
     }
+
+    /// Where the value of option `name` came from.
+    pub fn source(&self, name: &str) -> Source {
+        self.sources.get(name).copied().unwrap_or(Source::Default)
+    }
+
+    /// These options with CRIU's plugin options (`argv`, every plugin's
+    /// entries; only `amdgpu.*` ones are read) applied on top: a
+    /// command-line value overrides the environment's. The last of repeated
+    /// entries wins (CRIU keeps them in order; RPC and libcriu append to the
+    /// command line's). Nothing changes on error.
+    pub fn with_command_line(&self, argv: &[String]) -> Result<Options, OptionError> {
+        let mut options = self.clone();
+        for (spec, value) in plugin_options(argv)? {
+            (spec.apply)(&mut options, &value).map_err(|why| OptionError::BadValue {
+                option: format!("{PLUGIN_PREFIX}{}", spec.name),
+                value: value.clone(),
+                accepted: spec.accepted,
+                why,
+            })?;
+            options.sources.insert(spec.name, Source::CommandLine);
+        }
+        Ok(options)
+    }
+
+    /// The options from the environment read through `env`, strictly for
+    /// the strict options ([`OptionSpec::strict`]: an invalid
+    /// `KFD_DEVICE_MAP` is an error) and leniently for the C plugin's
+    /// variables (an invalid value keeps the default and is returned).
+    pub fn resolve(
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<(Options, Vec<InvalidOption>), OptionError> {
+        for spec in OPTIONS.iter().filter(|spec| spec.strict) {
+            if let Some(value) = env(spec.variable) {
+                let mut scratch = Options::default();
+                (spec.apply)(&mut scratch, &value).map_err(|why| OptionError::BadValue {
+                    option: spec.variable.to_owned(),
+                    value,
+                    accepted: spec.accepted,
+                    why,
+                })?;
+            }
+        }
+        Ok(Options::from_lookup(env))
+    }
+
+    /// [`Options::resolve`] over the process environment.
+    pub fn resolve_env() -> Result<(Options, Vec<InvalidOption>), OptionError> {
+        Options::resolve(|name| std::env::var(name).ok())
+    }
+}
+
+/// The prefix of this plugin's entries among CRIU's plugin options.
+pub const PLUGIN_PREFIX: &str = "amdgpu.";
+
+/// Where an option's value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Nothing set it (or its environment value was invalid and ignored).
+    Default,
+    /// Its environment variable.
+    Environment,
+    /// `--plugin-option amdgpu.NAME=VALUE`.
+    CommandLine,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Source::Default => "default",
+            Source::Environment => "environment",
+            Source::CommandLine => "command line",
+        })
+    }
+}
+
+/// One option: its names, what it accepts and how it sets [`Options`].
+#[derive(Debug)]
+pub struct OptionSpec {
+    /// The name after `amdgpu.` on CRIU's command line.
+    pub name: &'static str,
+    /// The environment variable.
+    pub variable: &'static str,
+    /// What it accepts, for error messages.
+    pub accepted: &'static str,
+    /// Whether an invalid environment value is an error (new options)
+    /// rather than ignored with a logged error (the C plugin's variables).
+    pub strict: bool,
+    /// Sets the option from a value; `Err` says why the value is bad.
+    apply: fn(&mut Options, &str) -> Result<(), String>,
+    /// The option's current value as text.
+    show: fn(&Options) -> String,
+}
+
+macro_rules! check_option {
+    ($name:literal, $variable:expr, $field:ident) => {
+        OptionSpec {
+            name: $name,
+            variable: $variable,
+            accepted: BOOLEAN,
+            strict: false,
+            apply: |o, v| {
+                o.checks.$field = parse_bool(v).ok_or_else(|| "not a boolean".to_owned())?;
+                Ok(())
+            },
+            show: |o| yes_no(o.checks.$field),
+        }
+    };
+}
+
+const BOOLEAN: &str = "YES/NO or 1/0";
+
+fn yes_no(on: bool) -> String {
+    if on { "YES" } else { "NO" }.to_owned()
+}
+
+/// Every option, in the order the log lists them.
+pub static OPTIONS: &[OptionSpec] = &[
+    check_option!("fw-ver-check", FW_VERSION_CHECK, fw_version),
+    check_option!("sdma-fw-ver-check", SDMA_FW_VERSION_CHECK, sdma_fw_version),
+    check_option!("caches-count-check", CACHES_COUNT_CHECK, caches_count),
+    check_option!("num-gws-check", NUM_GWS_CHECK, num_gws),
+    check_option!("vram-size-check", VRAM_SIZE_CHECK, vram_size),
+    check_option!("numa-check", NUMA_CHECK, numa),
+    check_option!("capability-check", CAPABILITY_CHECK, capability),
+    OptionSpec {
+        name: "max-buffer-size",
+        variable: MAX_BUFFER_SIZE,
+        accepted: "a byte count, decimal or 0x hex, with an optional K, M or G suffix (0: the default)",
+        strict: false,
+        apply: |o, v| {
+            let limit = parse_buffer_size(v).map_err(|e| e.to_string())?;
+            o.max_buffer_size = limit;
+            o.staging = Staging::from_limit(limit);
+            Ok(())
+        },
+        show: |o| o.max_buffer_size.to_string(),
+    },
+    OptionSpec {
+        name: "device-map",
+        variable: DEVICE_MAP,
+        accepted: amdgpu_topology::device_map::ACCEPTED,
+        strict: true,
+        apply: |o, v| {
+            use amdgpu_topology::device_map::DeviceMapError;
+            o.device_map = v.parse().map_err(|e: DeviceMapError| match e {
+                // The accepted form follows in the option's own error.
+                DeviceMapError::Syntax { text, why } => format!("{why} in {text:?}"),
+                other => other.to_string(),
+            })?;
+            Ok(())
+        },
+        show: |o| {
+            if o.device_map.is_empty() {
+                "none".to_owned()
+            } else {
+                o.device_map.to_string()
+            }
+        },
+    },
+];
+
+/// Why the plugin options cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OptionError {
+    /// An `amdgpu.*` entry names no option.
+    #[error("unknown plugin option {option:?}; the amdgpu plugin's options are {known}")]
+    Unknown {
+        /// The entry's name, with its prefix.
+        option: String,
+        /// Every option's full name.
+        known: String,
+    },
+    /// A value the option does not accept.
+    #[error("plugin option {option}={value:?}: {why}; expecting {accepted}")]
+    BadValue {
+        /// `amdgpu.NAME` or the environment variable.
+        option: String,
+        /// The value given.
+        value: String,
+        /// What the option accepts.
+        accepted: &'static str,
+        /// What is wrong with the value.
+        why: String,
+    },
+}
+
+/// This plugin's entries among CRIU's plugin options, in order: each
+/// `amdgpu.NAME=VALUE` with its option. Other plugins' entries (another
+/// prefix) are skipped; an `amdgpu.` entry without `=` or with an unknown
+/// name is an error.
+pub fn plugin_options(argv: &[String]) -> Result<Vec<(&'static OptionSpec, String)>, OptionError> {
+    let mut ours = Vec::new();
+    for entry in argv {
+        let Some(rest) = entry.strip_prefix(PLUGIN_PREFIX) else {
+            continue;
+        };
+        let (name, value) = rest.split_once('=').unwrap_or((rest, ""));
+        let Some(spec) = OPTIONS.iter().find(|s| s.name == name) else {
+            return Err(OptionError::Unknown {
+                option: format!("{PLUGIN_PREFIX}{name}"),
+                known: OPTIONS
+                    .iter()
+                    .map(|s| format!("{PLUGIN_PREFIX}{}", s.name))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        };
+        if !rest.contains('=') {
+            return Err(OptionError::BadValue {
+                option: entry.clone(),
+                value: String::new(),
+                accepted: spec.accepted,
+                why: "no value (write NAME=VALUE)".to_owned(),
+            });
+        }
+        ours.push((spec, value.to_owned()));
+    }
+    Ok(ours)
 }
 
 #[cfg(test)]
@@ -431,8 +708,8 @@ mod tests {
     #[test]
     fn describe_lists_every_option() {
         let lines = Options::default().describe();
-        assert_eq!(lines.len(), 8);
-        assert!(lines.contains(&"param: KFD_NUMA_CHECK:Y".to_owned()));
+        assert_eq!(lines.len(), OPTIONS.len());
+        assert!(lines.contains(&"param: amdgpu.numa-check (KFD_NUMA_CHECK) = YES (default)".to_owned()));
     }
 }
 
@@ -560,5 +837,120 @@ mod env_tests {
         let invalid = invalid.expect("reported");
         assert_eq!(invalid.variable, "KFD_MAX_BUFFER_SIZE");
         assert!(invalid.to_string().contains("keeping 0"));
+    }
+}
+
+#[cfg(test)]
+mod command_line_tests {
+    use super::*;
+
+    fn argv(entries: &[&str]) -> Vec<String> {
+        entries.iter().map(|e| (*e).to_owned()).collect()
+    }
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn every_option_has_a_name_and_a_variable() {
+        let names: Vec<&str> = OPTIONS.iter().map(|s| s.name).collect();
+        assert_eq!(
+            names,
+            [
+                "fw-ver-check",
+                "sdma-fw-ver-check",
+                "caches-count-check",
+                "num-gws-check",
+                "vram-size-check",
+                "numa-check",
+                "capability-check",
+                "max-buffer-size",
+                "device-map"
+            ]
+        );
+        for spec in OPTIONS {
+            assert!(spec.variable.starts_with("KFD_"), "{}", spec.name);
+        }
+    }
+
+    #[test]
+    fn the_command_line_overrides_the_environment_and_says_so() {
+        let (base, invalid) =
+            Options::resolve(env(&[("KFD_NUMA_CHECK", "NO"), ("KFD_FW_VER_CHECK", "0")])).unwrap();
+        assert!(invalid.is_empty());
+        assert!(!base.checks.numa);
+        let options = base
+            .with_command_line(&argv(&[
+                "cuda.device-map=0=1",
+                "amdgpu.numa-check=yes",
+                "amdgpu.max-buffer-size=1M",
+                "amdgpu.max-buffer-size=2M",
+            ]))
+            .unwrap();
+        assert!(options.checks.numa, "command line wins");
+        assert!(!options.checks.fw_version, "environment kept");
+        assert_eq!(options.max_buffer_size, 2 << 20, "the last entry wins");
+        let lines = options.describe();
+        for expected in [
+            "param: amdgpu.numa-check (KFD_NUMA_CHECK) = YES (command line)",
+            "param: amdgpu.fw-ver-check (KFD_FW_VER_CHECK) = NO (environment)",
+            "param: amdgpu.vram-size-check (KFD_VRAM_SIZE_CHECK) = YES (default)",
+            "param: amdgpu.max-buffer-size (KFD_MAX_BUFFER_SIZE) = 2097152 (command line)",
+            "param: amdgpu.device-map (KFD_DEVICE_MAP) = none (default)",
+        ] {
+            assert!(lines.iter().any(|l| l == expected), "{expected} not in {lines:#?}");
+        }
+    }
+
+    #[test]
+    fn other_plugins_entries_are_ignored() {
+        let options = Options::default()
+            .with_command_line(&argv(&["cuda.device-map=0=1", "amdgpu", "noprefix=1", "amdgpux.y=1"]))
+            .unwrap();
+        assert_eq!(options, Options::default());
+    }
+
+    #[test]
+    fn unknown_names_and_bad_values_fail_naming_the_option_and_what_it_accepts() {
+        let err = Options::default()
+            .with_command_line(&argv(&["amdgpu.numa-chek=no"]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown plugin option \"amdgpu.numa-chek\""), "{err}");
+        assert!(err.contains("amdgpu.numa-check") && err.contains("amdgpu.device-map"), "{err}");
+
+        for (entry, accepted) in [
+            ("amdgpu.numa-check=maybe", "YES/NO or 1/0"),
+            ("amdgpu.numa-check", "YES/NO or 1/0"),
+            ("amdgpu.max-buffer-size=12MB", "K, M or G suffix"),
+            ("amdgpu.device-map=1", "SRC=DST"),
+        ] {
+            let err = Options::default()
+                .with_command_line(&argv(&[entry]))
+                .unwrap_err()
+                .to_string();
+            let name = entry.split('=').next().unwrap();
+            assert!(err.contains(name), "{entry}: {err}");
+            assert!(err.contains(accepted), "{entry}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_device_map_is_strict_in_the_environment_too() {
+        let err = Options::resolve(env(&[("KFD_DEVICE_MAP", "0x1=")])).unwrap_err();
+        assert!(err.to_string().contains("KFD_DEVICE_MAP"), "{err}");
+        let (options, _) = Options::resolve(env(&[("KFD_DEVICE_MAP", "0x1=0x2")])).unwrap();
+        assert_eq!(options.device_map.to_string(), "1=2");
+        assert_eq!(options.source("device-map"), Source::Environment);
+        // The C plugin's variables stay lenient.
+        let (options, invalid) = Options::resolve(env(&[("KFD_NUMA_CHECK", "maybe")])).unwrap();
+        assert!(options.checks.numa);
+        assert_eq!(invalid.len(), 1);
+        assert_eq!(options.source("numa-check"), Source::Default);
     }
 }

@@ -51,7 +51,7 @@ pub enum GpuSelector {
 
 impl GpuSelector {
     /// Whether `node` (a GPU) is the GPU this selects.
-    fn selects(&self, node: &DeviceNode) -> bool {
+    pub fn selects(&self, node: &DeviceNode) -> bool {
         match *self {
             GpuSelector::Number(n) => {
                 u64::from(node.gpu_id) == n || (node.props.unique_id != 0 && node.props.unique_id == n)
@@ -325,6 +325,18 @@ fn resolve_one(
 }
 
 impl DeviceMap {
+    /// The local GPU the map pins checkpointed GPU `node` to, if a pin
+    /// names it (the first such pin): for a GPU restored on its own, outside
+    /// a whole-topology mapping (a render node without a KFD process).
+    pub fn pin_of(
+        &self,
+        node: &DeviceNode,
+        local: &DeviceTopology,
+    ) -> Option<Result<GpuId, DeviceMapError>> {
+        let pin = self.pins.iter().find(|p| p.checkpointed.selects(node))?;
+        Some(resolve_one(&pin.local, local, Side::Local))
+    }
+
     /// Whether the map pins nothing.
     pub fn is_empty(&self) -> bool {
         self.pins.is_empty()

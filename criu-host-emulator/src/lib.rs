@@ -517,7 +517,7 @@ impl CriuEmulator {
             host.clone(),
             Stage::Dump,
             self.plugin_config(),
-            self.config.options,
+            self.config.options.clone(),
         );
         let mut report = DumpReport {
             vma_answers: Vec::new(),
@@ -709,7 +709,7 @@ impl CriuEmulator {
             host.clone(),
             Stage::Restore,
             self.plugin_config(),
-            self.config.options,
+            self.config.options.clone(),
         );
         let fail = |plugin: Plugin<SimDriver, EmulatedHost>,
                     hook: &'static str,

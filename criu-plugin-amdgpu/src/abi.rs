@@ -5,7 +5,7 @@
 //!
 //! [`CR_PLUGIN_DESC`] has the exact layout of CRIU's `cr_plugin_desc_t`
 //! (criu/include/criu-plugin.h): `name`, `init`, `exit`, `version` (u32),
-//! `max_hooks` (u32), `hooks[]`, 152 bytes on x86-64 with 15 slots. Version is
+//! `max_hooks` (u32), `hooks[]`, 160 bytes on x86-64 with 16 slots. Version is
 //! `CRIU_PLUGIN_VERSION` 0x200 (never 0x100, which CRIU reserves for
 //! descriptors it synthesises and frees).
 //!
@@ -13,7 +13,10 @@
 //!
 //! CRIU refuses a plugin whose `max_hooks` exceeds its own
 //! `CR_PLUGIN_HOOK__MAX` (10 for v3.17–v3.19, 12 for v4.0–v4.1, 13 for v4.2,
-//! 15 after), and only calls hooks below the plugin's `max_hooks`. So the
+//! 15 after, 16 since criu#2841 added `UPDATE_INETSK` = 15) as a "Corrupted
+//! plugin", and reads `hooks[0..max_hooks]`, calling only the non-NULL
+//! ones. So the descriptor has 16 slots, NULL where the plugin implements
+//! nothing (`UPDATE_INETSK` among them), and the
 //! value is chosen at load time: an ELF constructor (an `.init_array` entry,
 //! run by `dlopen` before it returns, i.e. before CRIU reads the descriptor)
 //! inspects the host and stores the result into the descriptor's `max_hooks`,
@@ -21,18 +24,22 @@
 //! int`; CRIU's plain reads after `dlopen` returned are ordered after the
 //! constructor by the loader's lock). In order:
 //!
-//! 1. `AMDGPU_PLUGIN_MAX_HOOKS=<10..=15>` in the environment wins (an invalid
-//!    value is logged and ignored).
+//! 1. `AMDGPU_PLUGIN_MAX_HOOKS=<10..=16>` in the environment wins (an invalid
+//!    value is logged and ignored), capped at CRIU's maximum when step 2
+//!    finds it: a value above would only make CRIU refuse the plugin (forcing
+//!    15 on CRIU 4.1.1, whose maximum is 12, did). Without the hook table the
+//!    override is taken as given: it exists for hosts the detection cannot
+//!    see into.
 //! 2. The size of CRIU's `cr_plugin_ctl` symbol (`struct list_head head;
 //!    struct list_head hook_chain[CR_PLUGIN_HOOK__MAX]`, global in every CRIU
 //!    since the descriptor API of v1.4, exported because criu is linked
 //!    `-rdynamic`), read with `dladdr1(RTLD_DL_SYMENT)`: CRIU's exact maximum.
-//!    Newer CRIU with more hooks than we know gets our 15.
+//!    Newer CRIU with more hooks than we know gets our 16.
 //! 3. Marker symbols: `check_and_remove_inventory_plugin` (inventory gating,
 //!    v4.1) → 12; `criu_get_image_dir` (any CRIU) → 10. Underestimating is
 //!    safe — a smaller `max_hooks` is always accepted; hooks go missing, with
 //!    the fallbacks below.
-//! 4. No CRIU in the process (tests, the emulator): 15.
+//! 4. No CRIU in the process (tests, the emulator): 16.
 //!
 //! # What the plugin does where a hook is missing
 //!
@@ -78,8 +85,8 @@ pub const PLUGIN_NAME: &CStr = c"amdgpu_plugin";
 pub const CRIU_PLUGIN_VERSION: c_uint = 0x200;
 
 /// Number of hook slots in the descriptor (`CR_PLUGIN_HOOK__MAX` of CRIU
-/// after v4.2).
-pub const HOOK_SLOTS: usize = 15;
+/// HEAD: 15 after v4.2, 16 since criu#2841 added `UPDATE_INETSK`).
+pub const HOOK_SLOTS: usize = 16;
 
 /// What a hook answers when a panic was caught: `-ENOTRECOVERABLE`, distinct
 /// from the errors the plugin reports itself so a log reader can tell a bug.
@@ -103,6 +110,8 @@ pub mod hook {
     pub const RESTORE_INIT: usize = 13;
     /// `DUMP_DEVICES_LATE(int id)` (CRIU passes the root pid).
     pub const DUMP_DEVICES_LATE: usize = 14;
+    /// `UPDATE_INETSK` (criu#2841): not implemented, its slot stays NULL.
+    pub const UPDATE_INETSK: usize = 15;
 }
 
 /// Stages passed to `init`/`exit` (`CR_PLUGIN_STAGE__*`).
@@ -223,12 +232,15 @@ pub enum ProfileBasis {
 /// What the host CRIU offers, as far as the plugin's behaviour depends on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostProfile {
-    /// The `max_hooks` written into the descriptor (10..=15).
+    /// The `max_hooks` written into the descriptor (10..=16).
     pub max_hooks: u32,
     /// How it was chosen.
     pub basis: ProfileBasis,
     /// A rejected `AMDGPU_PLUGIN_MAX_HOOKS` value, reported at `init`.
     pub rejected_override: Option<String>,
+    /// An `AMDGPU_PLUGIN_MAX_HOOKS` above CRIU's maximum, lowered to it
+    /// (the value asked for), reported at `init`.
+    pub capped_override: Option<u32>,
 }
 
 impl HostProfile {
@@ -264,30 +276,40 @@ pub fn choose_profile(
     hook_table_size: Option<u64>,
     has_symbol: &dyn Fn(&str) -> bool,
 ) -> HostProfile {
+    let list_head = 2 * std::mem::size_of::<*const c_void>() as u64;
+    // One list head, then one per hook.
+    let criu_max = hook_table_size
+        .filter(|size| size % list_head == 0 && size / list_head > u64::from(MIN_MAX_HOOKS))
+        .map(|size| u32::try_from(size / list_head - 1).unwrap_or(u32::MAX));
     let mut rejected_override = None;
     if let Some(value) = override_var {
         match value.trim().parse::<u32>() {
             Ok(n) if (MIN_MAX_HOOKS..=HOOK_SLOTS as u32).contains(&n) => {
-                return HostProfile {
-                    max_hooks: n,
-                    basis: ProfileBasis::Override,
-                    rejected_override: None,
-                }
+                return match criu_max {
+                    Some(max) if n > max => HostProfile {
+                        max_hooks: max,
+                        basis: ProfileBasis::HookTable { criu_max: max },
+                        rejected_override: None,
+                        capped_override: Some(n),
+                    },
+                    _ => HostProfile {
+                        max_hooks: n,
+                        basis: ProfileBasis::Override,
+                        rejected_override: None,
+                        capped_override: None,
+                    },
+                };
             }
             _ => rejected_override = Some(value.to_owned()),
         }
     }
-    let list_head = 2 * std::mem::size_of::<*const c_void>() as u64;
-    if let Some(size) = hook_table_size {
-        // One list head, then one per hook.
-        if size % list_head == 0 && size / list_head > u64::from(MIN_MAX_HOOKS) {
-            let criu_max = u32::try_from(size / list_head - 1).unwrap_or(u32::MAX);
-            return HostProfile {
-                max_hooks: criu_max.min(HOOK_SLOTS as u32),
-                basis: ProfileBasis::HookTable { criu_max },
-                rejected_override,
-            };
-        }
+    if let Some(criu_max) = criu_max {
+        return HostProfile {
+            max_hooks: criu_max.min(HOOK_SLOTS as u32),
+            basis: ProfileBasis::HookTable { criu_max },
+            rejected_override,
+            capped_override: None,
+        };
     }
     let (max_hooks, basis) = if has_symbol("check_and_remove_inventory_plugin") {
         (
@@ -303,6 +325,7 @@ pub fn choose_profile(
         max_hooks,
         basis,
         rejected_override,
+        capped_override: None,
     }
 }
 
@@ -529,7 +552,7 @@ mod tests {
         assert_eq!(std::mem::offset_of!(CrPluginDesc, max_hooks), 3 * ptr + 4);
         assert_eq!(std::mem::offset_of!(CrPluginDesc, hooks), 3 * ptr + 8);
         if ptr == 8 {
-            assert_eq!(std::mem::size_of::<CrPluginDesc>(), 152);
+            assert_eq!(std::mem::size_of::<CrPluginDesc>(), 160);
         }
     }
 
@@ -550,7 +573,7 @@ mod tests {
     #[test]
     fn hook_table_size_gives_criu_max() {
         let head = 2 * std::mem::size_of::<*const c_void>() as u64;
-        for (criu_max, expect) in [(10, 10), (12, 12), (13, 13), (15, 15), (17, 15)] {
+        for (criu_max, expect) in [(10, 10), (12, 12), (13, 13), (15, 15), (16, 16), (17, 16)] {
             let p = choose_profile(None, Some(head * (criu_max + 1)), &no_symbols);
             assert_eq!(p.max_hooks, expect);
             assert_eq!(
@@ -566,9 +589,9 @@ mod tests {
     fn override_wins_and_bad_override_is_reported() {
         let p = choose_profile(Some("13"), Some(1000), &no_symbols);
         assert_eq!((p.max_hooks, p.basis), (13, ProfileBasis::Override));
-        let p = choose_profile(Some("16"), None, &|s| s == "criu_get_image_dir");
+        let p = choose_profile(Some("17"), None, &|s| s == "criu_get_image_dir");
         assert_eq!(p.max_hooks, 10);
-        assert_eq!(p.rejected_override.as_deref(), Some("16"));
+        assert_eq!(p.rejected_override.as_deref(), Some("17"));
         let p = choose_profile(Some("nine"), None, &no_symbols);
         assert_eq!(p.rejected_override.as_deref(), Some("nine"));
         assert_eq!(p.basis, ProfileBasis::NoCriu);
@@ -584,8 +607,24 @@ mod tests {
         assert_eq!(p.max_hooks, 10);
         assert!(!p.has_post_forking() && !p.restore_ext_file_has_retry());
         let p = choose_profile(None, None, &no_symbols);
-        assert_eq!((p.max_hooks, p.basis.clone()), (15, ProfileBasis::NoCriu));
+        assert_eq!((p.max_hooks, p.basis.clone()), (16, ProfileBasis::NoCriu));
         assert!(p.has_dump_devices_late() && p.restore_ext_file_has_retry());
+    }
+
+    #[test]
+    fn an_override_above_criu_is_capped_at_its_hook_table() {
+        let head = 2 * std::mem::size_of::<*const c_void>() as u64;
+        // CRIU 4.1.1 has 12 hooks: forcing 15 would make it refuse the plugin.
+        let p = choose_profile(Some("15"), Some(head * 13), &no_symbols);
+        assert_eq!(p.max_hooks, 12);
+        assert_eq!(p.capped_override, Some(15));
+        assert_eq!(p.basis, ProfileBasis::HookTable { criu_max: 12 });
+        // At or below CRIU's maximum the override is taken.
+        let p = choose_profile(Some("11"), Some(head * 13), &no_symbols);
+        assert_eq!((p.max_hooks, p.basis, p.capped_override), (11, ProfileBasis::Override, None));
+        // Without the table nothing says what CRIU accepts.
+        let p = choose_profile(Some("16"), None, &|s| s == "criu_get_image_dir");
+        assert_eq!((p.max_hooks, p.basis), (16, ProfileBasis::Override));
     }
 
     #[test]

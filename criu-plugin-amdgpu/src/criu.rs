@@ -26,6 +26,13 @@ type ImgStreamerOpenFn = unsafe extern "C" fn(*mut c_char, c_int) -> c_int;
 type AddInventoryPluginFn = unsafe extern "C" fn(*const c_char) -> c_int;
 type CheckInventoryPluginFn = unsafe extern "C" fn(*const c_char, usize) -> bool;
 type HasChildrenFn = unsafe extern "C" fn(*mut c_void) -> bool;
+type GetOptionsFn = unsafe extern "C" fn(*mut c_int, *mut *mut *mut c_char) -> c_int;
+
+/// At most this many plugin options are read (CRIU has no limit; a
+/// command line with more is refused rather than read without bound).
+pub const MAX_PLUGIN_OPTIONS: usize = 4096;
+/// At most this many bytes of one plugin option are read.
+pub const MAX_PLUGIN_OPTION_LEN: usize = 64 << 10;
 
 /// The image streamer's socket at dump (criu/img-streamer.c).
 pub const STREAMER_CAPTURE_SOCKET: &str = "streamer-capture.sock";
@@ -73,6 +80,8 @@ pub struct Services {
     /// `struct pstree_item *root_item` (pstree.c).
     root_item: Option<*mut c_void>,
     has_children: Option<HasChildrenFn>,
+    /// `criu_plugin_get_options` (criu#3138, CRIU after 4.2).
+    get_options: Option<GetOptionsFn>,
 }
 
 // SAFETY: the raw pointers are addresses of CRIU globals, valid for the
@@ -122,7 +131,67 @@ impl Services {
             criu_run_id: lookup(c"criu_run_id"),
             root_item: lookup(c"root_item"),
             has_children: resolve!(c"has_children" as HasChildrenFn),
+            get_options: resolve!(c"criu_plugin_get_options" as GetOptionsFn),
         }
+    }
+
+    /// CRIU's plugin options (`--plugin-option PLUGIN.NAME=VALUE`, every
+    /// plugin's, in order), copied: the array is CRIU's own and a parser
+    /// such as `getopt_long` permutes it in place, so it is read once and
+    /// never handed to anything that writes. `Ok(None)` when CRIU predates
+    /// the service (the environment alone configures the plugin then).
+    pub fn plugin_options(&self) -> std::io::Result<Option<Vec<String>>> {
+        let Some(get) = self.get_options else {
+            return Ok(None);
+        };
+        let mut argc: c_int = 0;
+        let mut argv: *mut *mut c_char = std::ptr::null_mut();
+        // SAFETY: both out-pointers point at locals that live across the
+        // call; CRIU writes the count and its array's address there.
+        let ret = unsafe { get(&mut argc, &mut argv) };
+        if ret < 0 {
+            return Err(std::io::Error::other(format!(
+                "criu_plugin_get_options failed ({ret})"
+            )));
+        }
+        let count = usize::try_from(argc).map_err(|_| {
+            std::io::Error::other(format!("criu_plugin_get_options: negative count {argc}"))
+        })?;
+        if count == 0 {
+            return Ok(Some(Vec::new()));
+        }
+        if argv.is_null() || count > MAX_PLUGIN_OPTIONS {
+            return Err(std::io::Error::other(format!(
+                "criu_plugin_get_options: {count} options at {argv:p}"
+            )));
+        }
+        let mut options = Vec::with_capacity(count);
+        for i in 0..count {
+            // SAFETY: CRIU's array holds `argc` entries (`count < argc`
+            // checked above, and null was refused).
+            let entry = unsafe { argv.add(i).read() };
+            if entry.is_null() {
+                continue;
+            }
+            let mut bytes = Vec::new();
+            for k in 0..=MAX_PLUGIN_OPTION_LEN {
+                // SAFETY: each entry is a NUL-terminated string of CRIU's;
+                // reading stops at its NUL (or at the length bound, which a
+                // well-formed entry never reaches).
+                let byte = unsafe { entry.cast::<u8>().add(k).read() };
+                if byte == 0 {
+                    break;
+                }
+                if k == MAX_PLUGIN_OPTION_LEN {
+                    return Err(std::io::Error::other(format!(
+                        "criu_plugin_get_options: option {i} is longer than {MAX_PLUGIN_OPTION_LEN} bytes"
+                    )));
+                }
+                bytes.push(byte);
+            }
+            options.push(String::from_utf8_lossy(&bytes).into_owned());
+        }
+        Ok(Some(options))
     }
 
     /// CRIU's `criu_run_id` (the UUID naming this CRIU run), when CRIU has

@@ -23,7 +23,7 @@ use kfd::{DeviceNumber, Driver};
 use amdgpu_checkpoint::dump::{discard_images, DumpConfig, Dumper};
 use amdgpu_checkpoint::handles::HandleTable;
 use amdgpu_checkpoint::identify::{Devices, FdClass};
-use amdgpu_checkpoint::options::MAX_BUFFER_SIZE;
+use amdgpu_checkpoint::options::{Source, MAX_BUFFER_SIZE};
 use amdgpu_checkpoint::parallel::{
     Copier, ParallelFacts, ParallelRestore, SocketName, WorkerReport,
 };
@@ -67,6 +67,13 @@ pub trait CriuHost {
         } else {
             InventoryGate::Omits
         }
+    }
+
+    /// CRIU's plugin options (`--plugin-option`, every plugin's entries in
+    /// order), copied; `Ok(None)` when CRIU has no `criu_plugin_get_options`
+    /// (the default: the environment alone configures the plugin).
+    fn plugin_options(&self) -> std::io::Result<Option<Vec<String>>> {
+        Ok(None)
     }
 
     /// A few words on the host for the plugin's `init` line (CRIU's
@@ -282,12 +289,45 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
                 None
             }
         };
-        let refused = gate == InventoryGate::Lists && devices.is_none();
+        let no_kfd_for_listed_images = gate == InventoryGate::Lists && devices.is_none();
+        // Options come first: a mistyped option fails the run (init fails,
+        // CRIU stops) wherever it would have mattered, never ignored.
+        let (options, bad_options) = match host.plugin_options() {
+            Ok(None) => (options, false),
+            Ok(Some(argv)) => match options.with_command_line(&argv) {
+                Ok(options) => {
+                    let ours: Vec<&String> = argv
+                        .iter()
+                        .filter(|e| e.starts_with(amdgpu_checkpoint::options::PLUGIN_PREFIX))
+                        .collect();
+                    if !ours.is_empty() {
+                        log_info!(
+                            "plugin options from CRIU's command line: {} ({} of other plugins \
+                             left to them)",
+                            ours.iter().map(|e| e.as_str()).collect::<Vec<_>>().join(" "),
+                            argv.len() - ours.len()
+                        );
+                    }
+                    (options, false)
+                }
+                Err(e) => {
+                    log_error!("{e}");
+                    (options, true)
+                }
+            },
+            Err(e) => {
+                log_error!("cannot read CRIU's plugin options: {e}");
+                (options, true)
+            }
+        };
+        let refused = no_kfd_for_listed_images || bad_options;
         let host_note = host
             .describe()
             .map(|note| format!(" ({note})"))
             .unwrap_or_default();
-        if disabled {
+        if bad_options {
+            log_error!("refusing to {stage:?} with invalid plugin options (see above)");
+        } else if disabled {
             log_info!(
                 "not needed for this restore: the images' inventory does not list \
                  amdgpu_plugin (their dump saved no GPU file){host_note}"
@@ -310,6 +350,15 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             for line in options.describe() {
                 if stage == Stage::Restore || line.contains(MAX_BUFFER_SIZE) {
                     log_info!("{line}");
+                }
+            }
+            if stage != Stage::Restore {
+                // Options that shape only a restore, set for a dump: said
+                // once, so a user sees they had no effect here.
+                for (name, source) in &options.sources {
+                    if *source == Source::CommandLine && *name != "max-buffer-size" {
+                        log_info!("param: amdgpu.{name} matters only at restore");
+                    }
                 }
             }
         }
@@ -370,7 +419,7 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             host,
             stage: self.stage,
             config: self.config.clone(),
-            options: self.options,
+            options: self.options.clone(),
             disabled: self.disabled,
             refused: self.refused,
             devices: self.devices,
@@ -497,7 +546,7 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
     fn dumper_mut(&mut self) -> &mut Dumper<D> {
         let config = DumpConfig {
             topology_root: self.config.topology_root.clone(),
-            options: self.options,
+            options: self.options.clone(),
             unpause_early: !self.config.has_dump_devices_late,
             shm_dir: self.config.shm_dir.clone(),
             guardian_log_dir: self.host.guardian_log_dir(),
@@ -672,7 +721,7 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             );
             return -libc::EIO;
         };
-        match parallel.start(copier, self.options) {
+        match parallel.start(copier, self.options.clone()) {
             Ok(()) => 0,
             Err(e) => fail("POST_FORKING", "parallel restore", &e),
         }
@@ -705,7 +754,7 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             .map_err(|e| fail("RESTORE_EXT_FILE", &name, &e))?;
         let config = RestoreConfig {
             topology_root: self.config.topology_root.clone(),
-            options: self.options,
+            options: self.options.clone(),
             shm_dir: self.config.shm_dir.clone(),
         };
         let driver = &self.driver;

@@ -65,6 +65,10 @@ impl CriuHost for CriuServices {
         services().inventory_gate(PLUGIN_NAME)
     }
 
+    fn plugin_options(&self) -> io::Result<Option<Vec<String>>> {
+        services().plugin_options()
+    }
+
     fn describe(&self) -> Option<String> {
         let profile = host_profile();
         let basis = match &profile.basis {
@@ -214,6 +218,12 @@ pub fn init(raw_stage: c_int) -> c_int {
         return -libc::EINVAL;
     };
     let profile = host_profile();
+    if let Some(asked) = profile.capped_override {
+        crate::log_warn!(
+            "AMDGPU_PLUGIN_MAX_HOOKS={asked} is more than this CRIU accepts; using {}",
+            profile.max_hooks
+        );
+    }
     if let Some(value) = &profile.rejected_override {
         log_error!(
             "ignoring AMDGPU_PLUGIN_MAX_HOOKS={value:?}: expecting a number from {} to {}",
@@ -221,7 +231,13 @@ pub fn init(raw_stage: c_int) -> c_int {
             crate::abi::HOOK_SLOTS
         );
     }
-    let (options, invalid) = Options::from_env();
+    let (options, invalid) = match Options::resolve_env() {
+        Ok(resolved) => resolved,
+        Err(e) => {
+            log_error!("{e}");
+            return -libc::EINVAL;
+        }
+    };
     for problem in &invalid {
         log_error!("{problem}");
     }

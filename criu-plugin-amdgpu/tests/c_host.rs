@@ -120,7 +120,15 @@ fn run_host(host: &Host, expected_max_hooks: u32, env: &[(&str, &str)]) -> Run {
 #[test]
 fn max_hooks_follows_criu_hook_table() {
     let dir = tempfile::tempdir().unwrap();
-    for (criu_max, expected) in [(10, 10), (12, 12), (13, 13), (14, 14), (15, 15), (17, 15)] {
+    for (criu_max, expected) in [
+        (10, 10),
+        (12, 12),
+        (13, 13),
+        (14, 14),
+        (15, 15),
+        (16, 16),
+        (17, 16),
+    ] {
         let Some(host) = build_host(
             dir.path(),
             &format!("host{criu_max}"),
@@ -174,7 +182,16 @@ fn environment_override_and_its_validation() {
     let Some(host) = build_host(dir.path(), "host12", &["-DHOOK_MAX=12"]) else {
         return;
     };
-    run_host(&host, 14, &[("AMDGPU_PLUGIN_MAX_HOOKS", "14")]);
+    run_host(&host, 11, &[("AMDGPU_PLUGIN_MAX_HOOKS", "11")]);
+    // Above what this CRIU accepts: capped (the host refuses a descriptor
+    // above its maximum as CRIU does, so PASS means it loaded).
+    let run = run_host(&host, 12, &[("AMDGPU_PLUGIN_MAX_HOOKS", "15")]);
+    assert!(
+        run.log_lines().iter().any(|l| l.starts_with("2 Warn  (")
+            && l.contains("AMDGPU_PLUGIN_MAX_HOOKS=15 is more than this CRIU accepts; using 12")),
+        "{}",
+        run.stdout
+    );
     let run = run_host(&host, 12, &[("AMDGPU_PLUGIN_MAX_HOOKS", "99")]);
     assert!(
         run.log_lines().iter().any(|l| l.starts_with("1 Error (")
@@ -182,6 +199,132 @@ fn environment_override_and_its_validation() {
         "no error line, tagged as CRIU's pr_err tags them, about the invalid override:\n{}",
         run.stdout
     );
+    // Without a hook table to read, the override is what the user says.
+    let Some(v41) = build_host(dir.path(), "v41", &["-DINVENTORY", "-DINVENTORY_OLD"]) else {
+        return;
+    };
+    run_host(&v41, 14, &[("AMDGPU_PLUGIN_MAX_HOOKS", "14")]);
+}
+
+#[test]
+fn a_16_hook_criu_loads_the_plugin_and_calls_only_its_hooks() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(host) = build_host(
+        dir.path(),
+        "host16",
+        &["-DHOOK_MAX=16", "-DINVENTORY", "-DINVENTORY_OLD"],
+    ) else {
+        return;
+    };
+    let run = run_host(&host, 16, &[]);
+    assert!(
+        run.log_lines()
+            .iter()
+            .any(|l| l.contains("max_hooks 16: CRIU has 16")),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn plugin_options_from_criu_plugin_get_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(host) = build_host(
+        dir.path(),
+        "options",
+        &["-DHOOK_MAX=16", "-DINVENTORY", "-DINVENTORY_OLD", "-DGET_OPTIONS"],
+    ) else {
+        return;
+    };
+    // Another plugin's entry is left alone; ours are taken. The host checks
+    // its array was not touched.
+    let run = run_host(
+        &host,
+        16,
+        &[(
+            "HOST_PLUGIN_OPTIONS",
+            "cuda.device-map=0=1\namdgpu.numa-check=no\namdgpu.device-map=0x1111=0000:c1:00.0",
+        )],
+    );
+    assert!(
+        run.log_lines().iter().any(|l| l.contains(
+            "plugin options from CRIU's command line: amdgpu.numa-check=no \
+             amdgpu.device-map=0x1111=0000:c1:00.0 (1 of other plugins left to them)"
+        )),
+        "{}",
+        run.stdout
+    );
+
+    for (entry, expected) in [
+        (
+            "amdgpu.numa-chek=no",
+            "unknown plugin option \"amdgpu.numa-chek\"; the amdgpu plugin's options are",
+        ),
+        (
+            "amdgpu.numa-check=maybe",
+            "plugin option amdgpu.numa-check=\"maybe\": not a boolean; expecting YES/NO or 1/0",
+        ),
+        ("amdgpu.device-map=0x1111", "a pin needs SRC=DST"),
+    ] {
+        let run = run_host(
+            &host,
+            16,
+            &[("HOST_PLUGIN_OPTIONS", entry), ("HOST_EXPECT_INIT_FAIL", "1")],
+        );
+        assert!(
+            run.log_lines()
+                .iter()
+                .any(|l| l.starts_with("1 Error (") && l.contains(expected)),
+            "{entry}: {}",
+            run.stdout
+        );
+    }
+    // A bad KFD_DEVICE_MAP fails too, with or without the service.
+    let run = run_host(
+        &host,
+        16,
+        &[("KFD_DEVICE_MAP", "0x1111"), ("HOST_EXPECT_INIT_FAIL", "1")],
+    );
+    assert!(
+        run.log_lines()
+            .iter()
+            .any(|l| l.starts_with("1 Error (") && l.contains("KFD_DEVICE_MAP")),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn the_command_line_overrides_the_environment_in_the_log() {
+    // Without /dev/kfd the option lines are not printed; with it (a GPU
+    // machine) the precedence shows in them.
+    if !Path::new("/dev/kfd").exists() {
+        println!("skipped: no /dev/kfd, the plugin prints no option lines (the emulator test covers it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(host) = build_host(
+        dir.path(),
+        "precedence",
+        &["-DHOOK_MAX=16", "-DINVENTORY", "-DINVENTORY_OLD", "-DGET_OPTIONS"],
+    ) else {
+        return;
+    };
+    let run = run_host(
+        &host,
+        16,
+        &[
+            ("HOST_PLUGIN_OPTIONS", "amdgpu.numa-check=yes"),
+            ("KFD_NUMA_CHECK", "NO"),
+            ("KFD_VRAM_SIZE_CHECK", "NO"),
+        ],
+    );
+    for expected in [
+        "param: amdgpu.numa-check (KFD_NUMA_CHECK) = YES (command line)",
+        "param: amdgpu.vram-size-check (KFD_VRAM_SIZE_CHECK) = NO (environment)",
+    ] {
+        assert!(run.stdout.contains(expected), "{expected}: {}", run.stdout);
+    }
 }
 
 #[test]
@@ -247,11 +390,11 @@ fn a_machine_without_gpus_hears_two_lines_per_run() {
     let Some(host) = build_host(
         dir.path(),
         "quiet",
-        &["-DHOOK_MAX=15", "-DINVENTORY", "-DINVENTORY_OLD"],
+        &["-DHOOK_MAX=16", "-DINVENTORY", "-DINVENTORY_OLD"],
     ) else {
         return;
     };
-    let run = run_host(&host, 15, &[]);
+    let run = run_host(&host, 16, &[]);
     // Three stages (dump, pre-dump, restore), every hook called with files
     // that are not ours: one line at init and one at exit per stage, at
     // every level, and no option lines.

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use amdgpu_image::topology::checkpointed_topology;
 use amdgpu_image::{flags, CriuKfd, ImageStore, ValidatedKfd};
-use amdgpu_topology::mapping::map_topologies;
+use amdgpu_topology::mapping::map_topologies_pinned;
 use kfd::{Driver, Kfd};
 use kfd_sys::{kfd_criu_bo_bucket, kfd_criu_device_bucket, KFD_INVALID_FD};
 
@@ -71,7 +71,22 @@ impl<D: Driver + Clone> Restorer<D> {
 
         let checkpointed = checkpointed_topology(&msg.device_entries);
         let local = local_topology(&self.config.topology_root, &self.driver)?;
-        let mapping = map_topologies(&checkpointed, &local, &self.config.options.checks)
+        let device_map = &self.config.options.device_map;
+        let pins = device_map
+            .resolve(&checkpointed, &local)
+            .map_err(|e| Error::Incompatible {
+                reasons: e.to_string(),
+            })?;
+        if !pins.is_empty() {
+            log::info!(
+                "file {id}: device map {device_map} pins {}",
+                pins.iter()
+                    .map(|(s, d)| format!("GPU {s:#x} to local GPU {d:#x}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        let mapping = map_topologies_pinned(&checkpointed, &local, &self.config.options.checks, &pins)
             .map_err(|e| Error::Incompatible {
                 reasons: e.to_string(),
             })?

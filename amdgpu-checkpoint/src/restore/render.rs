@@ -142,11 +142,47 @@ impl<D: Driver + Clone> Restorer<D> {
             .iter()
             .filter(|n| !taken.contains(&n.gpu_id))
             .collect();
+        let pinned = match self
+            .config
+            .options
+            .device_map
+            .pin_of(&device_node(device), &local)
+        {
+            None => None,
+            Some(Ok(gpu)) => Some(gpu),
+            Some(Err(e)) => {
+                return Err(Error::Incompatible {
+                    reasons: format!("render-node file {id} (renderD{minor}): {e}"),
+                })
+            }
+        };
+        if let Some(gpu) = pinned {
+            if !free.iter().any(|n| n.gpu_id == gpu) {
+                let why = match local.gpus().find(|n| n.gpu_id == gpu) {
+                    Some(node) if !compatible.iter().any(|c| c.gpu_id == gpu) => {
+                        device_mismatches(&device_node(device), node, &self.config.options.checks)
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    }
+                    _ => "it already stands in for another checkpointed GPU of this task".to_owned(),
+                };
+                return Err(Error::Incompatible {
+                    reasons: format!(
+                        "render-node file {id}: the device map pins renderD{minor} (GPU {:#x}) to \
+                         local GPU {gpu:#x}, which cannot take it: {why}",
+                        device.gpu_id
+                    ),
+                });
+            }
+        }
         let chosen = free
             .iter()
-            .find(|n| n.props.drm_render_minor == minor)
-            .or_else(|| free.iter().find(|n| n.gpu_id == device.gpu_id))
-            .or_else(|| free.first());
+            .find(|n| pinned == Some(n.gpu_id))
+            .or_else(|| free.iter().find(|n| pinned.is_none() && n.props.drm_render_minor == minor))
+            .or_else(|| free.iter().find(|n| pinned.is_none() && n.gpu_id == device.gpu_id))
+            .or_else(|| free.first().filter(|_| pinned.is_none()));
         let Some(node) = chosen else {
             let reasons = if let Err(closest) = &candidates {
                 let why = closest

@@ -32,7 +32,7 @@ pub struct PluginRun {
 }
 
 /// How [`plugin_run`] runs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RunOptions {
     /// The plugin's options.
     pub options: Options,

@@ -11,6 +11,12 @@
  *                  inventory that lists the plugin (a dump with GPU files)
  *   INVENTORY_WITHOUT_US  ... with an inventory that does not name the plugin
  *   INVENTORY_OLD  ... for images without a plugin list (every plugin needed)
+ *   GET_OPTIONS    export criu_plugin_get_options (criu#3138) with the
+ *                  entries of $HOST_PLUGIN_OPTIONS (one per line); the host
+ *                  checks the plugin left CRIU's array untouched. With
+ *                  $HOST_EXPECT_INIT_FAIL=1 every init must fail (bad options).
+ * Like CRIU, a descriptor whose max_hooks exceeds HOOK_MAX is refused as a
+ * "Corrupted plugin".
  * Usage: host <plugin.so> <expected max_hooks> <images dir>
  * Prints "LOG <level> <line>" for every log line and "PASS" at the end;
  * any failed expectation prints "FAIL ..." to stderr and exits 1.
@@ -27,7 +33,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SLOTS 15
+#define SLOTS 16
 
 typedef struct {
 	const char *name;
@@ -108,6 +114,38 @@ bool check_and_remove_inventory_plugin(const char *name, size_t n)
 }
 #endif
 
+#ifdef GET_OPTIONS
+#define MAX_OPTIONS 16
+static char *options_argv[MAX_OPTIONS + 1];
+static char *options_copy[MAX_OPTIONS];
+static int options_argc;
+static int options_calls;
+
+int criu_plugin_get_options(int *argc, char ***argv)
+{
+	options_calls++;
+	*argc = options_argc;
+	*argv = options_argv;
+	return 0;
+}
+
+static void load_options(void)
+{
+	const char *env = getenv("HOST_PLUGIN_OPTIONS");
+	char *all, *line, *save = NULL;
+
+	if (!env || !*env)
+		return;
+	all = strdup(env);
+	for (line = strtok_r(all, "\n", &save); line && options_argc < MAX_OPTIONS;
+	     line = strtok_r(NULL, "\n", &save)) {
+		options_argv[options_argc] = line;
+		options_copy[options_argc] = strdup(line);
+		options_argc++;
+	}
+}
+#endif
+
 static int failures;
 #define EXPECT(cond, ...)                                      \
 	do {                                                   \
@@ -143,6 +181,9 @@ int main(int argc, char **argv)
 	}
 	expected = (unsigned int)atoi(argv[2]);
 	image_dir_fd = open(argv[3], O_RDONLY | O_DIRECTORY);
+#ifdef GET_OPTIONS
+	load_options();
+#endif
 	EXPECT(image_dir_fd >= 0, "cannot open images dir %s", argv[3]);
 
 	h = dlopen(argv[1], RTLD_LAZY);
@@ -157,9 +198,18 @@ int main(int argc, char **argv)
 	}
 	EXPECT(d->name && strcmp(d->name, "amdgpu_plugin") == 0, "name %s", d->name ? d->name : "(null)");
 	EXPECT(d->version == 0x200, "version %#x", d->version);
+#ifdef HOOK_MAX
+	/* criu/plugin.c: max_hooks above CR_PLUGIN_HOOK__MAX is refused. */
+	if (d->max_hooks > HOOK_MAX) {
+		fprintf(stderr, "FAIL Corrupted plugin amdgpu_plugin: max_hooks %u -> %u\n", d->max_hooks, HOOK_MAX);
+		return 1;
+	}
+#endif
 	EXPECT(d->max_hooks == expected, "max_hooks %u, expected %u", d->max_hooks, expected);
 	EXPECT(d->init && d->exit, "init/exit missing");
 	{
+		/* Slot 15 (UPDATE_INETSK) and every other hook the plugin does
+		 * not implement stay NULL. */
 		int ours[] = { 2, 3, 7, 8, 9, 12, 13, 14 };
 		bool want[SLOTS] = { false };
 
@@ -175,6 +225,10 @@ int main(int argc, char **argv)
 
 	for (stage = 0; stage <= 2; stage++) {
 		ret = d->init(stage);
+		if (getenv("HOST_EXPECT_INIT_FAIL") && strcmp(getenv("HOST_EXPECT_INIT_FAIL"), "1") == 0) {
+			EXPECT(ret != 0, "init(%d) accepted invalid plugin options", stage);
+			continue;
+		}
 #if defined(INVENTORY) && !defined(INVENTORY_WITHOUT_US) && !defined(INVENTORY_OLD)
 		/* Images listing the plugin cannot be restored without /dev/kfd:
 		 * init refuses, and CRIU unloads the plugin without calling exit. */
@@ -238,6 +292,12 @@ int main(int argc, char **argv)
 		d->exit(stage, 0);
 	}
 
+#ifdef GET_OPTIONS
+	EXPECT(options_argc == 0 || options_calls > 0, "criu_plugin_get_options never called");
+	for (i = 0; i < options_argc; i++)
+		EXPECT(strcmp(options_argv[i], options_copy[i]) == 0, "plugin option %d changed: %s -> %s", i,
+		       options_copy[i], options_argv[i]);
+#endif
 	EXPECT(log_lines > 0, "no log line reached print_on_level");
 	EXPECT(bad_prefix == 0, "%d log lines without the amdgpu_plugin: prefix", bad_prefix);
 	dlclose(h);
