@@ -248,6 +248,9 @@ impl FromStr for DeviceMap {
             let (src, dst) = item
                 .split_once('=')
                 .ok_or_else(|| syntax(item, "a pin needs SRC=DST"))?;
+            if src.trim().is_empty() || dst.trim().is_empty() {
+                return Err(syntax(item, "a pin needs a GPU on each side of '='"));
+            }
             if dst.contains('=') {
                 return Err(syntax(item, "a pin has one '='; separate pins with ','"));
             }

@@ -87,6 +87,8 @@ pub struct EmulatedHost {
     main_driver: Option<SimDriver>,
     /// CRIU's `--stream`: images go through this streamer.
     streamer: Option<ImageStreamer>,
+    /// `criu_plugin_get_options`: `None` for a CRIU without it.
+    plugin_options: Option<Vec<String>>,
     /// The simulated task this host serves (`getpid()` there).
     task: Option<Pid>,
 }
@@ -102,8 +104,16 @@ impl EmulatedHost {
             parallel: ParallelFacts::default(),
             main_driver: None,
             streamer: None,
+            plugin_options: None,
             task: None,
         }
+    }
+
+    /// A host that offers `criu_plugin_get_options` with `options` (CRIU's
+    /// `--plugin-option` entries), or does not (`None`).
+    pub fn with_plugin_options(mut self, options: Option<Vec<String>>) -> Self {
+        self.plugin_options = options;
+        self
     }
 
     /// The host as seen from the restored task `pid`: the same images, fd
@@ -141,6 +151,10 @@ impl EmulatedHost {
 
 impl CriuHost for EmulatedHost {
     type Store = HostStore<EmulatedStreamOpen>;
+
+    fn plugin_options(&self) -> io::Result<Option<Vec<String>>> {
+        Ok(self.plugin_options.clone())
+    }
 
     fn image_store(&self, _dump: bool) -> Result<Self::Store, Error> {
         if let Some(streamer) = &self.streamer {
@@ -217,6 +231,9 @@ pub struct EmulatorConfig {
     pub max_hooks: u32,
     /// Plugin options (what the environment would say).
     pub options: Options,
+    /// CRIU's `--plugin-option` entries, handed out through
+    /// `criu_plugin_get_options`; `None` emulates a CRIU without it.
+    pub plugin_options: Option<Vec<String>>,
     /// The shared-memory directory the plugin probes and recreates.
     pub shm_dir: PathBuf,
     /// What `find_unused_fd_pid` answers in the restored task.
@@ -237,6 +254,7 @@ impl EmulatorConfig {
         EmulatorConfig {
             max_hooks: HOOK_SLOTS as u32,
             options: Options::default(),
+            plugin_options: None,
             shm_dir: shm_dir.to_path_buf(),
             fd_floor: Some(200),
             streamer: None,
@@ -511,7 +529,9 @@ impl CriuEmulator {
         tasks: &[TaskToDump<'_>],
     ) -> Result<DumpReport, EmulatorError> {
         let driver = self.sim.driver(dumper);
-        let host = EmulatedHost::new(&self.images, None).streaming(self.config.streamer.clone());
+        let host = EmulatedHost::new(&self.images, None)
+            .streaming(self.config.streamer.clone())
+            .with_plugin_options(self.config.plugin_options.clone());
         let mut plugin = Plugin::init(
             driver.clone(),
             host.clone(),
@@ -519,6 +539,13 @@ impl CriuEmulator {
             self.plugin_config(),
             self.config.options.clone(),
         );
+        if plugin.refused() {
+            return Err(EmulatorError::Hook {
+                hook: "init",
+                object: "dump".into(),
+                errno: -libc::EINVAL,
+            });
+        }
         let mut report = DumpReport {
             vma_answers: Vec::new(),
             file_answers: Vec::new(),
@@ -703,7 +730,8 @@ impl CriuEmulator {
                 },
                 self.sim.driver(main),
             )
-            .streaming(self.config.streamer.clone());
+            .streaming(self.config.streamer.clone())
+            .with_plugin_options(self.config.plugin_options.clone());
         let mut main_plugin = Plugin::init(
             self.sim.driver(main),
             host.clone(),
@@ -711,6 +739,14 @@ impl CriuEmulator {
             self.plugin_config(),
             self.config.options.clone(),
         );
+        if main_plugin.refused() {
+            // CRIU stops when a plugin's init fails, without calling exit.
+            return Err(EmulatorError::Hook {
+                hook: "init",
+                object: "restore".into(),
+                errno: -libc::EINVAL,
+            });
+        }
         let fail = |plugin: Plugin<SimDriver, EmulatedHost>,
                     hook: &'static str,
                     object: String,

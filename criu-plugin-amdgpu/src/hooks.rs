@@ -362,7 +362,7 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
                 }
             }
         }
-        let parallel = if stage == Stage::Restore && !disabled && devices.is_some() {
+        let parallel = if stage == Stage::Restore && !disabled && !refused && devices.is_some() {
             ParallelRestore::plan(&host.parallel_facts())
         } else {
             None
