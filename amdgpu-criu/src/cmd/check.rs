@@ -26,7 +26,7 @@ use amdgpu_image::{
 };
 use amdgpu_topology::checks::Reason;
 use amdgpu_topology::devices::DeviceTopology;
-use amdgpu_topology::mapping::{map_topologies, MapResult};
+use amdgpu_topology::mapping::MapResult;
 use amdgpu_topology::options::CheckOptions;
 use amdgpu_topology::parse::DEFAULT_ROOT;
 use amdgpu_topology::{builtin_names, GpuId};
@@ -40,8 +40,9 @@ use super::map;
   amdgpu-criu check /var/lib/ckpt
   amdgpu-criu check /var/lib/ckpt --builtin mi210-8gpu-2hive --json
   KFD_VRAM_SIZE_CHECK=0 amdgpu-criu check /var/lib/ckpt --sysfs ./topology-of-node2
+  amdgpu-criu check /var/lib/ckpt --device-map 0x1a2b=0000:c1:00.0
 
-Exit status: 0 compatible, 1 not compatible, 2 unreadable images or topology")]
+Exit status: 0 compatible, 1 not compatible, 2 unreadable images, topology or device map")]
 pub struct Args {
     /// The image directory (holding `amdgpu-kfd-<id>.img`).
     pub images: PathBuf,
@@ -61,6 +62,10 @@ pub struct Args {
     /// different GPUs).
     #[arg(long)]
     pub json: bool,
+    /// Pin checkpointed GPUs to local ones, as the plugin's
+    /// `amdgpu.device-map` (see `map --help`). Overrides `KFD_DEVICE_MAP`.
+    #[arg(long, value_name = "SRC=DST[,...]")]
+    pub device_map: Option<String>,
 }
 
 /// The checkpointed topology of one KFD image.
@@ -118,7 +123,8 @@ pub fn run(args: Args) -> ExitCode {
     }
     let outcome = read_images(&args.images).and_then(|(images, render_only)| {
         let local = load_local(&args)?;
-        let verdicts = check(&images, &local, &options)?;
+        let pins = map::device_map(args.device_map.as_deref())?;
+        let verdicts = check_pinned(&images, &local, &options, &pins)?;
         let render_verdicts = check_render_only(&render_only, &local, &options);
         Ok((local, verdicts, render_verdicts))
     });
@@ -329,6 +335,16 @@ pub(crate) fn check(
     local: &DeviceTopology,
     options: &CheckOptions,
 ) -> Result<Vec<Verdict>, String> {
+    check_pinned(images, local, options, &Default::default())
+}
+
+/// [`check`] with the GPUs `pins` names pinned (a device map).
+pub(crate) fn check_pinned(
+    images: &[Checkpointed],
+    local: &DeviceTopology,
+    options: &CheckOptions,
+    pins: &amdgpu_topology::device_map::DeviceMap,
+) -> Result<Vec<Verdict>, String> {
     let mut verdicts: Vec<Verdict> = Vec::new();
     for image in images {
         if let Some(v) = verdicts
@@ -338,7 +354,7 @@ pub(crate) fn check(
             v.ids.push(image.id);
             continue;
         }
-        let result = map_topologies(&image.topology, local, options)
+        let result = map::map_with(&image.topology, local, options, pins)
             .map_err(|e| format!("{}: {e}", ImageName::Kfd { id: image.id }))?;
         verdicts.push(Verdict {
             ids: vec![image.id],
@@ -401,6 +417,7 @@ impl<'a> Combined<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use amdgpu_topology::mapping::map_topologies;
 
     fn machine(name: &str) -> DeviceTopology {
         DeviceTopology::from_system(&amdgpu_topology::builtin(name).unwrap()).unwrap()

@@ -4,7 +4,8 @@
 //!
 //! Each side is a copy of a sysfs topology tree or `builtin:NAME` (a built-in
 //! synthetic machine). Honours the `KFD_*_CHECK` variables as the plugin does
-//! (invalid values are reported and the default kept). The decision itself is
+//! (invalid values are reported and the default kept), and pins GPUs with
+//! `--device-map` (or `KFD_DEVICE_MAP`) as the plugin's `amdgpu.device-map`. The decision itself is
 //! `amdgpu_topology::mapping`; this module only reads, prints and picks the
 //! exit code, and never touches devices.
 
@@ -13,7 +14,8 @@ use std::process::ExitCode;
 
 use amdgpu_topology::checks::Reason;
 use amdgpu_topology::devices::DeviceTopology;
-use amdgpu_topology::mapping::{map_topologies, MapResult};
+use amdgpu_topology::device_map::DeviceMap;
+use amdgpu_topology::mapping::{map_topologies_pinned, MapResult};
 use amdgpu_topology::options::CheckOptions;
 use amdgpu_topology::{builtin, builtin_names, parse, synthesize_missing, GpuId};
 
@@ -23,8 +25,9 @@ use amdgpu_topology::{builtin, builtin_names, parse, synthesize_missing, GpuId};
   amdgpu-criu map --from builtin:mi210-8gpu-2hive --to builtin:mi250x-8
   amdgpu-criu map --from ./topology-of-node1 --to /sys/class/kfd/kfd/topology
   KFD_FW_VER_CHECK=0 amdgpu-criu map --from ./node1 --to ./node2 --json
+  amdgpu-criu map --from ./node1 --to ./node2 --device-map 0000:c1:00.0=0000:43:00.0
 
-Exit status: 0 compatible, 1 not compatible, 2 unreadable topology")]
+Exit status: 0 compatible, 1 not compatible, 2 unreadable topology or device map")]
 pub struct Args {
     /// The checkpointed machine's topology: a copy of
     /// `/sys/class/kfd/kfd/topology` (the directory holding `nodes/`), or
@@ -41,6 +44,34 @@ pub struct Args {
     /// Print JSON (`{"compatible", "gpu_map", "cpu_map", "reasons"}`).
     #[arg(long)]
     pub json: bool,
+    /// Pin checkpointed GPUs to local ones, as the plugin's
+    /// `amdgpu.device-map`: `SRC=DST[,SRC=DST...]`, each side a gpu_id
+    /// (decimal or 0x hex), a PCI address or a unique_id. Overrides
+    /// `KFD_DEVICE_MAP`.
+    #[arg(long, value_name = "SRC=DST[,...]")]
+    pub device_map: Option<String>,
+}
+
+/// The device map of `--device-map`, else of `KFD_DEVICE_MAP`, else none.
+pub(crate) fn device_map(flag: Option<&str>) -> Result<DeviceMap, String> {
+    let from_env = std::env::var(amdgpu_checkpoint::options::DEVICE_MAP).ok();
+    let (text, source) = match (flag, from_env.as_deref()) {
+        (Some(text), _) => (text, "--device-map"),
+        (None, Some(text)) => (text, amdgpu_checkpoint::options::DEVICE_MAP),
+        (None, None) => return Ok(DeviceMap::default()),
+    };
+    text.parse().map_err(|e| format!("{source}: {e}"))
+}
+
+/// [`map_topologies_pinned`] with `map` resolved against both sides.
+pub(crate) fn map_with(
+    from: &DeviceTopology,
+    to: &DeviceTopology,
+    options: &CheckOptions,
+    map: &DeviceMap,
+) -> Result<MapResult, String> {
+    let pins = map.resolve(from, to).map_err(|e| e.to_string())?;
+    map_topologies_pinned(from, to, options, &pins).map_err(|e| e.to_string())
 }
 
 /// Runs `map`: 0 when compatible, 1 when not, 2 when a topology cannot be
@@ -52,6 +83,13 @@ pub fn run(args: Args) -> ExitCode {
     }
     let loaded = load("map", &args.from, args.complete)
         .and_then(|from| Ok((from, load("map", &args.to, args.complete)?)));
+    let pins = match device_map(args.device_map.as_deref()) {
+        Ok(map) => map,
+        Err(message) => {
+            eprintln!("amdgpu-criu map: {message}");
+            return ExitCode::from(2);
+        }
+    };
     let (from, to) = match loaded {
         Ok(pair) => pair,
         Err(message) => {
@@ -59,7 +97,7 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let result = match map_topologies(&from, &to, &options) {
+    let result = match map_with(&from, &to, &options, &pins) {
         Ok(result) => result,
         Err(e) => {
             eprintln!("amdgpu-criu map: {e}");
