@@ -132,6 +132,10 @@ pub struct Dumper<D: Driver + Clone> {
     /// Local gpu_id to the pids (from `PROCESS_INFO`) of the dumped KFD
     /// processes that use it.
     kfd_pids: BTreeMap<u32, BTreeSet<u32>>,
+    /// The KFD interface version of this host (read at the first KFD dump).
+    kfd_version: Option<kfd::Version>,
+    /// pid to CRIU file id of each KFD file dumped.
+    kfd_files: BTreeMap<u32, u32>,
     /// Render nodes dumped before their process's KFD file.
     pending_renders: Vec<PendingRender>,
     /// (st_dev, st_ino) of each dumped BO's dma-buf to its share handle.
@@ -167,6 +171,8 @@ impl<D: Driver + Clone> Dumper<D> {
             user_gpu_ids: BTreeMap::new(),
             render_minors: BTreeMap::new(),
             kfd_pids: BTreeMap::new(),
+            kfd_version: None,
+            kfd_files: BTreeMap::new(),
             pending_renders: Vec::new(),
             dmabuf_handles: BTreeMap::new(),
             created: BTreeSet::new(),
@@ -194,20 +200,7 @@ impl<D: Driver + Clone> Dumper<D> {
         fd: BorrowedFd<'_>,
         id: u32,
     ) -> Result<KfdDump, Error> {
-        {
-            let private = Kfd::open(self.driver.clone()).map_err(Error::kfd(
-                "opening a private /dev/kfd for the version check",
-            ))?;
-            let version = private
-                .version()
-                .map_err(Error::kfd("reading the KFD interface version"))?;
-            if !version.supports_criu() {
-                return Err(Error::KfdTooOld {
-                    major: version.major,
-                    minor: version.minor,
-                });
-            }
-        }
+        self.kfd_version()?;
         let own = fd
             .try_clone_to_owned()
             .map_err(Error::io("duplicating the KFD fd"))?;
@@ -215,6 +208,14 @@ impl<D: Driver + Clone> Dumper<D> {
         let info = target
             .process_info()
             .map_err(Error::kfd("pausing the process (CRIU_OP PROCESS_INFO)"))?;
+        // The host could not name the file's process before it was paused
+        // ([`Dumper::refuse_second_kfd_file`]): refuse now. Nothing is
+        // written; the failed dump's exit unpauses the first file's process
+        // (a kernel that paused it twice may keep its queues evicted: KFD
+        // counts evictions but its UNPAUSE answers EINVAL once unpaused).
+        if let Err(err) = self.refuse_second_kfd_file(info.pid, id) {
+            return Err(err);
+        }
         log::info!(
             "file {id}: pid {} paused: {} GPUs, {} BOs, {} objects, {} bytes of private data",
             info.pid,
@@ -252,6 +253,57 @@ impl<D: Driver + Clone> Dumper<D> {
                     Err(e) => log::error!("file {id}: pid {} stays paused: {e}", info.pid),
                 }
                 Err(err)
+            }
+        }
+    }
+
+    /// This host's KFD interface version, read once through a private
+    /// `/dev/kfd`; an interface without CRIU is an error.
+    fn kfd_version(&mut self) -> Result<kfd::Version, Error> {
+        if let Some(version) = self.kfd_version {
+            return Ok(version);
+        }
+        let private = Kfd::open(self.driver.clone()).map_err(Error::kfd(
+            "opening a private /dev/kfd for the version check",
+        ))?;
+        let version = private
+            .version()
+            .map_err(Error::kfd("reading the KFD interface version"))?;
+        if !version.supports_criu() {
+            return Err(Error::KfdTooOld {
+                major: version.major,
+                minor: version.minor,
+            });
+        }
+        self.kfd_version = Some(version);
+        Ok(version)
+    }
+
+    /// Refuses the `/dev/kfd` file `id` of process `pid` when the process's
+    /// other KFD file was dumped already and the KFD is 1.19 or later, where
+    /// either file may carry a second KFD context
+    /// (`AMDKFD_IOC_CREATE_PROCESS`) no CRIU can save (see
+    /// [`crate::kfd_version`]); records the file otherwise. Hosts that can
+    /// name a file's process call this before [`Dumper::dump_kfd`], so the
+    /// process is never paused twice.
+    pub fn refuse_second_kfd_file(&mut self, pid: u32, id: u32) -> Result<(), Error> {
+        let version = self.kfd_version()?;
+        match self.kfd_files.get(&pid) {
+            Some(&first)
+                if first != id && version.minor >= crate::kfd_version::CREATE_PROCESS_MINOR =>
+            {
+                Err(Error::KfdVersion {
+                    reason: format!(
+                        "file {id}: pid {pid} holds a second /dev/kfd file (the first is file \
+                         {first}); on KFD interface {version} (1.19 or later) it may carry a \
+                         second KFD context (AMDKFD_IOC_CREATE_PROCESS), which no CRIU can \
+                         checkpoint; the dump is refused and the process left running"
+                    ),
+                })
+            }
+            _ => {
+                self.kfd_files.entry(pid).or_insert(id);
+                Ok(())
             }
         }
     }
@@ -392,9 +444,9 @@ impl<D: Driver + Clone> Dumper<D> {
             priv_data: checkpoint.priv_data,
             producer: Some(PRODUCER.to_owned()),
             format_version: Some(FORMAT_VERSION),
-            kfd_major_version: None,
-            kfd_minor_version: None,
-            kfd_required_minor: None,
+            kfd_major_version: self.kfd_version.map(|v| v.major),
+            kfd_minor_version: self.kfd_version.map(|v| v.minor),
+            kfd_required_minor: self.kfd_version.map(crate::kfd_version::required_minor),
         };
         store
             .write_message(&ImageName::Kfd { id }, &msg)

@@ -28,6 +28,14 @@ pub enum Error {
         /// Reported minor version.
         minor: u32,
     },
+    /// The local KFD interface lacks what the images need, or the dumped
+    /// state holds what no image can carry (see
+    /// [`crate::kfd_version`]).
+    #[error("{reason}")]
+    KfdVersion {
+        /// What is missing, naming both versions.
+        reason: String,
+    },
     /// Reading or writing an image failed, or an image is malformed.
     #[error("{step}: {source}")]
     Image {
@@ -108,6 +116,7 @@ impl Error {
             Error::Unsupported { .. } => return -libc::ENOTSUP,
             Error::Kfd { source, .. } => source.errno(),
             Error::KfdTooOld { .. } => libc::EPROTONOSUPPORT,
+            Error::KfdVersion { .. } => libc::EPROTONOSUPPORT,
             Error::Image { source, .. } => match source {
                 amdgpu_image::Error::Io { source, .. } => {
                     source.raw_os_error().unwrap_or(libc::EIO)

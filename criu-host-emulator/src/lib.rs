@@ -54,7 +54,7 @@ use amdgpu_checkpoint::parallel::{Copier, ParallelFacts};
 use amdgpu_checkpoint::restore::Restored;
 use amdgpu_checkpoint::{Error, Options};
 use criu_plugin_amdgpu::abi::{hook, Stage, HOOK_SLOTS};
-use criu_plugin_amdgpu::hooks::{CriuHost, Plugin, PluginConfig, VmaUpdate, NOT_MINE};
+use criu_plugin_amdgpu::hooks::{CriuHost, Plugin, PluginConfig, TaskFd, VmaUpdate, NOT_MINE};
 use criu_plugin_amdgpu::store::HostStore;
 
 pub mod pages;
@@ -89,6 +89,8 @@ pub struct EmulatedHost {
     streamer: Option<ImageStreamer>,
     /// `criu_plugin_get_options`: `None` for a CRIU without it.
     plugin_options: Option<Vec<String>>,
+    /// The task and fd of the file being dumped (what CRIU's log knows).
+    dumping: Arc<Mutex<Option<TaskFd>>>,
     /// The simulated task this host serves (`getpid()` there).
     task: Option<Pid>,
 }
@@ -105,6 +107,7 @@ impl EmulatedHost {
             main_driver: None,
             streamer: None,
             plugin_options: None,
+            dumping: Arc::default(),
             task: None,
         }
     }
@@ -154,6 +157,10 @@ impl CriuHost for EmulatedHost {
 
     fn plugin_options(&self) -> io::Result<Option<Vec<String>>> {
         Ok(self.plugin_options.clone())
+    }
+
+    fn task_fd(&self, _fd: BorrowedFd<'_>) -> Option<TaskFd> {
+        *self.dumping.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn image_store(&self, _dump: bool) -> Result<Self::Store, Error> {
@@ -575,7 +582,12 @@ impl CriuEmulator {
                         what: "draining a file of the target",
                         source,
                     })?;
+                *host.dumping.lock().unwrap_or_else(PoisonError::into_inner) = Some(TaskFd {
+                    pid: task.pid.0,
+                    fd: std::os::fd::AsRawFd::as_raw_fd(&file.fd),
+                });
                 let answer = plugin.dump_ext_file(drained.as_fd(), file.id as c_int);
+                *host.dumping.lock().unwrap_or_else(PoisonError::into_inner) = None;
                 drop(drained);
                 report.file_answers.push((file.id, answer));
                 if answer < 0 {

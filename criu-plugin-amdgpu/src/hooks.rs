@@ -613,7 +613,13 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
                 }
                 Err(e) => Err(e),
             },
-            _ => self.dumper_mut().dump_kfd(&store, fd, file).map(|d| {
+            _ => {
+                let task = self.host.task_fd(fd);
+                let dumper = self.dumper_mut();
+                task.map_or(Ok(()), |task| dumper.refuse_second_kfd_file(task.pid, file))
+                    .and_then(|()| dumper.dump_kfd(&store, fd, file))
+            }
+            .map(|d| {
                 log_info!(
                     "{name}: KFD state of pid {} dumped ({} GPUs, {} BOs, {} content bytes{})",
                     d.pid,

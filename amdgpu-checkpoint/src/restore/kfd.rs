@@ -54,12 +54,12 @@ impl<D: Driver + Clone> Restorer<D> {
         let version = kfd
             .version()
             .map_err(Error::kfd("reading the KFD interface version"))?;
-        if !version.supports_criu() {
-            return Err(Error::KfdTooOld {
-                major: version.major,
-                minor: version.minor,
-            });
-        }
+        crate::kfd_version::ImageKfd::from_fields(
+            msg.kfd_major_version,
+            msg.kfd_minor_version,
+            msg.kfd_required_minor,
+        )
+        .check_restore(version)?;
         if self.fd_floor.is_none() {
             self.fd_floor = find_unused_fd(msg.pid);
             log::debug!(

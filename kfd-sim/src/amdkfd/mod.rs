@@ -265,7 +265,7 @@ pub(crate) fn proc_mut(st: &mut State, pid: Pid) -> Result<&mut process::KfdProc
 }
 
 fn get_version(ctx: &mut Ctx<'_>, _p: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
-    let minor = ctx.sim.config.kfd_minor_version;
+    let minor = ctx.sim.kfd_minor.load(std::sync::atomic::Ordering::Relaxed);
     typed(buf, |a: &mut kfd_ioctl_get_version_args| {
         a.major_version = KFD_IOCTL_MAJOR_VERSION;
         a.minor_version = minor;

@@ -130,6 +130,9 @@ pub(crate) struct Shared {
     pub(crate) system: System,
     sysfs: TempDir,
     pub(crate) state: Mutex<State>,
+    /// The KFD minor `GET_VERSION` reports now: `config.kfd_minor_version`
+    /// until [`Sim::set_kfd_minor_version`] "updates the kernel".
+    pub(crate) kfd_minor: std::sync::atomic::AtomicU32,
 }
 
 /// The context of one call into the simulated kernel.
@@ -250,6 +253,7 @@ impl Sim {
         Ok(Sim {
             shared: Arc::new(Shared {
                 gpus,
+                kfd_minor: std::sync::atomic::AtomicU32::new(config.kfd_minor_version),
                 config,
                 system,
                 sysfs,
@@ -321,6 +325,15 @@ impl Sim {
     /// The topology the simulator was built from.
     pub fn topology(&self) -> &System {
         &self.shared.system
+    }
+
+    /// Replaces the kernel's KFD interface minor version (a kernel update
+    /// or downgrade between a dump and a restore on this machine): from now
+    /// on `GET_VERSION` reports 1.`minor`.
+    pub fn set_kfd_minor_version(&self, minor: u32) {
+        self.shared
+            .kfd_minor
+            .store(minor, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The configuration.
