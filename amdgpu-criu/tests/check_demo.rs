@@ -499,3 +499,43 @@ fn a_failed_resume_is_restored_but_not_verified() {
         stderr(&out)
     );
 }
+
+#[test]
+fn check_and_show_name_the_dump_hosts_kfd_version_and_check_takes_a_device_map() {
+    let tmp = tempfile::tempdir().unwrap();
+    let images = tmp.path().join("images");
+    demo_images(&images);
+    let images = images.to_str().unwrap();
+    // The simulator's kernel reports 1.18: a restore needs the CRIU baseline.
+    let out = run(&["check", images, "--builtin", "pcie-2gpu"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("dumped on KFD interface 1.18; a restore needs 1.8 or later"),
+        "{}",
+        stdout(&out)
+    );
+    let out = run(&["show", images, "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("\"kfd_minor_version\": 18"), "{text}");
+    assert!(text.contains("\"kfd_required_minor\": 8"), "{text}");
+
+    // A device map swapping the two GPUs is followed; one naming a GPU the
+    // images lack is an error.
+    let v = json(&run(&["check", images, "--builtin", "pcie-2gpu", "--json"]));
+    let pairs: Vec<(String, u64)> = v["gpu_map"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect();
+    assert_eq!(pairs.len(), 2);
+    let map = format!("{}={},{}={}", pairs[0].0, pairs[1].1, pairs[1].0, pairs[0].1);
+    let out = run(&["check", images, "--builtin", "pcie-2gpu", "--json", "--device-map", &map]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["gpu_map"][&pairs[0].0].as_u64(), Some(pairs[1].1), "{v:#}");
+    let out = run(&["check", images, "--builtin", "pcie-2gpu", "--device-map", "0x1=0x2"]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("no checkpointed GPU is 1"), "{}", stderr(&out));
+}

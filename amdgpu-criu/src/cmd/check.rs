@@ -163,6 +163,9 @@ pub fn run(args: Args) -> ExitCode {
             }
         }
     } else {
+        for line in kfd_versions(&args.images) {
+            println!("{line}");
+        }
         for verdict in &verdicts {
             let names: Vec<String> = verdict
                 .ids
@@ -306,6 +309,29 @@ fn read_listed<M: ImageMessage>(
         .read_message::<M>(name, ReadLimits::default())
         .map_err(|e| format!("{}: {name}: {e}", dir.display()))?
         .ok_or_else(|| format!("{}: {name} vanished while reading", dir.display()))
+}
+
+/// One line per KFD image that records its dump host's KFD interface
+/// version: that version and the one a restore needs (see
+/// `amdgpu_checkpoint::kfd_version`).
+fn kfd_versions(dir: &Path) -> Vec<String> {
+    let Ok(store) = DirStore::open_dir(dir) else {
+        return Vec::new();
+    };
+    let names = store.list().unwrap_or_default();
+    names
+        .iter()
+        .filter(|name| matches!(name, ImageName::Kfd { .. }))
+        .filter_map(|name| {
+            let msg: CriuKfd = read_listed(&store, dir, name).ok()?;
+            let (major, minor) = msg.kfd_major_version.zip(msg.kfd_minor_version)?;
+            let needs = msg.kfd_required_minor.unwrap_or(kfd::Version::MIN_CRIU.minor);
+            Some(format!(
+                "{name}: dumped on KFD interface {major}.{minor}; a restore needs {major}.{needs} \
+                 or later"
+            ))
+        })
+        .collect()
 }
 
 /// [`read_checkpointed`], none being no error.
