@@ -36,6 +36,13 @@ pub enum Error {
         /// What is missing, naming both versions.
         reason: String,
     },
+    /// No render node of a local GPU in this process's `/dev/dri` (see
+    /// [`crate::render_node`]).
+    #[error("{reason}")]
+    RenderNodeMissing {
+        /// The GPU and what was looked for.
+        reason: String,
+    },
     /// Reading or writing an image failed, or an image is malformed.
     #[error("{step}: {source}")]
     Image {
@@ -117,6 +124,7 @@ impl Error {
             Error::Kfd { source, .. } => source.errno(),
             Error::KfdTooOld { .. } => libc::EPROTONOSUPPORT,
             Error::KfdVersion { .. } => libc::EPROTONOSUPPORT,
+            Error::RenderNodeMissing { .. } => libc::ENOENT,
             Error::Image { source, .. } => match source {
                 amdgpu_image::Error::Io { source, .. } => {
                     source.raw_os_error().unwrap_or(libc::EIO)

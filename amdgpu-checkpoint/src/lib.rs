@@ -50,6 +50,7 @@ pub mod kfd_version;
 pub mod options;
 pub mod parallel;
 pub mod recover;
+pub mod render_node;
 pub mod restore;
 pub mod sys;
 pub mod transfer;

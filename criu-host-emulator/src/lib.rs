@@ -252,6 +252,10 @@ pub struct EmulatorConfig {
     /// into allows (`None`: every GPU of the machine). Restored tasks see
     /// only these: in KFD, in `/dev/dri` and in the topology in sysfs.
     pub restore_visible_gpus: Option<Vec<amdgpu_topology::GpuId>>,
+    /// The `/dev/dri` of the container the tree is restored into (`None`:
+    /// the host's): its nodes' names and minors may differ from the
+    /// host's (see [`kfd_sim::ProcessConfig::dev_dri`]).
+    pub restore_dev_dri: Option<Vec<kfd_sim::DevDriNode>>,
 }
 
 impl EmulatorConfig {
@@ -266,6 +270,7 @@ impl EmulatorConfig {
             fd_floor: Some(200),
             streamer: None,
             restore_visible_gpus: None,
+            restore_dev_dri: None,
         }
     }
 }
@@ -669,6 +674,7 @@ impl CriuEmulator {
             match self.sim.spawn_process_with(ProcessConfig {
                 pid: Some(task.pid),
                 visible_gpus: self.config.restore_visible_gpus.clone(),
+                dev_dri: self.config.restore_dev_dri.clone(),
                 ..ProcessConfig::default()
             }) {
                 Ok(pid) => pids.push(pid),

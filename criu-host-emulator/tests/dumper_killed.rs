@@ -144,6 +144,14 @@ impl Driver for KillDriver {
     fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {
         self.inner.read_sysfs(path, limit)
     }
+
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<std::ffi::OsString>> {
+        self.inner.list_dir(path)
+    }
+
+    fn read_link(&self, path: &Path) -> io::Result<std::path::PathBuf> {
+        self.inner.read_link(path)
+    }
 }
 
 /// The driver of CRIU process `pid`, killed with the others of the run.

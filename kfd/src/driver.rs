@@ -107,6 +107,21 @@ pub trait Driver: Send + Sync {
         read_file_prefix(path, limit)
     }
 
+    /// The names in directory `path` as the calling process sees it (a
+    /// container's `/dev/dri` holds only its own nodes), unsorted, without
+    /// `.` and `..`. The default lists the real directory.
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<std::ffi::OsString>> {
+        std::fs::read_dir(path)?
+            .map(|entry| entry.map(|e| e.file_name()))
+            .collect()
+    }
+
+    /// `readlink(2)` of `path` as the calling process sees it (used on
+    /// `/sys/class/drm/renderD*/device`). The default reads the real link.
+    fn read_link(&self, path: &Path) -> io::Result<std::path::PathBuf> {
+        std::fs::read_link(path)
+    }
+
     /// `pidfd_open(pid, 0)`: a pidfd for process `pid` (`ESRCH` when there is
     /// none). The default answers `ENOSYS`, as for every process-control
     /// method below: a driver that does not model processes cannot recover
@@ -226,6 +241,14 @@ macro_rules! forward_driver {
 
             fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {
                 (**self).read_sysfs(path, limit)
+            }
+
+            fn list_dir(&self, path: &Path) -> io::Result<Vec<std::ffi::OsString>> {
+                (**self).list_dir(path)
+            }
+
+            fn read_link(&self, path: &Path) -> io::Result<std::path::PathBuf> {
+                (**self).read_link(path)
             }
 
             fn pidfd_open(&self, pid: u32) -> io::Result<OwnedFd> {
@@ -534,6 +557,12 @@ mod tests {
             self.0.fetch_add(1, Ordering::Relaxed);
             Ok(vec![0; limit])
         }
+        fn list_dir(&self, _: &Path) -> io::Result<Vec<std::ffi::OsString>> {
+            self.hit()
+        }
+        fn read_link(&self, _: &Path) -> io::Result<std::path::PathBuf> {
+            self.hit()
+        }
     }
 
     /// Calls every method once through `driver`; returns how many failed
@@ -557,6 +586,8 @@ mod tests {
         n += usize::from(enodev(unsafe { driver.munmap(NonNull::dangling(), 1) }));
         n += usize::from(enodev(driver.fd_kind(fd).map(drop)));
         n += usize::from(enodev(driver.device_number(path).map(drop)));
+        n += usize::from(enodev(driver.list_dir(path).map(drop)));
+        n += usize::from(enodev(driver.read_link(path).map(drop)));
         assert_eq!(driver.read_sysfs(path, 3).unwrap(), vec![0; 3]);
         n
     }
@@ -564,16 +595,16 @@ mod tests {
     #[test]
     fn references_boxes_and_arcs_forward_every_method() {
         let inner = Counting::default();
-        assert_eq!(call_all(&inner), 6);
-        assert_eq!(call_all(Box::new(&inner)), 6);
-        assert_eq!(inner.0.load(Ordering::Relaxed), 14);
+        assert_eq!(call_all(&inner), 8);
+        assert_eq!(call_all(Box::new(&inner)), 8);
+        assert_eq!(inner.0.load(Ordering::Relaxed), 18);
 
         let shared: Arc<dyn Driver + Send + Sync> = Arc::new(Counting::default());
-        assert_eq!(call_all(Arc::clone(&shared)), 6);
+        assert_eq!(call_all(Arc::clone(&shared)), 8);
         let plain: Arc<dyn Driver> = Arc::new(Counting::default());
-        assert_eq!(call_all(plain), 6);
+        assert_eq!(call_all(plain), 8);
         let boxed: Box<dyn Driver> = Box::new(Counting::default());
-        assert_eq!(call_all(boxed), 6);
+        assert_eq!(call_all(boxed), 8);
     }
 
     #[test]

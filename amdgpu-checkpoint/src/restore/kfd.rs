@@ -114,7 +114,8 @@ impl<D: Driver + Clone> Restorer<D> {
                 ))
             })?;
             let minor = node.props.drm_render_minor;
-            let file = self.render_file(local_id, minor)?;
+            let pci = amdgpu_topology::device_map::pci_address(node);
+            let file = self.render_file(local_id, minor, pci.as_deref())?;
             log::info!(
                 "file {id}: GPU {:#x} restored on local GPU {local_id:#x} (renderD{minor})",
                 entry.gpu_id

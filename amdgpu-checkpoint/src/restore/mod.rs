@@ -75,7 +75,6 @@ use amdgpu_image::{CriuDmabufNode, CriuKfd, CriuRenderNode, ImageName, ImageStor
 
 use crate::error::Error;
 use crate::handles::HandleTable;
-use crate::identify::render_node_path;
 use crate::options::Options;
 use crate::vma::VmaTranslations;
 
@@ -299,11 +298,23 @@ impl<D: Driver + Clone> Restorer<D> {
 
     /// The task's render file for a local GPU, opened on first use at
     /// `fd_floor` or above.
-    fn render_file(&mut self, local_id: u32, minor: u32) -> Result<Arc<OwnedFd>, Error> {
+    fn render_file(
+        &mut self,
+        local_id: u32,
+        minor: u32,
+        pci: Option<&str>,
+    ) -> Result<Arc<OwnedFd>, Error> {
         if let Some(file) = self.render_files.get(&local_id) {
             return Ok(file.clone());
         }
-        let path = render_node_path(minor);
+        let path = crate::render_node::find_render_node(
+            &self.driver,
+            crate::render_node::RenderTarget {
+                gpu_id: local_id,
+                minor,
+                pci,
+            },
+        )?;
         let opened = self
             .driver
             .open(&path, libc::O_RDWR | libc::O_CLOEXEC)

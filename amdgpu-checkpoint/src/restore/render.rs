@@ -283,7 +283,11 @@ impl<D: Driver + Clone> Restorer<D> {
                     }
                 }
                 let (local_id, local_minor) = self.render_only_gpu(id, msg)?;
-                let file = self.render_file(local_id, local_minor)?;
+                let pci = local_topology(&self.config.topology_root, &self.driver)?
+                    .gpus()
+                    .find(|n| n.gpu_id == local_id)
+                    .and_then(amdgpu_topology::device_map::pci_address);
+                let file = self.render_file(local_id, local_minor, pci.as_deref())?;
                 (local_id, file, local_minor)
             }
         };

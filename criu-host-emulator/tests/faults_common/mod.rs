@@ -318,6 +318,14 @@ impl Driver for FaultDriver {
     fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {
         self.inner.read_sysfs(path, limit)
     }
+
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<std::ffi::OsString>> {
+        self.inner.list_dir(path)
+    }
+
+    fn read_link(&self, path: &Path) -> io::Result<std::path::PathBuf> {
+        self.inner.read_link(path)
+    }
 }
 
 /// A hook that made CRIU give up.

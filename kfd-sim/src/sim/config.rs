@@ -67,6 +67,25 @@ pub struct ProcessConfig {
     /// nodes answer `EPERM` to `open`, and their topology nodes answer
     /// `EPERM` to reads through [`kfd::Driver::read_sysfs`].
     pub visible_gpus: Option<Vec<GpuId>>,
+    /// The process's `/dev/dri` and `/sys/class/drm` when they are not the
+    /// host's (a container's mount namespace): only these nodes, each a
+    /// character device of its own name and minor standing for a GPU, with
+    /// `/sys/class/drm/renderD<minor>/device` naming that GPU's PCI
+    /// device. `None`: the host's, `renderD<minor>` of every GPU at the
+    /// minor the KFD topology reports.
+    pub dev_dri: Option<Vec<DevDriNode>>,
+}
+
+/// A render node in a container's `/dev/dri` (see [`ProcessConfig::dev_dri`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevDriNode {
+    /// The file name under `/dev/dri` (`renderD128`, `gpu0`, ...).
+    pub name: String,
+    /// Its minor (major 226): the host's minor of the GPU, or another
+    /// when the container's view renumbers it.
+    pub minor: u32,
+    /// The GPU it opens.
+    pub gpu_id: GpuId,
 }
 
 impl Default for ProcessConfig {
@@ -75,6 +94,7 @@ impl Default for ProcessConfig {
             pid: None,
             checkpoint_restore_capable: true,
             visible_gpus: None,
+            dev_dri: None,
         }
     }
 }

@@ -68,13 +68,8 @@ impl SimDriver {
             st.insert_file(key, OpenFile::Kfd(KfdFile { owner: pid }));
             return Ok(fd);
         }
-        if let Some(minor) = path_str.strip_prefix("/dev/dri/renderD") {
-            let minor: u32 = minor.parse().map_err(|_| Errno(libc::ENOENT))?;
-            let gpu = shared
-                .gpus
-                .iter()
-                .position(|g| g.info.render_minor == minor)
-                .ok_or(Errno(libc::ENOENT))?;
+        if let Some(gpu) = self.dri_node(&st, path_str)? {
+            let minor = shared.gpus[gpu].info.render_minor;
             let visible = st
                 .processes
                 .get(&self.pid)
@@ -98,6 +93,49 @@ impl SimDriver {
             return Ok(fd);
         }
         Err(Errno(libc::ENOENT))
+    }
+
+    /// The GPU (index) behind `/dev/dri/<name>` as this process sees it:
+    /// its container's nodes, else the host's `renderD<minor>` of every GPU.
+    /// `Ok(None)` for paths outside `/dev/dri`, `ENOENT` for names there
+    /// that are not a node.
+    fn dri_node(&self, st: &State, path: &str) -> Result<Option<usize>, Errno> {
+        let Some(name) = path.strip_prefix("/dev/dri/") else {
+            return Ok(None);
+        };
+        let gpus = &self.sim.shared.gpus;
+        let view = st.processes.get(&self.pid).and_then(|p| p.dev_dri.as_ref());
+        let gpu = match view {
+            Some(nodes) => nodes
+                .iter()
+                .find(|n| n.name == name)
+                .and_then(|n| gpus.iter().position(|g| g.info.gpu_id == n.gpu_id)),
+            None => name
+                .strip_prefix("renderD")
+                .and_then(|m| m.parse::<u32>().ok())
+                .and_then(|m| gpus.iter().position(|g| g.info.render_minor == m)),
+        };
+        gpu.map(Some).ok_or(Errno(libc::ENOENT))
+    }
+
+    /// The process's `/dev/dri` nodes: `(name, minor, GPU index)`.
+    fn dri_view(&self) -> Vec<(String, u32, usize)> {
+        let st = self.sim.lock();
+        let gpus = &self.sim.shared.gpus;
+        match st.processes.get(&self.pid).and_then(|p| p.dev_dri.as_ref()) {
+            Some(nodes) => nodes
+                .iter()
+                .filter_map(|n| {
+                    let gpu = gpus.iter().position(|g| g.info.gpu_id == n.gpu_id)?;
+                    Some((n.name.clone(), n.minor, gpu))
+                })
+                .collect(),
+            None => gpus
+                .iter()
+                .enumerate()
+                .map(|(i, g)| (format!("renderD{}", g.info.render_minor), g.info.render_minor, i))
+                .collect(),
+        }
     }
 
     /// # Safety
@@ -284,24 +322,43 @@ impl Driver for SimDriver {
                 minor: 0,
             });
         }
-        if let Some(m) = s
-            .strip_prefix("/dev/dri/renderD")
-            .and_then(|m| m.parse::<u32>().ok())
-        {
-            if self
-                .sim
-                .shared
-                .gpus
-                .iter()
-                .any(|g| g.info.render_minor == m)
-            {
+        if let Some(name) = s.strip_prefix("/dev/dri/") {
+            if let Some((_, minor, _)) = self.dri_view().into_iter().find(|(n, _, _)| n == name) {
                 return Ok(DeviceNumber {
                     major: DRM_MAJOR,
-                    minor: m,
+                    minor,
                 });
             }
         }
         Err(io::Error::from_raw_os_error(libc::ENOENT))
+    }
+
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<std::ffi::OsString>> {
+        if path == Path::new("/dev/dri") {
+            return Ok(self.dri_view().into_iter().map(|(n, _, _)| n.into()).collect());
+        }
+        Err(io::Error::from_raw_os_error(libc::ENOENT))
+    }
+
+    /// `/sys/class/drm/renderD<minor>/device`: the PCI device of the GPU
+    /// the process's node of that minor stands for, as the kernel's link
+    /// (`../../../DDDD:BB:DD.F`).
+    fn read_link(&self, path: &Path) -> io::Result<std::path::PathBuf> {
+        let minor = path
+            .to_str()
+            .and_then(|p| p.strip_prefix("/sys/class/drm/renderD"))
+            .and_then(|p| p.strip_suffix("/device"))
+            .and_then(|m| m.parse::<u32>().ok());
+        let gpu = minor.and_then(|minor| {
+            self.dri_view()
+                .into_iter()
+                .find(|(_, m, _)| *m == minor)
+                .map(|(_, _, gpu)| gpu)
+        });
+        match gpu {
+            Some(gpu) => Ok(format!("../../../{}", self.sim.pci_address(gpu)).into()),
+            None => Err(io::Error::from_raw_os_error(libc::ENOENT)),
+        }
     }
 
     fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {

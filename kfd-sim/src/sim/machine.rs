@@ -322,6 +322,22 @@ impl Sim {
         self.shared.gpus.iter().position(|g| g.info.node_id == node)
     }
 
+    /// The PCI address (`DDDD:BB:DD.F`) of GPU `gpu` (an index), from its
+    /// topology node's `domain` and `location_id`.
+    pub(crate) fn pci_address(&self, gpu: usize) -> String {
+        let node = self
+            .shared
+            .system
+            .node(self.shared.gpus[gpu].info.node_id);
+        let (domain, location) = node.map_or((0, 0), |n| (n.prop("domain"), n.prop("location_id")));
+        format!(
+            "{domain:04x}:{:02x}:{:02x}.{:x}",
+            (location >> 8) & 0xff,
+            (location >> 3) & 0x1f,
+            location & 0x7
+        )
+    }
+
     /// The topology the simulator was built from.
     pub fn topology(&self) -> &System {
         &self.shared.system
@@ -408,6 +424,7 @@ impl Sim {
                 capable: cfg.checkpoint_restore_capable,
                 ptrace_parent: None,
                 visible,
+                dev_dri: cfg.dev_dri.clone(),
                 kfd: None,
                 comm: format!("sim-{}", pid.0),
                 ptrace_stopped: false,

@@ -23,7 +23,7 @@ mod ptrace;
 mod uaccess;
 
 pub use config::{
-    GpuInfo, KfdState, Pid, ProcessConfig, SimConfig, SimError, DRM_MAJOR, KFD_MAJOR,
+    DevDriNode, GpuInfo, KfdState, Pid, ProcessConfig, SimConfig, SimError, DRM_MAJOR, KFD_MAJOR,
 };
 pub use driver::SimDriver;
 pub use machine::Sim;

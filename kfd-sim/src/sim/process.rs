@@ -21,6 +21,8 @@ pub(crate) struct Process {
     pub(crate) ptrace_parent: Option<Pid>,
     /// GPU indices the device cgroup allows, in topology order.
     pub(crate) visible: Vec<usize>,
+    /// Its own `/dev/dri` (a container's), see `ProcessConfig::dev_dri`.
+    pub(crate) dev_dri: Option<Vec<super::DevDriNode>>,
     /// The KFD process, created by the first open of `/dev/kfd`.
     pub(crate) kfd: Option<KfdProcess>,
     /// Its name (`/proc/PID/status` `Name:`).
