@@ -356,6 +356,15 @@ fn every_plugin_variable_is_documented() {
         .map(|(name, _)| (*name).to_owned())
         .collect();
     variables.insert(MAX_BUFFER_SIZE.to_owned());
+    for spec in amdgpu_checkpoint::options::OPTIONS {
+        variables.insert(spec.variable.to_owned());
+        // Every plugin option has its entry under PLUGIN OPTIONS.
+        let option = format!(".B amdgpu.{}", spec.name.replace('-', "\\-"));
+        assert!(
+            man_page("criu-amdgpu-plugin.1").1.lines().any(|l| l == option),
+            "criu-amdgpu-plugin.1 has no entry {option:?}"
+        );
+    }
     for crate_dir in ["amdgpu-checkpoint", "criu-plugin-amdgpu"] {
         let src = workspace_root().join(crate_dir).join("src");
         if src.is_dir() {

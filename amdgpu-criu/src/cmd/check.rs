@@ -63,7 +63,7 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// Pin checkpointed GPUs to local ones, as the plugin's
-    /// `amdgpu.device-map` (see `map --help`). Overrides `KFD_DEVICE_MAP`.
+    /// `amdgpu.device-map`, as for `map`. Overrides `KFD_DEVICE_MAP`.
     #[arg(long, value_name = "SRC=DST[,...]")]
     pub device_map: Option<String>,
 }
