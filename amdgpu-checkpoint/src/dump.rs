@@ -580,11 +580,33 @@ impl<D: Driver + Clone> Dumper<D> {
         let node = kfd::RenderNode::from_fd(self.driver.clone(), own);
         let handles = match node.gem_list_handles() {
             Ok(handles) => handles,
-            // Kernels without GEM_LIST_HANDLES: no DRM BOs can be listed.
+            // Kernels without GEM_LIST_HANDLES cannot list DRM BOs. Upstream
+            // then dumped "0 BOs" and succeeded, losing any BO the file had
+            // (criu#3015). Handles are allocated lowest-free from 1, so a
+            // file with BOs almost always has one of the lowest handles:
+            // probe them, and refuse when one exists. A file whose BOs all
+            // sit above the probed range (all low handles closed) is not
+            // told apart: said in the log line.
             Err(e) if e.errno() == libc::EINVAL => {
-                log::info!(
+                if let Some(handle) = (1..=UNLISTED_HANDLE_PROBE).find(|&h| {
+                    match node.gem_mmap_offset(GemHandle(h)) {
+                        Ok(_) => true,
+                        Err(e) => e.errno() != libc::ENOENT,
+                    }
+                }) {
+                    return Err(Error::Unlistable {
+                        reason: format!(
+                            "file {id}: renderD{minor} holds DRM buffers (GEM handle {handle} \
+                             exists) but this kernel cannot list them (no \
+                             AMDGPU_GEM_LIST_HANDLES, added in Linux 6.16); the dump would lose \
+                             them, so it is refused: update the kernel"
+                        ),
+                    });
+                }
+                log::warn!(
                     "file {id}: the kernel cannot list DRM BOs (no AMDGPU_GEM_LIST_HANDLES); \
-                     renderD{minor} is dumped without BOs"
+                     renderD{minor} has none among GEM handles 1..={UNLISTED_HANDLE_PROBE} and is \
+                     dumped without BOs"
                 );
                 Vec::new()
             }
@@ -1019,6 +1041,9 @@ pub fn local_topology<D: Driver>(root: &Path, driver: &D) -> Result<DeviceTopolo
         reason: e.to_string(),
     })
 }
+
+/// GEM handles probed on a kernel without `AMDGPU_GEM_LIST_HANDLES`.
+const UNLISTED_HANDLE_PROBE: u32 = 256;
 
 /// Size and first four bytes of hsakmt's shared memory, `(0, 0)` when absent.
 fn probe_hsakmt_shm(shm_dir: &Path) -> (u64, u32) {

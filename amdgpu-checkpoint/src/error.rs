@@ -36,6 +36,13 @@ pub enum Error {
         /// What is missing, naming both versions.
         reason: String,
     },
+    /// A render node holds DRM buffers the kernel cannot list
+    /// (no `AMDGPU_GEM_LIST_HANDLES`): a dump would lose them.
+    #[error("{reason}")]
+    Unlistable {
+        /// Which file and why.
+        reason: String,
+    },
     /// No render node of a local GPU in this process's `/dev/dri` (see
     /// [`crate::render_node`]).
     #[error("{reason}")]
@@ -125,6 +132,7 @@ impl Error {
             Error::KfdTooOld { .. } => libc::EPROTONOSUPPORT,
             Error::KfdVersion { .. } => libc::EPROTONOSUPPORT,
             Error::RenderNodeMissing { .. } => libc::ENOENT,
+            Error::Unlistable { .. } => libc::ENOSYS,
             Error::Image { source, .. } => match source {
                 amdgpu_image::Error::Io { source, .. } => {
                     source.raw_os_error().unwrap_or(libc::EIO)
