@@ -20,6 +20,31 @@ pub fn check_plugin_options(data: &[u8]) {
         let _ = parse_buffer_size(line);
     }
     let (options, invalid) = Options::from_lookup(|name| values.get(name).cloned());
+    // The same lines as CRIU's plugin options: never a panic; what is
+    // accepted says it came from the command line.
+    let argv: Vec<String> = text.lines().map(str::to_owned).collect();
+    match options.with_command_line(&argv) {
+        Ok(overridden) => {
+            for line in &argv {
+                let Some(name) = line
+                    .strip_prefix(crate::options::PLUGIN_PREFIX)
+                    .and_then(|rest| rest.split_once('='))
+                    .map(|(name, _)| name)
+                else {
+                    continue;
+                };
+                assert_eq!(
+                    overridden.source(name),
+                    crate::options::Source::CommandLine,
+                    "{line:?}"
+                );
+            }
+            let _ = overridden.describe();
+        }
+        Err(e) => {
+            let _ = e.to_string();
+        }
+    }
     for bad in &invalid {
         let _ = bad.to_string();
     }

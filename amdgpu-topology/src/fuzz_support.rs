@@ -49,3 +49,60 @@ pub fn check_sysfs_tree(data: &[u8]) {
         );
     }
 }
+
+/// The `device_map` target: the input as a device map
+/// (`SRC=DST[,SRC=DST...]`), resolved against a built-in machine with two
+/// XGMI hives and a renumbered copy of it, then mapped with the pins. Never
+/// panics; a map that parses prints back to one that parses to the same
+/// map; a compatible pinned mapping honours every pin.
+pub fn check_device_map(data: &[u8]) {
+    use std::sync::OnceLock;
+
+    use crate::device_map::DeviceMap;
+    use crate::devices::DeviceTopology;
+    use crate::mapping::map_topologies_pinned;
+    use crate::options::CheckOptions;
+
+    static MACHINES: OnceLock<Option<(DeviceTopology, DeviceTopology)>> = OnceLock::new();
+    let text = String::from_utf8_lossy(data);
+    let Ok(map) = text.parse::<DeviceMap>() else {
+        return;
+    };
+    let printed = map.to_string();
+    assert_eq!(
+        printed.parse::<DeviceMap>().as_ref(),
+        Ok(&map),
+        "{printed:?} does not parse back"
+    );
+    let Some((src, dst)) = MACHINES
+        .get_or_init(|| {
+            let origin = crate::builtin("mi210-8gpu-2hive")?;
+            let other = crate::renumbered(&origin, 3);
+            Some((
+                DeviceTopology::from_system(&origin).ok()?,
+                DeviceTopology::from_system(&other).ok()?,
+            ))
+        })
+        .as_ref()
+    else {
+        return;
+    };
+    for (from, to) in [(src, dst), (src, src)] {
+        let Ok(pins) = map.resolve(from, to) else {
+            continue;
+        };
+        let Ok(result) = map_topologies_pinned(from, to, &CheckOptions::all(), &pins) else {
+            continue;
+        };
+        if result.compatible {
+            for (s, d) in &pins {
+                assert_eq!(result.gpu_map.get(s), Some(d), "pin {s}={d} not honoured");
+            }
+        } else {
+            assert!(!result.reasons.is_empty());
+            for reason in &result.reasons {
+                let _ = reason.to_string();
+            }
+        }
+    }
+}

@@ -1,4 +1,5 @@
-//! The `plugin_options` and `sysfs_tree` fuzz corpora (fuzz/corpus/) replayed
+//! The `plugin_options`, `sysfs_tree` and `device_map` fuzz corpora
+//! (fuzz/corpus/) replayed
 //! on stable Rust through the same checks as the fuzz targets
 //! (fuzz/fuzz_targets/), so every input the fuzzer found becomes a
 //! regression test by being added to the corpus.
@@ -6,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use amdgpu_checkpoint::fuzz_support::check_plugin_options;
-use amdgpu_topology::fuzz_support::check_sysfs_tree;
+use amdgpu_topology::fuzz_support::{check_device_map, check_sysfs_tree};
 
 fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -42,4 +43,12 @@ fn sysfs_tree_corpus_replays() {
         parsed += 1;
     }
     assert!(parsed > 0);
+}
+
+#[test]
+fn device_map_corpus_replays() {
+    for (path, data) in corpus("device_map") {
+        println!("{}", path.display());
+        check_device_map(&data);
+    }
 }
