@@ -32,7 +32,14 @@ impl std::fmt::Display for Pid {
 #[derive(Debug, Clone)]
 pub struct SimConfig {
     /// KFD ioctl minor version GET_VERSION reports (major is always 1).
-    /// Default 18, as in current mainline kernels.
+    /// Default 18, as in current mainline kernels. Minors 19 to 23 (2026
+    /// kernels) are reported as given, but what they add is not simulated:
+    /// the request codes and argument layouts of `AMDKFD_IOC_CREATE_PROCESS`
+    /// (1.19), the queue-creation metadata ring size (1.22) and the profiler
+    /// ioctl (1.23) are not known here (see `amdgpu_checkpoint::kfd_version`),
+    /// so those ioctls answer `ENOTTY` like any unknown one and a second
+    /// `/dev/kfd` file shares its process's KFD context as before 1.19.
+    /// [`crate::Sim::set_kfd_minor_version`] changes it on a live machine.
     pub kfd_minor_version: u32,
     /// `MAX_GPU_INSTANCE` of the simulated kernel: the length of a BO private
     /// record's `mapped_gpuids` array (64 in current kernels, 16 in older
