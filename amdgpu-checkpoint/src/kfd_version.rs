@@ -70,7 +70,9 @@ impl ImageKfd {
     /// `kfd_required_minor`).
     pub fn from_fields(major: Option<u32>, minor: Option<u32>, required: Option<u32>) -> Self {
         ImageKfd {
-            dumped_on: major.zip(minor).map(|(major, minor)| Version { major, minor }),
+            dumped_on: major
+                .zip(minor)
+                .map(|(major, minor)| Version { major, minor }),
             required_minor: required,
         }
     }
@@ -132,20 +134,31 @@ mod tests {
     fn restores_are_refused_naming_both_versions() {
         let image = ImageKfd::from_fields(Some(1), Some(23), Some(23));
         let err = image.check_restore(v(18)).unwrap_err().to_string();
-        assert!(err.contains("1.23 or later") && err.contains("dumped on 1.23"), "{err}");
+        assert!(
+            err.contains("1.23 or later") && err.contains("dumped on 1.23"),
+            "{err}"
+        );
         assert!(err.contains("this kernel has 1.18"), "{err}");
         image.check_restore(v(23)).unwrap();
         image.check_restore(v(24)).unwrap();
         let err = image
-            .check_restore(Version { major: 2, minor: 30 })
+            .check_restore(Version {
+                major: 2,
+                minor: 30,
+            })
             .unwrap_err()
             .to_string();
         assert!(err.contains("1.23") && err.contains("2.30"), "{err}");
         // 1.18 images go anywhere CRIU works.
         let old = ImageKfd::from_fields(Some(1), Some(18), Some(8));
         old.check_restore(v(8)).unwrap();
-        assert!(matches!(old.check_restore(v(7)), Err(Error::KfdTooOld { .. })));
+        assert!(matches!(
+            old.check_restore(v(7)),
+            Err(Error::KfdTooOld { .. })
+        ));
         // Images without the fields: the baseline only.
-        ImageKfd::from_fields(None, None, None).check_restore(v(9)).unwrap();
+        ImageKfd::from_fields(None, None, None)
+            .check_restore(v(9))
+            .unwrap();
     }
 }

@@ -369,7 +369,8 @@ impl Options {
         let sources = OPTIONS
             .iter()
             .filter(|spec| {
-                lookup(spec.variable).is_some() && !invalid.iter().any(|i| i.variable == spec.variable)
+                lookup(spec.variable).is_some()
+                    && !invalid.iter().any(|i| i.variable == spec.variable)
             })
             .map(|spec| (spec.name, Source::Environment))
             .collect();
@@ -532,7 +533,8 @@ pub static OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         name: "max-buffer-size",
         variable: MAX_BUFFER_SIZE,
-        accepted: "a byte count, decimal or 0x hex, with an optional K, M or G suffix (0: the default)",
+        accepted:
+            "a byte count, decimal or 0x hex, with an optional K, M or G suffix (0: the default)",
         strict: false,
         apply: |o, v| {
             let limit = parse_buffer_size(v).map_err(|e| e.to_string())?;
@@ -709,7 +711,9 @@ mod tests {
     fn describe_lists_every_option() {
         let lines = Options::default().describe();
         assert_eq!(lines.len(), OPTIONS.len());
-        assert!(lines.contains(&"param: amdgpu.numa-check (KFD_NUMA_CHECK) = YES (default)".to_owned()));
+        assert!(
+            lines.contains(&"param: amdgpu.numa-check (KFD_NUMA_CHECK) = YES (default)".to_owned())
+        );
     }
 }
 
@@ -903,14 +907,22 @@ mod command_line_tests {
             "param: amdgpu.max-buffer-size (KFD_MAX_BUFFER_SIZE) = 2097152 (command line)",
             "param: amdgpu.device-map (KFD_DEVICE_MAP) = none (default)",
         ] {
-            assert!(lines.iter().any(|l| l == expected), "{expected} not in {lines:#?}");
+            assert!(
+                lines.iter().any(|l| l == expected),
+                "{expected} not in {lines:#?}"
+            );
         }
     }
 
     #[test]
     fn other_plugins_entries_are_ignored() {
         let options = Options::default()
-            .with_command_line(&argv(&["cuda.device-map=0=1", "amdgpu", "noprefix=1", "amdgpux.y=1"]))
+            .with_command_line(&argv(&[
+                "cuda.device-map=0=1",
+                "amdgpu",
+                "noprefix=1",
+                "amdgpux.y=1",
+            ]))
             .unwrap();
         assert_eq!(options, Options::default());
     }
@@ -921,8 +933,14 @@ mod command_line_tests {
             .with_command_line(&argv(&["amdgpu.numa-chek=no"]))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("unknown plugin option \"amdgpu.numa-chek\""), "{err}");
-        assert!(err.contains("amdgpu.numa-check") && err.contains("amdgpu.device-map"), "{err}");
+        assert!(
+            err.contains("unknown plugin option \"amdgpu.numa-chek\""),
+            "{err}"
+        );
+        assert!(
+            err.contains("amdgpu.numa-check") && err.contains("amdgpu.device-map"),
+            "{err}"
+        );
 
         for (entry, accepted) in [
             ("amdgpu.numa-check=maybe", "YES/NO or 1/0"),

@@ -59,12 +59,7 @@ pub fn find_render_node<D: Driver + ?Sized>(
             names.sort();
             names
         }
-        Err(e) => {
-            return Err(missing(
-                target,
-                format!("{DRI_DIR} cannot be listed ({e})"),
-            ))
-        }
+        Err(e) => return Err(missing(target, format!("{DRI_DIR} cannot be listed ({e})"))),
     };
     let mut nodes: Vec<(PathBuf, DeviceNumber)> = Vec::new();
     for name in names {
@@ -123,9 +118,7 @@ pub fn find_render_node<D: Driver + ?Sized>(
 
 fn missing(target: RenderTarget<'_>, seen: String) -> Error {
     let by_pci = match target.pci {
-        Some(pci) => format!(
-            " nor one whose /sys/class/drm/renderD*/device is {pci}"
-        ),
+        Some(pci) => format!(" nor one whose /sys/class/drm/renderD*/device is {pci}"),
         None => " (the topology records no PCI address to match it by)".to_owned(),
     };
     Error::RenderNodeMissing {

@@ -530,12 +530,38 @@ fn check_and_show_name_the_dump_hosts_kfd_version_and_check_takes_a_device_map()
         .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
         .collect();
     assert_eq!(pairs.len(), 2);
-    let map = format!("{}={},{}={}", pairs[0].0, pairs[1].1, pairs[1].0, pairs[0].1);
-    let out = run(&["check", images, "--builtin", "pcie-2gpu", "--json", "--device-map", &map]);
+    let map = format!(
+        "{}={},{}={}",
+        pairs[0].0, pairs[1].1, pairs[1].0, pairs[0].1
+    );
+    let out = run(&[
+        "check",
+        images,
+        "--builtin",
+        "pcie-2gpu",
+        "--json",
+        "--device-map",
+        &map,
+    ]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let v = json(&out);
-    assert_eq!(v["gpu_map"][&pairs[0].0].as_u64(), Some(pairs[1].1), "{v:#}");
-    let out = run(&["check", images, "--builtin", "pcie-2gpu", "--device-map", "0x1=0x2"]);
+    assert_eq!(
+        v["gpu_map"][&pairs[0].0].as_u64(),
+        Some(pairs[1].1),
+        "{v:#}"
+    );
+    let out = run(&[
+        "check",
+        images,
+        "--builtin",
+        "pcie-2gpu",
+        "--device-map",
+        "0x1=0x2",
+    ]);
     assert_eq!(code(&out), 2);
-    assert!(stderr(&out).contains("no checkpointed GPU is 1"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no checkpointed GPU is 1"),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -361,7 +361,10 @@ fn every_plugin_variable_is_documented() {
         // Every plugin option has its entry under PLUGIN OPTIONS.
         let option = format!(".B amdgpu.{}", spec.name.replace('-', "\\-"));
         assert!(
-            man_page("criu-amdgpu-plugin.1").1.lines().any(|l| l == option),
+            man_page("criu-amdgpu-plugin.1")
+                .1
+                .lines()
+                .any(|l| l == option),
             "criu-amdgpu-plugin.1 has no entry {option:?}"
         );
     }

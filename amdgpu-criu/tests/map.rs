@@ -327,13 +327,25 @@ fn a_device_map_pins_gpus_and_a_broken_one_says_why() {
     let (a, b) = (&hives[0], &hives[1]);
     let map_json = |map: &str, env: &[(&str, &str)]| {
         let out = run(
-            &["map", "--from", &dir, "--to", &dir, "--json", "--device-map", map],
+            &[
+                "map",
+                "--from",
+                &dir,
+                "--to",
+                &dir,
+                "--json",
+                "--device-map",
+                map,
+            ],
             env,
         );
         (out.status.code(), json(&out))
     };
     // A GPU pinned into the other hive: its hive follows it.
-    let (code, v) = map_json(&format!("{}=0x{:x}", a[0], b[2].parse::<u32>().unwrap()), &[]);
+    let (code, v) = map_json(
+        &format!("{}=0x{:x}", a[0], b[2].parse::<u32>().unwrap()),
+        &[],
+    );
     assert_eq!(code, Some(0), "{v}");
     assert_eq!(v["gpu_map"][&a[0]].to_string(), b[2]);
     for g in &a[1..] {
@@ -343,10 +355,16 @@ fn a_device_map_pins_gpus_and_a_broken_one_says_why() {
     // Two GPUs of one hive pinned into different hives: refused, the
     // reason in the text output.
     let map = format!("{}={},{}={}", a[0], a[0], a[1], b[0]);
-    let out = run(&["map", "--from", &dir, "--to", &dir, "--device-map", &map], &[]);
+    let out = run(
+        &["map", "--from", &dir, "--to", &dir, "--device-map", &map],
+        &[],
+    );
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("the device map splits its XGMI hive"), "{text}");
+    assert!(
+        text.contains("the device map splits its XGMI hive"),
+        "{text}"
+    );
 
     // Named twice, a GPU that is not there, a map that does not parse: 2.
     for map in [
@@ -354,7 +372,10 @@ fn a_device_map_pins_gpus_and_a_broken_one_says_why() {
         format!("{}=0000:ff:1f.7", a[0]),
         "nonsense".to_owned(),
     ] {
-        let out = run(&["map", "--from", &dir, "--to", &dir, "--device-map", &map], &[]);
+        let out = run(
+            &["map", "--from", &dir, "--to", &dir, "--device-map", &map],
+            &[],
+        );
         assert_eq!(out.status.code(), Some(2), "{map}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("device map"), "{map}: {err}");

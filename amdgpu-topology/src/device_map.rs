@@ -54,7 +54,8 @@ impl GpuSelector {
     pub fn selects(&self, node: &DeviceNode) -> bool {
         match *self {
             GpuSelector::Number(n) => {
-                u64::from(node.gpu_id) == n || (node.props.unique_id != 0 && node.props.unique_id == n)
+                u64::from(node.gpu_id) == n
+                    || (node.props.unique_id != 0 && node.props.unique_id == n)
             }
             GpuSelector::Pci {
                 domain,
@@ -62,7 +63,8 @@ impl GpuSelector {
                 device,
                 function,
             } => {
-                let location = (u32::from(bus) << 8) | (u32::from(device) << 3) | u32::from(function);
+                let location =
+                    (u32::from(bus) << 8) | (u32::from(device) << 3) | u32::from(function);
                 node.props.location_id != 0
                     && node.props.domain == domain
                     && node.props.location_id == location
@@ -127,7 +129,9 @@ pub enum DeviceMapError {
         known: String,
     },
     /// Several GPUs match a selector.
-    #[error("device map: {selector} names {count} {side} GPUs ({matches}); name one by its gpu_id")]
+    #[error(
+        "device map: {selector} names {count} {side} GPUs ({matches}); name one by its gpu_id"
+    )]
     Ambiguous {
         /// Which topology.
         side: Side,
@@ -139,7 +143,9 @@ pub enum DeviceMapError {
         matches: String,
     },
     /// One GPU appears in two pins.
-    #[error("device map names {side} GPU {gpu} twice ({first} and {second}); a GPU can be pinned once")]
+    #[error(
+        "device map names {side} GPU {gpu} twice ({first} and {second}); a GPU can be pinned once"
+    )]
     NamedTwice {
         /// Which topology.
         side: Side,
@@ -404,10 +410,7 @@ mod tests {
 
     fn two() -> DeviceTopology {
         DeviceTopology {
-            nodes: vec![
-                gpu(1, 0x1111, 0xc100, 77),
-                gpu(2, 0x2222, 0xc200, 0),
-            ],
+            nodes: vec![gpu(1, 0x1111, 0xc100, 77), gpu(2, 0x2222, 0xc200, 0)],
         }
     }
 
@@ -433,7 +436,9 @@ mod tests {
                 function: 7
             })
         );
-        for bad in ["", "gpu", "0x", "c1:20.0", "c1:00.8", "1:2:3:4", "c1:00", "-1", "0xg"] {
+        for bad in [
+            "", "gpu", "0x", "c1:20.0", "c1:00.8", "1:2:3:4", "c1:00", "-1", "0xg",
+        ] {
             assert!(bad.parse::<GpuSelector>().is_err(), "{bad:?} accepted");
         }
     }
@@ -453,7 +458,12 @@ mod tests {
     #[test]
     fn resolves_each_way_of_naming() {
         let t = two();
-        for text in ["0x1111=0x2222", "4369=0000:c2:00.0", "77=c2:00.0", "c1:00.0=8738"] {
+        for text in [
+            "0x1111=0x2222",
+            "4369=0000:c2:00.0",
+            "77=c2:00.0",
+            "c1:00.0=8738",
+        ] {
             let map: DeviceMap = text.parse().unwrap();
             assert_eq!(map.resolve(&t, &t), Ok(vec![(0x1111, 0x2222)]), "{text}");
         }
@@ -462,10 +472,16 @@ mod tests {
     #[test]
     fn refuses_unknown_ambiguous_and_twice() {
         let t = two();
-        let err = "0x3333=0x1111".parse::<DeviceMap>().unwrap().resolve(&t, &t);
+        let err = "0x3333=0x1111"
+            .parse::<DeviceMap>()
+            .unwrap()
+            .resolve(&t, &t);
         let text = err.unwrap_err().to_string();
         assert!(text.contains("no checkpointed GPU is 13107"), "{text}");
-        assert!(text.contains("0000:c1:00.0") && text.contains("unique_id 77"), "{text}");
+        assert!(
+            text.contains("0000:c1:00.0") && text.contains("unique_id 77"),
+            "{text}"
+        );
 
         let err = "0x1111=0x1111,4369=0x2222"
             .parse::<DeviceMap>()
@@ -485,23 +501,38 @@ mod tests {
             .unwrap()
             .resolve(&t, &t)
             .unwrap_err();
-        assert!(err.to_string().contains("names local GPU 4369 twice"), "{err}");
+        assert!(
+            err.to_string().contains("names local GPU 4369 twice"),
+            "{err}"
+        );
 
         // A unique_id equal to another GPU's gpu_id names two GPUs.
         let clash = DeviceTopology {
             nodes: vec![gpu(1, 5, 0xc100, 0), gpu(2, 6, 0xc200, 5)],
         };
         let err = "5=5".parse::<DeviceMap>().unwrap().resolve(&clash, &t);
-        assert!(matches!(err, Err(DeviceMapError::Ambiguous { count: 2, .. })));
+        assert!(matches!(
+            err,
+            Err(DeviceMapError::Ambiguous { count: 2, .. })
+        ));
         // Partitions share a PCI function.
         let parts = DeviceTopology {
             nodes: vec![gpu(1, 5, 0xc100, 0), gpu(2, 6, 0xc100, 0)],
         };
-        let err = "5=c1:00.0".parse::<DeviceMap>().unwrap().resolve(&t, &parts);
+        let err = "5=c1:00.0"
+            .parse::<DeviceMap>()
+            .unwrap()
+            .resolve(&t, &parts);
         assert!(matches!(err, Err(DeviceMapError::NoSuchGpu { .. })));
-        let err = "0x1111=c1:00.0".parse::<DeviceMap>().unwrap().resolve(&t, &parts);
+        let err = "0x1111=c1:00.0"
+            .parse::<DeviceMap>()
+            .unwrap()
+            .resolve(&t, &parts);
         assert!(
-            err.as_ref().unwrap_err().to_string().contains("names 2 local GPUs"),
+            err.as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("names 2 local GPUs"),
             "{err:?}"
         );
     }
@@ -511,7 +542,10 @@ mod tests {
         let bare = DeviceTopology {
             nodes: vec![gpu(1, 0x1111, 0, 0)],
         };
-        let err = "c1:00.0=0x1111".parse::<DeviceMap>().unwrap().resolve(&bare, &bare);
+        let err = "c1:00.0=0x1111"
+            .parse::<DeviceMap>()
+            .unwrap()
+            .resolve(&bare, &bare);
         assert!(matches!(err, Err(DeviceMapError::NoSuchGpu { .. })));
     }
 }

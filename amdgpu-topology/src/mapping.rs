@@ -419,13 +419,14 @@ fn pin_reasons(
                 continue;
             };
             let same_local = dst_hive(j1).is_some() && dst_hive(j1) == dst_hive(j2);
-            let check = if h1 == h2 && !same_local && dst_hive(j1).is_some() && dst_hive(j2).is_some() {
-                rule::PIN_SPLITS_HIVE
-            } else if h1 != h2 && same_local {
-                rule::PIN_MERGES_HIVES
-            } else {
-                continue;
-            };
+            let check =
+                if h1 == h2 && !same_local && dst_hive(j1).is_some() && dst_hive(j2).is_some() {
+                    rule::PIN_SPLITS_HIVE
+                } else if h1 != h2 && same_local {
+                    rule::PIN_MERGES_HIVES
+                } else {
+                    continue;
+                };
             reasons.push(Reason {
                 gpu: Some(src.gpu(i1).gpu_id),
                 check,

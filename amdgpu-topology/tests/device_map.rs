@@ -21,7 +21,11 @@ fn renumbered_machine(name: &str, seed: u64) -> DeviceTopology {
 /// as gpu_ids.
 fn hives(name: &str, seed: u64) -> Vec<Vec<GpuId>> {
     let system = builtin(name).unwrap();
-    let system = if seed == 0 { system } else { renumbered(&system, seed) };
+    let system = if seed == 0 {
+        system
+    } else {
+        renumbered(&system, seed)
+    };
     system
         .hives()
         .iter()
@@ -56,7 +60,10 @@ fn a_pin_inside_a_hive_moves_the_whole_hive_and_is_followed() {
     // Unpinned, the first hive goes where its first GPU's twin is.
     let free = map_topologies(&src, &dst, &CheckOptions::all()).unwrap();
     assert!(free.compatible);
-    let home = d.iter().position(|h| h.contains(&free.gpu_map[&s[0][0]])).unwrap();
+    let home = d
+        .iter()
+        .position(|h| h.contains(&free.gpu_map[&s[0][0]]))
+        .unwrap();
     let other = 1 - home;
     // Pin it onto a GPU of the other local hive.
     let pins = pin(&src, &dst, &format!("{}={:#x}", s[0][0], d[other][2]));
@@ -106,7 +113,10 @@ fn a_pin_that_splits_a_hive_is_refused_with_the_reason() {
     assert_eq!(reason.local_gpu, Some(d[0]));
     let text = reason.to_string();
     assert!(text.contains("splits its XGMI hive"), "{text}");
-    assert!(text.contains(&s[1].to_string()) && text.contains(&d[1].to_string()), "{text}");
+    assert!(
+        text.contains(&s[1].to_string()) && text.contains(&d[1].to_string()),
+        "{text}"
+    );
 }
 
 #[test]
@@ -114,12 +124,19 @@ fn a_pin_that_merges_hives_is_refused_with_the_reason() {
     let src = machine("mi210-8gpu-2hive");
     let dst = renumbered_machine("mi210-8gpu-2hive", 4);
     let (s, d) = (hives("mi210-8gpu-2hive", 0), hives("mi210-8gpu-2hive", 4));
-    let pins = pin(&src, &dst, &format!("{}={},{}={}", s[0][0], d[0][0], s[1][0], d[0][1]));
+    let pins = pin(
+        &src,
+        &dst,
+        &format!("{}={},{}={}", s[0][0], d[0][0], s[1][0], d[0][1]),
+    );
     let result = map_topologies_pinned(&src, &dst, &CheckOptions::all(), &pins).unwrap();
     assert!(!result.compatible);
     assert!(
-        result.reasons.iter().any(|r| r.check == rule::PIN_MERGES_HIVES
-            && r.to_string().contains("merges XGMI hives")),
+        result
+            .reasons
+            .iter()
+            .any(|r| r.check == rule::PIN_MERGES_HIVES
+                && r.to_string().contains("merges XGMI hives")),
         "{:?}",
         result.reasons
     );
@@ -169,14 +186,20 @@ fn a_pin_to_an_incompatible_gpu_names_the_failed_checks() {
     let result = map_topologies_pinned(&src, &dst, &CheckOptions::all(), &pins).unwrap();
     assert!(!result.compatible);
     assert_eq!(result.reasons[0].check, rule::PIN);
-    assert!(result.reasons[0].to_string().contains("the device map pins it to local GPU"));
+    assert!(result.reasons[0]
+        .to_string()
+        .contains("the device map pins it to local GPU"));
     assert!(result.reasons.iter().any(|r| r.check == "fw_version"));
     // With the firmware check off, the same pin is fine.
     let off = CheckOptions {
         fw_version: false,
         ..CheckOptions::all()
     };
-    assert!(map_topologies_pinned(&src, &dst, &off, &pins).unwrap().compatible);
+    assert!(
+        map_topologies_pinned(&src, &dst, &off, &pins)
+            .unwrap()
+            .compatible
+    );
 }
 
 #[test]
@@ -189,13 +212,36 @@ fn a_gpu_named_twice_or_unknown_is_refused() {
         .unwrap()
         .resolve(&src, &dst)
         .unwrap_err();
-    assert!(matches!(err, DeviceMapError::NamedTwice { side: Side::Checkpointed, .. }));
+    assert!(matches!(
+        err,
+        DeviceMapError::NamedTwice {
+            side: Side::Checkpointed,
+            ..
+        }
+    ));
     // Straight to the mapping, the same pins are malformed input.
-    let err = map_topologies_pinned(&src, &dst, &CheckOptions::all(), &[(s[0], d[0]), (s[1], d[0])])
-        .unwrap_err();
-    assert_eq!(err, MapError::PinnedTwice { side: Side::Local, gpu: d[0] });
+    let err = map_topologies_pinned(
+        &src,
+        &dst,
+        &CheckOptions::all(),
+        &[(s[0], d[0]), (s[1], d[0])],
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        MapError::PinnedTwice {
+            side: Side::Local,
+            gpu: d[0]
+        }
+    );
     let err = map_topologies_pinned(&src, &dst, &CheckOptions::all(), &[(1, d[0])]).unwrap_err();
-    assert!(matches!(err, MapError::PinnedGpuMissing { side: Side::Checkpointed, gpu: 1 }));
+    assert!(matches!(
+        err,
+        MapError::PinnedGpuMissing {
+            side: Side::Checkpointed,
+            gpu: 1
+        }
+    ));
 }
 
 #[test]
@@ -211,4 +257,3 @@ fn pins_across_an_equal_pair_swap_the_gpus() {
     assert_eq!(swapped.gpu_map[&s[0]], d[1]);
     assert_eq!(swapped.gpu_map[&s[1]], d[0]);
 }
-

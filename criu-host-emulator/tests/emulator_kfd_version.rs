@@ -40,7 +40,11 @@ fn an_image_of_kfd_1_23_needs_1_23_at_restore_and_says_so() {
         .expect("dump");
     let image = kfd_image(dirs.images.path());
     assert_eq!(
-        (image.kfd_major_version, image.kfd_minor_version, image.kfd_required_minor),
+        (
+            image.kfd_major_version,
+            image.kfd_minor_version,
+            image.kfd_required_minor
+        ),
         (Some(1), Some(23), Some(23))
     );
     let pid = app.pid();
@@ -126,7 +130,10 @@ fn a_second_kfd_file_on_kfd_1_19_is_refused_and_the_process_runs_on() {
         capture.lines()
     );
     assert!(
-        !capture.lines().iter().any(|(_, l)| l.contains("file 3: pid") && l.contains("paused")),
+        !capture
+            .lines()
+            .iter()
+            .any(|(_, l)| l.contains("file 3: pid") && l.contains("paused")),
         "the second file's process was never paused again: {:#?}",
         capture.lines()
     );

@@ -62,7 +62,10 @@ fn a_device_map_from_the_command_line_swaps_the_gpus_and_the_log_says_where_opti
         _ => None,
     })
     .unwrap();
-    let map = format!("{:#x}={},{}={:#x}", d.gpus[0], d.gpus[1], d.gpus[1], d.gpus[0]);
+    let map = format!(
+        "{:#x}={},{}={:#x}",
+        d.gpus[0], d.gpus[1], d.gpus[1], d.gpus[0]
+    );
     let emulator = d.dirs.emulator(&d.sim, |c| {
         c.options = env;
         c.plugin_options = entries(&[
@@ -88,7 +91,11 @@ fn a_device_map_from_the_command_line_swaps_the_gpus_and_the_log_says_where_opti
             d.gpus[1], d.gpus[0]
         ),
     ] {
-        assert!(capture.contains(Level::Info, &expected), "{expected}: {:#?}", capture.lines());
+        assert!(
+            capture.contains(Level::Info, &expected),
+            "{expected}: {:#?}",
+            capture.lines()
+        );
     }
 }
 
@@ -106,7 +113,10 @@ fn without_criu_plugin_get_options_the_environment_alone_counts() {
     Workload::verify(&d.sim, d.pid, &d.expected).expect("state restored");
     assert!(capture.contains(
         Level::Info,
-        &format!("GPU {:#x} restored on local GPU {:#x}", d.gpus[0], d.gpus[1])
+        &format!(
+            "GPU {:#x} restored on local GPU {:#x}",
+            d.gpus[0], d.gpus[1]
+        )
     ));
     assert!(capture.contains(Level::Info, "(KFD_DEVICE_MAP) = "));
     assert!(capture.contains(Level::Info, "(environment)"));
@@ -117,7 +127,10 @@ fn unknown_options_and_bad_values_fail_the_restore_naming_the_option() {
     let d = dumped();
     let vmas = vmas_of(&kfd_image(d.dirs.images.path()));
     for (entry, expected) in [
-        ("amdgpu.device-mapp=1=2", "unknown plugin option \"amdgpu.device-mapp\""),
+        (
+            "amdgpu.device-mapp=1=2",
+            "unknown plugin option \"amdgpu.device-mapp\"",
+        ),
         ("amdgpu.vram-size-check=perhaps", "expecting YES/NO or 1/0"),
         ("amdgpu.device-map=0x1=", "a pin needs a GPU on each side"),
     ] {
@@ -127,11 +140,17 @@ fn unknown_options_and_bad_values_fail_the_restore_naming_the_option() {
         let capture = Capture::start();
         let err = emulator.restore(d.pid, &d.ids, &vmas).unwrap_err();
         assert_eq!(hook_errno(&err).0, "init", "{entry}");
-        assert!(capture.contains(Level::Error, expected), "{entry}: {:#?}", capture.lines());
+        assert!(
+            capture.contains(Level::Error, expected),
+            "{entry}: {:#?}",
+            capture.lines()
+        );
     }
     // The images are intact: a restore with good options still works.
     d.dirs
-        .emulator(&d.sim, |c| c.plugin_options = entries(&["amdgpu.numa-check=0"]))
+        .emulator(&d.sim, |c| {
+            c.plugin_options = entries(&["amdgpu.numa-check=0"])
+        })
         .restore(d.pid, &d.ids, &vmas)
         .expect("restore");
     Workload::verify(&d.sim, d.pid, &d.expected).expect("state restored");
@@ -150,9 +169,15 @@ fn a_device_map_that_cannot_hold_is_refused_with_the_reason() {
         (twice.as_str(), "names local GPU"),
         (unknown.as_str(), "no local GPU is 9"),
     ] {
-        let emulator = d.dirs.emulator(&d.sim, |c| c.plugin_options = entries(&[entry]));
+        let emulator = d
+            .dirs
+            .emulator(&d.sim, |c| c.plugin_options = entries(&[entry]));
         let capture = Capture::start();
         emulator.restore(d.pid, &d.ids, &vmas).unwrap_err();
-        assert!(capture.contains(Level::Error, expected), "{entry}: {:#?}", capture.lines());
+        assert!(
+            capture.contains(Level::Error, expected),
+            "{entry}: {:#?}",
+            capture.lines()
+        );
     }
 }

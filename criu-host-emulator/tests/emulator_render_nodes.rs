@@ -54,7 +54,10 @@ fn dumped() -> Dumped {
     }
 }
 
-fn restore_into(d: &Dumped, dev_dri: Vec<DevDriNode>) -> (Result<(), String>, Vec<(Level, String)>) {
+fn restore_into(
+    d: &Dumped,
+    dev_dri: Vec<DevDriNode>,
+) -> (Result<(), String>, Vec<(Level, String)>) {
     let vmas = vmas_of(&kfd_image(d.dirs.images.path()));
     let emulator = d.dirs.emulator(&d.sim, |c| {
         c.restore_visible_gpus = Some(vec![d.gpu.0]);
@@ -91,7 +94,9 @@ fn a_node_under_another_name_with_the_same_device_number() {
         d.gpu.1, d.gpu.1
     );
     assert!(
-        lines.iter().any(|(l, t)| *l == Level::Info && t.contains(&expected)),
+        lines
+            .iter()
+            .any(|(l, t)| *l == Level::Info && t.contains(&expected)),
         "{lines:#?}"
     );
 }
@@ -112,7 +117,9 @@ fn a_node_with_another_minor_is_found_by_its_pci_device() {
     result.unwrap_or_else(|e| panic!("{e}: {lines:#?}"));
     assert!(
         lines.iter().any(|(l, t)| *l == Level::Info
-            && t.contains(&format!("render node /dev/dri/renderD{other_minor} (226:{other_minor}) is its PCI device"))
+            && t.contains(&format!(
+                "render node /dev/dri/renderD{other_minor} (226:{other_minor}) is its PCI device"
+            ))
             && t.contains(&format!("though the topology says renderD{}", d.gpu.1))),
         "{lines:#?}"
     );
@@ -130,9 +137,9 @@ fn a_container_without_the_node_fails_naming_the_gpu_and_what_was_looked_for() {
         d.gpu.0, d.gpu.1, d.gpu.1
     );
     assert!(
-        lines
-            .iter()
-            .any(|(l, t)| *l == Level::Error && t.contains(&expected) && t.contains("it holds no render node")),
+        lines.iter().any(|(l, t)| *l == Level::Error
+            && t.contains(&expected)
+            && t.contains("it holds no render node")),
         "{lines:#?}"
     );
     // The same images restore where the node is (nothing was consumed).

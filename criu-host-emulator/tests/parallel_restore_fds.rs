@@ -69,6 +69,9 @@ fn a_parallel_restore_leaks_no_fd_of_the_restorer() {
         drop(task);
         sim.exit_process(pid).unwrap();
         let after = open_fds();
-        assert_eq!(before, after, "round {round}: fds before and after the restore");
+        assert_eq!(
+            before, after,
+            "round {round}: fds before and after the restore"
+        );
     }
 }

@@ -67,7 +67,9 @@ fn a_render_node_that_fails_to_open_at_restore_fails_the_restore() {
             "open {nth}: a failure with no error line: {lines:#?}"
         );
         if lines.iter().any(|(l, t)| {
-            *l == Level::Error && t.contains("opening /dev/dri/renderD") && t.contains("Permission denied")
+            *l == Level::Error
+                && t.contains("opening /dev/dri/renderD")
+                && t.contains("Permission denied")
         }) {
             render_open_failed = true;
             assert!(
@@ -97,7 +99,10 @@ fn a_stale_longer_image_is_replaced_whole() {
         .dump(app.pid(), &files, &device_vmas(&sim))
         .expect("dump over a stale image");
     let size = std::fs::metadata(&stale).unwrap().len();
-    assert!(size < 1 << 20, "the image kept the stale tail: {size} bytes");
+    assert!(
+        size < 1 << 20,
+        "the image kept the stale tail: {size} bytes"
+    );
     // It reads back whole: nothing of the stale bytes follows the message.
     let store = DirStore::open_dir(dirs.images.path()).unwrap();
     let msg: amdgpu_image::CriuKfd = store
@@ -118,14 +123,21 @@ fn without_gem_list_handles_a_render_node_with_buffers_is_refused_clearly() {
 
     // No DRM buffer on the render node: dumped, with a warning saying why
     // the list is empty.
-    sim.inject("AMDGPU_GEM_LIST_HANDLES=EINVAL".parse::<FaultSpec>().unwrap());
+    sim.inject(
+        "AMDGPU_GEM_LIST_HANDLES=EINVAL"
+            .parse::<FaultSpec>()
+            .unwrap(),
+    );
     let (files, _) = gpu_files(&app);
     let capture = Capture::start();
     dirs.emulator(&sim, |_| {})
         .dump(app.pid(), &files, &device_vmas(&sim))
         .expect("a render node without buffers dumps");
     assert!(
-        capture.contains(Level::Warn, "the kernel cannot list DRM BOs (no AMDGPU_GEM_LIST_HANDLES)"),
+        capture.contains(
+            Level::Warn,
+            "the kernel cannot list DRM BOs (no AMDGPU_GEM_LIST_HANDLES)"
+        ),
         "{:#?}",
         capture.lines()
     );
@@ -137,7 +149,11 @@ fn without_gem_list_handles_a_render_node_with_buffers_is_refused_clearly() {
     // application runs on.
     let _bo = add_drm_bo(&app);
     let again = Dirs::new();
-    sim.inject("AMDGPU_GEM_LIST_HANDLES=EINVAL".parse::<FaultSpec>().unwrap());
+    sim.inject(
+        "AMDGPU_GEM_LIST_HANDLES=EINVAL"
+            .parse::<FaultSpec>()
+            .unwrap(),
+    );
     let (files, _) = gpu_files(&app);
     let capture = Capture::start();
     let err = again
@@ -146,11 +162,15 @@ fn without_gem_list_handles_a_render_node_with_buffers_is_refused_clearly() {
         .expect_err("buffers that cannot be listed refuse the dump");
     assert_eq!(hook_errno(&err).0, "DUMP_EXT_FILE");
     assert!(
-        capture.contains(Level::Error, "holds DRM buffers (GEM handle 1 exists) but this kernel cannot list them"),
+        capture.contains(
+            Level::Error,
+            "holds DRM buffers (GEM handle 1 exists) but this kernel cannot list them"
+        ),
         "{:#?}",
         capture.lines()
     );
     drop(capture);
     drop(files);
-    app.step().expect("the application runs after the refused dump");
+    app.step()
+        .expect("the application runs after the refused dump");
 }

@@ -621,7 +621,10 @@ mod tests {
         assert_eq!(p.basis, ProfileBasis::HookTable { criu_max: 12 });
         // At or below CRIU's maximum the override is taken.
         let p = choose_profile(Some("11"), Some(head * 13), &no_symbols);
-        assert_eq!((p.max_hooks, p.basis, p.capped_override), (11, ProfileBasis::Override, None));
+        assert_eq!(
+            (p.max_hooks, p.basis, p.capped_override),
+            (11, ProfileBasis::Override, None)
+        );
         // Without the table nothing says what CRIU accepts.
         let p = choose_profile(Some("16"), None, &|s| s == "criu_get_image_dir");
         assert_eq!((p.max_hooks, p.basis), (16, ProfileBasis::Override));

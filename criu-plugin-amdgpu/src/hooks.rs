@@ -304,7 +304,10 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
                         log_info!(
                             "plugin options from CRIU's command line: {} ({} of other plugins \
                              left to them)",
-                            ours.iter().map(|e| e.as_str()).collect::<Vec<_>>().join(" "),
+                            ours.iter()
+                                .map(|e| e.as_str())
+                                .collect::<Vec<_>>()
+                                .join(" "),
                             argv.len() - ours.len()
                         );
                     }

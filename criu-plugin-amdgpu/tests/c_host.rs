@@ -232,7 +232,12 @@ fn plugin_options_from_criu_plugin_get_options() {
     let Some(host) = build_host(
         dir.path(),
         "options",
-        &["-DHOOK_MAX=16", "-DINVENTORY", "-DINVENTORY_OLD", "-DGET_OPTIONS"],
+        &[
+            "-DHOOK_MAX=16",
+            "-DINVENTORY",
+            "-DINVENTORY_OLD",
+            "-DGET_OPTIONS",
+        ],
     ) else {
         return;
     };
@@ -269,7 +274,10 @@ fn plugin_options_from_criu_plugin_get_options() {
         let run = run_host(
             &host,
             16,
-            &[("HOST_PLUGIN_OPTIONS", entry), ("HOST_EXPECT_INIT_FAIL", "1")],
+            &[
+                ("HOST_PLUGIN_OPTIONS", entry),
+                ("HOST_EXPECT_INIT_FAIL", "1"),
+            ],
         );
         assert!(
             run.log_lines()
@@ -299,14 +307,21 @@ fn the_command_line_overrides_the_environment_in_the_log() {
     // Without /dev/kfd the option lines are not printed; with it (a GPU
     // machine) the precedence shows in them.
     if !Path::new("/dev/kfd").exists() {
-        println!("skipped: no /dev/kfd, the plugin prints no option lines (the emulator test covers it)");
+        println!(
+            "skipped: no /dev/kfd, the plugin prints no option lines (the emulator test covers it)"
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let Some(host) = build_host(
         dir.path(),
         "precedence",
-        &["-DHOOK_MAX=16", "-DINVENTORY", "-DINVENTORY_OLD", "-DGET_OPTIONS"],
+        &[
+            "-DHOOK_MAX=16",
+            "-DINVENTORY",
+            "-DINVENTORY_OLD",
+            "-DGET_OPTIONS",
+        ],
     ) else {
         return;
     };

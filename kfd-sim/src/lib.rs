@@ -128,8 +128,8 @@ pub mod workload;
 pub use accounting::Accounting;
 pub use fault::{FaultKind, FaultParseError, FaultSpec};
 pub use sim::{
-    DevDriNode, GpuInfo, HostMemorySnapshot, KfdState, Pid, ProcessConfig, Sim, SimConfig, SimDriver, SimError,
-    DRM_MAJOR, KFD_MAJOR,
+    DevDriNode, GpuInfo, HostMemorySnapshot, KfdState, Pid, ProcessConfig, Sim, SimConfig,
+    SimDriver, SimError, DRM_MAJOR, KFD_MAJOR,
 };
 pub use sysfs::{complete_kernel_properties, synthetic_system};
 

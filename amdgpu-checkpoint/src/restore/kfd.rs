@@ -86,18 +86,19 @@ impl<D: Driver + Clone> Restorer<D> {
                     .join(", ")
             );
         }
-        let mapping = map_topologies_pinned(&checkpointed, &local, &self.config.options.checks, &pins)
-            .map_err(|e| Error::Incompatible {
-                reasons: e.to_string(),
-            })?
-            .into_mapping()
-            .map_err(|reasons| Error::Incompatible {
-                reasons: reasons
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            })?;
+        let mapping =
+            map_topologies_pinned(&checkpointed, &local, &self.config.options.checks, &pins)
+                .map_err(|e| Error::Incompatible {
+                    reasons: e.to_string(),
+                })?
+                .into_mapping()
+                .map_err(|reasons| Error::Incompatible {
+                    reasons: reasons
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                })?;
 
         let mut devices = Vec::new();
         let mut gpus = Vec::new();

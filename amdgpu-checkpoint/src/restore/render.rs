@@ -166,7 +166,9 @@ impl<D: Driver + Clone> Restorer<D> {
                             .collect::<Vec<_>>()
                             .join("; ")
                     }
-                    _ => "it already stands in for another checkpointed GPU of this task".to_owned(),
+                    _ => {
+                        "it already stands in for another checkpointed GPU of this task".to_owned()
+                    }
                 };
                 return Err(Error::Incompatible {
                     reasons: format!(
@@ -180,8 +182,14 @@ impl<D: Driver + Clone> Restorer<D> {
         let chosen = free
             .iter()
             .find(|n| pinned == Some(n.gpu_id))
-            .or_else(|| free.iter().find(|n| pinned.is_none() && n.props.drm_render_minor == minor))
-            .or_else(|| free.iter().find(|n| pinned.is_none() && n.gpu_id == device.gpu_id))
+            .or_else(|| {
+                free.iter()
+                    .find(|n| pinned.is_none() && n.props.drm_render_minor == minor)
+            })
+            .or_else(|| {
+                free.iter()
+                    .find(|n| pinned.is_none() && n.gpu_id == device.gpu_id)
+            })
             .or_else(|| free.first().filter(|_| pinned.is_none()));
         let Some(node) = chosen else {
             let reasons = if let Err(closest) = &candidates {

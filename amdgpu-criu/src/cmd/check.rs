@@ -325,7 +325,9 @@ fn kfd_versions(dir: &Path) -> Vec<String> {
         .filter_map(|name| {
             let msg: CriuKfd = read_listed(&store, dir, name).ok()?;
             let (major, minor) = msg.kfd_major_version.zip(msg.kfd_minor_version)?;
-            let needs = msg.kfd_required_minor.unwrap_or(kfd::Version::MIN_CRIU.minor);
+            let needs = msg
+                .kfd_required_minor
+                .unwrap_or(kfd::Version::MIN_CRIU.minor);
             Some(format!(
                 "{name}: dumped on KFD interface {major}.{minor}; a restore needs {major}.{needs} \
                  or later"

@@ -13,8 +13,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use amdgpu_topology::checks::Reason;
-use amdgpu_topology::devices::DeviceTopology;
 use amdgpu_topology::device_map::DeviceMap;
+use amdgpu_topology::devices::DeviceTopology;
 use amdgpu_topology::mapping::{map_topologies_pinned, MapResult};
 use amdgpu_topology::options::CheckOptions;
 use amdgpu_topology::{builtin, builtin_names, parse, synthesize_missing, GpuId};

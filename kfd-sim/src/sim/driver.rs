@@ -133,7 +133,13 @@ impl SimDriver {
             None => gpus
                 .iter()
                 .enumerate()
-                .map(|(i, g)| (format!("renderD{}", g.info.render_minor), g.info.render_minor, i))
+                .map(|(i, g)| {
+                    (
+                        format!("renderD{}", g.info.render_minor),
+                        g.info.render_minor,
+                        i,
+                    )
+                })
                 .collect(),
         }
     }
@@ -335,7 +341,11 @@ impl Driver for SimDriver {
 
     fn list_dir(&self, path: &Path) -> io::Result<Vec<std::ffi::OsString>> {
         if path == Path::new("/dev/dri") {
-            return Ok(self.dri_view().into_iter().map(|(n, _, _)| n.into()).collect());
+            return Ok(self
+                .dri_view()
+                .into_iter()
+                .map(|(n, _, _)| n.into())
+                .collect());
         }
         Err(io::Error::from_raw_os_error(libc::ENOENT))
     }

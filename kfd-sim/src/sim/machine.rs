@@ -325,10 +325,7 @@ impl Sim {
     /// The PCI address (`DDDD:BB:DD.F`) of GPU `gpu` (an index), from its
     /// topology node's `domain` and `location_id`.
     pub(crate) fn pci_address(&self, gpu: usize) -> String {
-        let node = self
-            .shared
-            .system
-            .node(self.shared.gpus[gpu].info.node_id);
+        let node = self.shared.system.node(self.shared.gpus[gpu].info.node_id);
         let (domain, location) = node.map_or((0, 0), |n| (n.prop("domain"), n.prop("location_id")));
         format!(
             "{domain:04x}:{:02x}:{:02x}.{:x}",
