@@ -213,9 +213,7 @@ impl<D: Driver + Clone> Dumper<D> {
         // written; the failed dump's exit unpauses the first file's process
         // (a kernel that paused it twice may keep its queues evicted: KFD
         // counts evictions but its UNPAUSE answers EINVAL once unpaused).
-        if let Err(err) = self.refuse_second_kfd_file(info.pid, id) {
-            return Err(err);
-        }
+        self.refuse_second_kfd_file(info.pid, id)?;
         log::info!(
             "file {id}: pid {} paused: {} GPUs, {} BOs, {} objects, {} bytes of private data",
             info.pid,

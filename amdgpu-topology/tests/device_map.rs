@@ -71,9 +71,9 @@ fn a_pin_inside_a_hive_moves_the_whole_hive_and_is_followed() {
     assert!(pinned.compatible, "{:?}", pinned.reasons);
     assert_eq!(pinned.gpu_map[&s[0][0]], d[other][2]);
     // Its hive mates follow it into that hive; the other hive takes the rest.
-    for k in 0..4 {
-        assert!(d[other].contains(&pinned.gpu_map[&s[0][k]]), "GPU {k}");
-        assert!(d[home].contains(&pinned.gpu_map[&s[1][k]]), "GPU {}", k + 4);
+    for (mate, rest) in s[0].iter().zip(&s[1]) {
+        assert!(d[other].contains(&pinned.gpu_map[mate]), "GPU {mate}");
+        assert!(d[home].contains(&pinned.gpu_map[rest]), "GPU {rest}");
     }
 }
 
