@@ -39,11 +39,11 @@ use crate::error::Error;
 /// shared by every later kernel it knows of (1.18, mainline in 2025).
 pub const LAST_PLAIN_MINOR: u32 = 18;
 /// `AMDKFD_IOC_CREATE_PROCESS`: a second KFD context per process.
-pub const CREATE_PROCESS_MINOR: u32 = kfd_sys::KFD_IOCTL_MINOR_CREATE_PROCESS;
+pub const CREATE_PROCESS_MINOR: u32 = 19;
 /// A metadata ring size at queue creation (GC 12.1).
-pub const METADATA_RING_MINOR: u32 = kfd_sys::KFD_IOCTL_MINOR_METADATA_RING;
+pub const METADATA_RING_MINOR: u32 = 22;
 /// A profiler ioctl.
-pub const PROFILER_MINOR: u32 = kfd_sys::KFD_IOCTL_MINOR_PROFILER;
+pub const PROFILER_MINOR: u32 = 23;
 
 /// The oldest KFD minor a restore of an image dumped on `dump` needs: the
 /// CRIU baseline (1.8) for dumps on 1.18 or older, the dump host's own

@@ -120,6 +120,8 @@ fn compared(p: &DeviceProps) -> DeviceProps {
         domain: 0,
         drm_render_minor: 0,
         hive_id: 0,
+        location_id: 0,
+        unique_id: 0,
         ..*p
     }
 }

@@ -20,23 +20,12 @@ pub const KFD_IOCTL_MAJOR_VERSION: u32 = 1;
 /// Minor version of the KFD ioctl interface of the installed header (1.11).
 pub const KFD_IOCTL_MINOR_VERSION: u32 = 11;
 
-// The 2026 interface minors (issue 16, from the summary of upstream's
-// patches). The installed header (/usr/include/linux/kfd_ioctl.h, 1.11)
-// has none of them, and neither the numbers nor the argument layouts of
-// their ioctls are known here, so only the minors are defined: no request
-// code is guessed. Nothing in this workspace issues these ioctls; the
-// plugin gates on the minors (amdgpu_checkpoint::kfd_version).
-
-/// 1.19: `AMDKFD_IOC_CREATE_PROCESS`, a second KFD context (a second
-/// `kfd_process`) on a `/dev/kfd` file (issue 16; not in the installed
-/// header, request code unknown).
-pub const KFD_IOCTL_MINOR_CREATE_PROCESS: u32 = 19;
-/// 1.22: a metadata ring size at queue creation, GC 12.1 (issue 16; not in
-/// the installed header, argument layout unknown).
-pub const KFD_IOCTL_MINOR_METADATA_RING: u32 = 22;
-/// 1.23: a profiler ioctl (issue 16; not in the installed header, request
-/// code unknown).
-pub const KFD_IOCTL_MINOR_PROFILER: u32 = 23;
+// Not here (issue 16): what KFD 1.19-1.23 (2026 kernels) add,
+// AMDKFD_IOC_CREATE_PROCESS (1.19), a metadata ring size at queue creation
+// (1.22) and a profiler ioctl (1.23). The installed header
+// (/usr/include/linux/kfd_ioctl.h) stops at 1.11 and the spec at 1.18, so
+// their request codes and layouts are unknown; none is guessed. The minors
+// the plugin gates on live in amdgpu_checkpoint::kfd_version.
 
 /// Arguments of [`AMDKFD_IOC_GET_VERSION`].
 #[repr(C)]
