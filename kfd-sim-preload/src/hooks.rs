@@ -791,12 +791,14 @@ unsafe fn mmap_any(
     };
     guarded(pass, libc::MAP_FAILED, || {
         if m.device_of(fd).is_none() {
+            if m.trace {
+                eprintln!("kfd-sim-preload: mmap fd {fd} offset {offset:#x} len {len:#x}: not a simulated device");
+            }
             return pass();
         }
-        let Ok(offset) = u64::try_from(offset) else {
-            set_errno(libc::EINVAL);
-            return libc::MAP_FAILED;
-        };
+        // The kernel takes the offset as an unsigned page offset: KFD's
+        // mmap types live in its top bits (doorbells are 0x3 << 62).
+        let offset = offset as u64;
         // SAFETY: `fd` is open; the caller upholds mmap's contract (a
         // MAP_FIXED range is theirs to replace).
         let ret = unsafe {
