@@ -756,6 +756,12 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
             kfd::Driver::ioctl(&m.driver, BorrowedFd::borrow_raw(fd), u64::from(request), arg)
         };
         m.tally.record(request, &ret);
+        if ret.is_ok() && u64::from(request) == kfd_sys::AMDKFD_IOC_ACQUIRE_VM as u64 {
+            // SAFETY: the kernel (simulator) just read this argument block
+            // of ACQUIRE_VM's type from `arg`.
+            let args = unsafe { arg.cast::<kfd_sys::kfd_ioctl_acquire_vm_args>().read_unaligned() };
+            m.tally.acquired(args.gpu_id);
+        }
         if m.trace {
             crate::trace::ioctl(request, &ret);
         }

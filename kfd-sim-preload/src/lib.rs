@@ -33,7 +33,7 @@
 //! * Paths under `/sys/devices/virtual/kfd` and `/sys/class/kfd` go to the
 //!   simulator's topology tree; `/sys/class/drm`, `/sys/dev/char/226:*` and
 //!   `/sys/module/amdgpu` to a DRM tree written for the machine
-//!   ([`drm_sysfs`]); `/proc/modules` to one that lists `amdgpu`. Routed
+//!   ([`tree`]); `/proc/modules` to one that lists `amdgpu`. Routed
 //!   for `open`, `fopen`, `opendir`, the `stat` family, `access`,
 //!   `readlink` and `realpath`.
 //!
@@ -71,7 +71,7 @@
 
 #![cfg(target_os = "linux")]
 
-pub mod drm_sysfs;
+pub mod tree;
 pub mod hooks;
 pub mod machine;
 mod real;

@@ -1,6 +1,6 @@
 //! The simulated machine this process talks to: built on first use from
 //! `KFD_SIM_MACHINE`, with one simulated process standing for this one,
-//! the simulator's sysfs tree, the DRM sysfs tree ([`crate::drm_sysfs`]),
+//! the simulator's sysfs tree, the DRM sysfs tree ([`crate::tree`]),
 //! a `/proc/modules` that lists `amdgpu`, and the table of the device
 //! files the simulator handed out.
 //!
@@ -74,6 +74,7 @@ pub(crate) fn classify(path: &[u8]) -> PathClass<'_> {
         || below(path, SYS_DRM_CLASS).is_some()
         || path.starts_with(SYS_DEV_CHAR_DRM)
         || below(path, SYS_BUS_PCI_DRIVERS_AMDGPU).is_some()
+        || crate::tree::numa_node_of(path).is_some()
         || path == PROC_MODULES;
     if mapped {
         PathClass::Mapped
@@ -98,7 +99,7 @@ pub(crate) struct Machine {
     /// `/sys/devices/virtual/kfd`.
     kfd_class: PathBuf,
     /// The DRM sysfs tree and `/proc/modules`.
-    extra: crate::drm_sysfs::Tree,
+    extra: crate::tree::Tree,
     devices: Mutex<HashMap<(u64, u64), DeviceNode>>,
     pub(crate) trace: bool,
     /// Every routed ioctl's answer, for the report.
@@ -144,7 +145,7 @@ impl Machine {
         let pid = sim
             .spawn_process()
             .map_err(|e| format!("cannot create the simulated process: {e}"))?;
-        let extra = crate::drm_sysfs::Tree::write(&sim)
+        let extra = crate::tree::Tree::write(&sim)
             .map_err(|e| format!("cannot write the DRM sysfs tree: {e}"))?;
         let kfd_class = sim
             .sysfs_root()
@@ -174,7 +175,13 @@ impl Machine {
         if out.is_none() {
             out = self.extra.redirect(path);
         }
-        out.and_then(|p| CString::new(p).ok())
+        match out {
+            Some(p) => CString::new(p).ok(),
+            // A NUMA node the simulated machine lacks: the host's own
+            // (libnuma reads node0 of the host).
+            None if crate::tree::numa_node_of(path).is_some() => CString::new(path).ok(),
+            None => None,
+        }
     }
 
     /// Opens `/dev/kfd` or a render node in the simulator: a real fd.

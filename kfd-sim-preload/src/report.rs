@@ -6,6 +6,7 @@
 //! state bos=5 queues=1 events=2 svm_ranges=0 paused=0 resumed=0 vm_acquired=1 eviction=0
 //! accounting kfd_fds=1 render_fds=2 dmabuf_fds=0 live_bos=5 live_bo_bytes=.. pinned_userptr_pages=1 cpu_mappings=3 kfd_processes=1 queues=1 events=2
 //! gpu node=1 gpu_id=19005 render_minor=128
+//! acquired gpu_ids=19005
 //! ioctl name=kfd_ALLOC_MEMORY_OF_GPU ok=7 errors=
 //! ```
 
@@ -19,9 +20,20 @@ use crate::machine::Machine;
 #[derive(Default)]
 pub(crate) struct Tally {
     by_name: Mutex<BTreeMap<String, (u64, BTreeMap<i32, u64>)>>,
+    /// gpu_ids of successful ACQUIRE_VM calls, in call order: the ids the
+    /// client read from the topology.
+    acquired: Mutex<Vec<u32>>,
 }
 
 impl Tally {
+    /// Notes a VM acquired for `gpu_id`.
+    pub(crate) fn acquired(&self, gpu_id: u32) {
+        self.acquired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(gpu_id);
+    }
+
     /// Counts one answer.
     pub(crate) fn record(&self, request: libc::c_ulong, ret: &std::io::Result<i32>) {
         let name = crate::trace::name(request).replace(' ', "_");
@@ -85,6 +97,9 @@ pub(crate) fn render(m: &Machine) -> String {
             g.node_id, g.gpu_id, g.render_minor
         );
     }
+    let acquired = m.tally.acquired.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = writeln!(out, "acquired gpu_ids={}", join(acquired.iter()));
+    drop(acquired);
     let t = m.tally.by_name.lock().unwrap_or_else(|e| e.into_inner());
     for (name, (ok, errors)) in t.iter() {
         let _ = writeln!(

@@ -297,6 +297,64 @@ pub fn complete_kernel_properties(system: &mut System) -> Vec<String> {
     notes
 }
 
+/// Fills in the system-wide files every amdkfd prints (`generation_id`,
+/// `system_properties`) that a partial capture lacks: a tree without them
+/// is one no kernel shows, and AMD's thunk refuses it (`hsaKmtOpenKFD`
+/// reads `system_properties` first). The generation is 1, as after boot;
+/// the platform fields, copied by the kernel from the firmware's CRAT or
+/// ACPI header, are unknown for such a capture and read 0. Returns one note
+/// per file added.
+pub fn complete_system_properties(system: &mut System) -> Vec<String> {
+    let mut notes = Vec::new();
+    if system.generation_id.is_none() {
+        system.generation_id = Some(1);
+        notes.push("generation_id 1".to_owned());
+    }
+    if system.system_properties.is_none() {
+        system.system_properties = Some(props(&[
+            ("platform_oem", 0),
+            ("platform_id", 0),
+            ("platform_rev", 0),
+        ]));
+        notes.push("system_properties with platform_oem/id/rev 0".to_owned());
+    }
+    notes
+}
+
+/// Makes each node's `mem_banks_count`, `caches_count`, `io_links_count`
+/// and `p2p_links_count` equal the entries the tree will hold, as amdkfd's
+/// always are (it prints the counts of the lists it builds). A partial
+/// capture keeps the counts of the machine it came from but not always the
+/// entries (no `caches/`, a CPU node without `mem_banks/`); AMD's thunk
+/// reads `caches/0 .. caches_count-1` and fails on the first missing one.
+/// Only keys the node has are changed. Returns one line per node changed.
+pub fn match_entry_counts(system: &mut System) -> Vec<String> {
+    let mut notes = Vec::new();
+    for node in &mut system.nodes {
+        let counts = [
+            ("mem_banks_count", node.mem_banks.as_ref().map_or(0, Vec::len)),
+            ("caches_count", node.caches.as_ref().map_or(0, Vec::len)),
+            ("io_links_count", node.io_links.as_ref().map_or(0, Vec::len)),
+            ("p2p_links_count", node.p2p_links.as_ref().map_or(0, Vec::len)),
+        ];
+        let mut changed = Vec::new();
+        for (key, entries) in counts {
+            let entries = entries as u64;
+            match node.properties.get(key) {
+                Some(count) if count != entries => {
+                    node.properties.set(key, entries);
+                    changed.push(format!("{key} {count} -> {entries}"));
+                }
+                _ => {}
+            }
+        }
+        if !changed.is_empty() {
+            notes.push(format!("node {}: {}", node.id, changed.join(", ")));
+        }
+    }
+    notes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,6 +386,39 @@ mod tests {
         let before = modern.clone();
         assert!(complete_kernel_properties(&mut modern).is_empty());
         assert_eq!(modern, before);
+    }
+
+    #[test]
+    fn partial_captures_get_the_system_files_every_kernel_prints() {
+        let mut sys = synthetic_system(1);
+        sys.generation_id = None;
+        sys.system_properties = None;
+        assert_eq!(complete_system_properties(&mut sys).len(), 2);
+        assert_eq!(sys.generation_id, Some(1));
+        let p = sys.system_properties.as_ref().unwrap();
+        assert_eq!(p.get_or_zero("platform_oem"), 0);
+        assert!(p.contains("platform_id") && p.contains("platform_rev"));
+        // A complete tree is left alone.
+        let mut full = synthetic_system(1);
+        let before = full.clone();
+        assert!(complete_system_properties(&mut full).is_empty());
+        assert_eq!(full, before);
+    }
+
+    #[test]
+    fn counts_match_the_entries_written() {
+        let mut sys = synthetic_system(2);
+        let gpu = sys.nodes.iter_mut().find(|n| n.is_gpu()).unwrap();
+        gpu.properties.set("caches_count", 4);
+        gpu.mem_banks = None;
+        let notes = match_entry_counts(&mut sys);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let gpu = sys.nodes.iter().find(|n| n.is_gpu()).unwrap();
+        assert_eq!(gpu.prop("caches_count"), 0);
+        assert_eq!(gpu.prop("mem_banks_count"), 0);
+        let before = sys.clone();
+        assert!(match_entry_counts(&mut sys).is_empty());
+        assert_eq!(sys, before);
     }
 
     #[test]
