@@ -321,6 +321,38 @@ pub fn complete_system_properties(system: &mut System) -> Vec<String> {
     notes
 }
 
+/// Gives each CPU node without a memory bank (a capture that kept only
+/// `properties`) the system-memory bank every amdkfd CPU node has (from the
+/// CRAT memory affinity of its NUMA node): `system_memory_bytes` shared
+/// evenly among the CPU nodes, heap type SYSTEM, width 64. AMD's thunk
+/// asserts that a CPU node it links GPUs to has memory. Returns one line
+/// per node changed.
+pub fn complete_cpu_memory(system: &mut System, system_memory_bytes: u64) -> Vec<String> {
+    let is_cpu = |n: &Node| n.prop("cpu_cores_count") > 0 && n.prop("simd_count") == 0;
+    let cpus = system.nodes.iter().filter(|n| is_cpu(n)).count() as u64;
+    let Some(share) = system_memory_bytes.checked_div(cpus) else {
+        return Vec::new();
+    };
+    let mut notes = Vec::new();
+    for node in system.nodes.iter_mut().filter(|n| is_cpu(n)) {
+        if node.mem_banks.as_ref().is_some_and(|b| !b.is_empty()) {
+            continue;
+        }
+        node.mem_banks = Some(vec![Indexed::new(
+            0,
+            props(&[
+                ("heap_type", heap_type::SYSTEM),
+                ("size_in_bytes", share),
+                ("flags", 0),
+                ("width", 64),
+                ("mem_clk_max", 0),
+            ]),
+        )]);
+        notes.push(format!("node {}: system memory bank of {share} bytes", node.id));
+    }
+    notes
+}
+
 /// Makes each node's `mem_banks_count`, `caches_count`, `io_links_count`
 /// and `p2p_links_count` equal the entries the tree will hold, as amdkfd's
 /// always are (it prints the counts of the lists it builds). A partial
@@ -403,6 +435,19 @@ mod tests {
         let before = full.clone();
         assert!(complete_system_properties(&mut full).is_empty());
         assert_eq!(full, before);
+    }
+
+    #[test]
+    fn cpu_nodes_without_memory_get_a_system_bank() {
+        let mut sys = synthetic_system(1);
+        sys.nodes[0].mem_banks = None;
+        let notes = complete_cpu_memory(&mut sys, 64 << 30);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let bank = &sys.nodes[0].mem_banks.as_ref().unwrap()[0];
+        assert_eq!(bank.properties.get_or_zero("heap_type"), heap_type::SYSTEM);
+        assert_eq!(bank.properties.get_or_zero("size_in_bytes"), 64 << 30);
+        // GPU nodes and CPU nodes with memory are left alone.
+        assert!(complete_cpu_memory(&mut sys, 64 << 30).is_empty());
     }
 
     #[test]

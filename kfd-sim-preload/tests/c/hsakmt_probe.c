@@ -15,6 +15,9 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <hsakmt.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -167,6 +170,18 @@ static void build(struct built *b)
             b->gpu = n;
     }
     printf("gpu node=%u\n", b->gpu);
+    /* The thunk's shared memory, as the C plugin probes it at dump. */
+    int shm = shm_open("/hsakmt_shared_mem", O_RDONLY, 0);
+    struct stat st;
+    if (shm >= 0 && fstat(shm, &st) == 0) {
+        unsigned int magic = 0;
+        if (read(shm, &magic, sizeof(magic)) != sizeof(magic))
+            magic = 0;
+        printf("shm name=hsakmt_shared_mem size=%lld magic=%u\n", (long long)st.st_size, magic);
+        close(shm);
+    } else {
+        printf("shm name=hsakmt_shared_mem size=-1 magic=0\n");
+    }
     report("opened");
 
     /* SetMemoryPolicy and XNACK before any queue exists, as ROCr does.

@@ -20,12 +20,12 @@ pub fn skip(reason: &str) {
     println!("skipped: {reason}");
 }
 
-/// `libkfd_sim_preload.so`, built by cargo next to the test binaries.
+/// `libkfd_sim_preload.so`, built by cargo with the tests (the lib target
+/// they depend on) next to the test binaries in `<target>/<profile>/deps`.
 pub fn preload_lib() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     let dir = exe
         .parent()
-        .and_then(Path::parent)
         .expect("the test binary lives in <target>/<profile>/deps");
     let lib = dir.join("libkfd_sim_preload.so");
     assert!(

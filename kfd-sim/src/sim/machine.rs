@@ -163,12 +163,15 @@ impl Sim {
     /// (its `gfx_target_version` and SDMA engine counts) gets them first
     /// ([`crate::sysfs::complete_kernel_properties`]), in the sysfs tree too;
     /// so does a partial capture without the system-wide files
-    /// ([`crate::sysfs::complete_system_properties`]), and each node's entry
+    /// ([`crate::sysfs::complete_system_properties`]), a CPU node without
+    /// memory gets its system bank ([`crate::sysfs::complete_cpu_memory`]),
+    /// and each node's entry
     /// counts are made to match its entries
     /// ([`crate::sysfs::match_entry_counts`]).
     pub fn new(mut system: System, config: SimConfig) -> Result<Sim, SimError> {
         crate::sysfs::complete_kernel_properties(&mut system);
         crate::sysfs::complete_system_properties(&mut system);
+        crate::sysfs::complete_cpu_memory(&mut system, config.system_memory_bytes);
         crate::sysfs::match_entry_counts(&mut system);
         let mut gpus = Vec::new();
         let mut ids = HashSet::new();
