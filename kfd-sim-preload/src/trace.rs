@@ -40,12 +40,33 @@ fn amdgpu(nr: usize) -> &'static str {
     }
 }
 
+/// The out-of-tree numbers of ROCm's own amdkfd (ROCm 5.x `kfd_ioctl.h`,
+/// never upstream): ROCm 5.2's thunk asks for the debugger's version with
+/// its DBG_TRAP at 0x82, which an upstream kernel answers `ENOTTY`.
+fn rocm_kfd(nr: usize) -> Option<&'static str> {
+    Some(match nr {
+        0x80 => "ROCM_IPC_IMPORT_HANDLE",
+        0x81 => "ROCM_IPC_EXPORT_HANDLE",
+        0x82 => "ROCM_DBG_TRAP",
+        0x83 => "ROCM_CROSS_MEMORY_COPY",
+        0x84 => "ROCM_RLC_SPM",
+        _ => return None,
+    })
+}
+
 /// The name of ioctl `request` ("kfd GET_VERSION", "drm 0x09", ...).
 pub(crate) fn name(request: c_ulong) -> String {
     let ty = (request >> 8) & 0xff;
     let nr = (request & 0xff) as usize;
     match ty {
-        0x4b => format!("kfd {}", KFD.get(nr).filter(|n| !n.is_empty()).copied().unwrap_or("?")),
+        0x4b => format!(
+            "kfd {}",
+            KFD.get(nr)
+                .filter(|n| !n.is_empty())
+                .copied()
+                .or_else(|| rocm_kfd(nr))
+                .unwrap_or("?")
+        ),
         0x64 if nr >= 0x40 => format!("drm {}", amdgpu(nr - 0x40)),
         0x64 => format!(
             "drm {}",

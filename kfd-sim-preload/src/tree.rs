@@ -11,7 +11,7 @@
 //! devices/pci<dom>:00/<slot>/drm/{card<N>,renderD<minor>}/{dev,uevent,device -> ../..}
 //! class/drm/{card<N>,renderD<minor>} -> devices/.../drm/...
 //! dev/char/226:<minor> -> devices/.../drm/...
-//! module/amdgpu/                       (the module is loaded)
+//! module/amdgpu/{initstate,holders/}    (the module is loaded)
 //! modules                              (/proc/modules with amdgpu and amdttm)
 //! dri/renderD<minor>                   (stands for /dev/dri; stat is answered by the hooks)
 //! devices/system/node/node<N>/{cpulist,cpumap,meminfo}
@@ -178,7 +178,13 @@ impl Tree {
         let run = kfd_sim::scratch::run_dir()?;
         let dir = tempfile::Builder::new().prefix("preload").tempdir_in(run)?;
         let root = dir.path();
-        for sub in ["class/drm", "dev/char", "bus/pci/devices", "module/amdgpu", "dri"] {
+        for sub in [
+            "class/drm",
+            "dev/char",
+            "bus/pci/devices",
+            "module/amdgpu/holders",
+            "dri",
+        ] {
             std::fs::create_dir_all(root.join(sub))?;
         }
         write(
@@ -204,15 +210,18 @@ impl Tree {
             let device = node.prop("device_id");
             write(&pci.join("vendor"), &format!("0x{vendor:04x}\n"))?;
             write(&pci.join("device"), &format!("0x{device:04x}\n"))?;
+            // A topology records neither the board's subsystem ids nor the
+            // PCI revision: the subsystem is the chip's own ids and the
+            // revision 0, as DEV_INFO's `pci_rev` reports it.
             write(&pci.join("subsystem_vendor"), &format!("0x{vendor:04x}\n"))?;
-            write(&pci.join("subsystem_device"), "0x0c34\n")?;
-            write(&pci.join("revision"), "0x02\n")?;
+            write(&pci.join("subsystem_device"), &format!("0x{device:04x}\n"))?;
+            write(&pci.join("revision"), "0x00\n")?;
             write(&pci.join("class"), "0x038000\n")?;
             write(
                 &pci.join("uevent"),
                 &format!(
                     "DRIVER=amdgpu\nPCI_CLASS=38000\nPCI_ID={vendor:04X}:{device:04X}\n\
-                     PCI_SUBSYS_ID={vendor:04X}:0C34\nPCI_SLOT_NAME={slot}\n"
+                     PCI_SUBSYS_ID={vendor:04X}:{device:04X}\nPCI_SLOT_NAME={slot}\n"
                 ),
             )?;
             let subsystem = pci.join("subsystem");
@@ -252,14 +261,12 @@ impl Tree {
             }
             write(&root.join("dri").join(format!("renderD{}", gpu.render_minor)), "")?;
         }
-        // /proc/modules as on a machine with the driver loaded: the lines
-        // rocminfo and tools grep for.
+        // /proc/modules as on a machine with the driver loaded: the line
+        // rocminfo looks for (through libkmod, which then reads
+        // /sys/module/amdgpu/holders).
         write(
             &root.join("modules"),
-            "amdgpu 15781888 0 - Live 0x0000000000000000\n\
-             amddrm_ttm_helper 12288 1 amdgpu, Live 0x0000000000000000\n\
-             amdttm 94208 2 amdgpu,amddrm_ttm_helper, Live 0x0000000000000000\n\
-             drm_buddy 20480 1 amdgpu, Live 0x0000000000000000\n",
+            "amdgpu 15781888 0 - Live 0x0000000000000000\n",
         )?;
         let numa_nodes = write_cpu_nodes(root, sim)?;
         Ok(Tree { dir, numa_nodes })
