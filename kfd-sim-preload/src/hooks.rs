@@ -73,6 +73,38 @@ fn guarded<T>(pass: impl FnOnce() -> T, failed: T, f: impl FnOnce() -> T) -> T {
     })
 }
 
+/// [`guarded`] for the library's own entry points: `busy` when called from
+/// inside the library.
+pub(crate) fn run_guarded<T>(busy: T, f: impl FnOnce() -> T) -> T
+where
+    T: Copy,
+{
+    guarded(|| busy, busy, f)
+}
+
+/// Runs `f` with this thread's calls routed like any other thread's (the
+/// [`Busy`] mark lifted): for the library's entry points that run client
+/// code of their own (the CRIU emulator in [`crate::checkpoint`]).
+pub(crate) fn routed<T>(f: impl FnOnce() -> T) -> T {
+    let was = BUSY.try_with(|b| b.replace(false)).unwrap_or(false);
+    let out = f();
+    let _ = BUSY.try_with(|b| b.set(was));
+    out
+}
+
+/// Writes all of `bytes` to `fd` through the C library; false on failure.
+pub(crate) fn write_all(fd: c_int, mut bytes: &[u8]) -> bool {
+    while !bytes.is_empty() {
+        // SAFETY: writes from a live buffer of `bytes.len()` bytes.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n <= 0 {
+            return false;
+        }
+        bytes = &bytes[n as usize..];
+    }
+    true
+}
+
 /// The bytes of a C path, `None` for a null pointer.
 ///
 /// # Safety
@@ -104,6 +136,9 @@ enum Target {
 
 fn target(path: &CStr) -> Target {
     let bytes = path.to_bytes();
+    if let Some(p) = crate::shm::path_redirect(bytes) {
+        return Target::Redirect(p);
+    }
     let class = machine::classify(bytes);
     let m = match machine_for(class) {
         Ok(m) => m,
@@ -820,7 +855,10 @@ unsafe fn mmap_any(
             );
         }
         match ret {
-            Ok(p) => p.as_ptr(),
+            Ok(p) => {
+                m.mapped(p.as_ptr() as usize, len);
+                p.as_ptr()
+            }
             Err(e) => {
                 set_errno(e.raw_os_error().unwrap_or(libc::EIO));
                 libc::MAP_FAILED
@@ -864,7 +902,8 @@ pub unsafe extern "C" fn mmap64(
 }
 
 /// Interposes `munmap(2)`: the simulator forgets the CPU mappings of its
-/// devices that the range covers.
+/// devices that the range covers. Other ranges go straight to the kernel
+/// without touching the simulator.
 ///
 /// # Safety
 /// The C `munmap` contract.
@@ -879,6 +918,9 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
         return pass();
     };
     guarded(pass, -1, || {
+        if !m.unmapping(addr as usize, len) {
+            return pass();
+        }
         // SAFETY: the caller's munmap contract (nothing uses the range).
         match unsafe { kfd::Driver::munmap(&m.driver, a, len) } {
             Ok(()) => 0,
@@ -1017,16 +1059,11 @@ pub unsafe extern "C" fn kfd_sim_preload_report(fd: c_int) -> c_int {
                 return -1;
             };
             let text = crate::report::render(m);
-            let mut rest = text.as_bytes();
-            while !rest.is_empty() {
-                // SAFETY: writes from a live buffer of `rest.len()` bytes.
-                let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
-                if n <= 0 {
-                    return -1;
-                }
-                rest = &rest[n as usize..];
+            if write_all(fd, text.as_bytes()) {
+                0
+            } else {
+                -1
             }
-            0
         },
     )
 }

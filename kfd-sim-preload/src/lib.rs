@@ -71,6 +71,7 @@
 
 #![cfg(target_os = "linux")]
 
+pub mod checkpoint;
 pub mod tree;
 pub mod hooks;
 pub mod machine;

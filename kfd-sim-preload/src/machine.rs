@@ -104,6 +104,11 @@ pub(crate) struct Machine {
     pub(crate) trace: bool,
     /// Every routed ioctl's answer, for the report.
     pub(crate) tally: crate::report::Tally,
+    /// CPU mappings the simulator made through [`crate::hooks::mmap`]
+    /// (start, length): only an `munmap` that touches one of these goes to
+    /// the simulator (and takes its lock), so other threads' unmaps never
+    /// wait on it.
+    mappings: Mutex<std::collections::BTreeMap<usize, usize>>,
 }
 
 static MACHINE: OnceLock<Result<Machine, String>> = OnceLock::new();
@@ -161,6 +166,7 @@ impl Machine {
             devices: Mutex::new(HashMap::new()),
             trace: std::env::var_os(TRACE_VAR).is_some(),
             tally: Default::default(),
+            mappings: Mutex::new(Default::default()),
         })
     }
 
@@ -239,6 +245,33 @@ impl Machine {
                 }),
             _ => None,
         }
+    }
+
+    /// Notes a CPU mapping the simulator made.
+    pub(crate) fn mapped(&self, start: usize, len: usize) {
+        self.lock_mappings().insert(start, len);
+    }
+
+    /// Whether `[start, start+len)` touches a mapping the simulator made;
+    /// forgets the ones it covers whole.
+    pub(crate) fn unmapping(&self, start: usize, len: usize) -> bool {
+        let end = start.saturating_add(len);
+        let mut maps = self.lock_mappings();
+        let touched: Vec<(usize, usize)> = maps
+            .range(..end)
+            .filter(|(&a, &l)| a.saturating_add(l) > start)
+            .map(|(&a, &l)| (a, l))
+            .collect();
+        for &(a, l) in &touched {
+            if a >= start && a.saturating_add(l) <= end {
+                maps.remove(&a);
+            }
+        }
+        !touched.is_empty()
+    }
+
+    fn lock_mappings(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<usize, usize>> {
+        self.mappings.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Where `/dev/dri` itself (a directory of the render nodes) is.

@@ -9,21 +9,58 @@
 //! process-shared `sem_t` mapped from the file), so a test neither leaves
 //! objects in the host's `/dev/shm` nor meets another run's. Unset, the
 //! calls go to the C library untouched.
+//!
+//! CRIU's amdgpu plugin (the C one, and this project's) reaches the same
+//! two objects by path (`/dev/shm/hsakmt_shared_mem`,
+//! `/dev/shm/sem.hsakmt_semaphore`): with the directory set, opens of those
+//! two paths go there too ([`path_redirect`]). A checkpoint run restores
+//! "on another host" by pointing the directory elsewhere for the restore
+//! ([`set_dir`]).
 
 use std::ffi::{c_char, c_int, c_uint, CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
+use std::os::unix::ffi::OsStringExt;
+use std::sync::Mutex;
 
 use libc::{mode_t, sem_t};
 
 /// The variable naming the directory.
 pub const SHM_DIR_VAR: &str = "KFD_SIM_SHM_DIR";
 
-fn dir() -> Option<&'static PathBuf> {
-    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| std::env::var_os(SHM_DIR_VAR).map(PathBuf::from))
-        .as_ref()
+/// The directory: `KFD_SIM_SHM_DIR` until [`set_dir`] changes it.
+static DIR: Mutex<Option<Option<PathBuf>>> = Mutex::new(None);
+
+fn dir() -> Option<PathBuf> {
+    let mut d = DIR.lock().unwrap_or_else(|e| e.into_inner());
+    d.get_or_insert_with(|| std::env::var_os(SHM_DIR_VAR).map(PathBuf::from))
+        .clone()
+}
+
+/// Points the private /dev/shm at `dir`; returns the previous one.
+pub(crate) fn set_dir(dir_now: Option<PathBuf>) -> Option<PathBuf> {
+    let previous = dir();
+    *DIR.lock().unwrap_or_else(|e| e.into_inner()) = Some(dir_now);
+    previous
+}
+
+/// The objects CRIU's amdgpu plugin opens by path in /dev/shm.
+const PLUGIN_PATHS: [&[u8]; 2] = [
+    b"/dev/shm/hsakmt_shared_mem",
+    b"/dev/shm/sem.hsakmt_semaphore",
+];
+
+/// Where an open of `path` goes when it is one of [`PLUGIN_PATHS`] and the
+/// private directory is set.
+pub(crate) fn path_redirect(path: &[u8]) -> Option<CString> {
+    if !PLUGIN_PATHS.contains(&path) {
+        return None;
+    }
+    let name = &path[b"/dev/shm/".len()..];
+    let mut p = dir()?.into_os_string().into_vec();
+    p.push(b'/');
+    p.extend_from_slice(name);
+    CString::new(p).ok()
 }
 
 /// Semaphores this module mapped (address), for `sem_close`.

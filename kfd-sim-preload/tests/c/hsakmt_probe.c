@@ -6,9 +6,12 @@
  *   hsakmt_probe memory     memory of every kind, queues, events, policies,
  *                           then everything freed, with the simulator's
  *                           report (kfd_sim_preload_report) at each stage
- *   hsakmt_probe hold DIR   builds the memory state, writes its objects to
- *                           DIR/objects, signals readiness by creating
- *                           DIR/ready and waits for DIR/done (checkpoint)
+ *   hsakmt_probe checkpoint FIRST SECOND SHM
+ *                           builds the memory state, then has CRIU (the
+ *                           host emulator) checkpoint it into FIRST, restore
+ *                           it on a renumbered machine (SHM standing for its
+ *                           /dev/shm) and checkpoint that into SECOND
+ *                           (kfd_sim_preload_checkpoint); then frees it all
  *
  * Output: one "key=value ..." record per line; a failed call prints
  * "fail CALL status=N" and the program exits 1.
@@ -313,6 +316,25 @@ int main(int argc, char **argv)
         printf("done\n");
         return 0;
     }
-    fprintf(stderr, "usage: %s topology|memory\n", argv[0]);
+    if (argc == 5 && strcmp(argv[1], "checkpoint") == 0) {
+        struct built b;
+        int (*fn)(const char *, const char *, const char *, int) =
+            (int (*)(const char *, const char *, const char *, int))dlsym(
+                RTLD_DEFAULT, "kfd_sim_preload_checkpoint");
+        memset(&b, 0, sizeof(b));
+        build(&b);
+        if (!fn) {
+            printf("fail kfd_sim_preload_checkpoint missing\n");
+            return 1;
+        }
+        int r = fn(argv[2], argv[3], argv[4], 1);
+        printf("checkpoint result=%d\n", r);
+        /* The checkpointed process runs on (--leave-running). */
+        report("after-checkpoint");
+        teardown(&b);
+        printf("done\n");
+        return r == 0 ? 0 : 1;
+    }
+    fprintf(stderr, "usage: %s topology|memory|checkpoint FIRST SECOND SHM\n", argv[0]);
     return 2;
 }
