@@ -25,8 +25,11 @@ use crate::machine::Machine;
 /// order, as in the emulator's own scenarios.
 pub const KFD_FILE_ID: u32 = 1;
 
-/// The seed of the renumbering (`amdgpu_topology::renumbered`).
-const RENUMBER_SEED: u64 = 0x22;
+/// Picks the renumbering (`amdgpu_topology::renumbered`'s seed); default
+/// [`DEFAULT_RENUMBER_SEED`].
+pub const RENUMBER_SEED_VAR: &str = "KFD_SIM_PRELOAD_RENUMBER_SEED";
+/// The renumbering used unless [`RENUMBER_SEED_VAR`] says otherwise.
+pub const DEFAULT_RENUMBER_SEED: u64 = 1;
 
 /// The process's simulated device fds in ascending fd order, `/dev/kfd`
 /// first (CRIU dumps the KFD file before the render nodes).
@@ -112,7 +115,13 @@ fn run(m: &Machine, first: &Path, second: &Path, restore_shm: &Path) -> Result<S
     let _ = writeln!(out, "checkpoint step=dump late={:?}", report.late_answer);
     state_line(&mut out, "after-dump", &m.sim, pid);
 
-    let system = amdgpu_topology::renumbered(m.sim.topology(), RENUMBER_SEED);
+    let seed = match std::env::var(RENUMBER_SEED_VAR) {
+        Ok(v) => v
+            .parse()
+            .map_err(|_| format!("{RENUMBER_SEED_VAR}={v} is not a number"))?,
+        Err(_) => DEFAULT_RENUMBER_SEED,
+    };
+    let system = amdgpu_topology::renumbered(m.sim.topology(), seed);
     let other = Sim::new(system, SimConfig::default()).map_err(|e| format!("renumbered machine: {e}"))?;
     for (a, b) in m.sim.gpus().iter().zip(other.gpus()) {
         let _ = writeln!(

@@ -177,7 +177,7 @@ fn rocr_allocates_from_every_gpu_and_creates_a_queue() {
     }
     let scratch = Scratch::new();
     let probe = scratch.dir.path().join("rocr_probe");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/rocr_probe.c");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/rocr_probe.c");
     let built = Command::new("cc")
         .args(["-Wall", "-Werror", "-O1", "-o"])
         .arg(&probe)

@@ -58,7 +58,9 @@ impl Scratch {
     }
 }
 
-/// The C probe (`tests/c/hsakmt_probe.c`) compiled against libhsakmt-dev,
+/// The C probe (`amdgpu-criu/src/cmd/demo/hsakmt_probe.c`, which
+/// `amdgpu-criu demo --workload hsakmt` runs too) compiled against
+/// libhsakmt-dev,
 /// or `None` (said why) when the packages or a compiler are missing.
 pub fn hsakmt_probe(scratch: &Scratch) -> Option<PathBuf> {
     if !Path::new("/usr/include/hsakmt.h").is_file() {
@@ -69,7 +71,8 @@ pub fn hsakmt_probe(scratch: &Scratch) -> Option<PathBuf> {
         skip("no C compiler (cc) to build the libhsakmt probe");
         return None;
     }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/hsakmt_probe.c");
+    let src =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../amdgpu-criu/src/cmd/demo/hsakmt_probe.c");
     let out = scratch.dir.path().join("hsakmt_probe");
     let built = Command::new("cc")
         .args(["-Wall", "-Werror", "-O1", "-o"])
