@@ -99,7 +99,10 @@ fn run(m: &Machine, first: &Path, second: &Path, restore_shm: &Path) -> Result<S
     // SAFETY: the fds are open for the duration of the dump (this process
     // holds them and nothing closes them while the thunk is blocked in
     // this call).
-    let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(|&fd| unsafe { BorrowedFd::borrow_raw(fd) }).collect();
+    let borrowed: Vec<BorrowedFd<'_>> = fds
+        .iter()
+        .map(|&fd| unsafe { BorrowedFd::borrow_raw(fd) })
+        .collect();
     let files: Vec<TaskFile<'_>> = borrowed
         .iter()
         .zip(KFD_FILE_ID..)
@@ -110,8 +113,9 @@ fn run(m: &Machine, first: &Path, second: &Path, restore_shm: &Path) -> Result<S
     state_line(&mut out, "before", &m.sim, pid);
 
     let dump = CriuEmulator::new(m.sim.clone(), first, EmulatorConfig::new(dev_shm));
-    let report = crate::hooks::routed(|| dump.dump(pid, &files, &DeviceVma::offered_at_dump(&m.sim)))
-        .map_err(|e| format!("dump: {e}"))?;
+    let report =
+        crate::hooks::routed(|| dump.dump(pid, &files, &DeviceVma::offered_at_dump(&m.sim)))
+            .map_err(|e| format!("dump: {e}"))?;
     let _ = writeln!(out, "checkpoint step=dump late={:?}", report.late_answer);
     state_line(&mut out, "after-dump", &m.sim, pid);
 
@@ -122,7 +126,8 @@ fn run(m: &Machine, first: &Path, second: &Path, restore_shm: &Path) -> Result<S
         Err(_) => DEFAULT_RENUMBER_SEED,
     };
     let system = amdgpu_topology::renumbered(m.sim.topology(), seed);
-    let other = Sim::new(system, SimConfig::default()).map_err(|e| format!("renumbered machine: {e}"))?;
+    let other =
+        Sim::new(system, SimConfig::default()).map_err(|e| format!("renumbered machine: {e}"))?;
     for (a, b) in m.sim.gpus().iter().zip(other.gpus()) {
         let _ = writeln!(
             out,
@@ -145,7 +150,8 @@ fn run(m: &Machine, first: &Path, second: &Path, restore_shm: &Path) -> Result<S
     // recreates the thunk's objects there).
     let restore = CriuEmulator::new(other.clone(), first, EmulatorConfig::new(dev_shm));
     let thunk_shm = crate::shm::set_dir(Some(restore_shm.to_path_buf()));
-    let restored = crate::hooks::routed(|| restore.restore(pid, &ids, &DeviceVma::of_kfd_image(&image)));
+    let restored =
+        crate::hooks::routed(|| restore.restore(pid, &ids, &DeviceVma::of_kfd_image(&image)));
     let task = match restored {
         Ok(task) => task,
         Err(e) => {
@@ -159,10 +165,14 @@ fn run(m: &Machine, first: &Path, second: &Path, restore_shm: &Path) -> Result<S
     let again: Vec<TaskFile<'_>> = task
         .files
         .iter()
-        .map(|(id, fd)| TaskFile { fd: fd.as_fd(), id: *id })
+        .map(|(id, fd)| TaskFile {
+            fd: fd.as_fd(),
+            id: *id,
+        })
         .collect();
     let redump = CriuEmulator::new(other.clone(), second, EmulatorConfig::new(dev_shm));
-    let redumped = crate::hooks::routed(|| redump.dump(pid, &again, &DeviceVma::offered_at_dump(&other)));
+    let redumped =
+        crate::hooks::routed(|| redump.dump(pid, &again, &DeviceVma::offered_at_dump(&other)));
     crate::shm::set_dir(thunk_shm);
     redumped.map_err(|e| format!("second dump on the renumbered machine: {e}"))?;
     let _ = writeln!(out, "checkpoint step=redump");
@@ -194,7 +204,12 @@ pub unsafe extern "C" fn kfd_sim_preload_checkpoint(
         Some(PathBuf::from(std::ffi::OsStr::from_bytes(s.to_bytes())))
     };
     crate::hooks::run_guarded(-1, || {
-        let text = match (crate::machine::existing(), path(first), path(second), path(restore_shm)) {
+        let text = match (
+            crate::machine::existing(),
+            path(first),
+            path(second),
+            path(restore_shm),
+        ) {
             (Some(m), Some(a), Some(b), Some(s)) => match run(m, &a, &b, &s) {
                 Ok(text) => text,
                 Err(e) => format!("checkpoint error={}\n", e.replace(char::is_whitespace, "_")),
@@ -210,4 +225,3 @@ pub unsafe extern "C" fn kfd_sim_preload_checkpoint(
         }
     })
 }
-

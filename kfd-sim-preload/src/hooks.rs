@@ -1,12 +1,12 @@
 //! The interposed C library functions. Each is a thin trampoline: decide
 //! from the path or fd whether the call is the simulator's, route it there
-//! or to the C library's own function ([`crate::real`]), and never unwind
+//! or to the C library's own function (the `real` module), and never unwind
 //! into C (a panic becomes `EIO`).
 //!
 //! A call made while this library is already working on the same thread
 //! (the simulator writing its sysfs tree, `fstat` for a file key, an
 //! allocation that opens a file) goes straight to the C library: the
-//! [`Busy`] guard.
+//! `Busy` guard.
 //!
 //! `open`, `openat` and `ioctl` are C variadic functions; Rust cannot
 //! define those, so they are defined with their optional argument as a
@@ -488,7 +488,12 @@ pub unsafe extern "C" fn fstat64(fd: c_int, buf: *mut libc::stat) -> c_int {
 ///
 /// # Safety
 /// The `fstatat` contract.
-unsafe fn fstatat_any(dirfd: c_int, path: *const c_char, buf: *mut libc::stat, flags: c_int) -> c_int {
+unsafe fn fstatat_any(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
     // SAFETY: `path` is a C string or null.
     match unsafe { path_bytes(path) } {
         Some(p) if p.is_empty() && flags & libc::AT_EMPTY_PATH != 0 => {
@@ -566,11 +571,15 @@ pub unsafe extern "C" fn statx(
         let ret = pass(path);
         if ret == 0 && !buf.is_null() {
             if let Some(m) = machine::existing() {
-                guarded(|| (), (), || {
-                    if let Some(node) = m.device_of(dirfd) {
-                        patch(node);
-                    }
-                });
+                guarded(
+                    || (),
+                    (),
+                    || {
+                        if let Some(node) = m.device_of(dirfd) {
+                            patch(node);
+                        }
+                    },
+                );
             }
         }
         return ret;
@@ -787,14 +796,16 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         }
         // SAFETY: `fd` is open (device_of found its file); the caller
         // passes the argument block `request` describes, as for the kernel.
-        let ret = unsafe {
-            kfd::Driver::ioctl(&m.driver, BorrowedFd::borrow_raw(fd), u64::from(request), arg)
-        };
+        let ret =
+            unsafe { kfd::Driver::ioctl(&m.driver, BorrowedFd::borrow_raw(fd), request, arg) };
         m.tally.record(request, &ret);
-        if ret.is_ok() && u64::from(request) == kfd_sys::AMDKFD_IOC_ACQUIRE_VM as u64 {
+        if ret.is_ok() && request == c_ulong::from(kfd_sys::AMDKFD_IOC_ACQUIRE_VM) {
             // SAFETY: the kernel (simulator) just read this argument block
             // of ACQUIRE_VM's type from `arg`.
-            let args = unsafe { arg.cast::<kfd_sys::kfd_ioctl_acquire_vm_args>().read_unaligned() };
+            let args = unsafe {
+                arg.cast::<kfd_sys::kfd_ioctl_acquire_vm_args>()
+                    .read_unaligned()
+            };
             m.tally.acquired(args.gpu_id);
         }
         if m.trace {
@@ -843,7 +854,15 @@ unsafe fn mmap_any(
         // SAFETY: `fd` is open; the caller upholds mmap's contract (a
         // MAP_FIXED range is theirs to replace).
         let ret = unsafe {
-            kfd::Driver::mmap(&m.driver, addr, len, prot, flags, BorrowedFd::borrow_raw(fd), offset)
+            kfd::Driver::mmap(
+                &m.driver,
+                addr,
+                len,
+                prot,
+                flags,
+                BorrowedFd::borrow_raw(fd),
+                offset,
+            )
         };
         if m.trace {
             eprintln!(

@@ -19,7 +19,7 @@
 //! # What is routed
 //!
 //! * `open`/`open64`/`openat`/`__open_2` of `/dev/kfd` and
-//!   `/dev/dri/renderD<minor>`: [`kfd_sim::SimDriver::open`], whose fds are
+//!   `/dev/dri/renderD<minor>`: [`kfd::Driver::open`] of [`kfd_sim::SimDriver`], whose fds are
 //!   real (memfds), so `close`, `dup`, `fcntl(F_DUPFD_CLOEXEC)` (libdrm dups
 //!   the render fd) and `read` need no routing; the simulator keys its state
 //!   on the open file. Other `/dev/dri` entries (primary nodes) are
@@ -33,11 +33,11 @@
 //! * Paths under `/sys/devices/virtual/kfd` and `/sys/class/kfd` go to the
 //!   simulator's topology tree; `/sys/class/drm`, `/sys/dev/char/226:*` and
 //!   `/sys/module/amdgpu` to a DRM tree written for the machine
-//!   ([`tree`]); `/proc/modules` to one that lists `amdgpu`. Routed
+//!   (the `tree` module); `/proc/modules` to one that lists `amdgpu`. Routed
 //!   for `open`, `fopen`, `opendir`, the `stat` family, `access`,
 //!   `readlink` and `realpath`.
 //!
-//! Everything else passes to the C library's function ([`real`], found with
+//! Everything else passes to the C library's function (the `real` module, found with
 //! `dlsym(RTLD_NEXT)`). Calls this library makes itself while handling one
 //! (the simulator writing its tree, allocations) pass straight through.
 //!
@@ -61,7 +61,7 @@
 //! # Limits
 //!
 //! * Only Linux on x86-64 and AArch64 (the variadic `open`/`ioctl` are
-//!   defined with a fixed third argument, see [`hooks`]).
+//!   defined with a fixed third argument, see the `hooks` module).
 //! * Paths reached through `chdir` + a relative name, or through glibc's
 //!   internal opens (`__open_nocancel` inside `opendir`'s own readers, the
 //!   dynamic linker) are not seen; AMD's code uses absolute paths.
@@ -71,11 +71,15 @@
 
 #![cfg(target_os = "linux")]
 
-pub mod checkpoint;
-pub mod tree;
-pub mod hooks;
-pub mod machine;
+mod checkpoint;
+mod hooks;
+mod machine;
 mod real;
 mod report;
-pub mod shm;
+mod shm;
 mod trace;
+mod tree;
+
+pub use checkpoint::{DEFAULT_RENUMBER_SEED, KFD_FILE_ID, RENUMBER_SEED_VAR};
+pub use machine::{MACHINE_VAR, TRACE_VAR};
+pub use shm::SHM_DIR_VAR;

@@ -16,10 +16,13 @@ use std::sync::Mutex;
 
 use crate::machine::Machine;
 
+/// One ioctl's answers: successes, and failures by errno.
+type Answers = (u64, BTreeMap<i32, u64>);
+
 /// Answers per ioctl name: successes and errno counts.
 #[derive(Default)]
 pub(crate) struct Tally {
-    by_name: Mutex<BTreeMap<String, (u64, BTreeMap<i32, u64>)>>,
+    by_name: Mutex<BTreeMap<String, Answers>>,
     /// gpu_ids of successful ACQUIRE_VM calls, in call order: the ids the
     /// client read from the topology.
     acquired: Mutex<Vec<u32>>,

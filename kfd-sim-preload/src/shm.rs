@@ -19,8 +19,8 @@
 
 use std::ffi::{c_char, c_int, c_uint, CStr, CString};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
 use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 use libc::{mode_t, sem_t};
@@ -115,7 +115,9 @@ fn unlink(path: Result<CString, c_int>) -> Result<(), c_int> {
 }
 
 fn errno() -> c_int {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 /// `sem_open` in the directory, as glibc does it in `/dev/shm`; `None`:
@@ -186,7 +188,9 @@ fn open_sem(path: &CStr, oflag: c_int, mode: mode_t, value: c_uint) -> Result<*m
                 return Err(e);
             }
         }
-        SEMS.lock().unwrap_or_else(|e| e.into_inner()).push(sem as usize);
+        SEMS.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(sem as usize);
         Ok(sem)
     })();
     // SAFETY: `fd` is ours; the mapping keeps the file.

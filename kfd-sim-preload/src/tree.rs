@@ -64,10 +64,34 @@ struct CpuCache {
 /// 8-way L1 data and instruction caches, a 512 KiB 8-way L2, a 32 MiB
 /// 16-way L3 per 8-core complex), 64-byte lines.
 const CPU_CACHES: [CpuCache; 4] = [
-    CpuCache { level: 1, kind: "Data", size_kib: 32, ways: 8, shared_by: 1 },
-    CpuCache { level: 1, kind: "Instruction", size_kib: 32, ways: 8, shared_by: 1 },
-    CpuCache { level: 2, kind: "Unified", size_kib: 512, ways: 8, shared_by: 1 },
-    CpuCache { level: 3, kind: "Unified", size_kib: 32768, ways: 16, shared_by: 8 },
+    CpuCache {
+        level: 1,
+        kind: "Data",
+        size_kib: 32,
+        ways: 8,
+        shared_by: 1,
+    },
+    CpuCache {
+        level: 1,
+        kind: "Instruction",
+        size_kib: 32,
+        ways: 8,
+        shared_by: 1,
+    },
+    CpuCache {
+        level: 2,
+        kind: "Unified",
+        size_kib: 512,
+        ways: 8,
+        shared_by: 1,
+    },
+    CpuCache {
+        level: 3,
+        kind: "Unified",
+        size_kib: 32768,
+        ways: 16,
+        shared_by: 8,
+    },
 ];
 
 /// The kernel's `%*pb` bitmap of CPUs `lo..hi` among `nr_cpus`:
@@ -120,7 +144,10 @@ fn write_cpu_nodes(root: &Path, sim: &Sim) -> io::Result<Vec<u32>> {
         let base = u32::try_from(node.prop("cpu_core_id_base")).unwrap_or(u32::MAX);
         let end = base.saturating_add(u32::try_from(node.prop("cpu_cores_count")).unwrap_or(0));
         write(&dir.join("cpulist"), &format!("{}\n", cpu_list(base, end)))?;
-        write(&dir.join("cpumap"), &format!("{}\n", cpu_bitmap(base, end, nr_cpus)))?;
+        write(
+            &dir.join("cpumap"),
+            &format!("{}\n", cpu_bitmap(base, end, nr_cpus)),
+        )?;
         let mem_kib = node
             .mem_banks
             .iter()
@@ -227,10 +254,7 @@ impl Tree {
             let subsystem = pci.join("subsystem");
             if !subsystem.exists() {
                 let depth = pci_rel.matches('/').count() + 1;
-                std::os::unix::fs::symlink(
-                    format!("{}bus/pci", "../".repeat(depth)),
-                    &subsystem,
-                )?;
+                std::os::unix::fs::symlink(format!("{}bus/pci", "../".repeat(depth)), &subsystem)?;
                 let link = root.join("bus/pci/devices").join(&slot);
                 if !link.exists() {
                     std::os::unix::fs::symlink(format!("../../../{pci_rel}"), link)?;
@@ -259,7 +283,12 @@ impl Tree {
                     root.join("dev/char").join(format!("{DRM_MAJOR}:{minor}")),
                 )?;
             }
-            write(&root.join("dri").join(format!("renderD{}", gpu.render_minor)), "")?;
+            write(
+                &root
+                    .join("dri")
+                    .join(format!("renderD{}", gpu.render_minor)),
+                "",
+            )?;
         }
         // /proc/modules as on a machine with the driver loaded: the line
         // rocminfo looks for (through libkmod, which then reads
@@ -311,7 +340,10 @@ mod tests {
         assert_eq!(cpu_bitmap(32, 40, 40), "000000ff,00000000");
         assert_eq!(cpu_list(64, 128), "64-127");
         assert_eq!(cpu_list(3, 4), "3");
-        assert_eq!(numa_node_of(b"/sys/devices/system/node/node1/cpu64"), Some(1));
+        assert_eq!(
+            numa_node_of(b"/sys/devices/system/node/node1/cpu64"),
+            Some(1)
+        );
         assert_eq!(numa_node_of(b"/sys/devices/system/node/node12"), Some(12));
         assert_eq!(numa_node_of(b"/sys/devices/system/node/online"), None);
     }

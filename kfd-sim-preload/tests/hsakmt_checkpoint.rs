@@ -19,9 +19,7 @@ mod common;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use amdgpu_image::{
-    CriuKfd, DirStore, ImageName, ImageStore, PagesFile, ReadLimits, ValidatedKfd,
-};
+use amdgpu_image::{CriuKfd, DirStore, ImageName, ImageStore, PagesFile, ReadLimits, ValidatedKfd};
 use common::{num, records, Scratch};
 
 /// The CRIU file id the checkpoint gives the process's /dev/kfd.
@@ -42,14 +40,16 @@ fn contents(dir: &Path, image: &CriuKfd) -> Vec<(u64, Vec<u8>)> {
     for (name, layout) in validated.pages_files() {
         let path = dir.join(name.to_string());
         let pages = PagesFile::open(
-            std::fs::File::open(&path)
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+            std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
             &name.to_string(),
             layout.clone(),
         )
         .unwrap();
         for (i, bo) in layout.bos().iter().enumerate() {
-            out.push((image.bo_entries[bo.entry].addr, pages.bo_bytes(i).unwrap().to_vec()));
+            out.push((
+                image.bo_entries[bo.entry].addr,
+                pages.bo_bytes(i).unwrap().to_vec(),
+            ));
         }
     }
     out.sort();
@@ -57,12 +57,10 @@ fn contents(dir: &Path, image: &CriuKfd) -> Vec<(u64, Vec<u8>)> {
 }
 
 fn checkpoint_on(scratch: &Scratch, probe: &Path, machine: &str) {
-    let root = scratch.dir.path().join(
-        machine
-            .rsplit('/')
-            .next()
-            .expect("a machine name"),
-    );
+    let root = scratch
+        .dir
+        .path()
+        .join(machine.rsplit('/').next().expect("a machine name"));
     let (first, second, restore_shm) = (root.join("first"), root.join("second"), root.join("shm"));
     for d in [&first, &second, &restore_shm] {
         std::fs::create_dir_all(d).unwrap();
@@ -95,17 +93,26 @@ fn checkpoint_on(scratch: &Scratch, probe: &Path, machine: &str) {
     };
     let (before, restored) = (state("before"), state("restored"));
     for key in ["bos", "queues", "events"] {
-        assert_eq!(before[key], restored[key], "{machine}: {key} before and after");
+        assert_eq!(
+            before[key], restored[key],
+            "{machine}: {key} before and after"
+        );
     }
     assert_eq!(num(&before, "queues"), 2, "{machine}: compute + SDMA");
-    assert_eq!(num(&restored, "paused"), 0, "{machine}: the restored queues run");
+    assert_eq!(
+        num(&restored, "paused"),
+        0,
+        "{machine}: the restored queues run"
+    );
     // The restored process keeps the gpu_ids the thunk knows, on GPUs
     // whose actual ids differ.
     for pair in restored["gpu_ids"].split(',') {
         let (user, actual) = pair.split_once(':').unwrap();
         assert_ne!(user, actual, "{machine}: {pair} was renumbered");
     }
-    let restore = steps.iter().find(|r| r.get("step").map(String::as_str) == Some("restore"));
+    let restore = steps
+        .iter()
+        .find(|r| r.get("step").map(String::as_str) == Some("restore"));
     assert_eq!(num(restore.expect("a restore step"), "resume"), 0);
 
     // The same objects in both checkpoints.
@@ -119,7 +126,11 @@ fn checkpoint_on(scratch: &Scratch, probe: &Path, machine: &str) {
         bos.sort();
         bos
     };
-    assert_eq!(key(&a), key(&b), "{machine}: BOs of the thunk's process and of the restored one");
+    assert_eq!(
+        key(&a),
+        key(&b),
+        "{machine}: BOs of the thunk's process and of the restored one"
+    );
     assert_eq!(a.bo_entries.len() as u64, num(&before, "bos"));
     // The same user gpu_ids; their order is the process's devices in the
     // topology order of the machine it runs on (the kernel creates a
@@ -131,8 +142,15 @@ fn checkpoint_on(scratch: &Scratch, probe: &Path, machine: &str) {
         ids
     };
     assert_eq!(ids(&a), ids(&b), "{machine}: user gpu_ids");
-    assert_eq!(a.num_of_objects, b.num_of_objects, "{machine}: queues + events");
-    assert_eq!(a.priv_data.len(), b.priv_data.len(), "{machine}: private data");
+    assert_eq!(
+        a.num_of_objects, b.num_of_objects,
+        "{machine}: queues + events"
+    );
+    assert_eq!(
+        a.priv_data.len(),
+        b.priv_data.len(),
+        "{machine}: private data"
+    );
 
     // Bit-identical contents, and what the thunk's process wrote.
     let (ca, cb) = (contents(&first, &a), contents(&second, &b));
@@ -162,7 +180,11 @@ fn checkpoint_on(scratch: &Scratch, probe: &Path, machine: &str) {
     // The thunk's shared memory and semaphore, recreated on the restore
     // host as the C plugin does.
     let shm = &records(&out, "shm")[0];
-    assert_eq!(a.shared_mem_size, num(shm, "size"), "{machine}: recorded shm size");
+    assert_eq!(
+        a.shared_mem_size,
+        num(shm, "size"),
+        "{machine}: recorded shm size"
+    );
     assert_eq!(u64::from(a.shared_mem_magic), num(shm, "magic"));
     let file = std::fs::File::open(restore_shm.join("hsakmt_shared_mem"))
         .expect("hsakmt_shared_mem recreated");

@@ -85,7 +85,10 @@ fn run_memory(scratch: &Scratch, probe: &Path, machine: &str) {
     assert_eq!(ioctl_ok(r, "kfd_GET_CLOCK_COUNTERS"), 1);
     assert_eq!(ioctl_ok(r, "kfd_SET_EVENT"), 1);
     let clock = &records(&out, "clock")[0];
-    assert!(num(clock, "gpu") > 0 && num(clock, "frequency") > 0, "{clock:?}");
+    assert!(
+        num(clock, "gpu") > 0 && num(clock, "frequency") > 0,
+        "{clock:?}"
+    );
     let queues = records(&out, "queue");
     assert_eq!(queues.len(), 2);
     assert!(queues.iter().all(|q| num(q, "doorbell") != 0), "{queues:?}");

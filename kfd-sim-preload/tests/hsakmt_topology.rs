@@ -66,8 +66,12 @@ fn compare_node(
                 (num(t, tk), p.prop(pk) & 0xff)
             }
             "vendor_id" | "device_id" => (num(t, tk), p.prop(pk) & 0xffff),
-            "max_engine_clk_fcompute" | "simd_id_base" | "cpu_core_id_base" | "location_id"
-            | "capability" | "domain" => (num(t, tk), p.prop(pk) & 0xffff_ffff),
+            "max_engine_clk_fcompute"
+            | "simd_id_base"
+            | "cpu_core_id_base"
+            | "location_id"
+            | "capability"
+            | "domain" => (num(t, tk), p.prop(pk) & 0xffff_ffff),
             _ => (num(t, tk), p.prop(pk)),
         };
         if tv != pv {
@@ -77,7 +81,11 @@ fn compare_node(
     let gfx = p.prop("gfx_target_version");
     if p.is_gpu() {
         let want = (gfx / 10000, gfx / 100 % 100, gfx % 100);
-        let got = (num(t, "gfx_major"), num(t, "gfx_minor"), num(t, "gfx_stepping"));
+        let got = (
+            num(t, "gfx_major"),
+            num(t, "gfx_minor"),
+            num(t, "gfx_stepping"),
+        );
         if got != want {
             out.push(format!(
                 "node {id}: thunk gfx {got:?}, parser gfx_target_version {gfx}"
@@ -99,9 +107,17 @@ fn compare_node(
         let heap = pb.properties.get_or_zero("heap_type");
         for (tk, pk, pv) in [
             ("heap", "heap_type", heap),
-            ("size", "size_in_bytes", pb.properties.get_or_zero("size_in_bytes")),
+            (
+                "size",
+                "size_in_bytes",
+                pb.properties.get_or_zero("size_in_bytes"),
+            ),
             ("width", "width", pb.properties.get_or_zero("width")),
-            ("clock_max", "mem_clk_max", pb.properties.get_or_zero("mem_clk_max")),
+            (
+                "clock_max",
+                "mem_clk_max",
+                pb.properties.get_or_zero("mem_clk_max"),
+            ),
         ] {
             if num(tb, tk) != pv {
                 out.push(format!(
@@ -294,7 +310,9 @@ fn the_thunk_reads_every_machine_as_our_parser_does() {
         // capture of a single node other than 0 is part of a machine.
         let ids: Vec<u32> = parsed.system.nodes.iter().map(|n| n.id).collect();
         if ids.iter().enumerate().any(|(i, &id)| id as usize != i) {
-            println!("{machine}: node ids {ids:?} are not 0..n, no kernel shows such a tree: not run");
+            println!(
+                "{machine}: node ids {ids:?} are not 0..n, no kernel shows such a tree: not run"
+            );
             continue;
         }
         let run = common::run_preloaded(&scratch, machine.as_ref(), &probe, &["topology"]);
@@ -334,5 +352,8 @@ fn the_thunk_reads_every_machine_as_our_parser_does() {
         .flatten()
         .map(|e| e.file_name())
         .collect();
-    assert!(left.is_empty(), "left in the private shm directory: {left:?}");
+    assert!(
+        left.is_empty(),
+        "left in the private shm directory: {left:?}"
+    );
 }

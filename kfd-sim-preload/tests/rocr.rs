@@ -80,7 +80,12 @@ fn rocminfo_available() -> bool {
 
 /// rocminfo on `machine`: every node an agent, GPUs as the topology says.
 fn rocminfo_shows(scratch: &Scratch, machine: &str, sim: &Sim, gpu_agents_expected: bool) {
-    let run = common::run_preloaded(scratch, machine.as_ref(), Path::new("/usr/bin/rocminfo"), &[]);
+    let run = common::run_preloaded(
+        scratch,
+        machine.as_ref(),
+        Path::new("/usr/bin/rocminfo"),
+        &[],
+    );
     let out = String::from_utf8_lossy(&run.stdout);
     assert!(
         run.status.success(),
@@ -112,7 +117,10 @@ fn rocminfo_shows(scratch: &Scratch, machine: &str, sim: &Sim, gpu_agents_expect
             err.contains("The GPU node has an unrecognized id"),
             "{machine}: ROCr 5.2 names why it made no GPU agent:\n{err}"
         );
-        println!("{machine}: {} CPU agents; ROCr 5.2 does not know this GPU", cpus.len());
+        println!(
+            "{machine}: {} CPU agents; ROCr 5.2 does not know this GPU",
+            cpus.len()
+        );
         return;
     }
     let gpu_nodes: Vec<_> = topology.gpus().collect();
@@ -129,7 +137,11 @@ fn rocminfo_shows(scratch: &Scratch, machine: &str, sim: &Sim, gpu_agents_expect
             "{machine} node {node}"
         );
         let cus = topo.prop("simd_count") / topo.prop("simd_per_cu").max(1);
-        assert_eq!(field(agent, "Compute Unit"), cus.to_string(), "{machine} node {node}");
+        assert_eq!(
+            field(agent, "Compute Unit"),
+            cus.to_string(),
+            "{machine} node {node}"
+        );
         // The first pool is the VRAM bank (GLOBAL, COARSE GRAINED), in KB.
         let (vram, _) = topo.vram().expect("a GPU node with VRAM");
         let size = field(agent, "Size");
@@ -157,7 +169,10 @@ fn rocminfo_prints_the_simulated_agents() {
     // caches (kfd_crat.c's per-ASIC tables); ROCr asserts "GPU cache info
     // missing" on such a node. The thunk test covers that capture.
     if let Some(fixtures) = common::fixtures() {
-        cases.push((fixtures.join("mi300x-cpx-8gpu").display().to_string(), false));
+        cases.push((
+            fixtures.join("mi300x-cpx-8gpu").display().to_string(),
+            false,
+        ));
     }
     for (machine, gpu_agents) in cases {
         let sim = match Path::new(&machine).is_dir() {

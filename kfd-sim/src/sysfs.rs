@@ -348,7 +348,10 @@ pub fn complete_cpu_memory(system: &mut System, system_memory_bytes: u64) -> Vec
                 ("mem_clk_max", 0),
             ]),
         )]);
-        notes.push(format!("node {}: system memory bank of {share} bytes", node.id));
+        notes.push(format!(
+            "node {}: system memory bank of {share} bytes",
+            node.id
+        ));
     }
     notes
 }
@@ -364,10 +367,16 @@ pub fn match_entry_counts(system: &mut System) -> Vec<String> {
     let mut notes = Vec::new();
     for node in &mut system.nodes {
         let counts = [
-            ("mem_banks_count", node.mem_banks.as_ref().map_or(0, Vec::len)),
+            (
+                "mem_banks_count",
+                node.mem_banks.as_ref().map_or(0, Vec::len),
+            ),
             ("caches_count", node.caches.as_ref().map_or(0, Vec::len)),
             ("io_links_count", node.io_links.as_ref().map_or(0, Vec::len)),
-            ("p2p_links_count", node.p2p_links.as_ref().map_or(0, Vec::len)),
+            (
+                "p2p_links_count",
+                node.p2p_links.as_ref().map_or(0, Vec::len),
+            ),
         ];
         let mut changed = Vec::new();
         for (key, entries) in counts {

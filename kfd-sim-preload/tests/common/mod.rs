@@ -91,12 +91,7 @@ pub fn hsakmt_probe(scratch: &Scratch) -> Option<PathBuf> {
 }
 
 /// Runs `program args` with the interposer preloaded on `machine`.
-pub fn run_preloaded(
-    scratch: &Scratch,
-    machine: &OsStr,
-    program: &Path,
-    args: &[&str],
-) -> Output {
+pub fn run_preloaded(scratch: &Scratch, machine: &OsStr, program: &Path, args: &[&str]) -> Output {
     Command::new(program)
         .args(args)
         .env("LD_PRELOAD", preload_lib())

@@ -24,9 +24,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-use amdgpu_image::{
-    CriuKfd, DirStore, ImageName, ImageStore, PagesFile, ReadLimits, ValidatedKfd,
-};
+use amdgpu_image::{CriuKfd, DirStore, ImageName, ImageStore, PagesFile, ReadLimits, ValidatedKfd};
 
 use super::Args;
 
@@ -60,7 +58,7 @@ pub(super) fn run(args: &Args) -> ExitCode {
 
 enum Failure {
     Usage(String),
-    NotVerified(Summary, String),
+    NotVerified(Box<Summary>, String),
 }
 
 /// What the run found, for the report.
@@ -109,10 +107,7 @@ fn print(args: &Args, s: &Summary, error: Option<&str>) {
     for step in &s.steps {
         println!("            {step}");
     }
-    println!(
-        "verified:   {}",
-        if error.is_none() { "yes" } else { "no" }
-    );
+    println!("verified:   {}", if error.is_none() { "yes" } else { "no" });
 }
 
 /// `libkfd_sim_preload.so`: `KFD_SIM_PRELOAD_LIB`, or next to this program
@@ -123,9 +118,12 @@ fn preload_lib() -> Option<PathBuf> {
     }
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
-    [dir.join("libkfd_sim_preload.so"), dir.join("deps/libkfd_sim_preload.so")]
-        .into_iter()
-        .find(|p| p.is_file())
+    [
+        dir.join("libkfd_sim_preload.so"),
+        dir.join("deps/libkfd_sim_preload.so"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
 }
 
 fn usage(message: impl Into<String>) -> Failure {
@@ -179,7 +177,10 @@ fn execute(args: &Args) -> Result<Summary, Failure> {
             .map_err(|e| usage(format!("cannot create {}: {e}", d.display())))?;
     }
     for d in [&first, &second] {
-        if std::fs::read_dir(d).map(|mut r| r.next().is_some()).unwrap_or(false) {
+        if std::fs::read_dir(d)
+            .map(|mut r| r.next().is_some())
+            .unwrap_or(false)
+        {
             return Err(usage(format!(
                 "{} is not empty: give --dir a new or empty directory",
                 d.display()
@@ -251,11 +252,11 @@ fn execute(args: &Args) -> Result<Summary, Failure> {
                     String::from_utf8_lossy(&run.stderr).trim()
                 )
             });
-        return Err(Failure::NotVerified(summary, why));
+        return Err(Failure::NotVerified(Box::new(summary), why));
     }
     match verify(&out, &first, &second, &restore_shm, &mut summary) {
         Ok(()) => Ok(summary),
-        Err(why) => Err(Failure::NotVerified(summary, why)),
+        Err(why) => Err(Failure::NotVerified(Box::new(summary), why)),
     }
 }
 
@@ -340,7 +341,9 @@ fn verify(
             .find(|(a, _)| *a == addr)
             .is_some_and(|(_, bytes)| bytes.iter().all(|&v| v == fill));
         if !written {
-            return Err(format!("the BO at {addr:#x} does not hold what the program wrote"));
+            return Err(format!(
+                "the BO at {addr:#x} does not hold what the program wrote"
+            ));
         }
     }
     if a.shared_mem_size != 0 {
