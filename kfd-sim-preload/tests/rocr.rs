@@ -2,7 +2,7 @@
 //!
 //! * rocminfo prints one agent per simulated node: the CPUs, and each GPU
 //!   with its gfx target, compute units and a VRAM pool of the bank's
-//!   size, for the built-in 8-GPU MI210 machine. On the
+//!   size, for the 8-GPU MI210 machines (built-in and captured). On the
 //!   MI300X capture, Debian's ROCr 5.2 predates gfx942 and creates no GPU
 //!   agent ("The GPU node has an unrecognized id"): that is AMD's runtime's
 //!   limit, checked as such.

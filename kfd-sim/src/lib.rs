@@ -132,8 +132,8 @@ pub use sim::{
     DRM_MAJOR, KFD_MAJOR,
 };
 pub use sysfs::{
-    complete_cpu_memory, complete_kernel_properties, complete_system_properties,
-    match_entry_counts, synthetic_system,
+    complete_cpu_memory, complete_gpu_caches, complete_kernel_properties,
+    complete_system_properties, match_entry_counts, synthetic_system,
 };
 
 /// A kernel error number, as the simulated kernel returns it: the `kfd`

@@ -356,6 +356,50 @@ pub fn complete_cpu_memory(system: &mut System, system_memory_bytes: u64) -> Vec
     notes
 }
 
+/// The L2 (and last-level) cache per GPU node of a GFX9 chip, KiB, from
+/// amdkfd's per-ASIC cache tables (`kfd_crat.c`): Vega 10/20 4 MiB; MI100
+/// and MI200 8 MiB; MI300 (per XCC partition) 4 MiB with the 256 MiB
+/// Infinity Cache as its last level. `None` outside GFX9.
+fn gfx9_l2_l3_kib(gfx_target_version: u64) -> Option<(u64, u64)> {
+    Some(match gfx_target_version {
+        90000..=90007 => (4096, 0),
+        90008..=90399 => (8192, 0),
+        90400..=90499 => (4096, 256 * 1024),
+        _ => return None,
+    })
+}
+
+/// Gives each GFX9 GPU node whose capture has no `caches/` (one that kept
+/// only `properties` and links) the caches amdkfd lists for it
+/// ([`amdgpu_topology::gfx9_gpu_caches`] with the chip's L2 and last-level
+/// sizes): a kernel always lists a GPU's caches, and ROCr asserts "GPU
+/// cache info missing" on a node without. Other generations are left
+/// alone. Returns one line per node changed.
+pub fn complete_gpu_caches(system: &mut System) -> Vec<String> {
+    let mut notes = Vec::new();
+    for node in system.nodes.iter_mut().filter(|n| n.prop("simd_count") > 0) {
+        // `None`: the capture has no caches/ at all; an empty list is a
+        // tree that lists none (the synthetic machines).
+        if node.caches.is_some() {
+            continue;
+        }
+        let Some((l2_kib, l3_kib)) = gfx9_l2_l3_kib(node.prop("gfx_target_version")) else {
+            continue;
+        };
+        let caches = amdgpu_topology::gfx9_gpu_caches(&amdgpu_topology::Gfx9Caches {
+            compute_units: node.prop("simd_count") / node.prop("simd_per_cu").max(1),
+            array_count: node.prop("array_count").max(1),
+            simd_id_base: node.prop("simd_id_base"),
+            l1_vector_kib: 16,
+            l2_kib,
+            l3_kib,
+        });
+        notes.push(format!("node {}: {} GFX9 caches", node.id, caches.len()));
+        node.caches = Some(caches);
+    }
+    notes
+}
+
 /// Makes each node's `mem_banks_count`, `caches_count`, `io_links_count`
 /// and `p2p_links_count` equal the entries the tree will hold, as amdkfd's
 /// always are (it prints the counts of the lists it builds). A partial
@@ -457,6 +501,19 @@ mod tests {
         assert_eq!(bank.properties.get_or_zero("size_in_bytes"), 64 << 30);
         // GPU nodes and CPU nodes with memory are left alone.
         assert!(complete_cpu_memory(&mut sys, 64 << 30).is_empty());
+    }
+
+    #[test]
+    fn gfx9_gpus_without_caches_get_the_kernel_s() {
+        let mut sys = crate::synthetic_system(1);
+        let gpu = sys.nodes.iter_mut().find(|n| n.is_gpu()).unwrap();
+        gpu.caches = None;
+        let notes = complete_gpu_caches(&mut sys);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let gpu = sys.nodes.iter().find(|n| n.is_gpu()).unwrap();
+        // 104 CUs in 8 arrays of 13: as an MI210 capture lists them.
+        assert_eq!(gpu.caches.as_ref().unwrap().len(), 217);
+        assert!(complete_gpu_caches(&mut sys).is_empty());
     }
 
     #[test]
