@@ -32,10 +32,36 @@
 //!   as libdrm checks before it accepts a render fd.
 //! * Paths under `/sys/devices/virtual/kfd` and `/sys/class/kfd` go to the
 //!   simulator's topology tree; `/sys/class/drm`, `/sys/dev/char/226:*` and
-//!   `/sys/module/amdgpu` to a DRM tree written for the machine
-//!   (the `tree` module); `/proc/modules` to one that lists `amdgpu`. Routed
+//!   `/sys/module/amdgpu` to a DRM tree written for the machine, and
+//!   `/sys/devices/system/node/node<N>` of the simulated CPU nodes to their
+//!   CPUs and caches (the thunk reads a CPU node's caches there), all in
+//!   the `tree` module; `/proc/modules` to one that lists `amdgpu`. Routed
 //!   for `open`, `fopen`, `opendir`, the `stat` family, `access`,
 //!   `readlink` and `realpath`.
+//! * With `KFD_SIM_SHM_DIR`, `shm_open`/`sem_open` and their unlinks (and
+//!   opens of `/dev/shm/hsakmt_shared_mem` and
+//!   `/dev/shm/sem.hsakmt_semaphore`, which CRIU's plugin uses by path) use
+//!   that directory instead of the host's `/dev/shm`.
+//!
+//! # Entry points for the process's own code
+//!
+//! * `int kfd_sim_preload_report(int fd)`: what the simulated kernel holds
+//!   for this process (BOs, queues, events, accounting) and every routed
+//!   ioctl's answers, as `key=value` lines.
+//! * `int kfd_sim_preload_checkpoint(first, second, restore_shm, fd)`: CRIU
+//!   (the host emulator with this project's plugin) checkpoints the
+//!   process into `first`, restores it on a renumbered copy of the machine
+//!   (`KFD_SIM_PRELOAD_RENUMBER_SEED`) and checkpoints the restored process
+//!   into `second`.
+//!
+//! # Where AMD's code stops
+//!
+//! The thunk runs every call that needs no GPU to execute anything; ROCr
+//! (5.2) initialises, lists agents and pools, allocates, creates queues and
+//! signals. A kernel dispatch or `hsa_amd_memory_async_copy` never
+//! completes: nothing reads a simulated queue's ring, so no completion
+//! signal is ever written. ROCr 5.2 knows no gfx942 and makes no agent for
+//! an MI300 GPU.
 //!
 //! Everything else passes to the C library's function (the `real` module, found with
 //! `dlsym(RTLD_NEXT)`). Calls this library makes itself while handling one

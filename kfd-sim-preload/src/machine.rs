@@ -45,7 +45,7 @@ pub(crate) enum PathClass<'a> {
 const SYS_KFD: [&[u8]; 2] = [b"/sys/devices/virtual/kfd", b"/sys/class/kfd"];
 const SYS_DRM_CLASS: &[u8] = b"/sys/class/drm";
 const SYS_DEV_CHAR_DRM: &[u8] = b"/sys/dev/char/226:";
-const SYS_BUS_PCI_DRIVERS_AMDGPU: &[u8] = b"/sys/module/amdgpu";
+const SYS_MODULE_AMDGPU: &[u8] = b"/sys/module/amdgpu";
 const PROC_MODULES: &[u8] = b"/proc/modules";
 
 /// `rest` when `path` is `prefix` or lies below it.
@@ -73,7 +73,7 @@ pub(crate) fn classify(path: &[u8]) -> PathClass<'_> {
     let mapped = SYS_KFD.iter().any(|p| below(path, p).is_some())
         || below(path, SYS_DRM_CLASS).is_some()
         || path.starts_with(SYS_DEV_CHAR_DRM)
-        || below(path, SYS_BUS_PCI_DRIVERS_AMDGPU).is_some()
+        || below(path, SYS_MODULE_AMDGPU).is_some()
         || crate::tree::numa_node_of(path).is_some()
         || path == PROC_MODULES;
     if mapped {

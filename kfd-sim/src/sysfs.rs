@@ -395,40 +395,41 @@ pub fn complete_gpu_caches(system: &mut System) -> Vec<String> {
             l3_kib,
         });
         notes.push(format!("node {}: {} GFX9 caches", node.id, caches.len()));
+        // The count the capture printed described the list it lost; the
+        // tree's count is the list's.
+        if node.properties.contains("caches_count") {
+            node.properties.set("caches_count", caches.len() as u64);
+        }
         node.caches = Some(caches);
     }
     notes
 }
 
-/// Makes each node's `mem_banks_count`, `caches_count`, `io_links_count`
-/// and `p2p_links_count` equal the entries the tree will hold, as amdkfd's
-/// always are (it prints the counts of the lists it builds). A partial
-/// capture keeps the counts of the machine it came from but not always the
-/// entries (no `caches/`, a CPU node without `mem_banks/`); AMD's thunk
-/// reads `caches/0 .. caches_count-1` and fails on the first missing one.
-/// Only keys the node has are changed. Returns one line per node changed.
+/// Sets each node's `mem_banks_count`, `caches_count`, `io_links_count`
+/// and `p2p_links_count` to 0 when the tree holds no such list at all, as
+/// amdkfd's counts always equal the lists it prints. A partial capture
+/// keeps the counts of the machine it came from but not always the entries
+/// (no `caches/`, a CPU node without `mem_banks/`); AMD's thunk reads
+/// `caches/0 .. caches_count-1` and fails on the first missing one. Only
+/// keys the node has are changed. Returns one line per node changed.
 pub fn match_entry_counts(system: &mut System) -> Vec<String> {
     let mut notes = Vec::new();
     for node in &mut system.nodes {
-        let counts = [
-            (
-                "mem_banks_count",
-                node.mem_banks.as_ref().map_or(0, Vec::len),
-            ),
-            ("caches_count", node.caches.as_ref().map_or(0, Vec::len)),
-            ("io_links_count", node.io_links.as_ref().map_or(0, Vec::len)),
-            (
-                "p2p_links_count",
-                node.p2p_links.as_ref().map_or(0, Vec::len),
-            ),
+        // Only lists the capture lacks entirely: a tree given with entries
+        // keeps its counts (tests build machines whose counts differ on
+        // purpose, for the plugin's property checks).
+        let absent = [
+            ("mem_banks_count", node.mem_banks.is_none()),
+            ("caches_count", node.caches.is_none()),
+            ("io_links_count", node.io_links.is_none()),
+            ("p2p_links_count", node.p2p_links.is_none()),
         ];
         let mut changed = Vec::new();
-        for (key, entries) in counts {
-            let entries = entries as u64;
+        for (key, absent) in absent {
             match node.properties.get(key) {
-                Some(count) if count != entries => {
-                    node.properties.set(key, entries);
-                    changed.push(format!("{key} {count} -> {entries}"));
+                Some(count) if absent && count != 0 => {
+                    node.properties.set(key, 0);
+                    changed.push(format!("{key} {count} -> 0"));
                 }
                 _ => {}
             }
@@ -521,12 +522,17 @@ mod tests {
         let mut sys = synthetic_system(2);
         let gpu = sys.nodes.iter_mut().find(|n| n.is_gpu()).unwrap();
         gpu.properties.set("caches_count", 4);
+        gpu.caches = None;
         gpu.mem_banks = None;
         let notes = match_entry_counts(&mut sys);
         assert_eq!(notes.len(), 1, "{notes:?}");
         let gpu = sys.nodes.iter().find(|n| n.is_gpu()).unwrap();
         assert_eq!(gpu.prop("caches_count"), 0);
         assert_eq!(gpu.prop("mem_banks_count"), 0);
+        // A list that is there keeps the count it was given.
+        let gpu = sys.nodes.iter_mut().find(|n| n.is_gpu()).unwrap();
+        gpu.caches = Some(Vec::new());
+        gpu.properties.set("caches_count", 3);
         let before = sys.clone();
         assert!(match_entry_counts(&mut sys).is_empty());
         assert_eq!(sys, before);
