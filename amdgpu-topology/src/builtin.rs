@@ -680,6 +680,40 @@ const CACHE_HSA_CU: u64 = 8;
 /// an L1 instruction and an L1 scalar cache per pair of CUs, the L2 and, if
 /// any, the last-level cache.
 fn gpu_caches(model: &GpuModel, simd_id_base: u64) -> Vec<Indexed> {
+    gfx9_gpu_caches(&Gfx9Caches {
+        compute_units: model.compute_units,
+        array_count: model.array_count,
+        simd_id_base,
+        l1_vector_kib: model.l1_vector_kib,
+        l2_kib: model.l2_kib,
+        l3_kib: model.l3_kib,
+    })
+}
+
+/// The shape of a GFX9 node's caches ([`gfx9_gpu_caches`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Gfx9Caches {
+    /// Active compute units of the node.
+    pub compute_units: u64,
+    /// Shader arrays (`array_count`).
+    pub array_count: u64,
+    /// The node's `simd_id_base` (caches name their first CU by it).
+    pub simd_id_base: u64,
+    /// L1 vector cache per CU, KiB.
+    pub l1_vector_kib: u64,
+    /// L2 of the node, KiB.
+    pub l2_kib: u64,
+    /// Last-level (Infinity) cache, KiB; 0 when none.
+    pub l3_kib: u64,
+}
+
+/// The caches amdkfd lists for a GFX9 GPU node of shape `shape`
+/// (`kfd_crat.c`'s GFX9 tables walked over the node's CUs): an L1 vector
+/// cache per CU, an L1 instruction and an L1 scalar cache per pair of CUs
+/// within a shader array, the L2 and, if any, the last-level cache.
+pub fn gfx9_gpu_caches(shape: &Gfx9Caches) -> Vec<Indexed> {
+    let model = shape;
+    let simd_id_base = shape.simd_id_base;
     let cus = model.compute_units;
     let mut caches = Vec::new();
     let mut push = |first_cu: u64, level: u64, kib: u64, kind: u64, map: String| {

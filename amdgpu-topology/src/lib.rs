@@ -70,7 +70,9 @@ pub mod parse;
 pub mod synthesize;
 pub mod write;
 
-pub use builtin::{builtin, builtin_names, renumbered, renumbered_with_map};
+pub use builtin::{
+    builtin, builtin_names, gfx9_gpu_caches, renumbered, renumbered_with_map, Gfx9Caches,
+};
 pub use hive::Hive;
 pub use model::{
     GpuId, Indexed, Link, Node, NodeKind, Properties, PropertyValue, RenderMinor, System,

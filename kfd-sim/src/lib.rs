@@ -131,7 +131,10 @@ pub use sim::{
     DevDriNode, GpuInfo, HostMemorySnapshot, KfdState, Pid, ProcessConfig, Sim, SimConfig,
     SimDriver, SimError, DRM_MAJOR, KFD_MAJOR,
 };
-pub use sysfs::{complete_kernel_properties, synthetic_system};
+pub use sysfs::{
+    complete_cpu_memory, complete_gpu_caches, complete_kernel_properties,
+    complete_system_properties, match_entry_counts, synthetic_system,
+};
 
 /// A kernel error number, as the simulated kernel returns it: the `kfd`
 /// crate's [`kfd::Errno`], so the two crates share one type and one table

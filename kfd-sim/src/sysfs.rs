@@ -297,6 +297,150 @@ pub fn complete_kernel_properties(system: &mut System) -> Vec<String> {
     notes
 }
 
+/// Fills in the system-wide files every amdkfd prints (`generation_id`,
+/// `system_properties`) that a partial capture lacks: a tree without them
+/// is one no kernel shows, and AMD's thunk refuses it (`hsaKmtOpenKFD`
+/// reads `system_properties` first). The generation is 1, as after boot;
+/// the platform fields, copied by the kernel from the firmware's CRAT or
+/// ACPI header, are unknown for such a capture and read 0. Returns one note
+/// per file added.
+pub fn complete_system_properties(system: &mut System) -> Vec<String> {
+    let mut notes = Vec::new();
+    if system.generation_id.is_none() {
+        system.generation_id = Some(1);
+        notes.push("generation_id 1".to_owned());
+    }
+    if system.system_properties.is_none() {
+        system.system_properties = Some(props(&[
+            ("platform_oem", 0),
+            ("platform_id", 0),
+            ("platform_rev", 0),
+        ]));
+        notes.push("system_properties with platform_oem/id/rev 0".to_owned());
+    }
+    notes
+}
+
+/// Gives each CPU node without a memory bank (a capture that kept only
+/// `properties`) the system-memory bank every amdkfd CPU node has (from the
+/// CRAT memory affinity of its NUMA node): `system_memory_bytes` shared
+/// evenly among the CPU nodes, heap type SYSTEM, width 64. AMD's thunk
+/// asserts that a CPU node it links GPUs to has memory. Returns one line
+/// per node changed.
+pub fn complete_cpu_memory(system: &mut System, system_memory_bytes: u64) -> Vec<String> {
+    let is_cpu = |n: &Node| n.prop("cpu_cores_count") > 0 && n.prop("simd_count") == 0;
+    let cpus = system.nodes.iter().filter(|n| is_cpu(n)).count() as u64;
+    let Some(share) = system_memory_bytes.checked_div(cpus) else {
+        return Vec::new();
+    };
+    let mut notes = Vec::new();
+    for node in system.nodes.iter_mut().filter(|n| is_cpu(n)) {
+        if node.mem_banks.as_ref().is_some_and(|b| !b.is_empty()) {
+            continue;
+        }
+        node.mem_banks = Some(vec![Indexed::new(
+            0,
+            props(&[
+                ("heap_type", heap_type::SYSTEM),
+                ("size_in_bytes", share),
+                ("flags", 0),
+                ("width", 64),
+                ("mem_clk_max", 0),
+            ]),
+        )]);
+        notes.push(format!(
+            "node {}: system memory bank of {share} bytes",
+            node.id
+        ));
+    }
+    notes
+}
+
+/// The L2 (and last-level) cache per GPU node of a GFX9 chip, KiB, from
+/// amdkfd's per-ASIC cache tables (`kfd_crat.c`): Vega 10/20 4 MiB; MI100
+/// and MI200 8 MiB; MI300 (per XCC partition) 4 MiB with the 256 MiB
+/// Infinity Cache as its last level. `None` outside GFX9.
+fn gfx9_l2_l3_kib(gfx_target_version: u64) -> Option<(u64, u64)> {
+    Some(match gfx_target_version {
+        90000..=90007 => (4096, 0),
+        90008..=90399 => (8192, 0),
+        90400..=90499 => (4096, 256 * 1024),
+        _ => return None,
+    })
+}
+
+/// Gives each GFX9 GPU node whose capture has no `caches/` (one that kept
+/// only `properties` and links) the caches amdkfd lists for it
+/// ([`amdgpu_topology::gfx9_gpu_caches`] with the chip's L2 and last-level
+/// sizes): a kernel always lists a GPU's caches, and ROCr asserts "GPU
+/// cache info missing" on a node without. Other generations are left
+/// alone. Returns one line per node changed.
+pub fn complete_gpu_caches(system: &mut System) -> Vec<String> {
+    let mut notes = Vec::new();
+    for node in system.nodes.iter_mut().filter(|n| n.prop("simd_count") > 0) {
+        // `None`: the capture has no caches/ at all; an empty list is a
+        // tree that lists none (the synthetic machines).
+        if node.caches.is_some() {
+            continue;
+        }
+        let Some((l2_kib, l3_kib)) = gfx9_l2_l3_kib(node.prop("gfx_target_version")) else {
+            continue;
+        };
+        let caches = amdgpu_topology::gfx9_gpu_caches(&amdgpu_topology::Gfx9Caches {
+            compute_units: node.prop("simd_count") / node.prop("simd_per_cu").max(1),
+            array_count: node.prop("array_count").max(1),
+            simd_id_base: node.prop("simd_id_base"),
+            l1_vector_kib: 16,
+            l2_kib,
+            l3_kib,
+        });
+        notes.push(format!("node {}: {} GFX9 caches", node.id, caches.len()));
+        // The count the capture printed described the list it lost; the
+        // tree's count is the list's.
+        if node.properties.contains("caches_count") {
+            node.properties.set("caches_count", caches.len() as u64);
+        }
+        node.caches = Some(caches);
+    }
+    notes
+}
+
+/// Sets each node's `mem_banks_count`, `caches_count`, `io_links_count`
+/// and `p2p_links_count` to 0 when the tree holds no such list at all, as
+/// amdkfd's counts always equal the lists it prints. A partial capture
+/// keeps the counts of the machine it came from but not always the entries
+/// (no `caches/`, a CPU node without `mem_banks/`); AMD's thunk reads
+/// `caches/0 .. caches_count-1` and fails on the first missing one. Only
+/// keys the node has are changed. Returns one line per node changed.
+pub fn match_entry_counts(system: &mut System) -> Vec<String> {
+    let mut notes = Vec::new();
+    for node in &mut system.nodes {
+        // Only lists the capture lacks entirely: a tree given with entries
+        // keeps its counts (tests build machines whose counts differ on
+        // purpose, for the plugin's property checks).
+        let absent = [
+            ("mem_banks_count", node.mem_banks.is_none()),
+            ("caches_count", node.caches.is_none()),
+            ("io_links_count", node.io_links.is_none()),
+            ("p2p_links_count", node.p2p_links.is_none()),
+        ];
+        let mut changed = Vec::new();
+        for (key, absent) in absent {
+            match node.properties.get(key) {
+                Some(count) if absent && count != 0 => {
+                    node.properties.set(key, 0);
+                    changed.push(format!("{key} {count} -> 0"));
+                }
+                _ => {}
+            }
+        }
+        if !changed.is_empty() {
+            notes.push(format!("node {}: {}", node.id, changed.join(", ")));
+        }
+    }
+    notes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,6 +472,70 @@ mod tests {
         let before = modern.clone();
         assert!(complete_kernel_properties(&mut modern).is_empty());
         assert_eq!(modern, before);
+    }
+
+    #[test]
+    fn partial_captures_get_the_system_files_every_kernel_prints() {
+        let mut sys = synthetic_system(1);
+        sys.generation_id = None;
+        sys.system_properties = None;
+        assert_eq!(complete_system_properties(&mut sys).len(), 2);
+        assert_eq!(sys.generation_id, Some(1));
+        let p = sys.system_properties.as_ref().unwrap();
+        assert_eq!(p.get_or_zero("platform_oem"), 0);
+        assert!(p.contains("platform_id") && p.contains("platform_rev"));
+        // A complete tree is left alone.
+        let mut full = synthetic_system(1);
+        let before = full.clone();
+        assert!(complete_system_properties(&mut full).is_empty());
+        assert_eq!(full, before);
+    }
+
+    #[test]
+    fn cpu_nodes_without_memory_get_a_system_bank() {
+        let mut sys = synthetic_system(1);
+        sys.nodes[0].mem_banks = None;
+        let notes = complete_cpu_memory(&mut sys, 64 << 30);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let bank = &sys.nodes[0].mem_banks.as_ref().unwrap()[0];
+        assert_eq!(bank.properties.get_or_zero("heap_type"), heap_type::SYSTEM);
+        assert_eq!(bank.properties.get_or_zero("size_in_bytes"), 64 << 30);
+        // GPU nodes and CPU nodes with memory are left alone.
+        assert!(complete_cpu_memory(&mut sys, 64 << 30).is_empty());
+    }
+
+    #[test]
+    fn gfx9_gpus_without_caches_get_the_kernel_s() {
+        let mut sys = crate::synthetic_system(1);
+        let gpu = sys.nodes.iter_mut().find(|n| n.is_gpu()).unwrap();
+        gpu.caches = None;
+        let notes = complete_gpu_caches(&mut sys);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let gpu = sys.nodes.iter().find(|n| n.is_gpu()).unwrap();
+        // 104 CUs in 8 arrays of 13: as an MI210 capture lists them.
+        assert_eq!(gpu.caches.as_ref().unwrap().len(), 217);
+        assert!(complete_gpu_caches(&mut sys).is_empty());
+    }
+
+    #[test]
+    fn counts_match_the_entries_written() {
+        let mut sys = synthetic_system(2);
+        let gpu = sys.nodes.iter_mut().find(|n| n.is_gpu()).unwrap();
+        gpu.properties.set("caches_count", 4);
+        gpu.caches = None;
+        gpu.mem_banks = None;
+        let notes = match_entry_counts(&mut sys);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        let gpu = sys.nodes.iter().find(|n| n.is_gpu()).unwrap();
+        assert_eq!(gpu.prop("caches_count"), 0);
+        assert_eq!(gpu.prop("mem_banks_count"), 0);
+        // A list that is there keeps the count it was given.
+        let gpu = sys.nodes.iter_mut().find(|n| n.is_gpu()).unwrap();
+        gpu.caches = Some(Vec::new());
+        gpu.properties.set("caches_count", 3);
+        let before = sys.clone();
+        assert!(match_entry_counts(&mut sys).is_empty());
+        assert_eq!(sys, before);
     }
 
     #[test]

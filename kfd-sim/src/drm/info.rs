@@ -205,6 +205,10 @@ fn answer(device: &DrmDevice, args: &k::drm_amdgpu_info, request: &[u8]) -> Resu
             Ok(count.to_ne_bytes().to_vec())
         }
         k::AMDGPU_INFO_DEV_INFO => Ok(device.dev_info().as_bytes().to_vec()),
+        k::AMDGPU_INFO_READ_MMR_REG => {
+            let q: k::drm_amdgpu_info_read_mmr_reg = read_arg(request);
+            read_mmr_reg(device, &q)
+        }
         k::AMDGPU_INFO_VRAM_GTT => {
             let vram = device.facts.vram_bytes;
             let out = k::drm_amdgpu_info_vram_gtt {
@@ -216,6 +220,75 @@ fn answer(device: &DrmDevice, args: &k::drm_amdgpu_info, request: &[u8]) -> Resu
         }
         _ => Err(Errno(libc::EINVAL)),
     }
+}
+
+/// `GB_ADDR_CONFIG`: the same absolute dword offset on every chip
+/// (libdrm's `amdgpu_query_gpu_info_init` reads it at device start-up).
+const MM_GB_ADDR_CONFIG: u32 = 0x263e;
+/// `AMDGPU_GFX_MAX_SE` and `AMDGPU_GFX_MAX_SH_PER_SE`.
+const GFX_MAX_SE: u32 = 8;
+const GFX_MAX_SH_PER_SE: u32 = 2;
+
+impl DrmDevice {
+    /// The value `amdgpu_asic_read_register` answers for register `reg`,
+    /// `None` for a register it does not allow (or the simulator does not
+    /// model, see [`read_mmr_reg`]).
+    ///
+    /// `GB_ADDR_CONFIG` is the kernel's cached `gfx.config.gb_addr_config`:
+    /// the golden value `gfx_v9_0_gpu_early_init` sets for the chip (Vega10
+    /// `0x2a114042`, Vega12 `0x24104041`, Vega20 `0x26013041`, Raven
+    /// `0x24000042`; Arcturus and Aldebaran OR `0x22014042` into the
+    /// hardware's value, whose other bits read zero here). GFX 9.4.3 and
+    /// GFX10+ read it from the hardware with no golden value in the driver:
+    /// the GFX9 `0x22014042` stands in (the value only feeds surface tiling
+    /// in Mesa, never the compute stack or CRIU). Polaris and Carrizo
+    /// (GFX8): `gfx_v8_0`'s golden `0x22011003` and `0x22010001`.
+    fn register(&self, reg: u32) -> Option<u32> {
+        if reg != MM_GB_ADDR_CONFIG {
+            return None;
+        }
+        Some(match self.generation.gfx_target_version() {
+            90000 => 0x2a11_4042,
+            90004 => 0x2410_4041,
+            90006 => 0x2601_3041,
+            90002 | 90009 | 90012 => 0x2400_0042,
+            80003 => 0x2201_1003,
+            80001 => 0x2201_0001,
+            _ => 0x2201_4042,
+        })
+    }
+}
+
+/// AMDGPU_INFO_READ_MMR_REG (`amdgpu_info_ioctl`): the shader-engine and
+/// array selectors are checked (`EINVAL`), at most 128 registers, and a
+/// register outside the allowed list fails the whole read with `EFAULT`.
+///
+/// Modelled: `GB_ADDR_CONFIG` only. The GFX6–8 tiling registers
+/// (`GB_TILE_MODE*`, `GB_MACROTILE_MODE*`, `MC_ARB_RAMCFG`,
+/// `CC_RB_BACKEND_DISABLE`, `PA_SC_RASTER_CONFIG*`) that libdrm also reads
+/// on pre-GFX9 chips come from per-chip tables the simulator does not carry:
+/// they answer `EFAULT` as an unallowed register would, so libdrm's device
+/// initialisation fails on simulated GFX8 chips (the thunk then goes on
+/// without the marketing name, as it does on any libdrm failure).
+fn read_mmr_reg(device: &DrmDevice, q: &k::drm_amdgpu_info_read_mmr_reg) -> Result<Vec<u8>, Errno> {
+    let se = (q.instance >> k::AMDGPU_INFO_MMR_SE_INDEX_SHIFT) & k::AMDGPU_INFO_MMR_SE_INDEX_MASK;
+    let sh = (q.instance >> k::AMDGPU_INFO_MMR_SH_INDEX_SHIFT) & k::AMDGPU_INFO_MMR_SH_INDEX_MASK;
+    if se != k::AMDGPU_INFO_MMR_SE_INDEX_MASK && se >= GFX_MAX_SE {
+        return Err(Errno(libc::EINVAL));
+    }
+    if sh != k::AMDGPU_INFO_MMR_SH_INDEX_MASK && sh >= GFX_MAX_SH_PER_SE {
+        return Err(Errno(libc::EINVAL));
+    }
+    if q.count > 128 {
+        return Err(Errno(libc::EINVAL));
+    }
+    let mut out = Vec::with_capacity(q.count as usize * 4);
+    for i in 0..q.count {
+        let reg = q.dword_offset.checked_add(i).ok_or(Errno(libc::EFAULT))?;
+        let value = device.register(reg).ok_or(Errno(libc::EFAULT))?;
+        out.extend_from_slice(&value.to_ne_bytes());
+    }
+    Ok(out)
 }
 
 /// DRM_IOCTL_AMDGPU_INFO (`amdgpu_info_ioctl`): write-only argument; the

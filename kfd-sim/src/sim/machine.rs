@@ -164,9 +164,20 @@ impl Sim {
     ///
     /// A GPU of an old capture that lacks what a current kernel reports
     /// (its `gfx_target_version` and SDMA engine counts) gets them first
-    /// ([`crate::sysfs::complete_kernel_properties`]), in the sysfs tree too.
+    /// ([`crate::sysfs::complete_kernel_properties`]), in the sysfs tree too;
+    /// so does a partial capture without the system-wide files
+    /// ([`crate::sysfs::complete_system_properties`]), a CPU node without
+    /// memory gets its system bank ([`crate::sysfs::complete_cpu_memory`]),
+    /// a GFX9 GPU without caches the kernel's ([`crate::sysfs::complete_gpu_caches`]),
+    /// and each node's entry
+    /// counts are made to match its entries
+    /// ([`crate::sysfs::match_entry_counts`]).
     pub fn new(mut system: System, config: SimConfig) -> Result<Sim, SimError> {
         crate::sysfs::complete_kernel_properties(&mut system);
+        crate::sysfs::complete_system_properties(&mut system);
+        crate::sysfs::complete_cpu_memory(&mut system, config.system_memory_bytes);
+        crate::sysfs::complete_gpu_caches(&mut system);
+        crate::sysfs::match_entry_counts(&mut system);
         let mut gpus = Vec::new();
         let mut ids = HashSet::new();
         let mut minors = HashSet::new();

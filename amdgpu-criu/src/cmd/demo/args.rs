@@ -37,8 +37,9 @@ pub struct Args {
     pub restore_topology: Option<String>,
     /// The application: `basic` (a few small BOs of every type per GPU),
     /// `pytorch` (many BOs of mixed sizes, USERPTR staging, SVM),
-    /// `tensorflow` (few large VRAM BOs) or `multi` (three processes, one of
-    /// each, checkpointed together).
+    /// `tensorflow` (few large VRAM BOs), `multi` (three processes, one of
+    /// each, checkpointed together) or `hsakmt` (AMD's own thunk builds the
+    /// process; needs libhsakmt-dev and kfd-sim-preload).
     #[arg(long, value_enum, default_value_t = WorkloadKind::Tensorflow)]
     pub workload: WorkloadKind,
     /// Total bytes of the VRAM and GTT BOs the workload allocates, spread

@@ -33,6 +33,7 @@ mod args;
 mod budget;
 mod cleanup;
 mod exchange;
+mod hsakmt;
 mod images;
 mod machine;
 mod progress;
@@ -68,6 +69,9 @@ enum Stop {
 /// Runs `demo`: 0 when verified, 1 when a step failed or the result differs,
 /// 2 on usage errors.
 pub fn run(args: Args) -> ExitCode {
+    if args.workload == workload::WorkloadKind::Hsakmt {
+        return hsakmt::run(&args);
+    }
     // Before any thread exists: they inherit the blocked signals.
     if let Err(e) = cleanup::install() {
         eprintln!("amdgpu-criu demo: {e}");

@@ -25,6 +25,9 @@ pub enum WorkloadKind {
     Tensorflow,
     /// Three processes (pytorch, tensorflow and basic) in one checkpoint.
     Multi,
+    /// AMD's own thunk (libhsakmt) builds the process: memory of every
+    /// kind, queues, events (needs libhsakmt-dev and kfd-sim-preload).
+    Hsakmt,
 }
 
 impl WorkloadKind {
@@ -34,6 +37,7 @@ impl WorkloadKind {
             WorkloadKind::Pytorch => "pytorch",
             WorkloadKind::Tensorflow => "tensorflow",
             WorkloadKind::Multi => "multi",
+            WorkloadKind::Hsakmt => "hsakmt",
         }
     }
 
@@ -49,6 +53,8 @@ impl WorkloadKind {
                     + WorkloadKind::Pytorch.minimum_bytes(gpus)
                     + WorkloadKind::Tensorflow.minimum_bytes(gpus)
             }
+            // Run by `demo::hsakmt`, which allocates what the thunk does.
+            WorkloadKind::Hsakmt => 0,
         }
     }
 
@@ -115,6 +121,9 @@ impl WorkloadKind {
                     ),
                     Profile::Basic,
                 ]
+            }
+            WorkloadKind::Hsakmt => {
+                return Err("the hsakmt workload is AMD's thunk, not a simulated profile".into())
             }
         })
     }

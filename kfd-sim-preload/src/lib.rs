@@ -1,0 +1,111 @@
+//! An `LD_PRELOAD` interposer that runs a [`kfd_sim`] machine inside the
+//! process it is loaded into, so AMD's own user space (the ROCm thunk
+//! `libhsakmt`, libdrm's amdgpu half, ROCr, `rocminfo`) runs against the
+//! simulated kernel unchanged: every test of the simulator then has a client
+//! this project did not write.
+//!
+//! ```text
+//! KFD_SIM_MACHINE=mi210-8gpu-2hive LD_PRELOAD=libkfd_sim_preload.so rocminfo
+//! KFD_SIM_MACHINE=/path/to/captured/topology LD_PRELOAD=... ./app
+//! ```
+//!
+//! `KFD_SIM_MACHINE` names a built-in topology
+//! (`amdgpu_topology::builtin_names`) or a directory holding a captured
+//! topology tree; `KFD_SIM_PRELOAD_TRACE` (any value) logs every routed
+//! ioctl and mmap to stderr with the simulator's answer. The machine is
+//! built on the first use of a path it serves; one simulated process stands
+//! for the host process.
+//!
+//! # What is routed
+//!
+//! * `open`/`open64`/`openat`/`__open_2` of `/dev/kfd` and
+//!   `/dev/dri/renderD<minor>`: [`kfd::Driver::open`] of [`kfd_sim::SimDriver`], whose fds are
+//!   real (memfds), so `close`, `dup`, `fcntl(F_DUPFD_CLOEXEC)` (libdrm dups
+//!   the render fd) and `read` need no routing; the simulator keys its state
+//!   on the open file. Other `/dev/dri` entries (primary nodes) are
+//!   `ENOENT`: a real GPU is never opened.
+//! * `ioctl`, `mmap`/`mmap64` on those fds: the simulator (doorbells, the
+//!   MMIO page, BO CPU mappings through the render node, the events page);
+//!   `munmap` lets the simulator forget the CPU mappings it covers.
+//! * `fstat`/`stat`/`lstat`/`fstatat`/`statx` show the device files as the
+//!   character devices they stand for (kfd 511:0, render nodes 226:minor),
+//!   as libdrm checks before it accepts a render fd.
+//! * Paths under `/sys/devices/virtual/kfd` and `/sys/class/kfd` go to the
+//!   simulator's topology tree; `/sys/class/drm`, `/sys/dev/char/226:*` and
+//!   `/sys/module/amdgpu` to a DRM tree written for the machine, and
+//!   `/sys/devices/system/node/node<N>` of the simulated CPU nodes to their
+//!   CPUs and caches (the thunk reads a CPU node's caches there), all in
+//!   the `tree` module; `/proc/modules` to one that lists `amdgpu`. Routed
+//!   for `open`, `fopen`, `opendir`, the `stat` family, `access`,
+//!   `readlink` and `realpath`.
+//! * With `KFD_SIM_SHM_DIR`, `shm_open`/`sem_open` and their unlinks (and
+//!   opens of `/dev/shm/hsakmt_shared_mem` and
+//!   `/dev/shm/sem.hsakmt_semaphore`, which CRIU's plugin uses by path) use
+//!   that directory instead of the host's `/dev/shm`.
+//!
+//! # Entry points for the process's own code
+//!
+//! * `int kfd_sim_preload_report(int fd)`: what the simulated kernel holds
+//!   for this process (BOs, queues, events, accounting) and every routed
+//!   ioctl's answers, as `key=value` lines.
+//! * `int kfd_sim_preload_checkpoint(first, second, restore_shm, fd)`: CRIU
+//!   (the host emulator with this project's plugin) checkpoints the
+//!   process into `first`, restores it on a renumbered copy of the machine
+//!   (`KFD_SIM_PRELOAD_RENUMBER_SEED`) and checkpoints the restored process
+//!   into `second`.
+//!
+//! # Where AMD's code stops
+//!
+//! The thunk runs every call that needs no GPU to execute anything; ROCr
+//! (5.2) initialises, lists agents and pools, allocates, creates queues and
+//! signals. A kernel dispatch or `hsa_amd_memory_async_copy` never
+//! completes: nothing reads a simulated queue's ring, so no completion
+//! signal is ever written. ROCr 5.2 knows no gfx942 and makes no agent for
+//! an MI300 GPU.
+//!
+//! Everything else passes to the C library's function (the `real` module, found with
+//! `dlsym(RTLD_NEXT)`). Calls this library makes itself while handling one
+//! (the simulator writing its tree, allocations) pass straight through.
+//!
+//! # Why not umockdev
+//!
+//! umockdev (`umockdev-run`, `libumockdev-preload`) fakes sysfs trees and
+//! device nodes for udev-style clients, and scripts ioctls by recording or
+//! by a per-request handler written against its own ioctl emulation. It
+//! fits the sysfs half in principle, but not the device half: the
+//! simulator must answer KFD and DRM ioctls with real user pointers inside
+//! the process (ALLOC_MEMORY_OF_GPU writes through `arg`, CRIU ops copy
+//! whole buffers) and serve `mmap` of doorbells and BOs from its own
+//! memfds, which umockdev's preload cannot hand to an in-process Rust
+//! library. Running both preloads side by side would split one machine
+//! across two interposers that each rewrite `open`, so the sysfs tree would
+//! come from umockdev's testbed while the fds come from here, and every
+//! path of the KFD tree would have to be copied into the testbed. One
+//! interposer with one machine keeps the topology, the device files and
+//! the ioctl answers coming from the same [`kfd_sim::Sim`].
+//!
+//! # Limits
+//!
+//! * Only Linux on x86-64 and AArch64 (the variadic `open`/`ioctl` are
+//!   defined with a fixed third argument, see the `hooks` module).
+//! * Paths reached through `chdir` + a relative name, or through glibc's
+//!   internal opens (`__open_nocancel` inside `opendir`'s own readers, the
+//!   dynamic linker) are not seen; AMD's code uses absolute paths.
+//! * CPU mappings replaced by a `MAP_FIXED` anonymous `mmap` (the thunk
+//!   releases a BO's range that way) stay in the simulator's mapping
+//!   accounting until the range is unmapped.
+
+#![cfg(target_os = "linux")]
+
+mod checkpoint;
+mod hooks;
+mod machine;
+mod real;
+mod report;
+mod shm;
+mod trace;
+mod tree;
+
+pub use checkpoint::{DEFAULT_RENUMBER_SEED, KFD_FILE_ID, RENUMBER_SEED_VAR};
+pub use machine::{MACHINE_VAR, TRACE_VAR};
+pub use shm::SHM_DIR_VAR;

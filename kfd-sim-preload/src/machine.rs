@@ -1,0 +1,328 @@
+//! The simulated machine this process talks to: built on first use from
+//! `KFD_SIM_MACHINE`, with one simulated process standing for this one,
+//! the simulator's sysfs tree, the DRM sysfs tree ([`crate::tree`]),
+//! a `/proc/modules` that lists `amdgpu`, and the table of the device
+//! files the simulator handed out.
+//!
+//! It decides where a path goes ([`classify`], [`Machine::redirect`]) and
+//! never calls a hook: every file it touches goes through the C library's
+//! own functions (the hooks pass calls made while it runs straight
+//! through, see [`crate::hooks`]).
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+use std::os::fd::{IntoRawFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use kfd::Driver;
+use kfd_sim::{Sim, SimConfig, SimDriver, DRM_MAJOR, KFD_MAJOR};
+
+/// The environment variable naming the machine: a built-in topology name
+/// (`amdgpu_topology::builtin_names`) or a directory holding a captured
+/// topology (the layout of `/sys/class/kfd/kfd/topology`).
+pub const MACHINE_VAR: &str = "KFD_SIM_MACHINE";
+/// Set to anything to log each routed device call to stderr.
+pub const TRACE_VAR: &str = "KFD_SIM_PRELOAD_TRACE";
+
+/// Where a path goes, decided from its bytes alone (no allocation, no
+/// machine needed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PathClass<'a> {
+    /// `/dev/kfd`.
+    Kfd,
+    /// `/dev/dri/renderD<minor>`.
+    Render(u32),
+    /// Anything else under `/dev/dri` (`card*`, the directory itself).
+    OtherDri(&'a [u8]),
+    /// A path of the simulated sysfs or procfs: the machine maps it.
+    Mapped,
+    /// Not the simulator's business.
+    Host,
+}
+
+const SYS_KFD: [&[u8]; 2] = [b"/sys/devices/virtual/kfd", b"/sys/class/kfd"];
+const SYS_DRM_CLASS: &[u8] = b"/sys/class/drm";
+const SYS_DEV_CHAR_DRM: &[u8] = b"/sys/dev/char/226:";
+const SYS_MODULE_AMDGPU: &[u8] = b"/sys/module/amdgpu";
+const PROC_MODULES: &[u8] = b"/proc/modules";
+
+/// `rest` when `path` is `prefix` or lies below it.
+fn below<'a>(path: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
+    let rest = path.strip_prefix(prefix)?;
+    (rest.is_empty() || rest[0] == b'/').then_some(rest)
+}
+
+/// Where `path` goes.
+pub(crate) fn classify(path: &[u8]) -> PathClass<'_> {
+    if path == b"/dev/kfd" {
+        return PathClass::Kfd;
+    }
+    if let Some(rest) = below(path, b"/dev/dri") {
+        if let Some(minor) = rest.strip_prefix(b"/renderD") {
+            if let Some(m) = std::str::from_utf8(minor)
+                .ok()
+                .and_then(|m| m.parse::<u32>().ok())
+            {
+                return PathClass::Render(m);
+            }
+        }
+        return PathClass::OtherDri(rest);
+    }
+    let mapped = SYS_KFD.iter().any(|p| below(path, p).is_some())
+        || below(path, SYS_DRM_CLASS).is_some()
+        || path.starts_with(SYS_DEV_CHAR_DRM)
+        || below(path, SYS_MODULE_AMDGPU).is_some()
+        || crate::tree::numa_node_of(path).is_some()
+        || path == PROC_MODULES;
+    if mapped {
+        PathClass::Mapped
+    } else {
+        PathClass::Host
+    }
+}
+
+/// A device file the simulator handed out, by the (device, inode) of the
+/// memfd standing for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeviceNode {
+    pub(crate) major: u32,
+    pub(crate) minor: u32,
+}
+
+/// The machine of this process.
+pub(crate) struct Machine {
+    pub(crate) sim: Sim,
+    pub(crate) driver: SimDriver,
+    /// `<sim tree>/sys/class/kfd`: stands for `/sys/class/kfd` and
+    /// `/sys/devices/virtual/kfd`.
+    kfd_class: PathBuf,
+    /// The DRM sysfs tree and `/proc/modules`.
+    extra: crate::tree::Tree,
+    devices: Mutex<HashMap<(u64, u64), DeviceNode>>,
+    pub(crate) trace: bool,
+    /// Every routed ioctl's answer, for the report.
+    pub(crate) tally: crate::report::Tally,
+    /// CPU mappings the simulator made through [`crate::hooks::mmap`]
+    /// (start, length): only an `munmap` that touches one of these goes to
+    /// the simulator (and takes its lock), so other threads' unmaps never
+    /// wait on it.
+    mappings: Mutex<std::collections::BTreeMap<usize, usize>>,
+}
+
+static MACHINE: OnceLock<Result<Machine, String>> = OnceLock::new();
+
+/// The machine, if it was built already (cheap: no initialisation).
+pub(crate) fn existing() -> Option<&'static Machine> {
+    MACHINE.get().and_then(|m| m.as_ref().ok())
+}
+
+/// The machine, built on first call. The error (said once on stderr) when
+/// `KFD_SIM_MACHINE` is unset or names nothing usable.
+pub(crate) fn get() -> Result<&'static Machine, &'static str> {
+    let m = MACHINE.get_or_init(|| {
+        let built = Machine::build();
+        if let Err(e) = &built {
+            eprintln!("kfd-sim-preload: no simulated machine: {e}");
+        }
+        built
+    });
+    m.as_ref().map_err(String::as_str)
+}
+
+impl Machine {
+    fn build() -> Result<Machine, String> {
+        let name = std::env::var_os(MACHINE_VAR).ok_or_else(|| {
+            format!(
+                "{MACHINE_VAR} is not set: set it to a built-in topology ({}) or to a captured topology directory",
+                amdgpu_topology::builtin_names().join(", ")
+            )
+        })?;
+        let path = Path::new(&name);
+        let sim = if path.is_dir() {
+            Sim::from_sysfs(path, SimConfig::default())
+        } else {
+            let name = name.to_string_lossy();
+            Sim::builtin(&name, SimConfig::default())
+        }
+        .map_err(|e| format!("{MACHINE_VAR}={}: {e}", path.display()))?;
+        let pid = sim
+            .spawn_process()
+            .map_err(|e| format!("cannot create the simulated process: {e}"))?;
+        let extra = crate::tree::Tree::write(&sim)
+            .map_err(|e| format!("cannot write the DRM sysfs tree: {e}"))?;
+        let kfd_class = sim
+            .sysfs_root()
+            .parent()
+            .and_then(Path::parent)
+            .map(Path::to_path_buf)
+            .ok_or("the simulator's sysfs tree has no kfd class directory")?;
+        Ok(Machine {
+            driver: sim.driver(pid),
+            sim,
+            kfd_class,
+            extra,
+            devices: Mutex::new(HashMap::new()),
+            trace: std::env::var_os(TRACE_VAR).is_some(),
+            tally: Default::default(),
+            mappings: Mutex::new(Default::default()),
+        })
+    }
+
+    /// The file a `Mapped` path stands for (`None`: no such file).
+    pub(crate) fn redirect(&self, path: &[u8]) -> Option<CString> {
+        let mut out = None;
+        for prefix in SYS_KFD {
+            if let Some(rest) = below(path, prefix) {
+                out = Some(join(&self.kfd_class, rest));
+            }
+        }
+        if out.is_none() {
+            out = self.extra.redirect(path);
+        }
+        match out {
+            Some(p) => CString::new(p).ok(),
+            // A NUMA node the simulated machine lacks: the host's own
+            // (libnuma reads node0 of the host).
+            None if crate::tree::numa_node_of(path).is_some() => CString::new(path).ok(),
+            None => None,
+        }
+    }
+
+    /// Opens `/dev/kfd` or a render node in the simulator: a real fd.
+    pub(crate) fn open_device(&self, path: &CStr, flags: i32) -> Result<RawFd, i32> {
+        let p = Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
+        let fd = self
+            .driver
+            .open(p, flags)
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+        let node = match classify(path.to_bytes()) {
+            PathClass::Render(minor) => DeviceNode {
+                major: DRM_MAJOR,
+                minor,
+            },
+            _ => DeviceNode {
+                major: KFD_MAJOR,
+                minor: 0,
+            },
+        };
+        let key = file_key(std::os::fd::AsRawFd::as_raw_fd(&fd)).ok_or(libc::EBADF)?;
+        self.lock_devices().insert(key, node);
+        if self.trace {
+            eprintln!(
+                "kfd-sim-preload: open {} -> simulated {}:{}",
+                path.to_string_lossy(),
+                node.major,
+                node.minor
+            );
+        }
+        Ok(fd.into_raw_fd())
+    }
+
+    /// The device node `fd` stands for, if the simulator handed it out.
+    pub(crate) fn device_of(&self, fd: RawFd) -> Option<DeviceNode> {
+        let key = file_key(fd)?;
+        self.lock_devices().get(&key).copied()
+    }
+
+    /// The device node `/dev/kfd` or render node `path` names on this
+    /// machine (`None`: the simulated machine has no such device).
+    pub(crate) fn device_at(&self, class: PathClass<'_>) -> Option<DeviceNode> {
+        match class {
+            PathClass::Kfd => Some(DeviceNode {
+                major: KFD_MAJOR,
+                minor: 0,
+            }),
+            PathClass::Render(minor) => self
+                .sim
+                .gpus()
+                .iter()
+                .any(|g| g.render_minor == minor)
+                .then_some(DeviceNode {
+                    major: DRM_MAJOR,
+                    minor,
+                }),
+            _ => None,
+        }
+    }
+
+    /// Notes a CPU mapping the simulator made.
+    pub(crate) fn mapped(&self, start: usize, len: usize) {
+        self.lock_mappings().insert(start, len);
+    }
+
+    /// Whether `[start, start+len)` touches a mapping the simulator made;
+    /// forgets the ones it covers whole.
+    pub(crate) fn unmapping(&self, start: usize, len: usize) -> bool {
+        let end = start.saturating_add(len);
+        let mut maps = self.lock_mappings();
+        let touched: Vec<(usize, usize)> = maps
+            .range(..end)
+            .filter(|(&a, &l)| a.saturating_add(l) > start)
+            .map(|(&a, &l)| (a, l))
+            .collect();
+        for &(a, l) in &touched {
+            if a >= start && a.saturating_add(l) <= end {
+                maps.remove(&a);
+            }
+        }
+        !touched.is_empty()
+    }
+
+    fn lock_mappings(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<usize, usize>> {
+        self.mappings.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Where `/dev/dri` itself (a directory of the render nodes) is.
+    pub(crate) fn dri_dir(&self) -> CString {
+        CString::new(self.extra.dri_dir().as_os_str().as_bytes()).unwrap_or_default()
+    }
+
+    fn lock_devices(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, u64), DeviceNode>> {
+        self.devices.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// `base` followed by `rest` (which is empty or starts with `/`).
+pub(crate) fn join(base: &Path, rest: &[u8]) -> Vec<u8> {
+    let mut v = base.as_os_str().as_bytes().to_vec();
+    v.extend_from_slice(rest);
+    v
+}
+
+/// The (device, inode) of open fd `fd`, through the C library's fstat.
+pub(crate) fn file_key(fd: RawFd) -> Option<(u64, u64)> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `st` is a writable buffer of the size fstat(2) fills.
+    let ret = unsafe { crate::real::fstat(fd, st.as_mut_ptr()) };
+    if ret < 0 {
+        return None;
+    }
+    // SAFETY: fstat succeeded and initialised the whole struct.
+    let st = unsafe { st.assume_init() };
+    Some((st.st_dev, st.st_ino))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_classified_by_prefix_only() {
+        assert_eq!(classify(b"/dev/kfd"), PathClass::Kfd);
+        assert_eq!(classify(b"/dev/kfdx"), PathClass::Host);
+        assert_eq!(classify(b"/dev/dri/renderD129"), PathClass::Render(129));
+        assert_eq!(classify(b"/dev/dri/card0"), PathClass::OtherDri(b"/card0"));
+        assert_eq!(classify(b"/dev/dri"), PathClass::OtherDri(b""));
+        assert_eq!(
+            classify(b"/sys/devices/virtual/kfd/kfd/topology/nodes/1/properties"),
+            PathClass::Mapped
+        );
+        assert_eq!(classify(b"/sys/class/kfdx"), PathClass::Host);
+        assert_eq!(classify(b"/sys/dev/char/226:128/device"), PathClass::Mapped);
+        assert_eq!(classify(b"/sys/dev/char/4:1"), PathClass::Host);
+        assert_eq!(classify(b"/proc/modules"), PathClass::Mapped);
+        assert_eq!(classify(b"/proc/self/maps"), PathClass::Host);
+    }
+}

@@ -1,0 +1,119 @@
+//! What `kfd_sim_preload_report` writes: the simulated kernel's view of
+//! this process and a tally of every routed ioctl by name and answer, as
+//! `key=value` lines.
+//!
+//! ```text
+//! state bos=5 queues=1 events=2 svm_ranges=0 paused=0 resumed=0 vm_acquired=1 eviction=0
+//! accounting kfd_fds=1 render_fds=2 dmabuf_fds=0 live_bos=5 live_bo_bytes=.. pinned_userptr_pages=1 cpu_mappings=3 kfd_processes=1 queues=1 events=2
+//! gpu node=1 gpu_id=19005 render_minor=128
+//! acquired gpu_ids=19005
+//! ioctl name=kfd_ALLOC_MEMORY_OF_GPU ok=7 errors=
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+
+use crate::machine::Machine;
+
+/// One ioctl's answers: successes, and failures by errno.
+type Answers = (u64, BTreeMap<i32, u64>);
+
+/// Answers per ioctl name: successes and errno counts.
+#[derive(Default)]
+pub(crate) struct Tally {
+    by_name: Mutex<BTreeMap<String, Answers>>,
+    /// gpu_ids of successful ACQUIRE_VM calls, in call order: the ids the
+    /// client read from the topology.
+    acquired: Mutex<Vec<u32>>,
+}
+
+impl Tally {
+    /// Notes a VM acquired for `gpu_id`.
+    pub(crate) fn acquired(&self, gpu_id: u32) {
+        self.acquired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(gpu_id);
+    }
+
+    /// Counts one answer.
+    pub(crate) fn record(&self, request: libc::c_ulong, ret: &std::io::Result<i32>) {
+        let name = crate::trace::name(request).replace(' ', "_");
+        let mut t = self.by_name.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = t.entry(name).or_default();
+        match ret {
+            Ok(_) => entry.0 += 1,
+            Err(e) => *entry.1.entry(e.raw_os_error().unwrap_or(0)).or_default() += 1,
+        }
+    }
+}
+
+fn join<T: ToString>(items: impl IntoIterator<Item = T>) -> String {
+    items
+        .into_iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The report for machine `m`.
+pub(crate) fn render(m: &Machine) -> String {
+    let mut out = String::new();
+    let pid = m.driver.pid();
+    match m.sim.kfd_state(pid) {
+        Some(s) => {
+            let _ = writeln!(
+                out,
+                "state bos={} queues={} events={} svm_ranges={} paused={} resumed={} vm_acquired={} eviction={}",
+                s.bos,
+                s.queues,
+                s.events,
+                s.svm_ranges,
+                u8::from(s.queues_paused),
+                s.resumed,
+                join(s.vm_acquired.iter().map(|&v| u8::from(v))),
+                join(&s.eviction_levels),
+            );
+        }
+        None => out.push_str("state none\n"),
+    }
+    let a = m.sim.accounting();
+    let _ = writeln!(
+        out,
+        "accounting kfd_fds={} render_fds={} dmabuf_fds={} live_bos={} live_bo_bytes={} pinned_userptr_pages={} cpu_mappings={} kfd_processes={} queues={} events={}",
+        a.kfd_fds,
+        a.render_fds,
+        a.dmabuf_fds,
+        a.live_bos,
+        a.live_bo_bytes,
+        a.pinned_userptr_pages,
+        a.cpu_mappings,
+        a.kfd_processes,
+        a.queues,
+        a.events,
+    );
+    for g in m.sim.gpus() {
+        let _ = writeln!(
+            out,
+            "gpu node={} gpu_id={} render_minor={}",
+            g.node_id, g.gpu_id, g.render_minor
+        );
+    }
+    let acquired = m.tally.acquired.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = writeln!(out, "acquired gpu_ids={}", join(acquired.iter()));
+    drop(acquired);
+    let t = m.tally.by_name.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, (ok, errors)) in t.iter() {
+        let _ = writeln!(
+            out,
+            "ioctl name={name} ok={ok} errors={}",
+            join(
+                errors
+                    .iter()
+                    .map(|(e, n)| format!("{}:{n}", kfd::Errno(*e).name().unwrap_or("?")))
+            )
+        );
+    }
+    out
+}

@@ -1,0 +1,202 @@
+//! Shared by the tests that run AMD's user space against kfd-sim: finding
+//! the packages and the interposer, compiling the C probe, running a
+//! program with the interposer preloaded, and reading its records.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use kfd_sim::{Sim, SimConfig};
+
+/// Says why a test cannot run; a failure when `CI` is set (`.ci/run`
+/// installs every package these tests need).
+pub fn skip(reason: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("CI is set and this test cannot run: {reason}");
+    }
+    println!("skipped: {reason}");
+}
+
+/// `libkfd_sim_preload.so`, built by cargo with the tests (the lib target
+/// they depend on) next to the test binaries in `<target>/<profile>/deps`.
+pub fn preload_lib() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir = exe
+        .parent()
+        .expect("the test binary lives in <target>/<profile>/deps");
+    let lib = dir.join("libkfd_sim_preload.so");
+    assert!(
+        lib.is_file(),
+        "{} is missing: cargo builds it with the tests",
+        lib.display()
+    );
+    lib
+}
+
+/// A scratch directory (the compiled probe, the private /dev/shm), removed
+/// by the test.
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub fn new() -> Scratch {
+        let dir = tempfile::Builder::new()
+            .prefix("kfd-sim-preload-test")
+            .tempdir()
+            .expect("a scratch directory");
+        std::fs::create_dir(dir.path().join("shm")).expect("the private shm directory");
+        Scratch { dir }
+    }
+
+    /// The private stand-in for /dev/shm (`KFD_SIM_SHM_DIR`).
+    pub fn shm(&self) -> PathBuf {
+        self.dir.path().join("shm")
+    }
+}
+
+/// The C probe (`amdgpu-criu/src/cmd/demo/hsakmt_probe.c`, which
+/// `amdgpu-criu demo --workload hsakmt` runs too) compiled against
+/// libhsakmt-dev,
+/// or `None` (said why) when the packages or a compiler are missing.
+pub fn hsakmt_probe(scratch: &Scratch) -> Option<PathBuf> {
+    if !Path::new("/usr/include/hsakmt.h").is_file() {
+        skip("libhsakmt-dev is not installed (/usr/include/hsakmt.h is missing)");
+        return None;
+    }
+    if Command::new("cc").arg("--version").output().is_err() {
+        skip("no C compiler (cc) to build the libhsakmt probe");
+        return None;
+    }
+    let src =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../amdgpu-criu/src/cmd/demo/hsakmt_probe.c");
+    let out = scratch.dir.path().join("hsakmt_probe");
+    let built = Command::new("cc")
+        .args(["-Wall", "-Werror", "-O1", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .arg("-lhsakmt")
+        .output()
+        .expect("running cc");
+    assert!(
+        built.status.success(),
+        "compiling {} failed:\n{}",
+        src.display(),
+        String::from_utf8_lossy(&built.stderr)
+    );
+    Some(out)
+}
+
+/// Runs `program args` with the interposer preloaded on `machine`.
+pub fn run_preloaded(scratch: &Scratch, machine: &OsStr, program: &Path, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .env("LD_PRELOAD", preload_lib())
+        .env("KFD_SIM_MACHINE", machine)
+        .env("KFD_SIM_SHM_DIR", scratch.shm())
+        .env_remove("KFD_SIM_PRELOAD_TRACE")
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", program.display()))
+}
+
+/// One `kind key=value ...` line.
+pub type Record = BTreeMap<String, String>;
+
+/// The records of `kind` in `text`.
+pub fn records(text: &str, kind: &str) -> Vec<Record> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix(kind)?.strip_prefix(' '))
+        .map(|rest| {
+            rest.split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect()
+        })
+        .collect()
+}
+
+/// A numeric field of a record.
+pub fn num(r: &Record, key: &str) -> u64 {
+    let v = r
+        .get(key)
+        .unwrap_or_else(|| panic!("record {r:?} has no {key}"));
+    v.parse()
+        .unwrap_or_else(|_| panic!("{key}={v} in {r:?} is not a number"))
+}
+
+/// The report the probe printed at `stage` (`kfd_sim_preload_report`).
+pub fn report<'a>(out: &'a str, stage: &str) -> &'a str {
+    let start = out
+        .find(&format!("report stage={stage}\n"))
+        .unwrap_or_else(|| panic!("no report at stage {stage} in:\n{out}"));
+    let body = &out[start..];
+    &body[..body.find("end-report").expect("an unterminated report")]
+}
+
+/// Every ioctl of a report that the simulator refused, as
+/// `name: errors`.
+pub fn refused_ioctls(report: &str) -> Vec<String> {
+    records(report, "ioctl")
+        .into_iter()
+        .filter(|r| r.get("errors").is_some_and(|e| !e.is_empty()))
+        .map(|r| format!("{}: {}", r["name"], r["errors"]))
+        .collect()
+}
+
+/// `ok` count of ioctl `name` in a report (0 when never made).
+pub fn ioctl_ok(report: &str, name: &str) -> u64 {
+    records(report, "ioctl")
+        .iter()
+        .find(|r| r.get("name").map(String::as_str) == Some(name))
+        .map_or(0, |r| num(r, "ok"))
+}
+
+/// `../shared/fixtures/topology` next to the workspace root.
+pub fn fixtures() -> Option<PathBuf> {
+    let mut dir = Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf();
+    loop {
+        let manifest = dir.join("Cargo.toml");
+        if std::fs::read_to_string(&manifest).is_ok_and(|m| m.contains("[workspace]")) {
+            let fixtures = dir.join("../shared/fixtures/topology");
+            return fixtures.is_dir().then_some(fixtures);
+        }
+        if !dir.pop() {
+            return None;
+        }
+    }
+}
+
+/// The machines the interposer can be asked for: every built-in topology,
+/// then every capture, as (`KFD_SIM_MACHINE` value, the same machine built
+/// here). A capture the simulator refuses comes with the reason instead.
+pub fn machines() -> Vec<(String, Result<Sim, String>)> {
+    let mut out: Vec<(String, Result<Sim, String>)> = amdgpu_topology::builtin_names()
+        .iter()
+        .map(|n| {
+            (
+                n.to_string(),
+                Sim::builtin(n, SimConfig::default()).map_err(|e| e.to_string()),
+            )
+        })
+        .collect();
+    match fixtures() {
+        Some(dir) => {
+            let mut caps: Vec<PathBuf> = std::fs::read_dir(&dir)
+                .expect("the fixtures directory")
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect();
+            caps.sort();
+            for cap in caps {
+                let sim = Sim::from_sysfs(&cap, SimConfig::default()).map_err(|e| e.to_string());
+                out.push((cap.display().to_string(), sim));
+            }
+        }
+        None => println!("no ../shared/fixtures/topology: built-in machines only"),
+    }
+    out
+}
