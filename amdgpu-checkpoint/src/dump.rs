@@ -392,6 +392,7 @@ impl<D: Driver + Clone> Dumper<D> {
             priv_data: checkpoint.priv_data,
             producer: Some(PRODUCER.to_owned()),
             format_version: Some(FORMAT_VERSION),
+            message_checksum: None,
         };
         store
             .write_message(&ImageName::Kfd { id }, &msg)
@@ -651,6 +652,7 @@ impl<D: Driver + Clone> Dumper<D> {
             bo_entries,
             producer: Some(PRODUCER.to_owned()),
             format_version: Some(FORMAT_VERSION),
+            message_checksum: None,
             device: Some(device),
             // Which tasks may own the fd: only a named GPU has any.
             kfd_pids: if gpu_id == 0 {
@@ -895,6 +897,7 @@ fn write_dmabuf<S: ImageStore>(store: &S, id: u32, handle: u32) -> Result<(), Er
         gem_handle: handle,
         producer: Some(PRODUCER.to_owned()),
         format_version: Some(FORMAT_VERSION),
+        message_checksum: None,
     };
     store
         .write_message(&ImageName::Dmabuf { id }, &msg)

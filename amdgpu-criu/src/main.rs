@@ -14,7 +14,19 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+// Every command prints through `out`, which ends quietly on a closed pipe
+// (`show | head`) instead of panicking as std's macro does.
+macro_rules! println {
+    () => {
+        $crate::out::line(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::out::line(format_args!($($arg)*))
+    };
+}
+
 mod cmd;
+mod out;
 
 #[derive(Parser)]
 #[command(name = "amdgpu-criu", version, about, long_about = None)]

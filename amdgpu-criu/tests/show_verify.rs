@@ -129,7 +129,7 @@ fn verify_says_an_interrupted_dump_is_incomplete() {
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
         text.contains("incomplete image set: .amdgpu-pages-1-0002.img.part-4242-7")
-            && text.contains(": incomplete, 1 unfinished files"),
+            && text.contains(": incomplete, 1 unfinished file"),
         "{text}"
     );
 }
@@ -142,7 +142,8 @@ fn verify_clean_set_exits_0() {
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert_eq!(
         text,
-        "7 files, 8 bos read (110592 bytes), 8 checksums verified: clean\n"
+        "7 files, 8 bos read (110592 bytes), 8 content checksums verified, 3 of 3 messages \
+         covered by a checksum: clean\n"
     );
 }
 
@@ -246,6 +247,7 @@ fn render_only_dir(minor_in_device: u32) -> tempfile::TempDir {
         }],
         producer: None,
         format_version: None,
+        message_checksum: None,
         device: Some(KfdDeviceEntry {
             node_id: 2,
             gpu_id: 0xbeef,
@@ -299,7 +301,8 @@ fn show_and_verify_a_render_only_set() {
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert_eq!(
         text,
-        "2 files, 1 bos read (8192 bytes), 1 checksums verified: clean\n"
+        "2 files, 1 bo read (8192 bytes), 1 content checksum verified, 1 of 1 message covered \
+         by a checksum: clean\n"
     );
 }
 

@@ -14,7 +14,7 @@ use crate::messages::{flags, DevIolink, DrmBoEntry, DrmVmEntry, KfdDeviceEntry};
 use crate::pages::{PagesBo, PagesLayout};
 use crate::store::{ImageStore, ImageWriter, MemStore};
 use crate::{
-    encode_message, verify_set, CriuDmabufNode, CriuKfd, CriuRenderNode, Error, ImageMessage,
+    verify_set, CriuDmabufNode, CriuKfd, CriuRenderNode, Error, ImageMessage,
     ImageName, KfdBoEntry, ValidatedKfd, ValidatedRenderNode, PAGE_SIZE,
 };
 
@@ -40,8 +40,14 @@ fn roundtrip<M: ImageMessage + PartialEq + std::fmt::Debug>(file: &str, data: &[
         first, second,
         "decode → encode → decode changed the message"
     );
+    // Writing seals messages with our producer marker, and only those.
+    let sealed = matches!(
+        crate::seal::check(&framed[8..]),
+        crate::seal::SealCheck::Match(_)
+    );
+    assert_eq!(sealed, first.is_ours(), "sealed iff ours");
     assert_eq!(
-        encode_message(&second),
+        crate::framing::encode_for_writing(&second),
         framed[8..],
         "encoding is not stable"
     );
@@ -282,6 +288,7 @@ pub fn write_sample_set<S: ImageStore>(store: &S, spec: SampleSpec) -> Result<Cr
         priv_data: (0..64u8).collect(),
         producer: None,
         format_version: None,
+        message_checksum: None,
     };
     kfd.mark_producer();
     for d in kfd.device_entries.clone().iter().filter(|d| d.is_gpu()) {
@@ -351,6 +358,7 @@ pub fn write_sample_set<S: ImageStore>(store: &S, spec: SampleSpec) -> Result<Cr
         ],
         producer: None,
         format_version: None,
+        message_checksum: None,
         device: None,
         kfd_pids: Vec::new(),
     };
@@ -375,6 +383,7 @@ pub fn write_sample_set<S: ImageStore>(store: &S, spec: SampleSpec) -> Result<Cr
         gem_handle: 2,
         producer: None,
         format_version: None,
+        message_checksum: None,
     };
     db.mark_producer();
     store.write_message(&ImageName::Dmabuf { id: spec.id + 2 }, &db)?;

@@ -17,6 +17,7 @@
 //! | `kfd_bo_entry`, `drm_bo_entry` | 100 | `content_checksum` (fixed64) | [`content_checksum`](crate::content_checksum) of the BO's bytes in its pages file |
 //! | `drm_bo_entry` | 101 | `share_handle` (uint32) | the handle naming the BO's buffer across the image set |
 //! | `criu_render_node` | 102 | `device` (`kfd_device_entry`) | the node's GPU at checkpoint, see [`CriuRenderNode::device`] |
+//! | `criu_kfd`, `criu_render_node`, `criu_dmabuf_node` | 120 | `message_checksum` (fixed64) | XXH3-64 of the message encoded without this field ([`seal`](crate::seal)) |
 //!
 //! Messages serialize with serde under the proto field names; `bytes` fields
 //! serialize as `{ "len": n, "hex_prefix": "…" }`. This module never reads
@@ -61,6 +62,16 @@ pub mod flags {
 pub trait ImageMessage: prost::Message + Default + crate::presence::Checked {
     /// The proto message name (`criu_kfd`), used in error paths.
     const PROTO_NAME: &'static str;
+
+    /// The recorded [`seal`](crate::seal) (tag 120), if any.
+    fn message_checksum(&self) -> Option<u64>;
+
+    /// Sets or clears the recorded seal (tag 120).
+    fn set_message_checksum(&mut self, checksum: Option<u64>);
+
+    /// Whether the message carries our producer marker (`format_version`):
+    /// [`write_message`](crate::write_message) seals those.
+    fn is_ours(&self) -> bool;
 }
 
 /// `dev_iolink`: one valid io link of a topology node.
@@ -261,6 +272,12 @@ pub struct CriuKfd {
     #[prost(uint32, optional, tag = "101")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub format_version: Option<u32>,
+    /// Ours (tag 120): XXH3-64 of this message's encoding without this
+    /// field, see [`seal`](crate::seal). Absent in images of the C plugin
+    /// (and of versions before it), whose messages are then not covered.
+    #[prost(fixed64, optional, tag = "120")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_checksum: Option<u64>,
 }
 
 /// `drm_vm_entry`: one GPU VA mapping of a DRM BO.
@@ -394,6 +411,12 @@ pub struct CriuRenderNode {
     #[prost(uint32, repeated, packed = "false", tag = "103")]
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kfd_pids: Vec<u32>,
+    /// Ours (tag 120): XXH3-64 of this message's encoding without this
+    /// field, see [`seal`](crate::seal). Absent in images of the C plugin
+    /// (and of versions before it), whose messages are then not covered.
+    #[prost(fixed64, optional, tag = "120")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_checksum: Option<u64>,
 }
 
 impl CriuRenderNode {
@@ -418,12 +441,27 @@ pub struct CriuDmabufNode {
     #[prost(uint32, optional, tag = "101")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub format_version: Option<u32>,
+    /// Ours (tag 120): XXH3-64 of this message's encoding without this
+    /// field, see [`seal`](crate::seal). Absent in images of the C plugin
+    /// (and of versions before it), whose messages are then not covered.
+    #[prost(fixed64, optional, tag = "120")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_checksum: Option<u64>,
 }
 
 macro_rules! image_message {
     ($($ty:ident => $name:literal),* $(,)?) => {$(
         impl ImageMessage for $ty {
             const PROTO_NAME: &'static str = $name;
+            fn message_checksum(&self) -> Option<u64> {
+                self.message_checksum
+            }
+            fn set_message_checksum(&mut self, checksum: Option<u64>) {
+                self.message_checksum = checksum;
+            }
+            fn is_ours(&self) -> bool {
+                self.format_version.is_some()
+            }
         }
         impl $ty {
             /// Sets our producer marker (tags 100 and 101) to this crate's values.

@@ -60,7 +60,8 @@ fn dmabuf_node_zero_handle_is_still_emitted() {
         CriuDmabufNode {
             gem_handle: 0,
             producer: None,
-            format_version: None
+            format_version: None,
+            message_checksum: None,
         }
     );
     assert_eq!(encode_message(&msg), golden);
@@ -247,6 +248,7 @@ fn sample_kfd() -> CriuKfd {
         priv_data: vec![1, 2, 3, 0, 255],
         producer: None,
         format_version: None,
+        message_checksum: None,
     }
 }
 
@@ -346,6 +348,7 @@ fn render_node_matches_hand_encoding() {
         }],
         producer: None,
         format_version: None,
+        message_checksum: None,
         device: None,
         kfd_pids: Vec::new(),
     };
@@ -544,6 +547,7 @@ fn render_only_device_entry_is_tag_102() {
         bo_entries: Vec::new(),
         producer: None,
         format_version: None,
+        message_checksum: None,
         device: Some(gpu.clone()),
         kfd_pids: Vec::new(),
     };
@@ -608,6 +612,7 @@ fn kfd_pids_are_unpacked_tag_103() {
         bo_entries: Vec::new(),
         producer: None,
         format_version: None,
+        message_checksum: None,
         device: None,
         kfd_pids: vec![1234, 5],
     };

@@ -421,7 +421,9 @@ fn sample_set_verifies_clean_in_every_store_and_problems_are_found() {
     );
     assert!(
         lines.contains(
-            &"amdgpu-pages-9-0001.img: not referenced by any image of the set".to_string()
+            &"amdgpu-kfd-9.img: missing (the process's bo list and gpus); referenced by 1 file: \
+              amdgpu-pages-9-0001.img"
+                .to_string()
         ),
         "{lines:#?}"
     );

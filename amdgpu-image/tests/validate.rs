@@ -72,6 +72,7 @@ fn good_kfd() -> CriuKfd {
         priv_data: vec![],
         producer: None,
         format_version: None,
+        message_checksum: None,
     }
 }
 
@@ -287,6 +288,7 @@ fn good_render() -> CriuRenderNode {
         ],
         producer: None,
         format_version: None,
+        message_checksum: None,
         device: None,
         kfd_pids: Vec::new(),
     }

@@ -81,6 +81,7 @@ pub fn kfd_with_bos(bos: usize) -> CriuKfd {
         priv_data: vec![0x5a; 256 << 10],
         producer: None,
         format_version: None,
+        message_checksum: None,
     };
     kfd.mark_producer();
     kfd
