@@ -49,7 +49,15 @@ pub fn plural(count: impl Into<u64>, word: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::plural;
+    use super::{human_bytes, plural};
+
+    #[test]
+    fn sizes() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(4096), "4.0 KiB");
+        assert_eq!(human_bytes(3 << 29), "1.5 GiB");
+    }
 
     #[test]
     fn plurals() {
@@ -59,4 +67,25 @@ mod tests {
         assert_eq!(plural(1u32, "process"), "1 process");
         assert_eq!(plural(3u32, "reason"), "3 reasons");
     }
+}
+
+/// A gpu_id as every command shows it: hex with at least 4 digits, as in
+/// image file names (`amdgpu-pages-1-0237.img` is gpu `0x0237`).
+pub fn gpu_id(id: u32) -> String {
+    format!("{id:#06x}")
+}
+
+/// `bytes` for people: `512 B`, `4.0 KiB`, `1.5 GiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
 }

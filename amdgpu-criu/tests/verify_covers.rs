@@ -9,8 +9,8 @@ use std::path::Path;
 
 use amdgpu_image::fuzz_support::{write_sample_set, SampleSpec};
 use amdgpu_image::{
-    decode_message_unchecked, encode_message, CriuKfd, CriuRenderNode, DirStore,
-    ImageName, ImageStore, ReadLimits, HEADER_LEN,
+    decode_message_unchecked, encode_message, CriuKfd, CriuRenderNode, DirStore, ImageName,
+    ImageStore, ReadLimits, HEADER_LEN,
 };
 
 mod cli;
@@ -61,9 +61,10 @@ fn flipped_bytes_in_priv_data_are_caught_by_verify_show_and_check() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
-        err.contains("amdgpu-kfd-1.img: criu_kfd: message checksum mismatch"),
+        err.contains("amdgpu-kfd-1.img: message checksum mismatch"),
         "{err}"
     );
+    assert_eq!(err.lines().count(), 1, "{err}");
 
     let out = run(&[
         "check",
@@ -84,7 +85,8 @@ fn flipped_bytes_in_priv_data_are_caught_by_verify_show_and_check() {
         .read_message::<CriuKfd>(&KFD, ReadLimits::default())
         .unwrap_err();
     assert!(
-        e.to_string().starts_with("amdgpu-kfd-1.img: criu_kfd: message checksum mismatch"),
+        e.to_string()
+            .starts_with("amdgpu-kfd-1.img: criu_kfd: message checksum mismatch"),
         "{e}"
     );
 }
@@ -230,7 +232,10 @@ fn c_plugin_images_verify_and_are_said_not_covered() {
         "{text}"
     );
     assert!(text.contains(": amdgpu-kfd-1.img\n"), "{text}");
-    assert!(text.ends_with("2 of 3 messages covered by a checksum: clean\n"), "{text}");
+    assert!(
+        text.ends_with("2 of 3 messages covered by a checksum: clean\n"),
+        "{text}"
+    );
 
     let out = run(&["verify", "--json", dir.path().to_str().unwrap()]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -274,9 +279,17 @@ fn closed_pipes_end_quietly() {
         // Close the reading end at once, as `| head -0` does.
         drop(child.stdout.take());
         let mut err = String::new();
-        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
         let status = child.wait().unwrap();
         assert_eq!(status.code(), Some(0), "{args:?}: {err}");
-        assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?}: {err}");
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "{args:?}: {err}"
+        );
     }
 }

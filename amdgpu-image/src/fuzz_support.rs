@@ -14,8 +14,8 @@ use crate::messages::{flags, DevIolink, DrmBoEntry, DrmVmEntry, KfdDeviceEntry};
 use crate::pages::{PagesBo, PagesLayout};
 use crate::store::{ImageStore, ImageWriter, MemStore};
 use crate::{
-    verify_set, CriuDmabufNode, CriuKfd, CriuRenderNode, Error, ImageMessage,
-    ImageName, KfdBoEntry, ValidatedKfd, ValidatedRenderNode, PAGE_SIZE,
+    verify_set, CriuDmabufNode, CriuKfd, CriuRenderNode, Error, ImageMessage, ImageName,
+    KfdBoEntry, ValidatedKfd, ValidatedRenderNode, PAGE_SIZE,
 };
 
 /// Limits for fuzzing: small, so huge headers are rejected fast.

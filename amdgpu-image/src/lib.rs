@@ -111,7 +111,6 @@ pub use framing::{
     encode_message, read_message, read_message_covered, read_payload_framed, write_message,
     FramedWriter, ReadLimits, HEADER_LEN,
 };
-pub use seal::Coverage;
 pub use messages::{
     flags, CriuDmabufNode, CriuKfd, CriuRenderNode, DevIolink, DrmBoEntry, DrmVmEntry,
     ImageMessage, KfdBoEntry, KfdDeviceEntry, FORMAT_VERSION, PRODUCER,
@@ -121,6 +120,7 @@ pub use pages::{
     PagesBo, PagesChunk, PagesFile, PagesLayout, PagesReader, PagesSink, PagesWriter, Sequential,
     WrittenPages, PAGE_SIZE,
 };
+pub use seal::Coverage;
 pub use store::{
     DirStore, ImageStore, ImageWriter, MemStore, StreamMode, StreamStore, StreamWriter,
 };

@@ -106,9 +106,10 @@ pub fn encode_sealed<M: ImageMessage>(msg: &M) -> Vec<u8> {
     let mut bytes = msg.encode_to_vec();
     // Take out the field if it is set (prost writes it in tag order).
     if msg.message_checksum().is_some() {
-        if let Some(f) = top_level(&bytes)
-            .and_then(|fs| fs.into_iter().find(|f| f.tag == u64::from(MESSAGE_CHECKSUM_TAG)))
-        {
+        if let Some(f) = top_level(&bytes).and_then(|fs| {
+            fs.into_iter()
+                .find(|f| f.tag == u64::from(MESSAGE_CHECKSUM_TAG))
+        }) {
             bytes.drain(f.start..f.end);
         }
     }

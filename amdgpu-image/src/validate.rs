@@ -634,7 +634,11 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
                 "missing ({what}); referenced by {} {}: {}",
                 files.len(),
                 if files.len() == 1 { "file" } else { "files" },
-                files.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                files
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         ));
     }
@@ -646,8 +650,14 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
             if !render_pids.contains(pid) {
                 continue;
             }
-            let with: Vec<_> = gpus.iter().filter(|(g, _)| render_of.contains(&(*g, *pid))).collect();
-            for (gpu_id, minor) in gpus.iter().filter(|(g, _)| !render_of.contains(&(*g, *pid))) {
+            let with: Vec<_> = gpus
+                .iter()
+                .filter(|(g, _)| render_of.contains(&(*g, *pid)))
+                .collect();
+            for (gpu_id, minor) in gpus
+                .iter()
+                .filter(|(g, _)| !render_of.contains(&(*g, *pid)))
+            {
                 report.problems.push(Problem::new(
                     format!("amdgpu-renderD-?.img (gpu {gpu_id:#x}, renderD{minor})"),
                     "",

@@ -109,7 +109,11 @@ fn print_text(report: &SetReport, unfinished: &[String]) {
         println!(
             "{summary}: incomplete, {} unfinished {}, {}",
             unfinished.len(),
-            if unfinished.len() == 1 { "file" } else { "files" },
+            if unfinished.len() == 1 {
+                "file"
+            } else {
+                "files"
+            },
             plural(report.problems.len() as u64, "problem")
         );
     } else if report.is_clean() {
