@@ -25,7 +25,15 @@ macro_rules! println {
     };
 }
 
+// Stderr lines are copied to the `--log` file.
+macro_rules! eprintln {
+    ($($arg:tt)*) => {
+        $crate::out::err_line(format_args!($($arg)*))
+    };
+}
+
 mod cmd;
+mod machine;
 mod out;
 
 #[derive(Parser)]
@@ -33,6 +41,17 @@ mod out;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// More output: the plugin's and the engine's log lines down to debug
+    /// (as CRIU's -v4).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Only errors on stderr: no notes, hints or progress.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+    /// Append every stderr line, and every log line whatever the
+    /// verbosity, to FILE (as CRIU's -o).
+    #[arg(long, global = true, value_name = "FILE")]
+    log: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -50,6 +69,8 @@ enum Command {
     /// Checkpoint a simulated GPU process through the plugin and restore it
     /// on another simulated machine, verified.
     Demo(cmd::demo::Args),
+    /// Can this machine checkpoint and restore GPU processes, and if not, why?
+    Doctor(cmd::doctor::Args),
     /// Resume the GPU queues of a process a killed CRIU left paused.
     Unpause(cmd::unpause::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -58,6 +79,26 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = out::configure(cli.verbose, cli.quiet, cli.log.as_deref()) {
+        let log = cli
+            .log
+            .as_deref()
+            .unwrap_or(std::path::Path::new(""))
+            .display();
+        eprintln!("amdgpu-criu: --log {log}: {e}");
+        return ExitCode::from(2);
+    }
+    // The plugin's and engine's lines outside the demo (which keeps them)
+    // go to stderr at this level (criu-plugin-amdgpu's log module).
+    let level = match (cli.verbose, cli.quiet) {
+        (_, true) => Some("1"),
+        (0, false) => None,
+        _ => Some("4"),
+    };
+    if let Some(level) = level {
+        // Before any thread exists.
+        std::env::set_var("AMDGPU_PLUGIN_LOG_LEVEL", level);
+    }
     match cli.command {
         Command::Map(args) => cmd::map::run(args),
         Command::Show(args) => cmd::show::run(args),
@@ -65,6 +106,7 @@ fn main() -> ExitCode {
         Command::Topology(args) => cmd::topology::run(args),
         Command::Check(args) => cmd::check::run(args),
         Command::Demo(args) => cmd::demo::run(args),
+        Command::Doctor(args) => cmd::doctor::run_cmd(args),
         Command::Unpause(args) => cmd::unpause::run(args),
         Command::Completions(args) => cmd::completions::run(args, Cli::command()),
     }

@@ -9,19 +9,72 @@
 //! reported once on stderr and ends the process with status 2.
 
 use std::fmt;
+use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+static QUIET: AtomicBool = AtomicBool::new(false);
+static VERBOSE: AtomicU8 = AtomicU8::new(0);
+static LOG: OnceLock<Mutex<File>> = OnceLock::new();
+
+/// Applies the global `-v`, `--quiet` and `--log FILE` options: `-v` shows
+/// the plugin's and engine's log lines down to debug (CRIU's `-v4`),
+/// `--quiet` only errors (no notes or hints); `--log FILE` appends every
+/// line written to stderr, and every log line whatever the verbosity, to
+/// FILE (CRIU's `-o`).
+pub fn configure(verbose: u8, quiet: bool, log: Option<&Path>) -> io::Result<()> {
+    QUIET.store(quiet, Ordering::Relaxed);
+    VERBOSE.store(verbose, Ordering::Relaxed);
+    if let Some(path) = log {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let _ = LOG.set(Mutex::new(file));
+    }
+    Ok(())
+}
+
+/// How many `-v` were given.
+pub fn verbose() -> u8 {
+    VERBOSE.load(Ordering::Relaxed)
+}
+
+/// Whether `--quiet` was given.
+pub fn quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
+
+/// Appends `text` and a newline to the `--log` file, if there is one.
+pub fn log_only(text: &str) {
+    if let Some(file) = LOG.get() {
+        let mut f = file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Best effort: a full disk must not end the command.
+        let _ = writeln!(f, "{text}");
+    }
+}
+
+/// A line for stderr (errors, warnings): always shown, and logged.
+pub fn err_line(args: fmt::Arguments<'_>) {
+    let text = fmt::format(args);
+    log_only(&text);
+    // Best effort: nobody is left to tell when stderr is gone.
+    let _ = writeln!(io::stderr().lock(), "{text}");
+}
+
+/// A note or hint for stderr: logged, shown unless `--quiet`.
+pub fn note(text: &str) {
+    log_only(text);
+    if !quiet() {
+        let _ = writeln!(io::stderr().lock(), "{text}");
+    }
+}
 
 /// Writes `args` and a newline to standard output.
 pub fn line(args: fmt::Arguments<'_>) {
     let mut out = io::stdout().lock();
     if let Err(e) = out.write_fmt(args).and_then(|()| out.write_all(b"\n")) {
-        gone(&e);
-    }
-}
-
-/// Flushes standard output (before the process exits or blocks).
-pub fn flush() {
-    if let Err(e) = io::stdout().lock().flush() {
         gone(&e);
     }
 }

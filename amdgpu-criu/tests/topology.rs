@@ -159,7 +159,7 @@ fn unreadable_topologies_exit_2_with_a_reason() {
         assert_eq!(out.status.code(), Some(2));
         let err = stderr(&out);
         assert!(
-            err.contains("--sysfs") && err.contains("--builtin"),
+            err.contains("--sysfs") && err.contains("builtin:NAME"),
             "{err}"
         );
     } else {

@@ -24,7 +24,7 @@
 //! This module decides nothing the plugin decides: it only sets the stage,
 //! measures and compares. It never touches real devices.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::process::ExitCode;
 
 use criu_plugin_amdgpu::log::{Capture, Level};
@@ -82,13 +82,26 @@ pub fn run(args: Args) -> ExitCode {
     let mut report = Report::default();
     let outcome = execute(&args, &bar, &mut report);
     bar.finish_and_clear();
-    let plugin_lines: Vec<String> = capture
-        .lines()
+    let captured = capture.lines();
+    drop(capture);
+    // Every line to the --log file; with -v, to stderr as well (else the
+    // warnings and errors are shown when something fails).
+    let verbose = crate::out::verbose() > 0;
+    for (level, line) in &captured {
+        let text = format!(
+            "{}{line}",
+            criu_plugin_amdgpu::log::line_start(*level, None)
+        );
+        crate::out::log_only(&text);
+        if verbose {
+            let _ = writeln!(std::io::stderr().lock(), "{text}");
+        }
+    }
+    let plugin_lines: Vec<String> = captured
         .into_iter()
-        .filter(|(level, _)| *level <= Level::Warn)
+        .filter(|(level, _)| *level <= Level::Warn && !verbose)
         .map(|(_, line)| format!("{}{line}", criu_plugin_amdgpu::log::PREFIX))
         .collect();
-    drop(capture);
     let code = match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(Stop::Usage(message)) => {
