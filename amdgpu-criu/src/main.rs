@@ -71,6 +71,9 @@ enum Command {
     Demo(cmd::demo::Args),
     /// Can this machine checkpoint and restore GPU processes, and if not, why?
     Doctor(cmd::doctor::Args),
+    /// The ROCm processes here: GPUs, VRAM and GTT, queues, and what a
+    /// checkpoint would write.
+    Ps(cmd::ps::Args),
     /// Resume the GPU queues of a process a killed CRIU left paused.
     Unpause(cmd::unpause::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -107,6 +110,7 @@ fn main() -> ExitCode {
         Command::Check(args) => cmd::check::run(args),
         Command::Demo(args) => cmd::demo::run(args),
         Command::Doctor(args) => cmd::doctor::run_cmd(args),
+        Command::Ps(args) => cmd::ps::run(args),
         Command::Unpause(args) => cmd::unpause::run(args),
         Command::Completions(args) => cmd::completions::run(args, Cli::command()),
     }

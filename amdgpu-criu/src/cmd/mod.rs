@@ -5,6 +5,7 @@ pub mod completions;
 pub mod demo;
 pub mod doctor;
 pub mod map;
+pub mod ps;
 pub mod show;
 pub mod topology;
 pub mod unpause;
