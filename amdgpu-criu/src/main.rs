@@ -76,6 +76,11 @@ enum Command {
     Ps(cmd::ps::Args),
     /// Resume the GPU queues of a process a killed CRIU left paused.
     Unpause(cmd::unpause::Args),
+    /// Print an image message as JSON, every byte included (as `crit decode`).
+    Decode(cmd::decode::DecodeArgs),
+    /// Write an image message from the JSON `decode` prints, validated (as
+    /// `crit encode`).
+    Encode(cmd::decode::EncodeArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::Args),
 }
@@ -112,6 +117,8 @@ fn main() -> ExitCode {
         Command::Doctor(args) => cmd::doctor::run_cmd(args),
         Command::Ps(args) => cmd::ps::run(args),
         Command::Unpause(args) => cmd::unpause::run(args),
+        Command::Decode(args) => cmd::decode::run_decode(args),
+        Command::Encode(args) => cmd::decode::run_encode(args),
         Command::Completions(args) => cmd::completions::run(args, Cli::command()),
     }
 }

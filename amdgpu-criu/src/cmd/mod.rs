@@ -2,6 +2,7 @@
 
 pub mod check;
 pub mod completions;
+pub mod decode;
 pub mod demo;
 pub mod doctor;
 pub mod map;
