@@ -13,7 +13,11 @@ use cli::run;
 
 fn sample_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    write_sample_set(&DirStore::open_dir(dir.path()).unwrap(), SampleSpec::default()).unwrap();
+    write_sample_set(
+        &DirStore::open_dir(dir.path()).unwrap(),
+        SampleSpec::default(),
+    )
+    .unwrap();
     dir
 }
 
@@ -25,7 +29,12 @@ fn encode(json: &str, out: &std::path::Path) -> std::process::Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(json.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(json.as_bytes())
+        .unwrap();
     child.wait_with_output().unwrap()
 }
 
@@ -33,14 +42,26 @@ fn encode(json: &str, out: &std::path::Path) -> std::process::Output {
 fn decode_then_encode_gives_the_same_bytes() {
     let dir = sample_dir();
     let out = tempfile::tempdir().unwrap();
-    for name in ["amdgpu-kfd-1.img", "amdgpu-renderD-2.img", "amdgpu-dmabuf_3.img"] {
+    for name in [
+        "amdgpu-kfd-1.img",
+        "amdgpu-renderD-2.img",
+        "amdgpu-dmabuf_3.img",
+    ] {
         let d = run(&["decode", dir.path().join(name).to_str().unwrap()]);
         assert_eq!(d.status.code(), Some(0), "{name}");
         let v: serde_json::Value = serde_json::from_slice(&d.stdout).unwrap();
         assert_eq!(v["file"], name);
         assert_eq!(v["message_checksum"], "verified");
-        let e = encode(std::str::from_utf8(&d.stdout).unwrap(), &out.path().join(name));
-        assert_eq!(e.status.code(), Some(0), "{}", String::from_utf8_lossy(&e.stderr));
+        let e = encode(
+            std::str::from_utf8(&d.stdout).unwrap(),
+            &out.path().join(name),
+        );
+        assert_eq!(
+            e.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&e.stderr)
+        );
         assert_eq!(
             fs::read(out.path().join(name)).unwrap(),
             fs::read(dir.path().join(name)).unwrap(),
@@ -48,10 +69,16 @@ fn decode_then_encode_gives_the_same_bytes() {
         );
     }
     // Every byte of priv_data, not a prefix.
-    let d = run(&["decode", dir.path().join("amdgpu-kfd-1.img").to_str().unwrap()]);
+    let d = run(&[
+        "decode",
+        dir.path().join("amdgpu-kfd-1.img").to_str().unwrap(),
+    ]);
     let v: serde_json::Value = serde_json::from_slice(&d.stdout).unwrap();
     assert_eq!(v["content"]["priv_data"]["len"], 64);
-    assert_eq!(v["content"]["priv_data"]["hex"].as_str().unwrap().len(), 128);
+    assert_eq!(
+        v["content"]["priv_data"]["hex"].as_str().unwrap().len(),
+        128
+    );
 }
 
 #[test]
@@ -63,15 +90,26 @@ fn an_edit_is_validated_and_sealed() {
     // A change restore accepts: re-sealed, the set verifies.
     v["content"]["device_entries"][1]["wave_front_size"] = 64.into();
     let e = encode(&v.to_string(), &kfd);
-    assert_eq!(e.status.code(), Some(0), "{}", String::from_utf8_lossy(&e.stderr));
-    assert_eq!(run(&["verify", dir.path().to_str().unwrap()]).status.code(), Some(0));
+    assert_eq!(
+        e.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&e.stderr)
+    );
+    assert_eq!(
+        run(&["verify", dir.path().to_str().unwrap()]).status.code(),
+        Some(0)
+    );
     // One it refuses: nothing written.
     let before = fs::read(&kfd).unwrap();
     v["content"]["num_of_bos"] = 99.into();
     let e = encode(&v.to_string(), &kfd);
     assert_eq!(e.status.code(), Some(1));
     let err = String::from_utf8(e.stderr).unwrap();
-    assert!(err.contains("criu_kfd.num_of_bos: is 99 but the image has 8 bo entries"), "{err}");
+    assert!(
+        err.contains("criu_kfd.num_of_bos: is 99 but the image has 8 bo entries"),
+        "{err}"
+    );
     assert_eq!(fs::read(&kfd).unwrap(), before);
 }
 
@@ -112,7 +150,10 @@ fn bad_input_is_named() {
     assert_eq!(e.status.code(), Some(2));
 
     // decode: a pages file, a damaged message.
-    let d = run(&["decode", dir.path().join("amdgpu-pages-1-1000.img").to_str().unwrap()]);
+    let d = run(&[
+        "decode",
+        dir.path().join("amdgpu-pages-1-1000.img").to_str().unwrap(),
+    ]);
     assert_eq!(d.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&d.stderr).contains("holds raw BO contents"));
     let mut bytes = fs::read(&kfd).unwrap();

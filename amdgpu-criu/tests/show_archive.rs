@@ -143,3 +143,38 @@ fn damaged_archives_are_named() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no amdgpu image files"));
 }
+
+/// The fuzz target's corpus (fuzz/corpus/checkpoint_archive/), replayed
+/// through the check the target runs: seeds and every crash input added
+/// there stay regression tests.
+#[test]
+fn checkpoint_archive_corpus() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/checkpoint_archive");
+    let mut n = 0;
+    for entry in fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let data = fs::read(&path).unwrap();
+        let result = std::panic::catch_unwind(|| amdgpu_image::fuzz_support::check_archive(&data));
+        assert!(result.is_ok(), "{} fails its check", path.display());
+        n += 1;
+    }
+    assert!(n >= 5, "corpus shrank to {n}");
+    // The seeds are what they claim.
+    let zst = fs::read(dir.join("podman.tar.zst")).unwrap();
+    let found = amdgpu_image::archive::read_archive(&zst[..], Default::default()).unwrap();
+    let names: Vec<String> = found.iter().map(|f| f.name.to_string()).collect();
+    assert_eq!(
+        names,
+        [
+            "amdgpu-pages-1-1000.img",
+            "amdgpu-dmabuf_3.img",
+            "amdgpu-dmabuf_4.img"
+        ]
+    );
+    assert_eq!(
+        found[0].bytes.len(),
+        8,
+        "a pages file is read up to its header"
+    );
+    assert_eq!(found[0].len, 8 + 4096);
+}

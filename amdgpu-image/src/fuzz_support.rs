@@ -389,3 +389,30 @@ pub fn write_sample_set<S: ImageStore>(store: &S, spec: SampleSpec) -> Result<Cr
     store.write_message(&ImageName::Dmabuf { id: spec.id + 2 }, &db)?;
     Ok(kfd)
 }
+
+/// Fuzz check for checkpoint archives (tar or zstd-compressed tar, feature
+/// `archive`): never a panic; every image found has a parsed name, at most
+/// its length header of a pages file, all of a message up to the limit.
+#[cfg(feature = "archive")]
+pub fn check_archive(data: &[u8]) {
+    let limits = ReadLimits {
+        max_message_len: 1 << 20,
+    };
+    if let Ok(found) = crate::archive::read_archive(Cursor::new(data), limits) {
+        for pair in found.windows(2) {
+            assert!(pair[0].name < pair[1].name, "names sorted and unique");
+        }
+        for f in &found {
+            let cap = if f.name.kind().holds_message() {
+                limits.max_message_len + crate::HEADER_LEN as u64
+            } else {
+                crate::HEADER_LEN as u64
+            };
+            assert!(f.bytes.len() as u64 <= cap.min(f.len), "{}", f.path);
+            assert_eq!(
+                crate::ImageName::parse(&f.name.to_string()).ok(),
+                Some(f.name)
+            );
+        }
+    }
+}

@@ -88,6 +88,8 @@
 //! ```
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "archive")]
+pub mod archive;
 pub mod checksum;
 mod error;
 pub mod framing;

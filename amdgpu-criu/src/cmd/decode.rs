@@ -56,7 +56,10 @@ pub struct EncodeArgs {
 }
 
 fn name_of(path: &Path) -> Result<ImageName, String> {
-    let file = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let file = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
     let name = ImageName::parse(file)
         .map_err(|e| format!("{e} (the kind of an image is told by its file name)"))?;
     if !name.kind().holds_message() {
@@ -166,9 +169,9 @@ fn encode(json_text: &str, out: &Path) -> Result<ImageName, Refusal> {
     let file = name.to_string();
     let v: Value = serde_json::from_str(json_text)
         .map_err(|e| Refusal::Input(format!("the input is not JSON: {e}")))?;
-    let content = v
-        .get("content")
-        .ok_or_else(|| Refusal::Input("the input has no \"content\" (write it with `amdgpu-criu decode`)".into()))?;
+    let content = v.get("content").ok_or_else(|| {
+        Refusal::Input("the input has no \"content\" (write it with `amdgpu-criu decode`)".into())
+    })?;
     let expected = match name.kind() {
         ImageKind::Kfd => CriuKfd::PROTO_NAME,
         ImageKind::RenderNode => CriuRenderNode::PROTO_NAME,
@@ -190,7 +193,9 @@ fn encode(json_text: &str, out: &Path) -> Result<ImageName, Refusal> {
         if ps.is_empty() {
             Ok(())
         } else {
-            Err(Refusal::Invalid(ps.iter().map(ToString::to_string).collect()))
+            Err(Refusal::Invalid(
+                ps.iter().map(ToString::to_string).collect(),
+            ))
         }
     };
     let written = match name.kind() {
