@@ -100,6 +100,27 @@ pub fn plural(count: impl Into<u64>, word: &str) -> String {
     }
 }
 
+/// A gpu_id as every command shows it: hex with at least 4 digits, as in
+/// image file names (`amdgpu-pages-1-0237.img` is gpu `0x0237`).
+pub fn gpu_id(id: u32) -> String {
+    format!("{id:#06x}")
+}
+
+/// `bytes` for people: `512 B`, `4.0 KiB`, `1.5 GiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
 #[cfg(test)]
 mod tests {
     use super::{human_bytes, plural};
@@ -120,25 +141,4 @@ mod tests {
         assert_eq!(plural(1u32, "process"), "1 process");
         assert_eq!(plural(3u32, "reason"), "3 reasons");
     }
-}
-
-/// A gpu_id as every command shows it: hex with at least 4 digits, as in
-/// image file names (`amdgpu-pages-1-0237.img` is gpu `0x0237`).
-pub fn gpu_id(id: u32) -> String {
-    format!("{id:#06x}")
-}
-
-/// `bytes` for people: `512 B`, `4.0 KiB`, `1.5 GiB`.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
 }

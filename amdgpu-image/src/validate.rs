@@ -433,6 +433,9 @@ impl SetReport {
     }
 }
 
+/// A KFD image of ours, its pid and its GPUs (gpu_id, render minor).
+type KfdProcess = (ImageName, u32, Vec<(u32, u32)>);
+
 /// Size of the buffer pages files are verified through.
 const VERIFY_CHUNK: usize = 1 << 20;
 
@@ -461,7 +464,7 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
     let mut broken_kfd: HashSet<u32> = HashSet::new();
     let mut broken_render: HashSet<u32> = HashSet::new();
     // Per KFD image of ours: its pid and GPUs (gpu_id, render minor).
-    let mut kfd_processes: Vec<(ImageName, u32, Vec<(u32, u32)>)> = Vec::new();
+    let mut kfd_processes: Vec<KfdProcess> = Vec::new();
     // (gpu_id, pid) pairs some render image of ours covers.
     let mut render_of: HashSet<(u32, u32)> = HashSet::new();
     let mut render_pids: HashSet<u32> = HashSet::new();

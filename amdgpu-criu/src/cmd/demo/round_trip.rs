@@ -104,7 +104,7 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
     report.lines.push(format!(
         "checkpoint on {} ({}), restore on {} ({})",
         origin.label,
-        crate::out::plural(gpus as u64, "GPU"),
+        crate::out::plural(gpus, "GPU"),
         restore_label,
         crate::out::plural(restore_sim.gpus().len() as u64, "GPU")
     ));
