@@ -2,7 +2,7 @@
 //!
 //! `amdgpu-criu show DIR | head` closes the pipe while the tool still
 //! writes; std's `println!` panics then ("failed printing to stdout: Broken
-//! pipe", exit 101). Every command prints through [`line`] instead (main.rs
+//! pipe", exit 101). Every command prints through [`line()`] instead (main.rs
 //! shadows `println!` with it): a write that fails with `EPIPE`
 //! ends the process with status 0 and no message, as `cat` killed by
 //! `SIGPIPE` would leave nothing on the terminal. Any other write error is
