@@ -94,13 +94,13 @@ pub(crate) fn load(command: &str, spec: &str, complete: bool) -> Result<DeviceTo
     } else {
         let parsed = parse(Path::new(spec)).map_err(|e| format!("{spec}: {e}"))?;
         for skipped in &parsed.skipped {
-            eprintln!("amdgpu-criu {command}: {spec}: note: {skipped}");
+            crate::out::note(&format!("amdgpu-criu {command}: {spec}: note: {skipped}"));
         }
         parsed.system
     };
     if complete {
         for item in synthesize_missing(&mut system) {
-            eprintln!("amdgpu-criu {command}: {spec}: filled in: {item}");
+            crate::out::note(&format!("amdgpu-criu {command}: {spec}: filled in: {item}"));
         }
     }
     DeviceTopology::from_system(&system).map_err(|e| {

@@ -36,17 +36,17 @@ pub(super) fn resolve(spec: &str) -> Result<Machine, Stop> {
     refuse_combined_nodes(spec, &system)?;
     let filled = synthesize_missing(&mut system);
     if !filled.is_empty() {
-        eprintln!(
+        crate::out::note(&format!(
             "amdgpu-criu demo: note: {spec}: {} missing properties (gpu_ids, VRAM banks, \
              render minors) filled in as the simulator does",
             filled.len()
-        );
+        ));
     }
     for note in kfd_sim::complete_kernel_properties(&mut system) {
-        eprintln!(
+        crate::out::note(&format!(
             "amdgpu-criu demo: note: {spec}: {note} (what a current kernel reports for this \
              chip; the capture's kernel did not print it)"
-        );
+        ));
     }
     Ok(Machine {
         label: spec.to_owned(),

@@ -73,8 +73,10 @@ pub fn run(args: Args) -> ExitCode {
         eprintln!("amdgpu-criu demo: {e}");
         return ExitCode::from(2);
     }
-    let show_bar = !args.json && std::io::stderr().is_terminal();
-    progress::lines_without_terminal(!args.json && !show_bar);
+    // --quiet: no progress either.
+    let quiet = crate::out::quiet();
+    let show_bar = !args.json && !quiet && std::io::stderr().is_terminal();
+    progress::lines_without_terminal(!args.json && !quiet && !show_bar);
     let bar = progress::bar(show_bar);
     // The plugin logs to stderr outside CRIU; the demo keeps its lines and
     // shows the warnings and errors when something fails.
