@@ -270,6 +270,8 @@ fn kernel_checks(env: &Env<'_>, out: &mut Vec<Check>) {
     let topology = match amdgpu_topology::parse(&env.sysfs_root) {
         Ok(parsed) => Some(parsed.system),
         Err(e) => {
+            let root = env.sysfs_root.display().to_string();
+            let text = e.to_string();
             out.push(check(
                 "topology",
                 if kfd.is_none() {
@@ -277,7 +279,11 @@ fn kernel_checks(env: &Env<'_>, out: &mut Vec<Check>) {
                 } else {
                     Status::Fail
                 },
-                format!("{}: {e}", env.sysfs_root.display()),
+                if text.contains(&root) {
+                    text
+                } else {
+                    format!("{root}: {text}")
+                },
             ));
             None
         }

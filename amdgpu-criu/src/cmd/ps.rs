@@ -250,10 +250,13 @@ fn process(roots: &Roots, dir: &Path, pid: u32, minors: &BTreeMap<u32, u32>) -> 
         .values()
         .map(|g| g.vram_bytes + g.gtt_bytes.unwrap_or(0))
         .sum();
+    // In render-node order, as the topology numbers the GPUs.
+    let mut gpus: Vec<GpuUse> = gpus.into_values().collect();
+    gpus.sort_by_key(|g| (g.render_minor.is_none(), g.render_minor, g.gpu_id));
     RocmProcess {
         pid,
         name: read_trimmed(&pid_dir.join("comm")).unwrap_or_else(|| "?".into()),
-        gpus: gpus.into_values().collect(),
+        gpus,
         queues,
         checkpoint_bytes,
         complete,
