@@ -165,9 +165,9 @@ pub fn run(args: Args) -> ExitCode {
                 .map(|&id| ImageName::Kfd { id }.to_string())
                 .collect();
             println!(
-                "{} ({} GPUs):",
+                "{} ({}):",
                 names.join(", "),
-                verdict.checkpointed.gpus().count()
+                crate::out::plural(verdict.checkpointed.gpus().count() as u64, "GPU")
             );
             map::print_text(&verdict.result, &verdict.checkpointed, &local, &options);
         }

@@ -380,10 +380,10 @@ fn render_text(loaded: &Loaded, synthesized: &[Synthesized]) -> String {
             };
             let _ = writeln!(
                 out,
-                "  hive_id {}: nodes {} ({} GPUs){agrees}",
+                "  hive_id {}: nodes {} ({}){agrees}",
                 hive.hive_id,
                 ranges(&hive.nodes),
-                hive.nodes.len()
+                crate::out::plural(hive.nodes.len() as u64, "GPU")
             );
         }
     }

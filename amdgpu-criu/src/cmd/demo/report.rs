@@ -162,10 +162,10 @@ pub(super) fn phase_line(name: &str, phase: &Phase) -> String {
                 0.0
             };
             format!(
-                "{name} {} GPUs, {} BOs, {} of BOs, {} written ({share:.1}% elided as zero \
+                "{name} {}, {}, {} of BOs, {} written ({share:.1}% elided as zero \
                  pages) in {:.3} s ({} of BOs, {} written)",
-                phase.gpus,
-                phase.bos,
+                crate::out::plural(phase.gpus as u64, "GPU"),
+                crate::out::plural(phase.bos as u64, "BO"),
                 human_bytes(phase.bytes),
                 human_bytes(written),
                 phase.seconds,
@@ -174,9 +174,9 @@ pub(super) fn phase_line(name: &str, phase: &Phase) -> String {
             )
         }
         None => format!(
-            "{name} {} GPUs, {} BOs, {} of BOs in {:.3} s ({})",
-            phase.gpus,
-            phase.bos,
+            "{name} {}, {}, {} of BOs in {:.3} s ({})",
+            crate::out::plural(phase.gpus as u64, "GPU"),
+            crate::out::plural(phase.bos as u64, "BO"),
             human_bytes(phase.bytes),
             phase.seconds,
             rate(phase.bytes)
