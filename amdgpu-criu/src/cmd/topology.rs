@@ -321,11 +321,11 @@ fn render_text(loaded: &Loaded, synthesized: &[Synthesized]) -> String {
     let hives = s.hives();
     let _ = writeln!(
         out,
-        "{} nodes: {} CPU, {} GPU; {} XGMI hive(s)",
+        "{} nodes: {} CPU, {} GPU; {}",
         s.nodes.len(),
         s.cpus().count(),
         s.gpus().count(),
-        hives.len()
+        crate::out::plural(hives.len() as u64, "XGMI hive")
     );
     let _ = writeln!(
         out,
@@ -333,7 +333,14 @@ fn render_text(loaded: &Loaded, synthesized: &[Synthesized]) -> String {
         "node", "kind", "gpu_id", "name", "device", "target", "pci", "vram", "minor"
     );
     for node in &s.nodes {
-        let gpu_id = node.gpu_id.map_or("-".to_owned(), |id| id.to_string());
+        // gpu_ids in hex, as image file names and every command show them.
+        let gpu_id = node.gpu_id.map_or("-".to_owned(), |id| {
+            if id == 0 {
+                "0".to_owned()
+            } else {
+                crate::out::gpu_id(id)
+            }
+        });
         let name = node.name.clone().unwrap_or_else(|| "-".to_owned());
         if node.kind() == NodeKind::Cpu {
             let _ = writeln!(
@@ -367,7 +374,11 @@ fn render_text(loaded: &Loaded, synthesized: &[Synthesized]) -> String {
             g.pci,
             vram,
             minor,
-            g.hive_id
+            if g.hive_id == 0 {
+                "-".to_owned()
+            } else {
+                format!("{:#x}", g.hive_id)
+            }
         );
     }
     if !hives.is_empty() {
@@ -380,7 +391,7 @@ fn render_text(loaded: &Loaded, synthesized: &[Synthesized]) -> String {
             };
             let _ = writeln!(
                 out,
-                "  hive_id {}: nodes {} ({}){agrees}",
+                "  hive_id {:#x}: nodes {} ({}){agrees}",
                 hive.hive_id,
                 ranges(&hive.nodes),
                 crate::out::plural(hive.nodes.len() as u64, "GPU")
