@@ -445,6 +445,7 @@ impl<D: Driver + Clone> Dumper<D> {
             kfd_major_version: self.kfd_version.map(|v| v.major),
             kfd_minor_version: self.kfd_version.map(|v| v.minor),
             kfd_required_minor: self.kfd_version.map(crate::kfd_version::required_minor),
+            message_checksum: None,
         };
         store
             .write_message(&ImageName::Kfd { id }, &msg)
@@ -726,6 +727,7 @@ impl<D: Driver + Clone> Dumper<D> {
             bo_entries,
             producer: Some(PRODUCER.to_owned()),
             format_version: Some(FORMAT_VERSION),
+            message_checksum: None,
             device: Some(device),
             // Which tasks may own the fd: only a named GPU has any.
             kfd_pids: if gpu_id == 0 {
@@ -970,6 +972,7 @@ fn write_dmabuf<S: ImageStore>(store: &S, id: u32, handle: u32) -> Result<(), Er
         gem_handle: handle,
         producer: Some(PRODUCER.to_owned()),
         format_version: Some(FORMAT_VERSION),
+        message_checksum: None,
     };
     store
         .write_message(&ImageName::Dmabuf { id }, &msg)

@@ -165,12 +165,23 @@ fn an_incompatible_restore_machine_fails_with_reasons() {
     assert_eq!(v["verified"], false);
     assert!(v["checkpoint"]["bos"].as_u64().unwrap() > 0, "{v:#}");
     assert!(v["restore"].is_null(), "{v:#}");
+    // The reasons in the shape `map --json` and `check --json` give them.
     let reasons = v["reasons"].as_array().unwrap();
     assert!(
         reasons
             .iter()
-            .any(|r| r.as_str().unwrap().contains("number of GPUs")),
+            .any(|r| r["check"] == "gpu_count" && r["checkpointed"] == 2 && r["local"] == 1),
         "{v:#}"
+    );
+    assert_eq!(v["workload"], "tensorflow");
+    assert_eq!(v["topologies"]["checkpoint"], "builtin:pcie-2gpu");
+    assert_eq!(v["topologies"]["restore"], "builtin:single-gpu");
+    assert!(v["image_dir"].is_string(), "{v:#}");
+    // A bare built-in name is taken, with a hint at the one form.
+    assert!(
+        stderr(&out).contains("hint: \"pcie-2gpu\" is read as builtin:pcie-2gpu"),
+        "{}",
+        stderr(&out)
     );
     assert!(v["error"].as_str().unwrap().contains("RESTORE_EXT_FILE"));
     // The plugin's own refusal is shown too.

@@ -56,13 +56,28 @@ fn subcommands() -> Vec<String> {
 
 /// Long options (`--name`) a subcommand's `--help` lists, without `--help`.
 fn long_flags(subcommand: &str) -> Vec<String> {
-    cli(&[subcommand, "--help"])
-        .lines()
+    let global = global_flags();
+    flags_of(&cli(&[subcommand, "--help"]))
+        .into_iter()
+        .filter(|f| !global.contains(f))
+        .collect()
+}
+
+/// The long flags in the Options of a `--help` text (`--verbose...` of a
+/// counted flag as `--verbose`).
+fn flags_of(help: &str) -> Vec<String> {
+    help.lines()
         .skip_while(|l| !l.starts_with("Options:"))
         .flat_map(|l| l.split([' ', ',', '=']))
-        .filter(|w| w.starts_with("--") && w.len() > 2 && *w != "--help")
+        .map(|w| w.trim_end_matches("..."))
+        .filter(|w| w.starts_with("--") && w.len() > 2 && *w != "--help" && *w != "--version")
         .map(str::to_owned)
         .collect()
+}
+
+/// The options every subcommand takes (`-v`, `--quiet`, `--log`).
+fn global_flags() -> Vec<String> {
+    flags_of(&cli(&["--help"]))
 }
 
 /// Structural checks every page must pass even without groff: a title, the
@@ -302,6 +317,22 @@ fn every_subcommand_and_flag_is_documented() {
         documented, existing,
         "the .SS subsections of amdgpu-criu.1 must match the subcommands of --help"
     );
+    let options: String = text
+        .split(".SH OPTIONS")
+        .nth(1)
+        .unwrap_or_default()
+        .split(".SH ")
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let global = global_flags();
+    assert!(global.len() >= 3, "global options: {global:?}");
+    for flag in &global {
+        assert!(
+            options.contains(flag.as_str()),
+            "amdgpu-criu.1: OPTIONS does not mention the global {flag}"
+        );
+    }
     for command in &commands {
         let section: String = text
             .split(".SS \"")

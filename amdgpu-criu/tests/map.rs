@@ -78,8 +78,10 @@ fn a_machine_maps_onto_itself_by_identity() {
     let out = run(&["map", "--from", &dir, "--to", &dir], &[]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.starts_with("compatible\n"), "{text}");
+    // In text, gpu_ids are hex as in image file names.
+    let hex = format!("{:#06x}", node2.parse::<u32>().unwrap());
     assert!(
-        text.contains(&format!("  {node2} -> {node2}  (node 2 -> node 2)")),
+        text.contains(&format!("  {hex} -> {hex}  (node 2 -> node 2)")),
         "{text}"
     );
 }

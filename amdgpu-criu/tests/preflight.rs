@@ -45,6 +45,7 @@ fn write_kfd(dir: &Path, id: u32, pid: u32, entries: Vec<KfdDeviceEntry>) {
         kfd_major_version: None,
         kfd_minor_version: None,
         kfd_required_minor: None,
+        message_checksum: None,
     };
     kfd.mark_producer();
     let store = DirStore::open_dir(dir).unwrap();

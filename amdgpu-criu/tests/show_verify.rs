@@ -80,11 +80,25 @@ fn show_text_of_one_file() {
     let out = run(&["show", &path(dir.path(), ImageName::Kfd { id: 1 })]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.starts_with("amdgpu-kfd-1.img (criu_kfd)\n"), "{text}");
+    // One file: no summary, the message in field (tag) order.
+    assert!(
+        text.starts_with(
+            "amdgpu-kfd-1.img (criu_kfd, 725 bytes, message checksum verified)\n  pid: 4242\n  \
+             num_of_gpus: 2\n  num_of_cpus: 1\n  device_entries: 3 entries\n"
+        ),
+        "{text}"
+    );
     assert!(text.contains("  bo_entries: 8 entries\n"), "{text}");
-    assert!(text.contains("      gpu_id: 0x1000\n"), "{text}");
+    assert!(
+        text.contains(", alloc_flags 0x2 (GTT), gpu_id 0x1000, handle none, content_checksum 0x"),
+        "{text}"
+    );
     assert!(
         text.contains("  priv_data: 64 bytes [000102030405060708090a0b0c0d0e0f…]\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("iolinks: type 2 (PCIe) node_to_id 1"),
         "{text}"
     );
 }
@@ -98,20 +112,48 @@ fn show_reports_unreadable_files_and_bad_paths() {
     )
     .unwrap();
     let out = run(&["show", dir.path().to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        text.contains("amdgpu-renderD-2.img: error: amdgpu-renderD-2.img: truncated"),
-        "{text}"
+    let err = String::from_utf8(out.stderr).unwrap();
+    // Once, on stderr, the file named once.
+    assert_eq!(
+        err,
+        "amdgpu-criu show: amdgpu-renderD-2.img: truncated: the length header announces 5 \
+         bytes, only 1 follow\n"
     );
-    assert!(text.contains("amdgpu-kfd-1.img (criu_kfd)"), "{text}");
+    assert!(text.contains("amdgpu-renderD-2.img: unreadable"), "{text}");
+    assert!(text.contains("amdgpu-kfd-1.img (criu_kfd, "), "{text}");
+
+    // A zero-length file says so.
+    fs::write(dir.path().join("amdgpu-renderD-2.img"), []).unwrap();
+    let out = run(&["show", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("amdgpu-renderD-2.img: empty file (0 bytes), not an image"),
+        "{err}"
+    );
+    assert!(!err.contains("failed to fill whole buffer"), "{err}");
+    let out = run(&["show", "--json", dir.path().to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["problems"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("amdgpu-renderD-2.img: empty file"));
+
+    // A directory without images.
+    let empty = tempfile::tempdir().unwrap();
+    let out = run(&["show", empty.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no amdgpu image files"));
 
     let other = dir.path().join("notes.txt");
     fs::write(&other, "x").unwrap();
     let out = run(&["show", other.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains(
-        "notes.txt: does not end in .img (the kind of an image is told by its file name)"
+        "notes.txt: does not end in .img (the kind of an image is told by its file name; a \
+         checkpoint archive is a tar file)"
     ));
 }
 
@@ -129,7 +171,7 @@ fn verify_says_an_interrupted_dump_is_incomplete() {
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
         text.contains("incomplete image set: .amdgpu-pages-1-0002.img.part-4242-7")
-            && text.contains(": incomplete, 1 unfinished files"),
+            && text.contains(": incomplete, 1 unfinished file"),
         "{text}"
     );
 }
@@ -142,7 +184,8 @@ fn verify_clean_set_exits_0() {
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert_eq!(
         text,
-        "7 files, 8 bos read (110592 bytes), 8 checksums verified: clean\n"
+        "7 files, 8 bos read (110592 bytes), 8 content checksums verified, 3 of 3 messages \
+         covered by a checksum: clean\n"
     );
 }
 
@@ -246,6 +289,7 @@ fn render_only_dir(minor_in_device: u32) -> tempfile::TempDir {
         }],
         producer: None,
         format_version: None,
+        message_checksum: None,
         device: Some(KfdDeviceEntry {
             node_id: 2,
             gpu_id: 0xbeef,
@@ -288,18 +332,20 @@ fn show_and_verify_a_render_only_set() {
 
     let out = run(&["show", &path(dir.path(), ImageName::RenderNode { id: 5 })]);
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("  gpu_id: 0x0\n"), "{text}");
-    assert!(text.contains("  device:\n    array_count: 0\n"), "{text}");
-    assert!(text.contains("    gpu_id: 0xbeef\n"), "{text}");
-    assert!(text.contains("    node_id: 2\n"), "{text}");
-    assert!(text.contains("    device_id: 0x740f\n"), "{text}");
+    assert!(text.contains("  gpu_id: 0x0000\n"), "{text}");
+    assert!(
+        text.contains("  device:\n    node_id 2, gpu_id 0xbeef, cpu_cores_count 0, "),
+        "{text}"
+    );
+    assert!(text.contains(", device_id 0x740f, "), "{text}");
 
     let out = run(&["verify", dir.path().to_str().unwrap()]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert_eq!(
         text,
-        "2 files, 1 bos read (8192 bytes), 1 checksums verified: clean\n"
+        "2 files, 1 bo read (8192 bytes), 1 content checksum verified, 1 of 1 message covered \
+         by a checksum: clean\n"
     );
 }
 

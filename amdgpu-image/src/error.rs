@@ -80,6 +80,28 @@ pub enum Error {
         /// Field path (`criu_kfd.bo_entries[17].size`).
         path: String,
     },
+    /// A message's bytes do not match its recorded `message_checksum`.
+    #[error("{file}: {message}: message checksum mismatch: the bytes hash to {actual:#018x}, the image records {recorded:#018x} (the file was changed or damaged after the dump)")]
+    MessageChecksum {
+        /// Image file name.
+        file: String,
+        /// Proto message name.
+        message: &'static str,
+        /// Value recorded in the message (tag 120).
+        recorded: u64,
+        /// Checksum of the bytes read.
+        actual: u64,
+    },
+    /// The `message_checksum` field itself is malformed.
+    #[error("{file}: {message}: {what}")]
+    MessageChecksumField {
+        /// Image file name.
+        file: String,
+        /// Proto message name.
+        message: &'static str,
+        /// What is wrong with it.
+        what: &'static str,
+    },
     /// A writer received more or fewer bytes than it announced.
     #[error("{file}: {what}: announced {expected} bytes, got {actual}")]
     LengthMismatch {

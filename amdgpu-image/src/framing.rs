@@ -12,6 +12,7 @@ use std::io::{self, Read, Write};
 
 use crate::messages::ImageMessage;
 use crate::presence::first_missing;
+use crate::seal::{self, Coverage, SealCheck};
 use crate::Error;
 
 /// Length of the payload-length header.
@@ -39,8 +40,55 @@ pub fn encode_message<M: ImageMessage>(msg: &M) -> Vec<u8> {
     msg.encode_to_vec()
 }
 
-/// Decodes a message payload and checks that every required field is present.
+/// Encodes a message as [`write_message`] writes it: sealed with a fresh
+/// [`message_checksum`](crate::seal) when it carries our producer marker or
+/// a checksum already, as [`encode_message`] otherwise.
+pub fn encode_for_writing<M: ImageMessage>(msg: &M) -> Vec<u8> {
+    if msg.is_ours() || msg.message_checksum().is_some() {
+        seal::encode_sealed(msg)
+    } else {
+        msg.encode_to_vec()
+    }
+}
+
+/// Decodes a message payload, checks that every required field is present
+/// and that its [`message_checksum`](crate::seal), if it has one, matches.
+/// The returned message has the field cleared (it described the bytes).
 pub fn decode_message<M: ImageMessage>(file: &str, payload: &[u8]) -> Result<M, Error> {
+    decode_message_covered(file, payload).map(|(m, _)| m)
+}
+
+/// [`decode_message`], also telling whether a checksum covered the bytes.
+pub fn decode_message_covered<M: ImageMessage>(
+    file: &str,
+    payload: &[u8],
+) -> Result<(M, Coverage), Error> {
+    let mut msg = decode_message_unchecked::<M>(file, payload)?;
+    // The checksum describes the bytes, not the content: once checked it is
+    // dropped, so a message read back equals the one written, and writing
+    // it again seals it afresh.
+    msg.set_message_checksum(None);
+    match seal::check(payload) {
+        SealCheck::Absent => Ok((msg, Coverage::NotCovered)),
+        SealCheck::Match(_) => Ok((msg, Coverage::Verified)),
+        SealCheck::Mismatch { recorded, actual } => Err(Error::MessageChecksum {
+            file: file.to_owned(),
+            message: M::PROTO_NAME,
+            recorded,
+            actual,
+        }),
+        SealCheck::Malformed(what) => Err(Error::MessageChecksumField {
+            file: file.to_owned(),
+            message: M::PROTO_NAME,
+            what,
+        }),
+    }
+}
+
+/// Decodes a message payload and checks that every required field is
+/// present, without checking its checksum (`show` displays damaged
+/// messages with [`seal::check`]'s verdict beside them).
+pub fn decode_message_unchecked<M: ImageMessage>(file: &str, payload: &[u8]) -> Result<M, Error> {
     let msg = M::decode(payload).map_err(|source| Error::Decode {
         file: file.to_owned(),
         message: M::PROTO_NAME,
@@ -69,16 +117,19 @@ pub fn read_header<R: Read>(mut r: R, file: &str) -> Result<u64, Error> {
     Ok(u64::from_le_bytes(header))
 }
 
-/// Writes one framed message (header and payload) and returns the payload length.
+/// Writes one framed message (header and payload) and returns the payload
+/// length. Messages with our producer marker are sealed
+/// ([`encode_for_writing`]).
 pub fn write_message<W: Write, M: ImageMessage>(
     mut w: W,
     file: &str,
     msg: &M,
 ) -> Result<u64, Error> {
-    let len = msg.encoded_len();
+    let payload = encode_for_writing(msg);
+    let len = payload.len();
     let mut buf = Vec::with_capacity(HEADER_LEN + len);
     buf.extend_from_slice(&(len as u64).to_le_bytes());
-    msg.encode_raw(&mut buf);
+    buf.extend_from_slice(&payload);
     w.write_all(&buf)
         .map_err(|e| Error::io(file, "write message", e))?;
     Ok(len as u64)
@@ -87,10 +138,30 @@ pub fn write_message<W: Write, M: ImageMessage>(
 /// Reads one framed message from a file or a stream: the header, exactly the
 /// announced payload, and end of input right after it.
 pub fn read_message<R: Read, M: ImageMessage>(
-    mut r: R,
+    r: R,
     file: &str,
     limits: ReadLimits,
 ) -> Result<M, Error> {
+    read_message_covered(r, file, limits).map(|(m, _)| m)
+}
+
+/// [`read_message`], also telling whether a checksum covered the message.
+pub fn read_message_covered<R: Read, M: ImageMessage>(
+    r: R,
+    file: &str,
+    limits: ReadLimits,
+) -> Result<(M, Coverage), Error> {
+    let payload = read_payload_framed(r, file, limits)?;
+    decode_message_covered(file, &payload)
+}
+
+/// Reads one framed payload (header, exactly the announced bytes, end of
+/// input) without decoding it.
+pub fn read_payload_framed<R: Read>(
+    mut r: R,
+    file: &str,
+    limits: ReadLimits,
+) -> Result<Vec<u8>, Error> {
     let len = read_header(&mut r, file)?;
     if len > limits.max_message_len {
         return Err(Error::TooLarge {
@@ -101,7 +172,7 @@ pub fn read_message<R: Read, M: ImageMessage>(
     }
     let payload = read_payload(&mut r, file, len)?;
     expect_end(&mut r, file, len)?;
-    decode_message(file, &payload)
+    Ok(payload)
 }
 
 /// Reads exactly `len` payload bytes; the buffer grows only with the data.

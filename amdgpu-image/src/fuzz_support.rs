@@ -14,8 +14,8 @@ use crate::messages::{flags, DevIolink, DrmBoEntry, DrmVmEntry, KfdDeviceEntry};
 use crate::pages::{PagesBo, PagesLayout};
 use crate::store::{ImageStore, ImageWriter, MemStore};
 use crate::{
-    encode_message, verify_set, CriuDmabufNode, CriuKfd, CriuRenderNode, Error, ImageMessage,
-    ImageName, KfdBoEntry, ValidatedKfd, ValidatedRenderNode, PAGE_SIZE,
+    verify_set, CriuDmabufNode, CriuKfd, CriuRenderNode, Error, ImageMessage, ImageName,
+    KfdBoEntry, ValidatedKfd, ValidatedRenderNode, PAGE_SIZE,
 };
 
 /// Limits for fuzzing: small, so huge headers are rejected fast.
@@ -40,8 +40,14 @@ fn roundtrip<M: ImageMessage + PartialEq + std::fmt::Debug>(file: &str, data: &[
         first, second,
         "decode → encode → decode changed the message"
     );
+    // Writing seals messages with our producer marker, and only those.
+    let sealed = matches!(
+        crate::seal::check(&framed[8..]),
+        crate::seal::SealCheck::Match(_)
+    );
+    assert_eq!(sealed, first.is_ours(), "sealed iff ours");
     assert_eq!(
-        encode_message(&second),
+        crate::framing::encode_for_writing(&second),
         framed[8..],
         "encoding is not stable"
     );
@@ -285,6 +291,7 @@ pub fn write_sample_set<S: ImageStore>(store: &S, spec: SampleSpec) -> Result<Cr
         kfd_major_version: None,
         kfd_minor_version: None,
         kfd_required_minor: None,
+        message_checksum: None,
     };
     kfd.mark_producer();
     for d in kfd.device_entries.clone().iter().filter(|d| d.is_gpu()) {
@@ -354,6 +361,7 @@ pub fn write_sample_set<S: ImageStore>(store: &S, spec: SampleSpec) -> Result<Cr
         ],
         producer: None,
         format_version: None,
+        message_checksum: None,
         device: None,
         kfd_pids: Vec::new(),
     };
@@ -378,8 +386,36 @@ pub fn write_sample_set<S: ImageStore>(store: &S, spec: SampleSpec) -> Result<Cr
         gem_handle: 2,
         producer: None,
         format_version: None,
+        message_checksum: None,
     };
     db.mark_producer();
     store.write_message(&ImageName::Dmabuf { id: spec.id + 2 }, &db)?;
     Ok(kfd)
+}
+
+/// Fuzz check for checkpoint archives (tar or zstd-compressed tar, feature
+/// `archive`): never a panic; every image found has a parsed name, at most
+/// its length header of a pages file, all of a message up to the limit.
+#[cfg(feature = "archive")]
+pub fn check_archive(data: &[u8]) {
+    let limits = ReadLimits {
+        max_message_len: 1 << 20,
+    };
+    if let Ok(found) = crate::archive::read_archive(Cursor::new(data), limits) {
+        for pair in found.windows(2) {
+            assert!(pair[0].name < pair[1].name, "names sorted and unique");
+        }
+        for f in &found {
+            let cap = if f.name.kind().holds_message() {
+                limits.max_message_len + crate::HEADER_LEN as u64
+            } else {
+                crate::HEADER_LEN as u64
+            };
+            assert!(f.bytes.len() as u64 <= cap.min(f.len), "{}", f.path);
+            assert_eq!(
+                crate::ImageName::parse(&f.name.to_string()).ok(),
+                Some(f.name)
+            );
+        }
+    }
 }

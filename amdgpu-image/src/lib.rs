@@ -4,8 +4,8 @@
 //! Images written by this crate are interchangeable with the ones of upstream
 //! CRIU's C plugin: same [file names](name), the same 8-byte length header
 //! ([framing]), the same protobuf tags ([messages]) and the same pages layout
-//! ([pages]). What this crate adds (a producer marker, a format version and a
-//! per-BO content [checksum]) lives in optional fields with tags of 100 and
+//! ([pages]). What this crate adds (a producer marker, a format version, a
+//! per-BO content [checksum] and a per-message checksum, the [seal]) lives in optional fields with tags of 100 and
 //! above, which the C plugin's reader skips; images without them stay valid.
 //!
 //! Everything here is pure: no kernel access, no `unsafe`. Untrusted input
@@ -88,6 +88,8 @@
 //! ```
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "archive")]
+pub mod archive;
 pub mod checksum;
 mod error;
 pub mod framing;
@@ -98,6 +100,7 @@ pub mod name;
 pub mod pages;
 #[doc(hidden)]
 pub mod presence;
+pub mod seal;
 pub mod store;
 #[cfg(feature = "topology")]
 pub mod topology;
@@ -106,8 +109,9 @@ pub mod validate;
 pub use checksum::{content_checksum, ContentHasher};
 pub use error::{Error, Problem};
 pub use framing::{
-    decode_message, encode_message, read_message, write_message, FramedWriter, ReadLimits,
-    HEADER_LEN,
+    decode_message, decode_message_covered, decode_message_unchecked, encode_for_writing,
+    encode_message, read_message, read_message_covered, read_payload_framed, write_message,
+    FramedWriter, ReadLimits, HEADER_LEN,
 };
 pub use messages::{
     flags, CriuDmabufNode, CriuKfd, CriuRenderNode, DevIolink, DrmBoEntry, DrmVmEntry,
@@ -118,6 +122,7 @@ pub use pages::{
     PagesBo, PagesChunk, PagesFile, PagesLayout, PagesReader, PagesSink, PagesWriter, Sequential,
     WrittenPages, PAGE_SIZE,
 };
+pub use seal::Coverage;
 pub use store::{
     DirStore, ImageStore, ImageWriter, MemStore, StreamMode, StreamStore, StreamWriter,
 };

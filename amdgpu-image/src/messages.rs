@@ -17,12 +17,16 @@
 //! | `kfd_bo_entry`, `drm_bo_entry` | 100 | `content_checksum` (fixed64) | [`content_checksum`](crate::content_checksum) of the BO's bytes in its pages file |
 //! | `drm_bo_entry` | 101 | `share_handle` (uint32) | the handle naming the BO's buffer across the image set |
 //! | `criu_render_node` | 102 | `device` (`kfd_device_entry`) | the node's GPU at checkpoint, see [`CriuRenderNode::device`] |
+//! | `criu_kfd`, `criu_render_node`, `criu_dmabuf_node` | 120 | `message_checksum` (fixed64) | XXH3-64 of the message encoded without this field ([`seal`](crate::seal)) |
 //!
 //! Messages serialize with serde under the proto field names; `bytes` fields
-//! serialize as `{ "len": n, "hex_prefix": "…" }`. This module never reads
-//! files.
+//! serialize as `{ "len": n, "hex_prefix": "…" }`. They deserialize from the
+//! same names (unknown fields refused, required ones demanded), `bytes`
+//! fields from `{ "hex": "…" }` holding every byte (and `len`, checked when
+//! given): what `amdgpu-criu decode` writes and `encode` reads. This module
+//! never reads files.
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The producer string our images carry in tag 100.
 pub const PRODUCER: &str = concat!("amdgpu-criu-rs ", env!("CARGO_PKG_VERSION"));
@@ -61,10 +65,21 @@ pub mod flags {
 pub trait ImageMessage: prost::Message + Default + crate::presence::Checked {
     /// The proto message name (`criu_kfd`), used in error paths.
     const PROTO_NAME: &'static str;
+
+    /// The recorded [`seal`](crate::seal) (tag 120), if any.
+    fn message_checksum(&self) -> Option<u64>;
+
+    /// Sets or clears the recorded seal (tag 120).
+    fn set_message_checksum(&mut self, checksum: Option<u64>);
+
+    /// Whether the message carries our producer marker (`format_version`):
+    /// [`write_message`](crate::write_message) seals those.
+    fn is_ours(&self) -> bool;
 }
 
 /// `dev_iolink`: one valid io link of a topology node.
-#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
+#[derive(Clone, PartialEq, Eq, prost::Message, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DevIolink {
     /// Link type (sysfs `type`).
     #[prost(uint32, required, tag = "1")]
@@ -78,7 +93,8 @@ pub struct DevIolink {
 /// `kfd_device_entry`: one topology node (GPU or CPU) at checkpoint time.
 ///
 /// CPU entries have only `node_id`, `cpu_cores_count` and `iolinks` set.
-#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
+#[derive(Clone, PartialEq, Eq, prost::Message, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct KfdDeviceEntry {
     /// Topology node id.
     #[prost(uint32, required, tag = "1")]
@@ -197,7 +213,8 @@ impl KfdDeviceEntry {
 }
 
 /// `kfd_bo_entry`: one KFD buffer object.
-#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
+#[derive(Clone, PartialEq, Eq, prost::Message, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct KfdBoEntry {
     /// GPU virtual address.
     #[prost(uint64, required, tag = "1")]
@@ -231,7 +248,8 @@ impl KfdBoEntry {
 }
 
 /// `criu_kfd`: the `amdgpu-kfd-<id>.img` payload.
-#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
+#[derive(Clone, PartialEq, Eq, prost::Message, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CriuKfd {
     /// Pid of the checkpointed process.
     #[prost(uint32, required, tag = "1")]
@@ -262,7 +280,10 @@ pub struct CriuKfd {
     pub shared_mem_magic: u32,
     /// KFD private data, opaque.
     #[prost(bytes = "vec", required, tag = "10")]
-    #[serde(serialize_with = "serialize_bytes")]
+    #[serde(
+        serialize_with = "serialize_bytes",
+        deserialize_with = "deserialize_bytes"
+    )]
     pub priv_data: Vec<u8>,
     /// Ours (tag 100): producer, [`PRODUCER`].
     #[prost(string, optional, tag = "100")]
@@ -287,10 +308,17 @@ pub struct CriuKfd {
     #[prost(uint32, optional, tag = "112")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kfd_required_minor: Option<u32>,
+    /// Ours (tag 120): XXH3-64 of this message's encoding without this
+    /// field, see [`seal`](crate::seal). Absent in images of the C plugin
+    /// (and of versions before it), whose messages are then not covered.
+    #[prost(fixed64, optional, tag = "120")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_checksum: Option<u64>,
 }
 
 /// `drm_vm_entry`: one GPU VA mapping of a DRM BO.
-#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
+#[derive(Clone, PartialEq, Eq, prost::Message, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DrmVmEntry {
     /// GPU virtual address.
     #[prost(uint64, required, tag = "1")]
@@ -307,7 +335,8 @@ pub struct DrmVmEntry {
 }
 
 /// `drm_bo_entry`: one GEM BO of a render node.
-#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
+#[derive(Clone, PartialEq, Eq, prost::Message, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DrmBoEntry {
     /// Address of the last VM mapping (0 if none).
     #[prost(uint64, required, tag = "1")]
@@ -368,7 +397,8 @@ impl DrmBoEntry {
 }
 
 /// `criu_render_node`: the `amdgpu-renderD-<id>.img` payload.
-#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
+#[derive(Clone, PartialEq, Eq, prost::Message, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CriuRenderNode {
     /// User-visible GPU id, as the KFD image of a process using the GPU
     /// names it; 0 in a render-only image (see [`CriuRenderNode::device`]).
@@ -418,8 +448,14 @@ pub struct CriuRenderNode {
     /// stream cannot). Empty in render-only images and in images of the C
     /// plugin.
     #[prost(uint32, repeated, packed = "false", tag = "103")]
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kfd_pids: Vec<u32>,
+    /// Ours (tag 120): XXH3-64 of this message's encoding without this
+    /// field, see [`seal`](crate::seal). Absent in images of the C plugin
+    /// (and of versions before it), whose messages are then not covered.
+    #[prost(fixed64, optional, tag = "120")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_checksum: Option<u64>,
 }
 
 impl CriuRenderNode {
@@ -431,7 +467,8 @@ impl CriuRenderNode {
 }
 
 /// `criu_dmabuf_node`: the `amdgpu-dmabuf_<id>.img` payload.
-#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
+#[derive(Clone, PartialEq, Eq, prost::Message, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CriuDmabufNode {
     /// GEM handle of the BO the dma-buf exports.
     #[prost(uint32, required, tag = "1")]
@@ -444,12 +481,27 @@ pub struct CriuDmabufNode {
     #[prost(uint32, optional, tag = "101")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub format_version: Option<u32>,
+    /// Ours (tag 120): XXH3-64 of this message's encoding without this
+    /// field, see [`seal`](crate::seal). Absent in images of the C plugin
+    /// (and of versions before it), whose messages are then not covered.
+    #[prost(fixed64, optional, tag = "120")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_checksum: Option<u64>,
 }
 
 macro_rules! image_message {
     ($($ty:ident => $name:literal),* $(,)?) => {$(
         impl ImageMessage for $ty {
             const PROTO_NAME: &'static str = $name;
+            fn message_checksum(&self) -> Option<u64> {
+                self.message_checksum
+            }
+            fn set_message_checksum(&mut self, checksum: Option<u64>) {
+                self.message_checksum = checksum;
+            }
+            fn is_ours(&self) -> bool {
+                self.format_version.is_some()
+            }
         }
         impl $ty {
             /// Sets our producer marker (tags 100 and 101) to this crate's values.
@@ -483,4 +535,65 @@ fn serialize_bytes<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error>
         hex_prefix: &hex,
     }
     .serialize(s)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BytesFull {
+    #[serde(default)]
+    len: Option<usize>,
+    #[serde(default)]
+    hex: Option<String>,
+    #[serde(default)]
+    hex_prefix: Option<String>,
+}
+
+fn deserialize_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+    use serde::de::Error;
+    let b = BytesFull::deserialize(d)?;
+    let Some(hex) = b.hex else {
+        return Err(D::Error::custom(if b.hex_prefix.is_some() {
+            "only a hex_prefix is given (the summary `show` prints); `amdgpu-criu decode` \
+             writes every byte as \"hex\""
+        } else {
+            "a bytes field needs \"hex\" with every byte"
+        }));
+    };
+    if hex.len() % 2 != 0 {
+        return Err(D::Error::custom("hex has an odd number of digits"));
+    }
+    let digit = |c: u8| -> Result<u8, D::Error> {
+        match c {
+            b'0'..=b'9' => Ok(c - b'0'),
+            b'a'..=b'f' => Ok(c - b'a' + 10),
+            b'A'..=b'F' => Ok(c - b'A' + 10),
+            _ => Err(D::Error::custom(format!(
+                "hex holds {:?}, not a hex digit",
+                char::from(c)
+            ))),
+        }
+    };
+    let bytes = hex
+        .as_bytes()
+        .chunks(2)
+        .map(|pair| Ok((digit(pair[0])? << 4) | digit(pair[1])?))
+        .collect::<Result<Vec<u8>, D::Error>>()?;
+    if let Some(len) = b.len.filter(|&len| len != bytes.len()) {
+        return Err(D::Error::custom(format!(
+            "len is {len} but hex holds {} bytes",
+            bytes.len()
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Every byte of a `bytes` field as lowercase hex (what `decode` writes
+/// beside `len`).
+pub fn full_hex(bytes: &[u8]) -> String {
+    let mut hex = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        hex.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
+        hex.push(char::from(b"0123456789abcdef"[usize::from(b & 15)]));
+    }
+    hex
 }

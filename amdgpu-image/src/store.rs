@@ -95,6 +95,20 @@ pub trait ImageStore {
         }
     }
 
+    /// [`read_message`](Self::read_message), also telling whether the
+    /// message's checksum covered it.
+    fn read_message_covered<M: ImageMessage>(
+        &self,
+        name: &ImageName,
+        limits: ReadLimits,
+    ) -> Result<Option<(M, crate::Coverage)>, Error> {
+        let file = name.to_string();
+        match self.open(name)? {
+            None => Ok(None),
+            Some(r) => framing::read_message_covered(r, &file, limits).map(Some),
+        }
+    }
+
     /// Starts a pages file for `layout`; after [`PagesWriter::finish`], commit
     /// the returned writer.
     fn create_pages(

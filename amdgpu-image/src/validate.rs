@@ -4,8 +4,9 @@
 //! its counts, ids, sizes and addresses are consistent, and then answer the
 //! questions restore asks (which GPUs, which BOs go into which pages file) with
 //! no further checks needed. [`verify_set`] checks a whole image set in a
-//! store: every message, every pages file's length and every recorded
-//! checksum, and the references between files.
+//! store: every message (and its [`seal`](crate::seal)), every pages file's
+//! length and every recorded checksum, and the references between files,
+//! naming missing images by what references them.
 //!
 //! Problems are collected, not stopped at: each names the file, the field path
 //! and what is wrong. Nothing here panics or allocates more than the
@@ -16,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use crate::framing::ReadLimits;
 use crate::messages::{flags, CriuDmabufNode, CriuKfd, CriuRenderNode, KfdBoEntry, FORMAT_VERSION};
 use crate::pages::{PagesBo, PagesLayout, PagesReader};
+use crate::seal::Coverage;
 use crate::store::ImageStore;
 use crate::{Error, ImageKind, ImageName, Problem, PAGE_SIZE};
 
@@ -416,6 +418,12 @@ pub struct SetReport {
     pub checksums_verified: usize,
     /// Pages bytes read back.
     pub bytes_read: u64,
+    /// Messages whose every byte a matching `message_checksum` covered.
+    pub messages_covered: usize,
+    /// Messages that decoded but carry no `message_checksum` (the C
+    /// plugin's images): only their well-formedness and consistency were
+    /// checked. File names, in file order.
+    pub messages_not_covered: Vec<String>,
 }
 
 impl SetReport {
@@ -424,6 +432,9 @@ impl SetReport {
         self.problems.is_empty()
     }
 }
+
+/// A KFD image of ours, its pid and its GPUs (gpu_id, render minor).
+type KfdProcess = (ImageName, u32, Vec<(u32, u32)>);
 
 /// Size of the buffer pages files are verified through.
 const VERIFY_CHUNK: usize = 1 << 20;
@@ -452,6 +463,25 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
     // checked nor called strays, and cross-file checks that need them are skipped.
     let mut broken_kfd: HashSet<u32> = HashSet::new();
     let mut broken_render: HashSet<u32> = HashSet::new();
+    // Per KFD image of ours: its pid and GPUs (gpu_id, render minor).
+    let mut kfd_processes: Vec<KfdProcess> = Vec::new();
+    // (gpu_id, pid) pairs some render image of ours covers.
+    let mut render_of: HashSet<(u32, u32)> = HashSet::new();
+    let mut render_pids: HashSet<u32> = HashSet::new();
+    // A pages file whose message image is missing makes that image broken
+    // too: what it would have told (gpus, handles) is unknown.
+    let present: HashSet<ImageName> = names.iter().copied().collect();
+    for name in &names {
+        match name.kind() {
+            ImageKind::Pages if !present.contains(&ImageName::Kfd { id: name.id() }) => {
+                broken_kfd.insert(name.id());
+            }
+            ImageKind::DrmPages if !present.contains(&ImageName::RenderNode { id: name.id() }) => {
+                broken_render.insert(name.id());
+            }
+            _ => {}
+        }
+    }
 
     for name in names.iter().filter(|n| n.kind() == ImageKind::Kfd) {
         let Some(msg) = read(store, name, limits, &mut report) else {
@@ -467,6 +497,13 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
         }
         let kfd = ValidatedKfd { id: name.id(), msg };
         kfd_gpus.extend(kfd.gpus().map(|d| d.gpu_id));
+        if kfd.msg.format_version.is_some() {
+            kfd_processes.push((
+                *name,
+                kfd.msg.pid,
+                kfd.gpus().map(|d| (d.gpu_id, d.drm_render_minor)).collect(),
+            ));
+        }
         handles.extend(
             kfd.message()
                 .bo_entries
@@ -493,6 +530,10 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
             continue;
         }
         let rn = ValidatedRenderNode { id: name.id(), msg };
+        for &pid in &rn.msg.kfd_pids {
+            render_of.insert((rn.msg.gpu_id, pid));
+            render_pids.insert(pid);
+        }
         // A render-only image (gpu_id 0) names no KFD gpu; its device
         // entry was checked above.
         if broken_kfd.is_empty() && !rn.msg.is_render_only() && !kfd_gpus.contains(&rn.msg.gpu_id) {
@@ -570,10 +611,80 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
         }
     }
 
+    // Pages files whose message image is gone: one problem naming the
+    // missing image and every file that references it.
+    let mut orphans: BTreeMap<ImageName, Vec<ImageName>> = BTreeMap::new();
+    for name in &names {
+        let owner = match name.kind() {
+            ImageKind::Pages => ImageName::Kfd { id: name.id() },
+            ImageKind::DrmPages => ImageName::RenderNode { id: name.id() },
+            _ => continue,
+        };
+        if !present.contains(&owner) {
+            orphans.entry(owner).or_default().push(*name);
+        }
+    }
+    for (owner, files) in &orphans {
+        let what = if owner.kind() == ImageKind::Kfd {
+            "the process's bo list and gpus"
+        } else {
+            "the render node's bo list"
+        };
+        report.problems.push(Problem::new(
+            owner,
+            "",
+            format!(
+                "missing ({what}); referenced by {} {}: {}",
+                files.len(),
+                if files.len() == 1 { "file" } else { "files" },
+                files
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    // A process of ours whose render images cover some of its GPUs but not
+    // all: the dump writes one per render node the process had open, and
+    // ROCm opens the render node of every GPU it uses.
+    if broken_render.is_empty() {
+        for (kfd, pid, gpus) in &kfd_processes {
+            if !render_pids.contains(pid) {
+                continue;
+            }
+            let with: Vec<_> = gpus
+                .iter()
+                .filter(|(g, _)| render_of.contains(&(*g, *pid)))
+                .collect();
+            for (gpu_id, minor) in gpus
+                .iter()
+                .filter(|(g, _)| !render_of.contains(&(*g, *pid)))
+            {
+                report.problems.push(Problem::new(
+                    format!("amdgpu-renderD-?.img (gpu {gpu_id:#x}, renderD{minor})"),
+                    "",
+                    format!(
+                        "missing: {kfd} (pid {pid}) uses gpu {gpu_id:#x} and its other \
+                         {} {} have a render node image naming the process",
+                        with.len(),
+                        if with.len() == 1 { "gpu" } else { "gpus" }
+                    ),
+                ));
+            }
+        }
+    }
+
     for name in &names {
         let stray = match name.kind() {
-            ImageKind::Pages => !broken_kfd.contains(&name.id()),
-            ImageKind::DrmPages => !broken_render.contains(&name.id()),
+            ImageKind::Pages => {
+                !broken_kfd.contains(&name.id())
+                    && present.contains(&ImageName::Kfd { id: name.id() })
+            }
+            ImageKind::DrmPages => {
+                !broken_render.contains(&name.id())
+                    && present.contains(&ImageName::RenderNode { id: name.id() })
+            }
             _ => false,
         };
         if stray && !referenced.contains(name) {
@@ -594,8 +705,14 @@ fn read<S: ImageStore, M: crate::ImageMessage>(
     limits: ReadLimits,
     report: &mut SetReport,
 ) -> Option<M> {
-    match store.read_message::<M>(name, limits) {
-        Ok(Some(m)) => Some(m),
+    match store.read_message_covered::<M>(name, limits) {
+        Ok(Some((m, coverage))) => {
+            match coverage {
+                Coverage::Verified => report.messages_covered += 1,
+                Coverage::NotCovered => report.messages_not_covered.push(name.to_string()),
+            }
+            Some(m)
+        }
         Ok(None) => {
             report
                 .problems

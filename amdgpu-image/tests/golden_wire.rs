@@ -60,7 +60,8 @@ fn dmabuf_node_zero_handle_is_still_emitted() {
         CriuDmabufNode {
             gem_handle: 0,
             producer: None,
-            format_version: None
+            format_version: None,
+            message_checksum: None,
         }
     );
     assert_eq!(encode_message(&msg), golden);
@@ -250,6 +251,7 @@ fn sample_kfd() -> CriuKfd {
         kfd_major_version: None,
         kfd_minor_version: None,
         kfd_required_minor: None,
+        message_checksum: None,
     }
 }
 
@@ -349,6 +351,7 @@ fn render_node_matches_hand_encoding() {
         }],
         producer: None,
         format_version: None,
+        message_checksum: None,
         device: None,
         kfd_pids: Vec::new(),
     };
@@ -547,6 +550,7 @@ fn render_only_device_entry_is_tag_102() {
         bo_entries: Vec::new(),
         producer: None,
         format_version: None,
+        message_checksum: None,
         device: Some(gpu.clone()),
         kfd_pids: Vec::new(),
     };
@@ -611,6 +615,7 @@ fn kfd_pids_are_unpacked_tag_103() {
         bo_entries: Vec::new(),
         producer: None,
         format_version: None,
+        message_checksum: None,
         device: None,
         kfd_pids: vec![1234, 5],
     };

@@ -10,7 +10,7 @@ use std::process::Command;
 
 use amdgpu_image::fuzz_support::{write_sample_set, SampleSpec};
 use amdgpu_image::{
-    encode_message, verify_set, CriuKfd, CriuRenderNode, ImageKind, ImageName, ImageStore,
+    encode_for_writing, verify_set, CriuKfd, CriuRenderNode, ImageKind, ImageName, ImageStore,
     MemStore, ReadLimits, SetReport,
 };
 
@@ -228,7 +228,7 @@ fn corpus(visit: &mut dyn FnMut(String, Files, ImageName)) {
         };
         visit(
             format!("kfd image: {case}"),
-            replaced(&base, &kfd_name(), framed(&encode_message(&m))),
+            replaced(&base, &kfd_name(), framed(&encode_for_writing(&m))),
             blamed,
         );
     }
@@ -248,7 +248,7 @@ fn corpus(visit: &mut dyn FnMut(String, Files, ImageName)) {
         edit(&mut m);
         visit(
             format!("render image: {case}"),
-            replaced(&base, &render_name(), framed(&encode_message(&m))),
+            replaced(&base, &render_name(), framed(&encode_for_writing(&m))),
             render_name(),
         );
     }

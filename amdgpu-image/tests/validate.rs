@@ -75,6 +75,7 @@ fn good_kfd() -> CriuKfd {
         kfd_major_version: None,
         kfd_minor_version: None,
         kfd_required_minor: None,
+        message_checksum: None,
     }
 }
 
@@ -290,6 +291,7 @@ fn good_render() -> CriuRenderNode {
         ],
         producer: None,
         format_version: None,
+        message_checksum: None,
         device: None,
         kfd_pids: Vec::new(),
     }

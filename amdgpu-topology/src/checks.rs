@@ -227,11 +227,11 @@ pub fn device_properties_match(
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(gpu) = self.gpu {
-            write!(f, "checkpointed GPU {gpu}: ")?;
+            write!(f, "checkpointed GPU {gpu:#06x}: ")?;
         }
         let (c, l) = (self.checkpointed, self.local);
         let local_gpu = match self.local_gpu {
-            Some(id) => format!("local GPU {id}"),
+            Some(id) => format!("local GPU {id:#06x}"),
             None => "local".to_owned(),
         };
         match (self.check, comparison(self.check)) {
@@ -451,7 +451,7 @@ mod tests {
         let text = device_mismatches(&gpu(1), &dest, &CheckOptions::all())[0].to_string();
         assert_eq!(
             text,
-            "checkpointed GPU 1: vram_size 68719476736, local GPU 2 has only 1073741824"
+            "checkpointed GPU 0x0001: vram_size 68719476736, local GPU 0x0002 has only 1073741824"
         );
         assert_eq!(comparison("simd_count"), Some(Comparison::Equal));
         assert_eq!(comparison("fw_version"), Some(Comparison::AtMost));

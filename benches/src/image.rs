@@ -84,6 +84,7 @@ pub fn kfd_with_bos(bos: usize) -> CriuKfd {
         kfd_major_version: None,
         kfd_minor_version: None,
         kfd_required_minor: None,
+        message_checksum: None,
     };
     kfd.mark_producer();
     kfd

@@ -255,6 +255,48 @@ fn damaged_images_are_refused_with_clear_errors() {
     for (case, edit) in &edits {
         run(format!("{kfd}: {case}"), &kfd, true, edit.as_ref());
     }
+    // Bytes changed in place, values every validation accepts: the
+    // message checksum (tag 120) finds them before the kernel is asked.
+    let clean_kfd = d.clean.iter().find(|(n, _)| *n == kfd).unwrap().1.clone();
+    let msg: CriuKfd = amdgpu_image::decode_message("kfd", &clean_kfd[8..]).unwrap();
+    let priv_at = clean_kfd
+        .windows(msg.priv_data.len())
+        .position(|w| w == msg.priv_data.as_slice())
+        .expect("priv_data in the image");
+    let middle = priv_at + msg.priv_data.len() / 2;
+    run(
+        format!("{kfd}: 4 bytes of priv_data flipped"),
+        &kfd,
+        true,
+        &move |p: &Path| {
+            let mut bytes = std::fs::read(p).unwrap();
+            for b in &mut bytes[middle..middle + 4] {
+                *b ^= 0xff;
+            }
+            std::fs::write(p, bytes).unwrap();
+        },
+    );
+    let mut edited = msg.clone();
+    edited
+        .device_entries
+        .iter_mut()
+        .find(|e| e.gpu_id != 0)
+        .unwrap()
+        .wave_front_size ^= 7;
+    let sealed_with_old_checksum = {
+        let mut with = edited.clone();
+        let original: CriuKfd =
+            amdgpu_image::decode_message_unchecked("kfd", &clean_kfd[8..]).unwrap();
+        with.message_checksum = original.message_checksum;
+        assert!(with.message_checksum.is_some(), "the dump seals its images");
+        framed(&encode_message(&with))
+    };
+    run(
+        format!("{kfd}: wave_front_size changed"),
+        &kfd,
+        true,
+        &move |p: &Path| std::fs::write(p, &sealed_with_old_checksum).unwrap(),
+    );
 
     // Pages files: refused with an error naming the file; a file of the
     // wrong shape before CRIU_OP RESTORE, a flipped bit in the contents

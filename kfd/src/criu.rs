@@ -88,6 +88,26 @@ impl<D: Driver, F: AsFd> Kfd<D, F> {
         Ok(())
     }
 
+    /// Whether the caller may issue CRIU ops on this fd, asked without
+    /// side effects: a CRIU_OP with an op number no kernel has. The kernel
+    /// checks `CAP_CHECKPOINT_RESTORE` or `CAP_SYS_ADMIN` (in the initial
+    /// user namespace) before it looks at the op, so `EACCES` means not
+    /// permitted and the unknown op's `EINVAL` means permitted. Other
+    /// errors (`ENOTTY`: a kernel without the CRIU ioctl) are returned.
+    #[doc(alias = "AMDKFD_IOC_CRIU_OP")]
+    pub fn criu_permitted(&self) -> Result<bool> {
+        let mut args = kfd_ioctl_criu_args {
+            op: u32::MAX,
+            ..Default::default()
+        };
+        match self.criu_op("CRIU_OP (permission probe)", &mut args) {
+            Ok(()) => Ok(true),
+            Err(e) if e.errno() == libc::EINVAL => Ok(true),
+            Err(e) if e.errno() == libc::EACCES => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// `ioctl(fd, AMDKFD_IOC_CRIU_OP, &{op = KFD_CRIU_OP_PROCESS_INFO})`:
     /// pauses (evicts) the process's queues and reports its counts.
     ///

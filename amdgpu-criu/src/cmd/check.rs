@@ -29,7 +29,7 @@ use amdgpu_topology::devices::DeviceTopology;
 use amdgpu_topology::mapping::MapResult;
 use amdgpu_topology::options::CheckOptions;
 use amdgpu_topology::parse::DEFAULT_ROOT;
-use amdgpu_topology::{builtin_names, GpuId};
+use amdgpu_topology::GpuId;
 use serde::Serialize;
 
 use super::map;
@@ -38,7 +38,7 @@ use super::map;
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   amdgpu-criu check /var/lib/ckpt
-  amdgpu-criu check /var/lib/ckpt --builtin mi210-8gpu-2hive --json
+  amdgpu-criu check /var/lib/ckpt --sysfs builtin:mi210-8gpu-2hive --json
   KFD_VRAM_SIZE_CHECK=0 amdgpu-criu check /var/lib/ckpt --sysfs ./topology-of-node2
   amdgpu-criu check /var/lib/ckpt --device-map 0x1a2b=0000:c1:00.0
 
@@ -47,11 +47,12 @@ pub struct Args {
     /// The image directory (holding `amdgpu-kfd-<id>.img`).
     pub images: PathBuf,
     /// Restore onto a copy of a topology tree (the directory holding
-    /// `nodes/`) instead of this machine's `/sys/class/kfd/kfd/topology`.
-    #[arg(long, value_name = "DIR", conflicts_with = "builtin")]
-    pub sysfs: Option<PathBuf>,
-    /// Restore onto a built-in synthetic machine instead.
-    #[arg(long, value_name = "NAME")]
+    /// `nodes/`) or a built-in synthetic machine `builtin:NAME`, instead of
+    /// this machine's `/sys/class/kfd/kfd/topology`.
+    #[arg(long, value_name = "DIR|builtin:NAME", conflicts_with = "builtin", value_parser = crate::machine::MachineParser, hide_possible_values = true)]
+    pub sysfs: Option<String>,
+    /// The same as `--sysfs builtin:NAME` (kept for scripts).
+    #[arg(long, value_name = "NAME", hide = true)]
     pub builtin: Option<String>,
     /// Fill in what a partial capture given with --sysfs lacks (gpu_ids,
     /// VRAM banks, render minors) as the simulator does.
@@ -173,9 +174,9 @@ pub fn run(args: Args) -> ExitCode {
                 .map(|&id| ImageName::Kfd { id }.to_string())
                 .collect();
             println!(
-                "{} ({} GPUs):",
+                "{} ({}):",
                 names.join(", "),
-                verdict.checkpointed.gpus().count()
+                crate::out::plural(verdict.checkpointed.gpus().count() as u64, "GPU")
             );
             map::print_text(&verdict.result, &verdict.checkpointed, &local, &options);
         }
@@ -208,14 +209,14 @@ pub fn run(args: Args) -> ExitCode {
 fn load_local(args: &Args) -> Result<DeviceTopology, String> {
     let spec = match (&args.builtin, &args.sysfs) {
         (Some(name), _) => format!("builtin:{name}"),
-        (None, Some(dir)) => dir.display().to_string(),
+        (None, Some(spec)) => spec.clone(),
         (None, None) => {
             if !Path::new(DEFAULT_ROOT).is_dir() {
                 return Err(format!(
                     "{DEFAULT_ROOT} does not exist: this machine has no amdkfd topology \
                      (amdgpu not loaded, or no AMD GPU); use --sysfs DIR to check against a \
-                     copy of one, or --builtin NAME for a synthetic machine ({})",
-                    builtin_names().join(", ")
+                     copy of one, or --sysfs builtin:NAME for a synthetic machine ({})",
+                    crate::machine::known().join(", ")
                 ));
             }
             DEFAULT_ROOT.to_owned()

@@ -17,7 +17,7 @@ use amdgpu_topology::device_map::DeviceMap;
 use amdgpu_topology::devices::DeviceTopology;
 use amdgpu_topology::mapping::{map_topologies_pinned, MapResult};
 use amdgpu_topology::options::CheckOptions;
-use amdgpu_topology::{builtin, builtin_names, parse, synthesize_missing, GpuId};
+use amdgpu_topology::{parse, synthesize_missing, GpuId};
 
 /// Arguments of `map`.
 #[derive(clap::Args)]
@@ -32,10 +32,10 @@ pub struct Args {
     /// The checkpointed machine's topology: a copy of
     /// `/sys/class/kfd/kfd/topology` (the directory holding `nodes/`), or
     /// `builtin:NAME` for a built-in machine.
-    #[arg(long, value_name = "DIR|builtin:NAME")]
+    #[arg(long, value_name = "DIR|builtin:NAME", value_parser = crate::machine::MachineParser, hide_possible_values = true)]
     pub from: String,
     /// The restoring machine's topology, same forms.
-    #[arg(long, value_name = "DIR|builtin:NAME")]
+    #[arg(long, value_name = "DIR|builtin:NAME", value_parser = crate::machine::MachineParser, hide_possible_values = true)]
     pub to: String,
     /// Fill in what partial captures lack (gpu_ids, VRAM banks, render
     /// minors) as the simulator does, and note it on stderr.
@@ -126,23 +126,19 @@ pub fn run(args: Args) -> ExitCode {
 /// printing what the parser had to skip and what `--complete` filled in,
 /// each line prefixed with the subcommand's name.
 pub(crate) fn load(command: &str, spec: &str, complete: bool) -> Result<DeviceTopology, String> {
-    let mut system = if let Some(name) = spec.strip_prefix("builtin:") {
-        builtin(name).ok_or_else(|| {
-            format!(
-                "no built-in topology {name:?} (known: {})",
-                builtin_names().join(", ")
-            )
-        })?
+    let machine = crate::machine::Machine::parse(command, spec)?;
+    let mut system = if let Some(system) = machine.builtin_system() {
+        system
     } else {
         let parsed = parse(Path::new(spec)).map_err(|e| format!("{spec}: {e}"))?;
         for skipped in &parsed.skipped {
-            eprintln!("amdgpu-criu {command}: {spec}: note: {skipped}");
+            crate::out::note(&format!("amdgpu-criu {command}: {spec}: note: {skipped}"));
         }
         parsed.system
     };
     if complete {
         for item in synthesize_missing(&mut system) {
-            eprintln!("amdgpu-criu {command}: {spec}: filled in: {item}");
+            crate::out::note(&format!("amdgpu-criu {command}: {spec}: filled in: {item}"));
         }
     }
     DeviceTopology::from_system(&system).map_err(|e| {
@@ -189,7 +185,9 @@ pub(crate) fn print_text(
     println!("GPUs (checkpointed gpu_id -> local gpu_id):");
     for (src, dst) in &result.gpu_map {
         println!(
-            "  {src} -> {dst}  (node {} -> node {})",
+            "  {} -> {}  (node {} -> node {})",
+            crate::out::gpu_id(*src),
+            crate::out::gpu_id(*dst),
             node_of(from, *src),
             node_of(to, *dst)
         );
@@ -237,7 +235,7 @@ pub(crate) fn reason_lines(reasons: &[Reason]) -> Vec<String> {
                 }
                 .to_string(),
                 many => {
-                    let ids: Vec<String> = many.iter().map(u32::to_string).collect();
+                    let ids: Vec<String> = many.iter().map(|g| crate::out::gpu_id(*g)).collect();
                     format!("checkpointed GPUs {}: {reason}", ids.join(", "))
                 }
             })

@@ -2,8 +2,11 @@
 
 pub mod check;
 pub mod completions;
+pub mod decode;
 pub mod demo;
+pub mod doctor;
 pub mod map;
+pub mod ps;
 pub mod show;
 pub mod topology;
 pub mod unpause;

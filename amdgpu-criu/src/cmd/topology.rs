@@ -8,7 +8,7 @@
 
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use amdgpu_topology::model::link_type;
@@ -24,18 +24,18 @@ use serde::Serialize;
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   amdgpu-criu topology                                  # this machine
-  amdgpu-criu topology --builtin list
-  amdgpu-criu topology --builtin mi210-8gpu-2hive
+  amdgpu-criu topology --sysfs builtin:list           # the built-in machines
+  amdgpu-criu topology --sysfs builtin:mi210-8gpu-2hive
   amdgpu-criu topology --sysfs ./copy-of-topology --complete
   amdgpu-criu topology --json > topology.json           # attach to bug reports")]
 pub struct Args {
-    /// Read a copy of a topology tree (the directory holding `nodes/`)
-    /// instead of this machine's `/sys/class/kfd/kfd/topology`.
-    #[arg(long, value_name = "DIR", conflicts_with = "builtin")]
-    pub sysfs: Option<PathBuf>,
-    /// Show a built-in synthetic machine instead (`--builtin list` prints
-    /// their names).
-    #[arg(long, value_name = "NAME")]
+    /// Read a copy of a topology tree (the directory holding `nodes/`), or
+    /// a built-in synthetic machine `builtin:NAME` (`builtin:list` lists
+    /// them), instead of this machine's `/sys/class/kfd/kfd/topology`.
+    #[arg(long, value_name = "DIR|builtin:NAME", conflicts_with = "builtin", value_parser = crate::machine::MachineParser, hide_possible_values = true)]
+    pub sysfs: Option<String>,
+    /// The same as `--sysfs builtin:NAME` (kept for scripts).
+    #[arg(long, value_name = "NAME", hide = true)]
     pub builtin: Option<String>,
     /// Fill in missing gpu_ids, VRAM banks and render minors as the
     /// simulator does, and list what was filled in.
@@ -56,7 +56,24 @@ struct Loaded {
 }
 
 /// Runs `topology`: 0 on success, 2 when the topology cannot be read.
-pub fn run(args: Args) -> ExitCode {
+pub fn run(mut args: Args) -> ExitCode {
+    if args.sysfs.as_deref() == Some("builtin:list") {
+        args.sysfs = None;
+        args.builtin = Some("list".into());
+    }
+    if let Some(spec) = args.sysfs.clone() {
+        match crate::machine::Machine::parse("topology", &spec) {
+            Ok(crate::machine::Machine::Builtin(name)) => {
+                args.sysfs = None;
+                args.builtin = Some(name);
+            }
+            Ok(crate::machine::Machine::Dir(_)) => {}
+            Err(e) => {
+                eprintln!("amdgpu-criu topology: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     if args.builtin.as_deref() == Some("list") {
         let mut text = builtin_names().join("\n");
         text.push('\n');
@@ -122,10 +139,10 @@ fn load(args: &Args) -> Result<Loaded, String> {
     }
     let root = args
         .sysfs
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_ROOT));
+        .as_ref()
+        .map_or_else(|| PathBuf::from(DEFAULT_ROOT), PathBuf::from);
     let parsed = match &args.sysfs {
-        Some(dir) => parse(dir),
+        Some(dir) => parse(Path::new(dir)),
         None => parse_host(),
     };
     match parsed {
@@ -138,8 +155,8 @@ fn load(args: &Args) -> Result<Loaded, String> {
         Err(ParseError::NoTopology { .. }) if args.sysfs.is_none() => Err(format!(
             "{DEFAULT_ROOT} does not exist: this machine has no amdkfd topology \
              (amdgpu not loaded, or no AMD GPU); use --sysfs DIR to read a copy of \
-             one, or --builtin NAME for a synthetic machine ({})",
-            builtin_names().join(", ")
+             one, or --sysfs builtin:NAME for a synthetic machine ({})",
+            crate::machine::known().join(", ")
         )),
         Err(e) => Err(e.to_string()),
     }
@@ -304,11 +321,11 @@ fn render_text(loaded: &Loaded, synthesized: &[Synthesized]) -> String {
     let hives = s.hives();
     let _ = writeln!(
         out,
-        "{} nodes: {} CPU, {} GPU; {} XGMI hive(s)",
+        "{} nodes: {} CPU, {} GPU; {}",
         s.nodes.len(),
         s.cpus().count(),
         s.gpus().count(),
-        hives.len()
+        crate::out::plural(hives.len() as u64, "XGMI hive")
     );
     let _ = writeln!(
         out,
@@ -316,7 +333,14 @@ fn render_text(loaded: &Loaded, synthesized: &[Synthesized]) -> String {
         "node", "kind", "gpu_id", "name", "device", "target", "pci", "vram", "minor"
     );
     for node in &s.nodes {
-        let gpu_id = node.gpu_id.map_or("-".to_owned(), |id| id.to_string());
+        // gpu_ids in hex, as image file names and every command show them.
+        let gpu_id = node.gpu_id.map_or("-".to_owned(), |id| {
+            if id == 0 {
+                "0".to_owned()
+            } else {
+                crate::out::gpu_id(id)
+            }
+        });
         let name = node.name.clone().unwrap_or_else(|| "-".to_owned());
         if node.kind() == NodeKind::Cpu {
             let _ = writeln!(
@@ -350,7 +374,11 @@ fn render_text(loaded: &Loaded, synthesized: &[Synthesized]) -> String {
             g.pci,
             vram,
             minor,
-            g.hive_id
+            if g.hive_id == 0 {
+                "-".to_owned()
+            } else {
+                format!("{:#x}", g.hive_id)
+            }
         );
     }
     if !hives.is_empty() {
@@ -363,10 +391,10 @@ fn render_text(loaded: &Loaded, synthesized: &[Synthesized]) -> String {
             };
             let _ = writeln!(
                 out,
-                "  hive_id {}: nodes {} ({} GPUs){agrees}",
+                "  hive_id {:#x}: nodes {} ({}){agrees}",
                 hive.hive_id,
                 ranges(&hive.nodes),
-                hive.nodes.len()
+                crate::out::plural(hive.nodes.len() as u64, "GPU")
             );
         }
     }

@@ -1,22 +1,34 @@
 //! `amdgpu-criu verify DIR`: validate a whole image set, checksums included,
 //! and list every problem. Exit 0 when clean, 1 when problems were found, 2
 //! on usage or I/O errors. Reads only.
+//!
+//! Every message of our images carries a checksum of its own bytes
+//! (`message_checksum`, tag 120), so a flipped byte anywhere in an image is
+//! found; images without it (the C plugin's) are checked for consistency
+//! only, and the report says which.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use amdgpu_image::{verify_set, DirStore, ReadLimits};
+use amdgpu_image::{verify_set, DirStore, ReadLimits, SetReport};
+use serde_json::json;
+
+use crate::out::plural;
 
 /// Arguments of `verify`.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   amdgpu-criu verify /var/lib/ckpt
   amdgpu-criu verify /var/lib/ckpt && criu restore -D /var/lib/ckpt
+  amdgpu-criu verify --json /var/lib/ckpt | jq .problems
 
 Exit status: 0 clean, 1 problems found, 2 unreadable or no amdgpu images")]
 pub struct Args {
     /// The image directory.
     pub dir: PathBuf,
+    /// Print one JSON object (`clean`, `problems`, counts, `not_covered`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs `verify`.
@@ -34,7 +46,29 @@ pub fn run(args: Args) -> ExitCode {
     // one left over means the dump was interrupted (killed, Ctrl-C) and the
     // set is incomplete whatever the finished files say.
     let unfinished = unfinished_files(&args.dir);
-    for name in &unfinished {
+    let empty = report.files == 0 && unfinished.is_empty();
+    let clean = report.is_clean() && unfinished.is_empty() && !empty;
+    if args.json {
+        println!("{:#}", to_json(&args, &report, &unfinished, clean));
+    } else {
+        print_text(&report, &unfinished);
+    }
+    if empty {
+        eprintln!(
+            "amdgpu-criu verify: {}: no amdgpu image files",
+            args.dir.display()
+        );
+        return ExitCode::from(2);
+    }
+    if clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn print_text(report: &SetReport, unfinished: &[String]) {
+    for name in unfinished {
         println!(
             "incomplete image set: {name} was never finished (the dump was interrupted); \
              do not restore from this directory"
@@ -43,32 +77,77 @@ pub fn run(args: Args) -> ExitCode {
     for problem in &report.problems {
         println!("{problem}");
     }
+    if report.files == 0 && unfinished.is_empty() {
+        return;
+    }
+    if !report.messages_not_covered.is_empty() {
+        println!(
+            "not covered: {} {} no message checksum (images of the C plugin or of an \
+             older amdgpu-criu-rs), so only their consistency was checked: {}",
+            plural(report.messages_not_covered.len() as u64, "message"),
+            if report.messages_not_covered.len() == 1 {
+                "carries"
+            } else {
+                "carry"
+            },
+            report.messages_not_covered.join(", ")
+        );
+    }
     let summary = format!(
-        "{} files, {} bos read ({} bytes), {} checksums verified",
-        report.files, report.bos_read, report.bytes_read, report.checksums_verified
+        "{}, {} read ({} bytes), {} verified, {} of {} covered by a checksum",
+        plural(report.files as u64, "file"),
+        plural(report.bos_read as u64, "bo"),
+        report.bytes_read,
+        plural(report.checksums_verified as u64, "content checksum"),
+        report.messages_covered,
+        plural(
+            (report.messages_covered + report.messages_not_covered.len()) as u64,
+            "message"
+        ),
     );
     if !unfinished.is_empty() {
         println!(
-            "{summary}: incomplete, {} unfinished files, {} problems",
+            "{summary}: incomplete, {} unfinished {}, {}",
             unfinished.len(),
-            report.problems.len()
+            if unfinished.len() == 1 {
+                "file"
+            } else {
+                "files"
+            },
+            plural(report.problems.len() as u64, "problem")
         );
-        return ExitCode::from(1);
-    }
-    if report.files == 0 {
-        eprintln!(
-            "amdgpu-criu verify: {}: no amdgpu image files",
-            args.dir.display()
-        );
-        return ExitCode::from(2);
-    }
-    if report.is_clean() {
+    } else if report.is_clean() {
         println!("{summary}: clean");
-        ExitCode::SUCCESS
     } else {
-        println!("{summary}: {} problems", report.problems.len());
-        ExitCode::from(1)
+        println!(
+            "{summary}: {}",
+            plural(report.problems.len() as u64, "problem")
+        );
     }
+}
+
+fn to_json(
+    args: &Args,
+    report: &SetReport,
+    unfinished: &[String],
+    clean: bool,
+) -> serde_json::Value {
+    json!({
+        "dir": args.dir.display().to_string(),
+        "clean": clean,
+        "files": report.files,
+        "bos_read": report.bos_read,
+        "bytes_read": report.bytes_read,
+        "content_checksums_verified": report.checksums_verified,
+        "messages_covered": report.messages_covered,
+        "messages_not_covered": report.messages_not_covered,
+        "unfinished": unfinished,
+        "problems": report.problems.iter().map(|p| json!({
+            "file": p.file,
+            "path": p.path,
+            "message": p.message,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// Names of the amdgpu image files in `dir` that a writer started and never

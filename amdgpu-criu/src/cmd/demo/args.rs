@@ -11,29 +11,29 @@ use super::{GIB, KIB, MIB};
 
 /// The machine the demo checkpoints on unless told otherwise: eight GPUs in
 /// two XGMI hives, so the GPU mapping has real work to do.
-pub const DEFAULT_TOPOLOGY: &str = "mi210-8gpu-2hive";
+pub const DEFAULT_TOPOLOGY: &str = "builtin:mi210-8gpu-2hive";
 
 /// Arguments of `demo`.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   amdgpu-criu demo
   amdgpu-criu demo --workload pytorch --size 1G
-  amdgpu-criu demo --topology mi300x-64 --restore-topology mi300x-64 --json
+  amdgpu-criu demo --topology builtin:mi300x-64 --restore-topology builtin:mi300x-64 --json
   amdgpu-criu demo --dir ./ckpt --keep && amdgpu-criu verify ./ckpt
   amdgpu-criu demo --inject CRIU_OP:CHECKPOINT=EIO
 
 Exit status: 0 verified, 1 not verified (or the rehearsed failure), 2 usage errors")]
 pub struct Args {
-    /// The machine to checkpoint on: a built-in topology name or a sysfs
-    /// tree (the directory holding `nodes/`; what a partial capture lacks is
-    /// filled in as the simulator does).
-    #[arg(long, value_name = "NAME|DIR", default_value = DEFAULT_TOPOLOGY)]
+    /// The machine to checkpoint on: a built-in machine `builtin:NAME` or a
+    /// sysfs tree (the directory holding `nodes/`; what a partial capture
+    /// lacks is filled in as the simulator does).
+    #[arg(long, value_name = "DIR|builtin:NAME", default_value = DEFAULT_TOPOLOGY, value_parser = crate::machine::MachineParser, hide_possible_values = true)]
     pub topology: String,
     /// The machine to restore on, same forms. Default: the same model as
     /// another host numbers it (new gpu_ids, node order, render minors and
     /// hive ids). The same value as --topology restores on the very machine
     /// the process was checkpointed on.
-    #[arg(long, value_name = "NAME|DIR")]
+    #[arg(long, value_name = "DIR|builtin:NAME", value_parser = crate::machine::MachineParser, hide_possible_values = true)]
     pub restore_topology: Option<String>,
     /// The application: `basic` (a few small BOs of every type per GPU),
     /// `pytorch` (many BOs of mixed sizes, USERPTR staging, SVM),

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use amdgpu_topology::{builtin, builtin_names, parse, synthesize_missing, System};
+use amdgpu_topology::{parse, synthesize_missing, System};
 use kfd_sim::{Sim, SimConfig};
 
 use super::Stop;
@@ -17,17 +17,18 @@ pub(super) struct Machine {
 /// A built-in topology by name, or a sysfs tree completed as the simulator
 /// completes partial captures.
 pub(super) fn resolve(spec: &str) -> Result<Machine, Stop> {
-    if let Some(system) = builtin(spec) {
+    let machine = crate::machine::Machine::parse("demo", spec).map_err(Stop::Usage)?;
+    if let Some(system) = machine.builtin_system() {
         return Ok(Machine {
-            label: spec.to_owned(),
+            label: machine.label(),
             system,
         });
     }
     let dir = Path::new(spec);
     if !dir.is_dir() {
         return Err(Stop::Usage(format!(
-            "{spec:?} is neither a built-in topology ({}) nor a directory",
-            builtin_names().join(", ")
+            "{spec}: not a directory (a sysfs topology tree), nor a built-in machine ({})",
+            crate::machine::known().join(", ")
         )));
     }
     let parsed = parse(dir).map_err(|e| Stop::Usage(format!("{spec}: {e}")))?;
@@ -35,17 +36,17 @@ pub(super) fn resolve(spec: &str) -> Result<Machine, Stop> {
     refuse_combined_nodes(spec, &system)?;
     let filled = synthesize_missing(&mut system);
     if !filled.is_empty() {
-        eprintln!(
+        crate::out::note(&format!(
             "amdgpu-criu demo: note: {spec}: {} missing properties (gpu_ids, VRAM banks, \
              render minors) filled in as the simulator does",
             filled.len()
-        );
+        ));
     }
     for note in kfd_sim::complete_kernel_properties(&mut system) {
-        eprintln!(
+        crate::out::note(&format!(
             "amdgpu-criu demo: note: {spec}: {note} (what a current kernel reports for this \
              chip; the capture's kernel did not print it)"
-        );
+        ));
     }
     Ok(Machine {
         label: spec.to_owned(),

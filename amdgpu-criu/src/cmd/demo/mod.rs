@@ -24,7 +24,7 @@
 //! This module decides nothing the plugin decides: it only sets the stage,
 //! measures and compares. It never touches real devices.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::process::ExitCode;
 
 use criu_plugin_amdgpu::log::{Capture, Level};
@@ -77,8 +77,10 @@ pub fn run(args: Args) -> ExitCode {
         eprintln!("amdgpu-criu demo: {e}");
         return ExitCode::from(2);
     }
-    let show_bar = !args.json && std::io::stderr().is_terminal();
-    progress::lines_without_terminal(!args.json && !show_bar);
+    // --quiet: no progress either.
+    let quiet = crate::out::quiet();
+    let show_bar = !args.json && !quiet && std::io::stderr().is_terminal();
+    progress::lines_without_terminal(!args.json && !quiet && !show_bar);
     let bar = progress::bar(show_bar);
     // The plugin logs to stderr outside CRIU; the demo keeps its lines and
     // shows the warnings and errors when something fails.
@@ -86,13 +88,26 @@ pub fn run(args: Args) -> ExitCode {
     let mut report = Report::default();
     let outcome = execute(&args, &bar, &mut report);
     bar.finish_and_clear();
-    let plugin_lines: Vec<String> = capture
-        .lines()
+    let captured = capture.lines();
+    drop(capture);
+    // Every line to the --log file; with -v, to stderr as well (else the
+    // warnings and errors are shown when something fails).
+    let verbose = crate::out::verbose() > 0;
+    for (level, line) in &captured {
+        let text = format!(
+            "{}{line}",
+            criu_plugin_amdgpu::log::line_start(*level, None)
+        );
+        crate::out::log_only(&text);
+        if verbose {
+            let _ = writeln!(std::io::stderr().lock(), "{text}");
+        }
+    }
+    let plugin_lines: Vec<String> = captured
         .into_iter()
-        .filter(|(level, _)| *level <= Level::Warn)
+        .filter(|(level, _)| *level <= Level::Warn && !verbose)
         .map(|(_, line)| format!("{}{line}", criu_plugin_amdgpu::log::PREFIX))
         .collect();
-    drop(capture);
     let code = match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(Stop::Usage(message)) => {

@@ -26,17 +26,37 @@ pub(super) struct Phase {
     seconds: f64,
 }
 
+/// The machines of a demo, as named on the command line.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(super) struct Topologies {
+    pub(super) checkpoint: String,
+    pub(super) restore: String,
+}
+
 /// What the demo prints.
 #[derive(Debug, Default, Serialize)]
 pub(super) struct Report {
+    /// The workload's name.
+    pub(super) workload: String,
+    /// The checkpointing and restoring machines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) topologies: Option<Topologies>,
+    /// Where the images are (kept or not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) image_dir: Option<String>,
     pub(super) checkpoint: Option<Phase>,
     pub(super) restore: Option<Phase>,
     pub(super) gpu_map: BTreeMap<u32, u32>,
     pub(super) verified: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) error: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// Why the restore machine cannot take the checkpoint, one line each
+    /// (text mode).
+    #[serde(skip)]
     pub(super) reasons: Vec<String>,
+    /// The same reasons as `map --json` and `check --json` give them.
+    #[serde(rename = "reasons", skip_serializing_if = "Vec::is_empty")]
+    pub(super) reason_details: Vec<amdgpu_topology::checks::Reason>,
     /// What verification found wrong after a completed restore.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(super) problems: Vec<String>,
@@ -142,10 +162,10 @@ pub(super) fn phase_line(name: &str, phase: &Phase) -> String {
                 0.0
             };
             format!(
-                "{name} {} GPUs, {} BOs, {} of BOs, {} written ({share:.1}% elided as zero \
+                "{name} {}, {}, {} of BOs, {} written ({share:.1}% elided as zero \
                  pages) in {:.3} s ({} of BOs, {} written)",
-                phase.gpus,
-                phase.bos,
+                crate::out::plural(phase.gpus as u64, "GPU"),
+                crate::out::plural(phase.bos as u64, "BO"),
                 human_bytes(phase.bytes),
                 human_bytes(written),
                 phase.seconds,
@@ -154,9 +174,9 @@ pub(super) fn phase_line(name: &str, phase: &Phase) -> String {
             )
         }
         None => format!(
-            "{name} {} GPUs, {} BOs, {} of BOs in {:.3} s ({})",
-            phase.gpus,
-            phase.bos,
+            "{name} {}, {}, {} of BOs in {:.3} s ({})",
+            crate::out::plural(phase.gpus as u64, "GPU"),
+            crate::out::plural(phase.bos as u64, "BO"),
             human_bytes(phase.bytes),
             phase.seconds,
             rate(phase.bytes)

@@ -59,6 +59,7 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
     };
     let images = images_dir(args)?;
     report.images = images.describe();
+    report.image_dir = Some(images.path().display().to_string());
     let shm = tempfile::tempdir()
         .map_err(|e| Stop::Usage(format!("cannot create a temporary directory: {e}")))?;
     super::cleanup::remove_on_signal(shm.path());
@@ -101,12 +102,17 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
         |m| m.label.clone(),
     );
     report.lines.push(format!(
-        "checkpoint on {} ({} GPUs), restore on {} ({} GPUs)",
+        "checkpoint on {} ({}), restore on {} ({})",
         origin.label,
-        gpus,
+        crate::out::plural(gpus, "GPU"),
         restore_label,
-        restore_sim.gpus().len()
+        crate::out::plural(restore_sim.gpus().len() as u64, "GPU")
     ));
+    report.workload = args.workload.name().to_owned();
+    report.topologies = Some(super::report::Topologies {
+        checkpoint: origin.label.clone(),
+        restore: restore_label.clone(),
+    });
     report.lines.push(format!(
         "workload: {}, {} process{}, {STEPS_BEFORE} steps before the checkpoint, \
          {STEPS_AFTER} after the restore",
@@ -206,6 +212,9 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
         check::check(&checkpointed, &local, &config.options.checks).map_err(Stop::Failed)?;
     for v in verdicts.iter().filter(|v| !v.result.compatible) {
         report.reasons.extend(map::reason_lines(&v.result.reasons));
+        report
+            .reason_details
+            .extend(v.result.reasons.iter().cloned());
     }
 
     stage(bar, "restoring");
@@ -268,8 +277,8 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
                 String::new()
             } else {
                 format!(
-                    " ({restore_label} cannot take this checkpoint: {} reasons)",
-                    report.reasons.len()
+                    " ({restore_label} cannot take this checkpoint: {})",
+                    crate::out::plural(report.reasons.len() as u64, "reason")
                 )
             };
             let left: Vec<String> = processes
@@ -305,7 +314,12 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
     }
     let mut map = String::from("GPU map (checkpointed gpu_id -> local gpu_id):");
     for (from, to) in &report.gpu_map {
-        let _ = write!(map, "\n  {from} -> {to}");
+        let _ = write!(
+            map,
+            "\n  {} -> {}",
+            crate::out::gpu_id(*from),
+            crate::out::gpu_id(*to)
+        );
     }
     report.lines.push(map);
 

@@ -80,8 +80,9 @@ pub(super) fn run_after_restore(sim: &Sim, processes: &mut [Process]) -> Vec<Str
 pub(super) fn image_set(images: &Path) -> Result<String, Vec<String>> {
     match DirStore::open_dir(images).and_then(|store| verify_set(&store, ReadLimits::default())) {
         Ok(set) if set.is_clean() && set.files > 0 => Ok(format!(
-            "image set clean ({} files, {} checksums)",
-            set.files, set.checksums_verified
+            "image set clean ({}, {})",
+            crate::out::plural(set.files as u64, "file"),
+            crate::out::plural(set.checksums_verified as u64, "checksum")
         )),
         Ok(set) if set.files == 0 => Err(vec!["image set: no amdgpu image files".into()]),
         Ok(set) => Err(set
@@ -120,14 +121,14 @@ pub(super) fn checkpoint_failed(
     {
         Ok(set) if set.files == 0 => "no amdgpu image files remain".to_owned(),
         Ok(set) if set.is_clean() => format!(
-            "{} files of the processes dumped before the failure, clean on their own \
+            "{} of the processes dumped before the failure, clean on their own \
              but not a checkpoint of the whole tree",
-            set.files
+            crate::out::plural(set.files as u64, "file")
         ),
         Ok(set) => format!(
-            "verify refuses what remains ({} files, {} problems)",
-            set.files,
-            set.problems.len()
+            "verify refuses what remains ({}, {})",
+            crate::out::plural(set.files as u64, "file"),
+            crate::out::plural(set.problems.len() as u64, "problem")
         ),
         Err(e) => format!("verify cannot read the directory: {e}"),
     };

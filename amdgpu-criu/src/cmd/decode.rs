@@ -1,0 +1,257 @@
+//! `amdgpu-criu decode FILE` and `amdgpu-criu encode -o FILE`: an image
+//! message as JSON and back, as `crit decode` / `crit encode` do for CRIU's
+//! own images.
+//!
+//! `decode` writes everything, `bytes` fields as `{"len": n, "hex": "…"}`
+//! with every byte (where `show --json` abbreviates them), so its output is
+//! `encode`'s input. `encode` reads that JSON, refuses unknown and missing
+//! fields, a message kind that does not match the output file's name and a
+//! message validation rejects (what restore would refuse), and writes the
+//! image atomically. A message with our producer marker is sealed afresh
+//! (`message_checksum`): an edited image is a new image.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use amdgpu_image::messages::full_hex;
+use amdgpu_image::seal::{self, SealCheck};
+use amdgpu_image::{
+    decode_message_unchecked, read_payload_framed, CriuDmabufNode, CriuKfd, CriuRenderNode,
+    DirStore, ImageKind, ImageMessage, ImageName, ImageStore, ReadLimits, ValidatedKfd,
+    ValidatedRenderNode,
+};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+/// Arguments of `decode`.
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  amdgpu-criu decode /var/lib/ckpt/amdgpu-kfd-7.img > kfd.json
+  amdgpu-criu decode amdgpu-renderD-8.img | jq .content.bo_entries
+
+Exit status: 0 decoded, 1 decoded but the message checksum does not match, 2 unreadable")]
+pub struct DecodeArgs {
+    /// An amdgpu image file holding a message (kfd, renderD or dmabuf).
+    pub file: PathBuf,
+}
+
+/// Arguments of `encode`.
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  amdgpu-criu decode amdgpu-kfd-7.img > kfd.json
+  $EDITOR kfd.json
+  amdgpu-criu encode -i kfd.json -o ckpt/amdgpu-kfd-7.img && amdgpu-criu verify ckpt
+
+Exit status: 0 written, 1 the message is invalid (nothing written), 2 unreadable input")]
+pub struct EncodeArgs {
+    /// The JSON `decode` wrote (`-` or absent: standard input).
+    #[arg(short, long, value_name = "JSON")]
+    pub input: Option<PathBuf>,
+    /// The image file to write; its name tells the message kind
+    /// (`amdgpu-kfd-<id>.img`, `amdgpu-renderD-<id>.img`,
+    /// `amdgpu-dmabuf_<id>.img`).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: PathBuf,
+}
+
+fn name_of(path: &Path) -> Result<ImageName, String> {
+    let file = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    let name = ImageName::parse(file)
+        .map_err(|e| format!("{e} (the kind of an image is told by its file name)"))?;
+    if !name.kind().holds_message() {
+        return Err(format!(
+            "{name}: a pages file holds raw BO contents, not a message; `amdgpu-criu show` \
+             prints its length header"
+        ));
+    }
+    Ok(name)
+}
+
+fn full<M: Serialize>(msg: &M, bytes_field: Option<&[u8]>) -> Value {
+    let mut v = serde_json::to_value(msg).unwrap_or(Value::Null);
+    if let (Some(bytes), Some(map)) = (bytes_field, v.as_object_mut()) {
+        map.insert(
+            "priv_data".into(),
+            json!({ "len": bytes.len(), "hex": full_hex(bytes) }),
+        );
+    }
+    v
+}
+
+/// Runs `decode`.
+pub fn run_decode(args: DecodeArgs) -> ExitCode {
+    let name = match name_of(&args.file) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("amdgpu-criu decode: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let file = name.to_string();
+    let payload = match std::fs::File::open(&args.file)
+        .map_err(|e| format!("{}: {e}", args.file.display()))
+        .and_then(|f| {
+            read_payload_framed(f, &file, ReadLimits::default()).map_err(|e| e.to_string())
+        }) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("amdgpu-criu decode: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let decoded = match name.kind() {
+        ImageKind::Kfd => decode_message_unchecked::<CriuKfd>(&file, &payload)
+            .map(|m| (CriuKfd::PROTO_NAME, full(&m, Some(&m.priv_data)))),
+        ImageKind::RenderNode => decode_message_unchecked::<CriuRenderNode>(&file, &payload)
+            .map(|m| (CriuRenderNode::PROTO_NAME, full(&m, None))),
+        _ => decode_message_unchecked::<CriuDmabufNode>(&file, &payload)
+            .map(|m| (CriuDmabufNode::PROTO_NAME, full(&m, None))),
+    };
+    let (proto, content) = match decoded {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("amdgpu-criu decode: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let check = seal::check(&payload);
+    let status = match check {
+        SealCheck::Match(_) => "verified",
+        SealCheck::Absent => "not_covered",
+        SealCheck::Mismatch { .. } => "mismatch",
+        SealCheck::Malformed(_) => "malformed",
+    };
+    println!(
+        "{:#}",
+        json!({ "file": file, "message": proto, "message_checksum": status, "content": content })
+    );
+    match check {
+        SealCheck::Mismatch { recorded, actual } => {
+            eprintln!(
+                "amdgpu-criu decode: {file}: message checksum mismatch: the bytes hash to \
+                 {actual:#018x}, the image records {recorded:#018x}"
+            );
+            ExitCode::from(1)
+        }
+        SealCheck::Malformed(what) => {
+            eprintln!("amdgpu-criu decode: {file}: {what}");
+            ExitCode::from(1)
+        }
+        _ => ExitCode::SUCCESS,
+    }
+}
+
+/// Why an `encode` stopped: bad input (2) or an invalid message (1).
+enum Refusal {
+    Input(String),
+    Invalid(Vec<String>),
+}
+
+fn parse<M: ImageMessage + serde::de::DeserializeOwned>(
+    content: &Value,
+    file: &str,
+) -> Result<M, Refusal> {
+    let mut content = content.clone();
+    // What decode adds beside the fields: nothing to read back.
+    if let Some(map) = content.as_object_mut() {
+        map.remove("message_checksum");
+    }
+    serde_json::from_value::<M>(content)
+        .map_err(|e| Refusal::Input(format!("{file}: {}: {e}", M::PROTO_NAME)))
+}
+
+fn encode(json_text: &str, out: &Path) -> Result<ImageName, Refusal> {
+    let name = name_of(out).map_err(Refusal::Input)?;
+    let file = name.to_string();
+    let v: Value = serde_json::from_str(json_text)
+        .map_err(|e| Refusal::Input(format!("the input is not JSON: {e}")))?;
+    let content = v.get("content").ok_or_else(|| {
+        Refusal::Input("the input has no \"content\" (write it with `amdgpu-criu decode`)".into())
+    })?;
+    let expected = match name.kind() {
+        ImageKind::Kfd => CriuKfd::PROTO_NAME,
+        ImageKind::RenderNode => CriuRenderNode::PROTO_NAME,
+        _ => CriuDmabufNode::PROTO_NAME,
+    };
+    if let Some(message) = v.get("message").and_then(Value::as_str) {
+        if message != expected {
+            return Err(Refusal::Input(format!(
+                "the input is a {message}, but {file} holds a {expected}"
+            )));
+        }
+    }
+    let dir = match out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(p) => p.to_path_buf(),
+        None => PathBuf::from("."),
+    };
+    let store = DirStore::open_dir(&dir).map_err(|e| Refusal::Input(e.to_string()))?;
+    let problems = |ps: Vec<amdgpu_image::Problem>| -> Result<(), Refusal> {
+        if ps.is_empty() {
+            Ok(())
+        } else {
+            Err(Refusal::Invalid(
+                ps.iter().map(ToString::to_string).collect(),
+            ))
+        }
+    };
+    let written = match name.kind() {
+        ImageKind::Kfd => {
+            let m: CriuKfd = parse(content, &file)?;
+            problems(ValidatedKfd::problems(name.id(), &m))?;
+            store.write_message(&name, &m)
+        }
+        ImageKind::RenderNode => {
+            let m: CriuRenderNode = parse(content, &file)?;
+            problems(ValidatedRenderNode::problems(name.id(), &m))?;
+            store.write_message(&name, &m)
+        }
+        _ => {
+            let m: CriuDmabufNode = parse(content, &file)?;
+            store.write_message(&name, &m)
+        }
+    };
+    written.map_err(|e| Refusal::Input(e.to_string()))?;
+    Ok(name)
+}
+
+/// Runs `encode`.
+pub fn run_encode(args: EncodeArgs) -> ExitCode {
+    let mut text = String::new();
+    let read = match args.input.as_deref() {
+        None => std::io::stdin().read_to_string(&mut text).map(|_| ()),
+        Some(p) if p == Path::new("-") => std::io::stdin().read_to_string(&mut text).map(|_| ()),
+        Some(p) => std::fs::read_to_string(p).map(|t| text = t),
+    };
+    if let Err(e) = read {
+        let input = args
+            .input
+            .as_deref()
+            .map_or_else(|| "standard input".to_owned(), |p| p.display().to_string());
+        eprintln!("amdgpu-criu encode: {input}: {e}");
+        return ExitCode::from(2);
+    }
+    match encode(&text, &args.output) {
+        Ok(name) => {
+            println!("wrote {} ({name})", args.output.display());
+            ExitCode::SUCCESS
+        }
+        Err(Refusal::Input(e)) => {
+            eprintln!("amdgpu-criu encode: {e}");
+            ExitCode::from(2)
+        }
+        Err(Refusal::Invalid(problems)) => {
+            for p in &problems {
+                eprintln!("amdgpu-criu encode: {p}");
+            }
+            eprintln!(
+                "amdgpu-criu encode: {} not written: restore would refuse it",
+                args.output.display()
+            );
+            ExitCode::from(1)
+        }
+    }
+}

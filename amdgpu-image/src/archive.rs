@@ -1,0 +1,139 @@
+//! The amdgpu images inside a container checkpoint archive (feature
+//! `archive`): `podman container checkpoint --export` (and CRI-O's
+//! checkpoint) writes a tar of the container's checkpoint, CRIU's images in
+//! `checkpoint/` among them, zstd-compressed by default (`--compress none`:
+//! a plain tar; `gzip` is refused with what to do instead).
+//!
+//! Files are found by their names (any directory); everything else is
+//! skipped. A message image is read whole (up to [`ReadLimits`]); a pages
+//! file only up to its length header, so an archive of many GiB is read in
+//! bounded memory. Untrusted input never panics; two files of one name
+//! (two image sets) are refused.
+
+use std::io::{self, Read};
+
+use crate::{ImageName, ReadLimits, HEADER_LEN};
+
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// What an archive's first bytes say it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArchiveKind {
+    /// A plain (POSIX or GNU) tar.
+    Tar,
+    /// A zstd stream (holding a tar).
+    Zstd,
+    /// A gzip stream: not read.
+    Gzip,
+}
+
+/// The kind of archive starting with `head` (its first 512 bytes, or all
+/// of a shorter file); `None` when it is none of them.
+pub fn kind(head: &[u8]) -> Option<ArchiveKind> {
+    if head.starts_with(&ZSTD_MAGIC) {
+        Some(ArchiveKind::Zstd)
+    } else if head.starts_with(&GZIP_MAGIC) {
+        Some(ArchiveKind::Gzip)
+    } else if head.get(257..262) == Some(b"ustar") {
+        Some(ArchiveKind::Tar)
+    } else {
+        None
+    }
+}
+
+/// One amdgpu image file found in an archive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArchivedImage {
+    /// Its name.
+    pub name: ImageName,
+    /// Its path inside the archive.
+    pub path: String,
+    /// Its whole length.
+    pub len: u64,
+    /// All of a message image; the first [`HEADER_LEN`] bytes of a pages file.
+    pub bytes: Vec<u8>,
+}
+
+/// Reads the amdgpu images of the archive `src` (tar or zstd, told by its
+/// first bytes), in name order.
+pub fn read_archive<R: Read>(mut src: R, limits: ReadLimits) -> Result<Vec<ArchivedImage>, String> {
+    let mut head = Vec::with_capacity(512);
+    (&mut src)
+        .take(512)
+        .read_to_end(&mut head)
+        .map_err(|e| format!("read archive: {e}"))?;
+    let stream = io::Cursor::new(head.clone()).chain(src);
+    match kind(&head) {
+        Some(ArchiveKind::Tar) => read_tar(stream, limits),
+        Some(ArchiveKind::Zstd) => {
+            let decoder = ruzstd::decoding::StreamingDecoder::new(stream)
+                .map_err(|e| format!("not a zstd stream: {e}"))?;
+            read_tar(decoder, limits)
+        }
+        Some(ArchiveKind::Gzip) => Err(
+            "a gzip-compressed archive: not supported; export with `podman container checkpoint \
+             --export FILE --compress zstd` (the default) or `--compress none`, or decompress it \
+             with `gunzip`"
+                .into(),
+        ),
+        None => Err("not a tar archive (nor a zstd-compressed one)".into()),
+    }
+}
+
+/// Reads a tar stream; see the module docs.
+pub fn read_tar<R: Read>(src: R, limits: ReadLimits) -> Result<Vec<ArchivedImage>, String> {
+    let mut archive = tar::Archive::new(src);
+    let mut found: Vec<ArchivedImage> = Vec::new();
+    let entries = archive
+        .entries()
+        .map_err(|e| format!("read archive: {e}"))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("read archive: {e}"))?;
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let path = entry
+            .path()
+            .map_err(|e| format!("read archive: {e}"))?
+            .into_owned();
+        let Some(name) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| ImageName::parse(n).ok())
+        else {
+            continue;
+        };
+        let shown = path.display().to_string();
+        let len = entry.size();
+        let limit = if name.kind().holds_message() {
+            limits.max_message_len.saturating_add(HEADER_LEN as u64)
+        } else {
+            HEADER_LEN as u64
+        };
+        if name.kind().holds_message() && len > limit {
+            return Err(format!(
+                "{shown}: {len} bytes, beyond the {limit}-byte limit of an image message"
+            ));
+        }
+        let mut bytes = Vec::new();
+        entry
+            .take(limit)
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("{shown}: read from the archive: {e}"))?;
+        found.push(ArchivedImage {
+            name,
+            path: shown,
+            len,
+            bytes,
+        });
+    }
+    found.sort_by_key(|f| f.name);
+    if let Some(pair) = found.windows(2).find(|p| p[0].name == p[1].name) {
+        return Err(format!(
+            "{} and {} have the same name: the archive holds more than one image set",
+            pair[0].path, pair[1].path
+        ));
+    }
+    Ok(found)
+}
