@@ -266,6 +266,7 @@ pub fn write_sample_set<S: ImageStore>(store: &S, spec: SampleSpec) -> Result<Cr
                 gpu_id: gpu_id(g),
                 handle,
                 content_checksum: None,
+                ..Default::default()
             });
         }
     }
@@ -282,6 +283,7 @@ pub fn write_sample_set<S: ImageStore>(store: &S, spec: SampleSpec) -> Result<Cr
         priv_data: (0..64u8).collect(),
         producer: None,
         format_version: None,
+        ..Default::default()
     };
     kfd.mark_producer();
     for d in kfd.device_entries.clone().iter().filter(|d| d.is_gpu()) {
@@ -353,6 +355,7 @@ pub fn write_sample_set<S: ImageStore>(store: &S, spec: SampleSpec) -> Result<Cr
         format_version: None,
         device: None,
         kfd_pids: Vec::new(),
+        ..Default::default()
     };
     rn.mark_producer();
     for i in 0..rn.bo_entries.len() {

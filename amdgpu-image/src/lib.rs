@@ -53,7 +53,7 @@
 //!         alloc_flags: flags::KFD_VRAM,
 //!         gpu_id,
 //!         handle: flags::NO_HANDLE,
-//!         content_checksum: None,
+//!         ..Default::default()
 //!     }],
 //!     ..Default::default()
 //! };
@@ -88,7 +88,9 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod chain;
 pub mod checksum;
+pub mod chunks;
 mod error;
 pub mod framing;
 #[doc(hidden)]
@@ -103,7 +105,9 @@ pub mod store;
 pub mod topology;
 pub mod validate;
 
+pub use chain::{ChainReader, ChunkResolver, PieceSource};
 pub use checksum::{content_checksum, ContentHasher};
+pub use chunks::{BoChunks, ChecksumAlgo, ChunkSource, Digest, CHUNK_SIZE};
 pub use error::{Error, Problem};
 pub use framing::{
     decode_message, encode_message, read_message, write_message, FramedWriter, ReadLimits,
@@ -119,6 +123,6 @@ pub use pages::{
     WrittenPages, PAGE_SIZE,
 };
 pub use store::{
-    DirStore, ImageStore, ImageWriter, MemStore, StreamMode, StreamStore, StreamWriter,
+    DirStore, ImageStore, ImageWriter, MemStore, StreamMode, StreamStore, StreamWriter, PARENT_LINK,
 };
 pub use validate::{verify_set, SetReport, ValidatedKfd, ValidatedRenderNode};

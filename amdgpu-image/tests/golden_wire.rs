@@ -107,6 +107,7 @@ fn iolink_and_bo_entry_by_hand() {
         gpu_id: 0xc0de,
         handle: 0xffff_ffff,
         content_checksum: None,
+        ..Default::default()
     };
     assert_eq!(encode_message_nested(&bo), golden_bo);
     assert_eq!(
@@ -223,6 +224,7 @@ fn sample_kfd() -> CriuKfd {
             gpu_id: 0x8a3c,
             handle: 3,
             content_checksum: None,
+            ..Default::default()
         },
         KfdBoEntry {
             addr: 0x7ff0_0020_0000,
@@ -232,6 +234,7 @@ fn sample_kfd() -> CriuKfd {
             gpu_id: 0x8a3c,
             handle: 0xffff_ffff,
             content_checksum: None,
+            ..Default::default()
         },
     ];
     CriuKfd {
@@ -247,6 +250,7 @@ fn sample_kfd() -> CriuKfd {
         priv_data: vec![1, 2, 3, 0, 255],
         producer: None,
         format_version: None,
+        ..Default::default()
     }
 }
 
@@ -343,11 +347,13 @@ fn render_node_matches_hand_encoding() {
             }],
             content_checksum: None,
             share_handle: None,
+            ..Default::default()
         }],
         producer: None,
         format_version: None,
         device: None,
         kfd_pids: Vec::new(),
+        ..Default::default()
     };
     let vm = Wire::default()
         .uint(1, 0x40_0000)
@@ -546,6 +552,7 @@ fn render_only_device_entry_is_tag_102() {
         format_version: None,
         device: Some(gpu.clone()),
         kfd_pids: Vec::new(),
+        ..Default::default()
     };
     rn.mark_producer();
     let upstream = Wire::default()
@@ -610,6 +617,7 @@ fn kfd_pids_are_unpacked_tag_103() {
         format_version: None,
         device: None,
         kfd_pids: vec![1234, 5],
+        ..Default::default()
     };
     let golden = Wire::default()
         .uint(1, 0x1234)

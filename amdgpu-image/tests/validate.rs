@@ -32,6 +32,7 @@ fn bo(gpu_id: u32, addr: u64, size: u64, alloc_flags: u32) -> KfdBoEntry {
         gpu_id,
         handle: flags::NO_HANDLE,
         content_checksum: None,
+        ..Default::default()
     }
 }
 
@@ -72,6 +73,7 @@ fn good_kfd() -> CriuKfd {
         priv_data: vec![],
         producer: None,
         format_version: None,
+        ..Default::default()
     }
 }
 
@@ -289,6 +291,7 @@ fn good_render() -> CriuRenderNode {
         format_version: None,
         device: None,
         kfd_pids: Vec::new(),
+        ..Default::default()
     }
 }
 
