@@ -46,6 +46,7 @@ pub mod fuzz_support;
 pub mod guardian;
 pub mod handles;
 pub mod identify;
+pub mod incremental;
 pub mod options;
 pub mod parallel;
 pub mod recover;

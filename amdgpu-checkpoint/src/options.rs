@@ -44,6 +44,10 @@ pub const NUMA_CHECK: &str = "KFD_NUMA_CHECK";
 pub const CAPABILITY_CHECK: &str = "KFD_CAPABILITY_CHECK";
 /// `KFD_MAX_BUFFER_SIZE`: cap on the staging buffer of BO transfers (0 = none).
 pub const MAX_BUFFER_SIZE: &str = "KFD_MAX_BUFFER_SIZE";
+/// `KFD_DEDUP`: write each distinct chunk of a dump once (off by default:
+/// a deduplicated set needs this plugin to restore; plugin option
+/// `amdgpu.dedup`).
+pub const DEDUP: &str = "KFD_DEDUP";
 
 /// An environment variable whose value was not understood; the default was kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -314,6 +318,9 @@ pub struct Options {
     pub checks: CheckOptions,
     /// Staging memory per GPU.
     pub staging: Staging,
+    /// `KFD_DEDUP`: chunks already written for another BO, GPU or process
+    /// of the same dump are referenced instead of written again.
+    pub dedup: bool,
 }
 
 impl Options {
@@ -323,9 +330,22 @@ impl Options {
         let (checks, mut invalid) = checks_from_lookup(&lookup);
         let (limit, bad_limit) = max_buffer_size_from_lookup(&lookup);
         invalid.extend(bad_limit);
+        let dedup = match lookup(DEDUP) {
+            None => false,
+            Some(value) => parse_bool(&value).unwrap_or_else(|| {
+                invalid.push(InvalidOption {
+                    variable: DEDUP,
+                    value,
+                    expected: "YES/NO or 1/0",
+                    kept: "NO".to_owned(),
+                });
+                false
+            }),
+        };
         let options = Options {
             checks,
             staging: Staging::from_limit(limit),
+            dedup,
         };
         (options, invalid)
     }
@@ -345,6 +365,7 @@ impl Options {
             "param: {MAX_BUFFER_SIZE}: {} staging buffer(s) of {:#x} bytes per GPU",
             self.staging.buffers, self.staging.buffer_size
         ));
+        lines.push(format!("param: {DEDUP}:{}", if self.dedup { 'Y' } else { 'N' }));
         lines
     }
 }
@@ -359,6 +380,18 @@ mod tests {
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| (*v).to_owned())
         }
+    }
+
+    #[test]
+    fn dedup_is_off_by_default_and_parsed_like_the_checks() {
+        assert!(!Options::from_lookup(|_| None).0.dedup);
+        let (on, invalid) = Options::from_lookup(lookup(&[(DEDUP, "yes")]));
+        assert!(on.dedup && invalid.is_empty());
+        let (bad, invalid) = Options::from_lookup(lookup(&[(DEDUP, "maybe")]));
+        assert!(!bad.dedup);
+        assert_eq!(invalid.len(), 1);
+        assert!(invalid[0].to_string().contains("KFD_DEDUP"));
+        assert!(on.describe().contains(&"param: KFD_DEDUP:Y".to_owned()));
     }
 
     #[test]

@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 use std::io::Read;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use xxhash_rust::xxh3::Xxh3Default;
 
@@ -61,7 +61,7 @@ struct Level {
 /// Finds chunks by digest in an image set and its parent chain; see the
 /// module docs.
 pub struct ChunkResolver {
-    levels: Mutex<Vec<Level>>,
+    levels: Mutex<Vec<Arc<Level>>>,
     limits: ReadLimits,
 }
 
@@ -87,7 +87,7 @@ impl ChunkResolver {
     pub fn new(store: &DirStore, limits: ReadLimits) -> Result<Self, Error> {
         let level = index_level(reopen(store)?, 0, limits)?;
         Ok(Self {
-            levels: Mutex::new(vec![level]),
+            levels: Mutex::new(vec![Arc::new(level)]),
             limits,
         })
     }
@@ -126,7 +126,7 @@ impl ChunkResolver {
             while levels.len() <= level {
                 let below = levels.len() - 1;
                 let next = self.open_parent(&levels[below], below + 1)?;
-                levels.push(next);
+                levels.push(Arc::new(next));
             }
             if let Some(loc) = levels[level].index.get(&digest).filter(|l| l.len == len) {
                 return Ok(*loc);
@@ -178,12 +178,13 @@ impl ChunkResolver {
 
     /// Fills `buf` with the bytes of `loc` from `offset` within the chunk.
     pub fn read(&self, loc: &ChunkLocation, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
-        let levels = self
+        // The lock is not held while reading: GPUs read in parallel.
+        let level = self
             .levels
             .lock()
-            .map_err(|_| chain_error("image set", "the chunk index was poisoned"))?;
-        let level = levels
+            .map_err(|_| chain_error("image set", "the chunk index was poisoned"))?
             .get(loc.level)
+            .cloned()
             .ok_or_else(|| chain_error(loc.file, "chunk location of an unknown level"))?;
         let file = level
             .files
@@ -485,4 +486,218 @@ impl<R: Read> PieceSource for ChainReader<'_, R> {
         }
         self.own.finish()
     }
+}
+
+/// What [`verify_references`] checked.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReferenceReport {
+    /// Chunks read from elsewhere in the set or from the chain and verified.
+    pub chunks_verified: u64,
+    /// Their bytes.
+    pub bytes_verified: u64,
+    /// Levels of the chain read (1 = the set alone).
+    pub depth: usize,
+}
+
+/// Checks every chunk the KFD images of `store` reference: found where its
+/// source says (elsewhere in the set, or in the parent chain), the parent
+/// being the one the images were dumped against, and its bytes matching
+/// the digest. Problems name the image and the parent; nothing is read
+/// from a parent that is missing or replaced.
+pub fn verify_references<S: ImageStore>(
+    store: &S,
+    limits: ReadLimits,
+) -> (ReferenceReport, Vec<crate::Problem>) {
+    let mut report = ReferenceReport::default();
+    let mut problems = Vec::new();
+    let names = match store.list() {
+        Ok(names) => names,
+        Err(_) => return (report, problems),
+    };
+    let mut images = Vec::new();
+    for name in names.iter().filter(|n| n.kind() == ImageKind::Kfd) {
+        let Ok(Some(msg)) = store.read_message::<CriuKfd>(name, limits) else {
+            continue;
+        };
+        // Invalid images are reported by the set's validation.
+        if let Ok(image) = ValidatedKfd::new(name.id(), msg) {
+            if image.has_references() {
+                images.push((*name, image));
+            }
+        }
+    }
+    if images.is_empty() {
+        return (report, problems);
+    }
+    let Some(dir) = store.as_dir() else {
+        for (name, _) in &images {
+            problems.push(crate::Problem::new(
+                name,
+                "",
+                "references chunks stored elsewhere, which only an image directory can resolve",
+            ));
+        }
+        return (report, problems);
+    };
+    let resolver = match ChunkResolver::new(dir, limits) {
+        Ok(r) => r,
+        Err(e) => {
+            problems.push(crate::Problem::from_error(dir.shown(), &e));
+            return (report, problems);
+        }
+    };
+    let mut buf = Vec::new();
+    for (name, image) in &images {
+        let gpus: Vec<u32> = image.gpus().map(|d| d.gpu_id).collect();
+        'image: for gpu in gpus {
+            for bo in image.bo_chunks(gpu) {
+                for (i, (digest, source)) in bo.digests.iter().zip(&bo.sources).enumerate() {
+                    if *source == ChunkSource::Here {
+                        continue;
+                    }
+                    let len = bo.chunk_len(i);
+                    let checked = resolver.locate(*source, *digest, len).and_then(|loc| {
+                        buf.resize(len as usize, 0);
+                        resolver.read(&loc, 0, &mut buf)?;
+                        let actual = crate::chunks::chunk_digest(&buf);
+                        if actual != *digest {
+                            return Err(Error::ChunkMismatch {
+                                file: resolver.shown(&loc),
+                                bo: loc.bo,
+                                entry: bo.entry,
+                                chunk: i,
+                                expected: *digest,
+                                actual,
+                            });
+                        }
+                        Ok(())
+                    });
+                    match checked {
+                        Ok(()) => {
+                            report.chunks_verified += 1;
+                            report.bytes_verified += len;
+                        }
+                        Err(e) => {
+                            problems.push(crate::Problem::new(
+                                name,
+                                format!("criu_kfd.bo_entries[{}].chunk_sources", bo.entry),
+                                format!("chunk {i}: {e}"),
+                            ));
+                            // One problem per image: the rest would repeat it.
+                            break 'image;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    report.depth = resolver.depth();
+    (report, problems)
+}
+
+/// What [`flatten`] wrote.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlattenReport {
+    /// amdgpu image files written.
+    pub files: usize,
+    /// Pages bytes written (every BO whole).
+    pub pages_bytes: u64,
+    /// Chunks that came from the parent chain or elsewhere in the set.
+    pub chunks_resolved: u64,
+}
+
+/// Writes the amdgpu image set of `src` (a chain or a deduplicated set)
+/// into `dst` as a standalone set: every BO's chunks in its own pages file,
+/// no chunk references, no parent. The result reads like any set of the
+/// C plugin (same names, length headers equal to the BOs' sizes; our
+/// optional fields stay). Every chunk is verified as it is read. Only the
+/// amdgpu files are written; CRIU's own images are not this crate's.
+pub fn flatten<S: ImageStore>(
+    src: &DirStore,
+    dst: &S,
+    limits: ReadLimits,
+) -> Result<FlattenReport, Error> {
+    let names = src.list()?;
+    let resolver = ChunkResolver::new(src, limits)?;
+    let mut report = FlattenReport::default();
+    for name in &names {
+        match name.kind() {
+            ImageKind::Kfd => {
+                let msg: CriuKfd = src
+                    .read_message(name, limits)?
+                    .ok_or_else(|| chain_error(name, "listed but cannot be opened"))?;
+                let image = ValidatedKfd::new(name.id(), msg)?;
+                let gpus: Vec<u32> = image.gpus().map(|d| d.gpu_id).collect();
+                for gpu in gpus {
+                    let pages = ImageName::Pages { id: name.id(), gpu_id: gpu };
+                    report.chunks_resolved += flatten_pages(src, dst, &image, gpu, &resolver)?;
+                    report.pages_bytes += image.compat_pages_layout(gpu).total_len();
+                    report.files += usize::from(!image.pages_layout(gpu).bos().is_empty() || src.open_file(&pages)?.is_some());
+                }
+                let mut msg = image.into_message();
+                for bo in &mut msg.bo_entries {
+                    bo.chunk_sources = None;
+                }
+                msg.parent_dump_id = None;
+                dst.write_message(name, &msg)?;
+                report.files += 1;
+            }
+            ImageKind::Pages => {} // written with their KFD image
+            _ => {
+                let mut bytes = Vec::new();
+                src.open(name)?
+                    .ok_or_else(|| chain_error(name, "listed but cannot be opened"))?
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| Error::io(name, "read", e))?;
+                let mut w = dst.create(name)?;
+                std::io::Write::write_all(&mut w, &bytes).map_err(|e| Error::io(name, "write", e))?;
+                crate::store::ImageWriter::commit(w).map_err(|e| Error::io(name, "commit", e))?;
+                report.files += 1;
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Writes one GPU's pages file of `image` whole; returns the chunks read
+/// from elsewhere.
+fn flatten_pages<S: ImageStore>(
+    src: &DirStore,
+    dst: &S,
+    image: &ValidatedKfd,
+    gpu: u32,
+    resolver: &ChunkResolver,
+) -> Result<u64, Error> {
+    let name = ImageName::Pages { id: image.id(), gpu_id: gpu };
+    let own_layout = image.pages_layout(gpu);
+    let Some(own) = src.open_pages(&name, own_layout.clone())? else {
+        if own_layout.bos().is_empty() {
+            return Ok(0);
+        }
+        return Err(chain_error(name, "missing"));
+    };
+    let chunks = image.bo_chunks(gpu);
+    let resolved: u64 = chunks
+        .iter()
+        .map(|c| c.sources.iter().filter(|s| **s != ChunkSource::Here).count() as u64)
+        .sum();
+    let full = image.compat_pages_layout(gpu);
+    let full = {
+        let plain = full.clone();
+        full.with_chunks(image.checksum_algo(), Vec::new()).unwrap_or(plain)
+    };
+    let mut reader: Box<dyn PieceSource + '_> = if image.has_references() && chunks.len() == own_layout.bos().len() {
+        Box::new(ChainReader::new(own, chunks, resolver, &name)?)
+    } else {
+        Box::new(own)
+    };
+    let mut writer = dst.create_pages(&name, full)?;
+    let mut buf = vec![0u8; 1 << 20];
+    while let Some(piece) = reader.read_piece(&mut buf)? {
+        writer.write(&buf[..piece.len])?;
+    }
+    reader.finish_pieces()?;
+    let (sink, _) = writer.finish()?;
+    crate::store::ImageWriter::commit(sink).map_err(|e| Error::io(name, "commit", e))?;
+    Ok(resolved)
 }

@@ -540,6 +540,12 @@ impl PagesSink for DirWriter {
     fn set_final_len(&mut self, len: u64) -> io::Result<()> {
         self.file.set_len(len)
     }
+    fn can_rewrite_header(&self) -> bool {
+        true
+    }
+    fn rewrite_header(&mut self, header: [u8; crate::HEADER_LEN]) -> io::Result<()> {
+        self.file.rewrite_header(header)
+    }
 }
 
 impl ImageWriter for DirWriter {
@@ -739,7 +745,14 @@ impl Write for MemWriter {
     }
 }
 
-impl PagesSink for MemWriter {}
+impl PagesSink for MemWriter {
+    fn can_rewrite_header(&self) -> bool {
+        true
+    }
+    fn rewrite_header(&mut self, header: [u8; crate::HEADER_LEN]) -> io::Result<()> {
+        self.buf.rewrite_header(header)
+    }
+}
 
 impl ImageWriter for MemWriter {
     fn commit(self) -> io::Result<()> {

@@ -247,9 +247,10 @@ impl ValidatedKfd {
     }
 
     /// The layout as a reader that ignores our chunk fields sees it (the C
-    /// plugin: every BO's full size in its pages file). For an image whose
-    /// chunks are all here it equals [`pages_layout`](Self::pages_layout)
-    /// but for the checksums; for one with references its total differs
+    /// plugin: every BO's full size in its pages file, no checksums). For
+    /// an image whose chunks are all here it equals
+    /// [`pages_layout`](Self::pages_layout) but for the checksums; for one
+    /// with references its total differs
     /// from the pages file's length header, so such a reader refuses the
     /// file instead of restoring the wrong bytes.
     pub fn compat_pages_layout(&self, gpu_id: u32) -> PagesLayout {
@@ -349,7 +350,8 @@ fn layout_of(msg: &CriuKfd, gpu_id: u32, chunks: bool) -> PagesLayout {
                 list.push(PagesBo {
                     entry,
                     size: b.size,
-                    checksum: b.content_checksum,
+                    // A reader ignoring our fields checks no checksum.
+                    checksum: b.content_checksum.filter(|_| chunks),
                 });
                 digests.push(other.map(|c| c.digests));
             }
@@ -559,6 +561,11 @@ pub struct SetReport {
     pub checksums_verified: usize,
     /// Pages bytes read back.
     pub bytes_read: u64,
+    /// Chunks referenced from elsewhere in the set or from the parent
+    /// chain, read there and verified by their digest.
+    pub references_verified: u64,
+    /// Image sets read: 1 for a set alone, 2 with its parent, and so on.
+    pub chain_depth: usize,
 }
 
 impl SetReport {
@@ -727,6 +734,11 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
             ));
         }
     }
+    // Chunks stored elsewhere: found, from the right parent, unchanged.
+    let (references, problems) = crate::chain::verify_references(store, limits);
+    report.problems.extend(problems);
+    report.references_verified = references.chunks_verified;
+    report.chain_depth = references.depth.max(1);
     report.problems.sort_by(|a, b| a.file.cmp(&b.file));
     Ok(report)
 }
