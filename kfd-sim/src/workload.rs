@@ -565,6 +565,19 @@ impl Workload {
         profile: &Profile,
         memory: CpuMemory,
     ) -> Result<Workload, WorkloadError> {
+        Workload::launch_on(sim, pid, profile, memory, None)
+    }
+
+    /// Sets up process `pid`: acquires the VM of every GPU it can see (as
+    /// the ROCm runtime does at start) and builds `profile` on `only`, or
+    /// on every GPU when `None`.
+    fn launch_on(
+        sim: &Sim,
+        pid: Pid,
+        profile: &Profile,
+        memory: CpuMemory,
+        only: Option<GpuId>,
+    ) -> Result<Workload, WorkloadError> {
         let driver = sim.driver(pid);
         let kfd = open_device(&driver, pid, "/dev/kfd".as_ref())?;
         let mut w = Workload {
@@ -589,7 +602,11 @@ impl Workload {
             w.renders.push(render);
             w.va_next.insert(gpu, (i as u64 + 1) << 40);
         }
-        w.build(profile, &gpus)?;
+        match only {
+            Some(gpu) if gpus.contains(&gpu) => w.build(profile, &[gpu])?,
+            Some(gpu) => return Err(SimError::NoSuchGpu(gpu).into()),
+            None => w.build(profile, &gpus)?,
+        }
         Ok(w)
     }
 
@@ -1011,9 +1028,11 @@ impl Workload {
         Ok(i.handle)
     }
 
-    /// Launches one process per GPU of the machine, each seeing only its
-    /// GPU (device cgroup), with `profile` (a data-parallel job:
-    /// [`Profile::DataParallel`] gives every process the same weights).
+    /// Launches one process per GPU of the machine with `profile` (a
+    /// data-parallel job: [`Profile::DataParallel`] gives every process the
+    /// same weights). Each process opens every GPU, as the ROCm runtime
+    /// does, and allocates and queues work only on its own (as
+    /// `HIP_VISIBLE_DEVICES` or `torch.cuda.set_device` make it).
     pub fn launch_data_parallel(
         sim: &Sim,
         profile: &Profile,
@@ -1021,11 +1040,14 @@ impl Workload {
         let gpus: Vec<GpuId> = sim.shared.gpus.iter().map(|g| g.id()).collect();
         let mut all = Vec::with_capacity(gpus.len());
         for gpu in gpus {
-            let pid = sim.spawn_process_with(crate::sim::ProcessConfig {
-                visible_gpus: Some(vec![gpu]),
-                ..Default::default()
-            })?;
-            all.push(Workload::launch_in(sim, pid, profile)?);
+            let pid = sim.spawn_process()?;
+            all.push(Workload::launch_on(
+                sim,
+                pid,
+                profile,
+                CpuMemory::Simulator,
+                Some(gpu),
+            )?);
         }
         Ok(all)
     }
