@@ -464,8 +464,9 @@ mod tests {
     #[test]
     fn describe_lists_every_option() {
         let lines = Options::default().describe();
-        assert_eq!(lines.len(), 8);
+        assert_eq!(lines.len(), 9);
         assert!(lines.contains(&"param: KFD_NUMA_CHECK:Y".to_owned()));
+        assert!(lines.contains(&"param: KFD_DEDUP:N".to_owned()));
     }
 }
 
