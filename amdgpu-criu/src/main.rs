@@ -40,6 +40,9 @@ enum Command {
     Demo(cmd::demo::Args),
     /// Resume the GPU queues of a process a killed CRIU left paused.
     Unpause(cmd::unpause::Args),
+    /// Write a standalone, C-plugin-compatible copy of an incremental or
+    /// deduplicated image set.
+    Flatten(cmd::flatten::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::Args),
 }
@@ -54,6 +57,7 @@ fn main() -> ExitCode {
         Command::Check(args) => cmd::check::run(args),
         Command::Demo(args) => cmd::demo::run(args),
         Command::Unpause(args) => cmd::unpause::run(args),
+        Command::Flatten(args) => cmd::flatten::run(args),
         Command::Completions(args) => cmd::completions::run(args, Cli::command()),
     }
 }

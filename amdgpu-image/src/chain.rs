@@ -629,10 +629,11 @@ pub fn flatten<S: ImageStore>(
                 let image = ValidatedKfd::new(name.id(), msg)?;
                 let gpus: Vec<u32> = image.gpus().map(|d| d.gpu_id).collect();
                 for gpu in gpus {
-                    let pages = ImageName::Pages { id: name.id(), gpu_id: gpu };
-                    report.chunks_resolved += flatten_pages(src, dst, &image, gpu, &resolver)?;
-                    report.pages_bytes += image.compat_pages_layout(gpu).total_len();
-                    report.files += usize::from(!image.pages_layout(gpu).bos().is_empty() || src.open_file(&pages)?.is_some());
+                    if let Some(resolved) = flatten_pages(src, dst, &image, gpu, &resolver)? {
+                        report.chunks_resolved += resolved;
+                        report.pages_bytes += image.compat_pages_layout(gpu).total_len();
+                        report.files += 1;
+                    }
                 }
                 let mut msg = image.into_message();
                 for bo in &mut msg.bo_entries {
@@ -660,19 +661,19 @@ pub fn flatten<S: ImageStore>(
 }
 
 /// Writes one GPU's pages file of `image` whole; returns the chunks read
-/// from elsewhere.
+/// from elsewhere, `None` when the GPU has no pages file (and needs none).
 fn flatten_pages<S: ImageStore>(
     src: &DirStore,
     dst: &S,
     image: &ValidatedKfd,
     gpu: u32,
     resolver: &ChunkResolver,
-) -> Result<u64, Error> {
+) -> Result<Option<u64>, Error> {
     let name = ImageName::Pages { id: image.id(), gpu_id: gpu };
     let own_layout = image.pages_layout(gpu);
     let Some(own) = src.open_pages(&name, own_layout.clone())? else {
         if own_layout.bos().is_empty() {
-            return Ok(0);
+            return Ok(None);
         }
         return Err(chain_error(name, "missing"));
     };
@@ -699,5 +700,5 @@ fn flatten_pages<S: ImageStore>(
     reader.finish_pieces()?;
     let (sink, _) = writer.finish()?;
     crate::store::ImageWriter::commit(sink).map_err(|e| Error::io(name, "commit", e))?;
-    Ok(resolved)
+    Ok(Some(resolved))
 }

@@ -3,6 +3,7 @@
 pub mod check;
 pub mod completions;
 pub mod demo;
+pub mod flatten;
 pub mod map;
 pub mod show;
 pub mod topology;
