@@ -12,7 +12,9 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use amdgpu_image::chunks::{ChecksumAlgo, Digest, CHUNK_SIZE};
 use amdgpu_image::pages::{PagesBo, WrittenPages};
@@ -28,6 +30,33 @@ use kfd::{
 use crate::error::Error;
 use crate::incremental::ChunkPlan;
 use crate::options::{Options, Staging};
+
+/// CPU nanoseconds the transfer threads of this process used (dump and
+/// restore workers, DRM BO copies), for [`transfer_cpu_time`].
+static TRANSFER_CPU_NS: AtomicU64 = AtomicU64::new(0);
+
+/// CPU time the plugin's own transfer threads have used in this process so
+/// far: the per-GPU workers that drain staging memory into pages files
+/// (digests, zero detection, writes) or fill it from them, measured per
+/// thread (`CLOCK_THREAD_CPUTIME_ID`). The copy engine's work (the SDMA,
+/// on a real machine the GPU's; in `kfd-sim` its ring threads) is not in
+/// it. Benchmarks read it before and after a dump or restore.
+pub fn transfer_cpu_time() -> Duration {
+    Duration::from_nanos(TRANSFER_CPU_NS.load(Ordering::Relaxed))
+}
+
+/// Runs `work` and adds the CPU time it took on this thread to
+/// [`transfer_cpu_time`].
+fn counting_cpu<T>(work: impl FnOnce() -> T) -> T {
+    let start = crate::sys::thread_cpu_time();
+    let out = work();
+    let used = crate::sys::thread_cpu_time().saturating_sub(start);
+    TRANSFER_CPU_NS.fetch_add(
+        u64::try_from(used.as_nanos()).unwrap_or(u64::MAX),
+        Ordering::Relaxed,
+    );
+    out
+}
 
 /// One GPU of a transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,7 +134,9 @@ pub fn dump_contents<D: Driver + Clone, S: ImageStore + Sync>(
             .iter()
             .map(|&gpu| {
                 let mine = bos_of_gpu(gpu.user_gpu_id, bos);
-                scope.spawn(move || dump_gpu(driver, store, id, gpu, &mine, options, plan))
+                scope.spawn(move || {
+                    counting_cpu(|| dump_gpu(driver, store, id, gpu, &mine, options, plan))
+                })
             })
             .collect();
         workers
@@ -515,7 +546,9 @@ pub fn restore_contents<D: Driver + Clone, S: ImageStore + Sync>(
             .iter()
             .map(|&gpu| {
                 scope.spawn(move || {
-                    restore_gpu(driver, store, image, gpu, restored, options, resolver)
+                    counting_cpu(|| {
+                        restore_gpu(driver, store, image, gpu, restored, options, resolver)
+                    })
                 })
             })
             .collect();
@@ -591,17 +624,19 @@ pub fn restore_pages<'f, D: Driver + Clone, S: ImageStore>(
     options: &Options,
     dmabuf_of: &dyn Fn(usize) -> Option<BorrowedFd<'f>>,
 ) -> Result<u64, Error> {
-    restore_pages_from(
-        driver,
-        store,
-        name,
-        layout,
-        None,
-        gpu,
-        render_minor,
-        options,
-        dmabuf_of,
-    )
+    counting_cpu(|| {
+        restore_pages_from(
+            driver,
+            store,
+            name,
+            layout,
+            None,
+            gpu,
+            render_minor,
+            options,
+            dmabuf_of,
+        )
+    })
 }
 
 /// [`restore_pages`], with the BOs' chunks read through `chained` (the

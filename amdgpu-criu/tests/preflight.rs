@@ -42,6 +42,7 @@ fn write_kfd(dir: &Path, id: u32, pid: u32, entries: Vec<KfdDeviceEntry>) {
         priv_data: Vec::new(),
         producer: None,
         format_version: None,
+        ..Default::default()
     };
     kfd.mark_producer();
     let store = DirStore::open_dir(dir).unwrap();

@@ -65,6 +65,7 @@ pub fn kfd_with_bos(bos: usize) -> CriuKfd {
                     flags::NO_HANDLE
                 },
                 content_checksum: Some(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                ..Default::default()
             }
         })
         .collect();
@@ -81,6 +82,7 @@ pub fn kfd_with_bos(bos: usize) -> CriuKfd {
         priv_data: vec![0x5a; 256 << 10],
         producer: None,
         format_version: None,
+        ..Default::default()
     };
     kfd.mark_producer();
     kfd
