@@ -542,7 +542,12 @@ pub fn verify_references<S: ImageStore>(
     let resolver = match ChunkResolver::new(dir, limits) {
         Ok(r) => r,
         Err(e) => {
-            problems.push(crate::Problem::from_error(dir.shown(), &e));
+            // Named by the first image that needs the index.
+            problems.push(crate::Problem::new(
+                images[0].0,
+                "",
+                format!("its chunks cannot be indexed: {e}"),
+            ));
             return (report, problems);
         }
     };
