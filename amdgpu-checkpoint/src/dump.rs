@@ -406,7 +406,10 @@ impl<D: Driver + Clone> Dumper<D> {
         let mut references_parent = false;
         for (entry, sources) in &contents.sources {
             if let Some(bo) = bo_entries.get_mut(*entry) {
-                if sources.iter().any(|s| *s != amdgpu_image::ChunkSource::Here) {
+                if sources
+                    .iter()
+                    .any(|s| *s != amdgpu_image::ChunkSource::Here)
+                {
                     references_parent |= sources.contains(&amdgpu_image::ChunkSource::Parent);
                     bo.chunk_sources = Some(sources.iter().map(|s| *s as u8).collect());
                 }

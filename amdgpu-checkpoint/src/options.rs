@@ -365,7 +365,10 @@ impl Options {
             "param: {MAX_BUFFER_SIZE}: {} staging buffer(s) of {:#x} bytes per GPU",
             self.staging.buffers, self.staging.buffer_size
         ));
-        lines.push(format!("param: {DEDUP}:{}", if self.dedup { 'Y' } else { 'N' }));
+        lines.push(format!(
+            "param: {DEDUP}:{}",
+            if self.dedup { 'Y' } else { 'N' }
+        ));
         lines
     }
 }

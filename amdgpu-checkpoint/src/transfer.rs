@@ -471,13 +471,9 @@ fn dump_gpu<D: Driver + Clone, S: ImageStore>(
         .create_pages(&name, dump_layout(layout))
         .map_err(Error::image("creating a pages file"))?;
     if let Some(plan) = plan.filter(|p| p.filters()) {
-        writer = match writer.with_filter(plan.filter()) {
-            Ok(filtered) => filtered,
-            Err(plain) => {
-                log::info!("{name}: the store cannot take chunk references; written whole");
-                plain
-            }
-        };
+        if !writer.set_filter(plan.filter()) {
+            log::info!("{name}: the store cannot take chunk references; written whole");
+        }
     }
     if !bos.is_empty() {
         let largest = bos.iter().map(|(_, bo)| bo.bucket.size).max().unwrap_or(0);
@@ -681,7 +677,12 @@ fn restore_pages_from<'f, D: Driver + Clone, S: ImageStore>(
             (bos, Box::new(reader))
         }
         None => {
-            let bos = own.layout().bos().iter().map(|b| (b.entry, b.size)).collect();
+            let bos = own
+                .layout()
+                .bos()
+                .iter()
+                .map(|b| (b.entry, b.size))
+                .collect();
             (bos, Box::new(own))
         }
     };

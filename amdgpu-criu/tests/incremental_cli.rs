@@ -63,27 +63,48 @@ fn an_incremental_demo_writes_less_and_flatten_makes_it_standalone() {
     let first = v["checkpoint"]["written_bytes"].as_u64().unwrap();
     let second = v["incremental"]["written_bytes"].as_u64().unwrap();
     assert!(second < first / 2, "{second} of {first} bytes: {v:#}");
-    assert!(v["incremental"]["referenced_bytes"].as_u64().unwrap() > 0, "{v:#}");
+    assert!(
+        v["incremental"]["referenced_bytes"].as_u64().unwrap() > 0,
+        "{v:#}"
+    );
     let chained = dir.join("incremental");
     // The chain verifies; a header sum below the BOs' sizes is what makes
     // the C plugin refuse it.
     let verify = run(&["verify", chained.to_str().unwrap()], &[]);
-    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
     let sizes = v["incremental"]["bytes"].as_u64().unwrap();
     assert!(header_sum(&chained) < sizes);
 
     let flat = root.path().join("flat");
     std::fs::create_dir(&flat).unwrap();
-    let out = run(&["flatten", chained.to_str().unwrap(), flat.to_str().unwrap()], &[]);
+    let out = run(
+        &["flatten", chained.to_str().unwrap(), flat.to_str().unwrap()],
+        &[],
+    );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains("standalone, verified"), "{text}");
     assert!(header_sum(&flat) >= header_sum(&chained));
     let verify = run(&["verify", flat.to_str().unwrap()], &[]);
-    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
 
     // Not into a directory that holds something.
-    let out = run(&["flatten", chained.to_str().unwrap(), flat.to_str().unwrap()], &[]);
+    let out = run(
+        &["flatten", chained.to_str().unwrap(), flat.to_str().unwrap()],
+        &[],
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not empty"));
 
@@ -103,7 +124,14 @@ fn an_incremental_demo_writes_less_and_flatten_makes_it_standalone() {
     );
     let empty = root.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
-    let out = run(&["flatten", chained.to_str().unwrap(), empty.to_str().unwrap()], &[]);
+    let out = run(
+        &[
+            "flatten",
+            chained.to_str().unwrap(),
+            empty.to_str().unwrap(),
+        ],
+        &[],
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("parent -> ../gone"));
 }

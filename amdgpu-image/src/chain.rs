@@ -261,7 +261,10 @@ fn index_level(store: DirStore, level: usize, limits: ReadLimits) -> Result<Leve
             if chunks.is_empty() {
                 continue;
             }
-            let pages = ImageName::Pages { id: name.id(), gpu_id: gpu };
+            let pages = ImageName::Pages {
+                id: name.id(),
+                gpu_id: gpu,
+            };
             let layout = image.pages_layout(gpu);
             if layout.bos().len() != chunks.len() {
                 // Some BOs without digests: nothing of this file is indexed.
@@ -427,9 +430,10 @@ impl<R: Read> PieceSource for ChainReader<'_, R> {
         let digest = bo.digests[index];
         let source = bo.sources[index];
         let len = if source == ChunkSource::Here {
-            let piece = self.own.read_chunk(&mut buf[..want])?.ok_or_else(|| {
-                chain_error("pages", format!("ended inside bo entry {entry}"))
-            })?;
+            let piece = self
+                .own
+                .read_chunk(&mut buf[..want])?
+                .ok_or_else(|| chain_error("pages", format!("ended inside bo entry {entry}")))?;
             if piece.entry != entry || piece.len == 0 {
                 return Err(chain_error(
                     "pages",
@@ -656,7 +660,8 @@ pub fn flatten<S: ImageStore>(
                     .read_to_end(&mut bytes)
                     .map_err(|e| Error::io(name, "read", e))?;
                 let mut w = dst.create(name)?;
-                std::io::Write::write_all(&mut w, &bytes).map_err(|e| Error::io(name, "write", e))?;
+                std::io::Write::write_all(&mut w, &bytes)
+                    .map_err(|e| Error::io(name, "write", e))?;
                 crate::store::ImageWriter::commit(w).map_err(|e| Error::io(name, "commit", e))?;
                 report.files += 1;
             }
@@ -674,7 +679,10 @@ fn flatten_pages<S: ImageStore>(
     gpu: u32,
     resolver: &ChunkResolver,
 ) -> Result<Option<u64>, Error> {
-    let name = ImageName::Pages { id: image.id(), gpu_id: gpu };
+    let name = ImageName::Pages {
+        id: image.id(),
+        gpu_id: gpu,
+    };
     let own_layout = image.pages_layout(gpu);
     let Some(own) = src.open_pages(&name, own_layout.clone())? else {
         if own_layout.bos().is_empty() {
@@ -685,18 +693,25 @@ fn flatten_pages<S: ImageStore>(
     let chunks = image.bo_chunks(gpu);
     let resolved: u64 = chunks
         .iter()
-        .map(|c| c.sources.iter().filter(|s| **s != ChunkSource::Here).count() as u64)
+        .map(|c| {
+            c.sources
+                .iter()
+                .filter(|s| **s != ChunkSource::Here)
+                .count() as u64
+        })
         .sum();
     let full = image.compat_pages_layout(gpu);
     let full = {
         let plain = full.clone();
-        full.with_chunks(image.checksum_algo(), Vec::new()).unwrap_or(plain)
+        full.with_chunks(image.checksum_algo(), Vec::new())
+            .unwrap_or(plain)
     };
-    let mut reader: Box<dyn PieceSource + '_> = if image.has_references() && chunks.len() == own_layout.bos().len() {
-        Box::new(ChainReader::new(own, chunks, resolver, &name)?)
-    } else {
-        Box::new(own)
-    };
+    let mut reader: Box<dyn PieceSource + '_> =
+        if image.has_references() && chunks.len() == own_layout.bos().len() {
+            Box::new(ChainReader::new(own, chunks, resolver, &name)?)
+        } else {
+            Box::new(own)
+        };
     let mut writer = dst.create_pages(&name, full)?;
     let mut buf = vec![0u8; 1 << 20];
     while let Some(piece) = reader.read_piece(&mut buf)? {

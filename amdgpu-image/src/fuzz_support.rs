@@ -414,7 +414,10 @@ const CHAIN_READ_LIMIT: u64 = 64 << 20;
 /// Splits a `chunk_chain` fuzz input: a 4-byte little-endian length, that
 /// many bytes of the child set, the rest the parent set (each as
 /// [`encode_set_input`] lays it out).
-pub fn encode_chain_input(child: &[(ImageName, Vec<u8>)], parent: &[(ImageName, Vec<u8>)]) -> Vec<u8> {
+pub fn encode_chain_input(
+    child: &[(ImageName, Vec<u8>)],
+    parent: &[(ImageName, Vec<u8>)],
+) -> Vec<u8> {
     let child = encode_set_input(child);
     let mut out = (child.len() as u32).to_le_bytes().to_vec();
     out.extend_from_slice(&child);
@@ -446,7 +449,10 @@ pub fn check_chunk_chain(data: &[u8]) -> bool {
             let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
             let rest = &data[4..];
             let len = len.min(rest.len());
-            (decode_set_input(&rest[..len]), decode_set_input(&rest[len..]))
+            (
+                decode_set_input(&rest[..len]),
+                decode_set_input(&rest[len..]),
+            )
         }
         None => return false,
     };
@@ -499,11 +505,16 @@ pub fn check_chunk_chain(data: &[u8]) -> bool {
             if total > CHAIN_READ_LIMIT {
                 return true;
             }
-            let pages = ImageName::Pages { id: name.id(), gpu_id: gpu };
+            let pages = ImageName::Pages {
+                id: name.id(),
+                gpu_id: gpu,
+            };
             let Some(own) = store.open_pages(&pages, layout.clone()).expect("verified") else {
                 continue;
             };
-            let mut reader: Box<dyn PieceSource> = if image.has_references() && chunks.len() == layout.bos().len() {
+            let mut reader: Box<dyn PieceSource> = if image.has_references()
+                && chunks.len() == layout.bos().len()
+            {
                 Box::new(ChainReader::new(own, chunks, &resolver, &pages).expect("verified chain"))
             } else {
                 Box::new(own)
@@ -511,7 +522,9 @@ pub fn check_chunk_chain(data: &[u8]) -> bool {
             while let Some(piece) = reader.read_piece(&mut buf).expect("a verified set reads") {
                 assert!(piece.len <= buf.len());
             }
-            reader.finish_pieces().expect("a verified set ends where it should");
+            reader
+                .finish_pieces()
+                .expect("a verified set ends where it should");
         }
     }
     let Ok(dst) = DirStore::open_dir(&flat.0) else {
@@ -519,7 +532,11 @@ pub fn check_chunk_chain(data: &[u8]) -> bool {
     };
     flatten(&store, &dst, LIMITS).expect("a verified set flattens");
     let flat_report = verify_set(&dst, LIMITS).expect("a directory store lists");
-    assert!(flat_report.is_clean(), "flattened set: {:?}", flat_report.problems);
+    assert!(
+        flat_report.is_clean(),
+        "flattened set: {:?}",
+        flat_report.problems
+    );
     assert_eq!(flat_report.references_verified, 0);
     true
 }
@@ -568,7 +585,8 @@ pub fn chain_seed() -> Vec<u8> {
                 ChunkSource::Set
             }
         });
-        w = w.with_filter(filter).unwrap_or_else(|w| w);
+        let filtered = w.set_filter(filter);
+        debug_assert!(filtered, "a memory file takes a filter");
         for c in contents {
             w.write(c).expect("memory");
         }

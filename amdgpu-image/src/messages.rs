@@ -220,12 +220,18 @@ pub struct KfdBoEntry {
     /// Ours (tag 130): one XXH3-128 digest per chunk of the BO's bytes, 16
     /// little-endian bytes each ([`chunks`](crate::chunks)).
     #[prost(bytes = "vec", optional, tag = "130")]
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "serialize_opt_bytes")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_opt_bytes"
+    )]
     pub chunk_digests: Option<Vec<u8>>,
     /// Ours (tag 131): one [`ChunkSource`](crate::chunks::ChunkSource) byte
     /// per chunk; absent when every chunk is in the BO's place in its pages file.
     #[prost(bytes = "vec", optional, tag = "131")]
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "serialize_opt_bytes")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_opt_bytes"
+    )]
     pub chunk_sources: Option<Vec<u8>>,
 }
 
@@ -285,12 +291,18 @@ pub struct CriuKfd {
     /// Ours (tag 131): 16 bytes naming this dump (one value for every image
     /// of one dump), which a child dump's `parent_dump_id` quotes.
     #[prost(bytes = "vec", optional, tag = "131")]
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "serialize_opt_bytes")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_opt_bytes"
+    )]
     pub dump_id: Option<Vec<u8>>,
     /// Ours (tag 132): the `dump_id` of the parent image set whose chunks
     /// this image references (chunk source 2); absent otherwise.
     #[prost(bytes = "vec", optional, tag = "132")]
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "serialize_opt_bytes")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_opt_bytes"
+    )]
     pub parent_dump_id: Option<Vec<u8>>,
 }
 
@@ -358,7 +370,10 @@ pub struct DrmBoEntry {
     /// Ours (tag 130): one XXH3-128 digest per chunk of the BO's bytes, as
     /// in [`KfdBoEntry::chunk_digests`]. DRM BOs are always stored whole.
     #[prost(bytes = "vec", optional, tag = "130")]
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "serialize_opt_bytes")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_opt_bytes"
+    )]
     pub chunk_digests: Option<Vec<u8>>,
 }
 

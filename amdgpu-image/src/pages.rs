@@ -187,7 +187,7 @@ pub trait PagesSink: Write {
     }
 
     /// Overwrites the first 8 bytes (the length header) once the payload's
-    /// length is known ([`PagesWriter::with_filter`]).
+    /// length is known ([`PagesWriter::set_filter`]).
     fn rewrite_header(&mut self, header: [u8; HEADER_LEN]) -> io::Result<()> {
         let _ = header;
         Err(io::Error::from(io::ErrorKind::Unsupported))
@@ -296,7 +296,7 @@ pub struct WrittenPages {
     /// entries' `chunk_digests`.
     pub digests: Vec<(usize, Vec<Digest>)>,
     /// `(entry, chunk sources)` of every BO when a filter decided
-    /// ([`PagesWriter::with_filter`]); store them in `chunk_sources`.
+    /// ([`PagesWriter::set_filter`]); store them in `chunk_sources`.
     pub sources: Vec<(usize, Vec<ChunkSource>)>,
     /// Bytes the file holds (the length header): the payload less the
     /// chunks a filter did not store.
@@ -380,16 +380,16 @@ impl<S: PagesSink> PagesWriter<S> {
     /// it places elsewhere ([`ChunkSource::Set`], [`ChunkSource::Parent`])
     /// are left out, and the length header is rewritten at
     /// [`finish`](Self::finish) to the bytes stored. Needs a
-    /// [`ChecksumAlgo::V2`] layout and a sink that can rewrite the header;
-    /// `Err` gives the writer back unchanged otherwise. A chunk the
-    /// caller's pieces do not hold whole is assembled in a buffer of one
-    /// chunk.
-    pub fn with_filter(mut self, decide: ChunkFilter) -> Result<Self, Self> {
+    /// [`ChecksumAlgo::V2`] layout, a sink that can rewrite the header and
+    /// no bytes written yet; returns whether the filter was taken (the
+    /// writer is unchanged otherwise). A chunk the caller's pieces do not
+    /// hold whole is assembled in a buffer of one chunk.
+    pub fn set_filter(&mut self, decide: ChunkFilter) -> bool {
         if !matches!(self.layout.algo, ChecksumAlgo::V2 { .. })
             || !self.sink.can_rewrite_header()
             || self.taken > 0
         {
-            return Err(self);
+            return false;
         }
         self.filter = Some(Filter {
             decide,
@@ -403,7 +403,7 @@ impl<S: PagesSink> PagesWriter<S> {
             f.all_sources
                 .extend(self.checksums.iter().map(|(e, _)| (*e, Vec::new())));
         }
-        Ok(self)
+        true
     }
 
     /// Index (in the layout) of the BO the next bytes belong to; `None` when all are written.

@@ -13,9 +13,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+use crate::chunks::{check_chunk_size, BoChunks, ChecksumAlgo, ChunkSource};
 use crate::framing::ReadLimits;
 use crate::messages::{flags, CriuDmabufNode, CriuKfd, CriuRenderNode, KfdBoEntry, FORMAT_VERSION};
-use crate::chunks::{check_chunk_size, BoChunks, ChecksumAlgo, ChunkSource};
 use crate::pages::{PagesBo, PagesLayout, PagesReader};
 use crate::store::ImageStore;
 use crate::{Error, ImageKind, ImageName, Problem, PAGE_SIZE};
@@ -94,7 +94,10 @@ impl ValidatedKfd {
         if let Some(Err(e)) = msg.chunk_size.map(check_chunk_size) {
             p("criu_kfd.chunk_size".into(), e);
         }
-        for (field, id) in [("dump_id", &msg.dump_id), ("parent_dump_id", &msg.parent_dump_id)] {
+        for (field, id) in [
+            ("dump_id", &msg.dump_id),
+            ("parent_dump_id", &msg.parent_dump_id),
+        ] {
             if let Some(id) = id.as_ref().filter(|id| id.len() != 16) {
                 p(
                     format!("criu_kfd.{field}"),

@@ -14,9 +14,7 @@ use std::path::{Path, PathBuf};
 use amdgpu_image::chain::flatten;
 use amdgpu_image::{verify_set, CriuKfd, DirStore, ImageName, ReadLimits, ValidatedKfd};
 use common::{device_vmas, gpu_files, image_message, vmas_of, KFD_ID};
-use criu_host_emulator::{
-    CriuEmulator, EmulatorConfig, ImageStreamer, TaskToDump, TaskToRestore,
-};
+use criu_host_emulator::{CriuEmulator, EmulatorConfig, ImageStreamer, TaskToDump, TaskToRestore};
 use criu_plugin_amdgpu::log::{Capture, Level};
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Pid, Sim, SimConfig};
@@ -86,7 +84,12 @@ fn bytes_of(dir: &Path) -> (u64, u64) {
 
 fn clean(dir: &Path) -> amdgpu_image::SetReport {
     let report = verify_set(&DirStore::open_dir(dir).unwrap(), ReadLimits::default()).unwrap();
-    assert!(report.is_clean(), "{}: {:?}", dir.display(), report.problems);
+    assert!(
+        report.is_clean(),
+        "{}: {:?}",
+        dir.display(),
+        report.problems
+    );
     report
 }
 
@@ -187,8 +190,19 @@ fn a_damaged_parent_is_refused_before_the_task_runs() {
     )
     .unwrap();
     let image: CriuKfd = image_message(&first, &ImageName::Kfd { id: KFD_ID });
-    let gpu = image.device_entries.iter().find(|d| d.gpu_id != 0).unwrap().gpu_id;
-    let pages = first.join(ImageName::Pages { id: KFD_ID, gpu_id: gpu }.to_string());
+    let gpu = image
+        .device_entries
+        .iter()
+        .find(|d| d.gpu_id != 0)
+        .unwrap()
+        .gpu_id;
+    let pages = first.join(
+        ImageName::Pages {
+            id: KFD_ID,
+            gpu_id: gpu,
+        }
+        .to_string(),
+    );
     let (bo, chunk) = child
         .bo_chunks(gpu)
         .iter()
@@ -211,7 +225,8 @@ fn a_damaged_parent_is_refused_before_the_task_runs() {
     let report = verify_set(&DirStore::open_dir(&second).unwrap(), ReadLimits::default()).unwrap();
     let text: Vec<String> = report.problems.iter().map(ToString::to_string).collect();
     assert!(
-        text.iter().any(|t| t.contains("parent -> ../1/amdgpu-pages-")),
+        text.iter()
+            .any(|t| t.contains("parent -> ../1/amdgpu-pages-")),
         "{text:#?}"
     );
 
@@ -376,7 +391,9 @@ fn dedup_of_a_data_parallel_tree_writes_the_weights_once() {
     for a in apps {
         a.exit().unwrap();
     }
-    let tasks = emulator.restore_tree(&restore).expect("restore of the tree");
+    let tasks = emulator
+        .restore_tree(&restore)
+        .expect("restore of the tree");
     assert!(tasks.iter().all(|t| t.resume_answer == 0));
     for ((pid, expected), twin) in pids.iter().zip(&expected).zip(&mut twins) {
         Workload::verify(&sim, *pid, expected).unwrap();

@@ -79,7 +79,7 @@ fn open_render(
 }
 
 /// Seed of the weights of [`Profile::DataParallel`] (one for every replica).
-const DATA_PARALLEL_WEIGHTS_SEED: u64 = 0x5eed_0f_d47a_9a11;
+const DATA_PARALLEL_WEIGHTS_SEED: u64 = 0x5eed_0fd4_7a9a_1100;
 
 /// What kind of application to simulate. Multi-process applications that
 /// share dma-bufs are built with [`Workload::launch_sharing`] (any profile)
@@ -956,9 +956,8 @@ impl Workload {
             buf.clear();
             let first_word = offset / 8;
             buf.extend(
-                (0..len.div_ceil(8)).flat_map(|w| {
-                    splitmix(seed.rotate_left(40) ^ (first_word + w)).to_le_bytes()
-                }),
+                (0..len.div_ceil(8))
+                    .flat_map(|w| splitmix(seed.rotate_left(40) ^ (first_word + w)).to_le_bytes()),
             );
             buf.truncate(len as usize);
             self.write_bo(handle, offset, &buf)?;

@@ -424,16 +424,17 @@ pub(super) fn read_command(stream: &mut UnixStream) -> Result<Option<Received>, 
     stream
         .read_exact(&mut header)
         .map_err(|e| (None, Error::io("receiving a parallel restore header")(e)))?;
-    let (id, gpus, entries, fds, chunk_size) = match decode_header(&header).map_err(|e| (None, e))? {
-        Header::Quit => return Ok(None),
-        Header::Command {
-            id,
-            gpus,
-            entries,
-            fds,
-            chunk_size,
-        } => (id, gpus, entries, fds, chunk_size),
-    };
+    let (id, gpus, entries, fds, chunk_size) =
+        match decode_header(&header).map_err(|e| (None, e))? {
+            Header::Quit => return Ok(None),
+            Header::Command {
+                id,
+                gpus,
+                entries,
+                fds,
+                chunk_size,
+            } => (id, gpus, entries, fds, chunk_size),
+        };
     let mut body = vec![0u8; gpus * GPU_LEN + entries * ENTRY_LEN];
     stream.read_exact(&mut body).map_err(|e| {
         (
@@ -441,7 +442,8 @@ pub(super) fn read_command(stream: &mut UnixStream) -> Result<Option<Received>, 
             Error::io(format!("receiving the command of file {id}"))(e),
         )
     })?;
-    let command = Command::decode_body(id, gpus, entries, fds, chunk_size, &body).map_err(|e| (Some(id), e))?;
+    let command = Command::decode_body(id, gpus, entries, fds, chunk_size, &body)
+        .map_err(|e| (Some(id), e))?;
     let fds = recv_fds(stream.as_fd(), fds as usize).map_err(|e| {
         (
             Some(id),

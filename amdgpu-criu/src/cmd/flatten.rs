@@ -46,7 +46,8 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let stores = DirStore::open_dir(&args.src).and_then(|src| Ok((src, DirStore::open_dir(&args.dst)?)));
+    let stores =
+        DirStore::open_dir(&args.src).and_then(|src| Ok((src, DirStore::open_dir(&args.dst)?)));
     let (src, dst) = match stores {
         Ok(s) => s,
         Err(e) => {

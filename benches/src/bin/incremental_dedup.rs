@@ -182,7 +182,8 @@ fn raw_io_once(dir: &Path, bytes: u64) -> Result<((Duration, Duration), (Duratio
     let mut left = bytes;
     while left > 0 {
         let n = left.min(buf.len() as u64) as usize;
-        file.write_all(&buf[..n]).map_err(step("writing the raw file"))?;
+        file.write_all(&buf[..n])
+            .map_err(step("writing the raw file"))?;
         left -= n as u64;
     }
     let write_cpu = thread_cpu_time().saturating_sub(cpu);
@@ -203,7 +204,9 @@ fn raw_io_once(dir: &Path, bytes: u64) -> Result<((Duration, Duration), (Duratio
     let read_time = (wall.elapsed(), thread_cpu_time().saturating_sub(cpu));
     let _ = std::fs::remove_file(&path);
     if read != bytes {
-        return Err(fail("reading the raw file")(format!("{read} of {bytes} bytes")));
+        return Err(fail("reading the raw file")(format!(
+            "{read} of {bytes} bytes"
+        )));
     }
     Ok((write, read_time))
 }
@@ -293,7 +296,9 @@ fn dump(
     let emulator = emulator(sim, dir, shm, dedup);
     let cpu = transfer_cpu_time();
     let start = Instant::now();
-    emulator.dump_tree(&tasks).map_err(step("dump through the plugin"))?;
+    emulator
+        .dump_tree(&tasks)
+        .map_err(step("dump through the plugin"))?;
     let cpu = transfer_cpu_time().saturating_sub(cpu);
     for path in pages_files(dir)? {
         File::open(&path)
@@ -346,7 +351,8 @@ fn restore(
     }
     Workload::verify(sim, pid, expected).map_err(step("verifying the restore"))?;
     drop(task);
-    sim.exit_process(pid).map_err(step("ending the restored process"))?;
+    sim.exit_process(pid)
+        .map_err(step("ending the restored process"))?;
     Ok((time, cpu))
 }
 
@@ -393,22 +399,54 @@ fn incremental(root: &Path, total: u64, raw_cpu: (f64, f64)) -> Result<()> {
     progress("full dump");
     let full = dump(&machine.sim, &[&machine.app], &d1, None, shm.path(), false)?;
     progress("second dump, nothing changed");
-    let same = dump(&machine.sim, &[&machine.app], &d2, Some("../1"), shm.path(), false)?;
+    let same = dump(
+        &machine.sim,
+        &[&machine.app],
+        &d2,
+        Some("../1"),
+        shm.path(),
+        false,
+    )?;
     let changed = change_tenth(&machine)?;
     progress(&format!("third dump, {changed} chunks changed"));
-    let tenth = dump(&machine.sim, &[&machine.app], &d3, Some("../2"), shm.path(), false)?;
+    let tenth = dump(
+        &machine.sim,
+        &[&machine.app],
+        &d3,
+        Some("../2"),
+        shm.path(),
+        false,
+    )?;
     let bytes = machine.bytes() as f64;
     line("incremental_bytes", machine.bytes());
-    line("incremental_full_dump_s", format!("{:.3}", full.time.as_secs_f64()));
-    line("incremental_full_gibs", format!("{:.2}", bytes / GIB / full.time.as_secs_f64()));
-    line("incremental_unchanged_dump_s", format!("{:.3}", same.time.as_secs_f64()));
-    line("incremental_unchanged_bytes_ratio", ratio(same.stored as f64, full.stored as f64));
+    line(
+        "incremental_full_dump_s",
+        format!("{:.3}", full.time.as_secs_f64()),
+    );
+    line(
+        "incremental_full_gibs",
+        format!("{:.2}", bytes / GIB / full.time.as_secs_f64()),
+    );
+    line(
+        "incremental_unchanged_dump_s",
+        format!("{:.3}", same.time.as_secs_f64()),
+    );
+    line(
+        "incremental_unchanged_bytes_ratio",
+        ratio(same.stored as f64, full.stored as f64),
+    );
     line(
         "incremental_unchanged_time_ratio",
         ratio(same.time.as_secs_f64(), full.time.as_secs_f64()),
     );
-    line("incremental_changed10_dump_s", format!("{:.3}", tenth.time.as_secs_f64()));
-    line("incremental_changed10_bytes_ratio", ratio(tenth.stored as f64, full.stored as f64));
+    line(
+        "incremental_changed10_dump_s",
+        format!("{:.3}", tenth.time.as_secs_f64()),
+    );
+    line(
+        "incremental_changed10_bytes_ratio",
+        ratio(tenth.stored as f64, full.stored as f64),
+    );
     line(
         "incremental_changed10_time_ratio",
         ratio(tenth.time.as_secs_f64(), full.time.as_secs_f64()),
@@ -439,19 +477,38 @@ fn incremental(root: &Path, total: u64, raw_cpu: (f64, f64)) -> Result<()> {
     let (mut flat_time, mut flat_cpu) = (Duration::MAX, Duration::MAX);
     let mut parallel_time = Duration::MAX;
     for round in 0..2 {
-        progress(&format!("restore from the three-deep chain ({})", round + 1));
-        let (t, _) = restore(&sim, pid, (&d3, true), &[&d1, &d2, &d3], shm.path(), &expected)?;
+        progress(&format!(
+            "restore from the three-deep chain ({})",
+            round + 1
+        ));
+        let (t, _) = restore(
+            &sim,
+            pid,
+            (&d3, true),
+            &[&d1, &d2, &d3],
+            shm.path(),
+            &expected,
+        )?;
         chain_time = chain_time.min(t);
         progress(&format!("restore from the flattened set ({})", round + 1));
         let (t, cpu) = restore(&sim, pid, (&flat, false), &[&flat], shm.path(), &expected)?;
         flat_time = flat_time.min(t);
         flat_cpu = flat_cpu.min(cpu);
-        progress(&format!("parallel restore from the flattened set ({})", round + 1));
+        progress(&format!(
+            "parallel restore from the flattened set ({})",
+            round + 1
+        ));
         let (t, _) = restore(&sim, pid, (&flat, true), &[&flat], shm.path(), &expected)?;
         parallel_time = parallel_time.min(t);
     }
-    line("incremental_chain3_restore_s", format!("{:.3}", chain_time.as_secs_f64()));
-    line("incremental_flat_restore_s", format!("{:.3}", flat_time.as_secs_f64()));
+    line(
+        "incremental_chain3_restore_s",
+        format!("{:.3}", chain_time.as_secs_f64()),
+    );
+    line(
+        "incremental_flat_restore_s",
+        format!("{:.3}", flat_time.as_secs_f64()),
+    );
     line(
         "incremental_flat_parallel_restore_s",
         format!("{:.3}", parallel_time.as_secs_f64()),
@@ -496,9 +553,18 @@ fn dedup(root: &Path, total: u64) -> Result<()> {
     let _ = std::fs::remove_dir_all(&on);
     line("dedup_gpus", GPUS);
     line("dedup_bytes", plain.stored);
-    line("dedup_off_dump_s", format!("{:.3}", plain.time.as_secs_f64()));
-    line("dedup_on_dump_s", format!("{:.3}", deduped.time.as_secs_f64()));
-    line("dedup_bytes_ratio", ratio(deduped.stored as f64, plain.stored as f64));
+    line(
+        "dedup_off_dump_s",
+        format!("{:.3}", plain.time.as_secs_f64()),
+    );
+    line(
+        "dedup_on_dump_s",
+        format!("{:.3}", deduped.time.as_secs_f64()),
+    );
+    line(
+        "dedup_bytes_ratio",
+        ratio(deduped.stored as f64, plain.stored as f64),
+    );
     line(
         "dedup_time_ratio",
         ratio(deduped.time.as_secs_f64(), plain.time.as_secs_f64()),

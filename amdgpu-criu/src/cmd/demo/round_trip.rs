@@ -215,7 +215,10 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
                     .try_for_each(|_| app.step())
                     .and_then(|()| app.describe());
                 p.expected = ran.map_err(|e| {
-                    Stop::Failed(format!("pid {} cannot run on after its checkpoint: {e}", p.pid))
+                    Stop::Failed(format!(
+                        "pid {} cannot run on after its checkpoint: {e}",
+                        p.pid
+                    ))
                 })?;
             }
         }
