@@ -517,6 +517,27 @@ mod tests {
     }
 
     #[test]
+    fn the_chunk_size_travels_and_picks_the_checksum_algorithm() {
+        let mut c = sample();
+        c.chunk_size = 2 << 20;
+        let back = Command::decode(&c.encode()).unwrap().unwrap();
+        assert_eq!(back, c);
+        let (layout, _) = back.layout_of(0x2222).unwrap();
+        assert_eq!(
+            layout.algo(),
+            amdgpu_image::ChecksumAlgo::V2 {
+                chunk_size: 2 << 20
+            }
+        );
+        let (layout, _) = sample().layout_of(0x2222).unwrap();
+        assert_eq!(layout.algo(), amdgpu_image::ChecksumAlgo::V1);
+        // A chunk size no image has is refused.
+        c.chunk_size = 3000;
+        let err = Command::decode(&c.encode()).unwrap_err().to_string();
+        assert!(err.contains("power of two"), "{err}");
+    }
+
+    #[test]
     fn a_command_without_bos_is_not_quit() {
         let c = Command {
             id: 1,
