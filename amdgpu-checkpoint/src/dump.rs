@@ -29,6 +29,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use amdgpu_image::topology::device_entry;
 use amdgpu_image::{
@@ -41,6 +42,7 @@ use kfd_sys::{AMDGPU_GEM_LIST_HANDLES_FLAG_IS_IMPORT, DRM_CLOEXEC};
 
 use crate::error::Error;
 use crate::guardian::Guardian;
+use crate::incremental::ChunkPlan;
 use crate::options::Options;
 use crate::transfer;
 
@@ -76,8 +78,11 @@ pub struct KfdDump {
     pub gpus: usize,
     /// BOs of the process.
     pub bos: usize,
-    /// Bytes of BO contents written to pages files.
+    /// Bytes of BO contents dumped.
     pub content_bytes: u64,
+    /// Bytes the pages files hold: `content_bytes` less the chunks
+    /// referenced from the parent images or from elsewhere in the dump.
+    pub stored_bytes: u64,
     /// Whether the process was already unpaused.
     pub unpaused: bool,
 }
@@ -150,6 +155,8 @@ pub struct Dumper<D: Driver + Clone> {
     pending_dmabufs: Vec<(OwnedFd, u32)>,
     /// The local topology, parsed on first use by a render node.
     topology: Option<DeviceTopology>,
+    /// Which chunks this dump writes, made at the first KFD file.
+    plan: Option<Arc<ChunkPlan>>,
 }
 
 impl<D: Driver + Clone> std::fmt::Debug for Dumper<D> {
@@ -179,7 +186,19 @@ impl<D: Driver + Clone> Dumper<D> {
             imported: Vec::new(),
             pending_dmabufs: Vec::new(),
             topology: None,
+            plan: None,
         }
+    }
+
+    /// The chunk plan of this dump (made on first use, from the store's
+    /// parent link and `KFD_DEDUP`).
+    pub fn chunk_plan<S: ImageStore>(&mut self, store: &S) -> Result<Arc<ChunkPlan>, Error> {
+        if let Some(plan) = &self.plan {
+            return Ok(Arc::clone(plan));
+        }
+        let plan = Arc::new(ChunkPlan::for_store(store, self.config.options.dedup)?);
+        self.plan = Some(Arc::clone(&plan));
+        Ok(plan)
     }
 
     /// The configuration.
@@ -398,6 +417,7 @@ impl<D: Driver + Clone> Dumper<D> {
                 gpu_id: bo.bucket.gpu_id,
                 handle,
                 content_checksum: None,
+                ..Default::default()
             });
         }
 
@@ -413,6 +433,7 @@ impl<D: Driver + Clone> Dumper<D> {
                     .map_or(0, |n| n.props.drm_render_minor),
             })
             .collect();
+        let plan = self.chunk_plan(store)?;
         let contents = transfer::dump_contents(
             &self.driver,
             store,
@@ -420,11 +441,41 @@ impl<D: Driver + Clone> Dumper<D> {
             &gpus,
             &checkpoint.bos,
             &self.config.options,
+            Some(&plan),
         )?;
         for (entry, checksum) in &contents.checksums {
             if let Some(bo) = bo_entries.get_mut(*entry) {
                 bo.content_checksum = Some(*checksum);
             }
+        }
+        for (entry, digests) in &contents.digests {
+            if let Some(bo) = bo_entries.get_mut(*entry) {
+                bo.chunk_digests = Some(amdgpu_image::chunks::encode_digests(digests));
+            }
+        }
+        let mut references_parent = false;
+        for (entry, sources) in &contents.sources {
+            if let Some(bo) = bo_entries.get_mut(*entry) {
+                if sources
+                    .iter()
+                    .any(|s| *s != amdgpu_image::ChunkSource::Here)
+                {
+                    references_parent |= sources.contains(&amdgpu_image::ChunkSource::Parent);
+                    bo.chunk_sources = Some(sources.iter().map(|s| *s as u8).collect());
+                }
+            }
+        }
+        if contents.stored_bytes < contents.bytes {
+            log::info!(
+                "file {id}: {} of {} content bytes written, the rest referenced ({})",
+                contents.stored_bytes,
+                contents.bytes,
+                if references_parent {
+                    "incremental dump"
+                } else {
+                    "deduplicated"
+                }
+            );
         }
 
         let (shared_mem_size, shared_mem_magic) = probe_hsakmt_shm(&self.config.shm_dir);
@@ -446,6 +497,13 @@ impl<D: Driver + Clone> Dumper<D> {
             kfd_minor_version: self.kfd_version.map(|v| v.minor),
             kfd_required_minor: self.kfd_version.map(crate::kfd_version::required_minor),
             message_checksum: None,
+            chunk_size: Some(amdgpu_image::CHUNK_SIZE),
+            dump_id: Some(plan.dump_id().to_vec()),
+            parent_dump_id: if references_parent {
+                plan.parent_dump_id().map(<[u8]>::to_vec)
+            } else {
+                None
+            },
         };
         store
             .write_message(&ImageName::Kfd { id }, &msg)
@@ -462,6 +520,7 @@ impl<D: Driver + Clone> Dumper<D> {
             gpus: gpus.len(),
             bos: msg.bo_entries.len(),
             content_bytes: contents.bytes,
+            stored_bytes: contents.stored_bytes,
             unpaused: false,
         })
     }
@@ -674,7 +733,7 @@ impl<D: Driver + Clone> Dumper<D> {
                 }
                 (false, None) => {}
             }
-            let content_checksum = match (&dmabuf, in_gpu_memory) {
+            let dumped = match (&dmabuf, in_gpu_memory) {
                 (Some(dmabuf), true) => {
                     let name = ImageName::DrmPages {
                         id,
@@ -715,8 +774,10 @@ impl<D: Driver + Clone> Dumper<D> {
                         flags: vm.flags,
                     })
                     .collect(),
-                content_checksum,
+                content_checksum: dumped.as_ref().map(|(sum, _)| *sum),
                 share_handle,
+                chunk_digests: dumped
+                    .map(|(_, digests)| amdgpu_image::chunks::encode_digests(&digests)),
             });
         }
         let msg = CriuRenderNode {
@@ -729,6 +790,7 @@ impl<D: Driver + Clone> Dumper<D> {
             format_version: Some(FORMAT_VERSION),
             message_checksum: None,
             device: Some(device),
+            chunk_size: Some(amdgpu_image::CHUNK_SIZE),
             // Which tasks may own the fd: only a named GPU has any.
             kfd_pids: if gpu_id == 0 {
                 Vec::new()

@@ -47,6 +47,7 @@ pub mod guardian;
 pub mod handles;
 pub mod identify;
 pub mod kfd_version;
+pub mod incremental;
 pub mod options;
 pub mod parallel;
 pub mod recover;

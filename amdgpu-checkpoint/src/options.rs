@@ -63,6 +63,10 @@ pub const CAPABILITY_CHECK: &str = "KFD_CAPABILITY_CHECK";
 pub const MAX_BUFFER_SIZE: &str = "KFD_MAX_BUFFER_SIZE";
 /// `KFD_DEVICE_MAP`: pins of checkpointed GPUs to local GPUs at restore.
 pub const DEVICE_MAP: &str = "KFD_DEVICE_MAP";
+/// `KFD_DEDUP`: write each distinct chunk of a dump once (off by default:
+/// a deduplicated set needs this plugin to restore; plugin option
+/// `amdgpu.dedup`).
+pub const DEDUP: &str = "KFD_DEDUP";
 
 /// An environment variable whose value was not understood; the default was kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -340,6 +344,9 @@ pub struct Options {
     /// Where each value came from, by option name ([`OptionSpec::name`]);
     /// an option not listed has its default.
     pub sources: std::collections::BTreeMap<&'static str, Source>,
+    /// `KFD_DEDUP`: chunks already written for another BO, GPU or process
+    /// of the same dump are referenced instead of written again.
+    pub dedup: bool,
 }
 
 impl Options {
@@ -353,6 +360,18 @@ impl Options {
         let (checks, mut invalid) = checks_from_lookup(&lookup);
         let (limit, bad_limit) = max_buffer_size_from_lookup(&lookup);
         invalid.extend(bad_limit);
+        let dedup = match lookup(DEDUP) {
+            None => false,
+            Some(value) => parse_bool(&value).unwrap_or_else(|| {
+                invalid.push(InvalidOption {
+                    variable: DEDUP,
+                    value,
+                    expected: BOOLEAN,
+                    kept: "NO".to_owned(),
+                });
+                false
+            }),
+        };
         let device_map = match lookup(DEVICE_MAP).map(|v| (v.parse::<DeviceMap>(), v)) {
             None => DeviceMap::default(),
             Some((Ok(map), _)) => map,
@@ -380,6 +399,7 @@ impl Options {
             max_buffer_size: limit,
             device_map,
             sources,
+            dedup,
         };
         (options, invalid)
     }
@@ -566,6 +586,17 @@ pub static OPTIONS: &[OptionSpec] = &[
             }
         },
     },
+    OptionSpec {
+        name: "dedup",
+        variable: DEDUP,
+        accepted: BOOLEAN,
+        strict: true,
+        apply: |o, v| {
+            o.dedup = parse_bool(v).ok_or_else(|| "not a boolean".to_owned())?;
+            Ok(())
+        },
+        show: |o| yes_no(o.dedup),
+    },
 ];
 
 /// Why the plugin options cannot be used.
@@ -638,6 +669,18 @@ mod tests {
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| (*v).to_owned())
         }
+    }
+
+    #[test]
+    fn dedup_is_off_by_default_and_parsed_like_the_checks() {
+        assert!(!Options::from_lookup(|_| None).0.dedup);
+        let (on, invalid) = Options::from_lookup(lookup(&[(DEDUP, "yes")]));
+        assert!(on.dedup && invalid.is_empty());
+        let (bad, invalid) = Options::from_lookup(lookup(&[(DEDUP, "maybe")]));
+        assert!(!bad.dedup);
+        assert_eq!(invalid.len(), 1);
+        assert!(invalid[0].to_string().contains("KFD_DEDUP"));
+        assert!(on.describe().contains(&"param: KFD_DEDUP:Y".to_owned()));
     }
 
     #[test]
@@ -714,6 +757,7 @@ mod tests {
         assert!(
             lines.contains(&"param: amdgpu.numa-check (KFD_NUMA_CHECK) = YES (default)".to_owned())
         );
+        assert!(lines.contains(&"param: amdgpu.dedup (KFD_DEDUP) = NO (default)".to_owned()));
     }
 }
 

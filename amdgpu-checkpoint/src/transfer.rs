@@ -10,13 +10,17 @@
 //! This module decides what moves where; the copy itself belongs to the
 //! `kfd` crate's SDMA copy engine. It never parses image bytes.
 
-use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use amdgpu_image::chunks::{ChecksumAlgo, Digest, CHUNK_SIZE};
 use amdgpu_image::pages::{PagesBo, WrittenPages};
 use amdgpu_image::{
-    ImageName, ImageStore, ImageWriter, PagesLayout, PagesReader, PagesSink, PagesWriter,
-    ValidatedKfd,
+    ChainReader, ChunkResolver, ChunkSource, ImageName, ImageStore, ImageWriter, PagesLayout,
+    PagesSink, PagesWriter, PieceSource, ReadLimits, ValidatedKfd,
 };
 use kfd::{
     CheckpointBo, CopyEngine, CopyEngineConfig, Driver, Fence, ImportedBo, RenderMinor, RenderNode,
@@ -24,7 +28,35 @@ use kfd::{
 };
 
 use crate::error::Error;
+use crate::incremental::ChunkPlan;
 use crate::options::{Options, Staging};
+
+/// CPU nanoseconds the transfer threads of this process used (dump and
+/// restore workers, DRM BO copies), for [`transfer_cpu_time`].
+static TRANSFER_CPU_NS: AtomicU64 = AtomicU64::new(0);
+
+/// CPU time the plugin's own transfer threads have used in this process so
+/// far: the per-GPU workers that drain staging memory into pages files
+/// (digests, zero detection, writes) or fill it from them, measured per
+/// thread (`CLOCK_THREAD_CPUTIME_ID`). The copy engine's work (the SDMA,
+/// on a real machine the GPU's; in `kfd-sim` its ring threads) is not in
+/// it. Benchmarks read it before and after a dump or restore.
+pub fn transfer_cpu_time() -> Duration {
+    Duration::from_nanos(TRANSFER_CPU_NS.load(Ordering::Relaxed))
+}
+
+/// Runs `work` and adds the CPU time it took on this thread to
+/// [`transfer_cpu_time`].
+fn counting_cpu<T>(work: impl FnOnce() -> T) -> T {
+    let start = crate::sys::thread_cpu_time();
+    let out = work();
+    let used = crate::sys::thread_cpu_time().saturating_sub(start);
+    TRANSFER_CPU_NS.fetch_add(
+        u64::try_from(used.as_nanos()).unwrap_or(u64::MAX),
+        Ordering::Relaxed,
+    );
+    out
+}
 
 /// One GPU of a transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,10 +81,32 @@ pub struct DrmDevice {
 /// What the dump of BO contents produced.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ContentReport {
-    /// Payload bytes in all pages files.
+    /// Bytes of BO contents dumped (the sum of the BO sizes).
     pub bytes: u64,
+    /// Bytes the pages files hold (less than `bytes` when chunks were
+    /// referenced from the parent or from elsewhere in the dump).
+    pub stored_bytes: u64,
     /// `(bo entry index, checksum)` for every BO with contents.
     pub checksums: Vec<(usize, u64)>,
+    /// `(bo entry index, chunk digests)` for every BO with contents.
+    pub digests: Vec<(usize, Vec<Digest>)>,
+    /// `(bo entry index, chunk sources)` for every BO with contents, when
+    /// a [`ChunkPlan`] decided.
+    pub sources: Vec<(usize, Vec<ChunkSource>)>,
+}
+
+/// The layout of a pages file this crate writes: chunk digests of
+/// [`CHUNK_SIZE`] and the version-2 checksum.
+fn dump_layout(layout: PagesLayout) -> PagesLayout {
+    let plain = layout.clone();
+    layout
+        .with_chunks(
+            ChecksumAlgo::V2 {
+                chunk_size: CHUNK_SIZE,
+            },
+            Vec::new(),
+        )
+        .unwrap_or(plain)
 }
 
 /// The BOs of one GPU whose contents move, in bucket order, with their index
@@ -73,13 +127,16 @@ pub fn dump_contents<D: Driver + Clone, S: ImageStore + Sync>(
     gpus: &[GpuTarget],
     bos: &[CheckpointBo],
     options: &Options,
+    plan: Option<&Arc<ChunkPlan>>,
 ) -> Result<ContentReport, Error> {
     let results: Vec<Result<ContentReport, Error>> = std::thread::scope(|scope| {
         let workers: Vec<_> = gpus
             .iter()
             .map(|&gpu| {
                 let mine = bos_of_gpu(gpu.user_gpu_id, bos);
-                scope.spawn(move || dump_gpu(driver, store, id, gpu, &mine, options))
+                scope.spawn(move || {
+                    counting_cpu(|| dump_gpu(driver, store, id, gpu, &mine, options, plan))
+                })
             })
             .collect();
         workers
@@ -100,9 +157,14 @@ pub fn dump_contents<D: Driver + Clone, S: ImageStore + Sync>(
     for result in results {
         let gpu = result?;
         report.bytes += gpu.bytes;
+        report.stored_bytes += gpu.stored_bytes;
         report.checksums.extend(gpu.checksums);
+        report.digests.extend(gpu.digests);
+        report.sources.extend(gpu.sources);
     }
     report.checksums.sort_unstable();
+    report.digests.sort_unstable();
+    report.sources.sort_unstable_by_key(|(entry, _)| *entry);
     Ok(report)
 }
 
@@ -303,12 +365,12 @@ impl<D: Driver + Clone> Pipe<D> {
     /// Fills `size` bytes of the BO behind `dmabuf` (layout entry `entry`)
     /// from `reader`, reading the next chunk while the previous one copies
     /// (also across BOs: [`close`](Self::close) waits for the last copies).
-    fn write_bo<R: Read>(
+    fn write_bo(
         &mut self,
         dmabuf: BorrowedFd<'_>,
         entry: usize,
         size: u64,
-        reader: &mut PagesReader<R>,
+        reader: &mut dyn PieceSource,
         name: &ImageName,
     ) -> Result<(), Error> {
         let gpu = self.gpu;
@@ -324,7 +386,7 @@ impl<D: Driver + Clone> Pipe<D> {
                 .staging_mut(self.ring.slots[i])
                 .map_err(transfer_error(gpu, "filling staging memory"))?;
             let chunk = reader
-                .read_chunk(&mut buf[..want])
+                .read_piece(&mut buf[..want])
                 .map_err(Error::image("reading a pages file"))?
                 .ok_or_else(|| Error::Transfer {
                     gpu_id: gpu,
@@ -387,6 +449,7 @@ fn dump_gpu<D: Driver + Clone, S: ImageStore>(
     target: GpuTarget,
     bos: &[(usize, &CheckpointBo)],
     options: &Options,
+    plan: Option<&Arc<ChunkPlan>>,
 ) -> Result<ContentReport, Error> {
     let gpu = target.user_gpu_id;
     let name = ImageName::Pages { id, gpu_id: gpu };
@@ -405,8 +468,13 @@ fn dump_gpu<D: Driver + Clone, S: ImageStore>(
         reason: "the BO sizes overflow 64 bits".into(),
     })?;
     let mut writer = store
-        .create_pages(&name, layout)
+        .create_pages(&name, dump_layout(layout))
         .map_err(Error::image("creating a pages file"))?;
+    if let Some(plan) = plan.filter(|p| p.filters()) {
+        if !writer.set_filter(plan.filter()) {
+            log::info!("{name}: the store cannot take chunk references; written whole");
+        }
+    }
     if !bos.is_empty() {
         let largest = bos.iter().map(|(_, bo)| bo.bucket.size).max().unwrap_or(0);
         let mut pipe = Pipe::open(
@@ -434,7 +502,10 @@ fn dump_gpu<D: Driver + Clone, S: ImageStore>(
     let written = finish_pages(writer, &name)?;
     Ok(ContentReport {
         bytes: written.payload_len,
+        stored_bytes: written.stored_len,
         checksums: written.checksums,
+        digests: written.digests,
+        sources: written.sources,
     })
 }
 
@@ -449,11 +520,32 @@ pub fn restore_contents<D: Driver + Clone, S: ImageStore + Sync>(
     restored: &[RestoredBo],
     options: &Options,
 ) -> Result<u64, Error> {
+    // Chunks stored in the parent chain or elsewhere in the set are found
+    // through one index of the set (parents read when first needed).
+    let resolver = if image.has_references() {
+        let dir = store.as_dir().ok_or_else(|| {
+            Error::Inconsistent(format!(
+                "file {}: the image references chunks of its parent or of other images,                  which only an image directory can resolve (not a stream)",
+                image.id()
+            ))
+        })?;
+        Some(
+            ChunkResolver::new(dir, ReadLimits::default())
+                .map_err(Error::image("indexing the chunks of the image set"))?,
+        )
+    } else {
+        None
+    };
+    let resolver = resolver.as_ref();
     let results: Vec<Result<u64, Error>> = std::thread::scope(|scope| {
         let workers: Vec<_> = gpus
             .iter()
             .map(|&gpu| {
-                scope.spawn(move || restore_gpu(driver, store, image, gpu, restored, options))
+                scope.spawn(move || {
+                    counting_cpu(|| {
+                        restore_gpu(driver, store, image, gpu, restored, options, resolver)
+                    })
+                })
             })
             .collect();
         workers
@@ -484,6 +576,7 @@ fn restore_gpu<D: Driver + Clone, S: ImageStore>(
     target: GpuTarget,
     restored: &[RestoredBo],
     options: &Options,
+    resolver: Option<&ChunkResolver>,
 ) -> Result<u64, Error> {
     let gpu = target.user_gpu_id;
     let name = ImageName::Pages {
@@ -496,11 +589,13 @@ fn restore_gpu<D: Driver + Clone, S: ImageStore>(
             .and_then(|r| r.dmabuf.as_ref())
             .map(|f| f.as_fd())
     };
-    restore_pages(
+    let chained = resolver.map(|r| (r, image.bo_chunks(gpu)));
+    restore_pages_from(
         driver,
         store,
         &name,
         image.pages_layout(gpu),
+        chained,
         gpu,
         target.render_minor,
         options,
@@ -525,12 +620,42 @@ pub fn restore_pages<'f, D: Driver + Clone, S: ImageStore>(
     options: &Options,
     dmabuf_of: &dyn Fn(usize) -> Option<BorrowedFd<'f>>,
 ) -> Result<u64, Error> {
-    let total = layout.total_len();
+    counting_cpu(|| {
+        restore_pages_from(
+            driver,
+            store,
+            name,
+            layout,
+            None,
+            gpu,
+            render_minor,
+            options,
+            dmabuf_of,
+        )
+    })
+}
+
+/// [`restore_pages`], with the BOs' chunks read through `chained` (the
+/// set's resolver and the GPU's BO chunk lists) when the image references
+/// chunks stored elsewhere: every chunk from wherever it is stored, each
+/// verified by its digest.
+#[allow(clippy::too_many_arguments)]
+fn restore_pages_from<'f, D: Driver + Clone, S: ImageStore>(
+    driver: &D,
+    store: &S,
+    name: &ImageName,
+    layout: PagesLayout,
+    chained: Option<(&ChunkResolver, Vec<amdgpu_image::BoChunks>)>,
+    gpu: u32,
+    render_minor: u32,
+    options: &Options,
+    dmabuf_of: &dyn Fn(usize) -> Option<BorrowedFd<'f>>,
+) -> Result<u64, Error> {
     let no_bos = layout.bos().is_empty();
     // A reader over a directory store's file skips its holes (zero runs are
     // filled into staging without reading the file; still copied to the
     // GPU, since a restored BO's memory is not known to be cleared).
-    let Some(mut reader) = store
+    let Some(own) = store
         .open_pages(name, layout)
         .map_err(Error::image("reading a pages file"))?
     else {
@@ -543,35 +668,52 @@ pub fn restore_pages<'f, D: Driver + Clone, S: ImageStore>(
             reason: format!("{name} is missing"),
         });
     };
-    let bos: Vec<PagesBo> = reader.layout().bos().to_vec();
+    // (entry, full size) of every BO, in file order.
+    let (bos, mut reader): (Vec<(usize, u64)>, Box<dyn PieceSource + '_>) = match chained {
+        Some((resolver, chunks)) => {
+            let bos = chunks.iter().map(|c| (c.entry, c.size)).collect();
+            let reader = ChainReader::new(own, chunks, resolver, name)
+                .map_err(Error::image("reading a pages file"))?;
+            (bos, Box::new(reader))
+        }
+        None => {
+            let bos = own
+                .layout()
+                .bos()
+                .iter()
+                .map(|b| (b.entry, b.size))
+                .collect();
+            (bos, Box::new(own))
+        }
+    };
+    let total = bos.iter().map(|(_, size)| size).sum();
     if !bos.is_empty() {
-        let largest = bos.iter().map(|b| b.size).max().unwrap_or(0);
+        let largest = bos.iter().map(|(_, size)| *size).max().unwrap_or(0);
         let mut pipe = Pipe::open(
             driver,
             render_minor,
             options.staging.for_largest_bo(largest),
             gpu,
         )?;
-        for bo in &bos {
-            let dmabuf = dmabuf_of(bo.entry).ok_or_else(|| {
+        for &(entry, size) in &bos {
+            let dmabuf = dmabuf_of(entry).ok_or_else(|| {
                 Error::Inconsistent(format!(
-                    "BO {} on GPU {gpu:#x} has contents but no dma-buf to fill",
-                    bo.entry
+                    "BO {entry} on GPU {gpu:#x} has contents but no dma-buf to fill"
                 ))
             })?;
-            pipe.write_bo(dmabuf, bo.entry, bo.size, &mut reader, name)?;
+            pipe.write_bo(dmabuf, entry, size, reader.as_mut(), name)?;
         }
         pipe.close()?;
     }
     // The end of the file (and every checksum) is verified.
     reader
-        .verify_all(&mut [])
+        .finish_pieces()
         .map_err(Error::image("reading a pages file"))?;
     Ok(total)
 }
 
 /// Writes one DRM BO's contents (through its dma-buf) into the pages file
-/// `name`; returns the BO's checksum.
+/// `name`; returns the BO's checksum and chunk digests.
 pub fn dump_drm_bo<D: Driver + Clone, S: ImageStore>(
     driver: &D,
     store: &S,
@@ -580,8 +722,9 @@ pub fn dump_drm_bo<D: Driver + Clone, S: ImageStore>(
     dmabuf: BorrowedFd<'_>,
     size: u64,
     options: &Options,
-) -> Result<u64, Error> {
+) -> Result<(u64, Vec<Digest>), Error> {
     let layout = PagesLayout::from_sizes([size])
+        .map(dump_layout)
         .ok_or_else(|| Error::Inconsistent(format!("{name}: a BO of {size:#x} bytes")))?;
     let mut writer = store
         .create_pages(name, layout)
@@ -598,7 +741,15 @@ pub fn dump_drm_bo<D: Driver + Clone, S: ImageStore>(
         pipe.close()?;
     }
     let written = finish_pages(writer, name)?;
-    Ok(written.checksums.first().map_or(0, |(_, sum)| *sum))
+    Ok((
+        written.checksums.first().map_or(0, |(_, sum)| *sum),
+        written
+            .digests
+            .into_iter()
+            .next()
+            .map(|(_, d)| d)
+            .unwrap_or_default(),
+    ))
 }
 
 /// Fills one restored DRM BO (through its dma-buf) from the pages file

@@ -81,6 +81,9 @@ enum Command {
     /// Write an image message from the JSON `decode` prints, validated (as
     /// `crit encode`).
     Encode(cmd::decode::EncodeArgs),
+    /// Write a standalone, C-plugin-compatible copy of an incremental or
+    /// deduplicated image set.
+    Flatten(cmd::flatten::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::Args),
 }
@@ -119,6 +122,7 @@ fn main() -> ExitCode {
         Command::Unpause(args) => cmd::unpause::run(args),
         Command::Decode(args) => cmd::decode::run_decode(args),
         Command::Encode(args) => cmd::decode::run_encode(args),
+        Command::Flatten(args) => cmd::flatten::run(args),
         Command::Completions(args) => cmd::completions::run(args, Cli::command()),
     }
 }

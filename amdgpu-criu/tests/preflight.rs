@@ -46,6 +46,7 @@ fn write_kfd(dir: &Path, id: u32, pid: u32, entries: Vec<KfdDeviceEntry>) {
         kfd_minor_version: None,
         kfd_required_minor: None,
         message_checksum: None,
+        ..Default::default()
     };
     kfd.mark_producer();
     let store = DirStore::open_dir(dir).unwrap();

@@ -305,6 +305,7 @@ fn render_only_dir(minor_in_device: u32) -> tempfile::TempDir {
             ..Default::default()
         }),
         kfd_pids: Vec::new(),
+        ..Default::default()
     };
     rn.mark_producer();
     store

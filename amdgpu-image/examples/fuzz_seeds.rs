@@ -74,6 +74,14 @@ fn main() {
     sets.push(encode_set_input(&broken));
     write(&root, "image_set", &sets);
 
+    // A clean chain, and the same child without its parent set.
+    let chain = amdgpu_image::fuzz_support::chain_seed();
+    let child_len = chain
+        .get(..4)
+        .map_or(0, |l| u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize);
+    let orphan = chain[..(4 + child_len).min(chain.len())].to_vec();
+    write(&root, "chunk_chain", &[chain, orphan]);
+
     let mut names: Vec<Vec<u8>> = files
         .iter()
         .map(|(n, _)| n.to_string().into_bytes())

@@ -128,6 +128,32 @@ pub enum Error {
         /// Checksum of the bytes read.
         actual: u64,
     },
+    /// A chunk's bytes do not match the digest recorded at dump time.
+    #[error("{file}: bo {bo} (entry {entry}): chunk {chunk}: digest {actual:#034x} does not match the recorded {expected:#034x}")]
+    ChunkMismatch {
+        /// File the chunk was read from.
+        file: String,
+        /// Index of the BO within the pages file.
+        bo: usize,
+        /// Index of the BO entry in its message (`bo_entries[entry]`).
+        entry: usize,
+        /// Index of the chunk within the BO (or within the BO's chunks
+        /// that file holds).
+        chunk: usize,
+        /// Recorded digest.
+        expected: u128,
+        /// Digest of the bytes read.
+        actual: u128,
+    },
+    /// A chunk that an image set references from its parent chain (or
+    /// from elsewhere in the set) cannot be found or trusted there.
+    #[error("{file}: {what}")]
+    Chain {
+        /// The image (or directory) concerned.
+        file: String,
+        /// What is wrong, naming the parent where it concerns one.
+        what: String,
+    },
     /// A read outside a BO or a pages file.
     #[error("{file}: {what}")]
     OutOfRange {

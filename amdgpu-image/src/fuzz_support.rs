@@ -272,6 +272,7 @@ pub fn write_sample_set<S: ImageStore>(store: &S, spec: SampleSpec) -> Result<Cr
                 gpu_id: gpu_id(g),
                 handle,
                 content_checksum: None,
+                ..Default::default()
             });
         }
     }
@@ -292,6 +293,7 @@ pub fn write_sample_set<S: ImageStore>(store: &S, spec: SampleSpec) -> Result<Cr
         kfd_minor_version: None,
         kfd_required_minor: None,
         message_checksum: None,
+        ..Default::default()
     };
     kfd.mark_producer();
     for d in kfd.device_entries.clone().iter().filter(|d| d.is_gpu()) {
@@ -364,6 +366,7 @@ pub fn write_sample_set<S: ImageStore>(store: &S, spec: SampleSpec) -> Result<Cr
         message_checksum: None,
         device: None,
         kfd_pids: Vec::new(),
+        ..Default::default()
     };
     rn.mark_producer();
     for i in 0..rn.bo_entries.len() {
@@ -418,4 +421,272 @@ pub fn check_archive(data: &[u8]) {
             );
         }
     }
+}
+/// A private scratch directory for one fuzz input, removed on drop.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Option<Scratch> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "amdgpu-image-fuzz-{tag}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir(&path).ok()?;
+        Some(Scratch(path))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Largest sum of BO sizes [`check_chunk_chain`] reads through a chain
+/// (larger claims are still verified, not read twice).
+const CHAIN_READ_LIMIT: u64 = 64 << 20;
+
+/// Splits a `chunk_chain` fuzz input: a 4-byte little-endian length, that
+/// many bytes of the child set, the rest the parent set (each as
+/// [`encode_set_input`] lays it out).
+pub fn encode_chain_input(
+    child: &[(ImageName, Vec<u8>)],
+    parent: &[(ImageName, Vec<u8>)],
+) -> Vec<u8> {
+    let child = encode_set_input(child);
+    let mut out = (child.len() as u32).to_le_bytes().to_vec();
+    out.extend_from_slice(&child);
+    out.extend_from_slice(&encode_set_input(parent));
+    out
+}
+
+fn write_dir(store: &MemStore, dir: &std::path::Path) -> Option<()> {
+    for name in store.list().ok()? {
+        let bytes = store.get(&name)?;
+        std::fs::write(dir.join(name.to_string()), bytes.as_slice()).ok()?;
+    }
+    Some(())
+}
+
+/// Fuzz check of parent chains and chunk references: the child set and
+/// its parent (linked as CRIU's `parent`) go into scratch directories.
+/// `verify_set` must return the same report twice and name image files;
+/// when it finds the child clean, every GPU's BOs must read through the
+/// chain ([`ChainReader`](crate::ChainReader)) without error, and
+/// [`flatten`](crate::chain::flatten) must write a standalone set that
+/// verifies clean with no references left. Returns whether the child
+/// verified clean (and so was read and flattened).
+pub fn check_chunk_chain(data: &[u8]) -> bool {
+    use crate::chain::{flatten, ChainReader, ChunkResolver, PieceSource};
+    use crate::store::DirStore;
+    let (child, parent) = match data.get(..4) {
+        Some(len) => {
+            let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+            let rest = &data[4..];
+            let len = len.min(rest.len());
+            (
+                decode_set_input(&rest[..len]),
+                decode_set_input(&rest[len..]),
+            )
+        }
+        None => return false,
+    };
+    let (Some(root), Some(flat)) = (Scratch::new("chain"), Scratch::new("flat")) else {
+        return false;
+    };
+    let (child_dir, parent_dir) = (root.0.join("child"), root.0.join("parent-set"));
+    if std::fs::create_dir(&child_dir).is_err()
+        || std::fs::create_dir(&parent_dir).is_err()
+        || std::os::unix::fs::symlink("../parent-set", child_dir.join("parent")).is_err()
+        || write_dir(&child, &child_dir).is_none()
+        || write_dir(&parent, &parent_dir).is_none()
+    {
+        return false;
+    }
+    let Ok(store) = DirStore::open_dir(&child_dir) else {
+        return false;
+    };
+    let report = verify_set(&store, LIMITS).expect("a directory store lists");
+    let again = verify_set(&store, LIMITS).expect("a directory store lists");
+    assert_eq!(report, again, "verification is not deterministic");
+    for p in &report.problems {
+        assert!(
+            ImageName::parse(&p.file).is_ok(),
+            "problem names no image file: {p}"
+        );
+    }
+    if !report.is_clean() {
+        return false;
+    }
+    // Clean: what restore reads must read, and flatten must make a clean set.
+    let Ok(resolver) = ChunkResolver::new(&store, LIMITS) else {
+        panic!("a clean set's chunks cannot be indexed");
+    };
+    let mut total = 0u64;
+    let mut buf = vec![0u8; 64 << 10];
+    for name in store.list().expect("listed above") {
+        if name.kind() != crate::ImageKind::Kfd {
+            continue;
+        }
+        let msg: CriuKfd = store
+            .read_message(&name, LIMITS)
+            .expect("verified")
+            .expect("listed");
+        let image = ValidatedKfd::new(name.id(), msg).expect("verified");
+        for gpu in image.gpus().map(|d| d.gpu_id).collect::<Vec<_>>() {
+            let layout = image.pages_layout(gpu);
+            let chunks = image.bo_chunks(gpu);
+            total += chunks.iter().map(|c| c.size).sum::<u64>();
+            if total > CHAIN_READ_LIMIT {
+                return true;
+            }
+            let pages = ImageName::Pages {
+                id: name.id(),
+                gpu_id: gpu,
+            };
+            let Some(own) = store.open_pages(&pages, layout.clone()).expect("verified") else {
+                continue;
+            };
+            let mut reader: Box<dyn PieceSource> = if image.has_references()
+                && chunks.len() == layout.bos().len()
+            {
+                Box::new(ChainReader::new(own, chunks, &resolver, &pages).expect("verified chain"))
+            } else {
+                Box::new(own)
+            };
+            while let Some(piece) = reader.read_piece(&mut buf).expect("a verified set reads") {
+                assert!(piece.len <= buf.len());
+            }
+            reader
+                .finish_pieces()
+                .expect("a verified set ends where it should");
+        }
+    }
+    let Ok(dst) = DirStore::open_dir(&flat.0) else {
+        return true;
+    };
+    flatten(&store, &dst, LIMITS).expect("a verified set flattens");
+    let flat_report = verify_set(&dst, LIMITS).expect("a directory store lists");
+    assert!(
+        flat_report.is_clean(),
+        "flattened set: {:?}",
+        flat_report.problems
+    );
+    assert_eq!(flat_report.references_verified, 0);
+    true
+}
+
+/// A `chunk_chain` input of a consistent chain (the corpus seed): a parent
+/// set of one GPU with two BOs, and a child whose BOs take their unchanged
+/// chunks from the parent, one chunk changed, and a BO that repeats
+/// another's contents stored once (deduplicated). Chunks of 4 KiB (BOs
+/// are page multiples, so every chunk is whole).
+pub fn chain_seed() -> Vec<u8> {
+    use crate::chunks::{encode_digests, ChecksumAlgo, ChunkSource};
+    use std::collections::HashSet;
+    use std::sync::{Arc, Mutex};
+    const CHUNK: u64 = 4096;
+    let gpu = 0x1111;
+    let build = |contents: &[Vec<u8>],
+                 dump_id: u8,
+                 parent: Option<(u8, HashSet<u128>)>|
+     -> Vec<(ImageName, Vec<u8>)> {
+        let store = MemStore::new();
+        let mut bos: Vec<KfdBoEntry> = contents
+            .iter()
+            .enumerate()
+            .map(|(i, c)| KfdBoEntry {
+                addr: 0x10_0000_0000 + ((i as u64) << 24),
+                size: c.len() as u64,
+                alloc_flags: flags::KFD_VRAM,
+                gpu_id: gpu,
+                handle: flags::NO_HANDLE,
+                ..Default::default()
+            })
+            .collect();
+        let layout = PagesLayout::from_sizes(contents.iter().map(|c| c.len() as u64))
+            .and_then(|l| l.with_chunks(ChecksumAlgo::V2 { chunk_size: CHUNK }, Vec::new()))
+            .expect("small sizes");
+        let name = ImageName::Pages { id: 1, gpu_id: gpu };
+        let mut w = store.create_pages(&name, layout).expect("memory");
+        let known = parent.as_ref().map(|(_, d)| d.clone()).unwrap_or_default();
+        let seen = Arc::new(Mutex::new(HashSet::new()));
+        let filter: crate::pages::ChunkFilter = Box::new(move |_, _, _, d| {
+            if known.contains(&d) {
+                ChunkSource::Parent
+            } else if seen.lock().map_or(true, |mut s| s.insert(d)) {
+                ChunkSource::Here
+            } else {
+                ChunkSource::Set
+            }
+        });
+        let filtered = w.set_filter(filter);
+        debug_assert!(filtered, "a memory file takes a filter");
+        for c in contents {
+            w.write(c).expect("memory");
+        }
+        let (sink, written) = w.finish().expect("memory");
+        sink.commit().expect("memory");
+        for (e, sum) in written.checksums {
+            bos[e].content_checksum = Some(sum);
+        }
+        for (e, d) in written.digests {
+            bos[e].chunk_digests = Some(encode_digests(&d));
+        }
+        for (e, s) in written.sources {
+            if s.iter().any(|s| *s != ChunkSource::Here) {
+                bos[e].chunk_sources = Some(s.iter().map(|s| *s as u8).collect());
+            }
+        }
+        let mut kfd = CriuKfd {
+            pid: 7,
+            num_of_gpus: 1,
+            num_of_cpus: 1,
+            device_entries: vec![
+                KfdDeviceEntry {
+                    node_id: 0,
+                    cpu_cores_count: 4,
+                    ..Default::default()
+                },
+                KfdDeviceEntry {
+                    node_id: 1,
+                    gpu_id: gpu,
+                    vendor_id: 0x1002,
+                    ..Default::default()
+                },
+            ],
+            num_of_bos: bos.len() as u64,
+            bo_entries: bos,
+            chunk_size: Some(CHUNK),
+            dump_id: Some(vec![dump_id; 16]),
+            parent_dump_id: parent.map(|(p, _)| vec![p; 16]),
+            ..Default::default()
+        };
+        kfd.mark_producer();
+        store
+            .write_message(&ImageName::Kfd { id: 1 }, &kfd)
+            .expect("memory");
+        store
+            .list()
+            .expect("memory")
+            .into_iter()
+            .filter_map(|n| store.get(&n).map(|b| (n, b.to_vec())))
+            .collect()
+    };
+    let a = sample_bo_bytes(1, 3 * CHUNK);
+    let b = sample_bo_bytes(2, 2 * CHUNK);
+    let parent = build(&[a.clone(), b.clone()], 1, None);
+    let mut digests = HashSet::new();
+    for c in [&a, &b] {
+        for chunk in c.chunks(CHUNK as usize) {
+            digests.insert(crate::chunks::chunk_digest(chunk));
+        }
+    }
+    let mut a2 = a.clone();
+    a2[CHUNK as usize + 5] ^= 0x40;
+    let child = build(&[a2.clone(), b, a2], 2, Some((1, digests)));
+    encode_chain_input(&child, &parent)
 }

@@ -53,7 +53,7 @@
 //!         alloc_flags: flags::KFD_VRAM,
 //!         gpu_id,
 //!         handle: flags::NO_HANDLE,
-//!         content_checksum: None,
+//!         ..Default::default()
 //!     }],
 //!     ..Default::default()
 //! };
@@ -90,7 +90,9 @@
 
 #[cfg(feature = "archive")]
 pub mod archive;
+pub mod chain;
 pub mod checksum;
+pub mod chunks;
 mod error;
 pub mod framing;
 #[doc(hidden)]
@@ -106,7 +108,9 @@ pub mod store;
 pub mod topology;
 pub mod validate;
 
+pub use chain::{ChainReader, ChunkResolver, PieceSource};
 pub use checksum::{content_checksum, ContentHasher};
+pub use chunks::{BoChunks, ChecksumAlgo, ChunkSource, Digest, CHUNK_SIZE};
 pub use error::{Error, Problem};
 pub use framing::{
     decode_message, decode_message_covered, decode_message_unchecked, encode_for_writing,
@@ -124,6 +128,6 @@ pub use pages::{
 };
 pub use seal::Coverage;
 pub use store::{
-    DirStore, ImageStore, ImageWriter, MemStore, StreamMode, StreamStore, StreamWriter,
+    DirStore, ImageStore, ImageWriter, MemStore, StreamMode, StreamStore, StreamWriter, PARENT_LINK,
 };
 pub use validate::{verify_set, SetReport, ValidatedKfd, ValidatedRenderNode};

@@ -18,6 +18,10 @@
 //! | `drm_bo_entry` | 101 | `share_handle` (uint32) | the handle naming the BO's buffer across the image set |
 //! | `criu_render_node` | 102 | `device` (`kfd_device_entry`) | the node's GPU at checkpoint, see [`CriuRenderNode::device`] |
 //! | `criu_kfd`, `criu_render_node`, `criu_dmabuf_node` | 120 | `message_checksum` (fixed64) | XXH3-64 of the message encoded without this field ([`seal`](crate::seal)) |
+//! | `criu_kfd`, `criu_render_node` | 130 | `chunk_size` (uint64) | chunk size of the digests ([`chunks`](crate::chunks)) |
+//! | `kfd_bo_entry`, `drm_bo_entry` | 130 | `chunk_digests` (bytes) | XXH3-128 per chunk, 16 bytes each |
+//! | `kfd_bo_entry` | 131 | `chunk_sources` (bytes) | per chunk: 0 here, 1 elsewhere in the set (dedup), 2 parent chain |
+//! | `criu_kfd` | 131 / 132 | `dump_id` / `parent_dump_id` (bytes) | names this dump / the parent it references |
 //!
 //! Messages serialize with serde under the proto field names; `bytes` fields
 //! serialize as `{ "len": n, "hex_prefix": "…" }`. They deserialize from the
@@ -34,7 +38,10 @@ pub const PRODUCER: &str = concat!("amdgpu-criu-rs ", env!("CARGO_PKG_VERSION"))
 /// Version of our additions to the format. Version 1: tags 100/101 on the
 /// top-level messages and 100 (`content_checksum`, the 8-lane
 /// multiply-rotate hash of [`checksum`](crate::checksum)) on BO entries.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version 2: chunk digests (tags 130-132) and `content_checksum` derived
+/// from them with XXH3-64 ([`chunks`](crate::chunks)); version-1 images
+/// still verify with the version-1 hash.
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Allocation flags and GEM domains stored in BO entries.
 pub mod flags {
@@ -238,6 +245,22 @@ pub struct KfdBoEntry {
     #[prost(fixed64, optional, tag = "100")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content_checksum: Option<u64>,
+    /// Ours (tag 130): one XXH3-128 digest per chunk of the BO's bytes, 16
+    /// little-endian bytes each ([`chunks`](crate::chunks)).
+    #[prost(bytes = "vec", optional, tag = "130")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_opt_bytes"
+    )]
+    pub chunk_digests: Option<Vec<u8>>,
+    /// Ours (tag 131): one [`ChunkSource`](crate::chunks::ChunkSource) byte
+    /// per chunk; absent when every chunk is in the BO's place in its pages file.
+    #[prost(bytes = "vec", optional, tag = "131")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_opt_bytes"
+    )]
+    pub chunk_sources: Option<Vec<u8>>,
 }
 
 impl KfdBoEntry {
@@ -314,6 +337,26 @@ pub struct CriuKfd {
     #[prost(fixed64, optional, tag = "120")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message_checksum: Option<u64>,
+    /// Ours (tag 130): the chunk size of the BOs' `chunk_digests`.
+    #[prost(uint64, optional, tag = "130")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chunk_size: Option<u64>,
+    /// Ours (tag 131): 16 bytes naming this dump (one value for every image
+    /// of one dump), which a child dump's `parent_dump_id` quotes.
+    #[prost(bytes = "vec", optional, tag = "131")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_opt_bytes"
+    )]
+    pub dump_id: Option<Vec<u8>>,
+    /// Ours (tag 132): the `dump_id` of the parent image set whose chunks
+    /// this image references (chunk source 2); absent otherwise.
+    #[prost(bytes = "vec", optional, tag = "132")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_opt_bytes"
+    )]
+    pub parent_dump_id: Option<Vec<u8>>,
 }
 
 /// `drm_vm_entry`: one GPU VA mapping of a DRM BO.
@@ -379,6 +422,14 @@ pub struct DrmBoEntry {
     #[prost(uint32, optional, tag = "101")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub share_handle: Option<u32>,
+    /// Ours (tag 130): one XXH3-128 digest per chunk of the BO's bytes, as
+    /// in [`KfdBoEntry::chunk_digests`]. DRM BOs are always stored whole.
+    #[prost(bytes = "vec", optional, tag = "130")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_opt_bytes"
+    )]
+    pub chunk_digests: Option<Vec<u8>>,
 }
 
 impl DrmBoEntry {
@@ -456,6 +507,10 @@ pub struct CriuRenderNode {
     #[prost(fixed64, optional, tag = "120")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message_checksum: Option<u64>,
+    /// Ours (tag 130): the chunk size of the BOs' `chunk_digests`.
+    #[prost(uint64, optional, tag = "130")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chunk_size: Option<u64>,
 }
 
 impl CriuRenderNode {
@@ -523,6 +578,13 @@ struct BytesSummary<'a> {
 
 /// How many leading bytes of a `bytes` field serde output shows.
 const HEX_PREFIX_BYTES: usize = 16;
+
+fn serialize_opt_bytes<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+    match bytes {
+        Some(b) => serialize_bytes(b, s),
+        None => s.serialize_none(),
+    }
+}
 
 fn serialize_bytes<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
     let mut hex = String::with_capacity(HEX_PREFIX_BYTES * 2);

@@ -42,7 +42,7 @@ use std::sync::{mpsc, OnceLock};
 
 use bytes::Bytes;
 
-use crate::checksum::ContentHasher;
+use crate::chunks::{bo_checksum, chunk_len, BoHasher, ChecksumAlgo, ChunkSource, Digest};
 use crate::framing::{expect_end, read_header, write_header, HEADER_LEN};
 use crate::Error;
 
@@ -66,6 +66,10 @@ pub struct PagesLayout {
     bos: Vec<PagesBo>,
     offsets: Vec<u64>,
     total: u64,
+    algo: ChecksumAlgo,
+    /// Per BO (layout order, or empty): the digests of the chunks of the BO
+    /// this file holds, in file order.
+    digests: Vec<Option<Vec<Digest>>>,
 }
 
 impl PagesLayout {
@@ -81,7 +85,43 @@ impl PagesLayout {
             bos,
             offsets,
             total,
+            algo: ChecksumAlgo::V1,
+            digests: Vec::new(),
         })
+    }
+
+    /// The same layout with checksums in `algo` and, per BO (layout
+    /// order), the expected digests of the chunks this file holds
+    /// ([`ChecksumAlgo::V2`] only; readers verify each chunk as it
+    /// completes). `digests` may be empty (no chunk is checked) or must
+    /// have one slot per BO; `None` when its length fits neither.
+    pub fn with_chunks(
+        mut self,
+        algo: ChecksumAlgo,
+        digests: Vec<Option<Vec<Digest>>>,
+    ) -> Option<Self> {
+        if !digests.is_empty() && digests.len() != self.bos.len() {
+            return None;
+        }
+        self.algo = algo;
+        self.digests = digests;
+        Some(self)
+    }
+
+    /// The algorithm of the layout's checksums.
+    pub fn algo(&self) -> ChecksumAlgo {
+        self.algo
+    }
+
+    /// Expected digests of BO `index`'s chunks in this file, if recorded.
+    pub fn expected_digests(&self, index: usize) -> Option<&[Digest]> {
+        self.digests.get(index)?.as_deref()
+    }
+
+    /// Whether BO `index`'s bytes are verified while read (a checksum or digests).
+    fn verifies(&self, index: usize) -> bool {
+        self.bos.get(index).is_some_and(|b| b.checksum.is_some())
+            || self.expected_digests(index).is_some()
     }
 
     /// A layout of BOs with the given sizes, numbered 0.., without checksums.
@@ -139,6 +179,19 @@ pub trait PagesSink: Write {
         let _ = len;
         Ok(())
     }
+
+    /// Whether [`rewrite_header`](Self::rewrite_header) works (a file or
+    /// memory; never a stream).
+    fn can_rewrite_header(&self) -> bool {
+        false
+    }
+
+    /// Overwrites the first 8 bytes (the length header) once the payload's
+    /// length is known ([`PagesWriter::set_filter`]).
+    fn rewrite_header(&mut self, header: [u8; HEADER_LEN]) -> io::Result<()> {
+        let _ = header;
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
 }
 
 fn write_zeros<W: Write + ?Sized>(w: &mut W, mut len: u64) -> io::Result<()> {
@@ -166,6 +219,14 @@ impl PagesSink for File {
     fn set_final_len(&mut self, len: u64) -> io::Result<()> {
         self.set_len(len)
     }
+
+    fn can_rewrite_header(&self) -> bool {
+        true
+    }
+
+    fn rewrite_header(&mut self, header: [u8; HEADER_LEN]) -> io::Result<()> {
+        self.write_all_at(&header, 0)
+    }
 }
 
 impl<S: PagesSink + ?Sized> PagesSink for &mut S {
@@ -177,6 +238,12 @@ impl<S: PagesSink + ?Sized> PagesSink for &mut S {
     }
     fn set_final_len(&mut self, len: u64) -> io::Result<()> {
         (**self).set_final_len(len)
+    }
+    fn can_rewrite_header(&self) -> bool {
+        (**self).can_rewrite_header()
+    }
+    fn rewrite_header(&mut self, header: [u8; HEADER_LEN]) -> io::Result<()> {
+        (**self).rewrite_header(header)
     }
 }
 
@@ -198,7 +265,21 @@ impl<W: Write> Write for Sequential<W> {
 
 impl<W: Write> PagesSink for Sequential<W> {}
 
-impl PagesSink for Vec<u8> {}
+impl PagesSink for Vec<u8> {
+    fn can_rewrite_header(&self) -> bool {
+        true
+    }
+
+    fn rewrite_header(&mut self, header: [u8; HEADER_LEN]) -> io::Result<()> {
+        match self.get_mut(..HEADER_LEN) {
+            Some(head) => {
+                head.copy_from_slice(&header);
+                Ok(())
+            }
+            None => Err(io::Error::from(io::ErrorKind::InvalidInput)),
+        }
+    }
+}
 
 /// What a [`PagesWriter`] wrote.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -210,6 +291,39 @@ pub struct WrittenPages {
     pub payload_len: u64,
     /// Payload bytes left as holes instead of written.
     pub hole_bytes: u64,
+    /// `(entry, chunk digests)` for every BO, in file order, when the
+    /// layout's algorithm is [`ChecksumAlgo::V2`]; store them in the
+    /// entries' `chunk_digests`.
+    pub digests: Vec<(usize, Vec<Digest>)>,
+    /// `(entry, chunk sources)` of every BO when a filter decided
+    /// ([`PagesWriter::set_filter`]); store them in `chunk_sources`.
+    pub sources: Vec<(usize, Vec<ChunkSource>)>,
+    /// Bytes the file holds (the length header): the payload less the
+    /// chunks a filter did not store.
+    pub stored_len: u64,
+}
+
+/// Decides, from a chunk's digest, whether a [`PagesWriter`] stores it:
+/// called with the BO's entry, the chunk's index within the BO, its length
+/// and its digest.
+pub type ChunkFilter = Box<dyn FnMut(usize, u64, u64, Digest) -> ChunkSource + Send>;
+
+struct Filter {
+    decide: ChunkFilter,
+    /// Bytes of the chunk being assembled when the caller's pieces do not
+    /// hold it whole.
+    buf: Vec<u8>,
+    digests: Vec<Digest>,
+    sources: Vec<ChunkSource>,
+    all_sources: Vec<(usize, Vec<ChunkSource>)>,
+}
+
+impl std::fmt::Debug for Filter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Filter")
+            .field("buffered", &self.buf.len())
+            .finish()
+    }
 }
 
 /// Streams the BOs of a [`PagesLayout`] into a pages file; see the module docs.
@@ -220,15 +334,19 @@ pub struct PagesWriter<S: PagesSink> {
     layout: PagesLayout,
     bo: usize,
     bo_written: u64,
-    hasher: ContentHasher,
+    hasher: BoHasher,
     /// Logical file position (header included).
     pos: u64,
+    /// Payload bytes taken from the caller.
+    taken: u64,
     pending_hole: u64,
     hole_bytes: u64,
     checksums: Vec<(usize, u64)>,
+    digests: Vec<(usize, Vec<Digest>)>,
     can_skip: bool,
     /// Bytes of the file block being assembled (at most one block).
     block: Vec<u8>,
+    filter: Option<Filter>,
 }
 
 impl<S: PagesSink> PagesWriter<S> {
@@ -241,18 +359,51 @@ impl<S: PagesSink> PagesWriter<S> {
             sink,
             file: file.to_owned(),
             checksums: Vec::with_capacity(layout.bos().len()),
-            layout,
             bo: 0,
             bo_written: 0,
-            hasher: ContentHasher::new(),
+            hasher: BoHasher::new(layout.algo),
+            digests: Vec::new(),
+            layout,
             pos: HEADER_LEN as u64,
+            taken: 0,
             pending_hole: 0,
             hole_bytes: 0,
             can_skip,
             block: Vec::with_capacity(if can_skip { PAGE_SIZE as usize } else { 0 }),
+            filter: None,
         };
         w.close_finished_bos();
         Ok(w)
+    }
+
+    /// Lets `decide` choose, per chunk, whether the file stores it: chunks
+    /// it places elsewhere ([`ChunkSource::Set`], [`ChunkSource::Parent`])
+    /// are left out, and the length header is rewritten at
+    /// [`finish`](Self::finish) to the bytes stored. Needs a
+    /// [`ChecksumAlgo::V2`] layout, a sink that can rewrite the header and
+    /// no bytes written yet; returns whether the filter was taken (the
+    /// writer is unchanged otherwise). A chunk the caller's pieces do not
+    /// hold whole is assembled in a buffer of one chunk.
+    pub fn set_filter(&mut self, decide: ChunkFilter) -> bool {
+        if !matches!(self.layout.algo, ChecksumAlgo::V2 { .. })
+            || !self.sink.can_rewrite_header()
+            || self.taken > 0
+        {
+            return false;
+        }
+        self.filter = Some(Filter {
+            decide,
+            buf: Vec::new(),
+            digests: Vec::new(),
+            sources: Vec::new(),
+            all_sources: Vec::new(),
+        });
+        // BOs closed at creation (empty ones) have no chunks.
+        if let Some(f) = self.filter.as_mut() {
+            f.all_sources
+                .extend(self.checksums.iter().map(|(e, _)| (*e, Vec::new())));
+        }
+        true
     }
 
     /// Index (in the layout) of the BO the next bytes belong to; `None` when all are written.
@@ -262,7 +413,7 @@ impl<S: PagesSink> PagesWriter<S> {
 
     /// Payload bytes still expected.
     pub fn remaining(&self) -> u64 {
-        self.layout.total_len() - (self.pos - HEADER_LEN as u64)
+        self.layout.total_len() - self.taken
     }
 
     /// Appends bytes; they may span several BOs.
@@ -272,7 +423,7 @@ impl<S: PagesSink> PagesWriter<S> {
                 file: self.file.clone(),
                 what: "pages payload",
                 expected: self.layout.total_len(),
-                actual: self.pos - HEADER_LEN as u64 + data.len() as u64,
+                actual: self.taken + data.len() as u64,
             });
         }
         while !data.is_empty() {
@@ -281,11 +432,69 @@ impl<S: PagesSink> PagesWriter<S> {
             };
             let take = (bo.size - self.bo_written).min(data.len() as u64) as usize;
             let (piece, rest) = data.split_at(take);
-            self.emit(piece)
-                .map_err(|e| Error::io(&self.file, "write pages", e))?;
+            if self.filter.is_some() {
+                self.filter_piece(bo, piece)
+            } else {
+                self.emit(piece, true)
+            }
+            .map_err(|e| Error::io(&self.file, "write pages", e))?;
             self.bo_written += take as u64;
+            self.taken += take as u64;
             data = rest;
             self.close_finished_bos();
+        }
+        Ok(())
+    }
+
+    /// Takes `piece` (the next bytes of BO `bo`) chunk by chunk: digests
+    /// each completed chunk, asks the filter and stores the chunk or not.
+    fn filter_piece(&mut self, bo: PagesBo, mut piece: &[u8]) -> io::Result<()> {
+        let ChecksumAlgo::V2 { chunk_size } = self.layout.algo else {
+            return Err(io::Error::other("a chunk filter on a version-1 layout"));
+        };
+        let mut at = self.bo_written;
+        while !piece.is_empty() {
+            let index = at / chunk_size;
+            let len = chunk_len(bo.size, chunk_size, index);
+            let Some(filter) = self.filter.as_mut() else {
+                return Ok(());
+            };
+            let have = filter.buf.len() as u64;
+            let need = (len - have) as usize;
+            if have == 0 && piece.len() >= need {
+                // The whole chunk is in the caller's buffer: no copy.
+                let (chunk, rest) = piece.split_at(need);
+                self.decide_chunk(bo.entry, index, chunk)?;
+                piece = rest;
+                at += need as u64;
+                continue;
+            }
+            let take = need.min(piece.len());
+            filter.buf.extend_from_slice(&piece[..take]);
+            piece = &piece[take..];
+            at += take as u64;
+            if filter.buf.len() as u64 == len {
+                let buf = std::mem::take(&mut filter.buf);
+                self.decide_chunk(bo.entry, index, &buf)?;
+                if let Some(filter) = self.filter.as_mut() {
+                    filter.buf = buf;
+                    filter.buf.clear();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn decide_chunk(&mut self, entry: usize, index: u64, chunk: &[u8]) -> io::Result<()> {
+        let digest = crate::chunks::chunk_digest(chunk);
+        let Some(filter) = self.filter.as_mut() else {
+            return Ok(());
+        };
+        let source = (filter.decide)(entry, index, chunk.len() as u64, digest);
+        filter.digests.push(digest);
+        filter.sources.push(source);
+        if source == ChunkSource::Here {
+            self.emit(chunk, false)?;
         }
         Ok(())
     }
@@ -296,8 +505,20 @@ impl<S: PagesSink> PagesWriter<S> {
             if self.bo_written < bo.size {
                 break;
             }
-            self.checksums.push((bo.entry, self.hasher.finish()));
-            self.hasher = ContentHasher::new();
+            let algo = self.layout.algo;
+            let (sum, digests) = match self.filter.as_mut() {
+                Some(f) => {
+                    let digests = std::mem::take(&mut f.digests);
+                    f.all_sources
+                        .push((bo.entry, std::mem::take(&mut f.sources)));
+                    (bo_checksum(bo.size, &digests), digests)
+                }
+                None => std::mem::replace(&mut self.hasher, BoHasher::new(algo)).finish(),
+            };
+            self.checksums.push((bo.entry, sum));
+            if matches!(algo, ChecksumAlgo::V2 { .. }) {
+                self.digests.push((bo.entry, digests));
+            }
             self.bo_written = 0;
             self.bo += 1;
         }
@@ -307,9 +528,11 @@ impl<S: PagesSink> PagesWriter<S> {
     /// as holes where the sink can skip. Zero blocks are hashed without a
     /// second pass over their memory ([`ContentHasher::update_zeros`]), in
     /// byte order with the data around them.
-    fn emit(&mut self, mut data: &[u8]) -> io::Result<()> {
+    fn emit(&mut self, mut data: &[u8], hash: bool) -> io::Result<()> {
         if !self.can_skip {
-            self.hasher.update(data);
+            if hash {
+                self.hasher.update(data);
+            }
             self.sink.write_all(data)?;
             self.pos += data.len() as u64;
             return Ok(());
@@ -318,7 +541,9 @@ impl<S: PagesSink> PagesWriter<S> {
         // not be block-aligned; at most one block is ever buffered).
         if !self.block.is_empty() || !self.pos.is_multiple_of(PAGE_SIZE) {
             let need = ((PAGE_SIZE - self.pos % PAGE_SIZE) as usize).min(data.len());
-            self.hasher.update(&data[..need]);
+            if hash {
+                self.hasher.update(&data[..need]);
+            }
             self.block.extend_from_slice(&data[..need]);
             self.pos += need as u64;
             data = &data[need..];
@@ -344,24 +569,32 @@ impl<S: PagesSink> PagesWriter<S> {
             if is_zero(block) {
                 let at = i * PAGE_SIZE as usize;
                 if run_start < at {
-                    self.hasher.update(&data[run_start..at]);
+                    if hash {
+                        self.hasher.update(&data[run_start..at]);
+                    }
                     self.flush_hole()?;
                     self.sink.write_all(&data[run_start..at])?;
                 }
-                self.hasher.update_zeros(PAGE_SIZE);
+                if hash {
+                    self.hasher.update_zeros(PAGE_SIZE);
+                }
                 self.pending_hole += PAGE_SIZE;
                 self.hole_bytes += PAGE_SIZE;
                 run_start = at + PAGE_SIZE as usize;
             }
         }
         if run_start < whole {
-            self.hasher.update(&data[run_start..whole]);
+            if hash {
+                self.hasher.update(&data[run_start..whole]);
+            }
             self.flush_hole()?;
             self.sink.write_all(&data[run_start..whole])?;
         }
         self.pos += whole as u64;
         let tail = &data[whole..];
-        self.hasher.update(tail);
+        if hash {
+            self.hasher.update(tail);
+        }
         self.block.extend_from_slice(tail);
         self.pos += tail.len() as u64;
         Ok(())
@@ -383,7 +616,7 @@ impl<S: PagesSink> PagesWriter<S> {
                 file: self.file,
                 what: "pages payload",
                 expected: self.layout.total_len(),
-                actual: self.pos - HEADER_LEN as u64,
+                actual: self.taken,
             });
         }
         let file = self.file.clone();
@@ -396,11 +629,20 @@ impl<S: PagesSink> PagesWriter<S> {
             self.sink.skip(self.pending_hole).map_err(io)?;
             self.sink.set_final_len(self.pos).map_err(io)?;
         }
+        let stored_len = self.pos - HEADER_LEN as u64;
+        if stored_len != self.layout.total_len() {
+            self.sink
+                .rewrite_header(stored_len.to_le_bytes())
+                .map_err(io)?;
+        }
         self.sink.flush().map_err(io)?;
         let written = WrittenPages {
             checksums: self.checksums,
             payload_len: self.layout.total_len(),
             hole_bytes: self.hole_bytes,
+            digests: self.digests,
+            sources: self.filter.map(|f| f.all_sources).unwrap_or_default(),
+            stored_len,
         };
         Ok((self.sink, written))
     }
@@ -554,7 +796,9 @@ pub struct PagesReader<R: Read> {
     layout: PagesLayout,
     bo: usize,
     bo_read: u64,
-    hasher: ContentHasher,
+    hasher: BoHasher,
+    /// Chunks of the current BO whose digest was compared already.
+    chunks_checked: usize,
     verify: bool,
     ended: bool,
     /// File offset of the next byte of `src` (header included).
@@ -574,6 +818,7 @@ impl<R: Read + AsFd> PagesReader<R> {
             bo: self.bo,
             bo_read: self.bo_read,
             hasher: self.hasher,
+            chunks_checked: self.chunks_checked,
             verify: self.verify,
             ended: self.ended,
             pos: self.pos,
@@ -617,10 +862,11 @@ impl<R: Read> PagesReader<R> {
         Ok(Self {
             src,
             file: file.to_owned(),
-            layout,
             bo: 0,
             bo_read: 0,
-            hasher: ContentHasher::new(),
+            hasher: BoHasher::new(layout.algo()),
+            chunks_checked: 0,
+            layout,
             verify: true,
             ended: false,
             pos: HEADER_LEN as u64,
@@ -729,13 +975,14 @@ impl<R: Read> PagesReader<R> {
                 actual: offset + got as u64,
             });
         }
-        let checks = hash && self.verify && bo.checksum.is_some();
+        let checks = hash && self.verify && self.layout.verifies(self.bo);
         if checks {
             if zero {
                 self.hasher.update_zeros(want as u64);
             } else {
-                self.hasher.update(dst);
+                self.hasher.update(&dst[..want]);
             }
+            self.check_chunks(false)?;
         }
         let chunk = PagesChunk {
             bo: self.bo,
@@ -748,9 +995,12 @@ impl<R: Read> PagesReader<R> {
         if self.bo_read < bo.size {
             return Ok(Some((chunk, zero)));
         }
-        if let (true, Some(expected)) = (checks, bo.checksum) {
-            let actual = self.hasher.finish();
-            if actual != expected {
+        let hasher = std::mem::replace(&mut self.hasher, BoHasher::new(self.layout.algo()));
+        if checks {
+            let (actual, digests) = hasher.finish();
+            self.chunks_checked = self.chunks_checked.min(digests.len());
+            self.compare_digests(&digests)?;
+            if let Some(expected) = bo.checksum.filter(|&e| e != actual) {
                 return Err(Error::ChecksumMismatch {
                     file: self.file.clone(),
                     bo: self.bo,
@@ -760,7 +1010,7 @@ impl<R: Read> PagesReader<R> {
                 });
             }
         }
-        self.hasher = ContentHasher::new();
+        self.chunks_checked = 0;
         self.bo += 1;
         self.bo_read = 0;
         Ok(Some((
@@ -770,6 +1020,39 @@ impl<R: Read> PagesReader<R> {
             },
             zero,
         )))
+    }
+
+    /// Compares the chunk digests completed so far with the recorded ones.
+    fn check_chunks(&mut self, _last: bool) -> Result<(), Error> {
+        if let BoHasher::V2(h) = &self.hasher {
+            if h.digests().len() > self.chunks_checked {
+                let digests = h.digests().to_vec();
+                return self.compare_digests(&digests);
+            }
+        }
+        Ok(())
+    }
+
+    fn compare_digests(&mut self, digests: &[Digest]) -> Result<(), Error> {
+        let Some(expected) = self.layout.expected_digests(self.bo) else {
+            return Ok(());
+        };
+        let entry = self.layout.bos().get(self.bo).map_or(0, |b| b.entry);
+        for (k, actual) in digests.iter().enumerate().skip(self.chunks_checked) {
+            let want = expected.get(k).copied();
+            if want != Some(*actual) {
+                return Err(Error::ChunkMismatch {
+                    file: self.file.clone(),
+                    bo: self.bo,
+                    entry,
+                    chunk: k,
+                    expected: want.unwrap_or(0),
+                    actual: *actual,
+                });
+            }
+        }
+        self.chunks_checked = digests.len();
+        Ok(())
     }
 
     /// Ends reading: every BO must have been read in full (so every checksum
@@ -813,13 +1096,13 @@ impl<R: Read> PagesReader<R> {
     /// of the slower of the two instead of their sum. Worth it when a core
     /// is idle; on one CPU the hand-offs make it slower.
     pub fn verify_all_pipelined(mut self, scratch: &mut [u8]) -> Result<(), Error> {
-        let hashing = self.verify && self.layout.bos().iter().any(|b| b.checksum.is_some());
+        let hashing = self.verify && (0..self.layout.bos().len()).any(|i| self.layout.verifies(i));
         if !hashing || scratch.len() < 2 {
             return self.verify_all_serial(scratch);
         }
         let half = scratch.len() / 2;
         let (a, b) = scratch.split_at_mut(half);
-        let bos = self.layout.bos().to_vec();
+        let checked = self.layout.clone();
         let file = self.file.clone();
         std::thread::scope(|scope| {
             let (to_hasher, pieces) = mpsc::sync_channel::<(&mut [u8], PagesChunk, bool)>(1);
@@ -828,20 +1111,37 @@ impl<R: Read> PagesReader<R> {
             let _ = to_reader.send(a);
             let _ = to_reader.send(b);
             let hasher = scope.spawn(move || -> Result<(), Error> {
-                let mut h = ContentHasher::new();
+                let algo = checked.algo();
+                let mut h = BoHasher::new(algo);
                 for (buf, chunk, zero) in pieces {
-                    let Some(expected) = bos.get(chunk.bo).and_then(|b| b.checksum) else {
+                    if !checked.verifies(chunk.bo) {
                         let _ = to_reader.send(buf);
                         continue;
-                    };
+                    }
                     if zero {
                         h.update_zeros(chunk.len as u64);
                     } else {
                         h.update(&buf[..chunk.len]);
                     }
                     if chunk.last {
-                        let actual = h.finish();
-                        if actual != expected {
+                        let (actual, digests) =
+                            std::mem::replace(&mut h, BoHasher::new(algo)).finish();
+                        if let Some(expected) = checked.expected_digests(chunk.bo) {
+                            for (k, d) in digests.iter().enumerate() {
+                                if expected.get(k) != Some(d) {
+                                    return Err(Error::ChunkMismatch {
+                                        file,
+                                        bo: chunk.bo,
+                                        entry: chunk.entry,
+                                        chunk: k,
+                                        expected: expected.get(k).copied().unwrap_or(0),
+                                        actual: *d,
+                                    });
+                                }
+                            }
+                        }
+                        let recorded = checked.bos().get(chunk.bo).and_then(|b| b.checksum);
+                        if let Some(expected) = recorded.filter(|&e| e != actual) {
                             return Err(Error::ChecksumMismatch {
                                 file,
                                 bo: chunk.bo,
@@ -850,7 +1150,6 @@ impl<R: Read> PagesReader<R> {
                                 actual,
                             });
                         }
-                        h = ContentHasher::new();
                     }
                     // The reader may have stopped on an error; then nobody waits for the buffer.
                     let _ = to_reader.send(buf);
@@ -987,7 +1286,9 @@ impl PagesFile {
         let mut buf = vec![0u8; size];
         self.read_range(bo, 0, &mut buf)?;
         if let Some(expected) = info.checksum {
-            let actual = crate::content_checksum(&buf);
+            let mut h = BoHasher::new(self.layout.algo());
+            h.update(&buf);
+            let actual = h.finish().0;
             if actual != expected {
                 return Err(Error::ChecksumMismatch {
                     file: self.name.clone(),

@@ -146,6 +146,13 @@ pub trait ImageStore {
         let _ = (name, layout);
         Ok(false)
     }
+
+    /// The store as an image directory, when it is one: parent chains and
+    /// chunk references ([`crate::chain`]) need one (positional reads, a
+    /// `parent` link). Streams and memory stores answer `None`.
+    fn as_dir(&self) -> Option<&DirStore> {
+        None
+    }
 }
 
 /// An image directory held open; see the module docs.
@@ -153,7 +160,11 @@ pub trait ImageStore {
 pub struct DirStore {
     dir: File,
     base: PathBuf,
+    shown: Option<String>,
 }
+
+/// The name of CRIU's link from an image directory to its parent's.
+pub const PARENT_LINK: &str = "parent";
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -178,7 +189,11 @@ impl DirStore {
             Ok(m) if m.dev() == meta.dev() && m.ino() == meta.ino() => proc_path,
             _ => path.to_path_buf(),
         };
-        Ok(Self { dir, base })
+        Ok(Self {
+            dir,
+            base,
+            shown: None,
+        })
     }
 
     /// Takes over a directory fd (CRIU's `criu_get_image_dir()`, dup'ed).
@@ -195,7 +210,11 @@ impl DirStore {
                 io::Error::from(io::ErrorKind::NotADirectory),
             ));
         }
-        Ok(Self { dir, base })
+        Ok(Self {
+            dir,
+            base,
+            shown: None,
+        })
     }
 
     /// The held directory.
@@ -206,6 +225,42 @@ impl DirStore {
     /// The path files are resolved against.
     pub fn base(&self) -> &Path {
         &self.base
+    }
+
+    /// The parent image set (CRIU's `parent` link, made by
+    /// `--prev-images-dir`): `Ok(None)` without a link, an error naming the
+    /// link and its target when the link is there but the parent is not
+    /// (a missing parent is never taken for "no parent").
+    pub fn parent(&self) -> Result<Option<DirStore>, Error> {
+        let link = self.base.join(PARENT_LINK);
+        match fs::symlink_metadata(&link) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(PARENT_LINK, "stat the parent link", e)),
+            Ok(_) => {}
+        }
+        let shown = match fs::read_link(&link) {
+            Ok(target) => format!("{PARENT_LINK} -> {}", target.display()),
+            Err(_) => PARENT_LINK.to_owned(),
+        };
+        match Self::open_dir(&link) {
+            Ok(mut dir) => {
+                dir.shown = Some(shown);
+                Ok(Some(dir))
+            }
+            Err(Error::Io { source, .. }) => Err(Error::Chain {
+                file: shown,
+                what: format!("the parent image directory cannot be opened: {source}"),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// How errors name this directory: `parent -> ../1` for a parent
+    /// reached through a link, else its path.
+    pub fn shown(&self) -> String {
+        self.shown
+            .clone()
+            .unwrap_or_else(|| self.base.display().to_string())
     }
 
     /// Opens `name` as a `File` (for [`PagesFile`]'s positional reads).
@@ -259,6 +314,10 @@ impl ImageStore for DirStore {
         // A hint: the file is read once, front to back (larger readahead).
         let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
         PagesReader::new(file, &name.to_string(), layout).map(|r| Some(r.skipping_holes()))
+    }
+
+    fn as_dir(&self) -> Option<&DirStore> {
+        Some(self)
     }
 
     fn check_pages(&self, name: &ImageName, layout: &PagesLayout) -> Result<bool, Error> {
@@ -495,6 +554,12 @@ impl PagesSink for DirWriter {
     fn set_final_len(&mut self, len: u64) -> io::Result<()> {
         self.file.set_len(len)
     }
+    fn can_rewrite_header(&self) -> bool {
+        true
+    }
+    fn rewrite_header(&mut self, header: [u8; crate::HEADER_LEN]) -> io::Result<()> {
+        self.file.rewrite_header(header)
+    }
 }
 
 impl ImageWriter for DirWriter {
@@ -694,7 +759,14 @@ impl Write for MemWriter {
     }
 }
 
-impl PagesSink for MemWriter {}
+impl PagesSink for MemWriter {
+    fn can_rewrite_header(&self) -> bool {
+        true
+    }
+    fn rewrite_header(&mut self, header: [u8; crate::HEADER_LEN]) -> io::Result<()> {
+        self.buf.rewrite_header(header)
+    }
+}
 
 impl ImageWriter for MemWriter {
     fn commit(self) -> io::Result<()> {

@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+use crate::chunks::{check_chunk_size, BoChunks, ChecksumAlgo, ChunkSource};
 use crate::framing::ReadLimits;
 use crate::messages::{flags, CriuDmabufNode, CriuKfd, CriuRenderNode, KfdBoEntry, FORMAT_VERSION};
 use crate::pages::{PagesBo, PagesLayout, PagesReader};
@@ -91,6 +92,20 @@ impl ValidatedKfd {
                 "criu_kfd.format_version".into(),
                 format!("{v} is newer than the supported {FORMAT_VERSION}; update amdgpu-criu-rs"),
             );
+        }
+        if let Some(Err(e)) = msg.chunk_size.map(check_chunk_size) {
+            p("criu_kfd.chunk_size".into(), e);
+        }
+        for (field, id) in [
+            ("dump_id", &msg.dump_id),
+            ("parent_dump_id", &msg.parent_dump_id),
+        ] {
+            if let Some(id) = id.as_ref().filter(|id| id.len() != 16) {
+                p(
+                    format!("criu_kfd.{field}"),
+                    format!("{} bytes, 16 expected", id.len()),
+                );
+            }
         }
 
         let node_ids: BTreeSet<u32> = msg.device_entries.iter().map(|d| d.node_id).collect();
@@ -173,6 +188,22 @@ impl ValidatedKfd {
                     "set on a bo whose contents are not saved".into(),
                 );
             }
+            if (bo.chunk_digests.is_some() || bo.chunk_sources.is_some()) && !bo.has_contents() {
+                p(
+                    at("chunk_digests"),
+                    "set on a bo whose contents are not saved".into(),
+                );
+            } else if let Err(e) = kfd_bo_chunks(i, bo, msg.chunk_size) {
+                p(at("chunk_digests"), e);
+            } else if let Ok(Some(chunks)) = kfd_bo_chunks(i, bo, msg.chunk_size) {
+                if chunks.sources.contains(&ChunkSource::Parent) && msg.parent_dump_id.is_none() {
+                    p(
+                        at("chunk_sources"),
+                        "references the parent image set but the image names no parent_dump_id"
+                            .into(),
+                    );
+                }
+            }
             if bo.has_contents() {
                 let total = gpu_totals.entry(bo.gpu_id).or_insert(0);
                 match total.checked_add(bo.size) {
@@ -212,9 +243,52 @@ impl ValidatedKfd {
         self.msg.device_entries.iter().filter(|d| !d.is_gpu())
     }
 
-    /// The BOs of `gpu_id` whose contents are in its pages file, in file order.
+    /// The BOs of `gpu_id` whose contents are in its pages file, in file
+    /// order: for a BO with chunks stored elsewhere
+    /// ([`ValidatedKfd::has_references`]), the bytes of its chunks stored
+    /// here, each verified by its digest.
     pub fn pages_layout(&self, gpu_id: u32) -> PagesLayout {
-        layout_of(&self.msg.bo_entries, gpu_id)
+        layout_of(&self.msg, gpu_id, true)
+    }
+
+    /// The layout as a reader that ignores our chunk fields sees it (the C
+    /// plugin: every BO's full size in its pages file, no checksums). For
+    /// an image whose chunks are all here it equals
+    /// [`pages_layout`](Self::pages_layout) but for the checksums; for one
+    /// with references its total differs
+    /// from the pages file's length header, so such a reader refuses the
+    /// file instead of restoring the wrong bytes.
+    pub fn compat_pages_layout(&self, gpu_id: u32) -> PagesLayout {
+        layout_of(&self.msg, gpu_id, false)
+    }
+
+    /// The checksum algorithm of the image's BOs.
+    pub fn checksum_algo(&self) -> ChecksumAlgo {
+        ChecksumAlgo::of(self.msg.format_version, self.msg.chunk_size)
+    }
+
+    /// The chunks of every BO of `gpu_id` whose contents are saved, in
+    /// pages-file order; empty when the image records no chunk digests.
+    pub fn bo_chunks(&self, gpu_id: u32) -> Vec<BoChunks> {
+        self.msg
+            .bo_entries
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.gpu_id == gpu_id && b.has_contents())
+            .filter_map(|(i, b)| kfd_bo_chunks(i, b, self.msg.chunk_size).ok().flatten())
+            .collect()
+    }
+
+    /// Whether any BO has chunks stored elsewhere (in the parent chain or
+    /// elsewhere in the set): such an image needs this crate's chain
+    /// reader, and readers that ignore chunk fields refuse its pages files.
+    pub fn has_references(&self) -> bool {
+        self.msg.bo_entries.iter().enumerate().any(|(i, b)| {
+            kfd_bo_chunks(i, b, self.msg.chunk_size)
+                .ok()
+                .flatten()
+                .is_some_and(|c| c.has_references())
+        })
     }
 
     /// Every pages file of the image (one per GPU, image order) with its layout.
@@ -233,19 +307,67 @@ impl ValidatedKfd {
     }
 }
 
-fn layout_of(bos: &[KfdBoEntry], gpu_id: u32) -> PagesLayout {
-    let list = bos
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| b.gpu_id == gpu_id && b.has_contents())
-        .map(|(entry, b)| PagesBo {
-            entry,
-            size: b.size,
-            checksum: b.content_checksum,
-        })
-        .collect();
+/// The chunks a KFD BO entry records (tags 130/131).
+fn kfd_bo_chunks(
+    entry: usize,
+    bo: &KfdBoEntry,
+    chunk_size: Option<u64>,
+) -> Result<Option<BoChunks>, String> {
+    BoChunks::from_fields(
+        entry,
+        bo.size,
+        chunk_size,
+        bo.chunk_digests.as_deref(),
+        bo.chunk_sources.as_deref(),
+    )
+}
+
+fn layout_of(msg: &CriuKfd, gpu_id: u32, chunks: bool) -> PagesLayout {
+    let algo = ChecksumAlgo::of(msg.format_version, msg.chunk_size);
+    let mut list = Vec::new();
+    let mut digests = Vec::new();
+    for (entry, b) in msg.bo_entries.iter().enumerate() {
+        if b.gpu_id != gpu_id || !b.has_contents() {
+            continue;
+        }
+        let recorded = if chunks {
+            kfd_bo_chunks(entry, b, msg.chunk_size).ok().flatten()
+        } else {
+            None
+        };
+        match recorded {
+            Some(c) if c.has_references() => {
+                list.push(PagesBo {
+                    entry,
+                    size: c.stored_len(),
+                    checksum: None,
+                });
+                digests.push(Some(
+                    c.digests
+                        .iter()
+                        .zip(&c.sources)
+                        .filter(|(_, s)| **s == ChunkSource::Here)
+                        .map(|(d, _)| *d)
+                        .collect(),
+                ));
+            }
+            other => {
+                list.push(PagesBo {
+                    entry,
+                    size: b.size,
+                    // A reader ignoring our fields checks no checksum.
+                    checksum: b.content_checksum.filter(|_| chunks),
+                });
+                digests.push(other.map(|c| c.digests));
+            }
+        }
+    }
     // Validation proved the per-GPU sum fits.
-    PagesLayout::new(list).unwrap_or_default()
+    let layout = PagesLayout::new(list).unwrap_or_default();
+    let algo = if chunks { algo } else { ChecksumAlgo::V1 };
+    let digests = if chunks { digests } else { Vec::new() };
+    let plain = layout.clone();
+    layout.with_chunks(algo, digests).unwrap_or(plain)
 }
 
 /// A `criu_render_node` message whose contents are consistent.
@@ -319,6 +441,20 @@ impl ValidatedRenderNode {
                 "criu_render_node.format_version".into(),
                 format!("{v} is newer than the supported {FORMAT_VERSION}; update amdgpu-criu-rs"),
             );
+        }
+        if let Some(Err(e)) = msg.chunk_size.map(check_chunk_size) {
+            p("criu_render_node.chunk_size".into(), e);
+        }
+        for (i, bo) in msg.bo_entries.iter().enumerate() {
+            if let Err(e) = BoChunks::from_fields(
+                i,
+                bo.size,
+                msg.chunk_size,
+                bo.chunk_digests.as_deref(),
+                None,
+            ) {
+                p(format!("criu_render_node.bo_entries[{i}].chunk_digests"), e);
+            }
         }
         for (i, bo) in msg.bo_entries.iter().enumerate() {
             let at = |f: &str| format!("criu_render_node.bo_entries[{i}].{f}");
@@ -401,6 +537,18 @@ impl ValidatedRenderNode {
             size: bo.size,
             checksum: bo.content_checksum,
         }])?;
+        let algo = ChecksumAlgo::of(self.msg.format_version, self.msg.chunk_size);
+        let digests = BoChunks::from_fields(
+            index,
+            bo.size,
+            self.msg.chunk_size,
+            bo.chunk_digests.as_deref(),
+            None,
+        )
+        .ok()
+        .flatten()
+        .map(|c| c.digests);
+        let layout = layout.with_chunks(algo, vec![digests])?;
         Some((name, layout))
     }
 }
@@ -424,6 +572,11 @@ pub struct SetReport {
     /// plugin's images): only their well-formedness and consistency were
     /// checked. File names, in file order.
     pub messages_not_covered: Vec<String>,
+    /// Chunks referenced from elsewhere in the set or from the parent
+    /// chain, read there and verified by their digest.
+    pub references_verified: u64,
+    /// Image sets read: 1 for a set alone, 2 with its parent, and so on.
+    pub chain_depth: usize,
 }
 
 impl SetReport {
@@ -695,6 +848,11 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
             ));
         }
     }
+    // Chunks stored elsewhere: found, from the right parent, unchanged.
+    let (references, problems) = crate::chain::verify_references(store, limits);
+    report.problems.extend(problems);
+    report.references_verified = references.chunks_verified;
+    report.chain_depth = references.depth.max(1);
     report.problems.sort_by(|a, b| a.file.cmp(&b.file));
     Ok(report)
 }

@@ -6,7 +6,8 @@ use std::fs;
 use std::path::PathBuf;
 
 use amdgpu_image::fuzz_support::{
-    check_dmabuf_image, check_file_name, check_image_set, check_kfd_image, check_render_image,
+    chain_seed, check_chunk_chain, check_dmabuf_image, check_file_name, check_image_set,
+    check_kfd_image, check_render_image,
 };
 
 fn corpus_root() -> PathBuf {
@@ -49,6 +50,21 @@ fn render_image_corpus() {
 #[test]
 fn dmabuf_image_corpus() {
     replay("dmabuf_image", check_dmabuf_image);
+}
+
+#[test]
+fn chunk_chain_corpus() {
+    replay("chunk_chain", |d| {
+        check_chunk_chain(d);
+    });
+    // The seed is a clean chain (read through and flattened by the check),
+    // as `chain_seed` builds it today; without its parent it is not clean.
+    let seed = chain_seed();
+    assert!(check_chunk_chain(&seed), "the seed chain verifies clean");
+    let stored = fs::read(corpus_root().join("chunk_chain/seed-00")).unwrap();
+    assert!(check_chunk_chain(&stored), "seed-00 verifies clean");
+    let orphan = fs::read(corpus_root().join("chunk_chain/seed-01")).unwrap();
+    assert!(!check_chunk_chain(&orphan), "seed-01 has no parent set");
 }
 
 #[test]

@@ -108,6 +108,7 @@ fn iolink_and_bo_entry_by_hand() {
         gpu_id: 0xc0de,
         handle: 0xffff_ffff,
         content_checksum: None,
+        ..Default::default()
     };
     assert_eq!(encode_message_nested(&bo), golden_bo);
     assert_eq!(
@@ -224,6 +225,7 @@ fn sample_kfd() -> CriuKfd {
             gpu_id: 0x8a3c,
             handle: 3,
             content_checksum: None,
+            ..Default::default()
         },
         KfdBoEntry {
             addr: 0x7ff0_0020_0000,
@@ -233,6 +235,7 @@ fn sample_kfd() -> CriuKfd {
             gpu_id: 0x8a3c,
             handle: 0xffff_ffff,
             content_checksum: None,
+            ..Default::default()
         },
     ];
     CriuKfd {
@@ -252,6 +255,7 @@ fn sample_kfd() -> CriuKfd {
         kfd_minor_version: None,
         kfd_required_minor: None,
         message_checksum: None,
+        ..Default::default()
     }
 }
 
@@ -348,12 +352,14 @@ fn render_node_matches_hand_encoding() {
             }],
             content_checksum: None,
             share_handle: None,
+            ..Default::default()
         }],
         producer: None,
         format_version: None,
         message_checksum: None,
         device: None,
         kfd_pids: Vec::new(),
+        ..Default::default()
     };
     let vm = Wire::default()
         .uint(1, 0x40_0000)
@@ -553,6 +559,7 @@ fn render_only_device_entry_is_tag_102() {
         message_checksum: None,
         device: Some(gpu.clone()),
         kfd_pids: Vec::new(),
+        ..Default::default()
     };
     rn.mark_producer();
     let upstream = Wire::default()
@@ -618,6 +625,7 @@ fn kfd_pids_are_unpacked_tag_103() {
         message_checksum: None,
         device: None,
         kfd_pids: vec![1234, 5],
+        ..Default::default()
     };
     let golden = Wire::default()
         .uint(1, 0x1234)

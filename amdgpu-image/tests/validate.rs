@@ -32,6 +32,7 @@ fn bo(gpu_id: u32, addr: u64, size: u64, alloc_flags: u32) -> KfdBoEntry {
         gpu_id,
         handle: flags::NO_HANDLE,
         content_checksum: None,
+        ..Default::default()
     }
 }
 
@@ -76,6 +77,7 @@ fn good_kfd() -> CriuKfd {
         kfd_minor_version: None,
         kfd_required_minor: None,
         message_checksum: None,
+        ..Default::default()
     }
 }
 
@@ -294,6 +296,7 @@ fn good_render() -> CriuRenderNode {
         message_checksum: None,
         device: None,
         kfd_pids: Vec::new(),
+        ..Default::default()
     }
 }
 

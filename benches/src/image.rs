@@ -65,6 +65,7 @@ pub fn kfd_with_bos(bos: usize) -> CriuKfd {
                     flags::NO_HANDLE
                 },
                 content_checksum: Some(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                ..Default::default()
             }
         })
         .collect();
@@ -85,6 +86,7 @@ pub fn kfd_with_bos(bos: usize) -> CriuKfd {
         kfd_minor_version: None,
         kfd_required_minor: None,
         message_checksum: None,
+        ..Default::default()
     };
     kfd.mark_producer();
     kfd

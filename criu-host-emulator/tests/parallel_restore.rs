@@ -290,6 +290,7 @@ fn empty_command(id: u32) -> Command {
         gpus: vec![],
         entries: vec![],
         fd_count: 0,
+        chunk_size: 0,
     }
 }
 
@@ -336,6 +337,7 @@ fn cross_gpu_offsets_and_malformed_commands_are_refused_and_the_worker_goes_on()
             .collect(),
         entries: Vec::new(),
         fd_count: 0,
+        chunk_size: image.chunk_size.unwrap_or(0),
     };
     let mut running = 0u64;
     for d in &gpus {

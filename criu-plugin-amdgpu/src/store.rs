@@ -88,6 +88,18 @@ impl PagesSink for HostWriter {
             HostWriter::Stream(w) => w.set_final_len(len),
         }
     }
+    fn can_rewrite_header(&self) -> bool {
+        match self {
+            HostWriter::Dir(w) => w.can_rewrite_header(),
+            HostWriter::Stream(w) => w.can_rewrite_header(),
+        }
+    }
+    fn rewrite_header(&mut self, header: [u8; amdgpu_image::HEADER_LEN]) -> io::Result<()> {
+        match self {
+            HostWriter::Dir(w) => w.rewrite_header(header),
+            HostWriter::Stream(w) => w.rewrite_header(header),
+        }
+    }
 }
 
 impl ImageWriter for HostWriter {
@@ -160,6 +172,13 @@ where
         match self {
             HostStore::Dir(s) => s.check_pages(name, layout),
             HostStore::Stream(s) => s.check_pages(name, layout),
+        }
+    }
+
+    fn as_dir(&self) -> Option<&DirStore> {
+        match self {
+            HostStore::Dir(s) => Some(s),
+            HostStore::Stream(_) => None,
         }
     }
 

@@ -78,6 +78,9 @@ fn open_render(
     open_device(driver, pid, &path)
 }
 
+/// Seed of the weights of [`Profile::DataParallel`] (one for every replica).
+const DATA_PARALLEL_WEIGHTS_SEED: u64 = 0x5eed_0fd4_7a9a_1100;
+
 /// What kind of application to simulate. Multi-process applications that
 /// share dma-bufs are built with [`Workload::launch_sharing`] (any profile)
 /// or [`Workload::share_with`].
@@ -108,6 +111,18 @@ pub enum Profile {
     TensorFlowLike {
         /// Size of each large BO in bytes.
         bo_bytes: u64,
+    },
+    /// Data-parallel training or replicated inference (PyTorch DDP): per
+    /// GPU one VRAM BO of model weights, identical byte for byte in every
+    /// process that launches this profile (seeded by the profile, not by
+    /// the process or GPU), and one VRAM BO of activations, dense and
+    /// different per process; 2 compute queues, 2 events. Launch one
+    /// process per GPU with [`Workload::launch_data_parallel`].
+    DataParallel {
+        /// Size of the weights BO in bytes.
+        weights_bytes: u64,
+        /// Size of the activations BO in bytes.
+        activations_bytes: u64,
     },
 }
 
@@ -550,6 +565,19 @@ impl Workload {
         profile: &Profile,
         memory: CpuMemory,
     ) -> Result<Workload, WorkloadError> {
+        Workload::launch_on(sim, pid, profile, memory, None)
+    }
+
+    /// Sets up process `pid`: acquires the VM of every GPU it can see (as
+    /// the ROCm runtime does at start) and builds `profile` on `only`, or
+    /// on every GPU when `None`.
+    fn launch_on(
+        sim: &Sim,
+        pid: Pid,
+        profile: &Profile,
+        memory: CpuMemory,
+        only: Option<GpuId>,
+    ) -> Result<Workload, WorkloadError> {
         let driver = sim.driver(pid);
         let kfd = open_device(&driver, pid, "/dev/kfd".as_ref())?;
         let mut w = Workload {
@@ -574,7 +602,11 @@ impl Workload {
             w.renders.push(render);
             w.va_next.insert(gpu, (i as u64 + 1) << 40);
         }
-        w.build(profile, &gpus)?;
+        match only {
+            Some(gpu) if gpus.contains(&gpu) => w.build(profile, &[gpu])?,
+            Some(gpu) => return Err(SimError::NoSuchGpu(gpu).into()),
+            None => w.build(profile, &gpus)?,
+        }
         Ok(w)
     }
 
@@ -791,6 +823,7 @@ impl Workload {
                 max_bo_bytes,
             } => (bos_per_gpu, max_bo_bytes.max(4 * KIB), 8, 2, 16, 4, true),
             Profile::TensorFlowLike { bo_bytes } => (6, bo_bytes.max(4 * KIB), 2, 4, 4, 0, false),
+            Profile::DataParallel { .. } => (2, 0, 2, 0, 2, 0, false),
         };
         let first = gpus.first().copied();
         for &gpu in gpus {
@@ -850,6 +883,21 @@ impl Workload {
                         self.fill(handle, MIB)?;
                     }
                 }
+                Profile::DataParallel {
+                    weights_bytes,
+                    activations_bytes,
+                } => {
+                    let weights = (*weights_bytes).max(4 * KIB).next_multiple_of(4 * KIB);
+                    let handle = self.alloc(gpu, weights, VRAM, &own)?;
+                    // The same seed in every replica: identical weights.
+                    self.fill_seeded(handle, weights, DATA_PARALLEL_WEIGHTS_SEED)?;
+                    let activations = (*activations_bytes).max(4 * KIB).next_multiple_of(4 * KIB);
+                    let handle = self.alloc(gpu, activations, VRAM, &own)?;
+                    // Seeded by the handle, which names the process's
+                    // GPU: each replica's activations differ, and a twin
+                    // launched on the same GPU has the same ones.
+                    self.fill(handle, activations)?;
+                }
             }
             for _ in 0..userptrs {
                 let size = if matches!(profile, Profile::Basic) {
@@ -894,6 +942,12 @@ impl Workload {
     /// incompressible bytes (a splitmix stream seeded by the handle), as the
     /// application's data would be; the rest stays untouched (zero).
     fn fill(&self, handle: u64, used: u64) -> Result<(), WorkloadError> {
+        self.fill_seeded(handle, used, handle)
+    }
+
+    /// [`Workload::fill`] with the stream seeded by `seed` (equal seeds
+    /// give equal bytes, whatever the BO).
+    fn fill_seeded(&self, handle: u64, used: u64, seed: u64) -> Result<(), WorkloadError> {
         const CHUNK: u64 = MIB;
         let mut buf = Vec::new();
         let mut offset = 0;
@@ -902,9 +956,8 @@ impl Workload {
             buf.clear();
             let first_word = offset / 8;
             buf.extend(
-                (0..len.div_ceil(8)).flat_map(|w| {
-                    splitmix(handle.rotate_left(40) ^ (first_word + w)).to_le_bytes()
-                }),
+                (0..len.div_ceil(8))
+                    .flat_map(|w| splitmix(seed.rotate_left(40) ^ (first_word + w)).to_le_bytes()),
             );
             buf.truncate(len as usize);
             self.write_bo(handle, offset, &buf)?;
@@ -972,6 +1025,30 @@ impl Workload {
         drop(dmabuf);
         other.map(i.handle, &[gpu])?;
         Ok(i.handle)
+    }
+
+    /// Launches one process per GPU of the machine with `profile` (a
+    /// data-parallel job: [`Profile::DataParallel`] gives every process the
+    /// same weights). Each process opens every GPU, as the ROCm runtime
+    /// does, and allocates and queues work only on its own (as
+    /// `HIP_VISIBLE_DEVICES` or `torch.cuda.set_device` make it).
+    pub fn launch_data_parallel(
+        sim: &Sim,
+        profile: &Profile,
+    ) -> Result<Vec<Workload>, WorkloadError> {
+        let gpus: Vec<GpuId> = sim.shared.gpus.iter().map(|g| g.id()).collect();
+        let mut all = Vec::with_capacity(gpus.len());
+        for gpu in gpus {
+            let pid = sim.spawn_process()?;
+            all.push(Workload::launch_on(
+                sim,
+                pid,
+                profile,
+                CpuMemory::Simulator,
+                Some(gpu),
+            )?);
+        }
+        Ok(all)
     }
 
     /// Launches `n` processes with `profile` and shares the first VRAM BO of

@@ -76,6 +76,10 @@ pub struct Command {
     pub entries: Vec<Entry>,
     /// How many fds follow.
     pub fd_count: u32,
+    /// The image's chunk size when its checksums are of format version 2
+    /// (derived from chunk digests), 0 for version-1 checksums. Sent in
+    /// the header's last 8 bytes (zero in commands of older plugins).
+    pub chunk_size: u64,
 }
 
 pub(super) fn protocol(what: impl Into<String>) -> Error {
@@ -103,6 +107,7 @@ enum Header {
         gpus: usize,
         entries: usize,
         fds: u32,
+        chunk_size: u64,
     },
 }
 
@@ -121,8 +126,9 @@ fn decode_header(bytes: &[u8; HEADER_LEN]) -> Result<Header, Error> {
     let gpus = u32_at(bytes, 12) as usize;
     let entries = u32_at(bytes, 16) as usize;
     let fds = u32_at(bytes, 20);
-    if u64_at(bytes, 24) != 0 {
-        return Err(protocol("reserved header bytes are not zero"));
+    let chunk_size = u64_at(bytes, 24);
+    if chunk_size != 0 {
+        amdgpu_image::chunks::check_chunk_size(chunk_size).map_err(protocol)?;
     }
     if gpus > MAX_GPUS {
         return Err(protocol(format!("{gpus} GPUs (at most {MAX_GPUS})")));
@@ -137,6 +143,7 @@ fn decode_header(bytes: &[u8; HEADER_LEN]) -> Result<Header, Error> {
         gpus,
         entries,
         fds,
+        chunk_size,
     })
 }
 
@@ -157,7 +164,7 @@ impl Command {
         ] {
             out.extend_from_slice(&v.to_ne_bytes());
         }
-        out.extend_from_slice(&0u64.to_ne_bytes());
+        out.extend_from_slice(&self.chunk_size.to_ne_bytes());
         for gpu in &self.gpus {
             out.extend_from_slice(&gpu.user_gpu_id.to_ne_bytes());
             out.extend_from_slice(&gpu.render_minor.to_ne_bytes());
@@ -190,6 +197,7 @@ impl Command {
             gpus,
             entries,
             fds,
+            chunk_size,
         } = decode_header(header)?
         else {
             return Ok(None);
@@ -202,7 +210,7 @@ impl Command {
                 body.len()
             )));
         }
-        Command::decode_body(id, gpus, entries, fds, body).map(Some)
+        Command::decode_body(id, gpus, entries, fds, chunk_size, body).map(Some)
     }
 
     fn decode_body(
@@ -210,6 +218,7 @@ impl Command {
         gpus: usize,
         entries: usize,
         fd_count: u32,
+        chunk_size: u64,
         body: &[u8],
     ) -> Result<Command, Error> {
         let routes: Vec<GpuRoute> = (0..gpus)
@@ -238,6 +247,7 @@ impl Command {
             gpus: routes,
             entries: list,
             fd_count,
+            chunk_size,
         };
         command.validate()?;
         Ok(command)
@@ -288,6 +298,15 @@ impl Command {
                 .collect(),
         )
         .ok_or_else(|| protocol(format!("the BO sizes of GPU {gpu:#x} overflow 64 bits")))?;
+        let algo = if self.chunk_size == 0 {
+            amdgpu_image::ChecksumAlgo::V1
+        } else {
+            amdgpu_image::ChecksumAlgo::V2 {
+                chunk_size: self.chunk_size,
+            }
+        };
+        let plain = layout.clone();
+        let layout = layout.with_chunks(algo, Vec::new()).unwrap_or(plain);
         for (k, e) in mine.iter().enumerate() {
             let expected = layout.offset_of(k);
             if expected != Some(e.offset) {
@@ -320,6 +339,10 @@ pub fn build_command<'a>(
         gpus: Vec::with_capacity(gpus.len()),
         entries: Vec::new(),
         fd_count: 0,
+        chunk_size: match image.checksum_algo() {
+            amdgpu_image::ChecksumAlgo::V2 { chunk_size } => chunk_size,
+            amdgpu_image::ChecksumAlgo::V1 => 0,
+        },
     };
     let mut fds = Vec::new();
     for gpu in gpus {
@@ -401,15 +424,17 @@ pub(super) fn read_command(stream: &mut UnixStream) -> Result<Option<Received>, 
     stream
         .read_exact(&mut header)
         .map_err(|e| (None, Error::io("receiving a parallel restore header")(e)))?;
-    let (id, gpus, entries, fds) = match decode_header(&header).map_err(|e| (None, e))? {
-        Header::Quit => return Ok(None),
-        Header::Command {
-            id,
-            gpus,
-            entries,
-            fds,
-        } => (id, gpus, entries, fds),
-    };
+    let (id, gpus, entries, fds, chunk_size) =
+        match decode_header(&header).map_err(|e| (None, e))? {
+            Header::Quit => return Ok(None),
+            Header::Command {
+                id,
+                gpus,
+                entries,
+                fds,
+                chunk_size,
+            } => (id, gpus, entries, fds, chunk_size),
+        };
     let mut body = vec![0u8; gpus * GPU_LEN + entries * ENTRY_LEN];
     stream.read_exact(&mut body).map_err(|e| {
         (
@@ -417,7 +442,8 @@ pub(super) fn read_command(stream: &mut UnixStream) -> Result<Option<Received>, 
             Error::io(format!("receiving the command of file {id}"))(e),
         )
     })?;
-    let command = Command::decode_body(id, gpus, entries, fds, &body).map_err(|e| (Some(id), e))?;
+    let command = Command::decode_body(id, gpus, entries, fds, chunk_size, &body)
+        .map_err(|e| (Some(id), e))?;
     let fds = recv_fds(stream.as_fd(), fds as usize).map_err(|e| {
         (
             Some(id),
@@ -479,6 +505,7 @@ mod tests {
                 },
             ],
             fd_count: 3,
+            chunk_size: 0,
         }
     }
 
@@ -490,12 +517,34 @@ mod tests {
     }
 
     #[test]
+    fn the_chunk_size_travels_and_picks_the_checksum_algorithm() {
+        let mut c = sample();
+        c.chunk_size = 2 << 20;
+        let back = Command::decode(&c.encode()).unwrap().unwrap();
+        assert_eq!(back, c);
+        let (layout, _) = back.layout_of(0x2222).unwrap();
+        assert_eq!(
+            layout.algo(),
+            amdgpu_image::ChecksumAlgo::V2 {
+                chunk_size: 2 << 20
+            }
+        );
+        let (layout, _) = sample().layout_of(0x2222).unwrap();
+        assert_eq!(layout.algo(), amdgpu_image::ChecksumAlgo::V1);
+        // A chunk size no image has is refused.
+        c.chunk_size = 3000;
+        let err = Command::decode(&c.encode()).unwrap_err().to_string();
+        assert!(err.contains("power of two"), "{err}");
+    }
+
+    #[test]
     fn a_command_without_bos_is_not_quit() {
         let c = Command {
             id: 1,
             gpus: vec![],
             entries: vec![],
             fd_count: 0,
+            chunk_size: 0,
         };
         assert_eq!(Command::decode(&c.encode()).unwrap(), Some(c));
     }

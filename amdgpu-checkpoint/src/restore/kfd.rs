@@ -159,7 +159,20 @@ impl<D: Driver + Clone> Restorer<D> {
 
         // With parallel restore CRIU's main process copies the contents
         // while this task carries on ([`crate::parallel`]).
-        let content_bytes = match &self.hand_off {
+        // An image whose chunks are partly stored elsewhere (parent images,
+        // deduplication) is restored here: the main process's worker reads
+        // one pages file per GPU, not a chain.
+        let hand_off = self.hand_off.as_ref().filter(|_| {
+            let chained = image.has_references();
+            if chained {
+                log::info!(
+                    "file {id}: chunks come from parent images or other images of the set: \
+                     contents restored in the task, not by the parallel worker"
+                );
+            }
+            !chained
+        });
+        let content_bytes = match hand_off {
             Some(socket) => crate::parallel::hand_off(socket, &image, &gpus, &restored)?,
             None => transfer::restore_contents(
                 &self.driver,

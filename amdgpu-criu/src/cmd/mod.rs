@@ -5,6 +5,7 @@ pub mod completions;
 pub mod decode;
 pub mod demo;
 pub mod doctor;
+pub mod flatten;
 pub mod map;
 pub mod ps;
 pub mod show;

@@ -21,6 +21,8 @@ pub const DEFAULT_TOPOLOGY: &str = "builtin:mi210-8gpu-2hive";
   amdgpu-criu demo --topology builtin:mi300x-64 --restore-topology builtin:mi300x-64 --json
   amdgpu-criu demo --dir ./ckpt --keep && amdgpu-criu verify ./ckpt
   amdgpu-criu demo --inject CRIU_OP:CHECKPOINT=EIO
+  amdgpu-criu demo --incremental 2 --size 512M
+  KFD_DEDUP=1 amdgpu-criu demo --workload data-parallel --topology mi210-8gpu-2hive
 
 Exit status: 0 verified, 1 not verified (or the rehearsed failure), 2 usage errors")]
 pub struct Args {
@@ -38,8 +40,10 @@ pub struct Args {
     /// The application: `basic` (a few small BOs of every type per GPU),
     /// `pytorch` (many BOs of mixed sizes, USERPTR staging, SVM),
     /// `tensorflow` (few large VRAM BOs), `multi` (three processes, one of
-    /// each, checkpointed together) or `hsakmt` (AMD's own thunk builds the
-    /// process; needs libhsakmt-dev and kfd-sim-preload).
+    /// each, checkpointed together), `data-parallel` (one process per GPU
+    /// with identical weights and their own activations, as PyTorch DDP;
+    /// `KFD_DEDUP=1` writes the weights once) or `hsakmt` (AMD's own thunk
+    /// builds the process; needs libhsakmt-dev and kfd-sim-preload).
     #[arg(long, value_enum, default_value_t = WorkloadKind::Tensorflow)]
     pub workload: WorkloadKind,
     /// Total bytes of the VRAM and GTT BOs the workload allocates, spread
@@ -48,6 +52,12 @@ pub struct Args {
     /// refused, and so is any --size for `basic` (a fixed handful of BOs).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub size: Option<u64>,
+    /// After the checkpoint, run the workload this many steps and take a
+    /// second, incremental checkpoint against the first (its `parent`),
+    /// which writes only the chunks that changed; the restore then comes
+    /// from that chain. Shows the bytes each checkpoint wrote.
+    #[arg(long, value_name = "STEPS")]
+    pub incremental: Option<usize>,
     /// Which renumbering of the default restore machine to use.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

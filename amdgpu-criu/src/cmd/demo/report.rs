@@ -23,7 +23,29 @@ pub(super) struct Phase {
     /// left as holes, so this is what was really written.
     #[serde(skip_serializing_if = "Option::is_none")]
     written_bytes: Option<u64>,
+    /// Checkpoint only: bytes of chunks not written because the parent
+    /// images (incremental dump) or another BO of the dump (`KFD_DEDUP`)
+    /// hold them.
+    #[serde(skip_serializing_if = "is_zero")]
+    referenced_bytes: u64,
     seconds: f64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Phase {
+    /// `W of B bytes written (P %)`: what a checkpoint wrote of its BOs.
+    pub(super) fn written_share(&self) -> String {
+        let written = self.written_bytes.unwrap_or(self.bytes);
+        format!(
+            "{} of {} written ({:.1} %)",
+            super::workload::bytes(written),
+            super::workload::bytes(self.bytes),
+            written as f64 * 100.0 / self.bytes.max(1) as f64
+        )
+    }
 }
 
 /// The machines of a demo, as named on the command line.
@@ -45,6 +67,9 @@ pub(super) struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) image_dir: Option<String>,
     pub(super) checkpoint: Option<Phase>,
+    /// `--incremental`: the second checkpoint, against the first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) incremental: Option<Phase>,
     pub(super) restore: Option<Phase>,
     pub(super) gpu_map: BTreeMap<u32, u32>,
     pub(super) verified: bool,
@@ -109,11 +134,28 @@ pub(super) fn checkpoint_phase(images: &[(u32, CriuKfd)], dir: &Path, time: Dura
         .filter(|b| b.alloc_flags & (flags::KFD_VRAM | flags::KFD_GTT) != 0)
         .map(|b| b.size)
         .sum();
+    let referenced = images
+        .iter()
+        .flat_map(|(_, m)| m.bo_entries.iter().map(move |b| (m.chunk_size, b)))
+        .filter_map(|(chunk_size, b)| {
+            let chunk_size = chunk_size?;
+            let sources = b.chunk_sources.as_ref()?;
+            Some(
+                sources
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| **s != 0)
+                    .map(|(i, _)| amdgpu_image::chunks::chunk_len(b.size, chunk_size, i as u64))
+                    .sum::<u64>(),
+            )
+        })
+        .sum();
     Phase {
         gpus: gpus.len(),
         bos,
         bytes,
         written_bytes: Some(pages_on_disk(dir)),
+        referenced_bytes: referenced,
         seconds: time.as_secs_f64(),
     }
 }
@@ -155,15 +197,27 @@ pub(super) fn phase_line(name: &str, phase: &Phase) -> String {
     };
     match phase.written_bytes {
         Some(written) => {
-            let elided = phase.bytes.saturating_sub(written);
-            let share = if phase.bytes > 0 {
-                100.0 * elided as f64 / phase.bytes as f64
+            let percent = |n: u64| {
+                if phase.bytes > 0 {
+                    100.0 * n as f64 / phase.bytes as f64
+                } else {
+                    0.0
+                }
+            };
+            let referenced = phase.referenced_bytes;
+            let share = percent(phase.bytes.saturating_sub(written + referenced));
+            let referenced = if referenced > 0 {
+                format!(
+                    ", {:.1}% referenced (held by the parent images or written once for \
+                     another BO)",
+                    percent(referenced)
+                )
             } else {
-                0.0
+                String::new()
             };
             format!(
                 "{name} {}, {}, {} of BOs, {} written ({share:.1}% elided as zero \
-                 pages) in {:.3} s ({} of BOs, {} written)",
+                 pages{referenced}) in {:.3} s ({} of BOs, {} written)",
                 crate::out::plural(phase.gpus as u64, "GPU"),
                 crate::out::plural(phase.bos as u64, "BO"),
                 human_bytes(phase.bytes),

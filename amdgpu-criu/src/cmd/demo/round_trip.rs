@@ -42,6 +42,43 @@ fn remove_sysfs_on_signal(sim: &kfd_sim::Sim) {
     }
 }
 
+/// The tasks of one `criu dump` of the whole tree, the first process the
+/// root, each with its GPU files and the dma-bufs it holds.
+fn dump_tree<'a>(
+    processes: &'a [super::workload::Process],
+    exchange: Option<&'a super::exchange::Exchange>,
+    sim: &kfd_sim::Sim,
+) -> Result<Vec<TaskToDump<'a>>, Stop> {
+    let mut tree = Vec::new();
+    for p in processes {
+        let Some(app) = &p.app else { continue };
+        let Some(kfd) = app.kfd_fd() else {
+            return Err(Stop::Failed("the workload has no /dev/kfd fd".into()));
+        };
+        let mut files = vec![TaskFile {
+            fd: kfd,
+            id: p.file_ids[0],
+        }];
+        for (fd, &id) in app.render_fds().into_iter().zip(&p.file_ids[1..]) {
+            files.push(TaskFile { fd, id });
+        }
+        if let Some(exchange) = exchange {
+            for (_, fd, id) in exchange.held.iter().filter(|(pid, ..)| *pid == p.pid) {
+                files.push(TaskFile {
+                    fd: fd.as_fd(),
+                    id: *id,
+                });
+            }
+        }
+        tree.push(TaskToDump {
+            pid: p.pid,
+            files,
+            vmas: DeviceVma::offered_at_dump(sim),
+        });
+    }
+    Ok(tree)
+}
+
 pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Result<(), Stop> {
     let (options, invalid) = Options::from_env();
     for warning in &invalid {
@@ -136,33 +173,7 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
     };
     let dumper = CriuEmulator::new(origin_sim.clone(), images.path(), config.clone());
     // One `criu dump` of the whole tree: the first process is the root.
-    let mut tree = Vec::new();
-    for p in &processes {
-        let Some(app) = &p.app else { continue };
-        let Some(kfd) = app.kfd_fd() else {
-            return Err(Stop::Failed("the workload has no /dev/kfd fd".into()));
-        };
-        let mut files = vec![TaskFile {
-            fd: kfd,
-            id: p.file_ids[0],
-        }];
-        for (fd, &id) in app.render_fds().into_iter().zip(&p.file_ids[1..]) {
-            files.push(TaskFile { fd, id });
-        }
-        if let Some(exchange) = &exchange {
-            for (_, fd, id) in exchange.held.iter().filter(|(pid, ..)| *pid == p.pid) {
-                files.push(TaskFile {
-                    fd: fd.as_fd(),
-                    id: *id,
-                });
-            }
-        }
-        tree.push(TaskToDump {
-            pid: p.pid,
-            files,
-            vmas: DeviceVma::offered_at_dump(&origin_sim),
-        });
-    }
+    let tree = dump_tree(&processes, exchange.as_ref(), &origin_sim)?;
     let total: u64 = processes
         .iter()
         .flat_map(|p| &p.expected.bos)
@@ -192,10 +203,57 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
             report,
         ));
     }
-    let kfd_images = read_kfd_images(images.path())?;
+    let mut kfd_images = read_kfd_images(images.path())?;
     let phase = checkpoint_phase(&kfd_images, images.path(), dump_time);
     report.lines.push(phase_line("checkpoint:", &phase));
     report.checkpoint = Some(phase);
+
+    // `--incremental STEPS`: the processes run on, and a second checkpoint
+    // into `incremental/` (its `parent` link naming the first, as `criu dump
+    // --prev-images-dir ..` makes) writes only the chunks that changed; the
+    // restore comes from that chain.
+    let mut restore_dir = images.path().to_path_buf();
+    if let Some(steps) = args.incremental {
+        stage(bar, "running on for the incremental checkpoint");
+        for p in &mut processes {
+            if let Some(app) = p.app.as_mut() {
+                let ran = (0..steps)
+                    .try_for_each(|_| app.step())
+                    .and_then(|()| app.describe());
+                p.expected = ran.map_err(|e| {
+                    Stop::Failed(format!(
+                        "pid {} cannot run on after its checkpoint: {e}",
+                        p.pid
+                    ))
+                })?;
+            }
+        }
+        let dir = images.path().join("incremental");
+        std::fs::create_dir(&dir)
+            .and_then(|()| std::os::unix::fs::symlink("..", dir.join("parent")))
+            .map_err(|e| Stop::Failed(format!("{}: {e}", dir.display())))?;
+        stage(bar, "incremental checkpoint");
+        let dumper = CriuEmulator::new(origin_sim.clone(), &dir, config.clone());
+        let tree = dump_tree(&processes, exchange.as_ref(), &origin_sim)?;
+        let started = Instant::now();
+        let dumped = dumper.dump_tree(&tree);
+        let time = started.elapsed();
+        drop(tree);
+        drop(dumper);
+        if let Err(e) = dumped {
+            let error = format!("incremental checkpoint: {e}");
+            return Err(checkpoint_failed(&error, &mut processes, &dir, report));
+        }
+        kfd_images = read_kfd_images(&dir)?;
+        let phase = checkpoint_phase(&kfd_images, &dir, time);
+        report.lines.push(format!(
+            "incremental checkpoint after {steps} more steps, the first as its parent: {}",
+            phase.written_share()
+        ));
+        report.lines.push(phase_line("incremental:", &phase));
+        report.incremental = Some(phase);
+        restore_dir = dir;
+    }
 
     if let Some(sim) = &target_sim {
         for spec in origin_sim.pending_faults() {
@@ -207,7 +265,7 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
     stage(bar, "checking the restore machine");
     let local = DeviceTopology::from_system(restore_sim.topology())
         .map_err(|e| Stop::Usage(format!("{restore_label}: {e}")))?;
-    let checkpointed = check::read_checkpointed(images.path()).map_err(Stop::Failed)?;
+    let checkpointed = check::read_checkpointed(&restore_dir).map_err(Stop::Failed)?;
     let verdicts =
         check::check(&checkpointed, &local, &config.options.checks).map_err(Stop::Failed)?;
     for v in verdicts.iter().filter(|v| !v.result.compatible) {
@@ -218,7 +276,7 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
     }
 
     stage(bar, "restoring");
-    let restorer = CriuEmulator::new(restore_sim.clone(), images.path(), config);
+    let restorer = CriuEmulator::new(restore_sim.clone(), &restore_dir, config);
     // One `criu restore` of the whole tree.
     let tree: Vec<TaskToRestore> = processes
         .iter()
@@ -332,13 +390,13 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
     }
     stage(bar, "verifying the image set");
     let read_before = bytes_read();
-    let written = super::report::pages_on_disk(images.path());
+    let written = super::report::pages_on_disk(&restore_dir);
     let set_line = match with_progress(
         bar,
         "verifying, checksums read",
         written,
         || bytes_read().saturating_sub(read_before),
-        || image_set(images.path()),
+        || image_set(&restore_dir),
     ) {
         Ok(line) => line,
         Err(set_problems) => {

@@ -28,6 +28,8 @@ pub enum WorkloadKind {
     /// AMD's own thunk (libhsakmt) builds the process: memory of every
     /// kind, queues, events (needs libhsakmt-dev and kfd-sim-preload).
     Hsakmt,
+    /// One process per GPU, identical weights, own activations (DDP).
+    DataParallel,
 }
 
 impl WorkloadKind {
@@ -38,6 +40,7 @@ impl WorkloadKind {
             WorkloadKind::Tensorflow => "tensorflow",
             WorkloadKind::Multi => "multi",
             WorkloadKind::Hsakmt => "hsakmt",
+            WorkloadKind::DataParallel => "data-parallel",
         }
     }
 
@@ -55,6 +58,9 @@ impl WorkloadKind {
             }
             // Run by `demo::hsakmt`, which allocates what the thunk does.
             WorkloadKind::Hsakmt => 0,
+            WorkloadKind::DataParallel => {
+                fixed_bytes(Fixed::DataParallel, gpus) + gpus * 2 * 4 * KIB
+            }
         }
     }
 
@@ -102,6 +108,17 @@ impl WorkloadKind {
                     size - fixed_bytes(Fixed::Tensorflow, gpus),
                     gpus,
                 )]
+            }
+            WorkloadKind::DataParallel => {
+                // Per process (one per GPU): a sixteenth activations, the
+                // rest weights, identical in every process.
+                let share = (size - fixed_bytes(Fixed::DataParallel, gpus)) / gpus;
+                let activations = (share / 16 / (4 * KIB)).max(1) * (4 * KIB);
+                let weights = (share.saturating_sub(activations) / (4 * KIB)).max(1) * (4 * KIB);
+                vec![Profile::DataParallel {
+                    weights_bytes: weights,
+                    activations_bytes: activations,
+                }]
             }
             WorkloadKind::Multi => {
                 // Half each for the pytorch and the tensorflow process, or
@@ -154,6 +171,7 @@ enum Fixed {
     Basic,
     Pytorch,
     Tensorflow,
+    DataParallel,
 }
 
 /// VRAM and GTT bytes a profile allocates on `gpus` GPUs independently of
@@ -162,11 +180,14 @@ enum Fixed {
 /// basic's 64 KiB VRAM and 16 KiB GTT BOs, tensorflow's two 2 MiB GTT
 /// BOs; the 64 KiB event page on the first GPU. Doorbell and MMIO BOs are
 /// not memory, and USERPTR memory is the process's own (CRIU's pages).
+/// A data-parallel job has one process per GPU, each with its event page
+/// and two 64 KiB rings.
 fn fixed_bytes(profile: Fixed, gpus: u64) -> u64 {
     let per_gpu = match profile {
         Fixed::Basic => 64 * KIB + 64 * KIB + 16 * KIB,
         Fixed::Pytorch => 10 * 64 * KIB,
         Fixed::Tensorflow => 6 * 64 * KIB + 2 * 2 * MIB,
+        Fixed::DataParallel => return gpus * (64 * KIB + 2 * 64 * KIB),
     };
     64 * KIB + gpus * per_gpu
 }
@@ -230,17 +251,26 @@ pub(super) struct Process {
 pub(super) fn launch(sim: &Sim, profiles: &[Profile]) -> Result<Vec<Process>, Stop> {
     let mut next_id = 1u32;
     let mut processes = Vec::new();
+    let failed = |e: kfd_sim::workload::WorkloadError| {
+        Stop::Usage(format!(
+            "cannot run the workload on this machine: {e} (the profile needs more \
+             of the GPUs than they offer, or --size is too large)"
+        ))
+    };
+    let mut apps = Vec::new();
     for profile in profiles {
-        let failed = |e: kfd_sim::workload::WorkloadError| {
-            Stop::Usage(format!(
-                "cannot run the workload on this machine: {e} (the profile needs more \
-                 of the GPUs than they offer, or --size is too large)"
-            ))
-        };
-        // The application's CPU memory is its own, carried by CRIU's pages
-        // dump like any process's.
-        let mut app =
-            Workload::launch_with_memory(sim, profile, CpuMemory::Process).map_err(failed)?;
+        if matches!(profile, Profile::DataParallel { .. }) {
+            // One process per GPU (it has no CPU memory of its own to move).
+            apps.extend(Workload::launch_data_parallel(sim, profile).map_err(failed)?);
+        } else {
+            // The application's CPU memory is its own, carried by CRIU's
+            // pages dump like any process's.
+            apps.push(
+                Workload::launch_with_memory(sim, profile, CpuMemory::Process).map_err(failed)?,
+            );
+        }
+    }
+    for mut app in apps {
         for _ in 0..STEPS_BEFORE {
             app.step().map_err(failed)?;
         }

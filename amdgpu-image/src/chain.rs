@@ -1,0 +1,724 @@
+//! Chunks stored elsewhere: in the parent image sets (incremental dumps)
+//! or once in the same set (deduplication), found by their digest.
+//!
+//! An image whose BO entries carry `chunk_sources` stores in its own pages
+//! file only the chunks marked [`ChunkSource::Here`]; the others are found
+//! by their XXH3-128 digest among the chunks stored:
+//! - [`ChunkSource::Set`]: by another BO of the same image set (any KFD
+//!   image, any GPU);
+//! - [`ChunkSource::Parent`]: by the parent set (CRIU's `parent` link), or
+//!   its parent, to any depth. Each set names itself with `dump_id`; an
+//!   image that references its parent names the parent's `dump_id`, so a
+//!   parent replaced by another dump is refused by name, as is a missing
+//!   one. A changed parent is found by the digest every chunk is checked
+//!   against when read.
+//!
+//! [`ChunkResolver`] indexes the stored chunks of a set and, when asked for
+//! a parent chunk, of its parents (one level at a time, as far as needed).
+//! [`ChainReader`] delivers one GPU's BOs in file order like a
+//! [`PagesReader`], each chunk from wherever it is stored, every chunk
+//! verified. This module only reads.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::{Arc, Mutex};
+
+use xxhash_rust::xxh3::Xxh3Default;
+
+use crate::chunks::{BoChunks, ChunkSource, Digest};
+use crate::framing::ReadLimits;
+use crate::messages::CriuKfd;
+use crate::pages::{PagesChunk, PagesFile, PagesReader};
+use crate::store::{DirStore, ImageStore};
+use crate::validate::ValidatedKfd;
+use crate::{Error, ImageKind, ImageName};
+
+/// Where a chunk is stored: a pages file of one level of the chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkLocation {
+    /// 0 for the set itself, 1 for its parent, and so on.
+    pub level: usize,
+    /// The pages file.
+    pub file: ImageName,
+    /// The BO's index in that file's layout.
+    pub bo: usize,
+    /// Offset of the chunk within the BO's bytes stored in that file.
+    pub offset: u64,
+    /// Length of the chunk.
+    pub len: u64,
+}
+
+struct Level {
+    store: DirStore,
+    /// The `dump_id` all KFD images of the level carry (`None` if they carry none).
+    dump_id: Option<Vec<u8>>,
+    /// The `parent_dump_id` its images name (when any references its parent).
+    parent_dump_id: Option<Vec<u8>>,
+    index: HashMap<Digest, ChunkLocation>,
+    files: HashMap<ImageName, PagesFile>,
+}
+
+/// Finds chunks by digest in an image set and its parent chain; see the
+/// module docs.
+pub struct ChunkResolver {
+    levels: Mutex<Vec<Arc<Level>>>,
+    limits: ReadLimits,
+}
+
+impl std::fmt::Debug for ChunkResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let levels = self.levels.lock().map(|l| l.len()).unwrap_or(0);
+        f.debug_struct("ChunkResolver")
+            .field("levels", &levels)
+            .finish()
+    }
+}
+
+fn chain_error(file: impl std::fmt::Display, what: impl Into<String>) -> Error {
+    Error::Chain {
+        file: file.to_string(),
+        what: what.into(),
+    }
+}
+
+impl ChunkResolver {
+    /// Indexes the chunks the set in `store` stores (its parents are read
+    /// when a parent chunk is first asked for).
+    pub fn new(store: &DirStore, limits: ReadLimits) -> Result<Self, Error> {
+        let level = index_level(reopen(store)?, 0, limits)?;
+        Ok(Self {
+            levels: Mutex::new(vec![Arc::new(level)]),
+            limits,
+        })
+    }
+
+    /// The `dump_id` of the set itself.
+    pub fn dump_id(&self) -> Option<Vec<u8>> {
+        self.levels
+            .lock()
+            .ok()
+            .and_then(|l| l.first().and_then(|l| l.dump_id.clone()))
+    }
+
+    /// Levels indexed so far (1 = only the set itself).
+    pub fn depth(&self) -> usize {
+        self.levels.lock().map(|l| l.len()).unwrap_or(0)
+    }
+
+    /// Where the chunk of `digest` and `len` bytes that `source` places is
+    /// stored; an error naming the set or parent that should hold it.
+    pub fn locate(
+        &self,
+        source: ChunkSource,
+        digest: Digest,
+        len: u64,
+    ) -> Result<ChunkLocation, Error> {
+        let mut levels = self
+            .levels
+            .lock()
+            .map_err(|_| chain_error("image set", "the chunk index was poisoned"))?;
+        let first = match source {
+            ChunkSource::Here | ChunkSource::Set => 0,
+            ChunkSource::Parent => 1,
+        };
+        let mut level = first;
+        loop {
+            while levels.len() <= level {
+                let below = levels.len() - 1;
+                let next = self.open_parent(&levels[below], below + 1)?;
+                levels.push(Arc::new(next));
+            }
+            if let Some(loc) = levels[level].index.get(&digest).filter(|l| l.len == len) {
+                return Ok(*loc);
+            }
+            if source != ChunkSource::Parent || levels[level].parent_dump_id.is_none() {
+                let at = levels[level].store.shown();
+                return Err(chain_error(
+                    at,
+                    format!(
+                        "holds no stored chunk of digest {digest:#034x} ({len} bytes), which \
+                         the {} references",
+                        if level == 0 { "set" } else { "child set" }
+                    ),
+                ));
+            }
+            level += 1;
+        }
+    }
+
+    fn open_parent(&self, child: &Level, level: usize) -> Result<Level, Error> {
+        let Some(expected) = child.parent_dump_id.clone() else {
+            return Err(chain_error(
+                child.store.shown(),
+                "chunks are referenced from a parent, but no image names the parent's dump_id",
+            ));
+        };
+        let parent = child.store.parent()?.ok_or_else(|| {
+            chain_error(
+                child.store.shown(),
+                "the parent image set is missing (no `parent` link); restore needs it, or a \
+                 flattened copy (`amdgpu-criu flatten`)",
+            )
+        })?;
+        let shown = parent.shown();
+        let indexed = index_level(parent, level, self.limits)?;
+        if indexed.dump_id.as_deref() != Some(expected.as_slice()) {
+            return Err(chain_error(
+                shown,
+                format!(
+                    "is not the parent these images were dumped against: its dump_id is {}, \
+                     {} is expected (the parent was replaced)",
+                    hex_id(indexed.dump_id.as_deref()),
+                    hex_id(Some(&expected))
+                ),
+            ));
+        }
+        Ok(indexed)
+    }
+
+    /// Fills `buf` with the bytes of `loc` from `offset` within the chunk.
+    pub fn read(&self, loc: &ChunkLocation, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
+        // The lock is not held while reading: GPUs read in parallel.
+        let level = self
+            .levels
+            .lock()
+            .map_err(|_| chain_error("image set", "the chunk index was poisoned"))?
+            .get(loc.level)
+            .cloned()
+            .ok_or_else(|| chain_error(loc.file, "chunk location of an unknown level"))?;
+        let file = level
+            .files
+            .get(&loc.file)
+            .ok_or_else(|| chain_error(loc.file, "chunk location of an unknown file"))?;
+        file.read_range(loc.bo, loc.offset + offset, buf)
+    }
+
+    /// How errors name the file of `loc` (`parent -> ../1/amdgpu-pages-…`).
+    pub fn shown(&self, loc: &ChunkLocation) -> String {
+        match self.levels.lock() {
+            Ok(levels) if loc.level > 0 => levels
+                .get(loc.level)
+                .map(|l| format!("{}/{}", l.store.shown(), loc.file))
+                .unwrap_or_else(|| loc.file.to_string()),
+            _ => loc.file.to_string(),
+        }
+    }
+}
+
+fn hex_id(id: Option<&[u8]>) -> String {
+    match id {
+        None => "absent".into(),
+        Some(b) => b.iter().map(|x| format!("{x:02x}")).collect(),
+    }
+}
+
+fn reopen(store: &DirStore) -> Result<DirStore, Error> {
+    let fd = store
+        .dir()
+        .try_clone()
+        .map_err(|e| Error::io(store.shown(), "duplicate the image directory", e))?;
+    DirStore::from_dir_fd(fd.into())
+}
+
+/// Reads every KFD image of `store` and indexes the chunks it stores.
+fn index_level(store: DirStore, level: usize, limits: ReadLimits) -> Result<Level, Error> {
+    let shown = store.shown();
+    let names = store.list()?;
+    let mut out = Level {
+        store,
+        dump_id: None,
+        parent_dump_id: None,
+        index: HashMap::new(),
+        files: HashMap::new(),
+    };
+    let mut first = true;
+    for name in names.iter().filter(|n| n.kind() == ImageKind::Kfd) {
+        let at = |what: String| chain_error(format!("{shown}/{name}"), what);
+        let msg: CriuKfd = out
+            .store
+            .read_message(name, limits)?
+            .ok_or_else(|| at("listed but cannot be opened".into()))?;
+        let image = ValidatedKfd::new(name.id(), msg)?;
+        let msg = image.message();
+        if first {
+            out.dump_id = msg.dump_id.clone();
+            first = false;
+        } else if out.dump_id != msg.dump_id {
+            return Err(at(format!(
+                "dump_id {} differs from the other images' {} (images of two dumps mixed)",
+                hex_id(msg.dump_id.as_deref()),
+                hex_id(out.dump_id.as_deref())
+            )));
+        }
+        if msg.parent_dump_id.is_some() {
+            if out.parent_dump_id.is_some() && out.parent_dump_id != msg.parent_dump_id {
+                return Err(at("names another parent than the other images".into()));
+            }
+            out.parent_dump_id = msg.parent_dump_id.clone();
+        }
+        for gpu in image.gpus().map(|d| d.gpu_id).collect::<Vec<_>>() {
+            let chunks = image.bo_chunks(gpu);
+            if chunks.is_empty() {
+                continue;
+            }
+            let pages = ImageName::Pages {
+                id: name.id(),
+                gpu_id: gpu,
+            };
+            let layout = image.pages_layout(gpu);
+            if layout.bos().len() != chunks.len() {
+                // Some BOs without digests: nothing of this file is indexed.
+                continue;
+            }
+            let file = out
+                .store
+                .open_file(&pages)?
+                .ok_or_else(|| chain_error(format!("{shown}/{pages}"), "missing"))?;
+            let file = PagesFile::open(file, &format!("{shown}/{pages}"), layout)?;
+            for (k, bo) in chunks.iter().enumerate() {
+                index_bo(&mut out.index, level, pages, k, bo);
+            }
+            out.files.insert(pages, file);
+        }
+    }
+    Ok(out)
+}
+
+fn index_bo(
+    index: &mut HashMap<Digest, ChunkLocation>,
+    level: usize,
+    file: ImageName,
+    bo: usize,
+    chunks: &BoChunks,
+) {
+    let mut offset = 0u64;
+    for (i, (digest, source)) in chunks.digests.iter().zip(&chunks.sources).enumerate() {
+        if *source != ChunkSource::Here {
+            continue;
+        }
+        let len = chunks.chunk_len(i);
+        index.entry(*digest).or_insert(ChunkLocation {
+            level,
+            file,
+            bo,
+            offset,
+            len,
+        });
+        offset += len;
+    }
+}
+
+/// Something that hands out one GPU's BO bytes in file order, in pieces
+/// that never straddle two BOs: a [`PagesReader`] or a [`ChainReader`].
+pub trait PieceSource {
+    /// The next piece into the start of `buf` (at most `buf.len()` bytes);
+    /// `None` once every BO was delivered.
+    fn read_piece(&mut self, buf: &mut [u8]) -> Result<Option<PagesChunk>, Error>;
+
+    /// Ends reading: every BO delivered, the input's end checked.
+    fn finish_pieces(self: Box<Self>) -> Result<(), Error>;
+}
+
+impl<R: Read> PieceSource for PagesReader<R> {
+    fn read_piece(&mut self, buf: &mut [u8]) -> Result<Option<PagesChunk>, Error> {
+        self.read_chunk(buf)
+    }
+
+    fn finish_pieces(self: Box<Self>) -> Result<(), Error> {
+        self.finish()
+    }
+}
+
+/// One GPU's BOs, chunk by chunk from wherever they are stored; see the
+/// module docs.
+pub struct ChainReader<'a, R: Read> {
+    own: PagesReader<R>,
+    bos: Vec<BoChunks>,
+    resolver: &'a ChunkResolver,
+    bo: usize,
+    offset: u64,
+    /// The chunk being read from elsewhere: its location and running digest.
+    remote: Option<(ChunkLocation, Xxh3Default)>,
+}
+
+impl<R: Read> std::fmt::Debug for ChainReader<'_, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChainReader")
+            .field("bo", &self.bo)
+            .field("offset", &self.offset)
+            .finish()
+    }
+}
+
+impl<'a, R: Read> ChainReader<'a, R> {
+    /// Reads the BOs `bos` (full chunk lists, in file order) whose own
+    /// chunks `own` holds (opened with the image's
+    /// [`pages_layout`](ValidatedKfd::pages_layout)).
+    pub fn new(
+        own: PagesReader<R>,
+        bos: Vec<BoChunks>,
+        resolver: &'a ChunkResolver,
+        file: &ImageName,
+    ) -> Result<Self, Error> {
+        let layout = own.layout();
+        if layout.bos().len() != bos.len()
+            || layout
+                .bos()
+                .iter()
+                .zip(&bos)
+                .any(|(l, b)| l.entry != b.entry || l.size != b.stored_len())
+        {
+            return Err(chain_error(
+                file,
+                "the BOs with chunk digests do not match the pages file's layout",
+            ));
+        }
+        let mut reader = Self {
+            own,
+            bos,
+            resolver,
+            bo: 0,
+            offset: 0,
+            remote: None,
+        };
+        reader.skip_empty()?;
+        Ok(reader)
+    }
+
+    /// Passes BOs of no bytes (the own reader delivers them as empty pieces).
+    fn skip_empty(&mut self) -> Result<(), Error> {
+        while let Some(bo) = self.bos.get(self.bo) {
+            if bo.size > 0 {
+                break;
+            }
+            self.own.read_chunk(&mut [])?;
+            self.bo += 1;
+        }
+        Ok(())
+    }
+
+    /// The bytes of BO `bo` stored here that this reader has not yet
+    /// consumed from the own file: 0 once the BO's own chunks were read.
+    fn finish_bo(&mut self) -> Result<(), Error> {
+        let stored = self.bos[self.bo].stored_len();
+        if stored == 0 {
+            // The own file lists the BO with no bytes: consume it.
+            self.own.read_chunk(&mut [])?;
+        }
+        self.bo += 1;
+        self.offset = 0;
+        self.skip_empty()
+    }
+}
+
+impl<R: Read> PieceSource for ChainReader<'_, R> {
+    fn read_piece(&mut self, buf: &mut [u8]) -> Result<Option<PagesChunk>, Error> {
+        let Some(bo) = self.bos.get(self.bo) else {
+            return Ok(None);
+        };
+        let index = (self.offset / bo.chunk_size) as usize;
+        let in_chunk = self.offset % bo.chunk_size;
+        let clen = bo.chunk_len(index);
+        let want = (clen - in_chunk).min(buf.len() as u64) as usize;
+        if want == 0 {
+            return Err(Error::OutOfRange {
+                file: "pages".into(),
+                what: "read_piece with an empty buffer".into(),
+            });
+        }
+        let entry = bo.entry;
+        let digest = bo.digests[index];
+        let source = bo.sources[index];
+        let len = if source == ChunkSource::Here {
+            let piece = self
+                .own
+                .read_chunk(&mut buf[..want])?
+                .ok_or_else(|| chain_error("pages", format!("ended inside bo entry {entry}")))?;
+            if piece.entry != entry || piece.len == 0 {
+                return Err(chain_error(
+                    "pages",
+                    format!("bo entry {} where entry {entry} was expected", piece.entry),
+                ));
+            }
+            piece.len
+        } else {
+            if in_chunk == 0 {
+                let loc = self.resolver.locate(source, digest, clen)?;
+                self.remote = Some((loc, Xxh3Default::new()));
+            }
+            let Some((loc, hasher)) = self.remote.as_mut() else {
+                return Err(chain_error("pages", "a chunk read from its middle"));
+            };
+            self.resolver.read(loc, in_chunk, &mut buf[..want])?;
+            hasher.update(&buf[..want]);
+            if in_chunk + want as u64 == clen {
+                let actual = hasher.digest128();
+                if actual != digest {
+                    return Err(Error::ChunkMismatch {
+                        file: self.resolver.shown(loc),
+                        bo: self.bo,
+                        entry,
+                        chunk: index,
+                        expected: digest,
+                        actual,
+                    });
+                }
+                self.remote = None;
+            }
+            want
+        };
+        let chunk = PagesChunk {
+            bo: self.bo,
+            entry,
+            offset: self.offset,
+            len,
+            last: self.offset + len as u64 == bo.size,
+        };
+        self.offset += len as u64;
+        if chunk.last {
+            self.finish_bo()?;
+        }
+        Ok(Some(chunk))
+    }
+
+    fn finish_pieces(self: Box<Self>) -> Result<(), Error> {
+        if self.bo < self.bos.len() {
+            return Err(chain_error(
+                "pages",
+                format!("finished before the end of bo {}", self.bo),
+            ));
+        }
+        self.own.finish()
+    }
+}
+
+/// What [`verify_references`] checked.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReferenceReport {
+    /// Chunks read from elsewhere in the set or from the chain and verified.
+    pub chunks_verified: u64,
+    /// Their bytes.
+    pub bytes_verified: u64,
+    /// Levels of the chain read (1 = the set alone).
+    pub depth: usize,
+}
+
+/// Checks every chunk the KFD images of `store` reference: found where its
+/// source says (elsewhere in the set, or in the parent chain), the parent
+/// being the one the images were dumped against, and its bytes matching
+/// the digest. Problems name the image and the parent; nothing is read
+/// from a parent that is missing or replaced.
+pub fn verify_references<S: ImageStore>(
+    store: &S,
+    limits: ReadLimits,
+) -> (ReferenceReport, Vec<crate::Problem>) {
+    let mut report = ReferenceReport::default();
+    let mut problems = Vec::new();
+    let names = match store.list() {
+        Ok(names) => names,
+        Err(_) => return (report, problems),
+    };
+    let mut images = Vec::new();
+    for name in names.iter().filter(|n| n.kind() == ImageKind::Kfd) {
+        let Ok(Some(msg)) = store.read_message::<CriuKfd>(name, limits) else {
+            continue;
+        };
+        // Invalid images are reported by the set's validation.
+        if let Ok(image) = ValidatedKfd::new(name.id(), msg) {
+            if image.has_references() {
+                images.push((*name, image));
+            }
+        }
+    }
+    if images.is_empty() {
+        return (report, problems);
+    }
+    let Some(dir) = store.as_dir() else {
+        for (name, _) in &images {
+            problems.push(crate::Problem::new(
+                name,
+                "",
+                "references chunks stored elsewhere, which only an image directory can resolve",
+            ));
+        }
+        return (report, problems);
+    };
+    let resolver = match ChunkResolver::new(dir, limits) {
+        Ok(r) => r,
+        Err(e) => {
+            // Named by the first image that needs the index.
+            problems.push(crate::Problem::new(
+                images[0].0,
+                "",
+                format!("its chunks cannot be indexed: {e}"),
+            ));
+            return (report, problems);
+        }
+    };
+    let mut buf = Vec::new();
+    for (name, image) in &images {
+        let gpus: Vec<u32> = image.gpus().map(|d| d.gpu_id).collect();
+        'image: for gpu in gpus {
+            for bo in image.bo_chunks(gpu) {
+                for (i, (digest, source)) in bo.digests.iter().zip(&bo.sources).enumerate() {
+                    if *source == ChunkSource::Here {
+                        continue;
+                    }
+                    let len = bo.chunk_len(i);
+                    let checked = resolver.locate(*source, *digest, len).and_then(|loc| {
+                        buf.resize(len as usize, 0);
+                        resolver.read(&loc, 0, &mut buf)?;
+                        let actual = crate::chunks::chunk_digest(&buf);
+                        if actual != *digest {
+                            return Err(Error::ChunkMismatch {
+                                file: resolver.shown(&loc),
+                                bo: loc.bo,
+                                entry: bo.entry,
+                                chunk: i,
+                                expected: *digest,
+                                actual,
+                            });
+                        }
+                        Ok(())
+                    });
+                    match checked {
+                        Ok(()) => {
+                            report.chunks_verified += 1;
+                            report.bytes_verified += len;
+                        }
+                        Err(e) => {
+                            problems.push(crate::Problem::new(
+                                name,
+                                format!("criu_kfd.bo_entries[{}].chunk_sources", bo.entry),
+                                format!("chunk {i}: {e}"),
+                            ));
+                            // One problem per image: the rest would repeat it.
+                            break 'image;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    report.depth = resolver.depth();
+    (report, problems)
+}
+
+/// What [`flatten`] wrote.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlattenReport {
+    /// amdgpu image files written.
+    pub files: usize,
+    /// Pages bytes written (every BO whole).
+    pub pages_bytes: u64,
+    /// Chunks that came from the parent chain or elsewhere in the set.
+    pub chunks_resolved: u64,
+}
+
+/// Writes the amdgpu image set of `src` (a chain or a deduplicated set)
+/// into `dst` as a standalone set: every BO's chunks in its own pages file,
+/// no chunk references, no parent. The result reads like any set of the
+/// C plugin (same names, length headers equal to the BOs' sizes; our
+/// optional fields stay). Every chunk is verified as it is read. Only the
+/// amdgpu files are written; CRIU's own images are not this crate's.
+pub fn flatten<S: ImageStore>(
+    src: &DirStore,
+    dst: &S,
+    limits: ReadLimits,
+) -> Result<FlattenReport, Error> {
+    let names = src.list()?;
+    let resolver = ChunkResolver::new(src, limits)?;
+    let mut report = FlattenReport::default();
+    for name in &names {
+        match name.kind() {
+            ImageKind::Kfd => {
+                let msg: CriuKfd = src
+                    .read_message(name, limits)?
+                    .ok_or_else(|| chain_error(name, "listed but cannot be opened"))?;
+                let image = ValidatedKfd::new(name.id(), msg)?;
+                let gpus: Vec<u32> = image.gpus().map(|d| d.gpu_id).collect();
+                for gpu in gpus {
+                    if let Some(resolved) = flatten_pages(src, dst, &image, gpu, &resolver)? {
+                        report.chunks_resolved += resolved;
+                        report.pages_bytes += image.compat_pages_layout(gpu).total_len();
+                        report.files += 1;
+                    }
+                }
+                let mut msg = image.into_message();
+                for bo in &mut msg.bo_entries {
+                    bo.chunk_sources = None;
+                }
+                msg.parent_dump_id = None;
+                dst.write_message(name, &msg)?;
+                report.files += 1;
+            }
+            ImageKind::Pages => {} // written with their KFD image
+            _ => {
+                let mut bytes = Vec::new();
+                src.open(name)?
+                    .ok_or_else(|| chain_error(name, "listed but cannot be opened"))?
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| Error::io(name, "read", e))?;
+                let mut w = dst.create(name)?;
+                std::io::Write::write_all(&mut w, &bytes)
+                    .map_err(|e| Error::io(name, "write", e))?;
+                crate::store::ImageWriter::commit(w).map_err(|e| Error::io(name, "commit", e))?;
+                report.files += 1;
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Writes one GPU's pages file of `image` whole; returns the chunks read
+/// from elsewhere, `None` when the GPU has no pages file (and needs none).
+fn flatten_pages<S: ImageStore>(
+    src: &DirStore,
+    dst: &S,
+    image: &ValidatedKfd,
+    gpu: u32,
+    resolver: &ChunkResolver,
+) -> Result<Option<u64>, Error> {
+    let name = ImageName::Pages {
+        id: image.id(),
+        gpu_id: gpu,
+    };
+    let own_layout = image.pages_layout(gpu);
+    let Some(own) = src.open_pages(&name, own_layout.clone())? else {
+        if own_layout.bos().is_empty() {
+            return Ok(None);
+        }
+        return Err(chain_error(name, "missing"));
+    };
+    let chunks = image.bo_chunks(gpu);
+    let resolved: u64 = chunks
+        .iter()
+        .map(|c| {
+            c.sources
+                .iter()
+                .filter(|s| **s != ChunkSource::Here)
+                .count() as u64
+        })
+        .sum();
+    let full = image.compat_pages_layout(gpu);
+    let full = {
+        let plain = full.clone();
+        full.with_chunks(image.checksum_algo(), Vec::new())
+            .unwrap_or(plain)
+    };
+    let mut reader: Box<dyn PieceSource + '_> =
+        if image.has_references() && chunks.len() == own_layout.bos().len() {
+            Box::new(ChainReader::new(own, chunks, resolver, &name)?)
+        } else {
+            Box::new(own)
+        };
+    let mut writer = dst.create_pages(&name, full)?;
+    let mut buf = vec![0u8; 1 << 20];
+    while let Some(piece) = reader.read_piece(&mut buf)? {
+        writer.write(&buf[..piece.len])?;
+    }
+    reader.finish_pieces()?;
+    let (sink, _) = writer.finish()?;
+    crate::store::ImageWriter::commit(sink).map_err(|e| Error::io(name, "commit", e))?;
+    Ok(Some(resolved))
+}

@@ -1,0 +1,627 @@
+//! Incremental and deduplicated dumps, side by side with full ones and with
+//! plain sequential I/O of the same bytes, in one run: one `name=value`
+//! line per figure on stdout (progress and the plugin's log on stderr).
+//!
+//! `cargo run --release -p benches --bin incremental_dedup [-- --quick | --mib N]`:
+//! 2 GiB of dense BO contents by default (`--quick`: 256 MiB). Files go to
+//! `$BENCH_DIR` when set, else `target/bench-report` of the workspace; they
+//! are removed afterwards.
+//!
+//! Figures (every dump ends with the `fsync` of its pages files inside the
+//! timing; every restore starts with the pages files dropped from the page
+//! cache; every restore is verified outside the timing):
+//! - `hash_*_gibs`: the per-BO checksum of format version 1 (the
+//!   hand-written 8-lane hash), XXH3-64 and XXH3-128 over one buffer in
+//!   memory, and the chunk digests (XXH3-128 per chunk) at 1, 2 and 4 MiB.
+//! - `raw_write_gibs` / `raw_read_gibs` and `raw_cpu_s_per_gib_write` /
+//!   `_read`: plain 8 MiB `write`s (then `fsync`) and `read`s of the same
+//!   number of bytes into the same directory, with the CPU time of the
+//!   thread doing them.
+//! - `incremental_*`: one process, 1 GPU, 64 MiB BOs. A full dump; a
+//!   second dump of the unchanged process with the first as its parent
+//!   (`unchanged_bytes_ratio`, `unchanged_time_ratio` against the full
+//!   dump); a third after one chunk in ten changed (`changed10_bytes_ratio`);
+//!   the restore from that three-deep chain against the restore of its
+//!   flattened copy (`chain3_restore_vs_flat`: flattened time over chain
+//!   time, 1.0 = as fast).
+//! - `dedup_*`: eight processes, one per GPU, identical weights (15/16 of
+//!   each process's bytes) and their own activations, dumped as one tree
+//!   without and with `KFD_DEDUP` (`bytes_ratio`, `time_ratio`).
+//! - `plugin_cpu_s_per_gib_dump` / `_restore`: the CPU time of the
+//!   plugin's transfer threads
+//!   (`amdgpu_checkpoint::transfer::transfer_cpu_time`, per-thread clocks;
+//!   the simulated SDMA's ring threads are not among them) per GiB of the
+//!   full dump and of the flattened restore, and `plugin_cpu_vs_raw_dump`
+//!   / `_restore` against the raw write / read CPU per GiB.
+
+#![forbid(unsafe_code)]
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use amdgpu_checkpoint::options::Options;
+use amdgpu_checkpoint::sys::thread_cpu_time;
+use amdgpu_checkpoint::transfer::transfer_cpu_time;
+use amdgpu_image::chain::flatten;
+use amdgpu_image::chunks::{ChunkHasher, CHUNK_SIZE};
+use amdgpu_image::{ContentHasher, CriuKfd, DirStore, ImageName, ImageStore, ReadLimits};
+use benches::transfer::{drop_cache, gibs, pages_files, BenchError, Fill, Machine, Result};
+use criu_host_emulator::{CriuEmulator, DeviceVma, EmulatorConfig, TaskFile, TaskToDump};
+use kfd_sim::workload::{Profile, Workload};
+use kfd_sim::{Pid, Sim, SimConfig};
+
+const MIB: u64 = 1 << 20;
+const GIB: f64 = (1u64 << 30) as f64;
+const KFD_ID: u32 = 1;
+
+fn fail(step: &'static str) -> impl FnOnce(String) -> BenchError {
+    move |reason| BenchError::Step { step, reason }
+}
+
+fn step<E: std::fmt::Display>(what: &'static str) -> impl FnOnce(E) -> BenchError {
+    move |e| BenchError::Step {
+        step: what,
+        reason: e.to_string(),
+    }
+}
+
+fn work_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("BENCH_DIR") {
+        return PathBuf::from(dir);
+    }
+    let mut dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    loop {
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap_or_default();
+        if manifest.contains("[workspace]") {
+            return dir.join("target/bench-report");
+        }
+        match dir.parent() {
+            Some(parent) => dir = parent,
+            None => return std::env::temp_dir().join("bench-report"),
+        }
+    }
+}
+
+fn progress(what: &str) {
+    eprintln!("incremental_dedup: {what}");
+}
+
+fn line(name: &str, value: impl std::fmt::Display) {
+    println!("{name}={value}");
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    format!("{:.4}", a / b)
+}
+
+/// Hash rates over `len` bytes in memory (GiB/s), best of 3.
+fn hash_rates(len: usize) {
+    let mut buf = vec![0u8; len];
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for w in buf.chunks_exact_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        w.copy_from_slice(&x.to_le_bytes());
+    }
+    let best = |f: &dyn Fn(&[u8]) -> u128| {
+        let mut best = Duration::MAX;
+        let mut sink = 0u128;
+        for _ in 0..3 {
+            let start = Instant::now();
+            sink ^= f(&buf);
+            best = best.min(start.elapsed());
+        }
+        std::hint::black_box(sink);
+        gibs(len as u64, best)
+    };
+    line(
+        "hash_v1_handwritten_gibs",
+        format!(
+            "{:.2}",
+            best(&|b| {
+                let mut h = ContentHasher::new();
+                h.update(b);
+                u128::from(h.finish())
+            })
+        ),
+    );
+    line(
+        "hash_xxh3_64_gibs",
+        format!(
+            "{:.2}",
+            best(&|b| u128::from(xxhash_rust::xxh3::xxh3_64(b)))
+        ),
+    );
+    line(
+        "hash_xxh3_128_gibs",
+        format!("{:.2}", best(&|b| xxhash_rust::xxh3::xxh3_128(b))),
+    );
+    for mib in [1u64, 2, 4] {
+        line(
+            &format!("hash_chunk_digests_{mib}mib_gibs"),
+            format!(
+                "{:.2}",
+                best(&|b| {
+                    let mut h = ChunkHasher::new(mib * MIB);
+                    h.update(b);
+                    h.finish().iter().fold(0, |a, d| a ^ d)
+                })
+            ),
+        );
+    }
+}
+
+/// Plain sequential write (then `fsync`) and read of `bytes`: wall and
+/// thread-CPU time of each, best of two. The write's CPU is that of the
+/// `write` calls (bytes into the page cache), as the plugin's figure is
+/// that of its transfer threads (writeback runs in the kernel's flusher and
+/// the write-behind thread in both cases); its wall time includes the
+/// `fsync`.
+fn raw_io(dir: &Path, bytes: u64) -> Result<((Duration, Duration), (Duration, Duration))> {
+    let mut best = raw_io_once(dir, bytes)?;
+    let again = raw_io_once(dir, bytes)?;
+    best.0 .0 = best.0 .0.min(again.0 .0);
+    best.0 .1 = best.0 .1.min(again.0 .1);
+    best.1 .0 = best.1 .0.min(again.1 .0);
+    best.1 .1 = best.1 .1.min(again.1 .1);
+    Ok(best)
+}
+
+fn raw_io_once(dir: &Path, bytes: u64) -> Result<((Duration, Duration), (Duration, Duration))> {
+    use std::io::{Read, Write};
+    let path = dir.join("raw-io.bin");
+    let mut buf = vec![0u8; 8 << 20];
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = (i as u8) | 1;
+    }
+    let (wall, cpu) = (Instant::now(), thread_cpu_time());
+    let mut file = File::create(&path).map_err(step("creating the raw file"))?;
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        file.write_all(&buf[..n])
+            .map_err(step("writing the raw file"))?;
+        left -= n as u64;
+    }
+    let write_cpu = thread_cpu_time().saturating_sub(cpu);
+    file.sync_all().map_err(step("fsync of the raw file"))?;
+    let write = (wall.elapsed(), write_cpu);
+    drop(file);
+    drop_cache(&path)?;
+    let (wall, cpu) = (Instant::now(), thread_cpu_time());
+    let mut file = File::open(&path).map_err(step("opening the raw file"))?;
+    let mut read = 0u64;
+    loop {
+        let n = file.read(&mut buf).map_err(step("reading the raw file"))?;
+        if n == 0 {
+            break;
+        }
+        read += n as u64;
+    }
+    let read_time = (wall.elapsed(), thread_cpu_time().saturating_sub(cpu));
+    let _ = std::fs::remove_file(&path);
+    if read != bytes {
+        return Err(fail("reading the raw file")(format!(
+            "{read} of {bytes} bytes"
+        )));
+    }
+    Ok((write, read_time))
+}
+
+/// What one dump took.
+struct Dumped {
+    time: Duration,
+    /// Bytes the pages files hold (length headers: the stored chunks).
+    stored: u64,
+    /// CPU of the plugin's transfer threads.
+    cpu: Duration,
+}
+
+fn stored_bytes(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for path in pages_files(dir)? {
+        let mut header = [0u8; 8];
+        std::io::Read::read_exact(
+            &mut File::open(&path).map_err(step("opening a pages file"))?,
+            &mut header,
+        )
+        .map_err(step("reading a length header"))?;
+        total += u64::from_le_bytes(header);
+    }
+    Ok(total)
+}
+
+fn emulator(sim: &Sim, dir: &Path, shm: &Path, dedup: bool) -> CriuEmulator {
+    emulator_with(sim, dir, shm, dedup, true)
+}
+
+/// An emulated CRIU; without `parallel` it is one before v4.2 (no
+/// `POST_FORKING`), so contents are restored in the task.
+fn emulator_with(sim: &Sim, dir: &Path, shm: &Path, dedup: bool, parallel: bool) -> CriuEmulator {
+    let mut config = EmulatorConfig::new(shm);
+    if !parallel {
+        config.max_hooks = criu_plugin_amdgpu::abi::hook::POST_FORKING as u32;
+    }
+    config.options = Options {
+        dedup,
+        ..Options::default()
+    };
+    CriuEmulator::new(sim.clone(), dir, config)
+}
+
+/// Dumps the tree `apps` into `dir` (made here, linked to `parent`).
+fn dump(
+    sim: &Sim,
+    apps: &[&Workload],
+    dir: &Path,
+    parent: Option<&str>,
+    shm: &Path,
+    dedup: bool,
+) -> Result<Dumped> {
+    std::fs::create_dir(dir).map_err(step("creating an images directory"))?;
+    if let Some(p) = parent {
+        std::os::unix::fs::symlink(p, dir.join("parent")).map_err(step("linking the parent"))?;
+    }
+    let vmas = DeviceVma::offered_at_dump(sim);
+    let files: Vec<Vec<TaskFile<'_>>> = apps
+        .iter()
+        .enumerate()
+        .map(|(i, app)| {
+            let first = KFD_ID + 20 * i as u32;
+            let mut files = vec![TaskFile {
+                fd: app.kfd_fd().expect("a launched workload has its /dev/kfd"),
+                id: first,
+            }];
+            for (k, fd) in app.render_fds().into_iter().enumerate() {
+                files.push(TaskFile {
+                    fd,
+                    id: first + 1 + k as u32,
+                });
+            }
+            files
+        })
+        .collect();
+    let tasks: Vec<TaskToDump<'_>> = apps
+        .iter()
+        .zip(&files)
+        .map(|(app, files)| TaskToDump {
+            pid: app.pid(),
+            files: files.clone(),
+            vmas: vmas.clone(),
+        })
+        .collect();
+    let emulator = emulator(sim, dir, shm, dedup);
+    let cpu = transfer_cpu_time();
+    let start = Instant::now();
+    emulator
+        .dump_tree(&tasks)
+        .map_err(step("dump through the plugin"))?;
+    let cpu = transfer_cpu_time().saturating_sub(cpu);
+    for path in pages_files(dir)? {
+        File::open(&path)
+            .and_then(|f| f.sync_all())
+            .map_err(step("fsync of a pages file"))?;
+    }
+    let time = start.elapsed();
+    Ok(Dumped {
+        time,
+        stored: stored_bytes(dir)?,
+        cpu,
+    })
+}
+
+/// Restores process `pid` from `dir` (the pages files of `dirs` dropped
+/// from the page cache first); verifies it; ends it. Time and plugin CPU.
+fn restore(
+    sim: &Sim,
+    pid: Pid,
+    (dir, parallel): (&Path, bool),
+    dirs: &[&Path],
+    shm: &Path,
+    expected: &kfd_sim::workload::WorkloadDescription,
+) -> Result<(Duration, Duration)> {
+    for d in dirs {
+        for path in pages_files(d)? {
+            drop_cache(&path)?;
+        }
+    }
+    let image: CriuKfd = DirStore::open_dir(dir)
+        .map_err(step("opening the images"))?
+        .read_message(&ImageName::Kfd { id: KFD_ID }, ReadLimits::default())
+        .map_err(step("reading the KFD image"))?
+        .ok_or_else(|| fail("reading the KFD image")("missing".into()))?;
+    let ids: Vec<u32> = (0..=image.num_of_gpus).map(|i| KFD_ID + i).collect();
+    let vmas = DeviceVma::of_kfd_image(&image);
+    let emulator = emulator_with(sim, dir, shm, false, parallel);
+    let cpu = transfer_cpu_time();
+    let start = Instant::now();
+    let task = emulator
+        .restore(pid, &ids, &vmas)
+        .map_err(step("restore through the plugin"))?;
+    let time = start.elapsed();
+    let cpu = transfer_cpu_time().saturating_sub(cpu);
+    if task.resume_answer != 0 {
+        return Err(fail("restore through the plugin")(format!(
+            "RESUME_DEVICES_LATE answered {}",
+            task.resume_answer
+        )));
+    }
+    Workload::verify(sim, pid, expected).map_err(step("verifying the restore"))?;
+    drop(task);
+    sim.exit_process(pid)
+        .map_err(step("ending the restored process"))?;
+    Ok((time, cpu))
+}
+
+/// Changes one word in every tenth chunk of every BO of `machine`.
+fn change_tenth(machine: &Machine) -> Result<u64> {
+    let mut changed = 0;
+    for bo in &machine.bos {
+        let mut off = 0;
+        let mut k = 0u64;
+        while off < bo.size {
+            if k % 10 == 3 {
+                machine
+                    .app
+                    .write_bo(bo.handle, off + 64, &(k ^ 0xdead_beef).to_le_bytes())
+                    .map_err(step("changing a chunk"))?;
+                changed += 1;
+            }
+            off += CHUNK_SIZE;
+            k += 1;
+        }
+    }
+    Ok(changed)
+}
+
+fn copy_foreign_files(from: &Path, to: &Path) -> Result<()> {
+    for entry in std::fs::read_dir(from).map_err(step("listing images"))? {
+        let entry = entry.map_err(step("listing images"))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("amdgpu-") && name != "parent" {
+            std::fs::copy(entry.path(), to.join(&name)).map_err(step("copying an image"))?;
+        }
+    }
+    Ok(())
+}
+
+fn incremental(root: &Path, total: u64, raw_cpu: (f64, f64)) -> Result<()> {
+    let shm = tempfile::tempdir().map_err(step("creating a shm directory"))?;
+    progress("building the incremental machine");
+    let machine = Machine::build(1, total, 64 * MIB, Fill::Dense)?;
+    let d1 = root.join("1");
+    let d2 = root.join("2");
+    let d3 = root.join("3");
+    let flat = root.join("flat");
+    progress("full dump");
+    let full = dump(&machine.sim, &[&machine.app], &d1, None, shm.path(), false)?;
+    progress("second dump, nothing changed");
+    let same = dump(
+        &machine.sim,
+        &[&machine.app],
+        &d2,
+        Some("../1"),
+        shm.path(),
+        false,
+    )?;
+    let changed = change_tenth(&machine)?;
+    progress(&format!("third dump, {changed} chunks changed"));
+    let tenth = dump(
+        &machine.sim,
+        &[&machine.app],
+        &d3,
+        Some("../2"),
+        shm.path(),
+        false,
+    )?;
+    let bytes = machine.bytes() as f64;
+    line("incremental_bytes", machine.bytes());
+    line(
+        "incremental_full_dump_s",
+        format!("{:.3}", full.time.as_secs_f64()),
+    );
+    line(
+        "incremental_full_gibs",
+        format!("{:.2}", bytes / GIB / full.time.as_secs_f64()),
+    );
+    line(
+        "incremental_unchanged_dump_s",
+        format!("{:.3}", same.time.as_secs_f64()),
+    );
+    line(
+        "incremental_unchanged_bytes_ratio",
+        ratio(same.stored as f64, full.stored as f64),
+    );
+    line(
+        "incremental_unchanged_time_ratio",
+        ratio(same.time.as_secs_f64(), full.time.as_secs_f64()),
+    );
+    line(
+        "incremental_changed10_dump_s",
+        format!("{:.3}", tenth.time.as_secs_f64()),
+    );
+    line(
+        "incremental_changed10_bytes_ratio",
+        ratio(tenth.stored as f64, full.stored as f64),
+    );
+    line(
+        "incremental_changed10_time_ratio",
+        ratio(tenth.time.as_secs_f64(), full.time.as_secs_f64()),
+    );
+    let dump_cpu = full.cpu.as_secs_f64() / (bytes / GIB);
+    line("plugin_cpu_s_per_gib_dump", format!("{dump_cpu:.3}"));
+    line("plugin_cpu_vs_raw_dump", ratio(dump_cpu, raw_cpu.0));
+
+    progress("flattening the chain");
+    std::fs::create_dir(&flat).map_err(step("creating the flat directory"))?;
+    flatten(
+        &DirStore::open_dir(&d3).map_err(step("opening the chain"))?,
+        &DirStore::open_dir(&flat).map_err(step("opening the flat directory"))?,
+        ReadLimits::default(),
+    )
+    .map_err(step("flattening"))?;
+    copy_foreign_files(&d3, &flat)?;
+
+    let Machine { sim, app, .. } = machine;
+    let expected = app.describe().map_err(step("describing the process"))?;
+    let pid = app.pid();
+    app.exit().map_err(step("ending the process"))?;
+    // Interleaved, best of two each: neither gets a warmer machine. A
+    // chained set is restored in the task (the parallel worker reads one
+    // pages file per GPU); the flattened one both in the task (like for
+    // like) and by the parallel worker (what CRIU v4.2 does with it).
+    let mut chain_time = Duration::MAX;
+    let (mut flat_time, mut flat_cpu) = (Duration::MAX, Duration::MAX);
+    let mut parallel_time = Duration::MAX;
+    for round in 0..2 {
+        progress(&format!(
+            "restore from the three-deep chain ({})",
+            round + 1
+        ));
+        let (t, _) = restore(
+            &sim,
+            pid,
+            (&d3, true),
+            &[&d1, &d2, &d3],
+            shm.path(),
+            &expected,
+        )?;
+        chain_time = chain_time.min(t);
+        progress(&format!("restore from the flattened set ({})", round + 1));
+        let (t, cpu) = restore(&sim, pid, (&flat, false), &[&flat], shm.path(), &expected)?;
+        flat_time = flat_time.min(t);
+        flat_cpu = flat_cpu.min(cpu);
+        progress(&format!(
+            "parallel restore from the flattened set ({})",
+            round + 1
+        ));
+        let (t, _) = restore(&sim, pid, (&flat, true), &[&flat], shm.path(), &expected)?;
+        parallel_time = parallel_time.min(t);
+    }
+    line(
+        "incremental_chain3_restore_s",
+        format!("{:.3}", chain_time.as_secs_f64()),
+    );
+    line(
+        "incremental_flat_restore_s",
+        format!("{:.3}", flat_time.as_secs_f64()),
+    );
+    line(
+        "incremental_flat_parallel_restore_s",
+        format!("{:.3}", parallel_time.as_secs_f64()),
+    );
+    line(
+        "incremental_chain3_restore_vs_flat",
+        ratio(flat_time.as_secs_f64(), chain_time.as_secs_f64()),
+    );
+    let restore_cpu = flat_cpu.as_secs_f64() / (bytes / GIB);
+    line("plugin_cpu_s_per_gib_restore", format!("{restore_cpu:.3}"));
+    line("plugin_cpu_vs_raw_restore", ratio(restore_cpu, raw_cpu.1));
+    for d in [&d1, &d2, &d3, &flat] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    Ok(())
+}
+
+fn dedup(root: &Path, total: u64) -> Result<()> {
+    const GPUS: usize = 8;
+    let shm = tempfile::tempdir().map_err(step("creating a shm directory"))?;
+    let per = (total / GPUS as u64).max(2 * CHUNK_SIZE);
+    let activations = (per / 16).next_multiple_of(4096);
+    let weights = per - activations;
+    progress("building the data-parallel machine");
+    let sim = Sim::synthetic(GPUS, SimConfig::default()).map_err(step("simulated machine"))?;
+    let apps = Workload::launch_data_parallel(
+        &sim,
+        &Profile::DataParallel {
+            weights_bytes: weights,
+            activations_bytes: activations,
+        },
+    )
+    .map_err(step("launching the data-parallel job"))?;
+    let refs: Vec<&Workload> = apps.iter().collect();
+    let off = root.join("dp-off");
+    let on = root.join("dp-on");
+    progress("data-parallel dump without dedup");
+    let plain = dump(&sim, &refs, &off, None, shm.path(), false)?;
+    let _ = std::fs::remove_dir_all(&off);
+    progress("data-parallel dump with KFD_DEDUP");
+    let deduped = dump(&sim, &refs, &on, None, shm.path(), true)?;
+    let _ = std::fs::remove_dir_all(&on);
+    line("dedup_gpus", GPUS);
+    line("dedup_bytes", plain.stored);
+    line(
+        "dedup_off_dump_s",
+        format!("{:.3}", plain.time.as_secs_f64()),
+    );
+    line(
+        "dedup_on_dump_s",
+        format!("{:.3}", deduped.time.as_secs_f64()),
+    );
+    line(
+        "dedup_bytes_ratio",
+        ratio(deduped.stored as f64, plain.stored as f64),
+    );
+    line(
+        "dedup_time_ratio",
+        ratio(deduped.time.as_secs_f64(), plain.time.as_secs_f64()),
+    );
+    for app in apps {
+        app.exit().map_err(step("ending a process"))?;
+    }
+    Ok(())
+}
+
+fn run(total: u64) -> Result<()> {
+    let base = work_dir();
+    std::fs::create_dir_all(&base).map_err(step("creating the work directory"))?;
+    let root = tempfile::Builder::new()
+        .prefix("incremental-")
+        .tempdir_in(&base)
+        .map_err(step("creating the run directory"))?;
+    line("bytes", total);
+    progress("hash rates in memory");
+    hash_rates((total.min(256 * MIB)) as usize);
+    progress("raw sequential write and read");
+    let ((w, wcpu), (r, rcpu)) = raw_io(root.path(), total)?;
+    let gib = total as f64 / GIB;
+    line("raw_write_gibs", format!("{:.2}", gibs(total, w)));
+    line("raw_read_gibs", format!("{:.2}", gibs(total, r)));
+    let raw_cpu = (wcpu.as_secs_f64() / gib, rcpu.as_secs_f64() / gib);
+    line("raw_cpu_s_per_gib_write", format!("{:.3}", raw_cpu.0));
+    line("raw_cpu_s_per_gib_read", format!("{:.3}", raw_cpu.1));
+    incremental(root.path(), total, raw_cpu)?;
+    dedup(root.path(), total)?;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let mut total = 2048 * MIB;
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--quick" => total = 256 * MIB,
+            "--mib" => match args.next().and_then(|v| v.parse::<u64>().ok()) {
+                Some(n) if n >= 64 => total = n * MIB,
+                _ => {
+                    eprintln!("incremental_dedup: --mib needs a number of MiB, at least 64");
+                    return ExitCode::from(2);
+                }
+            },
+            other => {
+                eprintln!("incremental_dedup: unknown argument {other:?} (--quick, --mib N)");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    match run(total) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("incremental_dedup: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
