@@ -119,6 +119,7 @@ pub(crate) mod bo;
 pub(crate) mod drm;
 pub mod family;
 pub mod fault;
+pub mod remote;
 pub mod scratch;
 pub mod sdma;
 mod sim;
