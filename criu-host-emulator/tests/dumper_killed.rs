@@ -1,9 +1,11 @@
-//! The dumper killed at each stage of a dump, and the guardian's recovery.
+//! The dumper killed at each stage of a dump, and the guardian's recovery,
+//! modelled inside this process.
 //!
-//! kfd-sim is state in this test process, so the dumper cannot be a second
-//! host process (it would need the simulated kernel across an address
-//! space: every ioctl's nested user pointers, fds and mappings). What a
-//! SIGKILL does, as the kernel sees it, is modelled instead: at the chosen
+//! tests/dumper_killed_process.rs runs the dumper as its own OS process
+//! over `kfd_sim::remote` and SIGKILLs it for real; this test keeps the
+//! model, which also checks what the killed plugin's in-flight work does
+//! (its error paths run and reach nothing). What a SIGKILL does, as the
+//! kernel sees it, is modelled: at the chosen
 //! call the dumper process ends (`Sim::exit_process`: its tracee is
 //! detached, it can make no further call: everything it tries answers
 //! `ESRCH`, so nothing it still has in flight — its error paths, its
@@ -18,7 +20,10 @@
 //! `DUMP_DEVICES_LATE` (its `UNPAUSE`, never issued). After each: the
 //! application's queues run again, its next steps match a run that was
 //! never dumped, no simulator object is leaked, and the images directory
-//! never verifies as complete.
+//! does not verify as complete — here because the plugin, living on, runs
+//! its failure exit and discards its images; a real SIGKILL runs nothing,
+//! and at `DUMP_DEVICES_LATE` leaves every amdgpu image committed (see the
+//! process test).
 //!
 //! Restore: CRIU (its main restorer and the restored task) killed right
 //! after `RESTORE`, during each GPU's BO fill and at `RESUME`: the

@@ -345,6 +345,18 @@ fn finish(mut child: Child, connections: Vec<Connection>) -> Option<String> {
     )
 }
 
+/// Every image file of `dir`, by name, with its bytes.
+fn image_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .expect("read the images dir")
+        .map(|entry| {
+            let path = entry.expect("dir entry").path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&path).expect("read an image"))
+        })
+        .collect()
+}
+
 fn fingerprints(app: &mut Workload) -> Vec<u64> {
     (0..NEXT_STEPS)
         .map(|_| {
@@ -454,6 +466,32 @@ fn a_dumper_process_killed_at_any_stage_leaves_the_app_recoverable_and_nothing_l
     let clean = dump_run(images.path(), shm.path(), None, &expected);
     assert_eq!(clean.result.as_deref(), Some("ok"), "the clean dump");
     assert!(clean.complete, "the clean dump is complete");
+    // The child's dump copied every BO through its own staging memory (the
+    // simulator's SDMA engine writing the child's pages): its images hold
+    // what an in-process dump of the same machine holds.
+    let local = tempfile::tempdir().unwrap();
+    {
+        let sim = Sim::synthetic(GPUS, SimConfig::default()).unwrap();
+        let mut app = Workload::launch(&sim, &Profile::Basic).unwrap();
+        app.step().unwrap();
+        let (files, _) = gpu_files(&app);
+        let quiet = criu_plugin_amdgpu::log::Capture::start();
+        faults_common::MiniCriu::new(&sim, shm.path())
+            .dump(
+                |pid| sim.driver(pid),
+                EmulatedHost::new(local.path(), None),
+                app.pid(),
+                &files,
+                &device_vmas(&sim),
+            )
+            .expect("the in-process dump");
+        drop(quiet);
+    }
+    assert_eq!(
+        image_files(images.path()),
+        image_files(local.path()),
+        "the child's images are the in-process dump's"
+    );
     for (label, at) in dump_kill_stages(&clean.calls, GPUS) {
         let killed = dump_run(
             images.path(),

@@ -2,8 +2,10 @@
 //! table, and [`SimDriver`], the [`kfd::Driver`] implementation that routes
 //! `open`/`ioctl`/`mmap` to the KFD half (`crate::amdkfd`) or the DRM half.
 //!
-//! Identity of the caller comes from the [`SimDriver`] instance (everything
-//! runs in one host process). Every device fd is a real memfd; the simulator
+//! Identity of the caller comes from the [`SimDriver`] instance; callers run
+//! in this host process, or in another one served by [`crate::remote`]
+//! (whose user pointers and fd numbers `uaccess` resolves in that process).
+//! Every device fd is a real memfd; the simulator
 //! keys its state on the memfd's inode ([`FileKey`]), so dup'ed fds and fds
 //! received over a unix socket resolve to the same open file, as the kernel's
 //! `struct file` does. This module never interprets ioctl arguments itself.
