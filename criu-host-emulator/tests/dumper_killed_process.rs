@@ -311,6 +311,23 @@ fn spawn_child(role: &str, vars: &[(&str, String)]) -> Child {
         .expect("start the CRIU child")
 }
 
+/// Accepts the child's connection as simulated process `pid`; a child that
+/// died before connecting fails the test at once, with its output.
+fn accept(server: &Server, child: &mut Child, pid: Pid, rec: &Arc<Mutex<Record>>) -> Connection {
+    let deadline = Instant::now() + HANG_GUARD;
+    loop {
+        match server.accept(child.id(), pid, Duration::from_millis(100), observer(rec)) {
+            Ok(connection) => return connection,
+            Err(e) if e.raw_os_error() == Some(libc::ETIMEDOUT) && Instant::now() < deadline => {
+                if let Some(status) = child.try_wait().expect("wait for the child") {
+                    panic!("the CRIU child ended ({status}) before connecting as {pid}");
+                }
+            }
+            Err(e) => panic!("the CRIU child's connection as {pid}: {e}"),
+        }
+    }
+}
+
 /// Waits for the child (at most the hang guard) and its connections; its
 /// `RESULT` line, `None` when it was killed.
 fn finish(mut child: Child, connections: Vec<Connection>) -> Option<String> {
@@ -401,7 +418,7 @@ fn dump_run(images: &Path, shm: &Path, kill: Option<KillAt>, expected: &[u64]) -
             .collect::<Vec<_>>()
             .join(",")
     };
-    let child = spawn_child(
+    let mut child = spawn_child(
         "dump",
         &[
             ("ADDRESS", server.address().to_owned()),
@@ -414,9 +431,7 @@ fn dump_run(images: &Path, shm: &Path, kill: Option<KillAt>, expected: &[u64]) -
             ("VMAS", encode_vmas(&device_vmas(&sim))),
         ],
     );
-    let connection = server
-        .accept(child.id(), dumper, HANG_GUARD, observer(&rec))
-        .expect("the dumper connects");
+    let connection = accept(&server, &mut child, dumper, &rec);
     let result = finish(child, vec![connection]);
     let (calls, killed_at) = {
         let rec = rec.lock().unwrap();
@@ -539,7 +554,7 @@ fn restore_run(kill: Option<KillAt>) -> (Vec<Call>, bool) {
         })
         .expect("recreate the task");
     let main = sim.spawn_process().expect("the main restorer's process");
-    let child = spawn_child(
+    let mut child = spawn_child(
         "restore",
         &[
             ("ADDRESS", server.address().to_owned()),
@@ -557,11 +572,7 @@ fn restore_run(kill: Option<KillAt>) -> (Vec<Call>, bool) {
     );
     let connections = [main, task]
         .into_iter()
-        .map(|p| {
-            server
-                .accept(child.id(), p, HANG_GUARD, observer(&rec))
-                .expect("the restorer connects")
-        })
+        .map(|p| accept(&server, &mut child, p, &rec))
         .collect();
     let result = finish(child, connections);
     let killed = rec.lock().unwrap().killed_at.is_some();
