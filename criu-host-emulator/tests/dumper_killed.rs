@@ -1,9 +1,11 @@
-//! The dumper killed at each stage of a dump, and the guardian's recovery.
+//! The dumper killed at each stage of a dump, and the guardian's recovery,
+//! modelled inside this process.
 //!
-//! kfd-sim is state in this test process, so the dumper cannot be a second
-//! host process (it would need the simulated kernel across an address
-//! space: every ioctl's nested user pointers, fds and mappings). What a
-//! SIGKILL does, as the kernel sees it, is modelled instead: at the chosen
+//! tests/dumper_killed_process.rs runs the dumper as its own OS process
+//! over `kfd_sim::remote` and SIGKILLs it for real; this test keeps the
+//! model, which also checks what the killed plugin's in-flight work does
+//! (its error paths run and reach nothing). What a SIGKILL does, as the
+//! kernel sees it, is modelled: at the chosen
 //! call the dumper process ends (`Sim::exit_process`: its tracee is
 //! detached, it can make no further call: everything it tries answers
 //! `ESRCH`, so nothing it still has in flight — its error paths, its
@@ -18,7 +20,10 @@
 //! `DUMP_DEVICES_LATE` (its `UNPAUSE`, never issued). After each: the
 //! application's queues run again, its next steps match a run that was
 //! never dumped, no simulator object is leaked, and the images directory
-//! never verifies as complete.
+//! does not verify as complete — here because the plugin, living on, runs
+//! its failure exit and discards its images; a real SIGKILL runs nothing,
+//! and at `DUMP_DEVICES_LATE` leaves every amdgpu image committed (see the
+//! process test).
 //!
 //! Restore: CRIU (its main restorer and the restored task) killed right
 //! after `RESTORE`, during each GPU's BO fill and at `RESUME`: the
@@ -42,14 +47,10 @@ mod common;
 mod faults_common;
 
 use common::{device_vmas, gpu_files};
-use faults_common::{empty_dir, fault_name, set_looks_complete, MiniCriu, Snapshot};
-
-/// One call of the dumper: its name and, on a render node, its minor.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Call {
-    name: String,
-    minor: Option<u32>,
-}
+use faults_common::{
+    dump_kill_stages, empty_dir, fault_name, restore_kill_stages, set_looks_complete, Call,
+    MiniCriu, Snapshot,
+};
 
 #[derive(Default)]
 struct Record {
@@ -240,39 +241,6 @@ fn run(images: &Path, shm: &Path, kill_at: Option<usize>, expected: &[u64]) -> R
     }
 }
 
-/// (label, call index) of each stage in a clean dump's calls.
-fn stages(calls: &[Call]) -> Vec<(String, usize)> {
-    let position = |from: usize, name: &str| {
-        calls[from..]
-            .iter()
-            .position(|c| c.name == name)
-            .map(|i| i + from)
-            .unwrap_or_else(|| panic!("no {name} in the dump: {calls:?}"))
-    };
-    let info = position(0, "CRIU_OP:PROCESS_INFO");
-    let mut stages = vec![("after PROCESS_INFO".to_owned(), info + 1)];
-    let checkpoint = position(info, "CRIU_OP:CHECKPOINT");
-    let mut minors: Vec<u32> = calls[checkpoint..].iter().filter_map(|c| c.minor).collect();
-    minors.sort_unstable();
-    minors.dedup();
-    assert_eq!(minors.len(), GPUS, "every GPU drains: {calls:?}");
-    for minor in minors {
-        // The GPU's SDMA submissions; killed at its second (one BO's copy
-        // submitted, the next one on its way) or its only one.
-        let submissions: Vec<usize> = (checkpoint..calls.len())
-            .filter(|&i| calls[i].minor == Some(minor) && calls[i].name == "AMDGPU_CS")
-            .collect();
-        let at = *submissions
-            .get(1)
-            .or(submissions.first())
-            .unwrap_or_else(|| panic!("no SDMA submission on renderD{minor}: {calls:?}"));
-        stages.push((format!("during the BO drain of renderD{minor}"), at));
-    }
-    let late = position(checkpoint, "CRIU_OP:UNPAUSE");
-    stages.push(("at DUMP_DEVICES_LATE".to_owned(), late));
-    stages
-}
-
 #[test]
 fn a_dumper_killed_at_any_stage_leaves_the_app_recoverable_and_nothing_leaked() {
     let images = tempfile::tempdir().unwrap();
@@ -289,40 +257,12 @@ fn a_dumper_killed_at_any_stage_leaves_the_app_recoverable_and_nothing_leaked() 
         set_looks_complete(images.path()),
         "the clean dump is complete"
     );
-    for (label, at) in stages(&clean.calls) {
+    for (label, at) in dump_kill_stages(&clean.calls, GPUS) {
         let killed = run(images.path(), shm.path(), Some(at), &expected);
         assert!(killed.dump_failed, "{label}: the dump fails");
         let took = killed.recovery.expect("the dumper was killed");
         println!("killed {label} (call {at}): queues run again {took:?} after the kill");
     }
-}
-
-/// (label, call index) of each restore stage: right after `RESTORE`, during
-/// the BO fill of each GPU (its second SDMA submission, or its only one),
-/// and at `RESUME`.
-fn restore_stages(calls: &[Call]) -> Vec<(String, usize)> {
-    let restore = calls
-        .iter()
-        .position(|c| c.name == "CRIU_OP:RESTORE")
-        .unwrap_or_else(|| panic!("no RESTORE: {calls:?}"));
-    let mut stages = vec![("after RESTORE".to_owned(), restore + 1)];
-    let mut minors: Vec<u32> = calls[restore..].iter().filter_map(|c| c.minor).collect();
-    minors.sort_unstable();
-    minors.dedup();
-    for minor in minors {
-        let submissions: Vec<usize> = (restore..calls.len())
-            .filter(|&i| calls[i].minor == Some(minor) && calls[i].name == "AMDGPU_CS")
-            .collect();
-        if let Some(&at) = submissions.get(1).or(submissions.first()) {
-            stages.push((format!("during the BO fill of renderD{minor}"), at));
-        }
-    }
-    let resume = calls
-        .iter()
-        .position(|c| c.name == "CRIU_OP:RESUME")
-        .unwrap_or_else(|| panic!("no RESUME: {calls:?}"));
-    stages.push(("at RESUME".to_owned(), resume));
-    stages
 }
 
 /// One restore of a clean dump's images on a fresh machine, CRIU (main
@@ -377,7 +317,7 @@ fn restore_run(kill_at: Option<usize>) -> (Vec<Call>, bool) {
 fn criu_killed_at_any_restore_stage_leaves_no_half_restored_task_and_nothing_leaked() {
     let (calls, failed) = restore_run(None);
     assert!(!failed, "the clean restore succeeds");
-    for (label, at) in restore_stages(&calls) {
+    for (label, at) in restore_kill_stages(&calls) {
         let (_, failed) = restore_run(Some(at));
         assert!(failed, "{label}: the restore fails");
         println!("killed {label} (call {at}): the half-restored task is gone, nothing leaked");

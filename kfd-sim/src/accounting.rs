@@ -53,7 +53,7 @@ impl Accounting {
             a.live_bo_bytes += bo.size;
             a.pinned_userptr_pages += bo.pinned_pages();
         }
-        a.cpu_mappings = st.cpu_maps.len();
+        a.cpu_mappings = st.cpu_maps.len() + st.remote_maps.len();
         for p in st.processes.values() {
             if let Some(k) = &p.kfd {
                 a.kfd_processes += 1;

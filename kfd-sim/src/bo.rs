@@ -136,6 +136,9 @@ pub(crate) enum Backing {
         addr: u64,
         /// Whether the pages are currently pinned.
         valid: bool,
+        /// Whose memory `addr` is: the process that created the BO, as
+        /// the kernel pins pages of `current->mm`.
+        space: crate::sim::Space,
     },
     /// DOORBELL / MMIO_REMAP: an aperture page shared with the process or GPU.
     Aperture(Arc<Memfd>),
@@ -285,7 +288,11 @@ impl BoStore {
             size,
             Domain::UserPtr,
             flags,
-            Backing::UserPtr { addr, valid },
+            Backing::UserPtr {
+                addr,
+                valid,
+                space: crate::sim::current_space(),
+            },
         )
     }
 
@@ -384,10 +391,10 @@ impl BoStore {
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
-    /// The BO a dma-buf fd refers to: `EBADF` when `fd` is not open, `EINVAL`
-    /// when it is not a dma-buf of this simulator.
+    /// The BO the caller's dma-buf fd refers to: `EBADF` when `fd` is not
+    /// open, `EINVAL` when it is not a dma-buf of this simulator.
     pub(crate) fn lookup_dmabuf(&self, fd: i32) -> Result<BoId, Errno> {
-        let key = FileKey::of_raw(fd)?;
+        let key = FileKey::of_raw(crate::sim::user_fd(fd)?.raw())?;
         self.by_inode.get(&key).copied().ok_or(Errno(libc::EINVAL))
     }
 

@@ -120,6 +120,7 @@ pub(crate) mod drm;
 pub mod family;
 pub mod fault;
 pub mod proc_files;
+pub mod remote;
 pub mod scratch;
 pub mod sdma;
 mod sim;

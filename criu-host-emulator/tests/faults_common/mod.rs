@@ -400,7 +400,8 @@ impl MiniCriu {
         }
     }
 
-    fn config(&self) -> PluginConfig {
+    /// The plugin configuration of this CRIU.
+    pub fn config(&self) -> PluginConfig {
         PluginConfig {
             topology_root: self.topology_root.clone(),
             shm_dir: self.shm_dir.clone(),
@@ -423,46 +424,7 @@ impl MiniCriu {
         self.sim
             .ptrace_attach(dumper, target)
             .expect("ptrace-attach the target");
-        let driver = driver_of(dumper);
-        let mut plugin = Plugin::init(
-            driver.clone(),
-            host,
-            Stage::Dump,
-            self.config(),
-            Options::default(),
-        );
-        let result = (|| {
-            for vma in vmas {
-                if let Ok(dev) = driver.device_number(&vma.path) {
-                    let answer = plugin.handle_device_vma(dev);
-                    if answer < 0 {
-                        return Err(HookFailure {
-                            hook: "HANDLE_DEVICE_VMA",
-                            errno: answer,
-                        });
-                    }
-                }
-            }
-            for file in files {
-                let drained = file.fd.try_clone_to_owned().expect("drain a file");
-                let answer = plugin.dump_ext_file(drained.as_fd(), file.id as c_int);
-                if answer < 0 {
-                    return Err(HookFailure {
-                        hook: "DUMP_EXT_FILE",
-                        errno: answer,
-                    });
-                }
-            }
-            let answer = plugin.dump_devices_late(target.0 as c_int);
-            if answer < 0 && answer != NOT_MINE {
-                return Err(HookFailure {
-                    hook: "DUMP_DEVICES_LATE",
-                    errno: answer,
-                });
-            }
-            Ok(())
-        })();
-        plugin.exit(if result.is_ok() { 0 } else { -1 });
+        let result = dump_hooks(driver_of(dumper), host, self.config(), target, files, vmas);
         let _ = self.sim.ptrace_detach(target);
         match self.sim.exit_process(dumper) {
             // A test that killed the dumper mid-dump ended it already.
@@ -490,96 +452,22 @@ impl MiniCriu {
             })
             .expect("recreate the task");
         let main = self.sim.spawn_process().expect("spawn the main restorer");
-        let mut main_plugin = Plugin::init(
+        let result = restore_hooks(
             driver_of(main),
-            host.clone(),
-            Stage::Restore,
+            driver_of(task),
+            host,
             self.config(),
-            Options::default(),
+            task,
+            ids,
+            vmas,
         );
-        let mut task_plugin = main_plugin.forked(driver_of(task), host);
-        let result = (|| {
-            let answer = main_plugin.restore_init();
-            if answer < 0 && answer != NOT_MINE {
-                return Err(HookFailure {
-                    hook: "RESTORE_INIT",
-                    errno: answer,
-                });
-            }
-            let answer = main_plugin.post_forking();
-            if answer < 0 && answer != NOT_MINE {
-                return Err(HookFailure {
-                    hook: "POST_FORKING",
-                    errno: answer,
-                });
-            }
-            let mut files = Vec::new();
-            let mut waiting = ids.to_vec();
-            while !waiting.is_empty() {
-                let mut still = Vec::new();
-                for &id in &waiting {
-                    match task_plugin.restore_file(id as c_int) {
-                        Ok(Restored::File(fd)) => files.push(fd),
-                        Ok(Restored::WaitForKfd) => still.push(id),
-                        Ok(Restored::NotOurs) => {
-                            return Err(HookFailure {
-                                hook: "RESTORE_EXT_FILE",
-                                errno: NOT_MINE,
-                            })
-                        }
-                        Err(errno) => {
-                            return Err(HookFailure {
-                                hook: "RESTORE_EXT_FILE",
-                                errno,
-                            })
-                        }
-                    }
-                }
-                if still.len() == waiting.len() {
-                    return Err(HookFailure {
-                        hook: "RESTORE_EXT_FILE",
-                        errno: -libc::EAGAIN,
-                    });
-                }
-                waiting = still;
-            }
-            for vma in vmas {
-                let path = vma.path.as_os_str().as_encoded_bytes();
-                match task_plugin.update_vma_map(path, vma.addr, vma.pgoff) {
-                    VmaUpdate::Translated { fd, .. } if fd >= 0 => {
-                        // SAFETY: an fd >= 0 from UPDATE_VMA_MAP is new and
-                        // owned by CRIU, here this function.
-                        files.push(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) });
-                    }
-                    VmaUpdate::Errno(e) if e != NOT_MINE => {
-                        return Err(HookFailure {
-                            hook: "UPDATE_VMA_MAP",
-                            errno: e,
-                        })
-                    }
-                    _ => {}
-                }
-            }
-            Ok(files)
-        })();
-        match result {
-            Ok(files) => {
-                let resume_answer = main_plugin.resume_devices_late(task.0 as c_int);
-                main_plugin.exit(0);
-                match self.sim.exit_process(main) {
-                    // A test that killed the restore at RESUME ended it.
-                    Ok(()) | Err(kfd_sim::SimError::NoSuchProcess(_)) => {}
-                    Err(e) => panic!("the main restorer exits: {e}"),
-                }
-                Ok(RestoredTask {
-                    plugin: task_plugin,
-                    files,
-                    resume_answer,
-                })
-            }
-            Err(failure) => {
-                main_plugin.exit(-1);
-                drop(task_plugin);
+        match &result {
+            Ok(_) => match self.sim.exit_process(main) {
+                // A test that killed the restore at RESUME ended it.
+                Ok(()) | Err(kfd_sim::SimError::NoSuchProcess(_)) => {}
+                Err(e) => panic!("the main restorer exits: {e}"),
+            },
+            Err(_) => {
                 // A test that killed the restore ended both already.
                 for (pid, what) in [
                     (task, "the failed task is killed"),
@@ -590,8 +478,164 @@ impl MiniCriu {
                         Err(e) => panic!("{what}: {e}"),
                     }
                 }
-                Err(failure)
             }
+        }
+        result
+    }
+}
+
+/// The dumper's side of `criu dump --leave-running` of `target`: the hooks
+/// in CRIU's order, by a dumper (already the target's tracer) whose driver
+/// is `driver`; files in ascending fd order.
+pub fn dump_hooks<D: Driver + Clone, H: CriuHost>(
+    driver: D,
+    host: H,
+    config: PluginConfig,
+    target: Pid,
+    files: &[TaskFile<'_>],
+    vmas: &[DeviceVma],
+) -> Result<(), HookFailure> {
+    let mut plugin = Plugin::init(
+        driver.clone(),
+        host,
+        Stage::Dump,
+        config,
+        Options::default(),
+    );
+    let result = (|| {
+        for vma in vmas {
+            if let Ok(dev) = driver.device_number(&vma.path) {
+                let answer = plugin.handle_device_vma(dev);
+                if answer < 0 {
+                    return Err(HookFailure {
+                        hook: "HANDLE_DEVICE_VMA",
+                        errno: answer,
+                    });
+                }
+            }
+        }
+        for file in files {
+            let drained = file.fd.try_clone_to_owned().expect("drain a file");
+            let answer = plugin.dump_ext_file(drained.as_fd(), file.id as c_int);
+            if answer < 0 {
+                return Err(HookFailure {
+                    hook: "DUMP_EXT_FILE",
+                    errno: answer,
+                });
+            }
+        }
+        let answer = plugin.dump_devices_late(target.0 as c_int);
+        if answer < 0 && answer != NOT_MINE {
+            return Err(HookFailure {
+                hook: "DUMP_DEVICES_LATE",
+                errno: answer,
+            });
+        }
+        Ok(())
+    })();
+    plugin.exit(if result.is_ok() { 0 } else { -1 });
+    result
+}
+
+/// The restorer's side of `criu restore` of task `task` with GPU files
+/// `ids` and device mappings `vmas`: the main restorer's and the task's
+/// hooks in CRIU's order. On failure the plugins are ended as CRIU ends
+/// them (the caller kills the task).
+pub fn restore_hooks<D: Driver + Clone, H: CriuHost + Clone>(
+    main_driver: D,
+    task_driver: D,
+    host: H,
+    config: PluginConfig,
+    task: Pid,
+    ids: &[u32],
+    vmas: &[DeviceVma],
+) -> Result<RestoredTask<D, H>, HookFailure> {
+    let mut main_plugin = Plugin::init(
+        main_driver,
+        host.clone(),
+        Stage::Restore,
+        config,
+        Options::default(),
+    );
+    let mut task_plugin = main_plugin.forked(task_driver, host);
+    let result = (|| {
+        let answer = main_plugin.restore_init();
+        if answer < 0 && answer != NOT_MINE {
+            return Err(HookFailure {
+                hook: "RESTORE_INIT",
+                errno: answer,
+            });
+        }
+        let answer = main_plugin.post_forking();
+        if answer < 0 && answer != NOT_MINE {
+            return Err(HookFailure {
+                hook: "POST_FORKING",
+                errno: answer,
+            });
+        }
+        let mut files = Vec::new();
+        let mut waiting = ids.to_vec();
+        while !waiting.is_empty() {
+            let mut still = Vec::new();
+            for &id in &waiting {
+                match task_plugin.restore_file(id as c_int) {
+                    Ok(Restored::File(fd)) => files.push(fd),
+                    Ok(Restored::WaitForKfd) => still.push(id),
+                    Ok(Restored::NotOurs) => {
+                        return Err(HookFailure {
+                            hook: "RESTORE_EXT_FILE",
+                            errno: NOT_MINE,
+                        })
+                    }
+                    Err(errno) => {
+                        return Err(HookFailure {
+                            hook: "RESTORE_EXT_FILE",
+                            errno,
+                        })
+                    }
+                }
+            }
+            if still.len() == waiting.len() {
+                return Err(HookFailure {
+                    hook: "RESTORE_EXT_FILE",
+                    errno: -libc::EAGAIN,
+                });
+            }
+            waiting = still;
+        }
+        for vma in vmas {
+            let path = vma.path.as_os_str().as_encoded_bytes();
+            match task_plugin.update_vma_map(path, vma.addr, vma.pgoff) {
+                VmaUpdate::Translated { fd, .. } if fd >= 0 => {
+                    // SAFETY: an fd >= 0 from UPDATE_VMA_MAP is new and
+                    // owned by CRIU, here this function.
+                    files.push(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) });
+                }
+                VmaUpdate::Errno(e) if e != NOT_MINE => {
+                    return Err(HookFailure {
+                        hook: "UPDATE_VMA_MAP",
+                        errno: e,
+                    })
+                }
+                _ => {}
+            }
+        }
+        Ok(files)
+    })();
+    match result {
+        Ok(files) => {
+            let resume_answer = main_plugin.resume_devices_late(task.0 as c_int);
+            main_plugin.exit(0);
+            Ok(RestoredTask {
+                plugin: task_plugin,
+                files,
+                resume_answer,
+            })
+        }
+        Err(failure) => {
+            main_plugin.exit(-1);
+            drop(task_plugin);
+            Err(failure)
         }
     }
 }
@@ -673,4 +717,77 @@ pub fn empty_dir(dir: &Path) {
         let path = entry.expect("dir entry").path();
         std::fs::remove_file(&path).expect("remove an image");
     }
+}
+
+/// One device call of a CRIU run: its name (as [`fault_name`] gives it,
+/// `OPEN`, `MMAP`) and, on a render node, its minor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// The call's name.
+    pub name: String,
+    /// The render node's minor, for a call on one.
+    pub minor: Option<u32>,
+}
+
+/// (label, call index) of each stage in a clean dump's calls where the
+/// kill tests kill the dumper: right after `PROCESS_INFO`, during the BO
+/// drain of each of the `gpus` GPUs and at `DUMP_DEVICES_LATE`.
+pub fn dump_kill_stages(calls: &[Call], gpus: usize) -> Vec<(String, usize)> {
+    let position = |from: usize, name: &str| {
+        calls[from..]
+            .iter()
+            .position(|c| c.name == name)
+            .map(|i| i + from)
+            .unwrap_or_else(|| panic!("no {name} in the dump: {calls:?}"))
+    };
+    let info = position(0, "CRIU_OP:PROCESS_INFO");
+    let mut stages = vec![("after PROCESS_INFO".to_owned(), info + 1)];
+    let checkpoint = position(info, "CRIU_OP:CHECKPOINT");
+    let mut minors: Vec<u32> = calls[checkpoint..].iter().filter_map(|c| c.minor).collect();
+    minors.sort_unstable();
+    minors.dedup();
+    assert_eq!(minors.len(), gpus, "every GPU drains: {calls:?}");
+    for minor in minors {
+        // The GPU's SDMA submissions; killed at its second (one BO's copy
+        // submitted, the next one on its way) or its only one.
+        let submissions: Vec<usize> = (checkpoint..calls.len())
+            .filter(|&i| calls[i].minor == Some(minor) && calls[i].name == "AMDGPU_CS")
+            .collect();
+        let at = *submissions
+            .get(1)
+            .or(submissions.first())
+            .unwrap_or_else(|| panic!("no SDMA submission on renderD{minor}: {calls:?}"));
+        stages.push((format!("during the BO drain of renderD{minor}"), at));
+    }
+    let late = position(checkpoint, "CRIU_OP:UNPAUSE");
+    stages.push(("at DUMP_DEVICES_LATE".to_owned(), late));
+    stages
+}
+
+/// (label, call index) of each restore stage: right after `RESTORE`, during
+/// the BO fill of each GPU (its second SDMA submission, or its only one),
+/// and at `RESUME`.
+pub fn restore_kill_stages(calls: &[Call]) -> Vec<(String, usize)> {
+    let restore = calls
+        .iter()
+        .position(|c| c.name == "CRIU_OP:RESTORE")
+        .unwrap_or_else(|| panic!("no RESTORE: {calls:?}"));
+    let mut stages = vec![("after RESTORE".to_owned(), restore + 1)];
+    let mut minors: Vec<u32> = calls[restore..].iter().filter_map(|c| c.minor).collect();
+    minors.sort_unstable();
+    minors.dedup();
+    for minor in minors {
+        let submissions: Vec<usize> = (restore..calls.len())
+            .filter(|&i| calls[i].minor == Some(minor) && calls[i].name == "AMDGPU_CS")
+            .collect();
+        if let Some(&at) = submissions.get(1).or(submissions.first()) {
+            stages.push((format!("during the BO fill of renderD{minor}"), at));
+        }
+    }
+    let resume = calls
+        .iter()
+        .position(|c| c.name == "CRIU_OP:RESUME")
+        .unwrap_or_else(|| panic!("no RESUME: {calls:?}"));
+    stages.push(("at RESUME".to_owned(), resume));
+    stages
 }

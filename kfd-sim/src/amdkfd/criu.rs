@@ -170,9 +170,8 @@ fn process_info(ctx: &mut Ctx<'_>, pid: Pid, a: &mut kfd_ioctl_criu_args) -> Res
 /// Closes dma-buf fds installed by a failing operation.
 fn release_fds(fds: &[i32]) {
     for &fd in fds {
-        // SAFETY: `fd` was created by this operation, never handed out, and
-        // is closed exactly once here.
-        unsafe { libc::close(fd) };
+        // Created by this operation, never handed out.
+        crate::sim::close_user_fd(fd);
     }
 }
 
@@ -436,14 +435,15 @@ fn restore_devices(
         let p = proc_mut(ctx.st, pid)?;
         let pdd = p.pdd_by_gpu(gpu).ok_or(Errno(libc::EINVAL))?;
         p.pdds[pdd].user_gpu_id = b.user_gpu_id;
-        let key = i32::try_from(b.drm_fd)
-            .ok()
-            .and_then(|fd| FileKey::of_raw(fd).ok())
-            .ok_or(Errno(libc::EINVAL))?;
         if p.pdds[pdd].drm_file.is_some() {
             return Err(Errno(libc::EINVAL));
         }
-        init_vm(ctx, pid, pdd, key, b.drm_fd as i32).map_err(|_| Errno(libc::EINVAL))?;
+        let drm = i32::try_from(b.drm_fd)
+            .ok()
+            .and_then(|fd| crate::sim::user_fd(fd).ok())
+            .ok_or(Errno(libc::EINVAL))?;
+        let key = FileKey::of_raw(drm.raw()).map_err(|_| Errno(libc::EINVAL))?;
+        init_vm(ctx, pid, pdd, key, drm.raw()).map_err(|_| Errno(libc::EINVAL))?;
         let sim = ctx.sim;
         super::doorbell_page(sim, proc_mut(ctx.st, pid)?, pdd)?;
     }

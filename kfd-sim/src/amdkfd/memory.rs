@@ -4,7 +4,6 @@
 //! copies BO contents.
 
 use std::ffi::c_int;
-use std::os::fd::IntoRawFd;
 
 use kfd_sys::*;
 
@@ -373,7 +372,7 @@ pub(crate) fn export_fd(
     cloexec: bool,
 ) -> Result<i32, Errno> {
     crate::fault::check(st, "DMABUF_EXPORT")?;
-    Ok(st.bos.export_dmabuf(bo, writable, cloexec)?.into_raw_fd())
+    crate::sim::install_fd(st.bos.export_dmabuf(bo, writable, cloexec)?)
 }
 
 pub(crate) fn get_dmabuf_info(

@@ -335,10 +335,11 @@ pub(crate) fn init_vm(
 
 fn acquire_vm(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
     let a: kfd_ioctl_acquire_vm_args = typed(buf, |a: &mut kfd_ioctl_acquire_vm_args| *a);
-    let key = {
+    let drm = {
         let fd = i32::try_from(a.drm_fd).map_err(|_| Errno(libc::EINVAL))?;
-        FileKey::of_raw(fd).map_err(|_| Errno(libc::EINVAL))?
+        crate::sim::user_fd(fd).map_err(|_| Errno(libc::EINVAL))?
     };
+    let key = FileKey::of_raw(drm.raw()).map_err(|_| Errno(libc::EINVAL))?;
     let p = proc_mut(ctx.st, pid)?;
     let pdd_idx = p.pdd_by_user_id(a.gpu_id).ok_or(Errno(libc::EINVAL))?;
     if let Some(existing) = p.pdds[pdd_idx].drm_file {
@@ -351,7 +352,7 @@ fn acquire_vm(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errn
     if !matches!(ctx.st.files.get(&key), Some(OpenFile::Render(_))) {
         return Err(Errno(libc::EINVAL));
     }
-    init_vm(ctx, pid, pdd_idx, key, a.drm_fd as i32)?;
+    init_vm(ctx, pid, pdd_idx, key, drm.raw())?;
     Ok(0)
 }
 

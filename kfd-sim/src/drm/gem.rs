@@ -5,8 +5,6 @@
 //! kernel's checks in the kernel's order, and writes back exactly the fields
 //! the kernel writes. Handlers never touch memory contents.
 
-use std::os::fd::IntoRawFd;
-
 use kfd_sys as k;
 
 use super::va::GPU_PAGE;
@@ -244,7 +242,7 @@ pub(super) fn gem_mmap(call: &mut Call<'_>, buf: &mut [u8]) -> Result<Step, Errn
 /// Whether `[addr, addr+size)` is fully covered by mappings of this process,
 /// and whether any of them is file-backed (`/proc/self/maps`).
 fn host_range_mapping(addr: u64, size: u64) -> Result<(bool, bool), Errno> {
-    let maps = std::fs::read_to_string("/proc/self/maps").map_err(|_| Errno(libc::EFAULT))?;
+    let maps = std::fs::read_to_string(crate::sim::maps_path()).map_err(|_| Errno(libc::EFAULT))?;
     let end = addr.checked_add(size).ok_or(Errno(libc::EFAULT))?;
     let mut vmas: Vec<(u64, u64, bool)> = Vec::new();
     for line in maps.lines() {
@@ -526,7 +524,7 @@ pub(super) fn prime_handle_to_fd(call: &mut Call<'_>, buf: &mut [u8]) -> Result<
     let writable = args.flags & k::DRM_RDWR != 0;
     let cloexec = args.flags & k::DRM_CLOEXEC != 0;
     let fd = call.st.bos.export_dmabuf(gem.bo, writable, cloexec)?;
-    args.fd = fd.into_raw_fd();
+    args.fd = crate::sim::install_fd(fd)?;
     write_arg(buf, 0, &args);
     done()
 }

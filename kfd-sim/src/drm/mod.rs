@@ -445,13 +445,25 @@ fn bo_memory(bo: &crate::bo::Bo) -> Option<Arc<dyn crate::sdma::DeviceMemory>> {
         Backing::Memory(m) | Backing::Aperture(m) => {
             Some(m.clone() as Arc<dyn crate::sdma::DeviceMemory>)
         }
-        Backing::UserPtr { addr, valid: true } => {
+        Backing::UserPtr {
+            addr,
+            valid: true,
+            space: crate::sim::Space::Local,
+        } => {
             let addr = usize::try_from(*addr).ok()?;
             let len = usize::try_from(bo.size).ok()?;
             // SAFETY: a userptr BO's host range is the application's memory,
             // which the kfd::Driver::ioctl contract keeps valid until the
             // device is done with it (the submission that uses this view).
             Some(Arc::new(unsafe { UserMemory::new(addr, len) }))
+        }
+        Backing::UserPtr {
+            addr,
+            valid: true,
+            space: crate::sim::Space::Remote(pid),
+        } => {
+            let len = usize::try_from(bo.size).ok()?;
+            Some(Arc::new(UserMemory::remote(*pid, *addr, len)))
         }
         Backing::UserPtr { valid: false, .. } => None,
     }

@@ -165,11 +165,14 @@ impl DeviceMemory for crate::bo::Memfd {
     }
 }
 
-/// Host memory of this process pinned by a userptr BO (`GEM_USERPTR`).
+/// Host memory pinned by a userptr BO (`GEM_USERPTR`): of this process, or
+/// of a remote client process ([`crate::remote`]).
 #[derive(Debug)]
 pub(crate) struct UserMemory {
     addr: usize,
     len: usize,
+    /// The client process whose memory this is (`None`: this process's).
+    remote: Option<libc::pid_t>,
 }
 
 impl UserMemory {
@@ -181,7 +184,52 @@ impl UserMemory {
     /// userptr BO this is the caller's promise in `kfd::Driver::ioctl`: host
     /// memory handed to the device stays valid until the device is done.
     pub(crate) unsafe fn new(addr: usize, len: usize) -> Self {
-        UserMemory { addr, len }
+        UserMemory {
+            addr,
+            len,
+            remote: None,
+        }
+    }
+
+    /// Wrap `len` bytes at `addr` of host process `pid`, reached with
+    /// `process_vm_readv`/`process_vm_writev`. Pinned pages outlive their
+    /// process's address space: once `pid` is gone, writes land nowhere
+    /// anyone can see and reads return zeros, never a device fault.
+    pub(crate) fn remote(pid: libc::pid_t, addr: u64, len: usize) -> Self {
+        UserMemory {
+            addr: addr as usize,
+            len,
+            remote: Some(pid),
+        }
+    }
+
+    fn remote_read(
+        &self,
+        pid: libc::pid_t,
+        start: usize,
+        buf: &mut [u8],
+    ) -> Result<(), MemoryError> {
+        match crate::sim::remote_read(pid, (self.addr + start) as u64, buf) {
+            Ok(()) => Ok(()),
+            Err(crate::Errno(libc::ESRCH)) => {
+                buf.fill(0);
+                Ok(())
+            }
+            Err(_) => Err(MemoryError {
+                offset: start as u64,
+                len: buf.len(),
+            }),
+        }
+    }
+
+    fn remote_write(&self, pid: libc::pid_t, start: usize, data: &[u8]) -> Result<(), MemoryError> {
+        match crate::sim::remote_write(pid, (self.addr + start) as u64, data) {
+            Ok(()) | Err(crate::Errno(libc::ESRCH)) => Ok(()),
+            Err(_) => Err(MemoryError {
+                offset: start as u64,
+                len: data.len(),
+            }),
+        }
     }
 
     fn check(&self, offset: u64, len: usize) -> Result<usize, MemoryError> {
@@ -200,6 +248,9 @@ impl DeviceMemory for UserMemory {
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
         let start = self.check(offset, buf.len())?;
+        if let Some(pid) = self.remote {
+            return self.remote_read(pid, start, buf);
+        }
         // SAFETY: `check` keeps the range inside `addr..addr+len`, which
         // `UserMemory::new`'s contract keeps valid while `self` lives; `buf`
         // is our own buffer, so the two cannot overlap. Device memory may be
@@ -216,6 +267,9 @@ impl DeviceMemory for UserMemory {
     }
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), MemoryError> {
         let start = self.check(offset, data.len())?;
+        if let Some(pid) = self.remote {
+            return self.remote_write(pid, start, data);
+        }
         // SAFETY: as in `read_at`: the range is inside the pinned host memory
         // and `data` is a separate buffer of ours.
         unsafe {
@@ -224,7 +278,8 @@ impl DeviceMemory for UserMemory {
         Ok(())
     }
     fn host_address(&self) -> Option<usize> {
-        Some(self.addr)
+        // Another process's memory is never this process's address.
+        self.remote.is_none().then_some(self.addr)
     }
     unsafe fn read_to_host(
         &self,
@@ -233,6 +288,14 @@ impl DeviceMemory for UserMemory {
         len: usize,
     ) -> Result<(), MemoryError> {
         let start = self.check(offset, len)?;
+        if let Some(pid) = self.remote {
+            let mut buf = vec![0u8; len];
+            self.remote_read(pid, start, &mut buf)?;
+            // SAFETY: the caller guarantees `dst..dst+len` is writable; `buf`
+            // is a fresh allocation of ours.
+            unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst, len) };
+            return Ok(());
+        }
         // SAFETY: the source is inside the pinned host memory (`check`), the
         // caller guarantees the destination; `copy` allows the two to overlap
         // (a copy between two userptr BOs over the same pages).
@@ -246,6 +309,13 @@ impl DeviceMemory for UserMemory {
         len: usize,
     ) -> Result<(), MemoryError> {
         let start = self.check(offset, len)?;
+        if let Some(pid) = self.remote {
+            let mut buf = vec![0u8; len];
+            // SAFETY: the caller guarantees `src..src+len` is readable; `buf`
+            // is a fresh allocation of ours.
+            unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), len) };
+            return self.remote_write(pid, start, &buf);
+        }
         // SAFETY: as in `read_to_host`, with the roles swapped.
         unsafe { std::ptr::copy(src, (self.addr + start) as *mut u8, len) };
         Ok(())

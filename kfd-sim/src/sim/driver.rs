@@ -217,6 +217,28 @@ impl SimDriver {
     }
 }
 
+impl SimDriver {
+    /// What a mapping of `len` bytes of `fd` at `offset` would show, for a
+    /// remote client that maps it itself ([`crate::remote`]): the memfd and
+    /// the offset in it, with `mmap`'s checks and errors; `None` when `fd`
+    /// is no device file of the simulator.
+    pub(crate) fn mmap_backing(
+        &self,
+        fd: BorrowedFd<'_>,
+        len: usize,
+        offset: u64,
+    ) -> Result<Option<(Arc<Memfd>, u64)>, Errno> {
+        let key = FileKey::of_raw(fd.as_raw_fd())?;
+        let mut st = self.sim.lock();
+        self.alive(&st)?;
+        crate::fault::check(&mut st, "MMAP")?;
+        if len == 0 || !offset.is_multiple_of(crate::bo::PAGE_SIZE) {
+            return Err(Errno(libc::EINVAL));
+        }
+        self.mmap_source(&mut st, key, len, offset)
+    }
+}
+
 impl Driver for SimDriver {
     fn open(&self, path: &Path, flags: c_int) -> io::Result<OwnedFd> {
         self.open_inner(path, flags).map_err(Into::into)

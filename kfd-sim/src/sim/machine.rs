@@ -119,6 +119,13 @@ pub(crate) struct State {
     pub(crate) host_regions: BTreeMap<usize, HostRegion>,
     /// Open pidfds (memfds standing in for them) and the process each names.
     pub(crate) pidfds: HashMap<FileKey, Pid>,
+    /// Host pids of live remote client processes ([`crate::remote`]), with
+    /// their connections: the fds open in them hold simulator files as this
+    /// process's do.
+    pub(crate) remote_peers: BTreeMap<libc::pid_t, usize>,
+    /// CPU mappings of simulator memory remote clients made, by client and
+    /// address in the client.
+    pub(crate) remote_maps: BTreeMap<(libc::pid_t, usize), CpuMapping>,
     next_pid: u32,
 }
 
@@ -274,6 +281,8 @@ impl Sim {
                     bos: BoStore::new(n),
                     faults: FaultTable::default(),
                     cpu_maps: BTreeMap::new(),
+                    remote_peers: BTreeMap::new(),
+                    remote_maps: BTreeMap::new(),
                     host_regions: BTreeMap::new(),
                     pidfds: HashMap::new(),
                     next_pid: 1000,
@@ -671,7 +680,7 @@ impl Sim {
 
 impl State {
     /// Inodes of every fd open in the host process, except the store's own
-    /// memfds, one entry per fd.
+    /// memfds, and in the remote clients, one entry per fd.
     pub(crate) fn open_user_fds(&self) -> Vec<FileKey> {
         let mut own = self.bos.own_fds();
         own.extend(
@@ -697,6 +706,21 @@ impl State {
             }
             if let Ok(key) = FileKey::of_raw(fd) {
                 keys.push(key);
+            }
+        }
+        for pid in self.remote_peers.keys() {
+            let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+                continue;
+            };
+            for entry in dir.flatten() {
+                // stat(2) of the magic link is the open file's inode.
+                if let Ok(meta) = std::fs::metadata(entry.path()) {
+                    use std::os::unix::fs::MetadataExt;
+                    keys.push(FileKey {
+                        dev: meta.dev(),
+                        ino: meta.ino(),
+                    });
+                }
             }
         }
         keys
@@ -778,7 +802,13 @@ impl State {
             .bos
             .iter()
             .filter_map(|bo| match bo.backing {
-                crate::bo::Backing::UserPtr { addr, valid: true } => {
+                // Only this host process's pages are the simulator's
+                // host regions; a remote client's go with its process.
+                crate::bo::Backing::UserPtr {
+                    addr,
+                    valid: true,
+                    space: super::Space::Local,
+                } => {
                     let a = usize::try_from(addr).ok()?;
                     let len = usize::try_from(bo.size).ok()?;
                     gone.iter()

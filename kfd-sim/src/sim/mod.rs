@@ -2,8 +2,10 @@
 //! table, and [`SimDriver`], the [`kfd::Driver`] implementation that routes
 //! `open`/`ioctl`/`mmap` to the KFD half (`crate::amdkfd`) or the DRM half.
 //!
-//! Identity of the caller comes from the [`SimDriver`] instance (everything
-//! runs in one host process). Every device fd is a real memfd; the simulator
+//! Identity of the caller comes from the [`SimDriver`] instance; callers run
+//! in this host process, or in another one served by [`crate::remote`]
+//! (whose user pointers and fd numbers `uaccess` resolves in that process).
+//! Every device fd is a real memfd; the simulator
 //! keys its state on the memfd's inode ([`FileKey`]), so dup'ed fds and fds
 //! received over a unix socket resolve to the same open file, as the kernel's
 //! `struct file` does. This module never interprets ioctl arguments itself.
@@ -31,4 +33,7 @@ pub use process::HostMemorySnapshot;
 
 pub(crate) use machine::{Ctx, FileKey, Gpu, KfdFile, OpenFile, RenderFile, Shared, State};
 pub(crate) use process::{CpuMapping, HostRegion, Process};
-pub(crate) use uaccess::{copy_from_user, copy_to_user, marshal, typed};
+pub(crate) use uaccess::{
+    close_user_fd, copy_from_user, copy_to_user, current_space, in_remote_space, install_fd,
+    maps_path, marshal, remote_read, remote_write, typed, user_fd, Space,
+};

@@ -1,0 +1,617 @@
+//! The dumper as its own OS process, SIGKILLed at each stage of a dump and
+//! of a restore.
+//!
+//! This test process owns the simulated machine (kfd-sim and the simulated
+//! application) and serves it with `kfd_sim::remote::Server`; CRIU's side
+//! (the plugin's hooks, as `faults_common::dump_hooks`/`restore_hooks` run
+//! them) runs in a child process, this same executable started again with
+//! `KFD_SIM_REMOTE_ROLE` set, whose `kfd::Driver` is a
+//! `kfd_sim::remote::RemoteDriver`: its device fds are the simulator's
+//! open files passed over the socket, the simulator reads and writes the
+//! user pointers inside its ioctl arguments and its userptr staging memory
+//! in the child's address space, it maps BOs itself, and it takes the
+//! application's fds with `pidfd_getfd` as its tracer. The server watches
+//! the child's calls and, at the chosen one, sends it a real `SIGKILL`
+//! before the call reaches the simulator; the child's death (its socket
+//! closing) is the kernel's handling of a dead process: its simulated
+//! process exits (its tracee detached, its KFD process torn down) and its
+//! fds and mappings are gone with it.
+//!
+//! Dump stages: right after `PROCESS_INFO`, during the BO drain of each GPU
+//! (its second SDMA submission, `AMDGPU_CS` on its render node) and at
+//! `DUMP_DEVICES_LATE` (its `UNPAUSE`, never issued). After each kill a
+//! rescuer does what the guardian does
+//! (`amdgpu_checkpoint::recover::unpause_process`; the guardian process is
+//! SIGKILL-tested against real processes in amdgpu-checkpoint's
+//! tests/guardian.rs); then the application's queues run, its next steps
+//! match a run never dumped, no simulator object is leaked and the images
+//! directory never verifies as complete. The time from the kill to the
+//! queues running again is printed per stage; the only limit on it is the
+//! hang guard below.
+//!
+//! Restore stages: right after `RESTORE`, during each GPU's BO fill and at
+//! `RESUME`: the half-restored task is gone and the simulator holds what
+//! it held before.
+//!
+//! The child is this executable (no test harness: `main` picks the role),
+//! so the test needs nothing built outside `cargo test`. The in-process
+//! model of the same kills is tests/dumper_killed.rs.
+
+use std::ffi::c_void;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use amdgpu_checkpoint::recover::unpause_process;
+use criu_host_emulator::{DeviceVma, EmulatedHost, TaskFile};
+use criu_plugin_amdgpu::hooks::PluginConfig;
+use kfd_sim::remote::{Connection, RemoteCall, RemoteDriver, RemoteOp, Server, Verdict};
+use kfd_sim::workload::{Profile, Workload};
+use kfd_sim::{Pid, ProcessConfig, Sim, SimConfig, DRM_MAJOR};
+
+mod common;
+mod faults_common;
+
+use common::{device_vmas, gpu_files};
+use faults_common::{
+    dump_hooks, dump_kill_stages, empty_dir, fault_name, restore_hooks, restore_kill_stages,
+    set_looks_complete, Call, Snapshot,
+};
+
+const GPUS: usize = 2;
+/// The label `dump_kill_stages` gives the last dump stage.
+const DUMP_DEVICES_LATE: &str = "at DUMP_DEVICES_LATE";
+const NEXT_STEPS: usize = 3;
+/// The environment variable that makes this executable a CRIU child.
+const ROLE: &str = "KFD_SIM_REMOTE_ROLE";
+/// Generous limit on a child's run and on waiting for its connections;
+/// only a hang reaches it.
+const HANG_GUARD: Duration = Duration::from_secs(300);
+
+fn main() {
+    match std::env::var(ROLE).ok().as_deref() {
+        Some("dump") => child_dump(),
+        Some("restore") => child_restore(),
+        Some(other) => {
+            eprintln!("{ROLE}={other}: not a role of this test (dump, restore)");
+            std::process::exit(2);
+        }
+        None => run_tests(),
+    }
+}
+
+type Test = (&'static str, fn());
+
+const TESTS: &[Test] = &[
+    (
+        "a_dumper_process_killed_at_any_stage_leaves_the_app_recoverable_and_nothing_leaked",
+        a_dumper_process_killed_at_any_stage_leaves_the_app_recoverable_and_nothing_leaked,
+    ),
+    (
+        "a_restorer_process_killed_at_any_stage_leaves_no_half_restored_task_and_nothing_leaked",
+        a_restorer_process_killed_at_any_stage_leaves_no_half_restored_task_and_nothing_leaked,
+    ),
+];
+
+/// A minimal harness: `--list`, name filters, one test at a time (each
+/// starts child processes; a failure panics and fails the binary).
+fn run_tests() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--list") {
+        for (name, _) in TESTS {
+            println!("{name}: test");
+        }
+        return;
+    }
+    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    let chosen: Vec<&Test> = TESTS
+        .iter()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+        .collect();
+    println!("\nrunning {} tests", chosen.len());
+    for (name, test) in &chosen {
+        println!("test {name} ...");
+        test();
+        println!("test {name} ... ok");
+    }
+    println!(
+        "\ntest result: ok. {} passed; 0 failed; {} filtered out\n",
+        chosen.len(),
+        TESTS.len() - chosen.len()
+    );
+}
+
+// ---- the child: CRIU's side ----
+
+fn env(key: &str) -> String {
+    std::env::var(key).unwrap_or_else(|_| panic!("{key} is not set for the {ROLE} child"))
+}
+
+fn env_u32(key: &str) -> u32 {
+    env(key)
+        .parse()
+        .unwrap_or_else(|e| panic!("{key}={}: {e}", env(key)))
+}
+
+fn child_config() -> PluginConfig {
+    PluginConfig {
+        topology_root: PathBuf::from(env("TOPOLOGY")),
+        shm_dir: PathBuf::from(env("SHM")),
+        has_dump_devices_late: true,
+        has_restore_retry: true,
+    }
+}
+
+/// `VMAS`: one `addr pgoff path` per line.
+fn encode_vmas(vmas: &[DeviceVma]) -> String {
+    vmas.iter()
+        .map(|v| format!("{} {} {}\n", v.addr, v.pgoff, v.path.display()))
+        .collect()
+}
+
+fn decode_vmas(text: &str) -> Vec<DeviceVma> {
+    text.lines()
+        .map(|line| {
+            let mut parts = line.splitn(3, ' ');
+            let mut next = || parts.next().unwrap_or_else(|| panic!("VMAS line {line:?}"));
+            let addr = next().parse().expect("VMAS address");
+            let pgoff = next().parse().expect("VMAS offset");
+            DeviceVma {
+                path: PathBuf::from(next()),
+                addr,
+                pgoff,
+            }
+        })
+        .collect()
+}
+
+/// The dumper: takes the target's GPU fds as its tracer (`pidfd_getfd`)
+/// and runs CRIU's dump hooks; prints its outcome.
+fn child_dump() {
+    let driver = RemoteDriver::connect(&env("ADDRESS"), Pid(env_u32("PID"))).expect("connect");
+    let target = Pid(env_u32("TARGET"));
+    let pidfd = kfd::Driver::pidfd_open(&driver, target.0).expect("pidfd of the target");
+    let owned: Vec<(OwnedFd, u32)> = env("FILES")
+        .split(',')
+        .map(|pair| {
+            let (fd, id) = pair.split_once(':').expect("FILES fd:id");
+            let fd = kfd::Driver::pidfd_getfd(&driver, pidfd.as_fd(), fd.parse().expect("fd"))
+                .expect("take the target's fd");
+            (fd, id.parse().expect("file id"))
+        })
+        .collect();
+    let files: Vec<TaskFile<'_>> = owned
+        .iter()
+        .map(|(fd, id)| TaskFile {
+            fd: fd.as_fd(),
+            id: *id,
+        })
+        .collect();
+    let quiet = criu_plugin_amdgpu::log::Capture::start();
+    let result = dump_hooks(
+        driver,
+        EmulatedHost::new(Path::new(&env("IMAGES")), None),
+        child_config(),
+        target,
+        &files,
+        &decode_vmas(&env("VMAS")),
+    );
+    drop(quiet);
+    match result {
+        Ok(()) => println!("RESULT ok"),
+        Err(f) => println!("RESULT failed {} {}", f.hook, f.errno),
+    }
+}
+
+/// The main restorer and the restored task in one process (CRIU's restore
+/// run, killed together): CRIU's restore hooks; prints the outcome.
+fn child_restore() {
+    let address = env("ADDRESS");
+    let main = RemoteDriver::connect(&address, Pid(env_u32("MAIN"))).expect("connect main");
+    let task_pid = Pid(env_u32("TASK"));
+    let task = RemoteDriver::connect(&address, task_pid).expect("connect task");
+    let ids: Vec<u32> = env("IDS")
+        .split(',')
+        .map(|id| id.parse().expect("file id"))
+        .collect();
+    let quiet = criu_plugin_amdgpu::log::Capture::start();
+    let result = restore_hooks(
+        main,
+        task,
+        EmulatedHost::new(Path::new(&env("IMAGES")), None),
+        child_config(),
+        task_pid,
+        &ids,
+        &decode_vmas(&env("VMAS")),
+    );
+    drop(quiet);
+    match result {
+        Ok(restored) => println!("RESULT ok {}", restored.resume_answer),
+        Err(f) => println!("RESULT failed {} {}", f.hook, f.errno),
+    }
+}
+
+// ---- the test process: the machine's side ----
+
+/// Where to kill: before the `nth` (1-based) call named `call.name` on
+/// `call.minor`'s device. Stages are found in a clean run's calls; naming a
+/// call by its occurrence (not its index) keeps the kill at the same call
+/// when concurrent drains interleave differently.
+#[derive(Debug, Clone)]
+struct KillAt {
+    call: Call,
+    nth: usize,
+}
+
+impl KillAt {
+    /// The call at index `at` of a clean run's `calls`.
+    fn of(calls: &[Call], at: usize) -> KillAt {
+        let call = calls[at].clone();
+        let nth = calls[..=at].iter().filter(|c| **c == call).count();
+        KillAt { call, nth }
+    }
+}
+
+#[derive(Default)]
+struct Record {
+    calls: Vec<Call>,
+    kill: Option<KillAt>,
+    killed_at: Option<Instant>,
+}
+
+/// Records every call of the child; kills it at the chosen one.
+fn observer(rec: &Arc<Mutex<Record>>) -> kfd_sim::remote::Observer {
+    let rec = rec.clone();
+    Arc::new(move |call: &RemoteCall<'_>| {
+        let name = match call.op {
+            RemoteOp::Open => "OPEN".to_owned(),
+            RemoteOp::Ioctl(request) => {
+                let arg = if call.arg.is_empty() {
+                    std::ptr::null_mut()
+                } else {
+                    call.arg.as_ptr() as *mut c_void
+                };
+                fault_name(request, arg)
+            }
+            RemoteOp::Mmap => "MMAP".to_owned(),
+            _ => "OTHER".to_owned(),
+        };
+        let minor = call
+            .device
+            .filter(|d| d.major == DRM_MAJOR)
+            .map(|d| d.minor);
+        let mut rec = rec.lock().unwrap();
+        let call = Call { name, minor };
+        let seen = rec.calls.iter().filter(|c| **c == call).count() + 1;
+        let kill = rec
+            .kill
+            .as_ref()
+            .is_some_and(|k| k.call == call && k.nth == seen);
+        rec.calls.push(call);
+        if kill {
+            rec.killed_at = Some(Instant::now());
+            Verdict::Kill
+        } else {
+            Verdict::Run
+        }
+    })
+}
+
+fn spawn_child(role: &str, vars: &[(&str, String)]) -> Child {
+    let exe = std::env::current_exe().expect("this test's executable");
+    Command::new(exe)
+        .env(ROLE, role)
+        .envs(vars.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the CRIU child")
+}
+
+/// Accepts the child's connection as simulated process `pid`; a child that
+/// died before connecting fails the test at once, with its output.
+fn accept(server: &Server, child: &mut Child, pid: Pid, rec: &Arc<Mutex<Record>>) -> Connection {
+    let deadline = Instant::now() + HANG_GUARD;
+    loop {
+        match server.accept(child.id(), pid, Duration::from_millis(100), observer(rec)) {
+            Ok(connection) => return connection,
+            Err(e) if e.raw_os_error() == Some(libc::ETIMEDOUT) && Instant::now() < deadline => {
+                if let Some(status) = child.try_wait().expect("wait for the child") {
+                    panic!("the CRIU child ended ({status}) before connecting as {pid}");
+                }
+            }
+            Err(e) => panic!("the CRIU child's connection as {pid}: {e}"),
+        }
+    }
+}
+
+/// Waits for the child (at most the hang guard) and its connections; its
+/// `RESULT` line, `None` when it was killed.
+fn finish(mut child: Child, connections: Vec<Connection>) -> Option<String> {
+    let deadline = Instant::now() + HANG_GUARD;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("hang guard: the CRIU child ran for {HANG_GUARD:?}");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    for connection in connections {
+        connection.join();
+    }
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().expect("stdout"), &mut out)
+        .expect("the child's output");
+    use std::os::unix::process::ExitStatusExt;
+    if status.signal() == Some(libc::SIGKILL) {
+        return None;
+    }
+    assert!(status.success(), "the CRIU child failed: {status}\n{out}");
+    Some(
+        out.lines()
+            .find_map(|l| l.strip_prefix("RESULT "))
+            .unwrap_or_else(|| panic!("no RESULT from the child: {out}"))
+            .to_owned(),
+    )
+}
+
+/// Every image file of `dir`, by name, with its bytes.
+fn image_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .expect("read the images dir")
+        .map(|entry| {
+            let path = entry.expect("dir entry").path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&path).expect("read an image"))
+        })
+        .collect()
+}
+
+fn fingerprints(app: &mut Workload) -> Vec<u64> {
+    (0..NEXT_STEPS)
+        .map(|_| {
+            app.step().expect("queues run");
+            app.fingerprint().unwrap()
+        })
+        .collect()
+}
+
+struct Run {
+    calls: Vec<Call>,
+    /// The child's outcome (`None`: killed).
+    result: Option<String>,
+    /// From the kill to the queues running again.
+    recovery: Option<Duration>,
+    /// Whether the images directory verifies as complete.
+    complete: bool,
+}
+
+/// One dump of a fresh machine by a child process, killed before call
+/// `kill_at`; checks everything a killed dump must leave as it was.
+fn dump_run(images: &Path, shm: &Path, kill: Option<KillAt>, expected: &[u64]) -> Run {
+    empty_dir(images);
+    let sim = Sim::synthetic(GPUS, SimConfig::default()).expect("simulated machine");
+    let mut app = Workload::launch(&sim, &Profile::Basic).expect("launch app");
+    app.step().expect("app step");
+    let before = Snapshot::take(&sim);
+    let rec = Arc::new(Mutex::new(Record {
+        kill,
+        ..Record::default()
+    }));
+    let server = Server::new(&sim).expect("serve the machine");
+    let dumper = sim.spawn_process().expect("the dumper's process");
+    sim.ptrace_attach(dumper, app.pid())
+        .expect("CRIU seizes the target");
+    let files = {
+        use std::os::fd::AsRawFd;
+        let (files, _) = gpu_files(&app);
+        files
+            .iter()
+            .map(|f| format!("{}:{}", f.fd.as_raw_fd(), f.id))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut child = spawn_child(
+        "dump",
+        &[
+            ("ADDRESS", server.address().to_owned()),
+            ("PID", dumper.0.to_string()),
+            ("TARGET", app.pid().0.to_string()),
+            ("FILES", files),
+            ("TOPOLOGY", sim.sysfs_root().display().to_string()),
+            ("SHM", shm.display().to_string()),
+            ("IMAGES", images.display().to_string()),
+            ("VMAS", encode_vmas(&device_vmas(&sim))),
+        ],
+    );
+    let connection = accept(&server, &mut child, dumper, &rec);
+    let result = finish(child, vec![connection]);
+    let (calls, killed_at) = {
+        let rec = rec.lock().unwrap();
+        (rec.calls.clone(), rec.killed_at)
+    };
+    assert!(!sim.process_alive(dumper), "the dumper's process ended");
+    assert_eq!(
+        sim.tracer_of(app.pid()),
+        None,
+        "the dumper's tracee is free"
+    );
+    let mut recovery = None;
+    if let Some(killed_at) = killed_at {
+        assert_eq!(result, None, "the dumper was killed");
+        let state = sim.kfd_state(app.pid()).unwrap();
+        // The guardian's work.
+        let rescuer = sim.spawn_process().unwrap();
+        let done = unpause_process(&sim.driver(rescuer), app.pid().0).expect("recovery");
+        assert_eq!(done.was_paused, state.queues_paused);
+        let state = sim.kfd_state(app.pid()).unwrap();
+        assert!(state.queues_running() && !state.queues_paused, "{state:?}");
+        recovery = Some(killed_at.elapsed());
+        sim.exit_process(rescuer).unwrap();
+    }
+    let state = sim.kfd_state(app.pid()).unwrap();
+    assert!(state.queues_running() && !state.queues_paused, "{state:?}");
+    assert_eq!(fingerprints(&mut app), expected, "the next steps");
+    let after = Snapshot::take(&sim);
+    assert_eq!(after.accounting, before.accounting, "nothing leaked");
+    Run {
+        calls,
+        result,
+        recovery,
+        complete: set_looks_complete(images),
+    }
+}
+
+fn a_dumper_process_killed_at_any_stage_leaves_the_app_recoverable_and_nothing_leaked() {
+    let images = tempfile::tempdir().unwrap();
+    let shm = tempfile::tempdir().unwrap();
+    let expected = {
+        let sim = Sim::synthetic(GPUS, SimConfig::default()).unwrap();
+        let mut app = Workload::launch(&sim, &Profile::Basic).unwrap();
+        app.step().unwrap();
+        fingerprints(&mut app)
+    };
+    let clean = dump_run(images.path(), shm.path(), None, &expected);
+    assert_eq!(clean.result.as_deref(), Some("ok"), "the clean dump");
+    assert!(clean.complete, "the clean dump is complete");
+    // The child's dump copied every BO through its own staging memory (the
+    // simulator's SDMA engine writing the child's pages): its images hold
+    // what an in-process dump of the same machine holds.
+    let local = tempfile::tempdir().unwrap();
+    {
+        let sim = Sim::synthetic(GPUS, SimConfig::default()).unwrap();
+        let mut app = Workload::launch(&sim, &Profile::Basic).unwrap();
+        app.step().unwrap();
+        let (files, _) = gpu_files(&app);
+        let quiet = criu_plugin_amdgpu::log::Capture::start();
+        faults_common::MiniCriu::new(&sim, shm.path())
+            .dump(
+                |pid| sim.driver(pid),
+                EmulatedHost::new(local.path(), None),
+                app.pid(),
+                &files,
+                &device_vmas(&sim),
+            )
+            .expect("the in-process dump");
+        drop(quiet);
+    }
+    assert_eq!(
+        image_files(images.path()),
+        image_files(local.path()),
+        "the child's images are the in-process dump's"
+    );
+    for (label, at) in dump_kill_stages(&clean.calls, GPUS) {
+        let killed = dump_run(
+            images.path(),
+            shm.path(),
+            Some(KillAt::of(&clean.calls, at)),
+            &expected,
+        );
+        let took = killed.recovery.expect("the dumper was killed");
+        if label == DUMP_DEVICES_LATE {
+            // Every DUMP_EXT_FILE was answered, so every amdgpu image is
+            // committed: the amdgpu set is complete. What marks this dump
+            // unfinished is CRIU's inventory image, which CRIU writes after
+            // the plugins' last dump hook (cr_dump_finish) and a killed
+            // CRIU never writes; this emulator writes no CRIU images.
+            assert!(killed.complete, "{label}: every amdgpu image committed");
+        } else {
+            assert!(
+                !killed.complete,
+                "{label}: a killed dump never verifies as complete"
+            );
+        }
+        println!("SIGKILL {label} (call {at}): queues run again {took:?} after the kill");
+    }
+}
+
+/// One restore of a clean dump's images on a fresh machine by a child
+/// process (main restorer and restored task), killed before call
+/// `kill_at`: the half-restored task is gone and the simulator holds what
+/// it held before. Its calls and whether the restore failed.
+fn restore_run(kill: Option<KillAt>) -> (Vec<Call>, bool) {
+    let images = tempfile::tempdir().unwrap();
+    let shm = tempfile::tempdir().unwrap();
+    let sim = Sim::synthetic(GPUS, SimConfig::default()).expect("simulated machine");
+    let (pid, ids, ()) = faults_common::dump_and_kill(&sim, images.path(), shm.path(), |_| ());
+    let before = Snapshot::take(&sim);
+    let rec = Arc::new(Mutex::new(Record {
+        kill,
+        ..Record::default()
+    }));
+    let server = Server::new(&sim).expect("serve the machine");
+    let task = sim
+        .spawn_process_with(ProcessConfig {
+            pid: Some(pid),
+            ..ProcessConfig::default()
+        })
+        .expect("recreate the task");
+    let main = sim.spawn_process().expect("the main restorer's process");
+    let mut child = spawn_child(
+        "restore",
+        &[
+            ("ADDRESS", server.address().to_owned()),
+            ("MAIN", main.0.to_string()),
+            ("TASK", task.0.to_string()),
+            (
+                "IDS",
+                ids.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
+            ),
+            ("TOPOLOGY", sim.sysfs_root().display().to_string()),
+            ("SHM", shm.path().display().to_string()),
+            ("IMAGES", images.path().display().to_string()),
+            ("VMAS", encode_vmas(&device_vmas(&sim))),
+        ],
+    );
+    let connections = [main, task]
+        .into_iter()
+        .map(|p| accept(&server, &mut child, p, &rec))
+        .collect();
+    let result = finish(child, connections);
+    let killed = rec.lock().unwrap().killed_at.is_some();
+    let failed = match result.as_deref() {
+        None => {
+            assert!(killed, "the child died only of the kill");
+            true
+        }
+        Some("ok 0") => {
+            assert!(!killed);
+            false
+        }
+        Some(other) => {
+            assert!(!killed, "a killed child answers nothing");
+            eprintln!("restore: {other}");
+            true
+        }
+    };
+    assert!(!sim.process_alive(main), "the main restorer ended");
+    assert!(
+        sim.kfd_state(pid).is_none() && !sim.process_alive(pid),
+        "the half-restored task is gone"
+    );
+    let after = Snapshot::take(&sim);
+    assert_eq!(after.accounting, before.accounting, "nothing leaked");
+    let calls = rec.lock().unwrap().calls.clone();
+    (calls, failed)
+}
+
+fn a_restorer_process_killed_at_any_stage_leaves_no_half_restored_task_and_nothing_leaked() {
+    let (calls, failed) = restore_run(None);
+    assert!(!failed, "the clean restore succeeds");
+    for (label, at) in restore_kill_stages(&calls) {
+        let started = Instant::now();
+        let (_, failed) = restore_run(Some(KillAt::of(&calls, at)));
+        assert!(failed, "{label}: the restore fails");
+        println!(
+            "SIGKILL {label} (call {at}): the half-restored task is gone, nothing leaked ({:?} for the run)",
+            started.elapsed()
+        );
+    }
+}

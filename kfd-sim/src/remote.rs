@@ -1,0 +1,1143 @@
+//! The simulated machine served to other host processes: a [`Server`] in
+//! the process that owns the [`Sim`], and a [`RemoteDriver`] (a
+//! [`kfd::Driver`]) in a client process, talking over a unix
+//! `SOCK_SEQPACKET` socket in the abstract namespace (no file to clean up).
+//!
+//! One connection is one simulated process, for the life of the client:
+//! * device fds are the simulator's memfds, passed with `SCM_RIGHTS` both
+//!   ways, so the client holds the very open files (same inodes) the
+//!   simulator keys its state on; the fds open in a live client count as
+//!   open for the simulator's accounting (read from `/proc/PID/fd`);
+//! * an ioctl's argument struct (`_IOC_SIZE` bytes) goes over the socket
+//!   and comes back; user pointers inside it are the client's addresses,
+//!   read and written with `process_vm_readv`/`process_vm_writev` (the
+//!   kernel's `copy_*_user` on `current->mm`, `EFAULT` when unmapped), and
+//!   userptr BOs the client creates pin the client's memory;
+//! * fd numbers inside an argument are the client's: while its ioctl runs,
+//!   the server asks the client for the fd a number names (`fdget`) and
+//!   has the client install the fds the call creates (`fd_install`, the
+//!   number written into the argument), over the same connection;
+//! * `mmap` of a device fd hands the client the memfd behind the mapping
+//!   (the BO's backing, shared), which the client maps itself;
+//! * the client's end (its socket closes: exit, `SIGKILL`) is handled as
+//!   the kernel handles a process's death: [`Sim::exit_process`] (its
+//!   tracees detached, its KFD process torn down), its fds and mappings
+//!   gone with it.
+//!
+//! This module never interprets ioctl arguments: [`SimDriver`] does, in
+//! the client's address space.
+
+use std::ffi::{c_int, c_void};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use kfd::{DeviceNumber, Driver, FdKind, FrozenCgroup, ProcessStatus};
+
+use crate::sim::{in_remote_space, CpuMapping, FileKey};
+use crate::{Errno, Pid, Sim, SimDriver};
+
+/// Largest message either side sends (an ioctl argument is at most 16 KiB).
+const MAX_MESSAGE: usize = 64 * 1024;
+/// Largest sysfs read served (a sysfs attribute is at most one page).
+const MAX_SYSFS_READ: usize = 32 * 1024;
+/// Most fds one message carries.
+const MAX_FDS: usize = 2;
+
+mod op {
+    pub(super) const BIND: u8 = 0;
+    pub(super) const OPEN: u8 = 1;
+    pub(super) const IOCTL: u8 = 2;
+    pub(super) const MMAP: u8 = 3;
+    pub(super) const MAPPED: u8 = 4;
+    pub(super) const MUNMAP: u8 = 5;
+    pub(super) const FD_KIND: u8 = 6;
+    pub(super) const DEVICE_NUMBER: u8 = 7;
+    pub(super) const READ_SYSFS: u8 = 8;
+    pub(super) const PIDFD_OPEN: u8 = 9;
+    pub(super) const PIDFD_GETFD: u8 = 10;
+    pub(super) const PTRACE_SEIZE: u8 = 11;
+    pub(super) const PTRACE_INTERRUPT: u8 = 12;
+    pub(super) const PTRACE_DETACH: u8 = 13;
+    pub(super) const PROCESS_STATUS: u8 = 14;
+    pub(super) const PROCESS_FDS: u8 = 15;
+    pub(super) const FROZEN_CGROUP: u8 = 16;
+    /// Server to client, during an ioctl: install the attached fd, answer
+    /// its number (`fd_install`).
+    pub(super) const CB_INSTALL: u8 = 0x80;
+    /// Server to client, during an ioctl: send fd N (`fdget`).
+    pub(super) const CB_GET_FD: u8 = 0x81;
+    /// Server to client, during an ioctl: close fd N, which this ioctl
+    /// installed (its rollback).
+    pub(super) const CB_CLOSE: u8 = 0x82;
+}
+
+/// What a client asked for, as the [`Server`]'s observer sees it before the
+/// call runs (the calls that reach the device; `munmap`, `fd_kind`, sysfs
+/// reads and process control are not shown).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RemoteOp {
+    /// `open(2)`.
+    Open,
+    /// `ioctl(2)` with this request code.
+    Ioctl(u64),
+    /// `mmap(2)` of a device fd.
+    Mmap,
+}
+
+/// One call of a client, shown to the observer before it runs.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct RemoteCall<'a> {
+    /// The simulated process making it.
+    pub pid: Pid,
+    /// The call.
+    pub op: RemoteOp,
+    /// An ioctl's argument struct as the client passed it (empty otherwise).
+    pub arg: &'a [u8],
+    /// The device the call's fd refers to, when it is one of the simulator's.
+    pub device: Option<DeviceNumber>,
+}
+
+/// Whether the client lives on after the observer saw its call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The call runs.
+    Run,
+    /// The client is sent `SIGKILL` before the call reaches the simulator.
+    Kill,
+}
+
+/// Called before each call a client makes.
+pub type Observer = Arc<dyn Fn(&RemoteCall<'_>) -> Verdict + Send + Sync>;
+
+/// A listening socket serving one simulated machine.
+#[derive(Debug)]
+pub struct Server {
+    sim: Sim,
+    socket: OwnedFd,
+    address: String,
+}
+
+/// A connection being served: one simulated process of a client.
+#[derive(Debug)]
+pub struct Connection {
+    thread: JoinHandle<()>,
+}
+
+impl Connection {
+    /// Waits until the client's end was handled (its simulated process
+    /// exited, its fds and mappings no longer count).
+    pub fn join(self) {
+        // The serving thread never panics on client input; a panic is a
+        // simulator bug and is passed on.
+        if let Err(panic) = self.thread.join() {
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+impl Server {
+    /// A server for `sim` on a fresh abstract socket address.
+    pub fn new(sim: &Sim) -> io::Result<Server> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let address = format!(
+            "kfd-sim-remote-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let socket = seqpacket()?;
+        let (addr, len) = sockaddr(&address)?;
+        // SAFETY: `addr` is an initialised sockaddr_un of `len` bytes.
+        if unsafe { libc::bind(socket.as_raw_fd(), (&raw const addr).cast(), len) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: listen(2) on a socket we own; no memory involved.
+        if unsafe { libc::listen(socket.as_raw_fd(), 8) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Server {
+            sim: sim.clone(),
+            socket,
+            address,
+        })
+    }
+
+    /// The address a client passes to [`RemoteDriver::connect`].
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Accepts one connection from host process `client` (checked with
+    /// `SO_PEERCRED`) acting as simulated process `pid`, waiting at most
+    /// `timeout`, and serves it on a new thread until the client's end.
+    /// `ETIMEDOUT` when no client came; `EPERM` when another process or
+    /// another simulated process connected (that connection is refused).
+    pub fn accept(
+        &self,
+        client: u32,
+        pid: Pid,
+        timeout: Duration,
+        observer: Observer,
+    ) -> io::Result<Connection> {
+        let mut pfd = libc::pollfd {
+            fd: self.socket.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Err(io::Error::from_raw_os_error(libc::ETIMEDOUT));
+        }
+        // SAFETY: accept4(2) with null address pointers writes no memory.
+        let fd = unsafe {
+            libc::accept4(
+                self.socket.as_raw_fd(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: accept4 returned a new descriptor we own.
+        let conn = unsafe { OwnedFd::from_raw_fd(fd) };
+        let peer = peer_pid(conn.as_fd())?;
+        if u32::try_from(peer).ok() != Some(client) {
+            return Err(io::Error::from_raw_os_error(libc::EPERM));
+        }
+        let (bind, _) = recv(conn.as_fd())?.ok_or_else(|| errno(libc::ECONNRESET))?;
+        let mut r = Reader::new(&bind);
+        if r.u8()? != op::BIND || Pid(r.u32()?) != pid {
+            return Err(io::Error::from_raw_os_error(libc::EPERM));
+        }
+        send(conn.as_fd(), &Writer::ok().0, &[])?;
+        {
+            let mut st = self.sim.lock();
+            *st.remote_peers.entry(peer).or_insert(0) += 1;
+        }
+        let served = Served {
+            driver: self.sim.driver(pid),
+            peer,
+            observer,
+            conn: -1,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("kfd-sim-remote-{}", pid.0))
+            .spawn(move || served.run(conn))?;
+        Ok(Connection { thread })
+    }
+}
+
+struct Served {
+    driver: SimDriver,
+    peer: libc::pid_t,
+    observer: Observer,
+    /// The connection (owned by `run`).
+    conn: RawFd,
+}
+
+impl Served {
+    fn run(mut self, conn: OwnedFd) {
+        self.conn = conn.as_raw_fd();
+        // Until EOF or a reset: the client is gone.
+        while let Ok(Some((msg, fds))) = recv(conn.as_fd()) {
+            let reply = match self.call(&msg, fds) {
+                Ok(Some(reply)) => reply,
+                // Killed before its call: its EOF comes next.
+                Ok(None) => continue,
+                Err(e) => (Writer::err(&e).0, None),
+            };
+            let fds: Vec<BorrowedFd<'_>> = reply.1.iter().map(AsFd::as_fd).collect();
+            if send(conn.as_fd(), &reply.0, &fds).is_err() {
+                break;
+            }
+        }
+        self.end();
+    }
+
+    /// The client's death, as the kernel handles it.
+    fn end(&self) {
+        let sim = self.driver.sim();
+        {
+            let mut st = sim.lock();
+            let peer = self.peer;
+            let left = st.remote_peers.get_mut(&peer).map(|n| {
+                *n -= 1;
+                *n
+            });
+            if left == Some(0) {
+                // Its last connection: the process is gone, with its fds
+                // and mappings.
+                st.remote_peers.remove(&peer);
+                st.remote_maps.retain(|&(p, _), _| p != peer);
+            }
+        }
+        // Gone already when the test ended it some other way.
+        let _ = sim.exit_process(self.driver.pid());
+    }
+
+    fn device_of(&self, fd: BorrowedFd<'_>) -> Option<DeviceNumber> {
+        match self.driver.fd_kind(fd) {
+            Ok(FdKind::CharDevice(dev)) => Some(dev),
+            _ => None,
+        }
+    }
+
+    /// Shows the call to the observer; `false` when the client was killed.
+    fn observe(&self, op: RemoteOp, arg: &[u8], fd: Option<BorrowedFd<'_>>) -> bool {
+        let call = RemoteCall {
+            pid: self.driver.pid(),
+            op,
+            arg,
+            device: fd.and_then(|fd| self.device_of(fd)),
+        };
+        if (self.observer)(&call) == Verdict::Kill {
+            // SAFETY: kill(2) sends a signal; no memory involved. The peer
+            // is our connected client (SO_PEERCRED), alive until its socket
+            // closes, so the pid names it.
+            unsafe { libc::kill(self.peer, libc::SIGKILL) };
+            return false;
+        }
+        true
+    }
+
+    /// One request: its reply (bytes, an fd to pass), or `None` when the
+    /// client was killed before the call.
+    #[allow(clippy::type_complexity)]
+    fn call(
+        &self,
+        msg: &[u8],
+        fds: Vec<OwnedFd>,
+    ) -> io::Result<Option<(Vec<u8>, Option<OwnedFd>)>> {
+        let mut r = Reader::new(msg);
+        let code = r.u8()?;
+        let fd = || {
+            fds.first()
+                .map(AsFd::as_fd)
+                .ok_or_else(|| errno(libc::EBADF))
+        };
+        let d = &self.driver;
+        let reply = match code {
+            op::OPEN => {
+                let path = r.path()?;
+                let flags = r.i32()?;
+                if !self.observe(RemoteOp::Open, &[], None) {
+                    return Ok(None);
+                }
+                let file = d.open(&path, flags)?;
+                (Writer::ok().0, Some(file))
+            }
+            op::IOCTL => {
+                let request = r.u64()?;
+                let value = r.u64()?;
+                let mut arg = r.bytes()?.to_vec();
+                let fd = fd()?;
+                if arg.len() != ioc_size(request) {
+                    return Err(errno(libc::EPROTO));
+                }
+                if !self.observe(RemoteOp::Ioctl(request), &arg, Some(fd)) {
+                    return Ok(None);
+                }
+                let ptr = if arg.is_empty() {
+                    value as usize as *mut c_void
+                } else {
+                    arg.as_mut_ptr().cast()
+                };
+                // SAFETY: `ptr` is our buffer of `_IOC_SIZE(request)` bytes
+                // (or, for a size of 0, the client's value, which the
+                // simulator never dereferences for such requests); user
+                // pointers inside it are the client's and reached only
+                // through the remote space set here.
+                let result = in_remote_space(self.peer, self.conn, || unsafe {
+                    d.ioctl(fd, request, ptr)
+                });
+                let mut w = Writer::new();
+                match result {
+                    Ok(ret) => {
+                        w.u8(0);
+                        w.i32(ret);
+                    }
+                    Err(e) => {
+                        w.u8(1);
+                        w.i32(e.raw_os_error().unwrap_or(libc::EIO));
+                    }
+                }
+                w.bytes(&arg);
+                (w.0, None)
+            }
+            op::MMAP => {
+                let len = usize::try_from(r.u64()?).map_err(|_| errno(libc::EINVAL))?;
+                let offset = r.u64()?;
+                let fd = fd()?;
+                if !self.observe(RemoteOp::Mmap, &[], Some(fd)) {
+                    return Ok(None);
+                }
+                match d.mmap_backing(fd, len, offset)? {
+                    Some((memfd, at)) => {
+                        let copy = memfd.file().try_clone()?;
+                        let mut w = Writer::ok();
+                        w.u8(0);
+                        w.u64(at);
+                        (w.0, Some(OwnedFd::from(copy)))
+                    }
+                    None => {
+                        // Not a device of ours: the client maps its own fd;
+                        // a dma-buf's mapping is accounted.
+                        let key = FileKey::of_raw(fd.as_raw_fd())?;
+                        let dmabuf = d.sim().lock().bos.by_key(key).is_some();
+                        let mut w = Writer::ok();
+                        w.u8(1);
+                        w.u8(u8::from(dmabuf));
+                        (w.0, None)
+                    }
+                }
+            }
+            op::MAPPED => {
+                let addr = usize::try_from(r.u64()?).map_err(|_| errno(libc::EINVAL))?;
+                let len = usize::try_from(r.u64()?).map_err(|_| errno(libc::EINVAL))?;
+                d.sim()
+                    .lock()
+                    .remote_maps
+                    .insert((self.peer, addr), CpuMapping { len });
+                (Writer::ok().0, None)
+            }
+            op::MUNMAP => {
+                let start = usize::try_from(r.u64()?).map_err(|_| errno(libc::EINVAL))?;
+                let len = usize::try_from(r.u64()?).map_err(|_| errno(libc::EINVAL))?;
+                let end = start.saturating_add(len);
+                let peer = self.peer;
+                d.sim()
+                    .lock()
+                    .remote_maps
+                    .retain(|&(p, a), m| p != peer || a < start || a + m.len > end);
+                (Writer::ok().0, None)
+            }
+            op::FD_KIND => {
+                let kind = d.fd_kind(fd()?)?;
+                let mut w = Writer::ok();
+                match kind {
+                    FdKind::CharDevice(dev) => {
+                        w.u8(0);
+                        w.u32(dev.major);
+                        w.u32(dev.minor);
+                    }
+                    FdKind::DmaBuf => w.u8(1),
+                    _ => w.u8(2),
+                }
+                (w.0, None)
+            }
+            op::DEVICE_NUMBER => {
+                let dev = d.device_number(&r.path()?)?;
+                let mut w = Writer::ok();
+                w.u32(dev.major);
+                w.u32(dev.minor);
+                (w.0, None)
+            }
+            op::READ_SYSFS => {
+                let path = r.path()?;
+                let limit = usize::try_from(r.u64()?).unwrap_or(usize::MAX);
+                let bytes = d.read_sysfs(&path, limit.min(MAX_SYSFS_READ + 1))?;
+                if bytes.len() > MAX_SYSFS_READ {
+                    return Err(errno(libc::EFBIG));
+                }
+                let mut w = Writer::ok();
+                w.bytes(&bytes);
+                (w.0, None)
+            }
+            op::PIDFD_OPEN => {
+                let pidfd = d.pidfd_open(r.u32()?)?;
+                (Writer::ok().0, Some(pidfd))
+            }
+            op::PIDFD_GETFD => {
+                let target = r.i32()?;
+                let file = d.pidfd_getfd(fd()?, target)?;
+                (Writer::ok().0, Some(file))
+            }
+            op::PTRACE_SEIZE => {
+                d.ptrace_seize(r.u32()?)?;
+                (Writer::ok().0, None)
+            }
+            op::PTRACE_INTERRUPT => {
+                let pid = r.u32()?;
+                let timeout = Duration::from_millis(r.u64()?);
+                d.ptrace_interrupt(pid, timeout)?;
+                (Writer::ok().0, None)
+            }
+            op::PTRACE_DETACH => {
+                d.ptrace_detach(r.u32()?)?;
+                (Writer::ok().0, None)
+            }
+            op::PROCESS_STATUS => {
+                let status = d.process_status(r.u32()?)?;
+                let mut w = Writer::ok();
+                w.bytes(status.name.as_bytes());
+                w.u8(u8::from(status.tracer.is_some()));
+                w.u32(status.tracer.unwrap_or(0));
+                (w.0, None)
+            }
+            op::PROCESS_FDS => {
+                let fds = d.process_fds(r.u32()?)?;
+                let mut w = Writer::ok();
+                w.u32(u32::try_from(fds.len()).map_err(|_| errno(libc::E2BIG))?);
+                for fd in fds {
+                    w.i32(fd);
+                }
+                (w.0, None)
+            }
+            op::FROZEN_CGROUP => {
+                let frozen = d.frozen_cgroup(r.u32()?)?;
+                let mut w = Writer::ok();
+                match frozen {
+                    None => w.u8(0),
+                    Some(FrozenCgroup::V2 { dir }) => {
+                        w.u8(2);
+                        w.bytes(dir.as_os_str().as_encoded_bytes());
+                    }
+                    Some(FrozenCgroup::V1 { dir }) => {
+                        w.u8(1);
+                        w.bytes(dir.as_os_str().as_encoded_bytes());
+                    }
+                }
+                (w.0, None)
+            }
+            _ => return Err(errno(libc::EPROTO)),
+        };
+        Ok(Some(reply))
+    }
+}
+
+/// One callback to the client of connection `conn` during its ioctl; the
+/// answer's payload and fd. The client is waiting for its reply, so
+/// nothing else is on the connection.
+fn callback(
+    conn: RawFd,
+    msg: &[u8],
+    fd: Option<BorrowedFd<'_>>,
+) -> Result<(Vec<u8>, Option<OwnedFd>), Errno> {
+    // SAFETY: `conn` is the connection of the call this thread is serving
+    // (set by `in_remote_space` around it); `Served::run` owns it and keeps
+    // it open until the call has returned.
+    let conn = unsafe { BorrowedFd::borrow_raw(conn) };
+    let gone = |_| Errno(libc::EBADF);
+    send(conn, msg, fd.as_slice()).map_err(gone)?;
+    let (reply, mut fds) = recv(conn).map_err(gone)?.ok_or(Errno(libc::EBADF))?;
+    let mut r = Reader::new(&reply);
+    match r.u8().map_err(gone)? {
+        0 => Ok((reply[1..].to_vec(), fds.pop())),
+        _ => Err(Errno(r.i32().unwrap_or(libc::EBADF))),
+    }
+}
+
+/// The client's fd `fd` (`fdget` in the caller's table).
+pub(crate) fn client_fd(conn: RawFd, fd: RawFd) -> Result<OwnedFd, Errno> {
+    let mut w = Writer::new();
+    w.u8(op::CB_GET_FD);
+    w.i32(fd);
+    callback(conn, &w.0, None)?.1.ok_or(Errno(libc::EBADF))
+}
+
+/// Installs `file` in the client's fd table; its number there.
+pub(crate) fn client_install(conn: RawFd, file: OwnedFd) -> Result<RawFd, Errno> {
+    let (reply, _) = callback(conn, &[op::CB_INSTALL], Some(file.as_fd()))?;
+    Reader::new(&reply).i32().map_err(|_| Errno(libc::EPROTO))
+}
+
+/// Closes the client's fd `fd`, installed by the running call.
+pub(crate) fn client_close(conn: RawFd, fd: RawFd) {
+    let mut w = Writer::new();
+    w.u8(op::CB_CLOSE);
+    w.i32(fd);
+    // A client gone meanwhile closed it already.
+    let _ = callback(conn, &w.0, None);
+}
+
+/// The client's side of a callback: its answer.
+fn answer_callback(conn: BorrowedFd<'_>, msg: &[u8], mut fds: Vec<OwnedFd>) -> io::Result<()> {
+    let mut r = Reader::new(msg);
+    let code = r.u8()?;
+    let mut w = Writer::ok();
+    match code {
+        op::CB_INSTALL => {
+            let file = fds.pop().ok_or_else(|| errno(libc::EPROTO))?;
+            // The ioctl's caller owns the number from now on, as the
+            // kernel's fd_install hands it over.
+            w.i32(std::os::fd::IntoRawFd::into_raw_fd(file));
+            send(conn, &w.0, &[])
+        }
+        op::CB_GET_FD => {
+            let fd = r.i32()?;
+            // SAFETY: F_GETFD reads no memory; it only tells whether `fd`
+            // is open.
+            if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+                let mut w = Writer(vec![1]);
+                w.i32(libc::EBADF);
+                return send(conn, &w.0, &[]);
+            }
+            // SAFETY: `fd` was just checked to be open; it is only borrowed
+            // for the send, which duplicates it into the message.
+            let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+            send(conn, &w.0, &[borrowed])
+        }
+        op::CB_CLOSE => {
+            let fd = r.i32()?;
+            // SAFETY: `fd` was installed by the ioctl still running (the
+            // server's rollback); the caller never saw its number, so
+            // nothing here owns it.
+            unsafe { libc::close(fd) };
+            send(conn, &w.0, &[])
+        }
+        _ => Err(errno(libc::EPROTO)),
+    }
+}
+
+/// Receives the reply to a request, answering the server's callbacks
+/// meanwhile.
+fn reply(conn: BorrowedFd<'_>) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+    loop {
+        let (msg, fds) = recv(conn)?.ok_or_else(|| errno(libc::ECONNRESET))?;
+        if msg.first().is_some_and(|&c| c >= op::CB_INSTALL) {
+            answer_callback(conn, &msg, fds)?;
+            continue;
+        }
+        return Ok((msg, fds));
+    }
+}
+
+/// A [`kfd::Driver`] acting as one simulated process of a machine another
+/// host process serves ([`Server`]). Cheap to clone; clones share the
+/// connection (one call at a time).
+#[derive(Debug, Clone)]
+pub struct RemoteDriver {
+    conn: Arc<Mutex<OwnedFd>>,
+    pid: Pid,
+}
+
+impl RemoteDriver {
+    /// Connects to the server at `address` as simulated process `pid` (the
+    /// server must be accepting this process as `pid`).
+    pub fn connect(address: &str, pid: Pid) -> io::Result<RemoteDriver> {
+        let socket = seqpacket()?;
+        let (addr, len) = sockaddr(address)?;
+        // SAFETY: `addr` is an initialised sockaddr_un of `len` bytes.
+        if unsafe { libc::connect(socket.as_raw_fd(), (&raw const addr).cast(), len) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let driver = RemoteDriver {
+            conn: Arc::new(Mutex::new(socket)),
+            pid,
+        };
+        let mut w = Writer::new();
+        w.u8(op::BIND);
+        w.u32(pid.0);
+        driver.call(&w.0, None)?;
+        Ok(driver)
+    }
+
+    /// The simulated process this driver acts as.
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// One request and its reply: the reply's payload (after the status)
+    /// and the fd it carried.
+    fn call(
+        &self,
+        msg: &[u8],
+        fd: Option<BorrowedFd<'_>>,
+    ) -> io::Result<(Vec<u8>, Option<OwnedFd>)> {
+        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        send(conn.as_fd(), msg, fd.as_slice())?;
+        let (reply, mut fds) = reply(conn.as_fd())?;
+        drop(conn);
+        let mut r = Reader::new(&reply);
+        match r.u8()? {
+            0 => Ok((reply[1..].to_vec(), fds.pop())),
+            _ => Err(r.error()),
+        }
+    }
+
+    fn simple(&self, code: u8, pid: u32) -> io::Result<(Vec<u8>, Option<OwnedFd>)> {
+        let mut w = Writer::new();
+        w.u8(code);
+        w.u32(pid);
+        self.call(&w.0, None)
+    }
+
+    fn register(&self, code: u8, addr: usize, len: usize) -> io::Result<()> {
+        let mut w = Writer::new();
+        w.u8(code);
+        w.u64(addr as u64);
+        w.u64(len as u64);
+        self.call(&w.0, None).map(drop)
+    }
+}
+
+fn want_fd(fd: Option<OwnedFd>) -> io::Result<OwnedFd> {
+    fd.ok_or_else(|| errno(libc::EPROTO))
+}
+
+impl Driver for RemoteDriver {
+    fn open(&self, path: &Path, flags: c_int) -> io::Result<OwnedFd> {
+        let mut w = Writer::new();
+        w.u8(op::OPEN);
+        w.bytes(path.as_os_str().as_encoded_bytes());
+        w.i32(flags);
+        want_fd(self.call(&w.0, None)?.1)
+    }
+
+    unsafe fn ioctl(
+        &self,
+        fd: BorrowedFd<'_>,
+        request: u64,
+        arg: *mut c_void,
+    ) -> io::Result<c_int> {
+        let size = ioc_size(request);
+        let mut w = Writer::new();
+        w.u8(op::IOCTL);
+        w.u64(request);
+        w.u64(arg as usize as u64);
+        if size > 0 && arg.is_null() {
+            return Err(errno(libc::EFAULT));
+        }
+        let bytes = if size > 0 {
+            // SAFETY: the Driver::ioctl contract makes `arg` valid for reads
+            // of `_IOC_SIZE(request)` bytes.
+            unsafe { std::slice::from_raw_parts(arg.cast::<u8>(), size) }.to_vec()
+        } else {
+            Vec::new()
+        };
+        w.bytes(&bytes);
+        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        send(conn.as_fd(), &w.0, &[fd])?;
+        let (reply, _) = reply(conn.as_fd())?;
+        drop(conn);
+        let mut r = Reader::new(&reply);
+        match r.u8()? {
+            // A protocol-level failure (no argument came back).
+            2.. => Err(r.error()),
+            status => {
+                let value = r.i32()?;
+                let back = r.bytes()?;
+                if back.len() == size && size > 0 {
+                    // SAFETY: as above, `arg` is valid for writes of `size`
+                    // bytes; `back` is our receive buffer.
+                    unsafe { std::ptr::copy_nonoverlapping(back.as_ptr(), arg.cast(), size) };
+                }
+                if status == 0 {
+                    Ok(value)
+                } else {
+                    Err(io::Error::from_raw_os_error(value))
+                }
+            }
+        }
+    }
+
+    unsafe fn mmap(
+        &self,
+        addr: *mut c_void,
+        len: usize,
+        prot: c_int,
+        flags: c_int,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+    ) -> io::Result<NonNull<c_void>> {
+        let mut w = Writer::new();
+        w.u8(op::MMAP);
+        w.u64(len as u64);
+        w.u64(offset);
+        let (reply, memfd) = self.call(&w.0, Some(fd))?;
+        let mut r = Reader::new(&reply);
+        let (source, file_offset, account) = match r.u8()? {
+            0 => (want_fd(memfd)?, r.u64()?, true),
+            _ => (fd.try_clone_to_owned()?, offset, r.u8()? != 0),
+        };
+        let file_offset = libc::off_t::try_from(file_offset).map_err(|_| errno(libc::EOVERFLOW))?;
+        // SAFETY: the caller upholds Driver::mmap's MAP_FIXED contract;
+        // `source` is open for the call.
+        let ptr = unsafe { libc::mmap(addr, len, prot, flags, source.as_raw_fd(), file_offset) };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(ptr).ok_or_else(|| errno(libc::EFAULT))?;
+        if account {
+            if let Err(e) = self.register(op::MAPPED, ptr.as_ptr() as usize, len) {
+                // SAFETY: the mapping was made just above and handed out to
+                // no one.
+                unsafe { libc::munmap(ptr.as_ptr(), len) };
+                return Err(e);
+            }
+        }
+        Ok(ptr)
+    }
+
+    unsafe fn munmap(&self, addr: NonNull<c_void>, len: usize) -> io::Result<()> {
+        // SAFETY: the caller guarantees the range is a mapping of ours that
+        // nothing references any more.
+        if unsafe { libc::munmap(addr.as_ptr(), len) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        self.register(op::MUNMAP, addr.as_ptr() as usize, len)
+    }
+
+    fn fd_kind(&self, fd: BorrowedFd<'_>) -> io::Result<FdKind> {
+        let (reply, _) = self.call(&[op::FD_KIND], Some(fd))?;
+        let mut r = Reader::new(&reply);
+        Ok(match r.u8()? {
+            0 => FdKind::CharDevice(DeviceNumber {
+                major: r.u32()?,
+                minor: r.u32()?,
+            }),
+            1 => FdKind::DmaBuf,
+            _ => FdKind::Other,
+        })
+    }
+
+    fn device_number(&self, path: &Path) -> io::Result<DeviceNumber> {
+        let mut w = Writer::new();
+        w.u8(op::DEVICE_NUMBER);
+        w.bytes(path.as_os_str().as_encoded_bytes());
+        let (reply, _) = self.call(&w.0, None)?;
+        let mut r = Reader::new(&reply);
+        Ok(DeviceNumber {
+            major: r.u32()?,
+            minor: r.u32()?,
+        })
+    }
+
+    fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {
+        let mut w = Writer::new();
+        w.u8(op::READ_SYSFS);
+        w.bytes(path.as_os_str().as_encoded_bytes());
+        w.u64(limit as u64);
+        let (reply, _) = self.call(&w.0, None)?;
+        let mut bytes = Reader::new(&reply).bytes()?.to_vec();
+        bytes.truncate(limit);
+        Ok(bytes)
+    }
+
+    fn pidfd_open(&self, pid: u32) -> io::Result<OwnedFd> {
+        want_fd(self.simple(op::PIDFD_OPEN, pid)?.1)
+    }
+
+    fn pidfd_getfd(&self, pidfd: BorrowedFd<'_>, target_fd: RawFd) -> io::Result<OwnedFd> {
+        let mut w = Writer::new();
+        w.u8(op::PIDFD_GETFD);
+        w.i32(target_fd);
+        want_fd(self.call(&w.0, Some(pidfd))?.1)
+    }
+
+    fn ptrace_seize(&self, pid: u32) -> io::Result<()> {
+        self.simple(op::PTRACE_SEIZE, pid).map(drop)
+    }
+
+    fn ptrace_interrupt(&self, pid: u32, timeout: Duration) -> io::Result<()> {
+        let mut w = Writer::new();
+        w.u8(op::PTRACE_INTERRUPT);
+        w.u32(pid);
+        w.u64(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+        self.call(&w.0, None).map(drop)
+    }
+
+    fn ptrace_detach(&self, pid: u32) -> io::Result<()> {
+        self.simple(op::PTRACE_DETACH, pid).map(drop)
+    }
+
+    fn process_status(&self, pid: u32) -> io::Result<ProcessStatus> {
+        let (reply, _) = self.simple(op::PROCESS_STATUS, pid)?;
+        let mut r = Reader::new(&reply);
+        let name = String::from_utf8_lossy(r.bytes()?).into_owned();
+        let traced = r.u8()? != 0;
+        let tracer = r.u32()?;
+        Ok(ProcessStatus {
+            name,
+            tracer: traced.then_some(tracer),
+        })
+    }
+
+    fn process_fds(&self, pid: u32) -> io::Result<Vec<RawFd>> {
+        let (reply, _) = self.simple(op::PROCESS_FDS, pid)?;
+        let mut r = Reader::new(&reply);
+        let n = r.u32()?;
+        (0..n).map(|_| r.i32()).collect()
+    }
+
+    fn frozen_cgroup(&self, pid: u32) -> io::Result<Option<FrozenCgroup>> {
+        let (reply, _) = self.simple(op::FROZEN_CGROUP, pid)?;
+        let mut r = Reader::new(&reply);
+        let kind = r.u8()?;
+        if kind == 0 {
+            return Ok(None);
+        }
+        let dir = r.path()?;
+        Ok(Some(if kind == 1 {
+            FrozenCgroup::V1 { dir }
+        } else {
+            FrozenCgroup::V2 { dir }
+        }))
+    }
+}
+
+/// `_IOC_SIZE(request)`.
+fn ioc_size(request: u64) -> usize {
+    ((request >> 16) & 0x3fff) as usize
+}
+
+fn errno(e: i32) -> io::Error {
+    io::Error::from_raw_os_error(e)
+}
+
+fn seqpacket() -> io::Result<OwnedFd> {
+    // SAFETY: socket(2) with constant arguments; no memory involved.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: socket(2) returned a new descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// An abstract-namespace `sockaddr_un` for `name` and its length.
+fn sockaddr(name: &str) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+    // SAFETY: sockaddr_un is plain old data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = name.as_bytes();
+    if bytes.len() + 1 > addr.sun_path.len() {
+        return Err(errno(libc::ENAMETOOLONG));
+    }
+    // sun_path[0] == 0: the abstract namespace.
+    for (dst, &src) in addr.sun_path[1..].iter_mut().zip(bytes) {
+        *dst = src as libc::c_char;
+    }
+    let len = std::mem::offset_of!(libc::sockaddr_un, sun_path) + 1 + bytes.len();
+    Ok((addr, len as libc::socklen_t))
+}
+
+fn peer_pid(sock: BorrowedFd<'_>) -> io::Result<libc::pid_t> {
+    // SAFETY: ucred is plain old data.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` is writable for `len` bytes.
+    let ret = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut cred).cast(),
+            &mut len,
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.pid)
+}
+
+/// Sends one message with `fds` attached (`SCM_RIGHTS`).
+fn send(sock: BorrowedFd<'_>, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    if data.len() > MAX_MESSAGE || fds.len() > MAX_FDS {
+        return Err(errno(libc::EMSGSIZE));
+    }
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut c_void,
+        iov_len: data.len(),
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain old data; all zeroes is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !fds.is_empty() {
+        let payload = std::mem::size_of_val(fds) as u32;
+        // SAFETY: CMSG_SPACE only computes a size.
+        let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space;
+        // SAFETY: `control` (64 bytes, 8-aligned) holds CMSG_SPACE of two
+        // fds; CMSG_FIRSTHDR of a header with that buffer is inside it.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(payload) as usize;
+            let out = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+            for (i, fd) in fds.iter().enumerate() {
+                out.add(i).write_unaligned(fd.as_raw_fd());
+            }
+        }
+    }
+    loop {
+        // SAFETY: `msg` points at `iov` and `control`, both alive; the
+        // kernel only reads them.
+        let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Receives one message and the fds attached to it; `None` at EOF.
+fn recv(sock: BorrowedFd<'_>) -> io::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
+    let mut data = vec![0u8; MAX_MESSAGE];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain old data.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    let n = loop {
+        // SAFETY: `msg` points at our writable buffers of the sizes given.
+        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
+    let mut fds = Vec::new();
+    // SAFETY: the kernel filled `control` and set msg_controllen; the CMSG
+    // macros walk only inside it.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let bytes = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                for i in 0..bytes / std::mem::size_of::<RawFd>() {
+                    // Each received fd is new in this process and ours.
+                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    if n == 0 && fds.is_empty() {
+        return Ok(None);
+    }
+    if msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
+        return Err(errno(libc::EMSGSIZE));
+    }
+    data.truncate(n);
+    Ok(Some((data, fds)))
+}
+
+/// A message being written.
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn new() -> Writer {
+        Writer(Vec::new())
+    }
+    fn ok() -> Writer {
+        Writer(vec![0])
+    }
+    fn err(e: &io::Error) -> Writer {
+        let mut w = Writer(vec![2]);
+        w.i32(e.raw_os_error().unwrap_or(0));
+        w.u8(u8::from(e.kind() == io::ErrorKind::NotFound));
+        w.bytes(e.to_string().as_bytes());
+        w
+    }
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn i32(&mut self, v: i32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, v: &[u8]) {
+        self.u32(v.len() as u32);
+        self.0.extend_from_slice(v);
+    }
+}
+
+/// A message being read; running short is `EPROTO`.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn new(bytes: &'a [u8]) -> Reader<'a> {
+        Reader(bytes)
+    }
+    fn take(&mut self, n: usize) -> io::Result<&'a [u8]> {
+        if self.0.len() < n {
+            return Err(errno(libc::EPROTO));
+        }
+        let (head, tail) = self.0.split_at(n);
+        self.0 = tail;
+        Ok(head)
+    }
+    fn u8(&mut self) -> io::Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> io::Result<u32> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+    fn i32(&mut self) -> io::Result<i32> {
+        Ok(i32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+    fn u64(&mut self) -> io::Result<u64> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+    fn bytes(&mut self) -> io::Result<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    fn path(&mut self) -> io::Result<PathBuf> {
+        let bytes = self.bytes()?;
+        let s = std::str::from_utf8(bytes).map_err(|_| errno(libc::EINVAL))?;
+        Ok(PathBuf::from(s))
+    }
+    /// The error of a failure reply (after its status byte).
+    fn error(&mut self) -> io::Error {
+        let Ok(code) = self.i32() else {
+            return errno(libc::EPROTO);
+        };
+        let not_found = self.u8().unwrap_or(0) != 0;
+        let message = self
+            .bytes()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default();
+        if code != 0 {
+            io::Error::from_raw_os_error(code)
+        } else if not_found {
+            io::Error::new(io::ErrorKind::NotFound, message)
+        } else {
+            io::Error::other(message)
+        }
+    }
+}
