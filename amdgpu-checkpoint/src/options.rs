@@ -680,7 +680,16 @@ mod tests {
         assert!(!bad.dedup);
         assert_eq!(invalid.len(), 1);
         assert!(invalid[0].to_string().contains("KFD_DEDUP"));
-        assert!(on.describe().contains(&"param: KFD_DEDUP:Y".to_owned()));
+        assert!(on
+            .describe()
+            .contains(&"param: amdgpu.dedup (KFD_DEDUP) = YES (environment)".to_owned()));
+        // A new option: the plugin refuses a bad value instead of ignoring it.
+        let err = Options::resolve(lookup(&[(DEDUP, "maybe")])).unwrap_err();
+        assert!(err.to_string().contains("KFD_DEDUP"), "{err}");
+        let cli = Options::default()
+            .with_command_line(&["amdgpu.dedup=1".to_owned()])
+            .unwrap();
+        assert!(cli.dedup && cli.source("dedup") == Source::CommandLine);
     }
 
     #[test]
@@ -918,7 +927,8 @@ mod command_line_tests {
                 "numa-check",
                 "capability-check",
                 "max-buffer-size",
-                "device-map"
+                "device-map",
+                "dedup"
             ]
         );
         for spec in OPTIONS {
