@@ -24,16 +24,31 @@
 //!   tracees detached, its KFD process torn down), its fds and mappings
 //!   gone with it.
 //!
+//! Where the model stops short of the kernel:
+//! * a client is one simulated process; a process it forks shares its
+//!   connection, so (unlike a real fork) the child is not a process of its
+//!   own, and the connection ends only when both are gone;
+//! * fds are received close-on-exec whatever the call asked for;
+//! * an fd travelling in a message (between the server's reply and the
+//!   client's receipt) is open nowhere, so [`Sim::accounting`] taken at
+//!   that moment misses it; tests take it with the client idle or gone;
+//! * pinned userptr pages of a client outlive it as in the kernel, but
+//!   their contents do not: once the server has seen the client's end,
+//!   device writes to them land nowhere and reads give zeros (between its
+//!   death and that moment they reach its pid, still a zombie unless
+//!   reaped at once).
+//!
 //! This module never interprets ioctl arguments: [`SimDriver`] does, in
 //! the client's address space.
 
+use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -48,6 +63,18 @@ const MAX_MESSAGE: usize = 64 * 1024;
 const MAX_SYSFS_READ: usize = 32 * 1024;
 /// Most fds one message carries.
 const MAX_FDS: usize = 2;
+
+/// Host pids of the clients being served, with their connections: the
+/// processes whose memory the device may still reach.
+static LIVE: Mutex<BTreeMap<libc::pid_t, usize>> = Mutex::new(BTreeMap::new());
+
+/// Whether host process `pid` is a client being served (its userptr pages
+/// still its memory).
+pub(crate) fn client_alive(pid: libc::pid_t) -> bool {
+    LIVE.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .contains_key(&pid)
+}
 
 mod op {
     pub(super) const BIND: u8 = 0;
@@ -227,6 +254,11 @@ impl Server {
         {
             let mut st = self.sim.lock();
             *st.remote_peers.entry(peer).or_insert(0) += 1;
+            *LIVE
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(peer)
+                .or_insert(0) += 1;
         }
         let served = Served {
             driver: self.sim.driver(pid),
@@ -283,6 +315,13 @@ impl Served {
                 // and mappings.
                 st.remote_peers.remove(&peer);
                 st.remote_maps.retain(|&(p, _), _| p != peer);
+            }
+            let mut live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(n) = live.get_mut(&peer) {
+                *n -= 1;
+                if *n == 0 {
+                    live.remove(&peer);
+                }
             }
         }
         // Gone already when the test ended it some other way.

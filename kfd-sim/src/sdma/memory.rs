@@ -193,8 +193,9 @@ impl UserMemory {
 
     /// Wrap `len` bytes at `addr` of host process `pid`, reached with
     /// `process_vm_readv`/`process_vm_writev`. Pinned pages outlive their
-    /// process's address space: once `pid` is gone, writes land nowhere
-    /// anyone can see and reads return zeros, never a device fault.
+    /// process's address space: once `pid` is gone (or no longer a client
+    /// being served, [`crate::remote`]), writes land nowhere anyone can see
+    /// and reads return zeros, never a device fault.
     pub(crate) fn remote(pid: libc::pid_t, addr: u64, len: usize) -> Self {
         UserMemory {
             addr: addr as usize,
@@ -209,6 +210,10 @@ impl UserMemory {
         start: usize,
         buf: &mut [u8],
     ) -> Result<(), MemoryError> {
+        if !crate::remote::client_alive(pid) {
+            buf.fill(0);
+            return Ok(());
+        }
         match crate::sim::remote_read(pid, (self.addr + start) as u64, buf) {
             Ok(()) => Ok(()),
             Err(crate::Errno(libc::ESRCH)) => {
@@ -223,6 +228,9 @@ impl UserMemory {
     }
 
     fn remote_write(&self, pid: libc::pid_t, start: usize, data: &[u8]) -> Result<(), MemoryError> {
+        if !crate::remote::client_alive(pid) {
+            return Ok(());
+        }
         match crate::sim::remote_write(pid, (self.addr + start) as u64, data) {
             Ok(()) | Err(crate::Errno(libc::ESRCH)) => Ok(()),
             Err(_) => Err(MemoryError {
