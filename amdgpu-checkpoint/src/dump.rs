@@ -123,6 +123,10 @@ struct Paused<D: Driver> {
     id: u32,
     /// Dropped once the process is unpaused (the guardian then exits).
     _guardian: Option<Guardian>,
+    /// An unfinished file in the images directory while the process is
+    /// paused (see `mark_in_progress`); dropped, and so removed,
+    /// once it is unpaused.
+    _in_progress: Option<amdgpu_image::UnfinishedMark>,
 }
 
 /// The dump side of the plugin in CRIU's dumper process.
@@ -224,6 +228,8 @@ impl<D: Driver + Clone> Dumper<D> {
             .try_clone_to_owned()
             .map_err(Error::io("duplicating the KFD fd"))?;
         let target = Kfd::from_fd(self.driver.clone(), own);
+        // Before the pause, so that no moment of it goes unmarked.
+        let in_progress = mark_in_progress(store, id);
         let info = target
             .process_info()
             .map_err(Error::kfd("pausing the process (CRIU_OP PROCESS_INFO)"))?;
@@ -259,6 +265,7 @@ impl<D: Driver + Clone> Dumper<D> {
                         pid: info.pid,
                         id,
                         _guardian: guardian,
+                        _in_progress: in_progress,
                     });
                 }
                 Ok(dump)
@@ -1121,6 +1128,30 @@ fn probe_hsakmt_shm(shm_dir: &Path) -> (u64, u32) {
         Err(e) => {
             log::warn!("cannot read the magic of {}: {e}", path.display());
             (meta.len(), 0)
+        }
+    }
+}
+
+/// Marks the dump of KFD file `id` as in progress in a directory store: an
+/// unfinished file (`.amdgpu-kfd-ID.img.part-PID-N`) that stays while
+/// the process is paused and goes when it is unpaused (or the dump fails).
+/// A dumper killed in between (SIGKILL: nothing of it runs) leaves the file,
+/// and [`verify_set`](amdgpu_image::verify_set) reports the set as
+/// unfinished even when every image had been committed: CRIU writes its
+/// `inventory.img` only after `DUMP_DEVICES_LATE`, so until then the dump is
+/// not done. A streamed dump has no such file (the streamer's capture is
+/// incomplete by itself); a marker that cannot be made is logged and the
+/// dump goes on.
+fn mark_in_progress<S: ImageStore>(store: &S, id: u32) -> Option<amdgpu_image::UnfinishedMark> {
+    let dir = store.as_dir()?;
+    match dir.mark_unfinished(&ImageName::Kfd { id }) {
+        Ok(mark) => Some(mark),
+        Err(e) => {
+            log::warn!(
+                "file {id}: cannot mark the dump as in progress ({e}); if this dump is killed, \
+                 its images may look complete"
+            );
+            None
         }
     }
 }

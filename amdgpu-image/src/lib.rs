@@ -128,6 +128,7 @@ pub use pages::{
 };
 pub use seal::Coverage;
 pub use store::{
-    DirStore, ImageStore, ImageWriter, MemStore, StreamMode, StreamStore, StreamWriter, PARENT_LINK,
+    DirStore, ImageStore, ImageWriter, MemStore, StreamMode, StreamStore, StreamWriter,
+    UnfinishedMark, PARENT_LINK,
 };
 pub use validate::{verify_set, SetReport, ValidatedKfd, ValidatedRenderNode};

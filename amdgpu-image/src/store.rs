@@ -263,6 +263,64 @@ impl DirStore {
             .unwrap_or_else(|| self.base.display().to_string())
     }
 
+    /// Files a writer of this store started and never committed
+    /// (`.amdgpu-*.img.part-PID-N`), sorted: each one left over means a dump
+    /// was interrupted (killed, Ctrl-C) before it finished, whatever the
+    /// committed files say. The dumper also keeps one open per paused
+    /// process until it unpauses it, so a dump killed before its end is
+    /// never mistaken for a finished one.
+    pub fn unfinished(&self) -> Result<Vec<String>, Error> {
+        let entries = fs::read_dir(&self.base).map_err(|e| Error::Io {
+            file: self.shown(),
+            op: "list",
+            source: e,
+        })?;
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::Io {
+                file: self.shown(),
+                op: "list",
+                source: e,
+            })?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if is_unfinished_name(&name) {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Creates an empty unfinished file for `name` (as [`DirStore::create`]
+    /// names them, so [`DirStore::unfinished`] and `verify` report it) that
+    /// is removed when the returned guard is dropped. The guard holds its
+    /// own handle on the directory, so it outlives this store (and a store
+    /// opened through `/proc/self/fd`). A process killed while holding it
+    /// leaves the file: the mark of a dump that never finished.
+    pub fn mark_unfinished(&self, name: &ImageName) -> Result<UnfinishedMark, Error> {
+        let dir: OwnedFd = self
+            .dir
+            .try_clone()
+            .map_err(|e| Error::io(name, "duplicate the directory handle", e))?
+            .into();
+        let file = format!(
+            ".{name}.part-{}-{}",
+            std::process::id(),
+            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        rustix::fs::openat(
+            &dir,
+            file.as_str(),
+            rustix::fs::OFlags::WRONLY
+                | rustix::fs::OFlags::CREATE
+                | rustix::fs::OFlags::EXCL
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| Error::io(name, "create the unfinished-dump mark", e.into()))?;
+        Ok(UnfinishedMark { dir, file })
+    }
+
     /// Opens `name` as a `File` (for [`PagesFile`]'s positional reads).
     pub fn open_file(&self, name: &ImageName) -> Result<Option<File>, Error> {
         match File::open(self.base.join(name.to_string())) {
@@ -271,6 +329,36 @@ impl DirStore {
             Err(e) => Err(Error::io(name, "open", e)),
         }
     }
+}
+
+/// The mark of an unfinished dump ([`DirStore::mark_unfinished`]), removed
+/// on drop.
+#[derive(Debug)]
+pub struct UnfinishedMark {
+    dir: OwnedFd,
+    file: String,
+}
+
+impl UnfinishedMark {
+    /// The mark's file name in the images directory.
+    pub fn file_name(&self) -> &str {
+        &self.file
+    }
+}
+
+impl Drop for UnfinishedMark {
+    fn drop(&mut self) {
+        // Best effort: a mark left behind makes the set read as unfinished,
+        // the safe side.
+        let _ = rustix::fs::unlinkat(&self.dir, self.file.as_str(), rustix::fs::AtFlags::empty());
+    }
+}
+
+/// Whether `name` is a file [`DirStore::create`] made and never committed.
+fn is_unfinished_name(name: &str) -> bool {
+    name.strip_prefix('.').and_then(|rest| rest.split_once(".part-")).is_some_and(
+        |(image, _)| ImageName::parse(image).is_ok(),
+    )
 }
 
 impl ImageStore for DirStore {

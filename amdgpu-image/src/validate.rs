@@ -577,12 +577,16 @@ pub struct SetReport {
     pub references_verified: u64,
     /// Image sets read: 1 for a set alone, 2 with its parent, and so on.
     pub chain_depth: usize,
+    /// Files a writer started and never finished
+    /// ([`DirStore::unfinished`](crate::DirStore::unfinished)): the dump
+    /// was interrupted and the set is incomplete whatever the rest says.
+    pub unfinished: Vec<String>,
 }
 
 impl SetReport {
-    /// Whether no problem was found.
+    /// Whether no problem was found and no file was left unfinished.
     pub fn is_clean(&self) -> bool {
-        self.problems.is_empty()
+        self.problems.is_empty() && self.unfinished.is_empty()
     }
 }
 
@@ -605,6 +609,10 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
     let names = store.list()?;
     let mut report = SetReport {
         files: names.len(),
+        unfinished: match store.as_dir() {
+            Some(dir) => dir.unfinished()?,
+            None => Vec::new(),
+        },
         ..SetReport::default()
     };
     let mut referenced: HashSet<ImageName> = HashSet::new();

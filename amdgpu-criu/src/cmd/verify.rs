@@ -42,12 +42,14 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // A dump writes each file as `.NAME.part-*` and renames it when done:
-    // one left over means the dump was interrupted (killed, Ctrl-C) and the
-    // set is incomplete whatever the finished files say.
-    let unfinished = unfinished_files(&args.dir);
+    // A dump writes each file as `.NAME.part-*` and renames it when done,
+    // and keeps one open per paused process until it unpauses it: one left
+    // over means the dump was interrupted (killed, Ctrl-C) and the set is
+    // incomplete whatever the finished files say (`report.is_clean` is
+    // false then).
+    let unfinished = report.unfinished.clone();
     let empty = report.files == 0 && unfinished.is_empty();
-    let clean = report.is_clean() && unfinished.is_empty() && !empty;
+    let clean = report.is_clean() && !empty;
     if args.json {
         println!("{:#}", to_json(&args, &report, &unfinished, clean));
     } else {
@@ -148,19 +150,4 @@ fn to_json(
             "message": p.message,
         })).collect::<Vec<_>>(),
     })
-}
-
-/// Names of the amdgpu image files in `dir` that a writer started and never
-/// finished (`.amdgpu-*.part-*`), sorted.
-fn unfinished_files(dir: &std::path::Path) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut names: Vec<String> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(".amdgpu-") && n.contains(".img.part-"))
-        .collect();
-    names.sort();
-    names
 }
