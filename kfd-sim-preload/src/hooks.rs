@@ -165,6 +165,11 @@ fn target(path: &CStr) -> Target {
     }
 }
 
+/// Whether open `flags` ask to write or create.
+fn writes(flags: c_int) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & (libc::O_CREAT | libc::O_TRUNC) != 0
+}
+
 /// `openat(2)` for every open variant.
 ///
 /// # Safety
@@ -178,6 +183,14 @@ unsafe fn open_any(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t
     };
     guarded(pass, -1, || match target(p) {
         Target::Host => pass(),
+        // The simulated sysfs and procfs files are read-only, as the
+        // kernel's topology attributes (0444) are.
+        Target::Redirect(_)
+            if writes(flags) && crate::shm::path_redirect(p.to_bytes()).is_none() =>
+        {
+            set_errno(libc::EACCES);
+            -1
+        }
         // SAFETY: `np` is a NUL-terminated path that outlives the call.
         Target::Redirect(np) => unsafe { real::openat(dirfd, np.as_ptr(), flags, mode) },
         Target::Device(m, _) => m.open_device(p, flags).unwrap_or_else(|e| {
@@ -272,8 +285,15 @@ unsafe fn fopen_any(path: *const c_char, mode: *const c_char) -> *mut FILE {
     let Some(p) = (unsafe { path_bytes(path) }) else {
         return pass();
     };
+    // SAFETY: `mode` is a C string or null (the caller's contract).
+    let writing = unsafe { path_bytes(mode) }
+        .is_some_and(|m| m.to_bytes().iter().any(|c| matches!(c, b'w' | b'a' | b'+')));
     guarded(pass, std::ptr::null_mut(), || match target(p) {
         Target::Host => pass(),
+        Target::Redirect(_) if writing && crate::shm::path_redirect(p.to_bytes()).is_none() => {
+            set_errno(libc::EACCES);
+            std::ptr::null_mut()
+        }
         // SAFETY: `np` is a NUL-terminated path that outlives the call.
         Target::Redirect(np) => unsafe { real::fopen(np.as_ptr(), mode) },
         // No user space streams a device file; refuse rather than open a
