@@ -356,9 +356,9 @@ impl Drop for UnfinishedMark {
 
 /// Whether `name` is a file [`DirStore::create`] made and never committed.
 fn is_unfinished_name(name: &str) -> bool {
-    name.strip_prefix('.').and_then(|rest| rest.split_once(".part-")).is_some_and(
-        |(image, _)| ImageName::parse(image).is_ok(),
-    )
+    name.strip_prefix('.')
+        .and_then(|rest| rest.split_once(".part-"))
+        .is_some_and(|(image, _)| ImageName::parse(image).is_ok())
 }
 
 impl ImageStore for DirStore {
