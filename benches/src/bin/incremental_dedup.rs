@@ -248,7 +248,9 @@ fn reader_cpu(dir: &Path, bytes: u64) -> Result<(f64, f64)> {
     let mut left = bytes;
     while left > 0 {
         let n = left.min(buf.len() as u64) as usize;
-        writer.write(&buf[..n]).map_err(step("writing a pages file"))?;
+        writer
+            .write(&buf[..n])
+            .map_err(step("writing a pages file"))?;
         left -= n as u64;
     }
     let (file, written) = writer.finish().map_err(step("finishing a pages file"))?;
@@ -264,7 +266,11 @@ fn reader_cpu(dir: &Path, bytes: u64) -> Result<(f64, f64)> {
             .open_pages(&name, layout(checksum)?)
             .map_err(step("opening a pages file"))?
             .ok_or_else(|| fail("opening a pages file")("missing".into()))?;
-        while r.read_chunk(&mut buf).map_err(step("reading a pages file"))?.is_some() {}
+        while r
+            .read_chunk(&mut buf)
+            .map_err(step("reading a pages file"))?
+            .is_some()
+        {}
         reader = reader.min(thread_cpu_time().saturating_sub(cpu).as_secs_f64() / gib);
         drop_cache(&path)?;
         let cpu = thread_cpu_time();
