@@ -85,7 +85,7 @@ impl ChunkResolver {
     /// Indexes the chunks the set in `store` stores (its parents are read
     /// when a parent chunk is first asked for).
     pub fn new(store: &DirStore, limits: ReadLimits) -> Result<Self, Error> {
-        let level = index_level(reopen(store)?, 0, limits)?;
+        let level = index_level(reopen(store)?.named("the image set"), 0, limits)?;
         Ok(Self {
             levels: Mutex::new(vec![Arc::new(level)]),
             limits,
@@ -223,6 +223,14 @@ fn reopen(store: &DirStore) -> Result<DirStore, Error> {
 /// Reads every KFD image of `store` and indexes the chunks it stores.
 fn index_level(store: DirStore, level: usize, limits: ReadLimits) -> Result<Level, Error> {
     let shown = store.shown();
+    // Files of the set itself by their name, a parent's behind its link.
+    let shown_file = |name: &ImageName| {
+        if level == 0 {
+            name.to_string()
+        } else {
+            format!("{shown}/{name}")
+        }
+    };
     let names = store.list()?;
     let mut out = Level {
         store,
@@ -233,7 +241,7 @@ fn index_level(store: DirStore, level: usize, limits: ReadLimits) -> Result<Leve
     };
     let mut first = true;
     for name in names.iter().filter(|n| n.kind() == ImageKind::Kfd) {
-        let at = |what: String| chain_error(format!("{shown}/{name}"), what);
+        let at = |what: String| chain_error(shown_file(name), what);
         let msg: CriuKfd = out
             .store
             .read_message(name, limits)?
@@ -273,8 +281,8 @@ fn index_level(store: DirStore, level: usize, limits: ReadLimits) -> Result<Leve
             let file = out
                 .store
                 .open_file(&pages)?
-                .ok_or_else(|| chain_error(format!("{shown}/{pages}"), "missing"))?;
-            let file = PagesFile::open(file, &format!("{shown}/{pages}"), layout)?;
+                .ok_or_else(|| chain_error(shown_file(&pages), "missing"))?;
+            let file = PagesFile::open(file, &shown_file(&pages), layout)?;
             for (k, bo) in chunks.iter().enumerate() {
                 index_bo(&mut out.index, level, pages, k, bo);
             }

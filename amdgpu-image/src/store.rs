@@ -255,6 +255,12 @@ impl DirStore {
         }
     }
 
+    /// The same directory named `shown` in errors.
+    pub(crate) fn named(mut self, shown: impl Into<String>) -> Self {
+        self.shown = Some(shown.into());
+        self
+    }
+
     /// How errors name this directory: `parent -> ../1` for a parent
     /// reached through a link, else its path.
     pub fn shown(&self) -> String {

@@ -211,6 +211,77 @@ fn raw_io_once(dir: &Path, bytes: u64) -> Result<((Duration, Duration), (Duratio
     Ok((write, read_time))
 }
 
+/// The plugin's pages reader alone against a plain `read` of the same
+/// file, page cache dropped before each, alternating, best of three: CPU
+/// per GiB of the reader (every chunk digest and the BO checksum verified)
+/// and of the plain reads. Separates the reader's own cost from what a
+/// whole restore adds (the emulated CRIU, the simulated SDMA's staging
+/// memory, the page-cache reclaim the run's other files cause).
+fn reader_cpu(dir: &Path, bytes: u64) -> Result<(f64, f64)> {
+    use amdgpu_image::chunks::ChecksumAlgo;
+    use amdgpu_image::{PagesBo, PagesLayout};
+    let store = DirStore::open_dir(dir).map_err(step("opening the work directory"))?;
+    let name = ImageName::Pages { id: 99, gpu_id: 1 };
+    let algo = ChecksumAlgo::V2 {
+        chunk_size: CHUNK_SIZE,
+    };
+    let layout = |checksum| {
+        PagesLayout::new(vec![PagesBo {
+            entry: 0,
+            size: bytes,
+            checksum,
+        }])
+        .and_then(|l| l.with_chunks(algo, Vec::new()))
+        .ok_or_else(|| fail("sizing a pages file")("too large".into()))
+    };
+    let mut buf = vec![0u8; 32 << 20];
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for w in buf.chunks_exact_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        w.copy_from_slice(&x.to_le_bytes());
+    }
+    let mut writer = store
+        .create_pages(&name, layout(None)?)
+        .map_err(step("creating a pages file"))?;
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        writer
+            .write(&buf[..n])
+            .map_err(step("writing a pages file"))?;
+        left -= n as u64;
+    }
+    let (file, written) = writer.finish().map_err(step("finishing a pages file"))?;
+    amdgpu_image::ImageWriter::commit(file).map_err(step("committing a pages file"))?;
+    let checksum = written.checksums.first().map(|(_, c)| *c);
+    let path = dir.join(name.to_string());
+    let gib = bytes as f64 / GIB;
+    let (mut reader, mut plain) = (f64::MAX, f64::MAX);
+    for _ in 0..3 {
+        drop_cache(&path)?;
+        let cpu = thread_cpu_time();
+        let mut r = store
+            .open_pages(&name, layout(checksum)?)
+            .map_err(step("opening a pages file"))?
+            .ok_or_else(|| fail("opening a pages file")("missing".into()))?;
+        while r
+            .read_chunk(&mut buf)
+            .map_err(step("reading a pages file"))?
+            .is_some()
+        {}
+        reader = reader.min(thread_cpu_time().saturating_sub(cpu).as_secs_f64() / gib);
+        drop_cache(&path)?;
+        let cpu = thread_cpu_time();
+        let mut f = File::open(&path).map_err(step("opening a pages file"))?;
+        while std::io::Read::read(&mut f, &mut buf).map_err(step("reading a pages file"))? > 0 {}
+        plain = plain.min(thread_cpu_time().saturating_sub(cpu).as_secs_f64() / gib);
+    }
+    let _ = std::fs::remove_file(&path);
+    Ok((reader, plain))
+}
+
 /// What one dump took.
 struct Dumped {
     time: Duration,
@@ -593,6 +664,11 @@ fn run(total: u64) -> Result<()> {
     let raw_cpu = (wcpu.as_secs_f64() / gib, rcpu.as_secs_f64() / gib);
     line("raw_cpu_s_per_gib_write", format!("{:.3}", raw_cpu.0));
     line("raw_cpu_s_per_gib_read", format!("{:.3}", raw_cpu.1));
+    progress("the pages reader against plain reads of one file");
+    let (reader, plain) = reader_cpu(root.path(), total.min(512 * MIB))?;
+    line("pages_reader_cpu_s_per_gib", format!("{reader:.3}"));
+    line("plain_read_cpu_s_per_gib_same_file", format!("{plain:.3}"));
+    line("pages_reader_cpu_vs_plain_read", ratio(reader, plain));
     incremental(root.path(), total, raw_cpu)?;
     dedup(root.path(), total)?;
     Ok(())
