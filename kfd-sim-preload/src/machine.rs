@@ -20,7 +20,7 @@ use kfd::Driver;
 use kfd_sim::{Sim, SimConfig, SimDriver, DRM_MAJOR, KFD_MAJOR};
 
 /// The environment variable naming the machine: a built-in topology name
-/// (`amdgpu_topology::builtin_names`) or a directory holding a captured
+/// (`amdgpu_topology::builtin_names`, bare or as `builtin:NAME`) or a directory holding a captured
 /// topology (the layout of `/sys/class/kfd/kfd/topology`).
 pub const MACHINE_VAR: &str = "KFD_SIM_MACHINE";
 /// Set to anything to log each routed device call to stderr.
@@ -143,8 +143,11 @@ impl Machine {
         let sim = if path.is_dir() {
             Sim::from_sysfs(path, SimConfig::default())
         } else {
+            // `builtin:NAME`, as amdgpu-criu names built-in machines, or the
+            // bare name.
             let name = name.to_string_lossy();
-            Sim::builtin(&name, SimConfig::default())
+            let name = name.strip_prefix("builtin:").unwrap_or(&name);
+            Sim::builtin(name, SimConfig::default())
         }
         .map_err(|e| format!("{MACHINE_VAR}={}: {e}", path.display()))?;
         let pid = sim
