@@ -366,6 +366,7 @@ impl<D: Driver + Clone> Dumper<D> {
         let checkpoint = target
             .checkpoint(info)
             .map_err(Error::kfd("reading the process state (CRIU_OP CHECKPOINT)"))?;
+        refuse_unknown_objects(&checkpoint.priv_data, info, id)?;
         let local = local_topology(&self.config.topology_root, &self.driver)?;
 
         // actual (local) gpu_id -> user gpu_id
@@ -1128,6 +1129,51 @@ fn probe_hsakmt_shm(shm_dir: &Path) -> (u64, u32) {
         Err(e) => {
             log::warn!("cannot read the magic of {}: {e}", path.display());
             (meta.len(), 0)
+        }
+    }
+}
+
+/// Refuses a process whose private data (the kernel's opaque blob, saved
+/// as it is) holds queues of a type no kernel this plugin knows writes: a
+/// later kernel's queue (KFD 1.22's metadata-ring queues of GC 12.1, for
+/// one, whose layout is not published) may carry state the kernel's blob
+/// does not, and a restore that recreates it wrongly is worse than a dump
+/// that says so. The dump's failure path unpauses the process. A blob in
+/// no layout this plugin can walk is saved as the kernel wrote it (as the
+/// C plugin saves every blob), with a note in the log.
+fn refuse_unknown_objects(priv_data: &[u8], info: &ProcessInfo, id: u32) -> Result<(), Error> {
+    let Some(objects) = amdgpu_image::priv_data::objects(
+        priv_data,
+        u64::from(info.num_devices),
+        u64::from(info.num_bos),
+        info.num_objects,
+    ) else {
+        log::debug!(
+            "file {id}: pid {}: the kernel's private data ({} bytes, {} objects) is in a layout \
+             this plugin does not read; it is saved as the kernel wrote it",
+            info.pid,
+            priv_data.len(),
+            info.num_objects
+        );
+        return Ok(());
+    };
+    match objects.unknown_queue_types.as_slice() {
+        [] => Ok(()),
+        unknown => {
+            Err(Error::Unsupported {
+                what: format!(
+                "pid {}: {} of an unknown type ({}; the kernel's user queue types are compute 0, \
+                 SDMA 1, SDMA_XGMI 4 and SDMA_BY_ENG_ID 5, so this is a newer kernel's queue); \
+                 the process was left running",
+                info.pid,
+                if unknown.len() == 1 { "a queue" } else { "queues" },
+                unknown
+                    .iter()
+                    .map(|(gpu, kind)| format!("type {kind} on GPU {gpu:#x}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            })
         }
     }
 }

@@ -102,6 +102,7 @@ pub mod name;
 pub mod pages;
 #[doc(hidden)]
 pub mod presence;
+pub mod priv_data;
 pub mod seal;
 pub mod store;
 #[cfg(feature = "topology")]

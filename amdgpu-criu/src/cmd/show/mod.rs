@@ -12,7 +12,7 @@
 
 mod archive;
 mod detail;
-mod priv_data;
+use amdgpu_image::priv_data;
 mod summary;
 
 use std::fs::File;

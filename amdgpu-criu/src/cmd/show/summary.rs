@@ -7,9 +7,9 @@ use amdgpu_image::seal::SealCheck;
 use amdgpu_image::{flags, KfdDeviceEntry};
 use serde_json::{json, Value};
 
-use super::priv_data::{self, Objects};
 use super::{Entry, Loaded};
 use crate::out::{gpu_id, human_bytes, plural};
+use amdgpu_image::priv_data::{self, Objects};
 
 /// One checkpointed process (KFD image).
 struct Process {

@@ -1,5 +1,7 @@
-//! What `show` can tell from a KFD image's opaque `priv_data`: how many
-//! queues (per GPU, compute or SDMA), events and SVM ranges it holds.
+//! What can be told from a KFD image's opaque `priv_data`: how many
+//! queues (per GPU, compute or SDMA), events and SVM ranges it holds, and
+//! queues of a type no kernel up to this plugin's knowledge writes (`show`
+//! prints the counts; the dump refuses unknown queue types).
 //!
 //! The blob is the kernel's (`../shared/spec/kernel.md` §1.4):
 //! `[process 8][device 8 × D][bo × B][objects …]`, where a BO record is 80
@@ -24,6 +26,11 @@ pub struct Objects {
     pub svm_ranges: u32,
     /// The BO record size that made the walk come out exact (80 or 272).
     pub bo_record: u64,
+    /// Queues whose `type` is none of the kernel's user queue types
+    /// (`enum kfd_queue_type`: COMPUTE 0, SDMA 1, SDMA_XGMI 4,
+    /// SDMA_BY_ENG_ID 5; HIQ 2 and DIQ 3 are the kernel's own): (user
+    /// gpu_id, type), in blob order.
+    pub unknown_queue_types: Vec<(u32, u32)>,
 }
 
 impl Objects {
@@ -64,7 +71,10 @@ fn walk(blob: &[u8], gpus: u64, bos: u64, count: u32, bo_record: u64) -> Option<
                 match kind {
                     0 => q.0 += 1,
                     1 | 4 | 5 => q.1 += 1,
-                    _ => q.2 += 1,
+                    _ => {
+                        q.2 += 1;
+                        found.unknown_queue_types.push((gpu_id, kind));
+                    }
                 }
                 120 + ctl + mqd
             }
@@ -118,7 +128,19 @@ mod tests {
             assert_eq!(o.queues[&0x1234], (1, 1, 0));
             assert_eq!(o.events, 1);
             assert_eq!(o.queue_count(), 2);
+            assert!(o.unknown_queue_types.is_empty());
         }
+    }
+
+    #[test]
+    fn a_queue_of_an_unknown_type_is_named() {
+        let mut b = blob(80);
+        // The SDMA queue (second object) becomes type 9.
+        let at = 8 + 2 * 8 + 3 * 80 + 120 + 24 + 68;
+        b[at..at + 4].copy_from_slice(&9u32.to_le_bytes());
+        let o = objects(&b, 2, 3, 3).expect("known layout");
+        assert_eq!(o.queues[&0x1234], (1, 0, 1));
+        assert_eq!(o.unknown_queue_types, vec![(0x1234, 9)]);
     }
 
     #[test]
