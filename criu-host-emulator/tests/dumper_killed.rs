@@ -128,31 +128,7 @@ impl Driver for KillDriver {
         unsafe { self.inner.mmap(addr, len, prot, flags, fd, offset) }
     }
 
-    unsafe fn munmap(&self, addr: NonNull<c_void>, len: usize) -> io::Result<()> {
-        // SAFETY: forwarded Driver::munmap contract (a dead process's
-        // mappings go with it; the host memory is released either way).
-        unsafe { self.inner.munmap(addr, len) }
-    }
-
-    fn fd_kind(&self, fd: BorrowedFd<'_>) -> io::Result<FdKind> {
-        self.inner.fd_kind(fd)
-    }
-
-    fn device_number(&self, path: &Path) -> io::Result<DeviceNumber> {
-        self.inner.device_number(path)
-    }
-
-    fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {
-        self.inner.read_sysfs(path, limit)
-    }
-
-    fn list_dir(&self, path: &Path) -> io::Result<Vec<std::ffi::OsString>> {
-        self.inner.list_dir(path)
-    }
-
-    fn read_link(&self, path: &Path) -> io::Result<std::path::PathBuf> {
-        self.inner.read_link(path)
-    }
+    faults_common::forward_driver_rest!();
 }
 
 /// The driver of CRIU process `pid`, killed with the others of the run.

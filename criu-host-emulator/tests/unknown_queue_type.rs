@@ -16,7 +16,7 @@ use std::path::Path;
 use std::ptr::NonNull;
 
 use criu_host_emulator::EmulatedHost;
-use kfd::{DeviceNumber, Driver, FdKind};
+use kfd::Driver;
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Sim, SimConfig, SimDriver};
 use kfd_sys::{kfd_ioctl_criu_args, AMDKFD_IOC_CRIU_OP, KFD_CRIU_OP_CHECKPOINT};
@@ -82,30 +82,7 @@ impl Driver for NewerKernel {
         unsafe { self.inner.mmap(addr, len, prot, flags, fd, offset) }
     }
 
-    unsafe fn munmap(&self, addr: NonNull<c_void>, len: usize) -> io::Result<()> {
-        // SAFETY: forwarded Driver::munmap contract.
-        unsafe { self.inner.munmap(addr, len) }
-    }
-
-    fn fd_kind(&self, fd: BorrowedFd<'_>) -> io::Result<FdKind> {
-        self.inner.fd_kind(fd)
-    }
-
-    fn device_number(&self, path: &Path) -> io::Result<DeviceNumber> {
-        self.inner.device_number(path)
-    }
-
-    fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {
-        self.inner.read_sysfs(path, limit)
-    }
-
-    fn list_dir(&self, path: &Path) -> io::Result<Vec<std::ffi::OsString>> {
-        self.inner.list_dir(path)
-    }
-
-    fn read_link(&self, path: &Path) -> io::Result<std::path::PathBuf> {
-        self.inner.read_link(path)
-    }
+    faults_common::forward_driver_rest!();
 }
 
 /// Sets the `type` (offset 68 of the queue record) of the blob's first

@@ -31,7 +31,7 @@ use amdgpu_checkpoint::restore::Restored;
 use criu_host_emulator::{DeviceVma, TaskFile};
 use criu_plugin_amdgpu::abi::Stage;
 use criu_plugin_amdgpu::hooks::{CriuHost, Plugin, PluginConfig, VmaUpdate, NOT_MINE};
-use kfd::{DeviceNumber, Driver, FdKind};
+use kfd::Driver;
 use kfd_sim::{Accounting, Errno, FaultSpec, Pid, ProcessConfig, Sim, SimDriver};
 
 /// One call of the plugin into the (simulated) kernel: the simulator's fault
@@ -302,31 +302,47 @@ impl Driver for FaultDriver {
         })
     }
 
-    unsafe fn munmap(&self, addr: NonNull<c_void>, len: usize) -> io::Result<()> {
-        // SAFETY: forwarded Driver::munmap contract.
-        unsafe { self.inner.munmap(addr, len) }
-    }
-
-    fn fd_kind(&self, fd: BorrowedFd<'_>) -> io::Result<FdKind> {
-        self.inner.fd_kind(fd)
-    }
-
-    fn device_number(&self, path: &Path) -> io::Result<DeviceNumber> {
-        self.inner.device_number(path)
-    }
-
-    fn read_sysfs(&self, path: &Path, limit: usize) -> io::Result<Vec<u8>> {
-        self.inner.read_sysfs(path, limit)
-    }
-
-    fn list_dir(&self, path: &Path) -> io::Result<Vec<std::ffi::OsString>> {
-        self.inner.list_dir(path)
-    }
-
-    fn read_link(&self, path: &Path) -> io::Result<std::path::PathBuf> {
-        self.inner.read_link(path)
-    }
+    forward_driver_rest!();
 }
+
+/// The [`kfd::Driver`] methods a test's driver passes straight to its
+/// `inner` [`SimDriver`] (all but `open`, `ioctl` and `mmap`, which the
+/// test drivers watch).
+macro_rules! forward_driver_rest {
+    () => {
+        unsafe fn munmap(
+            &self,
+            addr: std::ptr::NonNull<std::ffi::c_void>,
+            len: usize,
+        ) -> std::io::Result<()> {
+            // SAFETY: forwarded Driver::munmap contract (a dead process's
+            // mappings go with it; the host memory is released either way).
+            unsafe { self.inner.munmap(addr, len) }
+        }
+
+        fn fd_kind(&self, fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<kfd::FdKind> {
+            self.inner.fd_kind(fd)
+        }
+
+        fn device_number(&self, path: &std::path::Path) -> std::io::Result<kfd::DeviceNumber> {
+            self.inner.device_number(path)
+        }
+
+        fn read_sysfs(&self, path: &std::path::Path, limit: usize) -> std::io::Result<Vec<u8>> {
+            self.inner.read_sysfs(path, limit)
+        }
+
+        fn list_dir(&self, path: &std::path::Path) -> std::io::Result<Vec<std::ffi::OsString>> {
+            self.inner.list_dir(path)
+        }
+
+        fn read_link(&self, path: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
+            self.inner.read_link(path)
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use forward_driver_rest;
 
 /// A hook that made CRIU give up.
 #[derive(Debug, Clone, PartialEq, Eq)]
