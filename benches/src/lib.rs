@@ -6,5 +6,6 @@
 #![forbid(unsafe_code)]
 
 pub mod image;
+pub mod output;
 pub mod topology;
 pub mod transfer;

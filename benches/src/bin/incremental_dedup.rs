@@ -37,7 +37,7 @@
 #![forbid(unsafe_code)]
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -47,6 +47,7 @@ use amdgpu_checkpoint::transfer::transfer_cpu_time;
 use amdgpu_image::chain::flatten;
 use amdgpu_image::chunks::{ChunkHasher, CHUNK_SIZE};
 use amdgpu_image::{ContentHasher, CriuKfd, DirStore, ImageName, ImageStore, ReadLimits};
+use benches::output::{line, work_dir};
 use benches::transfer::{drop_cache, gibs, pages_files, BenchError, Fill, Machine, Result};
 use criu_host_emulator::{CriuEmulator, DeviceVma, EmulatorConfig, TaskFile, TaskToDump};
 use kfd_sim::workload::{Profile, Workload};
@@ -67,29 +68,8 @@ fn step<E: std::fmt::Display>(what: &'static str) -> impl FnOnce(E) -> BenchErro
     }
 }
 
-fn work_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("BENCH_DIR") {
-        return PathBuf::from(dir);
-    }
-    let mut dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    loop {
-        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap_or_default();
-        if manifest.contains("[workspace]") {
-            return dir.join("target/bench-report");
-        }
-        match dir.parent() {
-            Some(parent) => dir = parent,
-            None => return std::env::temp_dir().join("bench-report"),
-        }
-    }
-}
-
 fn progress(what: &str) {
     eprintln!("incremental_dedup: {what}");
-}
-
-fn line(name: &str, value: impl std::fmt::Display) {
-    println!("{name}={value}");
 }
 
 fn ratio(a: f64, b: f64) -> String {

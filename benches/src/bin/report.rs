@@ -9,10 +9,11 @@
 
 #![forbid(unsafe_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use benches::output::{line, work_dir};
 use benches::transfer::{
     c_strategy_dump, gibs, options_with_max_buffer, plugin_run, raw_io, raw_layout_write,
     restore_read, sdma_cold_write, sdma_rates, BenchError, BoPlan, Fill, Machine, PluginRun,
@@ -22,29 +23,8 @@ use benches::{image, topology};
 
 const MIB: u64 = 1 << 20;
 
-fn work_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("BENCH_DIR") {
-        return PathBuf::from(dir);
-    }
-    let mut dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    loop {
-        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap_or_default();
-        if manifest.contains("[workspace]") {
-            return dir.join("target/bench-report");
-        }
-        match dir.parent() {
-            Some(parent) => dir = parent,
-            None => return std::env::temp_dir().join("bench-report"),
-        }
-    }
-}
-
 fn progress(what: &str) {
     eprintln!("report: {what}");
-}
-
-fn line(name: &str, value: impl std::fmt::Display) {
-    println!("{name}={value}");
 }
 
 fn options(max_buffer: Option<&str>, restore: bool, fsync: bool) -> RunOptions {
