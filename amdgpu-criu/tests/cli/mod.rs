@@ -4,7 +4,8 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
-use std::process::{Command, Output};
+use std::io::Read;
+use std::process::{Command, Output, Stdio};
 
 /// Every variable the tool or the plugin code it runs reads.
 const VARIABLES: [&str; 10] = [
@@ -46,4 +47,33 @@ pub fn stdout(out: &Output) -> String {
 /// Standard error as text.
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `amdgpu-criu ARGS` with its standard output closed at once (as `| head
+/// -0` does): it must end with status 0, no panic and no "Broken pipe".
+pub fn into_closed_pipe(args: &[&str]) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"));
+    for name in VARIABLES {
+        command.env_remove(name);
+    }
+    let mut child = command
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run amdgpu-criu");
+    drop(child.stdout.take());
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr piped")
+        .read_to_string(&mut err)
+        .expect("read stderr");
+    let status = child.wait().expect("wait for amdgpu-criu");
+    assert_eq!(status.code(), Some(0), "{args:?}: {err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("Broken pipe"),
+        "{args:?}: {err}"
+    );
 }
