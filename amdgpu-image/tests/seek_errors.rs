@@ -32,13 +32,12 @@ impl PagesSink for FailingSeeks {
 
     fn skip(&mut self, _len: u64) -> io::Result<()> {
         self.seeks += 1;
-        Err(io::Error::from_raw_os_error(libc_espipe()))
+        Err(io::Error::from_raw_os_error(ESPIPE))
     }
 }
 
-fn libc_espipe() -> i32 {
-    29 // ESPIPE on Linux (asm-generic/errno-base.h)
-}
+/// `ESPIPE` on Linux (asm-generic/errno-base.h).
+const ESPIPE: i32 = 29;
 
 #[test]
 fn a_failed_seek_over_a_hole_fails_the_write_naming_the_file() {

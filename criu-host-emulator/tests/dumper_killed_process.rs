@@ -104,7 +104,7 @@ fn run_tests() {
         }
         return;
     }
-    if let Err(why) = child_memory_reachable() {
+    if let Err(why) = kfd_sim::remote::child_memory_reachable() {
         // The simulator reaches its clients' memory as the kernel reaches
         // a caller's; where this process may not, nothing here can run.
         println!("\nskipped: {why}\n\ntest result: ok. 0 passed; 0 failed\n");
@@ -126,55 +126,6 @@ fn run_tests() {
         chosen.len(),
         TESTS.len() - chosen.len()
     );
-}
-
-/// Whether this process can reach a child's memory the way the simulator
-/// serves a remote client (`process_vm_readv`, which a seccomp filter or
-/// Yama's `ptrace_scope` 2 or 3 may forbid); the reason when not.
-fn child_memory_reachable() -> Result<(), String> {
-    let mut child = std::process::Command::new("sleep")
-        .arg("30")
-        .stdin(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start sleep(1): {e}"))?;
-    let result = (|| {
-        let maps = std::fs::read_to_string(format!("/proc/{}/maps", child.id()))
-            .map_err(|e| format!("/proc/PID/maps of a child: {e}"))?;
-        let start = maps
-            .lines()
-            .find(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .is_some_and(|p| p.starts_with('r'))
-            })
-            .and_then(|l| l.split('-').next())
-            .and_then(|a| u64::from_str_radix(a, 16).ok())
-            .ok_or("no readable mapping in a child")?;
-        let mut byte = [0u8; 1];
-        let local = libc::iovec {
-            iov_base: byte.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        let remote = libc::iovec {
-            iov_base: start as usize as *mut libc::c_void,
-            iov_len: 1,
-        };
-        let pid = libc::pid_t::try_from(child.id()).map_err(|e| e.to_string())?;
-        // SAFETY: `local` is our one-byte buffer; the kernel checks the
-        // remote address against the child's mappings.
-        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-        if n == 1 {
-            Ok(())
-        } else {
-            Err(format!(
-                "process_vm_readv of a child: {}",
-                std::io::Error::last_os_error()
-            ))
-        }
-    })();
-    let _ = child.kill();
-    let _ = child.wait();
-    result
 }
 
 // ---- the child: CRIU's side ----
