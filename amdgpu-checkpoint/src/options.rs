@@ -75,6 +75,8 @@ pub struct InvalidOption {
     pub variable: &'static str,
     /// The value found.
     pub value: String,
+    /// What is wrong with it.
+    pub why: String,
     /// What was expected, e.g. `YES/NO`.
     pub expected: &'static str,
     /// The value kept, as text (e.g. `YES`, `0`).
@@ -85,8 +87,8 @@ impl fmt::Display for InvalidOption {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "ignoring invalid value {:?} of {}, expecting {}; keeping {}",
-            self.value, self.variable, self.expected, self.kept
+            "ignoring invalid value {:?} of {} ({}), expecting {}; keeping {}",
+            self.value, self.variable, self.why, self.expected, self.kept
         )
     }
 }
@@ -103,23 +105,9 @@ pub fn checks_from_env() -> (CheckOptions, Vec<InvalidOption>) {
 pub fn checks_from_lookup(
     lookup: impl Fn(&str) -> Option<String>,
 ) -> (CheckOptions, Vec<InvalidOption>) {
-    let mut options = CheckOptions::all();
-    let mut invalid = Vec::new();
-    for (variable, flag) in check_flags_mut(&mut options) {
-        let Some(value) = lookup(variable) else {
-            continue;
-        };
-        match parse_bool(&value) {
-            Some(on) => *flag = on,
-            None => invalid.push(InvalidOption {
-                variable,
-                value,
-                expected: "YES/NO or 1/0",
-                kept: if *flag { "YES" } else { "NO" }.to_owned(),
-            }),
-        }
-    }
-    (options, invalid)
+    let checks = check_flags(&CheckOptions::all()).map(|(variable, _)| variable);
+    let (options, invalid) = read_options(lookup, |spec| checks.contains(&spec.variable));
+    (options.checks, invalid)
 }
 
 /// `(variable, value)` for each switch, in the C plugin's order.
@@ -132,18 +120,6 @@ pub fn check_flags(options: &CheckOptions) -> [(&'static str, bool); 7] {
         (VRAM_SIZE_CHECK, options.vram_size),
         (NUMA_CHECK, options.numa),
         (CAPABILITY_CHECK, options.capability),
-    ]
-}
-
-fn check_flags_mut(options: &mut CheckOptions) -> [(&'static str, &mut bool); 7] {
-    [
-        (FW_VERSION_CHECK, &mut options.fw_version),
-        (SDMA_FW_VERSION_CHECK, &mut options.sdma_fw_version),
-        (CACHES_COUNT_CHECK, &mut options.caches_count),
-        (NUM_GWS_CHECK, &mut options.num_gws),
-        (VRAM_SIZE_CHECK, &mut options.vram_size),
-        (NUMA_CHECK, &mut options.numa),
-        (CAPABILITY_CHECK, &mut options.capability),
     ]
 }
 
@@ -238,25 +214,8 @@ pub fn parse_buffer_size(value: &str) -> Result<u64, BufferSizeError> {
 pub fn max_buffer_size_from_lookup(
     lookup: impl Fn(&str) -> Option<String>,
 ) -> (u64, Option<InvalidOption>) {
-    let Some(value) = lookup(MAX_BUFFER_SIZE) else {
-        return (0, None);
-    };
-    match parse_buffer_size(&value) {
-        Ok(size) => (size, None),
-        Err(err) => (
-            0,
-            Some(InvalidOption {
-                variable: MAX_BUFFER_SIZE,
-                expected: match err {
-                    BufferSizeError::InvalidSuffix { .. } => "a size suffix K, M or G",
-                    BufferSizeError::Overflow { .. } => "a size that fits in 64 bits",
-                    BufferSizeError::NotANumber { .. } => "a positive integer",
-                },
-                value,
-                kept: "0".to_owned(),
-            }),
-        ),
-    }
+    let (options, mut invalid) = read_options(lookup, |spec| spec.variable == MAX_BUFFER_SIZE);
+    (options.max_buffer_size, invalid.pop())
 }
 
 /// Reads `KFD_MAX_BUFFER_SIZE` from the process environment.
@@ -357,51 +316,7 @@ impl Options {
     /// the others and no GPU is pinned. The plugin uses the strict
     /// [`Options::resolve`] instead.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> (Options, Vec<InvalidOption>) {
-        let (checks, mut invalid) = checks_from_lookup(&lookup);
-        let (limit, bad_limit) = max_buffer_size_from_lookup(&lookup);
-        invalid.extend(bad_limit);
-        let dedup = match lookup(DEDUP) {
-            None => false,
-            Some(value) => parse_bool(&value).unwrap_or_else(|| {
-                invalid.push(InvalidOption {
-                    variable: DEDUP,
-                    value,
-                    expected: BOOLEAN,
-                    kept: "NO".to_owned(),
-                });
-                false
-            }),
-        };
-        let device_map = match lookup(DEVICE_MAP).map(|v| (v.parse::<DeviceMap>(), v)) {
-            None => DeviceMap::default(),
-            Some((Ok(map), _)) => map,
-            Some((Err(e), value)) => {
-                invalid.push(InvalidOption {
-                    variable: DEVICE_MAP,
-                    value,
-                    expected: amdgpu_topology::device_map::ACCEPTED,
-                    kept: format!("no pins ({e})"),
-                });
-                DeviceMap::default()
-            }
-        };
-        let sources = OPTIONS
-            .iter()
-            .filter(|spec| {
-                lookup(spec.variable).is_some()
-                    && !invalid.iter().any(|i| i.variable == spec.variable)
-            })
-            .map(|spec| (spec.name, Source::Environment))
-            .collect();
-        let options = Options {
-            checks,
-            staging: Staging::from_limit(limit),
-            max_buffer_size: limit,
-            device_map,
-            sources,
-            dedup,
-        };
-        (options, invalid)
+        read_options(lookup, |_| true)
     }
 
     /// Reads the options from the process environment.
@@ -475,6 +390,35 @@ impl Options {
     pub fn resolve_env() -> Result<(Options, Vec<InvalidOption>), OptionError> {
         Options::resolve(|name| std::env::var(name).ok())
     }
+}
+
+/// The options of [`OPTIONS`] that `only` selects, read through `lookup`
+/// (variable to value, `None` when unset) over the defaults: a value an
+/// option does not accept keeps its default and is returned.
+fn read_options(
+    lookup: impl Fn(&str) -> Option<String>,
+    only: impl Fn(&OptionSpec) -> bool,
+) -> (Options, Vec<InvalidOption>) {
+    let mut options = Options::default();
+    let mut invalid = Vec::new();
+    for spec in OPTIONS.iter().filter(|spec| only(spec)) {
+        let Some(value) = lookup(spec.variable) else {
+            continue;
+        };
+        match (spec.apply)(&mut options, &value) {
+            Ok(()) => {
+                options.sources.insert(spec.name, Source::Environment);
+            }
+            Err(why) => invalid.push(InvalidOption {
+                variable: spec.variable,
+                value,
+                why,
+                expected: spec.accepted,
+                kept: (spec.show)(&options),
+            }),
+        }
+    }
+    (options, invalid)
 }
 
 /// The prefix of this plugin's entries among CRIU's plugin options.
