@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 
 use std::time::{Duration, Instant};
 
-use amdgpu_checkpoint::guardian::{log_name, Guardian};
+use amdgpu_checkpoint::guardian::{locate_target, log_name, Guardian, GuardianDriver};
 use kfd::{Driver, HostDriver};
 
 const ROLE: &str = "GUARDIAN_TEST_ROLE";
@@ -56,7 +56,11 @@ fn dumper_role(role: &str) {
     let dir = Path::new(parts.next().unwrap());
     let end = parts.next().unwrap();
     HostDriver.ptrace_seize(target).expect("seize the target");
-    let guardian = Guardian::arm(target, dir).expect("arm the guardian");
+    // The target as the dump finds it: the process this one traces.
+    let tracee = locate_target(&HostDriver, target).expect("the seized target is found");
+    assert_eq!((tracee.pid, tracee.tracer), (target, std::process::id()));
+    let guardian =
+        Guardian::arm(tracee, dir, &GuardianDriver::host(), None).expect("arm the guardian");
     let status = std::fs::read_to_string(format!("/proc/{}/status", guardian.pid())).unwrap();
     let ppid = field(&status, "PPid:");
     println!("guardian {} ppid {ppid}", guardian.pid());
