@@ -62,8 +62,8 @@ pub struct DumpConfig {
     /// The POSIX shared-memory directory (`/dev/shm`).
     pub shm_dir: PathBuf,
     /// Where a [`Guardian`] of each paused process logs (the dump log's
-    /// directory); `None` starts no guardian (a driver that is not the
-    /// host's, or a host without a log directory).
+    /// directory); `None` starts no guardian (a dumper that is not a host
+    /// process the guardian can watch, or a host without a log directory).
     pub guardian_log_dir: Option<PathBuf>,
     /// How a guardian reaches the machine should it have to recover a
     /// process (the host's kernel by default; a served simulated machine

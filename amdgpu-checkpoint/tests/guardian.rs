@@ -79,9 +79,8 @@ fn dumper_role(role: &str) {
     // The target as the dump finds it: the process this one traces.
     let tracee = locate_target(&HostDriver, target).expect("the seized target is found");
     assert_eq!((tracee.pid, tracee.tracer), (target, std::process::id()));
-    let guardian =
-        Guardian::arm(tracee, dir, &GuardianDriver::host(), Some(leftovers))
-            .expect("arm the guardian");
+    let guardian = Guardian::arm(tracee, dir, &GuardianDriver::host(), Some(leftovers))
+        .expect("arm the guardian");
     let status = std::fs::read_to_string(format!("/proc/{}/status", guardian.pid())).unwrap();
     let ppid = field(&status, "PPid:");
     println!("guardian {} ppid {ppid}", guardian.pid());
@@ -255,14 +254,22 @@ fn killed() {
         temp.starts_with(&format!(".amdgpu-pages-1-c0de.img.part-{dumper_pid}-")),
         "{before:?}"
     );
-    assert_eq!(names(images.path()), [mark.clone()], "the mark alone stays");
+    assert_eq!(
+        names(images.path()),
+        std::slice::from_ref(mark),
+        "the mark alone stays"
+    );
     assert!(text.contains(&format!("removed {temp}\n")), "{text}");
     assert!(
         text.contains(&format!("kept {mark} (the unfinished-dump mark")),
         "{text}"
     );
     let store = DirStore::open_dir(images.path()).unwrap();
-    assert_eq!(store.unfinished().unwrap(), [mark.clone()], "still unfinished");
+    assert_eq!(
+        store.unfinished().unwrap(),
+        std::slice::from_ref(mark),
+        "still unfinished"
+    );
     wait_for("the guardian's exit", || gone(guardian));
     assert_eq!(tracer_of(pid), 0, "the guardian detached the target");
     assert!(!gone(pid), "the target runs on");

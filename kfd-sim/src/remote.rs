@@ -27,7 +27,9 @@
 //! Where the model stops short of the kernel:
 //! * a client is one simulated process; a process it forks shares its
 //!   connection, so (unlike a real fork) the child is not a process of its
-//!   own, and the connection ends only when both are gone;
+//!   own, and the connection ends only when both are gone; a forked process
+//!   that must be one (a dump guardian) connects anew as another simulated
+//!   process, accepted with [`Server::accept_matching`];
 //! * fds are received close-on-exec whatever the call asked for;
 //! * an fd travelling in a message (between the server's reply and the
 //!   client's receipt) is open nowhere, so [`Sim::accounting`] taken at
