@@ -442,6 +442,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_target_is_found_through_the_dumper_s_driver() {
+        let sim = kfd_sim::Sim::synthetic(1, kfd_sim::SimConfig::default()).unwrap();
+        let app = sim.spawn_process().unwrap();
+        let dumper = sim.spawn_process().unwrap();
+        let other = sim.spawn_process().unwrap();
+        sim.ptrace_attach(dumper, app).unwrap();
+        assert_eq!(
+            locate_target(&sim.driver(dumper), app.0),
+            Some(Tracee {
+                pid: app.0,
+                tracer: dumper.0
+            })
+        );
+        // Traced, but not by the caller; not traced; no such process.
+        assert_eq!(locate_target(&sim.driver(other), app.0), None);
+        assert_eq!(locate_target(&sim.driver(dumper), other.0), None);
+        assert_eq!(locate_target(&sim.driver(dumper), 999_999), None);
+    }
+
+    #[test]
     fn temporary_files_are_known_by_their_names() {
         assert_eq!(
             temporary_file(".amdgpu-kfd-7.img.part-123-4"),

@@ -7,6 +7,9 @@
 //!   has none, so the recovery reports exactly that), detaches, removes the
 //!   dead dumper's temporary image file but keeps its unfinished-dump mark,
 //!   logs to the log directory and exits; the target runs on, untraced;
+//! * killed, with a guardian whose driver factory fails (a machine it
+//!   cannot reach): the log says so and that recovery is manual
+//!   (`amdgpu-criu unpause`); the leftovers are cleared all the same;
 //! * normal end: the guardian exits and writes nothing (the dumper's own
 //!   drops clear its images directory);
 //! * in both: the guardian is not the dumper's child and holds no fd of the
@@ -36,6 +39,10 @@ fn main() {
     let mut failed = 0;
     for (name, test) in [
         ("killed_dumper_is_replaced_by_the_guardian", killed as fn()),
+        (
+            "a_guardian_that_cannot_reach_the_machine_says_recovery_is_manual",
+            killed_unreachable as fn(),
+        ),
         ("normal_end_leaves_no_trace", normal_end as fn()),
     ] {
         match std::panic::catch_unwind(test) {
@@ -79,8 +86,15 @@ fn dumper_role(role: &str) {
     // The target as the dump finds it: the process this one traces.
     let tracee = locate_target(&HostDriver, target).expect("the seized target is found");
     assert_eq!((tracee.pid, tracee.tracer), (target, std::process::id()));
-    let guardian = Guardian::arm(tracee, dir, &GuardianDriver::host(), Some(leftovers))
-        .expect("arm the guardian");
+    let driver = if end == "unreachable" {
+        // A factory that fails in the guardian (a machine it cannot reach).
+        GuardianDriver::new("unreachable", || {
+            Err(std::io::Error::from_raw_os_error(libc::ECONNREFUSED))
+        })
+    } else {
+        GuardianDriver::host()
+    };
+    let guardian = Guardian::arm(tracee, dir, &driver, Some(leftovers)).expect("arm the guardian");
     let status = std::fs::read_to_string(format!("/proc/{}/status", guardian.pid())).unwrap();
     let ppid = field(&status, "PPid:");
     println!("guardian {} ppid {ppid}", guardian.pid());
@@ -160,7 +174,7 @@ fn start(end: &str, dir: &Path, images: &Path) -> (Reaped, Reaped, u32) {
         dumper.0.id(),
         "the guardian is not the dumper's child"
     );
-    if end == "kill" {
+    if end != "normal" {
         // Standard streams on /dev/null, the dumper's pidfd, the pipe, the
         // images directory; nothing else of the dumper's (closed right
         // after the fork).
@@ -220,9 +234,19 @@ fn names(dir: &Path) -> Vec<String> {
 }
 
 fn killed() {
+    killed_with("kill");
+}
+
+fn killed_unreachable() {
+    killed_with("unreachable");
+}
+
+/// The dumper killed; its guardian made its driver with the host's
+/// (`kill`) or a failing factory (`unreachable`).
+fn killed_with(end: &str) {
     let dir = tempfile::tempdir().unwrap();
     let images = tempfile::tempdir().unwrap();
-    let (target, mut dumper, guardian) = start("kill", dir.path(), images.path());
+    let (target, mut dumper, guardian) = start(end, dir.path(), images.path());
     let pid = target.0.id();
     let dumper_pid = dumper.0.id();
     assert_eq!(tracer_of(pid), dumper_pid);
@@ -240,7 +264,12 @@ fn killed() {
         text.contains(&format!("the dumper (pid {dumper_pid}) ended")),
         "{text}"
     );
-    assert!(text.contains("has no /dev/kfd open"), "{text}");
+    let why = if end == "unreachable" {
+        "cannot reach the machine (Connection refused"
+    } else {
+        "has no /dev/kfd open"
+    };
+    assert!(text.contains(why), "{text}");
     assert!(
         text.contains(&format!("amdgpu-criu unpause --pid {pid}")),
         "{text}"
@@ -271,9 +300,11 @@ fn killed() {
         "still unfinished"
     );
     wait_for("the guardian's exit", || gone(guardian));
-    assert_eq!(tracer_of(pid), 0, "the guardian detached the target");
+    // Detached by the guardian, or (unreachable) left as the dumper's
+    // death left it.
+    assert_eq!(tracer_of(pid), 0, "the target is untraced");
     assert!(!gone(pid), "the target runs on");
-    println!("guardian acted {took:?} after the kill");
+    println!("guardian ({end}) acted {took:?} after the kill");
 }
 
 fn normal_end() {
