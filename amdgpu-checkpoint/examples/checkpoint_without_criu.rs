@@ -85,6 +85,7 @@ fn checkpoint_and_restore(keep: Option<&std::ffi::OsStr>) -> Result<(), Box<dyn 
             shm_dir: shm.clone(),
             // The simulated process is not a host process to guard.
             guardian_log_dir: None,
+            guardian_driver: Default::default(),
         },
     );
     // File ids are the tool's to choose; they name the image files.

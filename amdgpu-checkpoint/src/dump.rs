@@ -41,7 +41,7 @@ use kfd::{Driver, GemHandle, Kfd, ProcessInfo};
 use kfd_sys::{AMDGPU_GEM_LIST_HANDLES_FLAG_IS_IMPORT, DRM_CLOEXEC};
 
 use crate::error::Error;
-use crate::guardian::Guardian;
+use crate::guardian::{Guardian, GuardianDriver, Leftovers};
 use crate::incremental::ChunkPlan;
 use crate::options::Options;
 use crate::transfer;
@@ -62,9 +62,13 @@ pub struct DumpConfig {
     /// The POSIX shared-memory directory (`/dev/shm`).
     pub shm_dir: PathBuf,
     /// Where a [`Guardian`] of each paused process logs (the dump log's
-    /// directory); `None` starts no guardian (a driver that is not the
-    /// host's, or a host without a log directory).
+    /// directory); `None` starts no guardian (a dumper that is not a host
+    /// process the guardian can watch, or a host without a log directory).
     pub guardian_log_dir: Option<PathBuf>,
+    /// How a guardian reaches the machine should it have to recover a
+    /// process (the host's kernel by default; a served simulated machine
+    /// connects anew).
+    pub guardian_driver: GuardianDriver,
 }
 
 /// What one KFD dump did.
@@ -247,7 +251,8 @@ impl<D: Driver + Clone> Dumper<D> {
             info.num_objects,
             info.priv_data_size
         );
-        let guardian = self.arm_guardian(&info, id);
+        let mark = in_progress.as_ref().map(|m| m.file_name().to_owned());
+        let guardian = self.arm_guardian(&info, id, store.as_dir(), mark);
         match self
             .checkpoint_paused(&target, &info, store, id)
             .and_then(|dump| self.flush_pending_renders(store).map(|()| dump))
@@ -334,9 +339,18 @@ impl<D: Driver + Clone> Dumper<D> {
 
     /// Starts the guardian of a process just paused, when configured; a
     /// guardian that cannot start leaves recovery manual, said in the log.
-    fn arm_guardian(&self, info: &ProcessInfo, id: u32) -> Option<Guardian> {
+    /// With the images directory `images`, a guardian that recovers the
+    /// process also removes the dead dumper's temporary files there but
+    /// the unfinished-dump marks (its file's is `mark`).
+    fn arm_guardian(
+        &self,
+        info: &ProcessInfo,
+        id: u32,
+        images: Option<&amdgpu_image::DirStore>,
+        mark: Option<String>,
+    ) -> Option<Guardian> {
         let dir = self.config.guardian_log_dir.as_deref()?;
-        let Some(pid) = crate::guardian::locate_target(info.pid) else {
+        let Some(target) = crate::guardian::locate_target(&self.driver, info.pid) else {
             log::warn!(
                 "file {id}: pid {}: no traced process holds this KFD file, no guardian; \
                  if this dump is killed, run `amdgpu-criu unpause --pid PID` on the process",
@@ -344,9 +358,27 @@ impl<D: Driver + Clone> Dumper<D> {
             );
             return None;
         };
-        match Guardian::arm(pid, dir) {
+        let leftovers = images.and_then(|images| match images.dir().try_clone() {
+            Ok(handle) => Some(Leftovers {
+                dir: handle.into(),
+                writer: std::process::id(),
+                mark,
+            }),
+            Err(e) => {
+                log::warn!(
+                    "file {id}: the guardian gets no handle on the images directory ({e}); \
+                     if this dump is killed, its temporary files (.*.part-*) stay there"
+                );
+                None
+            }
+        });
+        match Guardian::arm(target, dir, &self.config.guardian_driver, leftovers) {
             Ok(guardian) => {
-                log::debug!("file {id}: pid {pid} guarded by pid {}", guardian.pid());
+                log::debug!(
+                    "file {id}: pid {} guarded by pid {}",
+                    target.pid,
+                    guardian.pid()
+                );
                 Some(guardian)
             }
             Err(e) => {

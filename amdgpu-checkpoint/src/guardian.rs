@@ -12,9 +12,14 @@
 //!   failure the engine handled): a byte on the pipe, the guardian exits
 //!   without a trace;
 //! * the dumper dies first: its death detached the paused process, so the
-//!   guardian seizes it, takes its KFD fd and issues `UNPAUSE` exactly as
-//!   `amdgpu-criu unpause` does ([`crate::recover`]), and appends what it
-//!   did to `amdgpu-guardian-<pid>.log` in the dump log's directory.
+//!   guardian makes its own driver ([`GuardianDriver`]: the host's, or a
+//!   new connection of its own to a served simulated machine), seizes the
+//!   process, takes its KFD fd and issues `UNPAUSE` exactly as
+//!   `amdgpu-criu unpause` does ([`crate::recover`]); it removes the dead
+//!   dumper's temporary image files ([`Leftovers`]) but keeps the
+//!   unfinished-dump marks, so the image set still reads as incomplete; and
+//!   it appends what it did to `amdgpu-guardian-<pid>.log` in the dump
+//!   log's directory.
 //!
 //! It never acts while the dumper lives, never thaws a frozen cgroup (the
 //! log says how) and never writes anything when the dump ends normally.
@@ -22,8 +27,10 @@
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use amdgpu_image::ImageName;
 use kfd::{Driver, HostDriver};
 
 use crate::recover::{unpause_process, RecoverError};
@@ -37,6 +44,165 @@ pub fn log_name(pid: u32) -> String {
 /// How long the guardian waits for the dead dumper's tracee to be released
 /// (the kernel detaches it as the dumper exits; its threads may lag).
 const RELEASE_WAIT: Duration = Duration::from_secs(5);
+
+/// Makes the driver the guardian process works through.
+type Connect = dyn Fn() -> io::Result<Box<dyn Driver>> + Send + Sync;
+
+/// How the guardian process reaches the machine: a factory it calls in its
+/// own process, after the fork and only once the dumper has died, so it
+/// never shares the dumper's driver state (a connection, a lock another
+/// thread of the dumper held at the fork). [`GuardianDriver::host`], the
+/// default, is the real kernel.
+///
+/// The factory runs in the forked copy of a possibly multi-threaded
+/// process: it must not take a lock another thread of the dumper could
+/// hold (stdio, `log`, the dumper's mutexes); allocating is fine (glibc
+/// leaves `malloc` usable after fork), so are locks of objects it creates.
+#[derive(Clone)]
+pub struct GuardianDriver {
+    connect: Arc<Connect>,
+    what: &'static str,
+}
+
+impl GuardianDriver {
+    /// The host's kernel ([`HostDriver`]).
+    pub fn host() -> GuardianDriver {
+        GuardianDriver {
+            connect: Arc::new(|| Ok(Box::new(HostDriver))),
+            what: "host",
+        }
+    }
+
+    /// The driver `connect` makes (see the contract on [`GuardianDriver`]);
+    /// `what` names it in `Debug`.
+    pub fn new(
+        what: &'static str,
+        connect: impl Fn() -> io::Result<Box<dyn Driver>> + Send + Sync + 'static,
+    ) -> GuardianDriver {
+        GuardianDriver {
+            connect: Arc::new(connect),
+            what,
+        }
+    }
+
+    /// Makes the driver (in the guardian process).
+    pub fn connect(&self) -> io::Result<Box<dyn Driver>> {
+        (self.connect)()
+    }
+}
+
+impl Default for GuardianDriver {
+    fn default() -> Self {
+        GuardianDriver::host()
+    }
+}
+
+impl std::fmt::Debug for GuardianDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GuardianDriver({})", self.what)
+    }
+}
+
+/// The paused process, as the dumper's driver names processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tracee {
+    /// Its pid.
+    pub pid: u32,
+    /// Its tracer: the dumper (whose death releases it).
+    pub tracer: u32,
+}
+
+/// The dumper's temporary image files the guardian removes after the
+/// dumper's death: in the images directory `dir`, the files a writer of
+/// process `writer` (the dumper's host pid) started and never committed,
+/// `.<image>.part-<writer>-<n>` ([`amdgpu_image::DirStore`] names them so),
+/// but the unfinished-dump marks.
+///
+/// A mark ([`amdgpu_image::DirStore::mark_unfinished`]) is named like its
+/// KFD image's temporary file, `.amdgpu-kfd-<id>.img.part-<pid>-<n>`, so
+/// the name alone cannot tell them apart. The guardian knows its own
+/// file's `mark` by its exact name: it keeps it and removes the other
+/// temporary KFD images of the same file id. Those of other file ids may
+/// be the marks of other processes the dumper paused, and are kept (the
+/// safe side: a kept one only says the set is incomplete, and a KFD image
+/// is small). Pages files, render-node and the other images go.
+#[derive(Debug)]
+pub struct Leftovers {
+    /// The images directory (a handle of its own, so a rename or a
+    /// `/proc/self/fd` path of the dumper does not matter).
+    pub dir: OwnedFd,
+    /// The dumper's host pid, as its temporary files name it.
+    pub writer: u32,
+    /// The guardian's own file's unfinished-dump mark (its file name), when
+    /// the dumper made one.
+    pub mark: Option<String>,
+}
+
+/// What a temporary file's name says: (the image it was for, the writer's
+/// pid), or `None` for a name that is not one.
+fn temporary_file(name: &str) -> Option<(ImageName, u32)> {
+    let (image, rest) = name.strip_prefix('.')?.rsplit_once(".part-")?;
+    let (pid, n) = rest.split_once('-')?;
+    n.parse::<u64>().ok()?;
+    Some((ImageName::parse(image).ok()?, pid.parse().ok()?))
+}
+
+impl Leftovers {
+    /// Why the temporary file `name` of the writer stays, `None` when it
+    /// goes.
+    fn keeps(&self, name: &str) -> Option<&'static str> {
+        let Some((ImageName::Kfd { id }, _)) = temporary_file(name) else {
+            return None;
+        };
+        if self.mark.as_deref() == Some(name) {
+            return Some("the unfinished-dump mark: the set stays incomplete");
+        }
+        let own = self
+            .mark
+            .as_deref()
+            .and_then(temporary_file)
+            .is_some_and(|(image, _)| image == ImageName::Kfd { id });
+        (!own).then_some(
+            "the mark of another process of the dump, or its KFD image: \
+             by name they cannot be told apart",
+        )
+    }
+
+    /// Removes the writer's temporary files but the ones it keeps; what
+    /// was removed and what was kept, as log lines.
+    fn clear(&self) -> String {
+        let base = format!("/proc/self/fd/{}", self.dir.as_raw_fd());
+        let entries = match std::fs::read_dir(&base) {
+            Ok(entries) => entries,
+            Err(e) => {
+                return format!(
+                    "amdgpu guardian: cannot list the images directory ({e}); the dead dumper's \
+                     temporary files (.*.part-{}-*) are left there\n",
+                    self.writer
+                )
+            }
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| temporary_file(n).is_some_and(|(_, pid)| pid == self.writer))
+            .collect();
+        names.sort();
+        let mut text = String::new();
+        for name in names {
+            if let Some(why) = self.keeps(&name) {
+                text += &format!("amdgpu guardian: kept {name} ({why})\n");
+                continue;
+            }
+            match std::fs::remove_file(format!("{base}/{name}")) {
+                Ok(()) => text += &format!("amdgpu guardian: removed {name}\n"),
+                // Another guardian of the same dumper was first.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => text += &format!("amdgpu guardian: cannot remove {name}: {e}\n"),
+            }
+        }
+        text
+    }
+}
 
 /// An armed guardian. Dropping it tells the guardian the dump ended.
 #[derive(Debug)]
@@ -61,30 +227,47 @@ pub struct GuardianError {
 
 impl Guardian {
     /// Starts the guardian of paused process `target`, watching the calling
-    /// process; it logs to `log_dir` if it ever acts.
-    pub fn arm(target: u32, log_dir: &Path) -> Result<Guardian, GuardianError> {
+    /// process (the dumper, the target's tracer); if the dumper dies first
+    /// it recovers the target through `driver` (made in the guardian),
+    /// removes the dumper's `leftovers` and logs to `log_dir`.
+    pub fn arm(
+        target: Tracee,
+        log_dir: &Path,
+        driver: &GuardianDriver,
+        leftovers: Option<Leftovers>,
+    ) -> Result<Guardian, GuardianError> {
         let fail = |step| {
             move |source| GuardianError {
-                target,
+                target: target.pid,
                 step,
                 source,
             }
         };
         let dumper = std::process::id();
+        // The dumper is a host process whatever the driver: watched by a
+        // real pidfd.
         let dumper_fd = HostDriver
             .pidfd_open(dumper)
             .map_err(fail("pidfd_open of the dumper"))?;
         let (done_r, done_w) = sys::pipe().map_err(fail("pipe"))?;
-        let log = log_dir.join(log_name(target));
-        let keep = [dumper_fd.as_raw_fd(), done_r.as_raw_fd()];
+        let log = log_dir.join(log_name(target.pid));
+        let mut keep = vec![dumper_fd.as_raw_fd(), done_r.as_raw_fd()];
+        keep.extend(leftovers.as_ref().map(|l| l.dir.as_raw_fd()));
+        let driver = driver.clone();
         let pid = sys::spawn_orphan(&keep, move || {
-            watch(dumper, dumper_fd, done_r, target, &log)
+            let watch = Watch {
+                dumper,
+                target,
+                driver,
+                leftovers,
+            };
+            watch.run(dumper_fd, done_r, &log)
         })
         .map_err(fail("fork"))?;
         Ok(Guardian {
             done: Some(done_w),
             pid,
-            target,
+            target: target.pid,
         })
     }
 
@@ -108,83 +291,112 @@ impl Drop for Guardian {
     }
 }
 
-/// The guardian process's body: returns its exit status.
-fn watch(dumper: u32, dumper_fd: OwnedFd, done: OwnedFd, target: u32, log: &Path) -> i32 {
-    let mut done = std::fs::File::from(done);
-    let mut pipe_open = true;
-    loop {
-        let ready = if pipe_open {
-            sys::poll_readable(&[dumper_fd.as_fd(), done.as_fd()])
-        } else {
-            sys::poll_readable(&[dumper_fd.as_fd()])
-        };
-        let Ok(ready) = ready else { return 2 };
-        if pipe_open && ready[1] {
-            let mut byte = [0u8; 1];
-            match done.read(&mut byte) {
-                Ok(1) => return 0,
-                // The dumper closed the pipe without a word (it cannot
-                // have exec'd: the pipe is close-on-exec); the pidfd
-                // decides.
-                _ => pipe_open = false,
+/// What the guardian process knows.
+struct Watch {
+    /// The dumper's host pid.
+    dumper: u32,
+    target: Tracee,
+    driver: GuardianDriver,
+    leftovers: Option<Leftovers>,
+}
+
+impl Watch {
+    /// The guardian process's body: returns its exit status.
+    fn run(self, dumper_fd: OwnedFd, done: OwnedFd, log: &Path) -> i32 {
+        let mut done = std::fs::File::from(done);
+        let mut pipe_open = true;
+        loop {
+            let ready = if pipe_open {
+                sys::poll_readable(&[dumper_fd.as_fd(), done.as_fd()])
+            } else {
+                sys::poll_readable(&[dumper_fd.as_fd()])
+            };
+            let Ok(ready) = ready else { return 2 };
+            if pipe_open && ready[1] {
+                let mut byte = [0u8; 1];
+                match done.read(&mut byte) {
+                    Ok(1) => return 0,
+                    // The dumper closed the pipe without a word (it cannot
+                    // have exec'd: the pipe is close-on-exec); the pidfd
+                    // decides.
+                    _ => pipe_open = false,
+                }
+            }
+            if ready[0] {
+                break;
             }
         }
-        if ready[0] {
-            break;
+        // The dumper is gone. Did it end the dump just before?
+        if pipe_open && nonblocking_byte(&done) {
+            return 0;
+        }
+        self.recover(log)
+    }
+
+    fn recover(&self, log: &Path) -> i32 {
+        let (dumper, target) = (self.dumper, self.target.pid);
+        let mut text = format!(
+            "amdgpu guardian: the dumper (pid {dumper}) ended before the dump of pid {target} finished\n"
+        );
+        let code = match self.driver.connect() {
+            Ok(driver) => self.unpause(&driver, &mut text),
+            Err(e) => {
+                text += &format!(
+                    "amdgpu guardian: pid {target}: cannot reach the machine ({e}); recover it with `amdgpu-criu unpause --pid {target}`\n"
+                );
+                1
+            }
+        };
+        if let Some(leftovers) = &self.leftovers {
+            text += &leftovers.clear();
+        }
+        let _ = append(log, &text);
+        code
+    }
+
+    fn unpause(&self, driver: &dyn Driver, text: &mut String) -> i32 {
+        let target = self.target.pid;
+        let started = Instant::now();
+        let result = loop {
+            match unpause_process(&driver, target) {
+                // The kernel is still detaching the dead dumper's tracees.
+                Err(RecoverError::Traced { tracer, .. })
+                    if tracer == self.target.tracer && started.elapsed() < RELEASE_WAIT =>
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                other => break other,
+            }
+        };
+        match &result {
+            Ok(done) => {
+                if done.was_paused {
+                    *text += &format!("amdgpu guardian: pid {target}: GPU queues unpaused\n");
+                } else {
+                    *text +=
+                        &format!("amdgpu guardian: pid {target}: GPU queues were not paused\n");
+                }
+                if let Some(frozen) = &done.frozen {
+                    *text += &format!(
+                        "amdgpu guardian: pid {target} is still frozen in {frozen}; thaw it with: {}\n",
+                        frozen.thaw_command()
+                    );
+                }
+                0
+            }
+            Err(e) => {
+                *text += &format!(
+                    "amdgpu guardian: pid {target}: {e}; recover it with `amdgpu-criu unpause --pid {target}`\n"
+                );
+                1
+            }
         }
     }
-    // The dumper is gone. Did it end the dump just before?
-    if pipe_open && nonblocking_byte(&done) {
-        return 0;
-    }
-    recover(dumper, target, log)
 }
 
 fn nonblocking_byte(done: &std::fs::File) -> bool {
     matches!(sys::poll_ready_now(done.as_fd()), Ok(true))
         && matches!((&*done).read(&mut [0u8; 1]), Ok(1))
-}
-
-fn recover(dumper: u32, target: u32, log: &Path) -> i32 {
-    let started = Instant::now();
-    let result = loop {
-        match unpause_process(&HostDriver, target) {
-            // The kernel is still detaching the dead dumper's tracees.
-            Err(RecoverError::Traced { tracer, .. })
-                if tracer == dumper && started.elapsed() < RELEASE_WAIT =>
-            {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            other => break other,
-        }
-    };
-    let mut text = format!(
-        "amdgpu guardian: the dumper (pid {dumper}) ended before the dump of pid {target} finished\n"
-    );
-    let code = match &result {
-        Ok(done) => {
-            if done.was_paused {
-                text += &format!("amdgpu guardian: pid {target}: GPU queues unpaused\n");
-            } else {
-                text += &format!("amdgpu guardian: pid {target}: GPU queues were not paused\n");
-            }
-            if let Some(frozen) = &done.frozen {
-                text += &format!(
-                    "amdgpu guardian: pid {target} is still frozen in {frozen}; thaw it with: {}\n",
-                    frozen.thaw_command()
-                );
-            }
-            0
-        }
-        Err(e) => {
-            text += &format!(
-                "amdgpu guardian: pid {target}: {e}; recover it with `amdgpu-criu unpause --pid {target}`\n"
-            );
-            1
-        }
-    };
-    let _ = append(log, &text);
-    code
 }
 
 fn append(log: &Path, text: &str) -> io::Result<()> {
@@ -195,33 +407,163 @@ fn append(log: &Path, text: &str) -> io::Result<()> {
         .write_all(text.as_bytes())
 }
 
-/// The pid, in this process's pid namespace, of the paused process: a process this one traces (CRIU seized the tree) whose pid in
-/// its own namespace (`NSpid`'s last field) is `kfd_pid`, the pid
-/// `PROCESS_INFO` reports. `None` when no such process is found (then
-/// nothing can be guarded).
-pub fn locate_target(kfd_pid: u32) -> Option<u32> {
-    let me = std::process::id();
-    let traced_by_me = |pid: u32| -> Option<bool> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let field = |name: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name))
-                .map(str::trim)
-                .map(str::to_owned)
-        };
-        let tracer: u32 = field("TracerPid:")?.parse().ok()?;
-        let inner: u32 = match field("NSpid:") {
-            Some(ns) => ns.split_whitespace().last()?.parse().ok()?,
-            None => pid,
-        };
-        Some(tracer == me && inner == kfd_pid)
+/// The process the caller traces (CRIU seized the tree) that `PROCESS_INFO`
+/// reported as `kfd_pid` (its pid in its own pid namespace), as `driver`
+/// names processes, with the caller as its tracer. `None` when no such
+/// process is found (then nothing can be guarded).
+///
+/// Through the driver's view of processes ([`Driver::process_status`],
+/// [`Driver::caller_pid`], `/proc` listed with [`Driver::list_dir`]): on
+/// the host the real `/proc` (`TracerPid`, `NSpid`), in a simulated
+/// machine its modelled ptrace.
+pub fn locate_target<D: Driver + ?Sized>(driver: &D, kfd_pid: u32) -> Option<Tracee> {
+    let me = driver.caller_pid();
+    let traced_by_me = |pid: u32| -> bool {
+        driver.process_status(pid).is_ok_and(|status| {
+            status.tracer == Some(me) && status.ns_pid.unwrap_or(pid) == kfd_pid
+        })
     };
+    let found = |pid| Tracee { pid, tracer: me };
     // The common case: one pid namespace.
-    if traced_by_me(kfd_pid) == Some(true) {
-        return Some(kfd_pid);
+    if traced_by_me(kfd_pid) {
+        return Some(found(kfd_pid));
     }
-    std::fs::read_dir("/proc")
+    driver
+        .list_dir(Path::new("/proc"))
         .ok()?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .find(|&pid| traced_by_me(pid) == Some(true))
+        .into_iter()
+        .filter_map(|name| name.to_str()?.parse::<u32>().ok())
+        .find(|&pid| traced_by_me(pid))
+        .map(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_target_is_found_through_the_dumper_s_driver() {
+        let sim = kfd_sim::Sim::synthetic(1, kfd_sim::SimConfig::default()).unwrap();
+        let app = sim.spawn_process().unwrap();
+        let dumper = sim.spawn_process().unwrap();
+        let other = sim.spawn_process().unwrap();
+        sim.ptrace_attach(dumper, app).unwrap();
+        assert_eq!(
+            locate_target(&sim.driver(dumper), app.0),
+            Some(Tracee {
+                pid: app.0,
+                tracer: dumper.0
+            })
+        );
+        // Traced, but not by the caller; not traced; no such process.
+        assert_eq!(locate_target(&sim.driver(other), app.0), None);
+        assert_eq!(locate_target(&sim.driver(dumper), other.0), None);
+        assert_eq!(locate_target(&sim.driver(dumper), 999_999), None);
+    }
+
+    #[test]
+    fn temporary_files_are_known_by_their_names() {
+        assert_eq!(
+            temporary_file(".amdgpu-kfd-7.img.part-123-4"),
+            Some((ImageName::Kfd { id: 7 }, 123))
+        );
+        assert_eq!(
+            temporary_file(".amdgpu-pages-7-c0de.img.part-99-0"),
+            Some((
+                ImageName::Pages {
+                    id: 7,
+                    gpu_id: 0xc0de
+                },
+                99
+            ))
+        );
+        for not in [
+            "amdgpu-kfd-7.img",
+            ".amdgpu-kfd-7.img.part-12",
+            ".amdgpu-kfd-7.img.part-x-1",
+            ".amdgpu-kfd-7.img.part-1-x",
+            ".core-1.img.part-1-1",
+            ".amdgpu-kfd-7.img",
+        ] {
+            assert_eq!(temporary_file(not), None, "{not}");
+        }
+    }
+
+    #[test]
+    fn leftovers_of_the_writer_go_but_the_marks() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = [
+            // Its own mark, and its file's KFD image never committed.
+            ".amdgpu-kfd-7.img.part-50-0",
+            ".amdgpu-kfd-7.img.part-50-3",
+            // Another paused process's mark (or its image).
+            ".amdgpu-kfd-9.img.part-50-4",
+            ".amdgpu-pages-7-c0de.img.part-50-1",
+            ".amdgpu-renderD-8.img.part-50-2",
+            // Another writer's; a committed image; not an amdgpu image.
+            ".amdgpu-pages-7-c0de.img.part-51-1",
+            "amdgpu-pages-7-beef.img",
+            ".core-1.img.part-50-1",
+        ];
+        for f in files {
+            std::fs::write(dir.path().join(f), b"x").unwrap();
+        }
+        let left = |leftovers: &Leftovers| {
+            let text = leftovers.clear();
+            let mut left: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            left.sort();
+            (left, text)
+        };
+        let handle = || std::fs::File::open(dir.path()).unwrap().into();
+        // Without its mark's name it removes no KFD image.
+        let (kept, text) = left(&Leftovers {
+            dir: handle(),
+            writer: 50,
+            mark: None,
+        });
+        assert_eq!(
+            kept,
+            [
+                ".amdgpu-kfd-7.img.part-50-0",
+                ".amdgpu-kfd-7.img.part-50-3",
+                ".amdgpu-kfd-9.img.part-50-4",
+                ".amdgpu-pages-7-c0de.img.part-51-1",
+                ".core-1.img.part-50-1",
+                "amdgpu-pages-7-beef.img",
+            ]
+        );
+        assert!(
+            text.contains("removed .amdgpu-pages-7-c0de.img.part-50-1\n")
+                && text.contains("removed .amdgpu-renderD-8.img.part-50-2\n")
+                && text.contains("kept .amdgpu-kfd-7.img.part-50-0 (the mark of another")
+                && !text.contains("51-1"),
+            "{text}"
+        );
+        let (kept, text) = left(&Leftovers {
+            dir: handle(),
+            writer: 50,
+            mark: Some(".amdgpu-kfd-7.img.part-50-0".into()),
+        });
+        assert_eq!(
+            kept,
+            [
+                ".amdgpu-kfd-7.img.part-50-0",
+                ".amdgpu-kfd-9.img.part-50-4",
+                ".amdgpu-pages-7-c0de.img.part-51-1",
+                ".core-1.img.part-50-1",
+                "amdgpu-pages-7-beef.img",
+            ]
+        );
+        assert_eq!(
+            text,
+            "amdgpu guardian: kept .amdgpu-kfd-7.img.part-50-0 (the unfinished-dump mark: the \
+             set stays incomplete)\n\
+             amdgpu guardian: removed .amdgpu-kfd-7.img.part-50-3\n\
+             amdgpu guardian: kept .amdgpu-kfd-9.img.part-50-4 (the mark of another process of \
+             the dump, or its KFD image: by name they cannot be told apart)\n"
+        );
+    }
 }

@@ -4,9 +4,14 @@
 //!
 //! * killed: the guardian notices through its pidfd, waits until the kernel
 //!   has detached the target, seizes it, looks for its KFD fd (a `sleep`
-//!   has none, so the recovery reports exactly that), detaches, logs to the
-//!   log directory and exits; the target runs on, untraced;
-//! * normal end: the guardian exits and writes nothing;
+//!   has none, so the recovery reports exactly that), detaches, removes the
+//!   dead dumper's temporary image file but keeps its unfinished-dump mark,
+//!   logs to the log directory and exits; the target runs on, untraced;
+//! * killed, with a guardian whose driver factory fails (a machine it
+//!   cannot reach): the log says so and that recovery is manual
+//!   (`amdgpu-criu unpause`); the leftovers are cleared all the same;
+//! * normal end: the guardian exits and writes nothing (the dumper's own
+//!   drops clear its images directory);
 //! * in both: the guardian is not the dumper's child and holds no fd of the
 //!   dumper's but the two it watches (so the dumper's pipes and sockets see
 //!   EOF as before).
@@ -19,7 +24,8 @@ use std::process::{Child, Command, Stdio};
 
 use std::time::{Duration, Instant};
 
-use amdgpu_checkpoint::guardian::{log_name, Guardian};
+use amdgpu_checkpoint::guardian::{locate_target, log_name, Guardian, GuardianDriver, Leftovers};
+use amdgpu_image::{DirStore, ImageName, ImageStore};
 use kfd::{Driver, HostDriver};
 
 const ROLE: &str = "GUARDIAN_TEST_ROLE";
@@ -30,9 +36,14 @@ fn main() {
         dumper_role(&role);
         return;
     }
+    adopt_orphans();
     let mut failed = 0;
     for (name, test) in [
         ("killed_dumper_is_replaced_by_the_guardian", killed as fn()),
+        (
+            "a_guardian_that_cannot_reach_the_machine_says_recovery_is_manual",
+            killed_unreachable as fn(),
+        ),
         ("normal_end_leaves_no_trace", normal_end as fn()),
     ] {
         match std::panic::catch_unwind(test) {
@@ -48,20 +59,50 @@ fn main() {
     }
 }
 
-/// The dumper: seize the target, arm its guardian, report the guardian's
-/// pid, its parent and its fds; then end normally or wait to be killed.
+/// The dumper: seize the target, mark its images directory unfinished and
+/// start a pages file there, arm its guardian, report the guardian's pid,
+/// its parent and its fds; then end normally or wait to be killed.
 fn dumper_role(role: &str) {
     let mut parts = role.split(';');
     let target: u32 = parts.next().unwrap().parse().unwrap();
     let dir = Path::new(parts.next().unwrap());
+    let images = DirStore::open_dir(parts.next().unwrap()).expect("the images dir");
     let end = parts.next().unwrap();
     HostDriver.ptrace_seize(target).expect("seize the target");
-    let guardian = Guardian::arm(target, dir).expect("arm the guardian");
+    let mark = images
+        .mark_unfinished(&ImageName::Kfd { id: 1 })
+        .expect("the unfinished mark");
+    let mut pages = images
+        .create(&ImageName::Pages {
+            id: 1,
+            gpu_id: 0xc0de,
+        })
+        .expect("a pages file");
+    std::io::Write::write_all(&mut pages, &[7; 4096]).expect("write pages");
+    let leftovers = Leftovers {
+        dir: images.dir().try_clone().expect("a dir handle").into(),
+        writer: std::process::id(),
+        mark: Some(mark.file_name().to_owned()),
+    };
+    // The target as the dump finds it: the process this one traces.
+    let tracee = locate_target(&HostDriver, target).expect("the seized target is found");
+    assert_eq!((tracee.pid, tracee.tracer), (target, std::process::id()));
+    let driver = if end == "unreachable" {
+        // A factory that fails in the guardian (a machine it cannot reach).
+        GuardianDriver::new("unreachable", || {
+            Err(std::io::Error::from_raw_os_error(libc::ECONNREFUSED))
+        })
+    } else {
+        GuardianDriver::host()
+    };
+    let guardian = Guardian::arm(tracee, dir, &driver, Some(leftovers)).expect("arm the guardian");
     let status = std::fs::read_to_string(format!("/proc/{}/status", guardian.pid())).unwrap();
     let ppid = field(&status, "PPid:");
     println!("guardian {} ppid {ppid}", guardian.pid());
     if end == "normal" {
         drop(guardian);
+        drop(pages);
+        drop(mark);
         return;
     }
     loop {
@@ -104,11 +145,19 @@ fn guardian_fds(pid: u32) -> Vec<String> {
 }
 
 /// (target, dumper, guardian pid); the dumper has armed the guardian.
-fn start(end: &str, dir: &Path) -> (Reaped, Reaped, u32) {
+fn start(end: &str, dir: &Path, images: &Path) -> (Reaped, Reaped, u32) {
     let target = Reaped(Command::new("sleep").arg("600").spawn().unwrap());
     let mut dumper = Reaped(
         Command::new(std::env::current_exe().unwrap())
-            .env(ROLE, format!("{};{};{end}", target.0.id(), dir.display()))
+            .env(
+                ROLE,
+                format!(
+                    "{};{};{};{end}",
+                    target.0.id(),
+                    dir.display(),
+                    images.display()
+                ),
+            )
             .stdout(Stdio::piped())
             .spawn()
             .unwrap(),
@@ -126,14 +175,17 @@ fn start(end: &str, dir: &Path) -> (Reaped, Reaped, u32) {
         dumper.0.id(),
         "the guardian is not the dumper's child"
     );
-    if end == "kill" {
-        // Standard streams on /dev/null, the dumper's pidfd, the pipe;
-        // nothing else of the dumper's (closed right after the fork).
+    if end != "normal" {
+        // Standard streams on /dev/null, the dumper's pidfd, the pipe, the
+        // images directory; nothing else of the dumper's (closed right
+        // after the fork).
         wait_for("the guardian to close the dumper's fds", || {
-            guardian_fds(guardian).len() <= 5
+            guardian_fds(guardian).len() <= 6
         });
         let fds = guardian_fds(guardian);
-        assert_eq!(fds.len(), 5, "{fds:?}");
+        assert_eq!(fds.len(), 6, "{fds:?}");
+        let images = images.canonicalize().unwrap().display().to_string();
+        assert!(fds.contains(&images), "{fds:?}");
         assert_eq!(
             fds.iter().filter(|f| *f == "/dev/null").count(),
             3,
@@ -143,6 +195,39 @@ fn start(end: &str, dir: &Path) -> (Reaped, Reaped, u32) {
         assert!(fds.iter().any(|f| f.starts_with("pipe:")), "{fds:?}");
     }
     (target, dumper, guardian)
+}
+
+/// Makes this process the child subreaper of its descendants, so each
+/// guardian (orphaned at once by design) is adopted and reaped here rather
+/// than left a zombie under an init that reaps nothing.
+fn adopt_orphans() {
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) takes integers only and
+    // changes only which process adopts this one's orphaned descendants.
+    let ret = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong) };
+    assert_eq!(ret, 0, "{}", std::io::Error::last_os_error());
+}
+
+/// Waits (at most the bound) for the adopted guardian `pid` to exit and
+/// reaps it; its exit code.
+fn exit_code(pid: u32) -> i32 {
+    let pid = libc::pid_t::try_from(pid).unwrap();
+    let start = Instant::now();
+    loop {
+        let mut status = 0;
+        // SAFETY: `status` is a writable int for the call; WNOHANG never
+        // blocks, and `pid` is a process this one adopted.
+        let ret = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if ret == pid {
+            assert!(libc::WIFEXITED(status), "guardian {pid}: {status:#x}");
+            return libc::WEXITSTATUS(status);
+        }
+        assert_eq!(ret, 0, "waitpid: {}", std::io::Error::last_os_error());
+        assert!(
+            start.elapsed() < BOUND,
+            "the guardian's exit within {BOUND:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 fn gone(pid: u32) -> bool {
@@ -172,12 +257,36 @@ fn tracer_of(pid: u32) -> u32 {
     )
 }
 
+/// The names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
 fn killed() {
+    killed_with("kill");
+}
+
+fn killed_unreachable() {
+    killed_with("unreachable");
+}
+
+/// The dumper killed; its guardian made its driver with the host's
+/// (`kill`) or a failing factory (`unreachable`).
+fn killed_with(end: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let (target, mut dumper, guardian) = start("kill", dir.path());
+    let images = tempfile::tempdir().unwrap();
+    let (target, mut dumper, guardian) = start(end, dir.path(), images.path());
     let pid = target.0.id();
     let dumper_pid = dumper.0.id();
     assert_eq!(tracer_of(pid), dumper_pid);
+    // The mark and the pages file the dumper started.
+    let before = names(images.path());
+    assert_eq!(before.len(), 2, "{before:?}");
     dumper.0.kill().unwrap();
     dumper.0.wait().unwrap();
     let log = dir.path().join(log_name(pid));
@@ -189,22 +298,57 @@ fn killed() {
         text.contains(&format!("the dumper (pid {dumper_pid}) ended")),
         "{text}"
     );
-    assert!(text.contains("has no /dev/kfd open"), "{text}");
+    let why = if end == "unreachable" {
+        "cannot reach the machine (Connection refused"
+    } else {
+        "has no /dev/kfd open"
+    };
+    assert!(text.contains(why), "{text}");
     assert!(
         text.contains(&format!("amdgpu-criu unpause --pid {pid}")),
         "{text}"
     );
-    wait_for("the guardian's exit", || gone(guardian));
-    assert_eq!(tracer_of(pid), 0, "the guardian detached the target");
+    let (mark, temp) = if before[0].starts_with(".amdgpu-kfd-1.img.part-") {
+        (&before[0], &before[1])
+    } else {
+        (&before[1], &before[0])
+    };
+    assert!(
+        temp.starts_with(&format!(".amdgpu-pages-1-c0de.img.part-{dumper_pid}-")),
+        "{before:?}"
+    );
+    assert_eq!(
+        names(images.path()),
+        std::slice::from_ref(mark),
+        "the mark alone stays"
+    );
+    assert!(text.contains(&format!("removed {temp}\n")), "{text}");
+    assert!(
+        text.contains(&format!("kept {mark} (the unfinished-dump mark")),
+        "{text}"
+    );
+    let store = DirStore::open_dir(images.path()).unwrap();
+    assert_eq!(
+        store.unfinished().unwrap(),
+        std::slice::from_ref(mark),
+        "still unfinished"
+    );
+    // A `sleep` has no KFD fd to unpause: the recovery fails, exit 1.
+    assert_eq!(exit_code(guardian), 1, "the guardian's exit");
+    // Detached by the guardian, or (unreachable) left as the dumper's
+    // death left it.
+    assert_eq!(tracer_of(pid), 0, "the target is untraced");
     assert!(!gone(pid), "the target runs on");
-    println!("guardian acted {took:?} after the kill");
+    println!("guardian ({end}) acted {took:?} after the kill");
 }
 
 fn normal_end() {
     let dir = tempfile::tempdir().unwrap();
-    let (target, mut dumper, guardian) = start("normal", dir.path());
+    let images = tempfile::tempdir().unwrap();
+    let (target, mut dumper, guardian) = start("normal", dir.path(), images.path());
     assert!(dumper.0.wait().unwrap().success());
-    wait_for("the guardian's exit", || gone(guardian));
+    assert_eq!(exit_code(guardian), 0, "the guardian's exit");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no log");
+    assert_eq!(names(images.path()), Vec::<String>::new());
     assert_eq!(tracer_of(target.0.id()), 0);
 }

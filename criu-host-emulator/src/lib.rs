@@ -93,6 +93,8 @@ pub struct EmulatedHost {
     dumping: Arc<Mutex<Option<TaskFd>>>,
     /// The simulated task this host serves (`getpid()` there).
     task: Option<Pid>,
+    /// The dump guardian's log directory and driver (none by default).
+    guardian: Option<(PathBuf, amdgpu_checkpoint::guardian::GuardianDriver)>,
 }
 
 impl EmulatedHost {
@@ -109,7 +111,21 @@ impl EmulatedHost {
             plugin_options: None,
             dumping: Arc::default(),
             task: None,
+            guardian: None,
         }
+    }
+
+    /// A host whose dumps arm the guardian, logging to `log_dir` and
+    /// reaching the machine through `driver` should it recover a process
+    /// (the dumper must be a host process the guardian can watch: a test
+    /// that runs it as its own process).
+    pub fn with_guardian(
+        mut self,
+        log_dir: &Path,
+        driver: amdgpu_checkpoint::guardian::GuardianDriver,
+    ) -> Self {
+        self.guardian = Some((log_dir.to_path_buf(), driver));
+        self
     }
 
     /// A host that offers `criu_plugin_get_options` with `options` (CRIU's
@@ -157,6 +173,17 @@ impl CriuHost for EmulatedHost {
 
     fn plugin_options(&self) -> io::Result<Option<Vec<String>>> {
         Ok(self.plugin_options.clone())
+    }
+
+    fn guardian_log_dir(&self) -> Option<PathBuf> {
+        self.guardian.as_ref().map(|(dir, _)| dir.clone())
+    }
+
+    fn guardian_driver(&self) -> amdgpu_checkpoint::guardian::GuardianDriver {
+        self.guardian
+            .as_ref()
+            .map(|(_, driver)| driver.clone())
+            .unwrap_or_default()
     }
 
     fn task_fd(&self, _fd: BorrowedFd<'_>) -> Option<TaskFd> {

@@ -13,7 +13,7 @@
 //! are dropped. Then a rescuer process does what the guardian does
 //! (`amdgpu_checkpoint::recover::unpause_process`; the guardian process
 //! itself is SIGKILL-tested against real processes in amdgpu-checkpoint's
-//! tests/guardian.rs).
+//! tests/guardian.rs, and is the rescuer of tests/dumper_killed_process.rs).
 //!
 //! Stages: right after `PROCESS_INFO`, during the BO drain of each GPU (at
 //! its second SDMA submission, `AMDGPU_CS` on its render node), and at

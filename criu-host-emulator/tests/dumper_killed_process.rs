@@ -19,15 +19,21 @@
 //!
 //! Dump stages: right after `PROCESS_INFO`, during the BO drain of each GPU
 //! (its second SDMA submission, `AMDGPU_CS` on its render node) and at
-//! `DUMP_DEVICES_LATE` (its `UNPAUSE`, never issued). After each kill a
-//! rescuer does what the guardian does
-//! (`amdgpu_checkpoint::recover::unpause_process`; the guardian process is
-//! SIGKILL-tested against real processes in amdgpu-checkpoint's
-//! tests/guardian.rs); then the application's queues run, its next steps
-//! match a run never dumped, no simulator object is leaked and the images
-//! directory never verifies as complete. The time from the kill to the
-//! queues running again is printed per stage; the only limit on it is the
-//! hang guard below.
+//! `DUMP_DEVICES_LATE` (its `UNPAUSE`, never issued). The child arms the
+//! real dump guardian (`amdgpu_checkpoint::guardian`), whose driver
+//! factory connects the guardian process to the served machine on its own
+//! connection, as a simulated process made for it; this process adopts the
+//! orphaned guardian (`PR_SET_CHILD_SUBREAPER`), reaps it and checks its
+//! exit status. After each kill the guardian, and nothing else, brings the
+//! queues back: the test only accepts its connection and watches the
+//! application's state. Then the guardian's log names the dead dumper and
+//! the unpause, the dumper's temporary image files (`.part`) are gone but
+//! for the unfinished-dump marks (each removal logged), the application's
+//! next steps match a run never dumped, no simulator object is leaked and
+//! the images directory never verifies as complete. A dump that is not
+//! killed leaves its guardian to exit at once, with no log and no
+//! connection. The time from the kill to the queues running again is
+//! printed per stage; the only limit on it is the hang guard below.
 //!
 //! Restore stages: right after `RESTORE`, during each GPU's BO fill and at
 //! `RESUME`: the half-restored task is gone and the simulator holds what
@@ -44,7 +50,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use amdgpu_checkpoint::recover::unpause_process;
+use amdgpu_checkpoint::guardian::{log_name, GuardianDriver};
 use criu_host_emulator::{DeviceVma, EmulatedHost, TaskFile};
 use criu_plugin_amdgpu::hooks::PluginConfig;
 use kfd_sim::remote::{Connection, RemoteCall, RemoteDriver, RemoteOp, Server, Verdict};
@@ -110,6 +116,7 @@ fn run_tests() {
         println!("\nskipped: {why}\n\ntest result: ok. 0 passed; 0 failed\n");
         return;
     }
+    adopt_orphans();
     let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
     let chosen: Vec<&Test> = TESTS
         .iter()
@@ -194,16 +201,34 @@ fn child_dump() {
             id: *id,
         })
         .collect();
+    // The guardian of each paused process, should this process die,
+    // connects as the simulated process the machine made for it: its own
+    // connection, opened in the guardian after its fork.
+    let address = env("ADDRESS");
+    let guardian = Pid(env_u32("GUARDIAN"));
+    let guardian_driver = GuardianDriver::new("served simulated machine", move || {
+        let driver: Box<dyn kfd::Driver> = Box::new(RemoteDriver::connect(&address, guardian)?);
+        Ok(driver)
+    });
+    let host = EmulatedHost::new(Path::new(&env("IMAGES")), None)
+        .with_guardian(Path::new(&env("LOGS")), guardian_driver);
     let quiet = criu_plugin_amdgpu::log::Capture::start();
     let result = dump_hooks(
         driver,
-        EmulatedHost::new(Path::new(&env("IMAGES")), None),
+        host,
         child_config(),
         target,
         &files,
         &decode_vmas(&env("VMAS")),
     );
+    // The guardians armed (the engine's debug line names each one).
+    let guardians: Vec<String> = quiet
+        .lines()
+        .iter()
+        .filter_map(|(_, line)| Some(line.split_once("guarded by pid ")?.1.trim().to_owned()))
+        .collect();
     drop(quiet);
+    println!("GUARDIANS {}", guardians.join(" "));
     match result {
         Ok(()) => println!("RESULT ok"),
         Err(f) => println!("RESULT failed {} {}", f.hook, f.errno),
@@ -334,8 +359,8 @@ fn accept(server: &Server, child: &mut Child, pid: Pid, rec: &Arc<Mutex<Record>>
 }
 
 /// Waits for the child (at most the hang guard) and its connections; its
-/// `RESULT` line, `None` when it was killed.
-fn finish(mut child: Child, connections: Vec<Connection>) -> Option<String> {
+/// `RESULT` line and its whole output, `None` when it was killed.
+fn finish(mut child: Child, connections: Vec<Connection>) -> Option<(String, String)> {
     let deadline = Instant::now() + HANG_GUARD;
     let status = loop {
         if let Some(status) = child.try_wait().expect("wait for the child") {
@@ -359,12 +384,12 @@ fn finish(mut child: Child, connections: Vec<Connection>) -> Option<String> {
         return None;
     }
     assert!(status.success(), "the CRIU child failed: {status}\n{out}");
-    Some(
-        out.lines()
-            .find_map(|l| l.strip_prefix("RESULT "))
-            .unwrap_or_else(|| panic!("no RESULT from the child: {out}"))
-            .to_owned(),
-    )
+    let result = out
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .unwrap_or_else(|| panic!("no RESULT from the child: {out}"))
+        .to_owned();
+    Some((result, out))
 }
 
 /// Every image file of `dir`, by name, with its bytes.
@@ -405,12 +430,121 @@ struct Run {
     recovery: Option<Duration>,
     /// Whether the images directory verifies as complete.
     complete: bool,
+    /// Temporary files of the killed dumper the guardian removed.
+    removed: usize,
+    /// The guardian's log (empty when the dump was not killed).
+    log: String,
 }
 
-/// One dump of a fresh machine by a child process, killed before call
-/// `kill_at`; checks everything a killed dump must leave as it was.
+/// The temporary files (`.<image>.part-<pid>-<n>`) in `dir`, sorted.
+fn part_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read the images dir")
+        .map(|e| {
+            e.expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|n| n.starts_with('.') && n.contains(".part-"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The parent pid of host process `pid` (`None` once it is gone).
+fn parent_of(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Makes this process the child subreaper of its descendants: a guardian
+/// (a grandchild of the CRIU child, orphaned at once by design) is adopted
+/// by this process, so the test knows it as its own (`PPid`), reaps it and
+/// reads its exit status, and may reach its memory where Yama allows only
+/// descendants.
+fn adopt_orphans() {
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) takes integers only and
+    // changes only which process adopts this one's orphaned descendants.
+    let ret = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong) };
+    assert_eq!(
+        ret,
+        0,
+        "PR_SET_CHILD_SUBREAPER: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// The exit code of the adopted guardian `pid` once it has exited (reaped
+/// then), `None` while it runs.
+fn try_reap(pid: u32) -> Option<i32> {
+    let pid = libc::pid_t::try_from(pid).expect("a pid");
+    let mut status = 0;
+    // SAFETY: `status` is a writable int for the call; WNOHANG never
+    // blocks, and `pid` is a process this one adopted.
+    let ret = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    if ret == 0 {
+        return None;
+    }
+    assert_eq!(
+        ret,
+        pid,
+        "waitpid of guardian {pid}: {}",
+        std::io::Error::last_os_error()
+    );
+    assert!(
+        libc::WIFEXITED(status),
+        "guardian {pid}: wait status {status:#x}"
+    );
+    Some(libc::WEXITSTATUS(status))
+}
+
+/// Waits for the adopted guardian `pid` to exit (at most the hang guard);
+/// its exit code.
+fn reap(pid: u32) -> i32 {
+    let deadline = Instant::now() + HANG_GUARD;
+    loop {
+        if let Some(code) = try_reap(pid) {
+            return code;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "hang guard: guardian {pid} runs on"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Accepts the connection of the guardian the killed dumper `dumper` armed
+/// (a process this one adopted, not the dumper) as simulated process `pid`;
+/// the connection and the guardian's host pid.
+fn accept_guardian(server: &Server, dumper: u32, pid: Pid, logs: &Path) -> (Connection, u32) {
+    let deadline = Instant::now() + HANG_GUARD;
+    let me = std::process::id();
+    let rec = Arc::new(Mutex::new(Record::default()));
+    loop {
+        let adopted = |peer: u32| peer != dumper && parent_of(peer) == Some(me);
+        match server.accept_matching(adopted, pid, Duration::from_millis(100), observer(&rec)) {
+            Ok(accepted) => return accepted,
+            Err(e) if e.raw_os_error() == Some(libc::ETIMEDOUT) && Instant::now() < deadline => {}
+            Err(e) => panic!(
+                "the guardian's connection as {pid}: {e}; its logs: {:?}",
+                std::fs::read_dir(logs).map(|d| d.count())
+            ),
+        }
+    }
+}
+
+/// One dump of a fresh machine by a child process with the guardian armed,
+/// killed before call `kill_at`; checks that the guardian (not the test)
+/// brought the queues back and cleared the dumper's temporary files, and
+/// everything a killed dump must leave as it was.
 fn dump_run(images: &Path, shm: &Path, kill: Option<KillAt>, expected: &[u64]) -> Run {
     empty_dir(images);
+    let logs = tempfile::tempdir().unwrap();
     let sim = Sim::synthetic(GPUS, SimConfig::default()).expect("simulated machine");
     let mut app = Workload::launch(&sim, &Profile::Basic).expect("launch app");
     app.step().expect("app step");
@@ -421,6 +555,9 @@ fn dump_run(images: &Path, shm: &Path, kill: Option<KillAt>, expected: &[u64]) -
     }));
     let server = Server::new(&sim).expect("serve the machine");
     let dumper = sim.spawn_process().expect("the dumper's process");
+    // The simulated process a guardian acts as (it connects only to
+    // recover).
+    let guardian = sim.spawn_process().expect("the guardian's process");
     sim.ptrace_attach(dumper, app.pid())
         .expect("CRIU seizes the target");
     let files = {
@@ -437,6 +574,8 @@ fn dump_run(images: &Path, shm: &Path, kill: Option<KillAt>, expected: &[u64]) -
         &[
             ("ADDRESS", server.address().to_owned()),
             ("PID", dumper.0.to_string()),
+            ("GUARDIAN", guardian.0.to_string()),
+            ("LOGS", logs.path().display().to_string()),
             ("TARGET", app.pid().0.to_string()),
             ("FILES", files),
             ("TOPOLOGY", sim.sysfs_root().display().to_string()),
@@ -445,8 +584,9 @@ fn dump_run(images: &Path, shm: &Path, kill: Option<KillAt>, expected: &[u64]) -
             ("VMAS", encode_vmas(&device_vmas(&sim))),
         ],
     );
+    let child_pid = child.id();
     let connection = accept(&server, &mut child, dumper, &rec);
-    let result = finish(child, vec![connection]);
+    let outcome = finish(child, vec![connection]);
     let (calls, killed_at) = {
         let rec = rec.lock().unwrap();
         (rec.calls.clone(), rec.killed_at)
@@ -457,19 +597,105 @@ fn dump_run(images: &Path, shm: &Path, kill: Option<KillAt>, expected: &[u64]) -
         None,
         "the dumper's tracee is free"
     );
+    let log = logs.path().join(log_name(app.pid().0));
     let mut recovery = None;
-    if let Some(killed_at) = killed_at {
-        assert_eq!(result, None, "the dumper was killed");
-        let state = sim.kfd_state(app.pid()).unwrap();
-        // The guardian's work.
-        let rescuer = sim.spawn_process().unwrap();
-        let done = unpause_process(&sim.driver(rescuer), app.pid().0).expect("recovery");
-        assert_eq!(done.was_paused, state.queues_paused);
-        let state = sim.kfd_state(app.pid()).unwrap();
-        assert!(state.queues_running() && !state.queues_paused, "{state:?}");
-        recovery = Some(killed_at.elapsed());
-        sim.exit_process(rescuer).unwrap();
-    }
+    let mut removed = 0;
+    let mut log_text = String::new();
+    let result = match (killed_at, outcome) {
+        (Some(killed_at), None) => {
+            // The dumper's leftovers, before the guardian can act (it
+            // recovers through the connection accepted below).
+            let parts = part_files(images);
+            let tag = format!(".part-{child_pid}-");
+            assert!(
+                parts.iter().all(|p| p.contains(&tag)),
+                "only the dumper's temporary files: {parts:?}"
+            );
+            let paused = sim.kfd_state(app.pid()).unwrap().queues_paused;
+            let (connection, guardian_pid) =
+                accept_guardian(&server, child_pid, guardian, logs.path());
+            // The queues run again when the guardian's UNPAUSE lands.
+            let deadline = Instant::now() + HANG_GUARD;
+            let mut exit = None;
+            loop {
+                let state = sim.kfd_state(app.pid()).unwrap();
+                if state.queues_running() && !state.queues_paused {
+                    break;
+                }
+                assert!(
+                    exit.is_none(),
+                    "the guardian exited ({exit:?}) and the queues stay stopped: {state:?}; \
+                     its log: {:?}",
+                    std::fs::read_to_string(&log)
+                );
+                assert!(Instant::now() < deadline, "hang guard: {state:?}");
+                std::thread::sleep(Duration::from_micros(200));
+                // Read after the state: its exit comes after its UNPAUSE.
+                exit = try_reap(guardian_pid);
+            }
+            recovery = Some(killed_at.elapsed());
+            let exit = exit.unwrap_or_else(|| reap(guardian_pid));
+            assert_eq!(exit, 0, "the guardian recovered the app");
+            connection.join();
+            assert!(!sim.process_alive(guardian), "the guardian's process ended");
+            assert_eq!(sim.tracer_of(app.pid()), None, "the guardian detached");
+            let text = std::fs::read_to_string(&log).expect("the guardian's log");
+            let pid = app.pid().0;
+            assert!(
+                text.contains(&format!("the dumper (pid {child_pid}) ended")),
+                "{text}"
+            );
+            let said = if paused {
+                "GPU queues unpaused"
+            } else {
+                "GPU queues were not paused"
+            };
+            assert!(text.contains(&format!("pid {pid}: {said}\n")), "{text}");
+            // Its temporary files are gone but for the unfinished-dump mark
+            // of the paused process (one KFD file here), each one logged.
+            let kept = part_files(images);
+            assert!(
+                kept.len() == 1 && kept[0].starts_with(".amdgpu-kfd-"),
+                "the mark stays, alone: {kept:?} of {parts:?}\n{text}"
+            );
+            assert!(
+                text.contains(&format!("kept {} (the unfinished-dump mark", kept[0])),
+                "{text}"
+            );
+            let gone: Vec<&String> = parts.iter().filter(|p| !kept.contains(p)).collect();
+            for p in &gone {
+                assert!(text.contains(&format!("removed {p}\n")), "{p}: {text}");
+            }
+            removed = gone.len();
+            log_text = text;
+            None
+        }
+        (None, Some((result, out))) => {
+            // The guardians of a dump that ended: each exits at once and
+            // writes nothing; none connected.
+            let pids: Vec<u32> = out
+                .lines()
+                .find_map(|l| l.strip_prefix("GUARDIANS"))
+                .unwrap_or_else(|| panic!("no GUARDIANS from the child: {out}"))
+                .split_whitespace()
+                .map(|p| p.parse().expect("a guardian's pid"))
+                .collect();
+            assert_eq!(pids.len(), 1, "one guardian per paused process: {out}");
+            for pid in pids {
+                assert_ne!(parent_of(pid), Some(child_pid), "not the dumper's child");
+                assert_eq!(reap(pid), 0, "the guardian of a finished dump");
+            }
+            assert_eq!(std::fs::read_dir(logs.path()).unwrap().count(), 0, "no log");
+            assert_eq!(
+                part_files(images),
+                Vec::<String>::new(),
+                "no temporary file"
+            );
+            sim.exit_process(guardian).unwrap();
+            Some(result)
+        }
+        (killed, outcome) => panic!("killed at {killed:?}, but the child said {outcome:?}"),
+    };
     let state = sim.kfd_state(app.pid()).unwrap();
     assert!(state.queues_running() && !state.queues_paused, "{state:?}");
     assert_eq!(fingerprints(&mut app), expected, "the next steps");
@@ -480,6 +706,8 @@ fn dump_run(images: &Path, shm: &Path, kill: Option<KillAt>, expected: &[u64]) -
         result,
         recovery,
         complete: set_looks_complete(images),
+        removed,
+        log: log_text,
     }
 }
 
@@ -521,6 +749,7 @@ fn a_dumper_process_killed_at_any_stage_leaves_the_app_recoverable_and_nothing_l
         image_files(local.path()),
         "the child's images are the in-process dump's"
     );
+    let mut removed = 0;
     for (label, at) in dump_kill_stages(&clean.calls, GPUS) {
         let killed = dump_run(
             images.path(),
@@ -536,8 +765,17 @@ fn a_dumper_process_killed_at_any_stage_leaves_the_app_recoverable_and_nothing_l
             !killed.complete,
             "{label}: a killed dump never verifies as complete"
         );
-        println!("SIGKILL {label} (call {at}): queues run again {took:?} after the kill");
+        println!(
+            "SIGKILL {label} (call {at}): the guardian had the queues run again {took:?} after \
+             the kill; it removed {} temporary files",
+            killed.removed
+        );
+        for line in killed.log.lines() {
+            println!("    {line}");
+        }
+        removed += killed.removed;
     }
+    assert!(removed > 0, "some stage left temporary files to remove");
 }
 
 /// One restore of a clean dump's images on a fresh machine by a child
@@ -582,7 +820,7 @@ fn restore_run(kill: Option<KillAt>) -> (Vec<Call>, bool) {
         .into_iter()
         .map(|p| accept(&server, &mut child, p, &rec))
         .collect();
-    let result = finish(child, connections);
+    let result = finish(child, connections).map(|(result, _)| result);
     let killed = rec.lock().unwrap().killed_at.is_some();
     let failed = match result.as_deref() {
         None => {

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use kfd::{DeviceNumber, Driver};
 
 use amdgpu_checkpoint::dump::{discard_images, DumpConfig, Dumper};
+use amdgpu_checkpoint::guardian::GuardianDriver;
 use amdgpu_checkpoint::handles::HandleTable;
 use amdgpu_checkpoint::identify::{Devices, FdClass};
 use amdgpu_checkpoint::options::{Source, MAX_BUFFER_SIZE};
@@ -140,6 +141,12 @@ pub trait CriuHost {
     /// starts no guardian.
     fn guardian_log_dir(&self) -> Option<PathBuf> {
         None
+    }
+
+    /// How the dump guardian reaches the machine (see
+    /// [`GuardianDriver`]); the default is the host's kernel.
+    fn guardian_driver(&self) -> GuardianDriver {
+        GuardianDriver::host()
     }
 }
 
@@ -553,6 +560,7 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             unpause_early: !self.config.has_dump_devices_late,
             shm_dir: self.config.shm_dir.clone(),
             guardian_log_dir: self.host.guardian_log_dir(),
+            guardian_driver: self.host.guardian_driver(),
         };
         let driver = &self.driver;
         self.dumper

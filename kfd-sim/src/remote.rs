@@ -27,7 +27,9 @@
 //! Where the model stops short of the kernel:
 //! * a client is one simulated process; a process it forks shares its
 //!   connection, so (unlike a real fork) the child is not a process of its
-//!   own, and the connection ends only when both are gone;
+//!   own, and the connection ends only when both are gone; a forked process
+//!   that must be one (a dump guardian) connects anew as another simulated
+//!   process, accepted with [`Server::accept_matching`];
 //! * fds are received close-on-exec whatever the call asked for;
 //! * an fd travelling in a message (between the server's reply and the
 //!   client's receipt) is open nowhere, so [`Sim::accounting`] taken at
@@ -213,6 +215,21 @@ impl Server {
         timeout: Duration,
         observer: Observer,
     ) -> io::Result<Connection> {
+        self.accept_matching(|peer| peer == client, pid, timeout, observer)
+            .map(|(connection, _)| connection)
+    }
+
+    /// [`Server::accept`] for a client whose host pid is not known in
+    /// advance (a process a client started, such as a dump guardian):
+    /// accepts a host process for which `client` answers `true`; returns
+    /// the connection and that process's pid.
+    pub fn accept_matching(
+        &self,
+        client: impl Fn(u32) -> bool,
+        pid: Pid,
+        timeout: Duration,
+        observer: Observer,
+    ) -> io::Result<(Connection, u32)> {
         let mut pfd = libc::pollfd {
             fd: self.socket.as_raw_fd(),
             events: libc::POLLIN,
@@ -242,9 +259,9 @@ impl Server {
         // SAFETY: accept4 returned a new descriptor we own.
         let conn = unsafe { OwnedFd::from_raw_fd(fd) };
         let peer = peer_pid(conn.as_fd())?;
-        if u32::try_from(peer).ok() != Some(client) {
+        let Some(host_pid) = u32::try_from(peer).ok().filter(|&p| client(p)) else {
             return Err(io::Error::from_raw_os_error(libc::EPERM));
-        }
+        };
         let (bind, _) = recv(conn.as_fd())?.ok_or_else(|| errno(libc::ECONNRESET))?;
         let mut r = Reader::new(&bind);
         if r.u8()? != op::BIND || Pid(r.u32()?) != pid {
@@ -269,7 +286,7 @@ impl Server {
         let thread = std::thread::Builder::new()
             .name(format!("kfd-sim-remote-{}", pid.0))
             .spawn(move || served.run(conn))?;
-        Ok(Connection { thread })
+        Ok((Connection { thread }, host_pid))
     }
 }
 
@@ -926,6 +943,10 @@ impl Driver for RemoteDriver {
         self.simple(op::PTRACE_DETACH, pid).map(drop)
     }
 
+    fn caller_pid(&self) -> u32 {
+        self.pid.0
+    }
+
     fn process_status(&self, pid: u32) -> io::Result<ProcessStatus> {
         let (reply, _) = self.simple(op::PROCESS_STATUS, pid)?;
         let mut r = Reader::new(&reply);
@@ -935,6 +956,8 @@ impl Driver for RemoteDriver {
         Ok(ProcessStatus {
             name,
             tracer: traced.then_some(tracer),
+            // The simulator models no pid namespaces.
+            ns_pid: None,
         })
     }
 

@@ -169,6 +169,13 @@ pub trait Driver: Send + Sync {
         Err(io::Error::from_raw_os_error(libc::ENOSYS))
     }
 
+    /// `getpid()`: the calling process's pid as this driver names
+    /// processes, the tracer [`Driver::process_status`] shows for a process
+    /// the caller traces. The default is the host's (`std::process::id`).
+    fn caller_pid(&self) -> u32 {
+        std::process::id()
+    }
+
     /// The name and tracer of `pid` (`/proc/PID/status`); `ESRCH`-like
     /// `NotFound` when there is no such process.
     fn process_status(&self, pid: u32) -> io::Result<ProcessStatus> {
@@ -269,6 +276,10 @@ macro_rules! forward_driver {
 
             fn ptrace_detach(&self, pid: u32) -> io::Result<()> {
                 (**self).ptrace_detach(pid)
+            }
+
+            fn caller_pid(&self) -> u32 {
+                (**self).caller_pid()
             }
 
             fn process_status(&self, pid: u32) -> io::Result<ProcessStatus> {

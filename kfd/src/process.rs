@@ -18,6 +18,11 @@ pub struct ProcessStatus {
     pub name: String,
     /// `TracerPid:` when it is not 0.
     pub tracer: Option<u32>,
+    /// `NSpid:`'s last field: the pid in the process's own (innermost) pid
+    /// namespace, the pid `PROCESS_INFO` reports; `None` when the status
+    /// shows no `NSpid:` line (a kernel before 4.1, or a driver that models
+    /// no pid namespaces: then it is the pid asked about).
+    pub ns_pid: Option<u32>,
 }
 
 /// The cgroup freezer that holds a process frozen.
@@ -63,6 +68,7 @@ impl fmt::Display for FrozenCgroup {
 pub fn parse_status(text: &str) -> io::Result<ProcessStatus> {
     let mut name = None;
     let mut tracer = None;
+    let mut ns_pid = None;
     for line in text.lines() {
         if let Some(v) = line.strip_prefix("Name:") {
             name = Some(v.trim().to_owned());
@@ -71,10 +77,20 @@ pub fn parse_status(text: &str) -> io::Result<ProcessStatus> {
                 io::Error::new(io::ErrorKind::InvalidData, format!("TracerPid {v:?}"))
             })?;
             tracer = (pid != 0).then_some(pid);
+        } else if let Some(v) = line.strip_prefix("NSpid:") {
+            let last = v.split_whitespace().last().unwrap_or_default();
+            ns_pid =
+                Some(last.parse().map_err(|_| {
+                    io::Error::new(io::ErrorKind::InvalidData, format!("NSpid {v:?}"))
+                })?);
         }
     }
     let name = name.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no Name: line"))?;
-    Ok(ProcessStatus { name, tracer })
+    Ok(ProcessStatus {
+        name,
+        tracer,
+        ns_pid,
+    })
 }
 
 fn read_trimmed(path: &Path) -> Option<String> {
@@ -128,6 +144,17 @@ mod tests {
         assert_eq!(s.tracer, None);
         assert!(parse_status("TracerPid:\t1\n").is_err());
         assert!(parse_status("Name:\tx\nTracerPid:\tx\n").is_err());
+    }
+
+    #[test]
+    fn status_gives_the_pid_in_the_process_s_own_namespace() {
+        let s = parse_status("Name:\tapp\nTracerPid:\t9\nNSpid:\t4242\t7\n").unwrap();
+        assert_eq!(s.ns_pid, Some(7));
+        let s = parse_status("Name:\tapp\nNSpid:\t4242\n").unwrap();
+        assert_eq!(s.ns_pid, Some(4242));
+        assert_eq!(parse_status("Name:\tapp\n").unwrap().ns_pid, None);
+        assert!(parse_status("Name:\tapp\nNSpid:\t12 x\n").is_err());
+        assert!(parse_status("Name:\tapp\nNSpid:\n").is_err());
     }
 
     #[test]

@@ -429,6 +429,10 @@ impl Driver for SimDriver {
         self.sim_ptrace_detach(pid)
     }
 
+    fn caller_pid(&self) -> u32 {
+        self.pid.0
+    }
+
     fn process_status(&self, pid: u32) -> io::Result<ProcessStatus> {
         self.sim_process_status(pid)
     }

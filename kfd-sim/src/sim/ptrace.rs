@@ -141,6 +141,8 @@ impl SimDriver {
         Ok(ProcessStatus {
             name: target.comm.clone(),
             tracer: target.ptrace_parent.map(|p| p.0),
+            // The simulator models no pid namespaces.
+            ns_pid: None,
         })
     }
 
