@@ -38,6 +38,35 @@ pub(crate) struct Process {
     pub(crate) fds: std::collections::BTreeMap<std::os::fd::RawFd, super::FileKey>,
     /// The cgroup freezer holding it, if any.
     pub(crate) frozen: Option<kfd::FrozenCgroup>,
+    /// Whether it stands for the host process of the same pid (a client
+    /// of [`crate::remote::Server::serve_host_processes`]): its ptrace
+    /// parent is then the one the host kernel reports, since the host
+    /// really traces it (CRIU's seize of a real process).
+    pub(crate) host: bool,
+}
+
+impl Process {
+    /// Whether `tracer` is its ptrace parent (`ptrace_parent()` of its lead
+    /// thread in the kernel).
+    pub(crate) fn traced_by(&self, pid: Pid, tracer: Pid) -> bool {
+        if self.host {
+            return host_tracer(pid) == Some(tracer);
+        }
+        self.ptrace_parent == Some(tracer)
+    }
+}
+
+/// The host kernel's tracer of host process `pid` (`TracerPid` of
+/// `/proc/PID/status`; `None` when untraced or gone).
+pub(crate) fn host_tracer(pid: Pid) -> Option<Pid> {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.0)).ok()?;
+    let tracer: u32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))?
+        .trim()
+        .parse()
+        .ok()?;
+    (tracer != 0).then_some(Pid(tracer))
 }
 
 /// A CPU mapping made through [`Driver::mmap`].
