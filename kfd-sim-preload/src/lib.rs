@@ -107,5 +107,5 @@ mod trace;
 mod tree;
 
 pub use checkpoint::{DEFAULT_RENUMBER_SEED, KFD_FILE_ID, RENUMBER_SEED_VAR};
-pub use machine::{MACHINE_VAR, TRACE_VAR};
+pub use machine::{MACHINE_VAR, REMOTE_VAR, TRACE_VAR};
 pub use shm::SHM_DIR_VAR;
