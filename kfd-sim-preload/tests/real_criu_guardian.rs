@@ -200,18 +200,25 @@ fn build_app(dir: &Path) -> Result<PathBuf, String> {
 
 /// Everything a run needs.
 struct Setup {
-    criu: PathBuf,
-    plugins: tempfile::TempDir,
+    /// CRIU and the plugin directory, when the test runs CRIU.
+    criu: Option<(PathBuf, tempfile::TempDir)>,
     app: PathBuf,
     preload: PathBuf,
     stand_in: (u32, u32),
     _build: tempfile::TempDir,
 }
 
-fn setup() -> Option<Setup> {
+impl Setup {
+    fn plugins(&self) -> &Path {
+        self.criu.as_ref().expect("a CRIU test").1.path()
+    }
+}
+
+/// What a test needs; CRIU and the plugin only `with_criu`.
+fn setup(with_criu: bool) -> Option<Setup> {
     let found = (|| {
         if !is_root() {
-            return Err("CRIU needs root".to_string());
+            return Err("the test needs root (mount namespaces, ptrace, CRIU)".to_string());
         }
         if !Command::new("unshare")
             .arg("--version")
@@ -225,15 +232,19 @@ fn setup() -> Option<Setup> {
             return Err(format!("the served machine cannot reach its clients: {e}"));
         }
         let stand_in = stand_in_numbers()?;
-        let criu = criu_binary()?;
-        let so = plugin_so()?;
-        let plugins = tempfile::tempdir().map_err(|e| e.to_string())?;
-        fs::copy(&so, plugins.path().join("amdgpu_plugin.so")).map_err(|e| e.to_string())?;
+        let criu = if with_criu {
+            let criu = criu_binary()?;
+            let so = plugin_so()?;
+            let plugins = tempfile::tempdir().map_err(|e| e.to_string())?;
+            fs::copy(&so, plugins.path().join("amdgpu_plugin.so")).map_err(|e| e.to_string())?;
+            Some((criu, plugins))
+        } else {
+            None
+        };
         let build = tempfile::tempdir().map_err(|e| e.to_string())?;
         let app = build_app(build.path())?;
         Ok(Setup {
             criu,
-            plugins,
             app,
             preload: common::preload_lib(),
             stand_in,
@@ -307,7 +318,9 @@ dump() {
         </dev/null >"$scratch/$name.out" 2>&1 || status=$?
     echo "$status" > "$scratch/$name.status"
 }
-if [ "$mode" = kill ]; then
+if [ "$mode" = app-only ]; then
+    exit 0
+elif [ "$mode" = kill ]; then
     dump images 1
 else
     # The same process dumped twice: without a guardian, then with one.
@@ -483,8 +496,8 @@ impl Drop for Run {
 }
 
 /// Runs the script: `mode` `kill` (one dump, CRIU killed by the
-/// observer) or `compare` (two `--leave-running` dumps of the same
-/// process, the first with `AMDGPU_PLUGIN_GUARDIAN=0`).
+/// observer), `compare` (two `--leave-running` dumps of the same process,
+/// the first with `AMDGPU_PLUGIN_GUARDIAN=0`) or `app-only` (no CRIU).
 fn run(setup: &Setup, address: &str, render_minor: u32, mode: &str) -> Run {
     let scratch = tempfile::Builder::new()
         .prefix("real-criu-guardian")
@@ -496,8 +509,8 @@ fn run(setup: &Setup, address: &str, render_minor: u32, mode: &str) -> Run {
         .arg(SCRIPT)
         .arg("real-criu-guardian")
         .arg(scratch.path())
-        .arg(&setup.criu)
-        .arg(setup.plugins.path())
+        .arg(setup.criu.as_ref().map_or(Path::new(""), |c| c.0.as_path()))
+        .arg(setup.criu.as_ref().map_or(Path::new(""), |c| c.1.path()))
         .arg(&setup.app)
         .arg(setup.stand_in.0.to_string())
         .arg(setup.stand_in.1.to_string())
@@ -606,7 +619,7 @@ fn wait_for(limit: Duration, mut what: impl FnMut() -> bool) -> bool {
 #[test]
 fn criu_killed_after_the_pause_leaves_the_application_to_the_guardian() {
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
-    let Some(setup) = setup() else {
+    let Some(setup) = setup(true) else {
         return;
     };
     let served = serve(true);
@@ -711,7 +724,7 @@ fn guardian_of(log: &str, app: u32) -> Option<u32> {
 #[test]
 fn criu_dumps_with_the_guardian_armed_as_without_it() {
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
-    let Some(setup) = setup() else {
+    let Some(setup) = setup(true) else {
         return;
     };
     let served = serve(false);
@@ -775,8 +788,8 @@ fn criu_dumps_with_the_guardian_armed_as_without_it() {
     );
     // CRIU's behaviour and its own log as without the guardian; the
     // guardian's pid appears in none of CRIU's lines.
-    let with = run.criu_lines(&run.log, setup.plugins.path());
-    let without = run.criu_lines(&run.unguarded_log, setup.plugins.path());
+    let with = run.criu_lines(&run.log, setup.plugins());
+    let without = run.criu_lines(&run.unguarded_log, setup.plugins());
     let (only_with, only_without) = difference(&with, &without);
     assert!(
         only_with.is_empty() && only_without.is_empty(),
@@ -796,4 +809,75 @@ fn criu_dumps_with_the_guardian_armed_as_without_it() {
         "CRIU's own log: {} lines compared, the same with and without the guardian",
         with.len()
     );
+}
+
+/// The served machine's rule for a host process, without CRIU: `CRIU_OP`
+/// on the application's file (a copy taken with `pidfd_getfd`, so the
+/// server must match it to the application's stand-in) is refused
+/// (`EBADF`) to a process that does not trace it, and accepted from its
+/// real ptrace parent, as the kernel does.
+#[test]
+fn served_host_processes_follow_the_hosts_ptrace_parent() {
+    use kfd::{Driver, FdKind, HostDriver};
+    use std::os::fd::AsFd;
+
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(setup) = setup(false) else {
+        return;
+    };
+    let served = serve(false);
+    let run = run(
+        &setup,
+        served.server.address(),
+        render_minor(&served.sim),
+        "app-only",
+    );
+    let app = run.app();
+    // This process as a client of the machine, the application's KFD file
+    // among its fds (its render node's stand-in has the same numbers).
+    let me = kfd_sim::remote::RemoteDriver::connect_host(served.server.address())
+        .expect("connect to the served machine");
+    let pidfd = HostDriver
+        .pidfd_open(app)
+        .expect("pidfd of the application");
+    let kfd_file = fs::read_dir(format!("/proc/{app}/fd"))
+        .expect("the application's fds")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|fd| HostDriver.pidfd_getfd(pidfd.as_fd(), fd).ok())
+        .find(|file| {
+            me.fd_kind(file.as_fd()).ok()
+                == Some(FdKind::CharDevice(kfd::DeviceNumber {
+                    major: kfd_sim::KFD_MAJOR,
+                    minor: 0,
+                }))
+        })
+        .expect("the served machine knows one of the application's fds as its /dev/kfd");
+    let target = kfd::Kfd::from_fd(me.clone(), kfd_file);
+    match target.process_info() {
+        Err(kfd::Error::Os { errno, .. }) => assert_eq!(
+            errno,
+            libc::EBADF,
+            "CRIU_OP from a process that does not trace the file's owner"
+        ),
+        other => panic!("PROCESS_INFO of an untraced process: {other:?}"),
+    }
+    assert!(!served.sim.kfd_state(Pid(app)).unwrap().queues_paused);
+    HostDriver.ptrace_seize(app).expect("seize the application");
+    HostDriver
+        .ptrace_interrupt(app, Duration::from_secs(10))
+        .expect("stop the application");
+    let info = target.process_info();
+    let paused = served.sim.kfd_state(Pid(app)).unwrap().queues_paused;
+    let unpaused = target.unpause();
+    let running = served.sim.kfd_state(Pid(app)).unwrap();
+    HostDriver.ptrace_detach(app).expect("detach");
+    let info = info.expect("PROCESS_INFO from the application's ptrace parent");
+    assert_eq!(info.pid, app, "PROCESS_INFO names the host pid");
+    assert!(paused, "PROCESS_INFO paused the application's queues");
+    unpaused.expect("UNPAUSE from the ptrace parent");
+    assert!(
+        !running.queues_paused && running.queues_running(),
+        "{running:?}"
+    );
+    run.assert_runs_on("after the pause and unpause");
 }

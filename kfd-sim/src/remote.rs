@@ -76,7 +76,7 @@ use std::time::Duration;
 
 use kfd::{DeviceNumber, Driver, FdKind, FrozenCgroup, ProcessStatus};
 
-use crate::sim::{in_remote_space, CpuMapping, FileKey};
+use crate::sim::{in_remote_space, on_caller_thread, CpuMapping, FileKey};
 use crate::{Errno, Pid, Sim, SimDriver};
 
 /// Largest message either side sends (an ioctl argument is at most 16 KiB).
@@ -607,6 +607,8 @@ impl Served {
                 let request = r.u64()?;
                 let value = r.u64()?;
                 let mut arg = r.bytes()?.to_vec();
+                // The calling thread (the kernel's `current`).
+                let tid = r.u32()?;
                 let fd = fd()?;
                 if arg.len() != ioc_size(request) {
                     return Err(errno(libc::EPROTO));
@@ -619,14 +621,15 @@ impl Served {
                 } else {
                     arg.as_mut_ptr().cast()
                 };
-                // SAFETY: `ptr` is our buffer of `_IOC_SIZE(request)` bytes
-                // (or, for a size of 0, the client's value, which the
-                // simulator never dereferences for such requests); user
-                // pointers inside it are the client's and reached only
-                // through the remote space set here.
-                let result = in_remote_space(self.peer, self.conn, || unsafe {
-                    d.ioctl(fd, request, ptr)
-                });
+                let call = || {
+                    // SAFETY: `ptr` is our buffer of `_IOC_SIZE(request)`
+                    // bytes (or, for a size of 0, the client's value, which
+                    // the simulator never dereferences for such requests);
+                    // user pointers inside it are the client's and reached
+                    // only through the remote space set around the call.
+                    unsafe { d.ioctl(fd, request, ptr) }
+                };
+                let result = on_caller_thread(tid, || in_remote_space(self.peer, self.conn, call));
                 let mut w = Writer::new();
                 match result {
                     Ok(ret) => {
@@ -1043,6 +1046,9 @@ impl Driver for RemoteDriver {
             Vec::new()
         };
         w.bytes(&bytes);
+        // SAFETY: gettid(2) takes no arguments and cannot fail.
+        let tid = unsafe { libc::gettid() };
+        w.u32(u32::try_from(tid).unwrap_or(0));
         let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         send(conn.as_fd(), &w.0, &[fd])?;
         let (reply, _) = reply(conn.as_fd())?;

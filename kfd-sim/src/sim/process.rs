@@ -47,17 +47,38 @@ pub(crate) struct Process {
 
 impl Process {
     /// Whether `tracer` is its ptrace parent (`ptrace_parent()` of its lead
-    /// thread in the kernel).
+    /// thread in the kernel). For a host process the kernel's tracer is a
+    /// thread: it must be the calling thread ([`on_caller_thread`]; the
+    /// caller's main thread when none is set).
     pub(crate) fn traced_by(&self, pid: Pid, tracer: Pid) -> bool {
         if self.host {
-            return host_tracer(pid) == Some(tracer);
+            let thread = CALLER_THREAD.with(std::cell::Cell::get).unwrap_or(tracer.0);
+            return host_tracer(pid) == Some(Pid(thread));
         }
         self.ptrace_parent == Some(tracer)
     }
 }
 
-/// The host kernel's tracer of host process `pid` (`TracerPid` of
-/// `/proc/PID/status`; `None` when untraced or gone).
+thread_local! {
+    /// The host thread (tid) making the call being served, when the caller
+    /// is a host process.
+    static CALLER_THREAD: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` as a call of host thread `tid` (`current` in the kernel).
+pub(crate) fn on_caller_thread<R>(tid: u32, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<u32>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CALLER_THREAD.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(CALLER_THREAD.with(|c| c.replace(Some(tid))));
+    f()
+}
+
+/// The host kernel's tracer of host process `pid`, a thread (`TracerPid`
+/// of `/proc/PID/status`; `None` when untraced or gone).
 pub(crate) fn host_tracer(pid: Pid) -> Option<Pid> {
     let status = std::fs::read_to_string(format!("/proc/{}/status", pid.0)).ok()?;
     let tracer: u32 = status
