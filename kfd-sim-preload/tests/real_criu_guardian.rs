@@ -15,14 +15,26 @@
 //! * CRIU is `SIGKILL`ed at its first device call after `PROCESS_INFO`
 //!   paused the application: the guardian (forked out of CRIU by the
 //!   plugin) unpauses it, says so in `amdgpu-guardian-<pid>.log` in the
-//!   images directory, and the application's queues and CPU work run on.
-//! * A `--leave-running` dump with the guardian armed succeeds, leaves the
-//!   application running unpaused, and the guardian leaves no trace: no
-//!   log, no process, nothing in CRIU's log but the plugin's own lines.
+//!   images directory, and the application's queues and CPU work run on;
+//!   the test prints the time from the kill to the guardian's `UNPAUSE`.
+//! * The same process dumped twice with `--leave-running`, first with
+//!   `AMDGPU_PLUGIN_GUARDIAN=0`, then with the guardian armed: both
+//!   succeed, the application runs on unpaused, the guardian exits and
+//!   writes nothing, and CRIU's own log lines (the plugin's left out) are
+//!   the same, compared as multisets with numbers masked and the lines
+//!   that differ between any two dumps left out (the host's unix sockets,
+//!   whether the seize caught a system call, the run id).
+//! * Without CRIU: the served machine's `CRIU_OP` rule for host processes
+//!   (`EBADF` until the calling thread is the application's real ptrace
+//!   parent), on a copy of the application's fd taken with `pidfd_getfd`.
 //!
 //! The application's BO mappings are the simulator's memfds, which CRIU
 //! dumps as shared memory; its connection to the test is an external unix
 //! socket, named to CRIU with `--external unix[INODE]`.
+//!
+//! The guardian test found that the guardian inherited CRIU's `SIGCHLD`
+//! handler, which exited it at the child stop of its own
+//! `PTRACE_INTERRUPT` (fixed in `amdgpu_checkpoint::sys::spawn_orphan`).
 //!
 //! Needs root, `unshare`, CRIU criu-dev from `../shared/vendor/criu/build.sh`
 //! (`$CRIU_BUILDS`, else `~/.cache/criu-builds`), the plugin `.so`
@@ -414,6 +426,8 @@ fn varies(line: &str) -> bool {
     line.starts_with("unix: \tCollected") || line.starts_with("unix: \t\t")
         // Whether the seize caught the application inside a system call.
         || line.contains("with interrupted system call")
+        // A random UUID.
+        || line.starts_with("CRIU run id = ")
 }
 
 /// The lines of `a` not in `b` and those of `b` not in `a`, counted as
@@ -455,30 +469,34 @@ fn difference(a: &[String], b: &[String]) -> (Vec<String>, Vec<String>) {
 }
 
 /// `line` with every word holding a digit (a number, an address, a run id
-/// part) and the random part of a semaphore's temporary name replaced.
+/// part) replaced by `#` and every run of white space by one space (CRIU
+/// pads numbers to columns).
 fn mask(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut word = String::new();
-    let mut after_sem = false;
-    let flush = |word: &mut String, out: &mut String, after_sem: bool| {
-        if word.bytes().any(|b| b.is_ascii_digit()) || (after_sem && !word.is_empty()) {
-            out.push('#');
-        } else {
-            out.push_str(word);
-        }
-        word.clear();
-    };
-    for c in line.chars() {
-        if c.is_ascii_alphanumeric() || c == '_' {
-            word.push(c);
-        } else {
-            flush(&mut word, &mut out, after_sem);
-            after_sem = c == '.' && out.ends_with("sem");
-            out.push(c);
-        }
-    }
-    flush(&mut word, &mut out, after_sem);
-    out
+    line.split_whitespace()
+        .map(|field| {
+            let mut out = String::with_capacity(field.len());
+            let mut word = String::new();
+            let flush = |word: &mut String, out: &mut String| {
+                if word.bytes().any(|b| b.is_ascii_digit()) {
+                    out.push('#');
+                } else {
+                    out.push_str(word);
+                }
+                word.clear();
+            };
+            for c in field.chars() {
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    word.push(c);
+                } else {
+                    flush(&mut word, &mut out);
+                    out.push(c);
+                }
+            }
+            flush(&mut word, &mut out);
+            out
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 impl Drop for Run {
@@ -786,8 +804,9 @@ fn criu_dumps_with_the_guardian_armed_as_without_it() {
             .exists(),
         "a guardian that had nothing to do writes nothing"
     );
-    // CRIU's behaviour and its own log as without the guardian; the
-    // guardian's pid appears in none of CRIU's lines.
+    // CRIU's behaviour and its own log as without the guardian (a child
+    // CRIU did not make, a file or a signal it did not expect would show
+    // as lines of their own).
     let with = run.criu_lines(&run.log, setup.plugins());
     let without = run.criu_lines(&run.unguarded_log, setup.plugins());
     let (only_with, only_without) = difference(&with, &without);
@@ -799,12 +818,6 @@ fn criu_dumps_with_the_guardian_armed_as_without_it() {
         only_with.join("\n"),
         only_without.join("\n")
     );
-    for line in run.log.lines().filter(|l| !l.contains("amdgpu_plugin: ")) {
-        assert!(
-            !line.contains(&format!(" {guardian}")),
-            "CRIU never sees the guardian (pid {guardian}): {line}"
-        );
-    }
     println!(
         "CRIU's own log: {} lines compared, the same with and without the guardian",
         with.len()
