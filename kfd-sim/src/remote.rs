@@ -120,14 +120,24 @@ fn same_file(a: RawFd, b: RawFd) -> bool {
     ret == 0
 }
 
-/// The simulator's file for `fd` when `fd` is a stand-in file, else `fd`.
+thread_local! {
+    /// The [`Server`] whose connection this thread serves.
+    static SERVING: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// The simulator's file for `fd` when `fd` is a stand-in file of the
+/// server this thread serves, else `fd`.
 fn resolve_stand_in(fd: OwnedFd) -> OwnedFd {
+    let Some(server) = SERVING.with(std::cell::Cell::get) else {
+        return fd;
+    };
     let table = STAND_INS.lock().unwrap_or_else(PoisonError::into_inner);
     if table.is_empty() {
         return fd;
     }
     table
         .iter()
+        .filter(|s| s.server == server)
         .find(|s| same_file(fd.as_raw_fd(), s.stand_in.as_raw_fd()))
         .and_then(|s| s.file.try_clone().ok())
         .unwrap_or(fd)
@@ -488,6 +498,7 @@ struct Served {
 impl Served {
     fn run(mut self, conn: OwnedFd) {
         self.conn = conn.as_raw_fd();
+        SERVING.with(|s| s.set(Some(self.server)));
         // Until EOF or a reset: the client is gone.
         while let Ok(Some((msg, fds))) = recv(conn.as_fd()) {
             let reply = match self.call(&msg, fds) {
