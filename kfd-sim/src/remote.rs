@@ -55,7 +55,9 @@
 //!   fd in another process (CRIU's, received from its parasite; a
 //!   guardian's, from `pidfd_getfd`) reaches the same simulated file;
 //! * the ptrace-parent rule of `CRIU_OP` is checked against the host
-//!   kernel's tracer of the fd owner (`TracerPid`): the host really
+//!   kernel's tracer of the fd owner (`TracerPid`, a thread), which must
+//!   be the calling thread (each ioctl carries the caller's tid), as the
+//!   kernel compares `ptrace_parent()` with `current`: the host really
 //!   seizes the process;
 //! * stand-in pairs live as long as the server (a client closing its last
 //!   copy of a stand-in does not release the simulator's file).
