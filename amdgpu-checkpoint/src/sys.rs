@@ -177,6 +177,7 @@ pub fn spawn_orphan(keep: &[RawFd], body: impl FnOnce() -> i32) -> io::Result<u3
 
 /// The orphan's side of [`spawn_orphan`]; never returns.
 fn orphan_main(keep: &[RawFd], body: impl FnOnce() -> i32) -> ! {
+    default_signals();
     // SAFETY: setsid takes no arguments; failure (already a leader) is
     // harmless.
     unsafe { libc::setsid() };
@@ -225,6 +226,29 @@ fn orphan_main(keep: &[RawFd], body: impl FnOnce() -> i32) -> ! {
     // SAFETY: ends this process without unwinding into the caller's frames
     // or running its atexit handlers.
     unsafe { libc::_exit(code) }
+}
+
+/// Every signal back to its default action and none blocked: the caller's
+/// handlers are not the orphan's. Real CRIU's `SIGCHLD` handler, for one,
+/// reaps any child that changes state and exits the process when it did
+/// not expect the change, and the guardian's own `PTRACE_INTERRUPT` of the
+/// paused process is such a change.
+fn default_signals() {
+    for signal in 1..=64 {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: SIG_DFL installs no handler code; numbers the C library
+        // keeps for itself answer EINVAL, which changes nothing.
+        unsafe { libc::signal(signal, libc::SIG_DFL) };
+    }
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it.
+    let mut none: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `none` is a valid sigset_t to initialise and then read.
+    unsafe {
+        libc::sigemptyset(&mut none);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+    }
 }
 
 /// `poll(2)` for readability of `fds`, forever (`EINTR` retried); returns

@@ -97,8 +97,15 @@ impl CriuHost for CriuServices {
     }
 
     /// CRIU's images directory, where its log goes unless `-o`/`-W` moved
-    /// it (CRIU gives plugins no other directory).
+    /// it (CRIU gives plugins no other directory); none, so no guardian,
+    /// with `AMDGPU_PLUGIN_GUARDIAN=0`.
     fn guardian_log_dir(&self) -> Option<std::path::PathBuf> {
+        if matches!(
+            std::env::var("AMDGPU_PLUGIN_GUARDIAN").as_deref(),
+            Ok("0") | Ok("no") | Ok("NO")
+        ) {
+            return None;
+        }
         let fd = services().image_dir_fd()?;
         std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()
     }

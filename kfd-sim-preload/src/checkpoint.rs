@@ -88,6 +88,12 @@ fn state_line(out: &mut String, what: &str, sim: &Sim, pid: kfd_sim::Pid) {
 fn run(m: &Machine, first: &Path, second: &Path, restore_shm: &Path) -> Result<String, String> {
     let mut out = String::new();
     let pid = m.driver.pid();
+    if m.remote.is_some() {
+        return Err(format!(
+            "{} is set: the served machine's owner checkpoints its processes",
+            crate::machine::REMOTE_VAR
+        ));
+    }
     if std::env::var_os(crate::shm::SHM_DIR_VAR).is_none() {
         return Err("KFD_SIM_SHM_DIR is not set: the host's /dev/shm is never used".into());
     }

@@ -816,8 +816,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         }
         // SAFETY: `fd` is open (device_of found its file); the caller
         // passes the argument block `request` describes, as for the kernel.
-        let ret =
-            unsafe { kfd::Driver::ioctl(&m.driver, BorrowedFd::borrow_raw(fd), request, arg) };
+        let ret = m.with_driver(|d| unsafe { d.ioctl(BorrowedFd::borrow_raw(fd), request, arg) });
         m.tally.record(request, &ret);
         if ret.is_ok() && request == c_ulong::from(kfd_sys::AMDKFD_IOC_ACQUIRE_VM) {
             // SAFETY: the kernel (simulator) just read this argument block
@@ -873,17 +872,9 @@ unsafe fn mmap_any(
         let offset = offset as u64;
         // SAFETY: `fd` is open; the caller upholds mmap's contract (a
         // MAP_FIXED range is theirs to replace).
-        let ret = unsafe {
-            kfd::Driver::mmap(
-                &m.driver,
-                addr,
-                len,
-                prot,
-                flags,
-                BorrowedFd::borrow_raw(fd),
-                offset,
-            )
-        };
+        let ret = m.with_driver(|d| unsafe {
+            d.mmap(addr, len, prot, flags, BorrowedFd::borrow_raw(fd), offset)
+        });
         if m.trace {
             eprintln!(
                 "kfd-sim-preload: mmap fd {fd} offset {offset:#x} len {len:#x} -> {}",
@@ -961,7 +952,7 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
             return pass();
         }
         // SAFETY: the caller's munmap contract (nothing uses the range).
-        match unsafe { kfd::Driver::munmap(&m.driver, a, len) } {
+        match m.with_driver(|d| unsafe { d.munmap(a, len) }) {
             Ok(()) => 0,
             Err(e) => {
                 set_errno(e.raw_os_error().unwrap_or(libc::EIO));

@@ -16,6 +16,25 @@
 //! built on the first use of a path it serves; one simulated process stands
 //! for the host process.
 //!
+//! # A machine served by another process (`KFD_SIM_REMOTE`)
+//!
+//! With `KFD_SIM_REMOTE=ADDRESS` the device half goes to a machine another
+//! process serves to host processes
+//! ([`kfd_sim::remote::Server::serve_host_processes`]), so several real
+//! processes (an application and the CRIU that dumps it, with this
+//! project's plugin inside) share one simulated kernel. `/dev/kfd` and
+//! `/dev/dri/renderD<minor>` must then be stand-in character devices (in a
+//! private mount namespace, nodes of a misc device CRIU has no handler
+//! for, so it hands their files to the plugin): opening one opens the
+//! stand-in for real and the server pairs that open file with the
+//! simulator's; `fstat`, `ioctl` and `mmap` of a file with the stand-in's
+//! numbers ask the server what it stands for. `KFD_SIM_MACHINE` still names
+//! the machine (for the sysfs trees written here). Each process (a fork
+//! too: CRIU's dump guardian) connects on its first device call as the
+//! simulated process of its own pid. `kfd_sim_preload_checkpoint` is
+//! refused and the report shows no kernel state in this mode: the
+//! machine's owner has both.
+//!
 //! # What is routed
 //!
 //! * `open`/`open64`/`openat`/`__open_2` of `/dev/kfd` and
@@ -107,5 +126,5 @@ mod trace;
 mod tree;
 
 pub use checkpoint::{DEFAULT_RENUMBER_SEED, KFD_FILE_ID, RENUMBER_SEED_VAR};
-pub use machine::{MACHINE_VAR, TRACE_VAR};
+pub use machine::{MACHINE_VAR, REMOTE_VAR, TRACE_VAR};
 pub use shm::SHM_DIR_VAR;

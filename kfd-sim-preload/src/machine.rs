@@ -25,6 +25,12 @@ use kfd_sim::{Sim, SimConfig, SimDriver, DRM_MAJOR, KFD_MAJOR};
 pub const MACHINE_VAR: &str = "KFD_SIM_MACHINE";
 /// Set to anything to log each routed device call to stderr.
 pub const TRACE_VAR: &str = "KFD_SIM_PRELOAD_TRACE";
+/// The address of a served machine ([`kfd_sim::remote::Server`] serving
+/// host processes): when set, device files are the stand-in nodes at
+/// `/dev/kfd` and `/dev/dri/renderD<minor>` and every device call goes to
+/// that machine, which `KFD_SIM_MACHINE` must describe (its sysfs trees
+/// are written here from it).
+pub const REMOTE_VAR: &str = "KFD_SIM_REMOTE";
 
 /// Where a path goes, decided from its bytes alone (no allocation, no
 /// machine needed).
@@ -109,6 +115,79 @@ pub(crate) struct Machine {
     /// the simulator (and takes its lock), so other threads' unmaps never
     /// wait on it.
     mappings: Mutex<std::collections::BTreeMap<usize, usize>>,
+    /// The served machine, with `KFD_SIM_REMOTE`.
+    pub(crate) remote: Option<Remote>,
+}
+
+/// A served machine's connection for this process, made anew in a forked
+/// child (which inherits the parent's, or had it closed under it: a
+/// guardian closes every inherited fd).
+pub(crate) struct Remote {
+    address: String,
+    /// The device number of the stand-in nodes.
+    stand_in: u64,
+    link: Mutex<Option<(u32, kfd_sim::remote::RemoteDriver)>>,
+}
+
+impl Remote {
+    /// This process's driver, connected on first use in each process.
+    pub(crate) fn driver(&self) -> std::io::Result<kfd_sim::remote::RemoteDriver> {
+        let me = std::process::id();
+        let mut link = self.link.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((pid, driver)) = &*link {
+            if *pid == me {
+                return Ok(driver.clone());
+            }
+        }
+        if let Some((_, inherited)) = link.take() {
+            // The parent's connection: its number may name another file by
+            // now, so it is never closed here.
+            std::mem::forget(inherited);
+        }
+        let driver = kfd_sim::remote::RemoteDriver::connect_host(&self.address)?;
+        *link = Some((me, driver.clone()));
+        Ok(driver)
+    }
+
+    /// The simulated device a stand-in fd stands for (the server's answer).
+    fn device_of(&self, fd: RawFd) -> Option<DeviceNode> {
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: `st` is a writable buffer of the size fstat(2) fills.
+        if unsafe { crate::real::fstat(fd, st.as_mut_ptr()) } < 0 {
+            return None;
+        }
+        // SAFETY: fstat succeeded and initialised the whole struct.
+        let st = unsafe { st.assume_init() };
+        if st.st_mode & libc::S_IFMT != libc::S_IFCHR || st.st_rdev != self.stand_in {
+            return None;
+        }
+        // SAFETY: `fd` is open (fstat just answered for it) for the call.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        match self.driver().ok()?.fd_kind(fd) {
+            Ok(kfd::FdKind::CharDevice(dev))
+                if dev.major == KFD_MAJOR || dev.major == DRM_MAJOR =>
+            {
+                Some(DeviceNode {
+                    major: dev.major,
+                    minor: dev.minor,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The stand-in nodes' device number (`st_rdev` of `/dev/kfd`).
+fn stand_in_device() -> Result<u64, String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = std::fs::metadata("/dev/kfd")
+        .map_err(|e| format!("{REMOTE_VAR} needs a stand-in node at /dev/kfd: {e}"))?;
+    if !meta.file_type().is_char_device() {
+        return Err(format!(
+            "{REMOTE_VAR} needs a stand-in character device at /dev/kfd"
+        ));
+    }
+    Ok(meta.rdev())
 }
 
 static MACHINE: OnceLock<Result<Machine, String>> = OnceLock::new();
@@ -155,6 +234,15 @@ impl Machine {
             .map_err(|e| format!("cannot create the simulated process: {e}"))?;
         let extra = crate::tree::Tree::write(&sim)
             .map_err(|e| format!("cannot write the DRM sysfs tree: {e}"))?;
+        let remote = match std::env::var(REMOTE_VAR) {
+            Ok(address) => Some(Remote {
+                address,
+                stand_in: stand_in_device()?,
+                link: Mutex::new(None),
+            }),
+            Err(std::env::VarError::NotPresent) => None,
+            Err(e) => return Err(format!("{REMOTE_VAR}: {e}")),
+        };
         let kfd_class = sim
             .sysfs_root()
             .parent()
@@ -170,7 +258,20 @@ impl Machine {
             trace: std::env::var_os(TRACE_VAR).is_some(),
             tally: Default::default(),
             mappings: Mutex::new(Default::default()),
+            remote,
         })
+    }
+
+    /// Runs `f` with the driver device calls go to: the served machine's
+    /// with `KFD_SIM_REMOTE`, else this process's simulator.
+    pub(crate) fn with_driver<T>(
+        &self,
+        f: impl FnOnce(&dyn Driver) -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        match &self.remote {
+            Some(remote) => f(&remote.driver()?),
+            None => f(&self.driver),
+        }
     }
 
     /// The file a `Mapped` path stands for (`None`: no such file).
@@ -197,9 +298,18 @@ impl Machine {
     pub(crate) fn open_device(&self, path: &CStr, flags: i32) -> Result<RawFd, i32> {
         let p = Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
         let fd = self
-            .driver
-            .open(p, flags)
+            .with_driver(|d| d.open(p, flags))
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+        if self.remote.is_some() {
+            // The stand-in file: the served machine knows it.
+            if self.trace {
+                eprintln!(
+                    "kfd-sim-preload: open {} -> the served machine's",
+                    path.to_string_lossy()
+                );
+            }
+            return Ok(fd.into_raw_fd());
+        }
         let node = match classify(path.to_bytes()) {
             PathClass::Render(minor) => DeviceNode {
                 major: DRM_MAJOR,
@@ -225,6 +335,9 @@ impl Machine {
 
     /// The device node `fd` stands for, if the simulator handed it out.
     pub(crate) fn device_of(&self, fd: RawFd) -> Option<DeviceNode> {
+        if let Some(remote) = &self.remote {
+            return remote.device_of(fd);
+        }
         let key = file_key(fd)?;
         self.lock_devices().get(&key).copied()
     }

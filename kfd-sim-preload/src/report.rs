@@ -61,6 +61,39 @@ fn join<T: ToString>(items: impl IntoIterator<Item = T>) -> String {
 pub(crate) fn render(m: &Machine) -> String {
     let mut out = String::new();
     let pid = m.driver.pid();
+    if m.remote.is_some() {
+        // The served machine's state is its owner's to report.
+        out.push_str("state remote\n");
+    } else {
+        local_state(&mut out, m, pid);
+    }
+    for g in m.sim.gpus() {
+        let _ = writeln!(
+            out,
+            "gpu node={} gpu_id={} render_minor={}",
+            g.node_id, g.gpu_id, g.render_minor
+        );
+    }
+    let acquired = m.tally.acquired.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = writeln!(out, "acquired gpu_ids={}", join(acquired.iter()));
+    drop(acquired);
+    let t = m.tally.by_name.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, (ok, errors)) in t.iter() {
+        let _ = writeln!(
+            out,
+            "ioctl name={name} ok={ok} errors={}",
+            join(
+                errors
+                    .iter()
+                    .map(|(e, n)| format!("{}:{n}", kfd::Errno(*e).name().unwrap_or("?")))
+            )
+        );
+    }
+    out
+}
+
+/// What the in-process simulator holds for this process.
+fn local_state(out: &mut String, m: &Machine, pid: kfd_sim::Pid) {
     match m.sim.kfd_state(pid) {
         Some(s) => {
             let _ = writeln!(
@@ -93,27 +126,4 @@ pub(crate) fn render(m: &Machine) -> String {
         a.queues,
         a.events,
     );
-    for g in m.sim.gpus() {
-        let _ = writeln!(
-            out,
-            "gpu node={} gpu_id={} render_minor={}",
-            g.node_id, g.gpu_id, g.render_minor
-        );
-    }
-    let acquired = m.tally.acquired.lock().unwrap_or_else(|e| e.into_inner());
-    let _ = writeln!(out, "acquired gpu_ids={}", join(acquired.iter()));
-    drop(acquired);
-    let t = m.tally.by_name.lock().unwrap_or_else(|e| e.into_inner());
-    for (name, (ok, errors)) in t.iter() {
-        let _ = writeln!(
-            out,
-            "ioctl name={name} ok={ok} errors={}",
-            join(
-                errors
-                    .iter()
-                    .map(|(e, n)| format!("{}:{n}", kfd::Errno(*e).name().unwrap_or("?")))
-            )
-        );
-    }
-    out
 }

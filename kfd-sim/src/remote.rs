@@ -40,6 +40,30 @@
 //!   death and that moment they reach its pid, still a zombie unless
 //!   reaped at once).
 //!
+//! # Host processes with stand-in device files
+//!
+//! [`Server::serve_host_processes`] serves any host process that connects
+//! with [`RemoteDriver::connect_host`], each as the simulated process of
+//! its own pid, so that a real CRIU can dump a real process holding
+//! simulated KFD state:
+//! * the client opens a device path itself (a character device node that
+//!   stands in for `/dev/kfd` or a render node, one CRIU has no handler
+//!   for, such as `/dev/fuse`'s numbers) and passes that open file along
+//!   with the `open`; the simulator's file (its memfd) stays in the server,
+//!   paired with the stand-in file. Every fd a client passes later (an
+//!   ioctl's, an mmap's, a number inside an argument) is matched against
+//!   the stand-ins with `kcmp(KCMP_FILE)` (stand-in opens share one inode,
+//!   not one file) and replaced by its simulator file, so a copy of the
+//!   fd in another process (CRIU's, received from its parasite; a
+//!   guardian's, from `pidfd_getfd`) reaches the same simulated file;
+//! * the ptrace-parent rule of `CRIU_OP` is checked against the host
+//!   kernel's tracer of the fd owner (`TracerPid`, a thread), which must
+//!   be the calling thread (each ioctl carries the caller's tid), as the
+//!   kernel compares `ptrace_parent()` with `current`: the host really
+//!   seizes the process;
+//! * stand-in pairs live as long as the server (a client closing its last
+//!   copy of a stand-in does not release the simulator's file).
+//!
 //! This module never interprets ioctl arguments: [`SimDriver`] does, in
 //! the client's address space.
 
@@ -56,7 +80,7 @@ use std::time::Duration;
 
 use kfd::{DeviceNumber, Driver, FdKind, FrozenCgroup, ProcessStatus};
 
-use crate::sim::{in_remote_space, CpuMapping, FileKey};
+use crate::sim::{in_remote_space, on_caller_thread, CpuMapping, FileKey};
 use crate::{Errno, Pid, Sim, SimDriver};
 
 /// Largest message either side sends (an ioctl argument is at most 16 KiB).
@@ -76,6 +100,51 @@ pub(crate) fn client_alive(pid: libc::pid_t) -> bool {
     LIVE.lock()
         .unwrap_or_else(PoisonError::into_inner)
         .contains_key(&pid)
+}
+
+/// A stand-in device file a host client opened, and the simulator's file
+/// it stands for (see the module docs), by server.
+#[derive(Debug)]
+struct StandIn {
+    server: u64,
+    stand_in: OwnedFd,
+    file: OwnedFd,
+}
+
+static STAND_INS: Mutex<Vec<StandIn>> = Mutex::new(Vec::new());
+
+/// `KCMP_FILE` of `<linux/kcmp.h>`.
+const KCMP_FILE: libc::c_int = 0;
+
+/// Whether `a` and `b` (fds of this process) refer to the same open file.
+fn same_file(a: RawFd, b: RawFd) -> bool {
+    let me = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
+    // SAFETY: kcmp(2) only compares kernel objects; no memory involved.
+    let ret = unsafe { libc::syscall(libc::SYS_kcmp, me, me, KCMP_FILE, a, b) };
+    ret == 0
+}
+
+thread_local! {
+    /// The [`Server`] whose connection this thread serves.
+    static SERVING: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// The simulator's file for `fd` when `fd` is a stand-in file of the
+/// server this thread serves, else `fd`.
+fn resolve_stand_in(fd: OwnedFd) -> OwnedFd {
+    let Some(server) = SERVING.with(std::cell::Cell::get) else {
+        return fd;
+    };
+    let table = STAND_INS.lock().unwrap_or_else(PoisonError::into_inner);
+    if table.is_empty() {
+        return fd;
+    }
+    table
+        .iter()
+        .filter(|s| s.server == server)
+        .find(|s| same_file(fd.as_raw_fd(), s.stand_in.as_raw_fd()))
+        .and_then(|s| s.file.try_clone().ok())
+        .unwrap_or(fd)
 }
 
 mod op {
@@ -152,6 +221,7 @@ pub struct Server {
     sim: Sim,
     socket: OwnedFd,
     address: String,
+    id: u64,
 }
 
 /// A connection being served: one simulated process of a client.
@@ -176,11 +246,8 @@ impl Server {
     /// A server for `sim` on a fresh abstract socket address.
     pub fn new(sim: &Sim) -> io::Result<Server> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let address = format!(
-            "kfd-sim-remote-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        let address = format!("kfd-sim-remote-{}-{id}", std::process::id());
         let socket = seqpacket()?;
         let (addr, len) = sockaddr(&address)?;
         // SAFETY: `addr` is an initialised sockaddr_un of `len` bytes.
@@ -195,6 +262,7 @@ impl Server {
             sim: sim.clone(),
             socket,
             address,
+            id,
         })
     }
 
@@ -268,26 +336,173 @@ impl Server {
             return Err(io::Error::from_raw_os_error(libc::EPERM));
         }
         send(conn.as_fd(), &Writer::ok().0, &[])?;
-        {
-            let mut st = self.sim.lock();
-            *st.remote_peers.entry(peer).or_insert(0) += 1;
-            *LIVE
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .entry(peer)
-                .or_insert(0) += 1;
-        }
-        let served = Served {
-            driver: self.sim.driver(pid),
-            peer,
-            observer,
-            conn: -1,
-        };
-        let thread = std::thread::Builder::new()
-            .name(format!("kfd-sim-remote-{}", pid.0))
-            .spawn(move || served.run(conn))?;
-        Ok((Connection { thread }, host_pid))
+        let connection = serve(&self.sim, self.id, conn, peer, pid, observer)?;
+        Ok((connection, host_pid))
     }
+
+    /// Serves every host process that connects with
+    /// [`RemoteDriver::connect_host`], each as the simulated process of its
+    /// own pid (created at its first connection), with stand-in device
+    /// files (see the module docs), until the returned [`HostService`] is
+    /// dropped. `observer` sees every client's calls.
+    pub fn serve_host_processes(&self, observer: Observer) -> io::Result<HostService> {
+        let (stop_r, stop_w) = pipe()?;
+        let listener = self.socket.try_clone()?;
+        let sim = self.sim.clone();
+        let id = self.id;
+        let thread = std::thread::Builder::new()
+            .name("kfd-sim-remote-hosts".into())
+            .spawn(move || host_accept_loop(&sim, id, &listener, &stop_r, &observer))?;
+        Ok(HostService {
+            stop: Some(stop_w),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        STAND_INS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|s| s.server != self.id);
+    }
+}
+
+/// The accepting side of [`Server::serve_host_processes`]: stops accepting
+/// when dropped (connections being served run on until their clients end).
+#[derive(Debug)]
+pub struct HostService {
+    stop: Option<OwnedFd>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for HostService {
+    fn drop(&mut self) {
+        // Closing the pipe's write end wakes the accept loop.
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 returned two new descriptors we own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn host_accept_loop(
+    sim: &Sim,
+    server: u64,
+    listener: &OwnedFd,
+    stop: &OwnedFd,
+    observer: &Observer,
+) {
+    loop {
+        let mut pfds = [
+            libc::pollfd {
+                fd: listener.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: stop.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds.
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), 2, -1) };
+        if n < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return;
+        }
+        if pfds[1].revents != 0 {
+            return;
+        }
+        // A client that fails its handshake is refused; the others are
+        // served on.
+        let _ = accept_host(sim, server, listener, observer);
+    }
+}
+
+/// One host client: its handshake names its own pid (checked with
+/// `SO_PEERCRED`), the simulated process of that pid serves it.
+fn accept_host(sim: &Sim, server: u64, listener: &OwnedFd, observer: &Observer) -> io::Result<()> {
+    // SAFETY: accept4(2) with null address pointers writes no memory.
+    let fd = unsafe {
+        libc::accept4(
+            listener.as_raw_fd(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: accept4 returned a new descriptor we own.
+    let conn = unsafe { OwnedFd::from_raw_fd(fd) };
+    let peer = peer_pid(conn.as_fd())?;
+    let (bind, _) = recv(conn.as_fd())?.ok_or_else(|| errno(libc::ECONNRESET))?;
+    let mut r = Reader::new(&bind);
+    let refuse = |conn: &OwnedFd, e: io::Error| {
+        let _ = send(conn.as_fd(), &Writer::err(&e).0, &[]);
+        Err(e)
+    };
+    if r.u8()? != op::BIND || i64::from(r.u32()?) != i64::from(peer) {
+        return refuse(&conn, errno(libc::EPERM));
+    }
+    let pid = u32::try_from(peer)
+        .map_err(|_| errno(libc::EPERM))
+        .and_then(|p| sim.host_process(Pid(p)).map_err(io::Error::other));
+    let pid = match pid {
+        Ok(pid) => pid,
+        Err(e) => return refuse(&conn, e),
+    };
+    send(conn.as_fd(), &Writer::ok().0, &[])?;
+    // The serving thread ends with its client; nothing waits for it.
+    serve(sim, server, conn, peer, pid, observer.clone()).map(drop)
+}
+
+/// Serves `conn` (host process `peer`, simulated process `pid`) on a new
+/// thread.
+fn serve(
+    sim: &Sim,
+    server: u64,
+    conn: OwnedFd,
+    peer: libc::pid_t,
+    pid: Pid,
+    observer: Observer,
+) -> io::Result<Connection> {
+    {
+        let mut st = sim.lock();
+        *st.remote_peers.entry(peer).or_insert(0) += 1;
+        *LIVE
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(peer)
+            .or_insert(0) += 1;
+    }
+    let served = Served {
+        driver: sim.driver(pid),
+        peer,
+        observer,
+        conn: -1,
+        server,
+    };
+    let thread = std::thread::Builder::new()
+        .name(format!("kfd-sim-remote-{}", pid.0))
+        .spawn(move || served.run(conn))?;
+    Ok(Connection { thread })
 }
 
 struct Served {
@@ -296,11 +511,14 @@ struct Served {
     observer: Observer,
     /// The connection (owned by `run`).
     conn: RawFd,
+    /// The [`Server`]'s id (its stand-in files).
+    server: u64,
 }
 
 impl Served {
     fn run(mut self, conn: OwnedFd) {
         self.conn = conn.as_raw_fd();
+        SERVING.with(|s| s.set(Some(self.server)));
         // Until EOF or a reset: the client is gone.
         while let Ok(Some((msg, fds))) = recv(conn.as_fd()) {
             let reply = match self.call(&msg, fds) {
@@ -380,6 +598,13 @@ impl Served {
     ) -> io::Result<Option<(Vec<u8>, Option<OwnedFd>)>> {
         let mut r = Reader::new(msg);
         let code = r.u8()?;
+        // An open's fd is the stand-in being opened; any other fd a client
+        // passes may be a stand-in for a file of ours.
+        let (stand_in, fds) = if code == op::OPEN {
+            (fds.into_iter().next(), Vec::new())
+        } else {
+            (None, fds.into_iter().map(resolve_stand_in).collect())
+        };
         let fd = || {
             fds.first()
                 .map(AsFd::as_fd)
@@ -394,12 +619,27 @@ impl Served {
                     return Ok(None);
                 }
                 let file = d.open(&path, flags)?;
-                (Writer::ok().0, Some(file))
+                match stand_in {
+                    Some(stand_in) => {
+                        STAND_INS
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .push(StandIn {
+                                server: self.server,
+                                stand_in,
+                                file,
+                            });
+                        (Writer::ok().0, None)
+                    }
+                    None => (Writer::ok().0, Some(file)),
+                }
             }
             op::IOCTL => {
                 let request = r.u64()?;
                 let value = r.u64()?;
                 let mut arg = r.bytes()?.to_vec();
+                // The calling thread (the kernel's `current`).
+                let tid = r.u32()?;
                 let fd = fd()?;
                 if arg.len() != ioc_size(request) {
                     return Err(errno(libc::EPROTO));
@@ -412,14 +652,15 @@ impl Served {
                 } else {
                     arg.as_mut_ptr().cast()
                 };
-                // SAFETY: `ptr` is our buffer of `_IOC_SIZE(request)` bytes
-                // (or, for a size of 0, the client's value, which the
-                // simulator never dereferences for such requests); user
-                // pointers inside it are the client's and reached only
-                // through the remote space set here.
-                let result = in_remote_space(self.peer, self.conn, || unsafe {
-                    d.ioctl(fd, request, ptr)
-                });
+                let call = || {
+                    // SAFETY: `ptr` is our buffer of `_IOC_SIZE(request)`
+                    // bytes (or, for a size of 0, the client's value, which
+                    // the simulator never dereferences for such requests);
+                    // user pointers inside it are the client's and reached
+                    // only through the remote space set around the call.
+                    unsafe { d.ioctl(fd, request, ptr) }
+                };
+                let result = on_caller_thread(tid, || in_remote_space(self.peer, self.conn, call));
                 let mut w = Writer::new();
                 match result {
                     Ok(ret) => {
@@ -602,7 +843,10 @@ pub(crate) fn client_fd(conn: RawFd, fd: RawFd) -> Result<OwnedFd, Errno> {
     let mut w = Writer::new();
     w.u8(op::CB_GET_FD);
     w.i32(fd);
-    callback(conn, &w.0, None)?.1.ok_or(Errno(libc::EBADF))
+    callback(conn, &w.0, None)?
+        .1
+        .map(resolve_stand_in)
+        .ok_or(Errno(libc::EBADF))
 }
 
 /// Installs `file` in the client's fd table; its number there.
@@ -711,12 +955,29 @@ pub fn child_memory_reachable() -> Result<(), String> {
 pub struct RemoteDriver {
     conn: Arc<Mutex<OwnedFd>>,
     pid: Pid,
+    /// Whether device files are stand-ins this process opens itself
+    /// ([`RemoteDriver::connect_host`]).
+    stand_ins: bool,
 }
 
 impl RemoteDriver {
     /// Connects to the server at `address` as simulated process `pid` (the
     /// server must be accepting this process as `pid`).
     pub fn connect(address: &str, pid: Pid) -> io::Result<RemoteDriver> {
+        Self::bind(address, pid, false)
+    }
+
+    /// Connects this host process to the server at `address`, which must
+    /// be serving host processes ([`Server::serve_host_processes`]): it
+    /// acts as the simulated process of its own pid, and its device files
+    /// are the stand-in nodes at the paths it opens (see the module docs).
+    /// A process forked from this one shares the connection and must
+    /// connect anew to act as itself.
+    pub fn connect_host(address: &str) -> io::Result<RemoteDriver> {
+        Self::bind(address, Pid(std::process::id()), true)
+    }
+
+    fn bind(address: &str, pid: Pid, stand_ins: bool) -> io::Result<RemoteDriver> {
         let socket = seqpacket()?;
         let (addr, len) = sockaddr(address)?;
         // SAFETY: `addr` is an initialised sockaddr_un of `len` bytes.
@@ -726,6 +987,7 @@ impl RemoteDriver {
         let driver = RemoteDriver {
             conn: Arc::new(Mutex::new(socket)),
             pid,
+            stand_ins,
         };
         let mut w = Writer::new();
         w.u8(op::BIND);
@@ -783,6 +1045,13 @@ impl Driver for RemoteDriver {
         w.u8(op::OPEN);
         w.bytes(path.as_os_str().as_encoded_bytes());
         w.i32(flags);
+        if self.stand_ins {
+            // The stand-in node at `path`: this process's own open file,
+            // which the server pairs with the simulator's.
+            let stand_in = kfd::HostDriver.open(path, flags)?;
+            self.call(&w.0, Some(stand_in.as_fd()))?;
+            return Ok(stand_in);
+        }
         want_fd(self.call(&w.0, None)?.1)
     }
 
@@ -808,6 +1077,9 @@ impl Driver for RemoteDriver {
             Vec::new()
         };
         w.bytes(&bytes);
+        // SAFETY: gettid(2) takes no arguments and cannot fail.
+        let tid = unsafe { libc::gettid() };
+        w.u32(u32::try_from(tid).unwrap_or(0));
         let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         send(conn.as_fd(), &w.0, &[fd])?;
         let (reply, _) = reply(conn.as_fd())?;

@@ -230,7 +230,7 @@ pub(crate) unsafe fn ioctl(
             .st
             .processes
             .get(&owner)
-            .is_some_and(|p| p.ptrace_parent == Some(caller));
+            .is_some_and(|p| p.traced_by(owner, caller));
     if owner != caller && !ptrace_attached {
         return Err(Errno(libc::EBADF));
     }

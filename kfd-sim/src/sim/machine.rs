@@ -401,6 +401,24 @@ impl Sim {
 
     /// Creates a process.
     pub fn spawn_process_with(&self, cfg: ProcessConfig) -> Result<Pid, SimError> {
+        self.spawn(cfg, false)
+    }
+
+    /// Creates the simulated process standing for host process `pid` (a
+    /// client of [`crate::remote::Server::serve_host_processes`]), or finds
+    /// the one created for it before.
+    pub(crate) fn host_process(&self, pid: Pid) -> Result<Pid, SimError> {
+        if self.lock().processes.get(&pid).is_some_and(|p| p.host) {
+            return Ok(pid);
+        }
+        let cfg = ProcessConfig {
+            pid: Some(pid),
+            ..ProcessConfig::default()
+        };
+        self.spawn(cfg, true)
+    }
+
+    fn spawn(&self, cfg: ProcessConfig, host: bool) -> Result<Pid, SimError> {
         let visible = match &cfg.visible_gpus {
             None => (0..self.shared.gpus.len()).collect(),
             Some(ids) => {
@@ -448,6 +466,7 @@ impl Sim {
                 ptrace_allowed: true,
                 fds: Default::default(),
                 frozen: None,
+                host,
             },
         );
         Ok(pid)

@@ -32,7 +32,7 @@ pub use machine::Sim;
 pub use process::HostMemorySnapshot;
 
 pub(crate) use machine::{Ctx, FileKey, Gpu, KfdFile, OpenFile, RenderFile, Shared, State};
-pub(crate) use process::{CpuMapping, HostRegion, Process};
+pub(crate) use process::{on_caller_thread, CpuMapping, HostRegion, Process};
 pub(crate) use uaccess::{
     close_user_fd, copy_from_user, copy_to_user, current_space, in_remote_space, install_fd,
     maps_path, marshal, remote_read, remote_write, typed, user_fd, Space,

@@ -38,6 +38,56 @@ pub(crate) struct Process {
     pub(crate) fds: std::collections::BTreeMap<std::os::fd::RawFd, super::FileKey>,
     /// The cgroup freezer holding it, if any.
     pub(crate) frozen: Option<kfd::FrozenCgroup>,
+    /// Whether it stands for the host process of the same pid (a client
+    /// of [`crate::remote::Server::serve_host_processes`]): its ptrace
+    /// parent is then the one the host kernel reports, since the host
+    /// really traces it (CRIU's seize of a real process).
+    pub(crate) host: bool,
+}
+
+impl Process {
+    /// Whether `tracer` is its ptrace parent (`ptrace_parent()` of its lead
+    /// thread in the kernel). For a host process the kernel's tracer is a
+    /// thread: it must be the calling thread ([`on_caller_thread`]; the
+    /// caller's main thread when none is set).
+    pub(crate) fn traced_by(&self, pid: Pid, tracer: Pid) -> bool {
+        if self.host {
+            let thread = CALLER_THREAD.with(std::cell::Cell::get).unwrap_or(tracer.0);
+            return host_tracer(pid) == Some(Pid(thread));
+        }
+        self.ptrace_parent == Some(tracer)
+    }
+}
+
+thread_local! {
+    /// The host thread (tid) making the call being served, when the caller
+    /// is a host process.
+    static CALLER_THREAD: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` as a call of host thread `tid` (`current` in the kernel).
+pub(crate) fn on_caller_thread<R>(tid: u32, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<u32>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CALLER_THREAD.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(CALLER_THREAD.with(|c| c.replace(Some(tid))));
+    f()
+}
+
+/// The host kernel's tracer of host process `pid`, a thread (`TracerPid`
+/// of `/proc/PID/status`; `None` when untraced or gone).
+pub(crate) fn host_tracer(pid: Pid) -> Option<Pid> {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.0)).ok()?;
+    let tracer: u32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))?
+        .trim()
+        .parse()
+        .ok()?;
+    (tracer != 0).then_some(Pid(tracer))
 }
 
 /// A CPU mapping made through [`Driver::mmap`].
