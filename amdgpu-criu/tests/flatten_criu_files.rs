@@ -132,3 +132,42 @@ fn flatten_copies_criu_files_and_links_their_parent() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("the dump did not finish"), "{}", text(&out));
 }
+
+/// A checkpoint of processes without GPU state has no amdgpu file: flatten
+/// copies CRIU's files and links the parent; a directory with no image
+/// file at all is refused.
+#[test]
+fn flatten_without_amdgpu_files_copies_criu_files() {
+    let root = tempfile::tempdir().unwrap();
+    let first = root.path().join("1");
+    let second = root.path().join("2");
+    std::fs::create_dir(&first).unwrap();
+    std::fs::create_dir(&second).unwrap();
+    std::os::unix::fs::symlink("../1", second.join("parent")).unwrap();
+    for (name, bytes) in CRIU_FILES {
+        std::fs::write(second.join(name), bytes).unwrap();
+    }
+    let flat = root.path().join("flat");
+    std::fs::create_dir(&flat).unwrap();
+    let out = run(&["flatten", path(&second), path(&flat)]);
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("no amdgpu image files in"), "{said}");
+    assert!(said.contains("nothing to flatten"), "{said}");
+    assert!(said.contains("4 of CRIU's files copied unchanged"), "{said}");
+    assert_eq!(
+        std::fs::read_link(flat.join("parent")).unwrap(),
+        std::fs::canonicalize(&first).unwrap()
+    );
+    for (name, bytes) in CRIU_FILES {
+        assert_eq!(std::fs::read(flat.join(name)).unwrap(), bytes, "{name}");
+    }
+
+    let empty = root.path().join("empty");
+    let dst = root.path().join("dst");
+    std::fs::create_dir(&empty).unwrap();
+    std::fs::create_dir(&dst).unwrap();
+    let out = run(&["flatten", path(&empty), path(&dst)]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("no image files"), "{}", text(&out));
+}

@@ -34,8 +34,11 @@ unchanged; when SRC has a parent link, DST gets one pointing at SRC's
 parent (absolute path), which CRIU's incremental images (made with CRIU's
 prev-images-dir option) still need: flattening those is CRIU's business.
 
+A directory without amdgpu files (processes without GPU state) is copied.
+
 Exit status: 0 written and verified, 1 DST does not verify, 2 unreadable
-input, a damaged chain, or DST not an empty directory")]
+input, a damaged chain, an unfinished dump, no image files at all, or DST
+not an empty directory")]
 pub struct Args {
     /// The image directory to flatten (its `parent` link is followed).
     pub src: PathBuf,
@@ -91,13 +94,6 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if written.files == 0 {
-        eprintln!(
-            "amdgpu-criu flatten: {}: no amdgpu image files",
-            args.src.display()
-        );
-        return ExitCode::from(2);
-    }
     let criu = match copy_criu_files(&args.src, &args.dst) {
         Ok(c) => c,
         Err(e) => {
@@ -109,6 +105,22 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if written.files == 0 {
+        if criu.copied.is_empty() {
+            eprintln!(
+                "amdgpu-criu flatten: {}: no image files (neither amdgpu nor CRIU's)",
+                args.src.display()
+            );
+            return ExitCode::from(2);
+        }
+        // A checkpoint of processes without GPU state: nothing of ours.
+        println!(
+            "no amdgpu image files in {}: nothing to flatten",
+            args.src.display()
+        );
+        println!("{}", criu.describe(&args.dst));
+        return ExitCode::SUCCESS;
+    }
     let report = match verify_set(&dst, ReadLimits::default()) {
         Ok(r) => r,
         Err(e) => {
