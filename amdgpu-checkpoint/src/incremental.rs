@@ -224,14 +224,19 @@ fn read_parent(parent: &DirStore) -> Result<Option<Parent>, Error> {
             .read_message(name, ReadLimits::default())
             .map_err(Error::image("reading a parent KFD image"))?
             .ok_or_else(|| Error::Inconsistent(format!("parent {name} vanished")))?;
-        let bos = msg.bo_entries.iter().map(|bo| {
-            (
-                bo.size,
-                bo.chunk_digests.as_deref(),
-                bo.chunk_sources.as_deref(),
-            )
-        });
-        if !take_image(&mut dump_id, &mut chunks, name, &msg.dump_id, msg.chunk_size, bos)? {
+        let bos = msg
+            .bo_entries
+            .iter()
+            .enumerate()
+            .map(|(i, bo)| bo.chunks(i, msg.chunk_size));
+        if !take_image(
+            &mut dump_id,
+            &mut chunks,
+            name,
+            &msg.dump_id,
+            msg.chunk_size,
+            bos,
+        )? {
             return Ok(None);
         }
     }
@@ -242,14 +247,19 @@ fn read_parent(parent: &DirStore) -> Result<Option<Parent>, Error> {
             .read_message(name, ReadLimits::default())
             .map_err(Error::image("reading a parent render-node image"))?
             .ok_or_else(|| Error::Inconsistent(format!("parent {name} vanished")))?;
-        let bos = msg.bo_entries.iter().map(|bo| {
-            (
-                bo.size,
-                bo.chunk_digests.as_deref(),
-                bo.chunk_sources.as_deref(),
-            )
-        });
-        take_image(&mut dump_id, &mut chunks, name, &msg.dump_id, msg.chunk_size, bos)?;
+        let bos = msg
+            .bo_entries
+            .iter()
+            .enumerate()
+            .map(|(i, bo)| bo.chunks(i, msg.chunk_size));
+        take_image(
+            &mut dump_id,
+            &mut chunks,
+            name,
+            &msg.dump_id,
+            msg.chunk_size,
+            bos,
+        )?;
     }
     Ok(dump_id.map(|dump_id| Parent {
         dump_id,
@@ -258,19 +268,17 @@ fn read_parent(parent: &DirStore) -> Result<Option<Parent>, Error> {
     }))
 }
 
-/// A BO entry's size, `chunk_digests` and `chunk_sources`.
-type BoFields<'a> = (u64, Option<&'a [u8]>, Option<&'a [u8]>);
-
-/// Adds the chunks of one parent image (`bos`) to `chunks`; `Ok(false)`
-/// when the image carries no dump id or digests at our chunk size (it is
-/// not used), an error when it belongs to another dump than `dump_id`.
-fn take_image<'a>(
+/// Adds the chunks of one parent image (`bos`, each entry's recorded
+/// chunks) to `chunks`; `Ok(false)` when the image carries no dump id or
+/// digests at our chunk size (it is not used), an error when it belongs to
+/// another dump than `dump_id`.
+fn take_image(
     dump_id: &mut Option<Vec<u8>>,
     chunks: &mut HashSet<(Digest, u64)>,
     name: &amdgpu_image::ImageName,
     id: &Option<Vec<u8>>,
     chunk_size: Option<u64>,
-    bos: impl Iterator<Item = BoFields<'a>>,
+    bos: impl Iterator<Item = Result<Option<BoChunks>, String>>,
 ) -> Result<bool, Error> {
     let Some(id) = id.clone().filter(|id| id.len() == 16) else {
         return Ok(false);
@@ -283,9 +291,9 @@ fn take_image<'a>(
             "parent {name} belongs to another dump than the other parent images"
         )));
     }
-    for (i, (size, digests, sources)) in bos.enumerate() {
-        let parsed = BoChunks::from_fields(i, size, chunk_size, digests, sources)
-            .map_err(|e| Error::Inconsistent(format!("parent {name}: bo entry {i}: {e}")))?;
+    for (i, parsed) in bos.enumerate() {
+        let parsed =
+            parsed.map_err(|e| Error::Inconsistent(format!("parent {name}: bo entry {i}: {e}")))?;
         if let Some(c) = parsed {
             insert_chunks(chunks, &c);
         }

@@ -130,7 +130,11 @@ fn flatten_copies_criu_files_and_links_their_parent() {
     std::fs::create_dir(&unfinished).unwrap();
     let out = run(&["flatten", path(&chained), path(&unfinished)]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("the dump did not finish"), "{}", text(&out));
+    assert!(
+        text(&out).contains("the dump did not finish"),
+        "{}",
+        text(&out)
+    );
 }
 
 /// A checkpoint of processes without GPU state has no amdgpu file: flatten
@@ -154,7 +158,10 @@ fn flatten_without_amdgpu_files_copies_criu_files() {
     assert!(out.status.success(), "{said}");
     assert!(said.contains("no amdgpu image files in"), "{said}");
     assert!(said.contains("nothing to flatten"), "{said}");
-    assert!(said.contains("4 of CRIU's files copied unchanged"), "{said}");
+    assert!(
+        said.contains("4 of CRIU's files copied unchanged"),
+        "{said}"
+    );
     assert_eq!(
         std::fs::read_link(flat.join("parent")).unwrap(),
         std::fs::canonicalize(&first).unwrap()

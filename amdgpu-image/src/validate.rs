@@ -195,9 +195,9 @@ impl ValidatedKfd {
                     at("chunk_digests"),
                     "set on a bo whose contents are not saved".into(),
                 );
-            } else if let Err(e) = kfd_bo_chunks(i, bo, msg.chunk_size) {
+            } else if let Err(e) = bo.chunks(i, msg.chunk_size) {
                 p(at("chunk_digests"), e);
-            } else if let Ok(Some(chunks)) = kfd_bo_chunks(i, bo, msg.chunk_size) {
+            } else if let Ok(Some(chunks)) = bo.chunks(i, msg.chunk_size) {
                 if chunks.sources.contains(&ChunkSource::Parent) && msg.parent_dump_id.is_none() {
                     p(
                         at("chunk_sources"),
@@ -277,7 +277,7 @@ impl ValidatedKfd {
             .iter()
             .enumerate()
             .filter(|(_, b)| b.gpu_id == gpu_id && b.has_contents())
-            .filter_map(|(i, b)| kfd_bo_chunks(i, b, self.msg.chunk_size).ok().flatten())
+            .filter_map(|(i, b)| b.chunks(i, self.msg.chunk_size).ok().flatten())
             .collect()
     }
 
@@ -286,7 +286,7 @@ impl ValidatedKfd {
     /// reader, and readers that ignore chunk fields refuse its pages files.
     pub fn has_references(&self) -> bool {
         self.msg.bo_entries.iter().enumerate().any(|(i, b)| {
-            kfd_bo_chunks(i, b, self.msg.chunk_size)
+            b.chunks(i, self.msg.chunk_size)
                 .ok()
                 .flatten()
                 .is_some_and(|c| c.has_references())
@@ -309,19 +309,41 @@ impl ValidatedKfd {
     }
 }
 
-/// The chunks a KFD BO entry records (tags 130/131).
-fn kfd_bo_chunks(
-    entry: usize,
-    bo: &KfdBoEntry,
-    chunk_size: Option<u64>,
-) -> Result<Option<BoChunks>, String> {
-    BoChunks::from_fields(
-        entry,
-        bo.size,
-        chunk_size,
-        bo.chunk_digests.as_deref(),
-        bo.chunk_sources.as_deref(),
-    )
+impl KfdBoEntry {
+    /// The chunks this entry (index `entry` of its image, whose chunk size
+    /// is `chunk_size`) records in tags 130/131: `Ok(None)` without
+    /// digests, an error text naming what does not fit the BO.
+    pub fn chunks(
+        &self,
+        entry: usize,
+        chunk_size: Option<u64>,
+    ) -> Result<Option<BoChunks>, String> {
+        BoChunks::from_fields(
+            entry,
+            self.size,
+            chunk_size,
+            self.chunk_digests.as_deref(),
+            self.chunk_sources.as_deref(),
+        )
+    }
+}
+
+impl DrmBoEntry {
+    /// The chunks this entry records in tags 130/150; see
+    /// [`KfdBoEntry::chunks`].
+    pub fn chunks(
+        &self,
+        entry: usize,
+        chunk_size: Option<u64>,
+    ) -> Result<Option<BoChunks>, String> {
+        BoChunks::from_fields(
+            entry,
+            self.size,
+            chunk_size,
+            self.chunk_digests.as_deref(),
+            self.chunk_sources.as_deref(),
+        )
+    }
 }
 
 fn layout_of(msg: &CriuKfd, gpu_id: u32, chunks: bool) -> PagesLayout {
@@ -333,7 +355,7 @@ fn layout_of(msg: &CriuKfd, gpu_id: u32, chunks: bool) -> PagesLayout {
             continue;
         }
         let recorded = if chunks {
-            kfd_bo_chunks(entry, b, msg.chunk_size).ok().flatten()
+            b.chunks(entry, msg.chunk_size).ok().flatten()
         } else {
             None
         };
@@ -411,7 +433,7 @@ impl ValidatedRenderNode {
         let mut references = false;
         let mut references_parent = false;
         for (i, bo) in msg.bo_entries.iter().enumerate() {
-            match drm_bo_chunks(i, bo, msg.chunk_size) {
+            match bo.chunks(i, msg.chunk_size) {
                 Err(e) => p(format!("criu_render_node.bo_entries[{i}].chunk_digests"), e),
                 Ok(Some(c)) => {
                     references |= c.has_references();
@@ -614,7 +636,7 @@ impl ValidatedRenderNode {
     /// stored); `None` without digests.
     pub fn bo_chunks(&self, index: usize) -> Option<BoChunks> {
         let bo = self.msg.bo_entries.get(index)?;
-        drm_bo_chunks(index, bo, self.msg.chunk_size).ok().flatten()
+        bo.chunks(index, self.msg.chunk_size).ok().flatten()
     }
 
     /// The checksum algorithm of the image's BOs.
@@ -640,21 +662,6 @@ impl ValidatedRenderNode {
         msg.referencing_gpu_id = None;
         msg
     }
-}
-
-/// The chunks a DRM BO entry records (tags 130/150).
-fn drm_bo_chunks(
-    entry: usize,
-    bo: &DrmBoEntry,
-    chunk_size: Option<u64>,
-) -> Result<Option<BoChunks>, String> {
-    BoChunks::from_fields(
-        entry,
-        bo.size,
-        chunk_size,
-        bo.chunk_digests.as_deref(),
-        bo.chunk_sources.as_deref(),
-    )
 }
 
 /// A render-node message with the gpu_id of an image with chunk

@@ -38,7 +38,14 @@ const RENDER_ID: u32 = KFD_ID + 1;
 /// bytes, to `app`'s render node.
 fn add_drm_bos(app: &Workload) -> Vec<DrmBo> {
     (0..BOS)
-        .map(|i| add_drm_bo_at(app, CHUNK * CHUNKS_PER_BO, (4 << 40) + ((i as u64) << 30), i))
+        .map(|i| {
+            add_drm_bo_at(
+                app,
+                CHUNK * CHUNKS_PER_BO,
+                (4 << 40) + ((i as u64) << 30),
+                i,
+            )
+        })
         .collect()
 }
 
@@ -107,7 +114,10 @@ fn an_incremental_dump_writes_only_the_changed_chunks_of_drm_buffers() {
     let raw = render_message(&second);
     assert_eq!(raw.gpu_id, 0);
     assert_eq!(raw.referencing_gpu_id, Some(full.gpu_id));
-    assert!(kfd.device_entries.iter().all(|d| d.gpu_id != 0 || !d.is_gpu()));
+    assert!(kfd
+        .device_entries
+        .iter()
+        .all(|d| d.gpu_id != 0 || !d.is_gpu()));
     assert_eq!(raw.parent_dump_id, full.dump_id);
     assert_eq!(raw.dump_id, kfd.dump_id);
     let image = ValidatedRenderNode::new(RENDER_ID, raw.clone()).unwrap();
@@ -135,8 +145,12 @@ fn an_incremental_dump_writes_only_the_changed_chunks_of_drm_buffers() {
 
     // Flattened: standalone drm-pages files, the GPU in gpu_id again.
     let flat = root.dir("flat", None);
-    let written = flatten(&store, &DirStore::open_dir(&flat).unwrap(), ReadLimits::default())
-        .expect("flatten");
+    let written = flatten(
+        &store,
+        &DirStore::open_dir(&flat).unwrap(),
+        ReadLimits::default(),
+    )
+    .expect("flatten");
     assert!(written.chunks_resolved >= (BOS * CHUNKS_PER_BO - 1) as u64);
     assert_eq!(drm_bytes_of(&flat), (total, total));
     let standalone = render_message(&flat);
