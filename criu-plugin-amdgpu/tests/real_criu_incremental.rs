@@ -31,7 +31,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::PoisonError;
 
+use amdgpu_checkpoint::incremental::ChunkPlan;
 use amdgpu_image::{DirStore, PARENT_LINK};
+use criu_plugin_amdgpu::log::Capture;
 use harness::*;
 
 /// The `amdgpu-criu` of the build that made the shipped plugin, or why it
@@ -165,6 +167,20 @@ fn criu_dev_incremental_dump_flattened_restores_and_runs_on() {
     assert_eq!(parent.shown(), "parent -> ../1");
     let found = parent.dir().metadata().expect("stat the parent");
     assert!(same_dir(&found, &first), "the parent found is images/1");
+    // What a dump of GPU state into this directory would decide: the
+    // parent is found, and holds no chunk digests (no GPU state), so every
+    // chunk would be written.
+    let capture = Capture::start();
+    let plan = ChunkPlan::for_store(&store, false).expect("the chunk plan");
+    let lines = capture.lines();
+    drop(capture);
+    assert!(plan.parent_dump_id().is_none());
+    assert!(
+        lines
+            .iter()
+            .any(|(_, l)| l.contains("parent images parent -> ../1 carry no chunk digests")),
+        "{lines:#?}"
+    );
 
     // Flattened: CRIU's files copied, the parent linked by absolute path.
     let flat = dir.path().join("flat");
