@@ -170,6 +170,7 @@ fn criu_dev_incremental_dump_flattened_restores_and_runs_on() {
     // What a dump of GPU state into this directory would decide: the
     // parent is found, and holds no chunk digests (no GPU state), so every
     // chunk would be written.
+    criu_plugin_amdgpu::log::install();
     let capture = Capture::start();
     let plan = ChunkPlan::for_store(&store, false).expect("the chunk plan");
     let lines = capture.lines();
