@@ -5,7 +5,7 @@
 //! that the C plugin refuses it; `verify` reads the referenced chunks in
 //! the parent and names a changed one; `flatten` makes standalone
 //! drm-pages files. With `KFD_DEDUP`, identical DRM buffers of two
-//! render-only processes are written once.
+//! render-only processes, or of two KFD processes, are written once.
 
 mod chain_common;
 mod common;
@@ -271,5 +271,93 @@ fn dedup_writes_identical_drm_buffers_of_two_processes_once() {
     for ((task, id), expected) in restored.iter().zip(ids).zip(&expected) {
         RenderOnly::verify(&sim, task.pid, &[restored_file(task, id)], expected)
             .expect("bit-identical DRM buffers");
+    }
+}
+
+/// Two KFD processes with the same DRM buffers, dumped with `KFD_DEDUP`:
+/// the second process's render-node image references the first's chunks
+/// (so it names its GPU in tag 152, gpu_id 0), and both restore bit for
+/// bit through their KFD files' GPU mapping.
+#[test]
+fn dedup_references_drm_chunks_of_another_kfd_process() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let apps: Vec<Workload> = (0..2)
+        .map(|_| {
+            let mut app = Workload::launch(&sim, &Profile::Basic).unwrap();
+            app.step().unwrap();
+            app
+        })
+        .collect();
+    let bos: Vec<Vec<DrmBo>> = apps.iter().map(add_drm_bos).collect();
+    assert_eq!(bos[0][1].pattern, bos[1][1].pattern);
+    let files: Vec<_> = apps
+        .iter()
+        .enumerate()
+        .map(|(i, a)| common::gpu_files_from(a, 10 * i as u32 + 1))
+        .collect();
+    let vmas = common::device_vmas(&sim);
+    let tasks: Vec<TaskToDump<'_>> = apps
+        .iter()
+        .zip(&files)
+        .map(|(a, (f, _))| TaskToDump {
+            pid: a.pid(),
+            files: f.clone(),
+            vmas: vmas.clone(),
+        })
+        .collect();
+    let root = Root::new();
+    let dir = root.dir("dedup", None);
+    let emulator = root.emulator(&sim, &dir, |c| c.options.dedup = true);
+    emulator.dump_tree(&tasks).expect("dump of the tree");
+    let total = 2 * (BOS * CHUNKS_PER_BO * CHUNK) as u64;
+    assert_eq!(drm_bytes_of(&dir), (total, total / 2));
+    let renders: Vec<CriuRenderNode> = [2u32, 12]
+        .iter()
+        .map(|&id| image_message(&dir, &ImageName::RenderNode { id }))
+        .collect();
+    // One of the two wrote the buffers, the other references them.
+    let referencing: Vec<&CriuRenderNode> = renders
+        .iter()
+        .filter(|r| r.referencing_gpu_id.is_some())
+        .collect();
+    assert_eq!(referencing.len(), 1, "{renders:#?}");
+    assert_eq!(referencing[0].gpu_id, 0);
+    assert!(referencing[0].parent_dump_id.is_none());
+    clean(&dir);
+
+    let expected: Vec<_> = apps.iter().map(|a| a.describe().unwrap()).collect();
+    let pids: Vec<Pid> = apps.iter().map(Workload::pid).collect();
+    drop(tasks);
+    drop(files);
+    for a in apps {
+        a.exit().unwrap();
+    }
+    let restore: Vec<TaskToRestore> = pids
+        .iter()
+        .enumerate()
+        .map(|(i, &pid)| {
+            let id = 10 * i as u32 + 1;
+            let image: CriuKfd = image_message(&dir, &ImageName::Kfd { id });
+            TaskToRestore {
+                pid,
+                file_ids: vec![id, id + 1],
+                vmas: vmas_of(&image),
+            }
+        })
+        .collect();
+    let restored = emulator
+        .restore_tree(&restore)
+        .expect("restore of the tree");
+    for (i, task) in restored.iter().enumerate() {
+        assert_eq!(task.resume_answer, 0);
+        Workload::verify(&sim, task.pid, &expected[i]).expect("KFD state");
+        for bo in &bos[i] {
+            assert!(
+                read_drm_bo(&sim, task, 10 * i as u32 + 2, bo.handle, bo.pattern.len())
+                    == bo.pattern,
+                "process {i}: DRM buffer {} restored bit for bit",
+                bo.handle.0
+            );
+        }
     }
 }
