@@ -219,53 +219,47 @@ fn read_parent(parent: &DirStore) -> Result<Option<Parent>, Error> {
         .map_err(Error::image("listing the parent images"))?;
     let mut dump_id = None;
     let mut chunks = HashSet::new();
-    for name in names.iter().filter(|n| n.kind() == ImageKind::Kfd) {
-        let msg: CriuKfd = parent
-            .read_message(name, ReadLimits::default())
-            .map_err(Error::image("reading a parent KFD image"))?
-            .ok_or_else(|| Error::Inconsistent(format!("parent {name} vanished")))?;
-        let bos = msg
-            .bo_entries
-            .iter()
-            .enumerate()
-            .map(|(i, bo)| bo.chunks(i, msg.chunk_size));
-        if !take_image(
-            &mut dump_id,
-            &mut chunks,
-            name,
-            &msg.dump_id,
-            msg.chunk_size,
-            bos,
-        )? {
+    for name in &names {
+        // Every KFD image must carry digests; render-node images of a
+        // producer that names no dump are not used.
+        let (id, chunk_size, bos, required) = match name.kind() {
+            ImageKind::Kfd => {
+                let msg: CriuKfd = read_parent_image(parent, name)?;
+                let bos: Vec<_> = (msg.bo_entries.iter().enumerate())
+                    .map(|(i, bo)| bo.chunks(i, msg.chunk_size))
+                    .collect();
+                (msg.dump_id, msg.chunk_size, bos, true)
+            }
+            ImageKind::RenderNode => {
+                let msg: CriuRenderNode = read_parent_image(parent, name)?;
+                let bos: Vec<_> = (msg.bo_entries.iter().enumerate())
+                    .map(|(i, bo)| bo.chunks(i, msg.chunk_size))
+                    .collect();
+                (msg.dump_id, msg.chunk_size, bos, false)
+            }
+            _ => continue,
+        };
+        let used = take_image(&mut dump_id, &mut chunks, name, &id, chunk_size, bos)?;
+        if required && !used {
             return Ok(None);
         }
-    }
-    // Render-node images of the same dump: their DRM BOs' chunks. Those of
-    // a producer that names no dump are not used.
-    for name in names.iter().filter(|n| n.kind() == ImageKind::RenderNode) {
-        let msg: CriuRenderNode = parent
-            .read_message(name, ReadLimits::default())
-            .map_err(Error::image("reading a parent render-node image"))?
-            .ok_or_else(|| Error::Inconsistent(format!("parent {name} vanished")))?;
-        let bos = msg
-            .bo_entries
-            .iter()
-            .enumerate()
-            .map(|(i, bo)| bo.chunks(i, msg.chunk_size));
-        take_image(
-            &mut dump_id,
-            &mut chunks,
-            name,
-            &msg.dump_id,
-            msg.chunk_size,
-            bos,
-        )?;
     }
     Ok(dump_id.map(|dump_id| Parent {
         dump_id,
         shown: parent.shown(),
         chunks,
     }))
+}
+
+/// The message of the parent's image `name`.
+fn read_parent_image<M: amdgpu_image::ImageMessage>(
+    parent: &DirStore,
+    name: &amdgpu_image::ImageName,
+) -> Result<M, Error> {
+    parent
+        .read_message(name, ReadLimits::default())
+        .map_err(Error::image("reading a parent image"))?
+        .ok_or_else(|| Error::Inconsistent(format!("parent {name} vanished")))
 }
 
 /// Adds the chunks of one parent image (`bos`, each entry's recorded
@@ -278,7 +272,7 @@ fn take_image(
     name: &amdgpu_image::ImageName,
     id: &Option<Vec<u8>>,
     chunk_size: Option<u64>,
-    bos: impl Iterator<Item = Result<Option<BoChunks>, String>>,
+    bos: Vec<Result<Option<BoChunks>, String>>,
 ) -> Result<bool, Error> {
     let Some(id) = id.clone().filter(|id| id.len() == 16) else {
         return Ok(false);
@@ -291,7 +285,7 @@ fn take_image(
             "parent {name} belongs to another dump than the other parent images"
         )));
     }
-    for (i, parsed) in bos.enumerate() {
+    for (i, parsed) in bos.into_iter().enumerate() {
         let parsed =
             parsed.map_err(|e| Error::Inconsistent(format!("parent {name}: bo entry {i}: {e}")))?;
         if let Some(c) = parsed {
