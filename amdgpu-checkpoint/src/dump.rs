@@ -505,18 +505,12 @@ impl<D: Driver + Clone> Dumper<D> {
                 }
             }
         }
-        if contents.stored_bytes < contents.bytes {
-            log::info!(
-                "file {id}: {} of {} content bytes written, the rest referenced ({})",
-                contents.stored_bytes,
-                contents.bytes,
-                if references_parent {
-                    "incremental dump"
-                } else {
-                    "deduplicated"
-                }
-            );
-        }
+        crate::incremental::log_written(
+            &format!("file {id}"),
+            contents.stored_bytes,
+            contents.bytes,
+            references_parent,
+        );
 
         let (shared_mem_size, shared_mem_magic) = probe_hsakmt_shm(&self.config.shm_dir);
         let num_of_gpus = checkpoint.devices.len() as u32;
@@ -715,6 +709,8 @@ impl<D: Driver + Clone> Dumper<D> {
                 })
             }
         };
+        let plan = self.chunk_plan(store)?;
+        let mut contents = transfer::ContentReport::default();
         let mut bo_entries = Vec::with_capacity(handles.len());
         for (index, listed) in handles.iter().enumerate() {
             let handle = GemHandle(listed.gem_handle);
@@ -791,10 +787,16 @@ impl<D: Driver + Clone> Dumper<D> {
                         dmabuf.as_fd(),
                         listed.size,
                         &self.config.options,
+                        Some(&plan),
                     )?)
                 }
                 _ => None,
             };
+            let dumped = dumped.map(|bo| {
+                contents.bytes += bo.bytes;
+                contents.stored_bytes += bo.stored_bytes;
+                render_chunks(bo)
+            });
             bo_entries.push(DrmBoEntry {
                 addr: vms.last().map_or(0, |vm| vm.addr),
                 size: listed.size,
@@ -814,14 +816,40 @@ impl<D: Driver + Clone> Dumper<D> {
                         flags: vm.flags,
                     })
                     .collect(),
-                content_checksum: dumped.as_ref().map(|(sum, _)| *sum),
+                content_checksum: dumped.as_ref().map(|c| c.checksum),
                 share_handle,
                 chunk_digests: dumped
-                    .map(|(_, digests)| amdgpu_image::chunks::encode_digests(&digests)),
+                    .as_ref()
+                    .map(|c| amdgpu_image::chunks::encode_digests(&c.digests)),
+                chunk_sources: dumped.and_then(|c| c.sources),
             });
         }
+        let sources = || {
+            bo_entries
+                .iter()
+                .filter_map(|b| b.chunk_sources.as_deref())
+                .flatten()
+        };
+        let references = sources().next().is_some();
+        let references_parent = sources().any(|&s| s == amdgpu_image::ChunkSource::Parent as u8);
+        crate::incremental::log_written(
+            &format!("file {id} (renderD{minor})"),
+            contents.stored_bytes,
+            contents.bytes,
+            references_parent,
+        );
         let msg = CriuRenderNode {
-            gpu_id,
+            // An image with references names its GPU in referencing_gpu_id
+            // and 0 here: the C plugin, which would restore the BOs without
+            // the referenced chunks, finds no GPU and refuses the file.
+            gpu_id: if references { 0 } else { gpu_id },
+            referencing_gpu_id: (references && gpu_id != 0).then_some(gpu_id),
+            dump_id: Some(plan.dump_id().to_vec()),
+            parent_dump_id: if references_parent {
+                plan.parent_dump_id().map(<[u8]>::to_vec)
+            } else {
+                None
+            },
             id,
             drm_render_minor: minor,
             num_of_bos: bo_entries.len() as u64,
@@ -1251,4 +1279,33 @@ pub fn discard_images(store: &impl ImageStore, ids: &BTreeSet<u32>) -> Result<us
         }
     }
     Ok(removed)
+}
+
+/// What the image records of one dumped DRM BO's contents.
+struct RenderChunks {
+    checksum: u64,
+    digests: Vec<amdgpu_image::chunks::Digest>,
+    /// Chunk sources as `chunk_sources` stores them, when a chunk is
+    /// stored elsewhere.
+    sources: Option<Vec<u8>>,
+}
+
+fn render_chunks(bo: transfer::ContentReport) -> RenderChunks {
+    let sources = bo
+        .sources
+        .into_iter()
+        .next()
+        .map(|(_, s)| s)
+        .filter(|s| s.iter().any(|s| *s != amdgpu_image::ChunkSource::Here))
+        .map(|s| s.iter().map(|s| *s as u8).collect());
+    RenderChunks {
+        checksum: bo.checksums.first().map_or(0, |(_, sum)| *sum),
+        digests: bo
+            .digests
+            .into_iter()
+            .next()
+            .map(|(_, d)| d)
+            .unwrap_or_default(),
+        sources,
+    }
 }

@@ -3,11 +3,12 @@
 //! not hold, and (`KFD_DEDUP`) each distinct chunk of the dump once.
 //!
 //! A [`ChunkPlan`] lives for one dump (one dumper process): it names the
-//! dump ([`ChunkPlan::dump_id`], recorded in every KFD image), knows the
-//! digests of the parent set (every chunk of every BO of every KFD image
-//! there, since the parent can restore each of them through its own
-//! chain), and the digests already written by this dump when deduplicating.
-//! The pages writer asks it about every chunk ([`ChunkPlan::filter`]).
+//! dump ([`ChunkPlan::dump_id`], recorded in every KFD and render-node
+//! image), knows the digests of the parent set (every chunk of every BO of
+//! every KFD and render-node image there, since the parent can restore each
+//! of them through its own chain), and the digests already written by this
+//! dump when deduplicating (KFD and DRM BOs alike). The pages writers of
+//! both ask it about every chunk ([`ChunkPlan::filter`]).
 //!
 //! A dump whose store has no parent, or cannot take references (a stream:
 //! CRIU's `--stream` has no parent images, and its pages files cannot have
@@ -20,7 +21,10 @@ use std::sync::{Arc, Mutex};
 
 use amdgpu_image::chunks::{chunk_count, chunk_len, BoChunks, Digest, CHUNK_SIZE};
 use amdgpu_image::pages::ChunkFilter;
-use amdgpu_image::{ChunkSource, CriuKfd, DirStore, ImageKind, ImageStore, ReadLimits};
+use amdgpu_image::{
+    ChunkResolver, ChunkSource, CriuKfd, CriuRenderNode, DirStore, ImageKind, ImageStore,
+    ReadLimits,
+};
 
 use crate::error::Error;
 
@@ -170,6 +174,43 @@ impl ChunkPlan {
     }
 }
 
+/// The index of the chunks of the image set in `store` (parents read when
+/// first needed) when the image `what` (`file 5`) references chunks stored
+/// elsewhere; `None` when it does not.
+pub fn resolver_for<S: ImageStore>(
+    store: &S,
+    references: bool,
+    what: &str,
+) -> Result<Option<ChunkResolver>, Error> {
+    if !references {
+        return Ok(None);
+    }
+    let dir = store.as_dir().ok_or_else(|| {
+        Error::Inconsistent(format!(
+            "{what}: the image references chunks of its parent or of other images, which only \
+             an image directory can resolve (not a stream)"
+        ))
+    })?;
+    ChunkResolver::new(dir, ReadLimits::default())
+        .map(Some)
+        .map_err(Error::image("indexing the chunks of the image set"))
+}
+
+/// Logs how much of an image's contents (`what`: `file 5`) a dump wrote
+/// when some were referenced instead.
+pub fn log_written(what: &str, stored: u64, total: u64, references_parent: bool) {
+    if stored < total {
+        log::info!(
+            "{what}: {stored} of {total} content bytes written, the rest referenced ({})",
+            if references_parent {
+                "incremental dump"
+            } else {
+                "deduplicated"
+            }
+        );
+    }
+}
+
 /// The digests of every chunk of the parent set; `Ok(None)` when its
 /// images carry none at our chunk size.
 fn read_parent(parent: &DirStore) -> Result<Option<Parent>, Error> {
@@ -178,37 +219,29 @@ fn read_parent(parent: &DirStore) -> Result<Option<Parent>, Error> {
         .map_err(Error::image("listing the parent images"))?;
     let mut dump_id = None;
     let mut chunks = HashSet::new();
-    for name in names.iter().filter(|n| n.kind() == ImageKind::Kfd) {
-        let msg: CriuKfd = parent
-            .read_message(name, ReadLimits::default())
-            .map_err(Error::image("reading a parent KFD image"))?
-            .ok_or_else(|| Error::Inconsistent(format!("parent {name} vanished")))?;
-        if msg.chunk_size != Some(CHUNK_SIZE) {
-            return Ok(None);
-        }
-        let Some(id) = msg.dump_id.clone().filter(|id| id.len() == 16) else {
-            return Ok(None);
-        };
-        if dump_id.get_or_insert_with(|| id.clone()) != &id {
-            return Err(Error::Inconsistent(format!(
-                "parent {name} belongs to another dump than the other parent images"
-            )));
-        }
-        for (i, bo) in msg.bo_entries.iter().enumerate() {
-            let parsed = BoChunks::from_fields(
-                i,
-                bo.size,
-                msg.chunk_size,
-                bo.chunk_digests.as_deref(),
-                bo.chunk_sources.as_deref(),
-            )
-            .map_err(|e| Error::Inconsistent(format!("parent {name}: bo entry {i}: {e}")))?;
-            if let Some(c) = parsed {
-                let count = chunk_count(c.size, c.chunk_size);
-                for (k, d) in c.digests.iter().enumerate().take(count as usize) {
-                    chunks.insert((*d, chunk_len(c.size, c.chunk_size, k as u64)));
-                }
+    for name in &names {
+        // Every KFD image must carry digests; render-node images of a
+        // producer that names no dump are not used.
+        let (id, chunk_size, bos, required) = match name.kind() {
+            ImageKind::Kfd => {
+                let msg: CriuKfd = read_parent_image(parent, name)?;
+                let bos: Vec<_> = (msg.bo_entries.iter().enumerate())
+                    .map(|(i, bo)| bo.chunks(i, msg.chunk_size))
+                    .collect();
+                (msg.dump_id, msg.chunk_size, bos, true)
             }
+            ImageKind::RenderNode => {
+                let msg: CriuRenderNode = read_parent_image(parent, name)?;
+                let bos: Vec<_> = (msg.bo_entries.iter().enumerate())
+                    .map(|(i, bo)| bo.chunks(i, msg.chunk_size))
+                    .collect();
+                (msg.dump_id, msg.chunk_size, bos, false)
+            }
+            _ => continue,
+        };
+        let used = take_image(&mut dump_id, &mut chunks, name, &id, chunk_size, bos)?;
+        if required && !used {
+            return Ok(None);
         }
     }
     Ok(dump_id.map(|dump_id| Parent {
@@ -216,6 +249,58 @@ fn read_parent(parent: &DirStore) -> Result<Option<Parent>, Error> {
         shown: parent.shown(),
         chunks,
     }))
+}
+
+/// The message of the parent's image `name`.
+fn read_parent_image<M: amdgpu_image::ImageMessage>(
+    parent: &DirStore,
+    name: &amdgpu_image::ImageName,
+) -> Result<M, Error> {
+    parent
+        .read_message(name, ReadLimits::default())
+        .map_err(Error::image("reading a parent image"))?
+        .ok_or_else(|| Error::Inconsistent(format!("parent {name} vanished")))
+}
+
+/// Adds the chunks of one parent image (`bos`, each entry's recorded
+/// chunks) to `chunks`; `Ok(false)` when the image carries no dump id or
+/// digests at our chunk size (it is not used), an error when it belongs to
+/// another dump than `dump_id`.
+fn take_image(
+    dump_id: &mut Option<Vec<u8>>,
+    chunks: &mut HashSet<(Digest, u64)>,
+    name: &amdgpu_image::ImageName,
+    id: &Option<Vec<u8>>,
+    chunk_size: Option<u64>,
+    bos: Vec<Result<Option<BoChunks>, String>>,
+) -> Result<bool, Error> {
+    let Some(id) = id.clone().filter(|id| id.len() == 16) else {
+        return Ok(false);
+    };
+    if chunk_size != Some(CHUNK_SIZE) {
+        return Ok(false);
+    }
+    if dump_id.get_or_insert_with(|| id.clone()) != &id {
+        return Err(Error::Inconsistent(format!(
+            "parent {name} belongs to another dump than the other parent images"
+        )));
+    }
+    for (i, parsed) in bos.into_iter().enumerate() {
+        let parsed =
+            parsed.map_err(|e| Error::Inconsistent(format!("parent {name}: bo entry {i}: {e}")))?;
+        if let Some(c) = parsed {
+            insert_chunks(chunks, &c);
+        }
+    }
+    Ok(true)
+}
+
+/// Every chunk of `c` (the parent can restore each through its own chain).
+fn insert_chunks(chunks: &mut HashSet<(Digest, u64)>, c: &BoChunks) {
+    let count = chunk_count(c.size, c.chunk_size);
+    for (k, d) in c.digests.iter().enumerate().take(count as usize) {
+        chunks.insert((*d, chunk_len(c.size, c.chunk_size, k as u64)));
+    }
 }
 
 /// 16 bytes unlikely to repeat: the kernel's randomness when readable,

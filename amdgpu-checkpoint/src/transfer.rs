@@ -20,7 +20,7 @@ use amdgpu_image::chunks::{ChecksumAlgo, Digest, CHUNK_SIZE};
 use amdgpu_image::pages::{PagesBo, WrittenPages};
 use amdgpu_image::{
     ChainReader, ChunkResolver, ChunkSource, ImageName, ImageStore, ImageWriter, PagesLayout,
-    PagesSink, PagesWriter, PieceSource, ReadLimits, ValidatedKfd,
+    PagesSink, PagesWriter, PieceSource, ValidatedKfd,
 };
 use kfd::{
     CheckpointBo, CopyEngine, CopyEngineConfig, Driver, Fence, ImportedBo, RenderMinor, RenderNode,
@@ -93,6 +93,18 @@ pub struct ContentReport {
     /// `(bo entry index, chunk sources)` for every BO with contents, when
     /// a [`ChunkPlan`] decided.
     pub sources: Vec<(usize, Vec<ChunkSource>)>,
+}
+
+impl From<WrittenPages> for ContentReport {
+    fn from(written: WrittenPages) -> Self {
+        ContentReport {
+            bytes: written.payload_len,
+            stored_bytes: written.stored_len,
+            checksums: written.checksums,
+            digests: written.digests,
+            sources: written.sources,
+        }
+    }
 }
 
 /// The layout of a pages file this crate writes: chunk digests of
@@ -430,6 +442,20 @@ impl<D: Driver + Clone> Pipe<D> {
     }
 }
 
+/// Lets `plan` decide where each chunk written by `writer` goes, when it
+/// has a parent or deduplicates (said when the store cannot take it).
+fn apply_plan<W: PagesSink>(
+    writer: &mut PagesWriter<W>,
+    plan: Option<&Arc<ChunkPlan>>,
+    name: &ImageName,
+) {
+    if let Some(plan) = plan.filter(|p| p.filters()) {
+        if !writer.set_filter(plan.filter()) {
+            log::info!("{name}: the store cannot take chunk references; written whole");
+        }
+    }
+}
+
 fn finish_pages<W: ImageWriter>(
     writer: PagesWriter<W>,
     name: &ImageName,
@@ -470,11 +496,7 @@ fn dump_gpu<D: Driver + Clone, S: ImageStore>(
     let mut writer = store
         .create_pages(&name, dump_layout(layout))
         .map_err(Error::image("creating a pages file"))?;
-    if let Some(plan) = plan.filter(|p| p.filters()) {
-        if !writer.set_filter(plan.filter()) {
-            log::info!("{name}: the store cannot take chunk references; written whole");
-        }
-    }
+    apply_plan(&mut writer, plan, &name);
     if !bos.is_empty() {
         let largest = bos.iter().map(|(_, bo)| bo.bucket.size).max().unwrap_or(0);
         let mut pipe = Pipe::open(
@@ -500,13 +522,7 @@ fn dump_gpu<D: Driver + Clone, S: ImageStore>(
         pipe.close()?;
     }
     let written = finish_pages(writer, &name)?;
-    Ok(ContentReport {
-        bytes: written.payload_len,
-        stored_bytes: written.stored_len,
-        checksums: written.checksums,
-        digests: written.digests,
-        sources: written.sources,
-    })
+    Ok(ContentReport::from(written))
 }
 
 /// Writes the contents of every GPU's pages file back into the restored
@@ -522,20 +538,11 @@ pub fn restore_contents<D: Driver + Clone, S: ImageStore + Sync>(
 ) -> Result<u64, Error> {
     // Chunks stored in the parent chain or elsewhere in the set are found
     // through one index of the set (parents read when first needed).
-    let resolver = if image.has_references() {
-        let dir = store.as_dir().ok_or_else(|| {
-            Error::Inconsistent(format!(
-                "file {}: the image references chunks of its parent or of other images,                  which only an image directory can resolve (not a stream)",
-                image.id()
-            ))
-        })?;
-        Some(
-            ChunkResolver::new(dir, ReadLimits::default())
-                .map_err(Error::image("indexing the chunks of the image set"))?,
-        )
-    } else {
-        None
-    };
+    let resolver = crate::incremental::resolver_for(
+        store,
+        image.has_references(),
+        &format!("file {}", image.id()),
+    )?;
     let resolver = resolver.as_ref();
     let results: Vec<Result<u64, Error>> = std::thread::scope(|scope| {
         let workers: Vec<_> = gpus
@@ -713,7 +720,10 @@ fn restore_pages_from<'f, D: Driver + Clone, S: ImageStore>(
 }
 
 /// Writes one DRM BO's contents (through its dma-buf) into the pages file
-/// `name`; returns the BO's checksum and chunk digests.
+/// `name`, only the chunks `plan` says are not stored elsewhere (as for
+/// KFD BOs); returns the BO's bytes, checksum, chunk digests and (when the
+/// plan decided) chunk sources, as entry 0.
+#[allow(clippy::too_many_arguments)]
 pub fn dump_drm_bo<D: Driver + Clone, S: ImageStore>(
     driver: &D,
     store: &S,
@@ -722,13 +732,15 @@ pub fn dump_drm_bo<D: Driver + Clone, S: ImageStore>(
     dmabuf: BorrowedFd<'_>,
     size: u64,
     options: &Options,
-) -> Result<(u64, Vec<Digest>), Error> {
+    plan: Option<&Arc<ChunkPlan>>,
+) -> Result<ContentReport, Error> {
     let layout = PagesLayout::from_sizes([size])
         .map(dump_layout)
         .ok_or_else(|| Error::Inconsistent(format!("{name}: a BO of {size:#x} bytes")))?;
     let mut writer = store
         .create_pages(name, layout)
         .map_err(Error::image("creating a DRM pages file"))?;
+    apply_plan(&mut writer, plan, name);
     if size > 0 {
         let mut pipe = Pipe::open(
             driver,
@@ -741,46 +753,61 @@ pub fn dump_drm_bo<D: Driver + Clone, S: ImageStore>(
         pipe.close()?;
     }
     let written = finish_pages(writer, name)?;
-    Ok((
-        written.checksums.first().map_or(0, |(_, sum)| *sum),
-        written
-            .digests
-            .into_iter()
-            .next()
-            .map(|(_, d)| d)
-            .unwrap_or_default(),
-    ))
+    Ok(ContentReport::from(written))
 }
 
 /// Fills one restored DRM BO (through its dma-buf) from the pages file
-/// `name` with `layout` (a single BO).
+/// `name` with `layout` (a single BO); with `chained` (the set's resolver
+/// and the BO's chunk list), the chunks stored elsewhere are read from the
+/// set or its parent chain, each verified by its digest, as for KFD BOs.
+#[allow(clippy::too_many_arguments)]
 pub fn restore_drm_bo<D: Driver + Clone, S: ImageStore>(
     driver: &D,
     store: &S,
     name: &ImageName,
     layout: PagesLayout,
+    chained: Option<(&ChunkResolver, amdgpu_image::BoChunks)>,
     device: DrmDevice,
     dmabuf: BorrowedFd<'_>,
     options: &Options,
 ) -> Result<u64, Error> {
-    let total = layout.total_len();
-    let mut reader = store
+    let own = store
         .open_pages(name, layout)
         .map_err(Error::image("reading a DRM pages file"))?
         .ok_or_else(|| Error::Inconsistent(format!("{name} is missing")))?;
-    let bos: Vec<PagesBo> = reader.layout().bos().to_vec();
-    if let Some(bo) = bos.first().filter(|bo| bo.size > 0) {
+    let (entry, size, mut reader): (usize, u64, Box<dyn PieceSource + '_>) = match chained {
+        Some((resolver, chunks)) => {
+            let (entry, size) = (chunks.entry, chunks.size);
+            let reader = ChainReader::new(own, vec![chunks], resolver, name)
+                .map_err(Error::image("reading a DRM pages file"))?;
+            (entry, size, Box::new(reader))
+        }
+        None => {
+            let bo = own.layout().bos().first().copied().ok_or_else(|| {
+                Error::Inconsistent(format!("{name}: a DRM pages layout without its BO"))
+            })?;
+            if bo.size == 0 {
+                // Nothing to copy: the file's end is checked.
+                own.verify_all(&mut [])
+                    .map_err(Error::image("reading a DRM pages file"))?;
+                return Ok(0);
+            }
+            (bo.entry, bo.size, Box::new(own))
+        }
+    };
+    if size > 0 {
         let mut pipe = Pipe::open(
             driver,
             device.render_minor,
-            options.staging.for_largest_bo(bo.size),
+            options.staging.for_largest_bo(size),
             device.gpu_id,
         )?;
-        pipe.write_bo(dmabuf, bo.entry, bo.size, &mut reader, name)?;
+        pipe.write_bo(dmabuf, entry, size, reader.as_mut(), name)?;
         pipe.close()?;
     }
+    // The end of the file (and the checksum or every chunk) is verified.
     reader
-        .verify_all(&mut [])
+        .finish_pieces()
         .map_err(Error::image("reading a DRM pages file"))?;
-    Ok(total)
+    Ok(size)
 }

@@ -27,10 +27,10 @@ use xxhash_rust::xxh3::Xxh3Default;
 
 use crate::chunks::{BoChunks, ChunkSource, Digest};
 use crate::framing::ReadLimits;
-use crate::messages::CriuKfd;
+use crate::messages::{CriuKfd, CriuRenderNode};
 use crate::pages::{PagesChunk, PagesFile, PagesReader};
 use crate::store::{DirStore, ImageStore};
-use crate::validate::ValidatedKfd;
+use crate::validate::{ValidatedKfd, ValidatedRenderNode};
 use crate::{Error, ImageKind, ImageName};
 
 /// Where a chunk is stored: a pages file of one level of the chain.
@@ -56,6 +56,36 @@ struct Level {
     parent_dump_id: Option<Vec<u8>>,
     index: HashMap<Digest, ChunkLocation>,
     files: HashMap<ImageName, PagesFile>,
+}
+
+impl Level {
+    /// Takes the `dump_id` and `parent_dump_id` of one more image of the
+    /// level (`first`: none taken yet); what differs from the others is
+    /// said.
+    fn note_ids(
+        &mut self,
+        first: &mut bool,
+        dump_id: &Option<Vec<u8>>,
+        parent_dump_id: &Option<Vec<u8>>,
+    ) -> Result<(), String> {
+        if *first {
+            self.dump_id = dump_id.clone();
+            *first = false;
+        } else if self.dump_id != *dump_id {
+            return Err(format!(
+                "dump_id {} differs from the other images' {} (images of two dumps mixed)",
+                hex_id(dump_id.as_deref()),
+                hex_id(self.dump_id.as_deref())
+            ));
+        }
+        if parent_dump_id.is_some() {
+            if self.parent_dump_id.is_some() && self.parent_dump_id != *parent_dump_id {
+                return Err("names another parent than the other images".into());
+            }
+            self.parent_dump_id = parent_dump_id.clone();
+        }
+        Ok(())
+    }
 }
 
 /// Finds chunks by digest in an image set and its parent chain; see the
@@ -248,22 +278,8 @@ fn index_level(store: DirStore, level: usize, limits: ReadLimits) -> Result<Leve
             .ok_or_else(|| at("listed but cannot be opened".into()))?;
         let image = ValidatedKfd::new(name.id(), msg)?;
         let msg = image.message();
-        if first {
-            out.dump_id = msg.dump_id.clone();
-            first = false;
-        } else if out.dump_id != msg.dump_id {
-            return Err(at(format!(
-                "dump_id {} differs from the other images' {} (images of two dumps mixed)",
-                hex_id(msg.dump_id.as_deref()),
-                hex_id(out.dump_id.as_deref())
-            )));
-        }
-        if msg.parent_dump_id.is_some() {
-            if out.parent_dump_id.is_some() && out.parent_dump_id != msg.parent_dump_id {
-                return Err(at("names another parent than the other images".into()));
-            }
-            out.parent_dump_id = msg.parent_dump_id.clone();
-        }
+        out.note_ids(&mut first, &msg.dump_id, &msg.parent_dump_id)
+            .map_err(at)?;
         for gpu in image.gpus().map(|d| d.gpu_id).collect::<Vec<_>>() {
             let chunks = image.bo_chunks(gpu);
             if chunks.is_empty() {
@@ -286,6 +302,35 @@ fn index_level(store: DirStore, level: usize, limits: ReadLimits) -> Result<Leve
             for (k, bo) in chunks.iter().enumerate() {
                 index_bo(&mut out.index, level, pages, k, bo);
             }
+            out.files.insert(pages, file);
+        }
+    }
+    // Render-node images of the dump: one drm-pages file per BO. Images
+    // of a producer that names no dump (older versions) are not compared.
+    for name in names.iter().filter(|n| n.kind() == ImageKind::RenderNode) {
+        let at = |what: String| chain_error(shown_file(name), what);
+        let msg: CriuRenderNode = out
+            .store
+            .read_message(name, limits)?
+            .ok_or_else(|| at("listed but cannot be opened".into()))?;
+        let image = ValidatedRenderNode::new(name.id(), msg)?;
+        let msg = image.message();
+        if msg.dump_id.is_some() || msg.parent_dump_id.is_some() {
+            out.note_ids(&mut first, &msg.dump_id, &msg.parent_dump_id)
+                .map_err(at)?;
+        }
+        for index in 0..msg.bo_entries.len() {
+            let (Some(chunks), Some((pages, layout))) =
+                (image.bo_chunks(index), image.drm_pages(index))
+            else {
+                continue;
+            };
+            // BOs whose contents were not dumped have no file.
+            let Some(file) = out.store.open_file(&pages)? else {
+                continue;
+            };
+            let file = PagesFile::open(file, &shown_file(&pages), layout)?;
+            index_bo(&mut out.index, level, pages, 0, &chunks);
             out.files.insert(pages, file);
         }
     }
@@ -526,23 +571,45 @@ pub fn verify_references<S: ImageStore>(
         Ok(names) => names,
         Err(_) => return (report, problems),
     };
-    let mut images = Vec::new();
-    for name in names.iter().filter(|n| n.kind() == ImageKind::Kfd) {
-        let Ok(Some(msg)) = store.read_message::<CriuKfd>(name, limits) else {
-            continue;
-        };
+    // Per image with references: its name, the message's field path, and
+    // the chunk lists of its BOs.
+    let mut images: Vec<(ImageName, &'static str, Vec<BoChunks>)> = Vec::new();
+    for name in &names {
         // Invalid images are reported by the set's validation.
-        if let Ok(image) = ValidatedKfd::new(name.id(), msg) {
-            if image.has_references() {
-                images.push((*name, image));
+        match name.kind() {
+            ImageKind::Kfd => {
+                let Ok(Some(msg)) = store.read_message::<CriuKfd>(name, limits) else {
+                    continue;
+                };
+                if let Ok(image) = ValidatedKfd::new(name.id(), msg) {
+                    if image.has_references() {
+                        let gpus: Vec<u32> = image.gpus().map(|d| d.gpu_id).collect();
+                        let bos = gpus.into_iter().flat_map(|g| image.bo_chunks(g)).collect();
+                        images.push((*name, "criu_kfd", bos));
+                    }
+                }
             }
+            ImageKind::RenderNode => {
+                let Ok(Some(msg)) = store.read_message::<CriuRenderNode>(name, limits) else {
+                    continue;
+                };
+                if let Ok(image) = ValidatedRenderNode::new(name.id(), msg) {
+                    if image.has_references() {
+                        let bos = (0..image.message().bo_entries.len())
+                            .filter_map(|i| image.bo_chunks(i))
+                            .collect();
+                        images.push((*name, "criu_render_node", bos));
+                    }
+                }
+            }
+            _ => {}
         }
     }
     if images.is_empty() {
         return (report, problems);
     }
     let Some(dir) = store.as_dir() else {
-        for (name, _) in &images {
+        for (name, _, _) in &images {
             problems.push(crate::Problem::new(
                 name,
                 "",
@@ -564,45 +631,42 @@ pub fn verify_references<S: ImageStore>(
         }
     };
     let mut buf = Vec::new();
-    for (name, image) in &images {
-        let gpus: Vec<u32> = image.gpus().map(|d| d.gpu_id).collect();
-        'image: for gpu in gpus {
-            for bo in image.bo_chunks(gpu) {
-                for (i, (digest, source)) in bo.digests.iter().zip(&bo.sources).enumerate() {
-                    if *source == ChunkSource::Here {
-                        continue;
+    for (name, message, bos) in &images {
+        'image: for bo in bos {
+            for (i, (digest, source)) in bo.digests.iter().zip(&bo.sources).enumerate() {
+                if *source == ChunkSource::Here {
+                    continue;
+                }
+                let len = bo.chunk_len(i);
+                let checked = resolver.locate(*source, *digest, len).and_then(|loc| {
+                    buf.resize(len as usize, 0);
+                    resolver.read(&loc, 0, &mut buf)?;
+                    let actual = crate::chunks::chunk_digest(&buf);
+                    if actual != *digest {
+                        return Err(Error::ChunkMismatch {
+                            file: resolver.shown(&loc),
+                            bo: loc.bo,
+                            entry: bo.entry,
+                            chunk: i,
+                            expected: *digest,
+                            actual,
+                        });
                     }
-                    let len = bo.chunk_len(i);
-                    let checked = resolver.locate(*source, *digest, len).and_then(|loc| {
-                        buf.resize(len as usize, 0);
-                        resolver.read(&loc, 0, &mut buf)?;
-                        let actual = crate::chunks::chunk_digest(&buf);
-                        if actual != *digest {
-                            return Err(Error::ChunkMismatch {
-                                file: resolver.shown(&loc),
-                                bo: loc.bo,
-                                entry: bo.entry,
-                                chunk: i,
-                                expected: *digest,
-                                actual,
-                            });
-                        }
-                        Ok(())
-                    });
-                    match checked {
-                        Ok(()) => {
-                            report.chunks_verified += 1;
-                            report.bytes_verified += len;
-                        }
-                        Err(e) => {
-                            problems.push(crate::Problem::new(
-                                name,
-                                format!("criu_kfd.bo_entries[{}].chunk_sources", bo.entry),
-                                format!("chunk {i}: {e}"),
-                            ));
-                            // One problem per image: the rest would repeat it.
-                            break 'image;
-                        }
+                    Ok(())
+                });
+                match checked {
+                    Ok(()) => {
+                        report.chunks_verified += 1;
+                        report.bytes_verified += len;
+                    }
+                    Err(e) => {
+                        problems.push(crate::Problem::new(
+                            name,
+                            format!("{message}.bo_entries[{}].chunk_sources", bo.entry),
+                            format!("chunk {i}: {e}"),
+                        ));
+                        // One problem per image: the rest would repeat it.
+                        break 'image;
                     }
                 }
             }
@@ -626,9 +690,10 @@ pub struct FlattenReport {
 /// Writes the amdgpu image set of `src` (a chain or a deduplicated set)
 /// into `dst` as a standalone set: every BO's chunks in its own pages file,
 /// no chunk references, no parent. The result reads like any set of the
-/// C plugin (same names, length headers equal to the BOs' sizes; our
-/// optional fields stay). Every chunk is verified as it is read. Only the
-/// amdgpu files are written; CRIU's own images are not this crate's.
+/// C plugin (same names, length headers equal to the BOs' sizes, render-node
+/// images naming their gpu in `gpu_id`; our optional fields stay). Every
+/// chunk is verified as it is read. Only the amdgpu files are written;
+/// CRIU's own images are not this crate's.
 pub fn flatten<S: ImageStore>(
     src: &DirStore,
     dst: &S,
@@ -660,7 +725,25 @@ pub fn flatten<S: ImageStore>(
                 dst.write_message(name, &msg)?;
                 report.files += 1;
             }
-            ImageKind::Pages => {} // written with their KFD image
+            ImageKind::RenderNode => {
+                let msg: CriuRenderNode = src
+                    .read_message(name, limits)?
+                    .ok_or_else(|| chain_error(name, "listed but cannot be opened"))?;
+                let image = ValidatedRenderNode::new(name.id(), msg)?;
+                for index in 0..image.message().bo_entries.len() {
+                    if let Some((resolved, bytes)) =
+                        flatten_drm_pages(src, dst, &image, index, &resolver)?
+                    {
+                        report.chunks_resolved += resolved;
+                        report.pages_bytes += bytes;
+                        report.files += 1;
+                    }
+                }
+                dst.write_message(name, &image.into_standalone_message())?;
+                report.files += 1;
+            }
+            // Written with their KFD or render-node image.
+            ImageKind::Pages | ImageKind::DrmPages => {}
             _ => {
                 let mut bytes = Vec::new();
                 src.open(name)?
@@ -729,4 +812,50 @@ fn flatten_pages<S: ImageStore>(
     let (sink, _) = writer.finish()?;
     crate::store::ImageWriter::commit(sink).map_err(|e| Error::io(name, "commit", e))?;
     Ok(Some(resolved))
+}
+
+/// Writes the drm-pages file of BO `index` of a render-node image whole;
+/// returns the chunks read from elsewhere and the bytes written, `None`
+/// when the BO has no drm-pages file (its contents were not dumped).
+fn flatten_drm_pages<S: ImageStore>(
+    src: &DirStore,
+    dst: &S,
+    image: &ValidatedRenderNode,
+    index: usize,
+    resolver: &ChunkResolver,
+) -> Result<Option<(u64, u64)>, Error> {
+    let (Some((name, own_layout)), Some((_, full))) =
+        (image.drm_pages(index), image.compat_drm_pages(index))
+    else {
+        return Ok(None);
+    };
+    let Some(own) = src.open_pages(&name, own_layout)? else {
+        return Ok(None);
+    };
+    let full = {
+        let plain = full.clone();
+        full.with_chunks(image.checksum_algo(), Vec::new())
+            .unwrap_or(plain)
+    };
+    let bytes = full.total_len();
+    let chunks = image.bo_chunks(index).filter(BoChunks::has_references);
+    let resolved = chunks.as_ref().map_or(0, |c| {
+        c.sources
+            .iter()
+            .filter(|s| **s != ChunkSource::Here)
+            .count() as u64
+    });
+    let mut reader: Box<dyn PieceSource + '_> = match chunks {
+        Some(chunks) => Box::new(ChainReader::new(own, vec![chunks], resolver, &name)?),
+        None => Box::new(own),
+    };
+    let mut writer = dst.create_pages(&name, full)?;
+    let mut buf = vec![0u8; 1 << 20];
+    while let Some(piece) = reader.read_piece(&mut buf)? {
+        writer.write(&buf[..piece.len])?;
+    }
+    reader.finish_pieces()?;
+    let (sink, _) = writer.finish()?;
+    crate::store::ImageWriter::commit(sink).map_err(|e| Error::io(name, "commit", e))?;
+    Ok(Some((resolved, bytes)))
 }

@@ -22,6 +22,9 @@
 //! | `kfd_bo_entry`, `drm_bo_entry` | 130 | `chunk_digests` (bytes) | XXH3-128 per chunk, 16 bytes each |
 //! | `kfd_bo_entry` | 131 | `chunk_sources` (bytes) | per chunk: 0 here, 1 elsewhere in the set (dedup), 2 parent chain |
 //! | `criu_kfd` | 131 / 132 | `dump_id` / `parent_dump_id` (bytes) | names this dump / the parent it references |
+//! | `drm_bo_entry` | 150 | `chunk_sources` (bytes) | as `kfd_bo_entry`'s tag 131 |
+//! | `criu_render_node` | 150 / 151 | `dump_id` / `parent_dump_id` (bytes) | as `criu_kfd`'s tags 131 / 132 |
+//! | `criu_render_node` | 152 | `referencing_gpu_id` (uint32) | the user gpu_id of an image with chunk references, whose `gpu_id` is 0 (the C plugin refuses it) |
 //!
 //! Messages serialize with serde under the proto field names; `bytes` fields
 //! serialize as `{ "len": n, "hex_prefix": "…" }`. They deserialize from the
@@ -423,13 +426,22 @@ pub struct DrmBoEntry {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub share_handle: Option<u32>,
     /// Ours (tag 130): one XXH3-128 digest per chunk of the BO's bytes, as
-    /// in [`KfdBoEntry::chunk_digests`]. DRM BOs are always stored whole.
+    /// in [`KfdBoEntry::chunk_digests`].
     #[prost(bytes = "vec", optional, tag = "130")]
     #[serde(
         skip_serializing_if = "Option::is_none",
         serialize_with = "serialize_opt_bytes"
     )]
     pub chunk_digests: Option<Vec<u8>>,
+    /// Ours (tag 150): one [`ChunkSource`](crate::chunks::ChunkSource) byte
+    /// per chunk, as in [`KfdBoEntry::chunk_sources`]; absent when every
+    /// chunk is in the BO's drm-pages file.
+    #[prost(bytes = "vec", optional, tag = "150")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_opt_bytes"
+    )]
+    pub chunk_sources: Option<Vec<u8>>,
 }
 
 impl DrmBoEntry {
@@ -511,6 +523,32 @@ pub struct CriuRenderNode {
     #[prost(uint64, optional, tag = "130")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chunk_size: Option<u64>,
+    /// Ours (tag 150): the dump's `dump_id`, as [`CriuKfd::dump_id`] (one
+    /// value for every image of one dump).
+    #[prost(bytes = "vec", optional, tag = "150")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_opt_bytes"
+    )]
+    pub dump_id: Option<Vec<u8>>,
+    /// Ours (tag 151): the `dump_id` of the parent image set whose chunks
+    /// this image references (chunk source 2); absent otherwise.
+    #[prost(bytes = "vec", optional, tag = "151")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_opt_bytes"
+    )]
+    pub parent_dump_id: Option<Vec<u8>>,
+    /// Ours (tag 152): the user gpu_id of an image whose BOs reference
+    /// chunks stored elsewhere (`chunk_sources`); its
+    /// [`gpu_id`](CriuRenderNode::gpu_id) is then 0, so the C plugin, which
+    /// ignores the references (and whose DRM content restore does not check
+    /// a drm-pages file's length), finds no GPU for it and refuses the file
+    /// (`-ENODEV`) instead of restoring zeros. Readers of this crate take
+    /// the gpu_id from here ([`ValidatedRenderNode`](crate::ValidatedRenderNode)).
+    #[prost(uint32, optional, tag = "152")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub referencing_gpu_id: Option<u32>,
 }
 
 impl CriuRenderNode {

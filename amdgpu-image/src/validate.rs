@@ -16,7 +16,9 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use crate::chunks::{check_chunk_size, BoChunks, ChecksumAlgo, ChunkSource};
 use crate::framing::ReadLimits;
-use crate::messages::{flags, CriuDmabufNode, CriuKfd, CriuRenderNode, KfdBoEntry, FORMAT_VERSION};
+use crate::messages::{
+    flags, CriuDmabufNode, CriuKfd, CriuRenderNode, DrmBoEntry, KfdBoEntry, FORMAT_VERSION,
+};
 use crate::pages::{PagesBo, PagesLayout, PagesReader};
 use crate::seal::Coverage;
 use crate::store::ImageStore;
@@ -193,9 +195,9 @@ impl ValidatedKfd {
                     at("chunk_digests"),
                     "set on a bo whose contents are not saved".into(),
                 );
-            } else if let Err(e) = kfd_bo_chunks(i, bo, msg.chunk_size) {
+            } else if let Err(e) = bo.chunks(i, msg.chunk_size) {
                 p(at("chunk_digests"), e);
-            } else if let Ok(Some(chunks)) = kfd_bo_chunks(i, bo, msg.chunk_size) {
+            } else if let Ok(Some(chunks)) = bo.chunks(i, msg.chunk_size) {
                 if chunks.sources.contains(&ChunkSource::Parent) && msg.parent_dump_id.is_none() {
                     p(
                         at("chunk_sources"),
@@ -275,7 +277,7 @@ impl ValidatedKfd {
             .iter()
             .enumerate()
             .filter(|(_, b)| b.gpu_id == gpu_id && b.has_contents())
-            .filter_map(|(i, b)| kfd_bo_chunks(i, b, self.msg.chunk_size).ok().flatten())
+            .filter_map(|(i, b)| b.chunks(i, self.msg.chunk_size).ok().flatten())
             .collect()
     }
 
@@ -284,7 +286,7 @@ impl ValidatedKfd {
     /// reader, and readers that ignore chunk fields refuse its pages files.
     pub fn has_references(&self) -> bool {
         self.msg.bo_entries.iter().enumerate().any(|(i, b)| {
-            kfd_bo_chunks(i, b, self.msg.chunk_size)
+            b.chunks(i, self.msg.chunk_size)
                 .ok()
                 .flatten()
                 .is_some_and(|c| c.has_references())
@@ -307,19 +309,41 @@ impl ValidatedKfd {
     }
 }
 
-/// The chunks a KFD BO entry records (tags 130/131).
-fn kfd_bo_chunks(
-    entry: usize,
-    bo: &KfdBoEntry,
-    chunk_size: Option<u64>,
-) -> Result<Option<BoChunks>, String> {
-    BoChunks::from_fields(
-        entry,
-        bo.size,
-        chunk_size,
-        bo.chunk_digests.as_deref(),
-        bo.chunk_sources.as_deref(),
-    )
+impl KfdBoEntry {
+    /// The chunks this entry (index `entry` of its image, whose chunk size
+    /// is `chunk_size`) records in tags 130/131: `Ok(None)` without
+    /// digests, an error text naming what does not fit the BO.
+    pub fn chunks(
+        &self,
+        entry: usize,
+        chunk_size: Option<u64>,
+    ) -> Result<Option<BoChunks>, String> {
+        BoChunks::from_fields(
+            entry,
+            self.size,
+            chunk_size,
+            self.chunk_digests.as_deref(),
+            self.chunk_sources.as_deref(),
+        )
+    }
+}
+
+impl DrmBoEntry {
+    /// The chunks this entry records in tags 130/150; see
+    /// [`KfdBoEntry::chunks`].
+    pub fn chunks(
+        &self,
+        entry: usize,
+        chunk_size: Option<u64>,
+    ) -> Result<Option<BoChunks>, String> {
+        BoChunks::from_fields(
+            entry,
+            self.size,
+            chunk_size,
+            self.chunk_digests.as_deref(),
+            self.chunk_sources.as_deref(),
+        )
+    }
 }
 
 fn layout_of(msg: &CriuKfd, gpu_id: u32, chunks: bool) -> PagesLayout {
@@ -331,7 +355,7 @@ fn layout_of(msg: &CriuKfd, gpu_id: u32, chunks: bool) -> PagesLayout {
             continue;
         }
         let recorded = if chunks {
-            kfd_bo_chunks(entry, b, msg.chunk_size).ok().flatten()
+            b.chunks(entry, msg.chunk_size).ok().flatten()
         } else {
             None
         };
@@ -385,11 +409,17 @@ pub struct ValidatedRenderNode {
 }
 
 impl ValidatedRenderNode {
-    /// Validates the message of `amdgpu-renderD-<id>.img`.
+    /// Validates the message of `amdgpu-renderD-<id>.img`. An image with
+    /// chunk references stores its gpu_id in `referencing_gpu_id` (tag 152)
+    /// and 0 in `gpu_id` (so the C plugin refuses it): the validated
+    /// message has it back in `gpu_id`.
     pub fn new(id: u32, msg: CriuRenderNode) -> Result<Self, Error> {
         let problems = Self::problems(id, &msg);
         if problems.is_empty() {
-            Ok(Self { id, msg })
+            Ok(Self {
+                id,
+                msg: with_user_gpu_id(msg),
+            })
         } else {
             Err(Error::Invalid(problems))
         }
@@ -400,8 +430,50 @@ impl ValidatedRenderNode {
         let file = ImageName::RenderNode { id }.to_string();
         let mut out = Vec::new();
         let mut p = |path: String, message: String| out.push(Problem::new(&file, path, message));
+        let mut references = false;
+        let mut references_parent = false;
+        for (i, bo) in msg.bo_entries.iter().enumerate() {
+            match bo.chunks(i, msg.chunk_size) {
+                Err(e) => p(format!("criu_render_node.bo_entries[{i}].chunk_digests"), e),
+                Ok(Some(c)) => {
+                    references |= c.has_references();
+                    references_parent |= c.sources.contains(&ChunkSource::Parent);
+                }
+                Ok(None) => {}
+            }
+        }
+        if references_parent && msg.parent_dump_id.is_none() {
+            p(
+                "criu_render_node.parent_dump_id".into(),
+                "bos reference the parent image set but the image names no parent_dump_id".into(),
+            );
+        }
+        match (msg.referencing_gpu_id, references) {
+            (Some(_), _) if msg.gpu_id != 0 => p(
+                "criu_render_node.referencing_gpu_id".into(),
+                format!(
+                    "is set but gpu_id is {:#x}, not 0 (one of them must name the gpu)",
+                    msg.gpu_id
+                ),
+            ),
+            (Some(0), _) => p(
+                "criu_render_node.referencing_gpu_id".into(),
+                "is 0, not a gpu".into(),
+            ),
+            (None, true) if msg.gpu_id != 0 => p(
+                "criu_render_node.gpu_id".into(),
+                format!(
+                    "is {:#x} in an image whose bos reference chunks stored elsewhere: the C \
+                     plugin would restore it without them (such an image names its gpu in \
+                     referencing_gpu_id, with gpu_id 0)",
+                    msg.gpu_id
+                ),
+            ),
+            _ => {}
+        }
+        let user_gpu_id = msg.referencing_gpu_id.unwrap_or(msg.gpu_id);
         match &msg.device {
-            None if msg.gpu_id == 0 => {
+            None if user_gpu_id == 0 => {
                 p(
                     "criu_render_node.gpu_id".into(),
                     "is 0, not a gpu (and no device entry describes the gpu)".into(),
@@ -444,17 +516,6 @@ impl ValidatedRenderNode {
         }
         if let Some(Err(e)) = msg.chunk_size.map(check_chunk_size) {
             p("criu_render_node.chunk_size".into(), e);
-        }
-        for (i, bo) in msg.bo_entries.iter().enumerate() {
-            if let Err(e) = BoChunks::from_fields(
-                i,
-                bo.size,
-                msg.chunk_size,
-                bo.chunk_digests.as_deref(),
-                None,
-            ) {
-                p(format!("criu_render_node.bo_entries[{i}].chunk_digests"), e);
-            }
         }
         for (i, bo) in msg.bo_entries.iter().enumerate() {
             let at = |f: &str| format!("criu_render_node.bo_entries[{i}].{f}");
@@ -524,33 +585,92 @@ impl ValidatedRenderNode {
         self.msg
     }
 
-    /// The drm-pages file of BO `index` and its one-BO layout.
+    /// The drm-pages file of BO `index` and its one-BO layout: for a BO
+    /// with chunks stored elsewhere, the bytes of its chunks stored in the
+    /// file, each verified by its digest (as
+    /// [`ValidatedKfd::pages_layout`]).
     pub fn drm_pages(&self, index: usize) -> Option<(ImageName, PagesLayout)> {
         let bo = self.msg.bo_entries.get(index)?;
-        let name = ImageName::DrmPages {
-            id: self.id,
-            minor: self.msg.drm_render_minor,
-            bo_index: u32::try_from(index).ok()?,
+        let name = self.drm_pages_name(index)?;
+        let algo = ChecksumAlgo::of(self.msg.format_version, self.msg.chunk_size);
+        let chunks = self.bo_chunks(index);
+        let (size, checksum, digests) = match chunks {
+            Some(c) if c.has_references() => {
+                let here = c
+                    .digests
+                    .iter()
+                    .zip(&c.sources)
+                    .filter(|(_, s)| **s == ChunkSource::Here)
+                    .map(|(d, _)| *d)
+                    .collect();
+                (c.stored_len(), None, Some(here))
+            }
+            other => (bo.size, bo.content_checksum, other.map(|c| c.digests)),
         };
         let layout = PagesLayout::new(vec![PagesBo {
             entry: index,
-            size: bo.size,
-            checksum: bo.content_checksum,
+            size,
+            checksum,
         }])?;
-        let algo = ChecksumAlgo::of(self.msg.format_version, self.msg.chunk_size);
-        let digests = BoChunks::from_fields(
-            index,
-            bo.size,
-            self.msg.chunk_size,
-            bo.chunk_digests.as_deref(),
-            None,
-        )
-        .ok()
-        .flatten()
-        .map(|c| c.digests);
         let layout = layout.with_chunks(algo, vec![digests])?;
         Some((name, layout))
     }
+
+    /// The drm-pages file of BO `index` and its layout as a reader that
+    /// ignores our chunk fields sees it: the BO's full size, no checksum.
+    pub fn compat_drm_pages(&self, index: usize) -> Option<(ImageName, PagesLayout)> {
+        let bo = self.msg.bo_entries.get(index)?;
+        let layout = PagesLayout::from_sizes([bo.size])?;
+        Some((self.drm_pages_name(index)?, layout))
+    }
+
+    fn drm_pages_name(&self, index: usize) -> Option<ImageName> {
+        Some(ImageName::DrmPages {
+            id: self.id,
+            minor: self.msg.drm_render_minor,
+            bo_index: u32::try_from(index).ok()?,
+        })
+    }
+
+    /// The chunks BO `index` records (its digests and where each chunk is
+    /// stored); `None` without digests.
+    pub fn bo_chunks(&self, index: usize) -> Option<BoChunks> {
+        let bo = self.msg.bo_entries.get(index)?;
+        bo.chunks(index, self.msg.chunk_size).ok().flatten()
+    }
+
+    /// The checksum algorithm of the image's BOs.
+    pub fn checksum_algo(&self) -> ChecksumAlgo {
+        ChecksumAlgo::of(self.msg.format_version, self.msg.chunk_size)
+    }
+
+    /// Whether any BO has chunks stored elsewhere (in the parent chain or
+    /// elsewhere in the set); see [`ValidatedKfd::has_references`].
+    pub fn has_references(&self) -> bool {
+        (0..self.msg.bo_entries.len())
+            .any(|i| self.bo_chunks(i).is_some_and(|c| c.has_references()))
+    }
+
+    /// The message as a standalone image stores it: no chunk sources, no
+    /// parent, the gpu_id in `gpu_id` (what `flatten` writes).
+    pub fn into_standalone_message(self) -> CriuRenderNode {
+        let mut msg = self.msg;
+        for bo in &mut msg.bo_entries {
+            bo.chunk_sources = None;
+        }
+        msg.parent_dump_id = None;
+        msg.referencing_gpu_id = None;
+        msg
+    }
+}
+
+/// A render-node message with the gpu_id of an image with chunk
+/// references (tag 152) back in `gpu_id`.
+fn with_user_gpu_id(mut msg: CriuRenderNode) -> CriuRenderNode {
+    if let (0, Some(gpu_id)) = (msg.gpu_id, msg.referencing_gpu_id) {
+        msg.gpu_id = gpu_id;
+    }
+    msg
 }
 
 /// What [`verify_set`] found.
@@ -690,7 +810,10 @@ pub fn verify_set<S: ImageStore>(store: &S, limits: ReadLimits) -> Result<SetRep
             broken_render.insert(name.id());
             continue;
         }
-        let rn = ValidatedRenderNode { id: name.id(), msg };
+        let rn = ValidatedRenderNode {
+            id: name.id(),
+            msg: with_user_gpu_id(msg),
+        };
         for &pid in &rn.msg.kfd_pids {
             render_of.insert((rn.msg.gpu_id, pid));
             render_pids.insert(pid);

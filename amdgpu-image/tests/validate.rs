@@ -390,3 +390,73 @@ fn render_only_rules() {
         .message()
         .is_render_only());
 }
+
+/// A render-node image whose BOs reference chunks stored elsewhere names
+/// its GPU in tag 152 with `gpu_id` 0 (so the C plugin refuses it); the
+/// validated message has the GPU back in `gpu_id`. Every other combination
+/// is a problem, as are parent references without the parent's dump id.
+#[test]
+fn render_images_with_references_name_their_gpu_in_tag_152() {
+    let with_sources = |sources: &[u8]| {
+        let mut m = good_render();
+        m.chunk_size = Some(0x1000);
+        m.bo_entries[0].chunk_digests = Some(amdgpu_image::chunks::encode_digests(&[1, 2]));
+        m.bo_entries[0].chunk_sources = Some(sources.to_vec());
+        m
+    };
+    let problems = |m: &CriuRenderNode| -> Vec<String> {
+        ValidatedRenderNode::problems(7, m)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    };
+
+    let mut m = with_sources(&[0, 1]);
+    m.gpu_id = 0;
+    m.referencing_gpu_id = Some(0xaaaa);
+    let v = ValidatedRenderNode::new(7, m.clone()).unwrap();
+    assert_eq!(v.message().gpu_id, 0xaaaa);
+    assert!(v.has_references() && !v.message().is_render_only());
+    // Only the chunk stored here is in the file; a reader ignoring the
+    // chunk fields expects the whole BO.
+    assert_eq!(v.drm_pages(0).unwrap().1.total_len(), 0x1000);
+    assert_eq!(v.compat_drm_pages(0).unwrap().1.total_len(), 0x2000);
+    let standalone = v.into_standalone_message();
+    assert_eq!(standalone.gpu_id, 0xaaaa);
+    assert!(standalone.referencing_gpu_id.is_none());
+    assert!(standalone.bo_entries[0].chunk_sources.is_none());
+
+    // References with the GPU in gpu_id: the C plugin would restore zeros.
+    let p = problems(&with_sources(&[0, 1]));
+    assert!(
+        p.iter()
+            .any(|s| s.contains("criu_render_node.gpu_id: is 0xaaaa in an image whose bos")),
+        "{p:?}"
+    );
+    // Both set, or tag 152 naming no GPU.
+    let mut both = with_sources(&[0, 1]);
+    both.referencing_gpu_id = Some(0xaaaa);
+    assert!(problems(&both)
+        .iter()
+        .any(|s| s.contains("referencing_gpu_id: is set but gpu_id is 0xaaaa")));
+    m.referencing_gpu_id = Some(0);
+    assert!(problems(&m)
+        .iter()
+        .any(|s| s.contains("referencing_gpu_id: is 0, not a gpu")));
+    // Chunks from the parent need the parent's dump id.
+    let mut parent = with_sources(&[2, 0]);
+    parent.gpu_id = 0;
+    parent.referencing_gpu_id = Some(0xaaaa);
+    assert!(problems(&parent)
+        .iter()
+        .any(|s| s.contains("criu_render_node.parent_dump_id: bos reference the parent")));
+    parent.parent_dump_id = Some(vec![7; 16]);
+    assert_eq!(problems(&parent), Vec::<String>::new());
+    // Sources that do not fit the digests are named.
+    let mut bad = with_sources(&[0]);
+    bad.gpu_id = 0;
+    bad.referencing_gpu_id = Some(0xaaaa);
+    assert!(problems(&bad)
+        .iter()
+        .any(|s| s.contains("bo_entries[0].chunk_digests: 1 chunk sources for 2 chunks")));
+}

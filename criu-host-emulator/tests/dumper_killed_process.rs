@@ -408,6 +408,13 @@ fn image_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
                 assert_eq!(m.dump_id.take().map(|i| i.len()), Some(16));
                 return (name, format!("{m:?}").into_bytes());
             }
+            if name.starts_with("amdgpu-renderD-") {
+                let mut m: amdgpu_image::CriuRenderNode =
+                    amdgpu_image::decode_message(&name, &bytes[amdgpu_image::HEADER_LEN..])
+                        .expect("decode a render-node image");
+                assert_eq!(m.dump_id.take().map(|i| i.len()), Some(16));
+                return (name, format!("{m:?}").into_bytes());
+            }
             (name, bytes)
         })
         .collect()

@@ -7,14 +7,14 @@
 //! contributes what matches; `--stream` (no parent) writes a full dump and
 //! says so; `flatten` makes a standalone set that restores.
 
+mod chain_common;
 mod common;
-
-use std::path::{Path, PathBuf};
 
 use amdgpu_image::chain::flatten;
 use amdgpu_image::{verify_set, CriuKfd, DirStore, ImageName, ReadLimits, ValidatedKfd};
-use common::{device_vmas, gpu_files, image_message, vmas_of, KFD_ID};
-use criu_host_emulator::{CriuEmulator, EmulatorConfig, ImageStreamer, TaskToDump, TaskToRestore};
+use chain_common::{bytes_of, clean, continues_like, dump, logged, restore_one, Root};
+use common::{device_vmas, image_message, vmas_of, KFD_ID};
+use criu_host_emulator::{ImageStreamer, TaskToDump, TaskToRestore};
 use criu_plugin_amdgpu::log::{Capture, Level};
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Pid, Sim, SimConfig};
@@ -23,105 +23,6 @@ use kfd_sim::{Pid, Sim, SimConfig};
 /// pool. A step changes two words of every BO (its first chunk and one
 /// other), so one step between dumps leaves most chunks unchanged.
 const TF: Profile = Profile::TensorFlowLike { bo_bytes: 16 << 20 };
-
-/// A root holding numbered images directories and a shared-memory dir.
-struct Root {
-    root: tempfile::TempDir,
-    shm: tempfile::TempDir,
-}
-
-impl Root {
-    fn new() -> Root {
-        Root {
-            root: tempfile::tempdir().unwrap(),
-            shm: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    /// Images directory `name`, made on first use, linked to `parent`
-    /// (`../<parent>`, as `criu dump --prev-images-dir ../<parent>` does).
-    fn dir(&self, name: &str, parent: Option<&str>) -> PathBuf {
-        let dir = self.root.path().join(name);
-        if !dir.exists() {
-            std::fs::create_dir(&dir).unwrap();
-            if let Some(p) = parent {
-                std::os::unix::fs::symlink(format!("../{p}"), dir.join("parent")).unwrap();
-            }
-        }
-        dir
-    }
-
-    fn emulator(
-        &self,
-        sim: &Sim,
-        dir: &Path,
-        tweak: impl FnOnce(&mut EmulatorConfig),
-    ) -> CriuEmulator {
-        let mut config = EmulatorConfig::new(self.shm.path());
-        tweak(&mut config);
-        CriuEmulator::new(sim.clone(), dir, config)
-    }
-}
-
-/// Content bytes of the KFD images in `dir`, and the bytes their pages
-/// files hold (length headers).
-fn bytes_of(dir: &Path) -> (u64, u64) {
-    let store = DirStore::open_dir(dir).unwrap();
-    let (mut content, mut stored) = (0, 0);
-    for name in amdgpu_image::ImageStore::list(&store).unwrap() {
-        if name.kind() != amdgpu_image::ImageKind::Kfd {
-            continue;
-        }
-        let msg: CriuKfd = image_message(dir, &name);
-        let image = ValidatedKfd::new(name.id(), msg).unwrap();
-        for gpu in image.gpus().map(|d| d.gpu_id).collect::<Vec<_>>() {
-            content += image.compat_pages_layout(gpu).total_len();
-            stored += image.pages_layout(gpu).total_len();
-        }
-    }
-    (content, stored)
-}
-
-fn clean(dir: &Path) -> amdgpu_image::SetReport {
-    let report = verify_set(&DirStore::open_dir(dir).unwrap(), ReadLimits::default()).unwrap();
-    assert!(
-        report.is_clean(),
-        "{}: {:?}",
-        dir.display(),
-        report.problems
-    );
-    report
-}
-
-fn dump(emulator: &CriuEmulator, sim: &Sim, app: &Workload) {
-    let (files, _) = gpu_files(app);
-    emulator
-        .dump(app.pid(), &files, &device_vmas(sim))
-        .expect("dump");
-}
-
-fn restore_one(emulator: &CriuEmulator, dir: &Path, pid: Pid) {
-    let image: CriuKfd = image_message(dir, &ImageName::Kfd { id: KFD_ID });
-    let ids: Vec<u32> = (0..=image.num_of_gpus).map(|i| KFD_ID + i).collect();
-    let task = emulator
-        .restore(pid, &ids, &vmas_of(&image))
-        .expect("restore");
-    assert_eq!(task.resume_answer, 0);
-}
-
-/// Steps the restored process and the twin `more` times: same fingerprint.
-fn continues_like(sim: &Sim, pid: Pid, twin: &mut Workload, more: usize) {
-    let mut restored = Workload::attach(sim, pid);
-    for _ in 0..more {
-        restored.step().expect("restored step");
-        twin.step().expect("twin step");
-    }
-    assert_eq!(restored.fingerprint().unwrap(), twin.fingerprint().unwrap());
-}
-
-fn logged(lines: &[(Level, String)], needle: &str) -> bool {
-    lines.iter().any(|(_, t)| t.contains(needle))
-}
 
 #[test]
 fn incremental_dumps_after_steps_restore_from_a_chain_of_three() {

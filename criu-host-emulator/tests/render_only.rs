@@ -14,8 +14,8 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use amdgpu_image::{verify_set, CriuRenderNode, DirStore, ImageName, ImageStore, ReadLimits};
 use common::{
-    add_drm_bo, device_vmas, hook_errno, kfd_image_of, render_image, restored_file, vmas_of, Dirs,
-    DrmBo,
+    add_drm_bo, device_vmas, hook_errno, kfd_image_of, read_drm_bo, render_image, restored_file,
+    vmas_of, Dirs, DrmBo,
 };
 use criu_host_emulator::{
     DeviceVma, ImageStreamer, RestoredTask, TaskFile, TaskToDump, TaskToRestore, VmaOutcome,
@@ -346,17 +346,6 @@ fn a_render_only_process_is_refused_without_a_compatible_gpu() {
         "{refusal:?}"
     );
     assert!(!other.process_alive(dumped.pid));
-}
-
-fn read_drm_bo(sim: &Sim, task: &RestoredTask, id: u32, handle: GemHandle, len: usize) -> Vec<u8> {
-    let node = RenderNode::from_fd(sim.driver(task.pid), restored_file(task, id));
-    let offset = node.gem_mmap_offset(handle).unwrap();
-    let mut back = vec![0u8; len];
-    node.mmap(offset, len, libc::PROT_READ)
-        .unwrap()
-        .read(0, &mut back)
-        .unwrap();
-    back
 }
 
 /// A KFD process whose render fd comes before its `/dev/kfd` (lower fd):

@@ -312,6 +312,13 @@ impl<D: Driver + Clone> Restorer<D> {
         // Without a shared table this task's own files find the buffers
         // here (hosts without RESTORE_INIT).
         let keep_local = sharing.table.is_none() && uses_shared_buffers(store);
+        // Chunks stored in the parent chain or elsewhere in the set are found
+        // through one index of the set, as for KFD BOs.
+        let resolver = crate::incremental::resolver_for(
+            store,
+            image.has_references(),
+            &format!("render-node file {id}"),
+        )?;
         for (index, bo) in msg.bo_entries.iter().enumerate() {
             // Two files of one GPU listing the same handle collapse into one
             // BO, as with the C plugin; a retry skips BOs already re-created.
@@ -429,11 +436,18 @@ impl<D: Driver + Clone> Restorer<D> {
                 let dmabuf = dmabuf.as_ref().ok_or_else(|| {
                     Error::Inconsistent(format!("render-node file {id}: BO {index} not exported"))
                 })?;
+                let chained = resolver.as_ref().and_then(|r| {
+                    image
+                        .bo_chunks(index)
+                        .filter(|c| c.has_references())
+                        .map(|c| (r, c))
+                });
                 transfer::restore_drm_bo(
                     &self.driver,
                     store,
                     &name,
                     layout,
+                    chained,
                     transfer::DrmDevice {
                         gpu_id: named_gpu,
                         render_minor: local_minor,

@@ -129,14 +129,18 @@ pub struct DrmBo {
 
 /// Creates a [`DrmBo`] of 64 KiB in `app`'s first render node.
 pub fn add_drm_bo(app: &Workload) -> DrmBo {
+    add_drm_bo_at(app, 64 << 10, 3 << 40, 0)
+}
+
+/// Creates a VRAM [`DrmBo`] of `size` bytes in `app`'s first render node,
+/// mapped at GPU address `va`, its bytes a pattern of `seed`.
+pub fn add_drm_bo_at(app: &Workload, size: usize, va: u64, seed: usize) -> DrmBo {
     use kfd::{GemCreate, RenderNode};
     use kfd_sys::{AMDGPU_GEM_DOMAIN_VRAM, AMDGPU_VM_PAGE_READABLE, AMDGPU_VM_PAGE_WRITEABLE};
-    const SIZE: usize = 64 << 10;
-    const VA: u64 = 3 << 40;
     let node = RenderNode::from_fd(app.driver().clone(), app.render_fds()[0]);
     let handle = node
         .gem_create(&GemCreate {
-            size: SIZE as u64,
+            size: size as u64,
             alignment: 4096,
             domains: u64::from(AMDGPU_GEM_DOMAIN_VRAM),
             flags: 0,
@@ -144,24 +148,45 @@ pub fn add_drm_bo(app: &Workload) -> DrmBo {
         .expect("GEM_CREATE");
     node.gem_va_map(
         handle,
-        VA,
+        va,
         0,
-        SIZE as u64,
+        size as u64,
         AMDGPU_VM_PAGE_READABLE | AMDGPU_VM_PAGE_WRITEABLE,
     )
     .expect("GEM_VA");
     let offset = node.gem_mmap_offset(handle).expect("GEM_MMAP");
-    let pattern: Vec<u8> = (0..SIZE).map(|i| (i * 7 % 251) as u8).collect();
+    let pattern: Vec<u8> = (0..size)
+        .map(|i| ((i * 7 + seed * 13) % 251) as u8)
+        .collect();
     let mut map = node
-        .mmap(offset, SIZE, libc::PROT_READ | libc::PROT_WRITE)
+        .mmap(offset, size, libc::PROT_READ | libc::PROT_WRITE)
         .expect("CPU mapping of the BO");
     map.write(0, &pattern).expect("fill the BO");
     DrmBo {
         handle,
-        va: VA,
+        va,
         offset,
         pattern,
     }
+}
+
+/// The first `len` bytes of DRM BO `handle` in the restored render file
+/// `id` of `task`, read through a CPU mapping.
+pub fn read_drm_bo(
+    sim: &Sim,
+    task: &RestoredTask,
+    id: u32,
+    handle: kfd::GemHandle,
+    len: usize,
+) -> Vec<u8> {
+    let node = kfd::RenderNode::from_fd(sim.driver(task.pid), restored_file(task, id));
+    let offset = node.gem_mmap_offset(handle).unwrap();
+    let mut back = vec![0u8; len];
+    node.mmap(offset, len, libc::PROT_READ)
+        .unwrap()
+        .read(0, &mut back)
+        .unwrap();
+    back
 }
 
 /// A workload checkpointed through the emulated CRIU and gone: what a

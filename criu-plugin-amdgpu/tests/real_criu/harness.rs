@@ -1,0 +1,471 @@
+//! The harness of the real-CRIU tests (`real_criu.rs`,
+//! `real_criu_incremental.rs`): the CRIU builds of `build.sh`, the shipped
+//! plugin installed as users get it, the workload tree, and CRIU runs with
+//! their logs. See `real_criu.rs` for what the tests need and how they
+//! skip.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+/// CRIU runs are serialised: parallel dumps would compete for pids and for
+/// the two cores CI has.
+pub static SERIAL: Mutex<()> = Mutex::new(());
+
+/// A CRIU build of `build.sh` and the hooks its `CR_PLUGIN_HOOK__MAX` offers.
+#[derive(Debug, Clone, Copy)]
+pub struct Release {
+    pub name: &'static str,
+    pub hooks: u32,
+}
+
+pub const RELEASES: [Release; 4] = [
+    Release {
+        name: "head",
+        hooks: 15,
+    },
+    Release {
+        name: "v4.2",
+        hooks: 13,
+    },
+    Release {
+        name: "v4.1.1",
+        hooks: 12,
+    },
+    Release {
+        name: "v3.19",
+        hooks: 10,
+    },
+];
+
+pub const HEAD: Release = RELEASES[0];
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the crate sits in the workspace root")
+        .to_path_buf()
+}
+
+/// Says why the test cannot run: a skip, or a failure under CI.
+pub fn unavailable(why: &str) -> Option<Setup> {
+    if std::env::var_os("CI").is_some() {
+        panic!("real CRIU tests cannot run under CI: {why}");
+    }
+    println!("skipped: {why}");
+    None
+}
+
+/// What every test needs: the builds, the shipped `.so` in a plugin
+/// directory, the workload script.
+pub struct Setup {
+    pub builds: PathBuf,
+    pub plugins: tempfile::TempDir,
+    pub workload: PathBuf,
+}
+
+impl Setup {
+    pub fn criu(&self, release: Release) -> PathBuf {
+        self.builds.join(release.name).join("criu")
+    }
+
+    pub fn streamer(&self) -> PathBuf {
+        self.builds.join("streamer/criu-image-streamer")
+    }
+
+    /// The plugin directory (`criu -L`): `$(PREFIX)/lib/criu` of a staged
+    /// `make install`.
+    pub fn plugin_dir(&self) -> PathBuf {
+        self.plugins.path().join("usr/lib/criu")
+    }
+}
+
+pub fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().nth(1))
+            == Some("0")
+    })
+}
+
+pub fn runs(program: &str, arg: &str) -> bool {
+    Command::new(program)
+        .arg(arg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The newest modification time under `dir`.
+pub fn newest(dir: &Path) -> SystemTime {
+    let mut latest = SystemTime::UNIX_EPOCH;
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let time = if path.is_dir() {
+            newest(&path)
+        } else {
+            entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH)
+        };
+        latest = latest.max(time);
+    }
+    latest
+}
+
+/// The `.so` `make` built, or why there is none to test.
+pub fn shipped_plugin() -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os("AMDGPU_PLUGIN_SO") {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!(
+                "AMDGPU_PLUGIN_SO={} does not exist",
+                path.display()
+            ))
+        };
+    }
+    // <target>/<profile>/deps/real_criu-<hash>
+    let exe = std::env::current_exe().map_err(|e| format!("no test executable path: {e}"))?;
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .ok_or("the test executable is not in <target>/<profile>/deps")?;
+    let so = target.join("release/libcriu_plugin_amdgpu.so");
+    let built = fs::metadata(&so)
+        .and_then(|m| m.modified())
+        .map_err(|_| format!("{} is missing: run `make` first", so.display()))?;
+    let root = workspace_root();
+    for krate in [
+        "criu-plugin-amdgpu",
+        "amdgpu-checkpoint",
+        "amdgpu-image",
+        "amdgpu-topology",
+        "kfd",
+        "kfd-sys",
+    ] {
+        if newest(&root.join(krate).join("src")) > built {
+            return Err(format!(
+                "{} is older than the sources of {krate}: run `make` again",
+                so.display()
+            ));
+        }
+    }
+    Ok(so)
+}
+
+pub fn setup(releases: &[Release]) -> Option<Setup> {
+    if !is_root() {
+        return unavailable("CRIU needs root");
+    }
+    if !runs("unshare", "--version") {
+        return unavailable("unshare (util-linux) is not installed");
+    }
+    if !runs("python3", "--version") {
+        return unavailable("python3 (the workload) is not installed");
+    }
+    let builds = std::env::var_os("CRIU_BUILDS")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/criu-builds")))
+        .unwrap_or_default();
+    let setup_plugins = match shipped_plugin() {
+        Ok(so) => so,
+        Err(why) => return unavailable(&why),
+    };
+    let plugins = tempfile::tempdir().expect("plugin directory");
+    if std::env::var_os("AMDGPU_PLUGIN_SO").is_some() {
+        let dir = plugins.path().join("usr/lib/criu");
+        fs::create_dir_all(&dir).expect("plugin directory");
+        fs::copy(&setup_plugins, dir.join("amdgpu_plugin.so")).expect("copy the .so");
+    } else {
+        // Installed as users get it: `make install`, stripped.
+        let build_dir = setup_plugins.parent().expect("the .so's directory");
+        let out = Command::new("make")
+            .arg("-s")
+            .arg("-C")
+            .arg(workspace_root())
+            .arg("install")
+            .arg(format!("DESTDIR={}", plugins.path().display()))
+            .arg("PREFIX=/usr")
+            .arg(format!("BUILD_DIR={}", build_dir.display()))
+            .output();
+        match out {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => panic!(
+                "make install of the shipped plugin failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => return unavailable(&format!("make cannot run: {e}")),
+        }
+    }
+    let setup = Setup {
+        builds,
+        plugins,
+        workload: Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/real_criu/workload.py"),
+    };
+    for release in releases {
+        let criu = setup.criu(*release);
+        if !criu.is_file() {
+            return unavailable(&format!(
+                "no CRIU {} at {} (run ../shared/vendor/criu/build.sh and set CRIU_BUILDS)",
+                release.name,
+                criu.display()
+            ));
+        }
+        let check = Command::new(&criu)
+            .arg("check")
+            .output()
+            .expect("run criu check");
+        if !check.status.success() {
+            return unavailable(&format!(
+                "`{} check` fails on this machine: {}",
+                criu.display(),
+                String::from_utf8_lossy(&check.stderr).trim()
+            ));
+        }
+    }
+    Some(setup)
+}
+
+/// The pids of a tree, killed on drop (the original tree, its restored
+/// copy, or both).
+pub struct Tree {
+    pub scratch: PathBuf,
+    pub child: Option<Child>,
+    pub pids: Vec<u32>,
+}
+
+impl Tree {
+    /// Starts the workload and waits until it beats.
+    pub fn start(setup: &Setup, scratch: &Path, device: Option<&Path>) -> Tree {
+        let mut cmd = Command::new("python3");
+        cmd.arg(&setup.workload)
+            .arg(scratch)
+            .args(device)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd.spawn().expect("start the workload");
+        let mut tree = Tree {
+            scratch: scratch.to_path_buf(),
+            child: Some(child),
+            pids: Vec::new(),
+        };
+        tree.wait_for_pids();
+        tree
+    }
+
+    /// A tree started by someone else (a script), known by its pids file.
+    pub fn adopt(scratch: &Path) -> Tree {
+        let mut tree = Tree {
+            scratch: scratch.to_path_buf(),
+            child: None,
+            pids: Vec::new(),
+        };
+        tree.wait_for_pids();
+        tree
+    }
+
+    pub fn wait_for_pids(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(text) = fs::read_to_string(self.scratch.join("pids")) {
+                let pids: Vec<u32> = text
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect();
+                if pids.len() == 3 && beats(&self.scratch) >= 2 {
+                    self.pids = pids;
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the workload did not start (see {})",
+                self.scratch.display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn root(&self) -> u32 {
+        self.pids[0]
+    }
+
+    /// Reaps the original root after CRIU killed it and waits until its
+    /// children are gone too (init reaps them), so every pid is free for
+    /// the restore.
+    pub fn reap(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline
+            && self
+                .pids
+                .iter()
+                .any(|pid| Path::new(&format!("/proc/{pid}")).exists())
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Asserts every process of the tree is alive and working: the root's
+    /// fd checks go on passing and each child goes on counting.
+    pub fn assert_runs_on(&self, what: &str) {
+        let before: Vec<usize> = LOGS.iter().map(|f| lines(&self.scratch, f)).collect();
+        std::thread::sleep(Duration::from_millis(400));
+        for pid in &self.pids {
+            let state = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = state.rsplit(") ").next().unwrap_or("").chars().next();
+            assert!(
+                matches!(state, Some('S' | 'R')),
+                "{what}: process {pid} of the tree is not running ({state:?})"
+            );
+        }
+        for (file, was) in LOGS.iter().zip(before) {
+            let now = lines(&self.scratch, file);
+            assert!(
+                now > was,
+                "{what}: {file} stopped growing ({was} -> {now} lines)"
+            );
+        }
+        let heartbeat = fs::read_to_string(self.scratch.join("heartbeat")).unwrap_or_default();
+        assert!(
+            !heartbeat.contains("FAIL"),
+            "{what}: an fd of the tree stopped working: {}",
+            heartbeat.lines().last().unwrap_or("")
+        );
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        for pid in &self.pids {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
+        }
+        self.reap();
+    }
+}
+
+pub const LOGS: [&str; 3] = ["heartbeat", "child1", "child2"];
+
+pub fn lines(scratch: &Path, file: &str) -> usize {
+    fs::read_to_string(scratch.join(file)).map_or(0, |t| t.lines().count())
+}
+
+pub fn beats(scratch: &Path) -> usize {
+    lines(scratch, "heartbeat")
+}
+
+/// One CRIU run's result and log.
+pub struct Run {
+    pub output: Output,
+    pub log: String,
+}
+
+impl Run {
+    pub fn ok(&self) -> bool {
+        self.output.status.success()
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "status {:?}\nstderr:\n{}\nlog:\n{}",
+            self.output.status,
+            String::from_utf8_lossy(&self.output.stderr),
+            self.log
+        )
+    }
+
+    pub fn assert_ok(&self, what: &str) {
+        assert!(self.ok(), "{what} failed: {}", self.describe());
+    }
+
+    /// The plugin's lines (CRIU's timestamp stripped).
+    pub fn plugin_lines(&self) -> Vec<&str> {
+        self.log
+            .lines()
+            .filter(|l| l.contains("amdgpu_plugin: "))
+            .collect()
+    }
+
+    /// CRIU's own lines at error level (`pr_err`), the plugin's excluded.
+    pub fn criu_errors(&self) -> Vec<&str> {
+        self.log
+            .lines()
+            .filter(|l| l.contains("Error (") && !l.contains("amdgpu_plugin: "))
+            .collect()
+    }
+
+    /// Asserts CRIU loaded the plugin with `hooks` hooks and the plugin said
+    /// at most two things, none of them an error or warning.
+    pub fn assert_quiet_plugin(&self, release: Release, what: &str) {
+        let loaded = format!(
+            "Plugin \"amdgpu_plugin\" (version 512 hooks {})",
+            release.hooks
+        );
+        assert!(
+            self.log.contains(&loaded),
+            "{what} on CRIU {}: no {loaded:?} line:\n{}",
+            release.name,
+            self.log
+        );
+        let lines = self.plugin_lines();
+        assert!(
+            !lines.is_empty() && lines.len() <= 2,
+            "{what} on CRIU {}: a machine without GPUs hears one or two plugin lines, not {}:\n{}",
+            release.name,
+            lines.len(),
+            lines.join("\n")
+        );
+        for line in &lines {
+            assert!(
+                !line.contains("Error (") && !line.contains("Warn  (") && !line.contains("_CHECK"),
+                "{what} on CRIU {}: {line}",
+                release.name
+            );
+        }
+    }
+}
+
+pub fn criu(setup: &Setup, release: Release, log: &Path, args: &[&str]) -> Run {
+    let output = Command::new(setup.criu(release))
+        .args(args)
+        .arg("-v4")
+        .arg("-o")
+        .arg(log)
+        .arg("-L")
+        .arg(setup.plugin_dir())
+        .env_remove("AMDGPU_PLUGIN_MAX_HOOKS")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run criu");
+    Run {
+        output,
+        log: fs::read_to_string(log).unwrap_or_default(),
+    }
+}
+
+/// A scratch directory with `images/` in it.
+pub fn scratch() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("scratch directory");
+    fs::create_dir(dir.path().join("images")).unwrap();
+    dir
+}
+
+pub fn path(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 path")
+}
