@@ -44,135 +44,33 @@
 //! `CI` set a skip is a failure.
 
 mod common;
+#[path = "../../criu-plugin-amdgpu/tests/real_criu/harness.rs"]
+mod harness;
 
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use kfd_sim::remote::{RemoteCall, RemoteOp, Server, Verdict};
 use kfd_sim::{Pid, Sim, SimConfig};
 
-/// CRIU runs one at a time (pids, the two cores CI has).
-static SERIAL: Mutex<()> = Mutex::new(());
-
 /// The simulated machine (one GPU: one render node to stand in for).
 const MACHINE: &str = "single-gpu";
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the crate sits in the workspace root")
-        .to_path_buf()
-}
-
-fn is_root() -> bool {
-    fs::read_to_string("/proc/self/status").is_ok_and(|status| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .and_then(|ids| ids.split_whitespace().nth(1))
-            == Some("0")
-    })
-}
-
-/// The newest modification time under `dir`.
-fn newest(dir: &Path) -> SystemTime {
-    let mut latest = SystemTime::UNIX_EPOCH;
-    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        let time = if path.is_dir() {
-            newest(&path)
-        } else {
-            entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .unwrap_or(SystemTime::UNIX_EPOCH)
-        };
-        latest = latest.max(time);
-    }
-    latest
-}
-
-/// The plugin `.so` to load into CRIU, or why there is none.
+/// The plugin: its release or debug build, whichever is newer.
 fn plugin_so() -> Result<PathBuf, String> {
-    if let Some(path) = std::env::var_os("AMDGPU_PLUGIN_SO") {
-        let path = PathBuf::from(path);
-        return if path.is_file() {
-            Ok(path)
-        } else {
-            Err(format!(
-                "AMDGPU_PLUGIN_SO={} does not exist",
-                path.display()
-            ))
-        };
-    }
-    // <target>/<profile>/deps/real_criu_guardian-<hash>
-    let exe = std::env::current_exe().map_err(|e| format!("no test executable path: {e}"))?;
-    let target = exe
-        .ancestors()
-        .nth(3)
-        .ok_or("the test executable is not in <target>/<profile>/deps")?;
-    let candidates: Vec<(SystemTime, PathBuf)> = ["release", "debug"]
-        .iter()
-        .map(|p| target.join(p).join("libcriu_plugin_amdgpu.so"))
-        .filter_map(|so| Some((fs::metadata(&so).ok()?.modified().ok()?, so)))
-        .collect();
-    let (built, so) = candidates
-        .into_iter()
-        .max_by_key(|(t, _)| *t)
-        .ok_or_else(|| {
-            format!(
-                "no libcriu_plugin_amdgpu.so in {}/{{release,debug}}: run `make` (or `cargo build -p criu-plugin-amdgpu`) first",
-                target.display()
-            )
-        })?;
-    let root = workspace_root();
-    for krate in [
-        "criu-plugin-amdgpu",
-        "amdgpu-checkpoint",
-        "amdgpu-image",
-        "amdgpu-topology",
-        "kfd",
-        "kfd-sys",
-    ] {
-        if newest(&root.join(krate).join("src")) > built {
-            return Err(format!(
-                "{} is older than the sources of {krate}: build it again",
-                so.display()
-            ));
-        }
-    }
-    Ok(so)
+    harness::plugin_build(
+        &["release", "debug"],
+        "build it again (`make` or `cargo build -p criu-plugin-amdgpu`)",
+    )
 }
 
 /// CRIU criu-dev as `build.sh` builds it.
 fn criu_binary() -> Result<PathBuf, String> {
-    let builds = std::env::var_os("CRIU_BUILDS")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/criu-builds")))
-        .unwrap_or_default();
-    let criu = builds.join("head/criu");
-    if !criu.is_file() {
-        return Err(format!(
-            "no CRIU criu-dev at {} (run ../shared/vendor/criu/build.sh and set CRIU_BUILDS)",
-            criu.display()
-        ));
-    }
-    let check = Command::new(&criu)
-        .arg("check")
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", criu.display()))?;
-    if !check.status.success() {
-        return Err(format!(
-            "`{} check` fails on this machine: {}",
-            criu.display(),
-            String::from_utf8_lossy(&check.stderr).trim()
-        ));
-    }
-    Ok(criu)
+    harness::criu_build(&harness::builds_dir(), harness::HEAD)
 }
 
 /// `/dev/fuse`'s (major, minor): the stand-in nodes' numbers.
@@ -229,7 +127,7 @@ impl Setup {
 /// What a test needs; CRIU and the plugin only `with_criu`.
 fn setup(with_criu: bool) -> Option<Setup> {
     let found = (|| {
-        if !is_root() {
+        if !harness::is_root() {
             return Err("the test needs root (mount namespaces, ptrace, CRIU)".to_string());
         }
         if !Command::new("unshare")
@@ -636,7 +534,9 @@ fn wait_for(limit: Duration, mut what: impl FnMut() -> bool) -> bool {
 
 #[test]
 fn criu_killed_after_the_pause_leaves_the_application_to_the_guardian() {
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let _serial = harness::SERIAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
     let Some(setup) = setup(true) else {
         return;
     };
@@ -741,7 +641,9 @@ fn guardian_of(log: &str, app: u32) -> Option<u32> {
 
 #[test]
 fn criu_dumps_with_the_guardian_armed_as_without_it() {
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let _serial = harness::SERIAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
     let Some(setup) = setup(true) else {
         return;
     };
@@ -834,7 +736,9 @@ fn served_host_processes_follow_the_hosts_ptrace_parent() {
     use kfd::{Driver, FdKind, HostDriver};
     use std::os::fd::AsFd;
 
-    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let _serial = harness::SERIAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
     let Some(setup) = setup(false) else {
         return;
     };

@@ -123,6 +123,13 @@ pub fn newest(dir: &Path) -> SystemTime {
 
 /// The `.so` `make` built, or why there is none to test.
 pub fn shipped_plugin() -> Result<PathBuf, String> {
+    plugin_build(&["release"], "run `make` again")
+}
+
+/// The plugin `.so` given by `AMDGPU_PLUGIN_SO`, or else the newest of the
+/// builds in `profiles` of this test's target directory, refused when older
+/// than the sources it is built from (`rebuild` says how to fix that).
+pub fn plugin_build(profiles: &[&str], rebuild: &str) -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os("AMDGPU_PLUGIN_SO") {
         let path = PathBuf::from(path);
         return if path.is_file() {
@@ -134,16 +141,24 @@ pub fn shipped_plugin() -> Result<PathBuf, String> {
             ))
         };
     }
-    // <target>/<profile>/deps/real_criu-<hash>
+    // <target>/<profile>/deps/<test>-<hash>
     let exe = std::env::current_exe().map_err(|e| format!("no test executable path: {e}"))?;
     let target = exe
         .ancestors()
         .nth(3)
         .ok_or("the test executable is not in <target>/<profile>/deps")?;
-    let so = target.join("release/libcriu_plugin_amdgpu.so");
-    let built = fs::metadata(&so)
-        .and_then(|m| m.modified())
-        .map_err(|_| format!("{} is missing: run `make` first", so.display()))?;
+    let (built, so) = profiles
+        .iter()
+        .map(|p| target.join(p).join("libcriu_plugin_amdgpu.so"))
+        .filter_map(|so| Some((fs::metadata(&so).ok()?.modified().ok()?, so)))
+        .max_by_key(|(t, _)| *t)
+        .ok_or_else(|| {
+            format!(
+                "no libcriu_plugin_amdgpu.so in {}/{{{}}}: run `make` first",
+                target.display(),
+                profiles.join(",")
+            )
+        })?;
     let root = workspace_root();
     for krate in [
         "criu-plugin-amdgpu",
@@ -155,12 +170,46 @@ pub fn shipped_plugin() -> Result<PathBuf, String> {
     ] {
         if newest(&root.join(krate).join("src")) > built {
             return Err(format!(
-                "{} is older than the sources of {krate}: run `make` again",
+                "{} is older than the sources of {krate}: {rebuild}",
                 so.display()
             ));
         }
     }
     Ok(so)
+}
+
+/// Where `build.sh` put its CRIU builds (`CRIU_BUILDS`, else
+/// `~/.cache/criu-builds`).
+pub fn builds_dir() -> PathBuf {
+    std::env::var_os("CRIU_BUILDS")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/criu-builds")))
+        .unwrap_or_default()
+}
+
+/// The CRIU binary of `release` in `builds`, refused when it is missing or
+/// when `criu check` fails on this machine.
+pub fn criu_build(builds: &Path, release: Release) -> Result<PathBuf, String> {
+    let criu = builds.join(release.name).join("criu");
+    if !criu.is_file() {
+        return Err(format!(
+            "no CRIU {} at {} (run ../shared/vendor/criu/build.sh and set CRIU_BUILDS)",
+            release.name,
+            criu.display()
+        ));
+    }
+    let check = Command::new(&criu)
+        .arg("check")
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", criu.display()))?;
+    if !check.status.success() {
+        return Err(format!(
+            "`{} check` fails on this machine: {}",
+            criu.display(),
+            String::from_utf8_lossy(&check.stderr).trim()
+        ));
+    }
+    Ok(criu)
 }
 
 pub fn setup(releases: &[Release]) -> Option<Setup> {
@@ -173,10 +222,7 @@ pub fn setup(releases: &[Release]) -> Option<Setup> {
     if !runs("python3", "--version") {
         return unavailable("python3 (the workload) is not installed");
     }
-    let builds = std::env::var_os("CRIU_BUILDS")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/criu-builds")))
-        .unwrap_or_default();
+    let builds = builds_dir();
     let setup_plugins = match shipped_plugin() {
         Ok(so) => so,
         Err(why) => return unavailable(&why),
@@ -213,24 +259,8 @@ pub fn setup(releases: &[Release]) -> Option<Setup> {
         workload: Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/real_criu/workload.py"),
     };
     for release in releases {
-        let criu = setup.criu(*release);
-        if !criu.is_file() {
-            return unavailable(&format!(
-                "no CRIU {} at {} (run ../shared/vendor/criu/build.sh and set CRIU_BUILDS)",
-                release.name,
-                criu.display()
-            ));
-        }
-        let check = Command::new(&criu)
-            .arg("check")
-            .output()
-            .expect("run criu check");
-        if !check.status.success() {
-            return unavailable(&format!(
-                "`{} check` fails on this machine: {}",
-                criu.display(),
-                String::from_utf8_lossy(&check.stderr).trim()
-            ));
+        if let Err(why) = criu_build(&setup.builds, *release) {
+            return unavailable(&why);
         }
     }
     Some(setup)
