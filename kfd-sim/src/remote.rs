@@ -312,21 +312,7 @@ impl Server {
         if n == 0 {
             return Err(io::Error::from_raw_os_error(libc::ETIMEDOUT));
         }
-        // SAFETY: accept4(2) with null address pointers writes no memory.
-        let fd = unsafe {
-            libc::accept4(
-                self.socket.as_raw_fd(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                libc::SOCK_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: accept4 returned a new descriptor we own.
-        let conn = unsafe { OwnedFd::from_raw_fd(fd) };
-        let peer = peer_pid(conn.as_fd())?;
+        let (conn, peer) = accept_peer(&self.socket)?;
         let Some(host_pid) = u32::try_from(peer).ok().filter(|&p| client(p)) else {
             return Err(io::Error::from_raw_os_error(libc::EPERM));
         };
@@ -434,9 +420,9 @@ fn host_accept_loop(
     }
 }
 
-/// One host client: its handshake names its own pid (checked with
-/// `SO_PEERCRED`), the simulated process of that pid serves it.
-fn accept_host(sim: &Sim, server: u64, listener: &OwnedFd, observer: &Observer) -> io::Result<()> {
+/// The next connection on `listener`, with its peer's host pid
+/// (`SO_PEERCRED`).
+fn accept_peer(listener: &OwnedFd) -> io::Result<(OwnedFd, libc::pid_t)> {
     // SAFETY: accept4(2) with null address pointers writes no memory.
     let fd = unsafe {
         libc::accept4(
@@ -452,6 +438,13 @@ fn accept_host(sim: &Sim, server: u64, listener: &OwnedFd, observer: &Observer) 
     // SAFETY: accept4 returned a new descriptor we own.
     let conn = unsafe { OwnedFd::from_raw_fd(fd) };
     let peer = peer_pid(conn.as_fd())?;
+    Ok((conn, peer))
+}
+
+/// One host client: its handshake names its own pid (checked with
+/// `SO_PEERCRED`), the simulated process of that pid serves it.
+fn accept_host(sim: &Sim, server: u64, listener: &OwnedFd, observer: &Observer) -> io::Result<()> {
+    let (conn, peer) = accept_peer(listener)?;
     let (bind, _) = recv(conn.as_fd())?.ok_or_else(|| errno(libc::ECONNRESET))?;
     let mut r = Reader::new(&bind);
     let refuse = |conn: &OwnedFd, e: io::Error| {
