@@ -68,11 +68,6 @@ fn plugin_so() -> Result<PathBuf, String> {
     )
 }
 
-/// CRIU criu-dev as `build.sh` builds it.
-fn criu_binary() -> Result<PathBuf, String> {
-    harness::criu_build(&harness::builds_dir(), harness::HEAD)
-}
-
 /// `/dev/fuse`'s (major, minor): the stand-in nodes' numbers.
 fn stand_in_numbers() -> Result<(u32, u32), String> {
     let meta = fs::metadata("/dev/fuse").map_err(|e| format!("/dev/fuse: {e}"))?;
@@ -110,8 +105,11 @@ fn build_app(dir: &Path) -> Result<PathBuf, String> {
 
 /// Everything a run needs.
 struct Setup {
-    /// CRIU and the plugin directory, when the test runs CRIU.
-    criu: Option<(PathBuf, tempfile::TempDir)>,
+    /// The CRIU builds the test runs (none without CRIU), each with its
+    /// release.
+    criu: Vec<(harness::Release, PathBuf)>,
+    /// The plugin directory, when the test runs CRIU.
+    plugins: Option<tempfile::TempDir>,
     app: PathBuf,
     preload: PathBuf,
     stand_in: (u32, u32),
@@ -120,12 +118,13 @@ struct Setup {
 
 impl Setup {
     fn plugins(&self) -> &Path {
-        self.criu.as_ref().expect("a CRIU test").1.path()
+        self.plugins.as_ref().expect("a CRIU test").path()
     }
 }
 
-/// What a test needs; CRIU and the plugin only `with_criu`.
-fn setup(with_criu: bool) -> Option<Setup> {
+/// What a test needs; CRIU (the builds of `releases`) and the plugin only
+/// when `releases` names any.
+fn setup(releases: &[harness::Release]) -> Option<Setup> {
     let found = (|| {
         if !harness::is_root() {
             return Err("the test needs root (mount namespaces, ptrace, CRIU)".to_string());
@@ -142,19 +141,24 @@ fn setup(with_criu: bool) -> Option<Setup> {
             return Err(format!("the served machine cannot reach its clients: {e}"));
         }
         let stand_in = stand_in_numbers()?;
-        let criu = if with_criu {
-            let criu = criu_binary()?;
+        let builds = harness::builds_dir();
+        let criu = releases
+            .iter()
+            .map(|&release| Ok((release, harness::criu_build(&builds, release)?)))
+            .collect::<Result<Vec<_>, String>>()?;
+        let plugins = if criu.is_empty() {
+            None
+        } else {
             let so = plugin_so()?;
             let plugins = tempfile::tempdir().map_err(|e| e.to_string())?;
             fs::copy(&so, plugins.path().join("amdgpu_plugin.so")).map_err(|e| e.to_string())?;
-            Some((criu, plugins))
-        } else {
-            None
+            Some(plugins)
         };
         let build = tempfile::tempdir().map_err(|e| e.to_string())?;
         let app = build_app(build.path())?;
         Ok(Setup {
             criu,
+            plugins,
             app,
             preload: common::preload_lib(),
             stand_in,
@@ -202,8 +206,10 @@ mknod /dev/kfd c "$major" "$minor"
 mknod "/dev/dri/renderD$render" c "$major" "$minor"
 chmod 666 /dev/kfd "/dev/dri/renderD$render"
 sim="LD_PRELOAD=$preload KFD_SIM_MACHINE=$machine KFD_SIM_REMOTE=$address"
-# env execs the program: $! is its pid.
-env $sim "$app" "$scratch" </dev/null >"$scratch/app.out" 2>&1 &
+# A session of its own (CRIU before 4.3 refuses to dump a root process
+# that leads none); setsid (not a group leader here, so it does not fork)
+# and env exec the program: $! is its pid.
+setsid env $sim "$app" "$scratch" </dev/null >"$scratch/app.out" 2>&1 &
 app=$!
 echo "$app" > "$scratch/app.pid"
 n=0
@@ -414,7 +420,7 @@ impl Drop for Run {
 /// Runs the script: `mode` `kill` (one dump, CRIU killed by the
 /// observer), `compare` (two `--leave-running` dumps of the same process,
 /// the first with `AMDGPU_PLUGIN_GUARDIAN=0`) or `app-only` (no CRIU).
-fn run(setup: &Setup, address: &str, render_minor: u32, mode: &str) -> Run {
+fn run(setup: &Setup, criu: Option<&Path>, address: &str, render_minor: u32, mode: &str) -> Run {
     let scratch = tempfile::Builder::new()
         .prefix("real-criu-guardian")
         .tempdir()
@@ -425,8 +431,8 @@ fn run(setup: &Setup, address: &str, render_minor: u32, mode: &str) -> Run {
         .arg(SCRIPT)
         .arg("real-criu-guardian")
         .arg(scratch.path())
-        .arg(setup.criu.as_ref().map_or(Path::new(""), |c| c.0.as_path()))
-        .arg(setup.criu.as_ref().map_or(Path::new(""), |c| c.1.path()))
+        .arg(criu.unwrap_or(Path::new("")))
+        .arg(setup.plugins.as_ref().map_or(Path::new(""), |p| p.path()))
         .arg(&setup.app)
         .arg(setup.stand_in.0.to_string())
         .arg(setup.stand_in.1.to_string())
@@ -537,95 +543,99 @@ fn criu_killed_after_the_pause_leaves_the_application_to_the_guardian() {
     let _serial = harness::SERIAL
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
-    let Some(setup) = setup(true) else {
+    let Some(setup) = setup(&harness::RELEASES) else {
         return;
     };
-    let served = serve(true);
-    let run = run(
-        &setup,
-        served.server.address(),
-        render_minor(&served.sim),
-        "kill",
-    );
-    let app = run.app();
-    let seen = served.seen.lock().unwrap_or_else(PoisonError::into_inner);
-    let (criu, killed_at) = seen
-        .killed
-        .unwrap_or_else(|| panic!("CRIU never paused the application:\n{}", run.log));
-    drop(seen);
-    assert_eq!(
-        run.status,
-        Some(128 + libc::SIGKILL),
-        "CRIU (pid {}) was killed:\n{}",
-        criu.0,
-        run.log
-    );
-    assert!(
-        run.log.contains(&format!("pid {app} paused")),
-        "the plugin paused the application:\n{}",
-        run.log
-    );
-    assert!(
-        run.log.contains(&format!("pid {app} guarded by pid")),
-        "the plugin armed the guardian:\n{}",
-        run.log
-    );
-    // The guardian unpauses the application and says so.
-    let running = wait_for(Duration::from_secs(20), || {
-        served
+    for (release, criu) in &setup.criu {
+        println!("CRIU {}:", release.name);
+        let served = serve(true);
+        let run = run(
+            &setup,
+            Some(criu),
+            served.server.address(),
+            render_minor(&served.sim),
+            "kill",
+        );
+        let app = run.app();
+        let seen = served.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let (criu, killed_at) = seen
+            .killed
+            .unwrap_or_else(|| panic!("CRIU never paused the application:\n{}", run.log));
+        drop(seen);
+        assert_eq!(
+            run.status,
+            Some(128 + libc::SIGKILL),
+            "CRIU (pid {}) was killed:\n{}",
+            criu.0,
+            run.log
+        );
+        assert!(
+            run.log.contains(&format!("pid {app} paused")),
+            "the plugin paused the application:\n{}",
+            run.log
+        );
+        assert!(
+            run.log.contains(&format!("pid {app} guarded by pid")),
+            "the plugin armed the guardian:\n{}",
+            run.log
+        );
+        // The guardian unpauses the application and says so.
+        let running = wait_for(Duration::from_secs(20), || {
+            served
+                .sim
+                .kfd_state(Pid(app))
+                .is_some_and(|s| !s.queues_paused && s.queues_running())
+        });
+        let kill_to_running = killed_at.elapsed();
+        let state = served.sim.kfd_state(Pid(app));
+        let log_path = run.images().join(format!("amdgpu-guardian-{app}.log"));
+        assert!(
+            running,
+            "the application's queues stay paused after CRIU's death: {state:?}\nthe guardian's log: {:?}\nCRIU's log:\n{}",
+            fs::read_to_string(&log_path),
+            run.log
+        );
+        let seen = served.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let (guardian, unpaused_at) = seen
+            .foreign_unpause
+            .expect("another process than CRIU unpaused the application");
+        drop(seen);
+        println!(
+            "kill to UNPAUSE issued: {:?}; kill to queues seen running: at most {:?}",
+            unpaused_at.duration_since(killed_at),
+            kill_to_running
+        );
+        let mut log = String::new();
+        wait_for(Duration::from_secs(10), || {
+            log = fs::read_to_string(&log_path).unwrap_or_default();
+            log.contains("unpaused")
+        });
+        assert!(
+            log.contains(&format!(
+                "the dumper (pid {}) ended before the dump of pid {app} finished",
+                criu.0
+            )) && log.contains(&format!("pid {app}: GPU queues unpaused")),
+            "the guardian (pid {}) logs what it did in {}:\n{log}",
+            guardian.0,
+            log_path.display()
+        );
+        // The application's CPU work goes on, and its state is whole.
+        run.assert_runs_on("after CRIU's death");
+        let state = served
             .sim
             .kfd_state(Pid(app))
-            .is_some_and(|s| !s.queues_paused && s.queues_running())
-    });
-    let kill_to_running = killed_at.elapsed();
-    let state = served.sim.kfd_state(Pid(app));
-    let log_path = run.images().join(format!("amdgpu-guardian-{app}.log"));
-    assert!(
-        running,
-        "the application's queues stay paused after CRIU's death: {state:?}\nthe guardian's log: {:?}\nCRIU's log:\n{}",
-        fs::read_to_string(&log_path),
-        run.log
-    );
-    let seen = served.seen.lock().unwrap_or_else(PoisonError::into_inner);
-    let (guardian, unpaused_at) = seen
-        .foreign_unpause
-        .expect("another process than CRIU unpaused the application");
-    drop(seen);
-    println!(
-        "kill to UNPAUSE issued: {:?}; kill to queues seen running: at most {:?}",
-        unpaused_at.duration_since(killed_at),
-        kill_to_running
-    );
-    let mut log = String::new();
-    wait_for(Duration::from_secs(10), || {
-        log = fs::read_to_string(&log_path).unwrap_or_default();
-        log.contains("unpaused")
-    });
-    assert!(
-        log.contains(&format!(
-            "the dumper (pid {}) ended before the dump of pid {app} finished",
-            criu.0
-        )) && log.contains(&format!("pid {app}: GPU queues unpaused")),
-        "the guardian (pid {}) logs what it did in {}:\n{log}",
-        guardian.0,
-        log_path.display()
-    );
-    // The application's CPU work goes on, and its state is whole.
-    run.assert_runs_on("after CRIU's death");
-    let state = served
-        .sim
-        .kfd_state(Pid(app))
-        .expect("the application's KFD process");
-    assert_eq!((state.queues, state.bos > 0), (1, true), "{state:?}");
-    assert!(
-        wait_for(Duration::from_secs(10), || !Path::new(&format!(
-            "/proc/{}",
+            .expect("the application's KFD process");
+        assert_eq!((state.queues, state.bos > 0), (1, true), "{state:?}");
+        assert!(
+            wait_for(Duration::from_secs(10), || !Path::new(&format!(
+                "/proc/{}",
+                guardian.0
+            ))
+            .exists()),
+            "the guardian (pid {}) exits after its work",
             guardian.0
-        ))
-        .exists()),
-        "the guardian (pid {}) exits after its work",
-        guardian.0
-    );
+        );
+    }
 }
 
 /// The guardian's pid if the plugin armed one for `app` (its log line).
@@ -644,86 +654,90 @@ fn criu_dumps_with_the_guardian_armed_as_without_it() {
     let _serial = harness::SERIAL
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
-    let Some(setup) = setup(true) else {
+    let Some(setup) = setup(&harness::RELEASES) else {
         return;
     };
-    let served = serve(false);
-    let run = run(
-        &setup,
-        served.server.address(),
-        render_minor(&served.sim),
-        "compare",
-    );
-    let app = run.app();
-    for (what, status, log) in [
-        (
-            "without the guardian",
-            run.unguarded_status,
-            &run.unguarded_log,
-        ),
-        ("with the guardian", run.status, &run.log),
-    ] {
-        assert_eq!(status, Some(0), "the dump {what} failed:\n{log}");
+    for (release, criu) in &setup.criu {
+        println!("CRIU {}:", release.name);
+        let served = serve(false);
+        let run = run(
+            &setup,
+            Some(criu),
+            served.server.address(),
+            render_minor(&served.sim),
+            "compare",
+        );
+        let app = run.app();
+        for (what, status, log) in [
+            (
+                "without the guardian",
+                run.unguarded_status,
+                &run.unguarded_log,
+            ),
+            ("with the guardian", run.status, &run.log),
+        ] {
+            assert_eq!(status, Some(0), "the dump {what} failed:\n{log}");
+            assert!(
+                log.contains(&format!("KFD state of pid {app} dumped")),
+                "the plugin dumped the application's KFD state {what}:\n{log}"
+            );
+        }
+        assert_eq!(
+            guardian_of(&run.unguarded_log, app),
+            None,
+            "AMDGPU_PLUGIN_GUARDIAN=0 starts no guardian:\n{}",
+            run.unguarded_log
+        );
+        let guardian = guardian_of(&run.log, app)
+            .unwrap_or_else(|| panic!("the plugin armed no guardian:\n{}", run.log));
+        let seen = served.seen.lock().unwrap_or_else(PoisonError::into_inner);
         assert!(
-            log.contains(&format!("KFD state of pid {app} dumped")),
-            "the plugin dumped the application's KFD state {what}:\n{log}"
+            seen.foreign_unpause.is_none(),
+            "only CRIU unpaused the application: {:?}",
+            seen.criu_ops
+        );
+        drop(seen);
+        let state = served
+            .sim
+            .kfd_state(Pid(app))
+            .expect("the application's KFD process");
+        assert!(
+            !state.queues_paused && state.queues_running(),
+            "the dumps leave the application running: {state:?}"
+        );
+        run.assert_runs_on("after the dumps");
+        assert!(
+            wait_for(Duration::from_secs(10), || !Path::new(&format!(
+                "/proc/{guardian}"
+            ))
+            .exists()),
+            "the guardian (pid {guardian}) exits at the dump's end"
+        );
+        assert!(
+            !run.images()
+                .join(format!("amdgpu-guardian-{app}.log"))
+                .exists(),
+            "a guardian that had nothing to do writes nothing"
+        );
+        // CRIU's behaviour and its own log as without the guardian (a child
+        // CRIU did not make, a file or a signal it did not expect would show
+        // as lines of their own).
+        let with = run.criu_lines(&run.log, setup.plugins());
+        let without = run.criu_lines(&run.unguarded_log, setup.plugins());
+        let (only_with, only_without) = difference(&with, &without);
+        assert!(
+            only_with.is_empty() && only_without.is_empty(),
+            "CRIU's log differs ({} lines with the guardian, {} without):\nonly with:\n{}\nonly without:\n{}",
+            with.len(),
+            without.len(),
+            only_with.join("\n"),
+            only_without.join("\n")
+        );
+        println!(
+            "CRIU's own log: {} lines compared, the same with and without the guardian",
+            with.len()
         );
     }
-    assert_eq!(
-        guardian_of(&run.unguarded_log, app),
-        None,
-        "AMDGPU_PLUGIN_GUARDIAN=0 starts no guardian:\n{}",
-        run.unguarded_log
-    );
-    let guardian = guardian_of(&run.log, app)
-        .unwrap_or_else(|| panic!("the plugin armed no guardian:\n{}", run.log));
-    let seen = served.seen.lock().unwrap_or_else(PoisonError::into_inner);
-    assert!(
-        seen.foreign_unpause.is_none(),
-        "only CRIU unpaused the application: {:?}",
-        seen.criu_ops
-    );
-    drop(seen);
-    let state = served
-        .sim
-        .kfd_state(Pid(app))
-        .expect("the application's KFD process");
-    assert!(
-        !state.queues_paused && state.queues_running(),
-        "the dumps leave the application running: {state:?}"
-    );
-    run.assert_runs_on("after the dumps");
-    assert!(
-        wait_for(Duration::from_secs(10), || !Path::new(&format!(
-            "/proc/{guardian}"
-        ))
-        .exists()),
-        "the guardian (pid {guardian}) exits at the dump's end"
-    );
-    assert!(
-        !run.images()
-            .join(format!("amdgpu-guardian-{app}.log"))
-            .exists(),
-        "a guardian that had nothing to do writes nothing"
-    );
-    // CRIU's behaviour and its own log as without the guardian (a child
-    // CRIU did not make, a file or a signal it did not expect would show
-    // as lines of their own).
-    let with = run.criu_lines(&run.log, setup.plugins());
-    let without = run.criu_lines(&run.unguarded_log, setup.plugins());
-    let (only_with, only_without) = difference(&with, &without);
-    assert!(
-        only_with.is_empty() && only_without.is_empty(),
-        "CRIU's log differs ({} lines with the guardian, {} without):\nonly with:\n{}\nonly without:\n{}",
-        with.len(),
-        without.len(),
-        only_with.join("\n"),
-        only_without.join("\n")
-    );
-    println!(
-        "CRIU's own log: {} lines compared, the same with and without the guardian",
-        with.len()
-    );
 }
 
 /// The served machine's rule for a host process, without CRIU: `CRIU_OP`
@@ -739,12 +753,13 @@ fn served_host_processes_follow_the_hosts_ptrace_parent() {
     let _serial = harness::SERIAL
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
-    let Some(setup) = setup(false) else {
+    let Some(setup) = setup(&[]) else {
         return;
     };
     let served = serve(false);
     let run = run(
         &setup,
+        None,
         served.server.address(),
         render_minor(&served.sim),
         "app-only",
