@@ -165,6 +165,8 @@ pub struct Dumper<D: Driver + Clone> {
     topology: Option<DeviceTopology>,
     /// Which chunks this dump writes, made at the first KFD file.
     plan: Option<Arc<ChunkPlan>>,
+    /// Staging buffers of one task's copy engines, kept for the next task's.
+    staging: transfer::StagingPool,
 }
 
 impl<D: Driver + Clone> std::fmt::Debug for Dumper<D> {
@@ -195,6 +197,7 @@ impl<D: Driver + Clone> Dumper<D> {
             pending_dmabufs: Vec::new(),
             topology: None,
             plan: None,
+            staging: transfer::StagingPool::new(),
         }
     }
 
@@ -482,6 +485,7 @@ impl<D: Driver + Clone> Dumper<D> {
             &checkpoint.bos,
             &self.config.options,
             Some(&plan),
+            Some(&self.staging),
         )?;
         for (entry, checksum) in &contents.checksums {
             if let Some(bo) = bo_entries.get_mut(*entry) {

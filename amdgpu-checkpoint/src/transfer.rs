@@ -13,7 +13,7 @@
 use std::os::fd::{AsFd, BorrowedFd};
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use amdgpu_image::chunks::{ChecksumAlgo, Digest, CHUNK_SIZE};
@@ -56,6 +56,52 @@ fn counting_cpu<T>(work: impl FnOnce() -> T) -> T {
         Ordering::Relaxed,
     );
     out
+}
+
+/// Staging buffers kept from one GPU's transfer for the next within one
+/// dumper process (CRIU dumps the tasks of a tree one after another, each
+/// with its own copy engines): a later task's copy engine registers memory
+/// that is already faulted in instead of mapping, faulting and zeroing new
+/// pages (a 64 MiB ring per GPU per task; on a GPU the userptr
+/// registration pins, and so faults in, every page of it). Only buffers of
+/// the exact length asked for are reused, so the staging memory stays what
+/// [`Staging`] allows; the pool never holds more buffers than were in use
+/// at once, and frees them when dropped (with the dump). A reused buffer
+/// still holds the bytes of an earlier copy: a copy engine only hands out
+/// the bytes its last copy into a slot wrote.
+#[derive(Debug, Default)]
+pub struct StagingPool {
+    free: Mutex<Vec<StagingBuffer>>,
+}
+
+impl StagingPool {
+    /// An empty pool.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A kept buffer of `len` bytes rounded up to whole pages, if any.
+    fn take(&self, len: usize) -> Option<StagingBuffer> {
+        let page = kfd::staging::page_size();
+        let want = len.checked_next_multiple_of(page)?;
+        let mut free = self.free.lock().ok()?;
+        let at = free.iter().position(|b| b.len() == want)?;
+        Some(free.swap_remove(at))
+    }
+
+    /// Keeps `buffer` for a later transfer.
+    fn give(&self, buffer: StagingBuffer) {
+        if let Ok(mut free) = self.free.lock() {
+            free.push(buffer);
+        }
+    }
+
+    /// Bytes of staging memory the pool holds.
+    pub fn held_bytes(&self) -> usize {
+        self.free
+            .lock()
+            .map_or(0, |f| f.iter().map(StagingBuffer::len).sum())
+    }
 }
 
 /// One GPU of a transfer.
@@ -132,6 +178,7 @@ fn bos_of_gpu(gpu: u32, bos: &[CheckpointBo]) -> Vec<(usize, &CheckpointBo)> {
 
 /// Writes the pages file of every GPU in `gpus` from the BOs' dma-bufs;
 /// returns the bytes and checksums.
+#[allow(clippy::too_many_arguments)]
 pub fn dump_contents<D: Driver + Clone, S: ImageStore + Sync>(
     driver: &D,
     store: &S,
@@ -140,6 +187,7 @@ pub fn dump_contents<D: Driver + Clone, S: ImageStore + Sync>(
     bos: &[CheckpointBo],
     options: &Options,
     plan: Option<&Arc<ChunkPlan>>,
+    pool: Option<&StagingPool>,
 ) -> Result<ContentReport, Error> {
     let results: Vec<Result<ContentReport, Error>> = std::thread::scope(|scope| {
         let workers: Vec<_> = gpus
@@ -147,7 +195,7 @@ pub fn dump_contents<D: Driver + Clone, S: ImageStore + Sync>(
             .map(|&gpu| {
                 let mine = bos_of_gpu(gpu.user_gpu_id, bos);
                 scope.spawn(move || {
-                    counting_cpu(|| dump_gpu(driver, store, id, gpu, &mine, options, plan))
+                    counting_cpu(|| dump_gpu(driver, store, id, gpu, &mine, options, plan, pool))
                 })
             })
             .collect();
@@ -203,15 +251,23 @@ fn transfer_error(gpu: u32, step: &'static str) -> impl FnOnce(kfd::Error) -> Er
 /// One GPU's copy engine on a private render file with its staging ring.
 /// The private file's VM holds nothing but the engine's mappings, so no VA
 /// can collide with the process's BOs.
-struct Pipe<D: Driver + Clone> {
+struct Pipe<'p, D: Driver + Clone> {
     engine: CopyEngine<D>,
     ring: Ring,
     chunk: u64,
     gpu: u32,
+    /// Where the staging buffers go back on [`close`](Self::close).
+    pool: Option<&'p StagingPool>,
 }
 
-impl<D: Driver + Clone> Pipe<D> {
-    fn open(driver: &D, render_minor: u32, staging: Staging, gpu: u32) -> Result<Self, Error> {
+impl<'p, D: Driver + Clone> Pipe<'p, D> {
+    fn open(
+        driver: &D,
+        render_minor: u32,
+        staging: Staging,
+        gpu: u32,
+        pool: Option<&'p StagingPool>,
+    ) -> Result<Self, Error> {
         let render = RenderNode::open(driver.clone(), RenderMinor(render_minor))
             .map_err(transfer_error(gpu, "opening a private render node"))?;
         let mut engine = CopyEngine::new(render, CopyEngineConfig::default())
@@ -223,10 +279,13 @@ impl<D: Driver + Clone> Pipe<D> {
         })?;
         let mut slots = Vec::with_capacity(staging.buffers);
         for _ in 0..staging.buffers {
-            let buffer = StagingBuffer::new(len).map_err(transfer_error(
-                gpu,
-                "allocating staging memory (lower KFD_MAX_BUFFER_SIZE if memory is short)",
-            ))?;
+            let buffer = match pool.and_then(|p| p.take(len)) {
+                Some(kept) => kept,
+                None => StagingBuffer::new(len).map_err(transfer_error(
+                    gpu,
+                    "allocating staging memory (lower KFD_MAX_BUFFER_SIZE if memory is short)",
+                ))?,
+            };
             slots.push(
                 engine
                     .add_staging(buffer)
@@ -243,6 +302,7 @@ impl<D: Driver + Clone> Pipe<D> {
             },
             chunk: staging.buffer_size,
             gpu,
+            pool,
         })
     }
 
@@ -436,6 +496,26 @@ impl<D: Driver + Clone> Pipe<D> {
             self.settle_write(i)?;
         }
         let gpu = self.gpu;
+        if let Some(pool) = self.pool {
+            // Every copy was waited for: the slots are idle. A slot whose
+            // teardown fails keeps its buffer from reuse (the copy engine
+            // never frees it then) and fails the close, as the engine's own
+            // teardown would.
+            let mut first = Ok(());
+            for slot in std::mem::take(&mut self.ring.slots) {
+                match self.engine.remove_staging(slot) {
+                    Ok(buffer) => pool.give(buffer),
+                    Err(e) if first.is_ok() => {
+                        first = Err(transfer_error(gpu, "releasing staging memory")(e));
+                    }
+                    Err(_) => {}
+                }
+            }
+            if let Err(e) = first {
+                let _ = self.engine.close();
+                return Err(e);
+            }
+        }
         self.engine
             .close()
             .map_err(transfer_error(gpu, "closing the SDMA copy engine"))
@@ -468,6 +548,7 @@ fn finish_pages<W: ImageWriter>(
     Ok(written)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn dump_gpu<D: Driver + Clone, S: ImageStore>(
     driver: &D,
     store: &S,
@@ -476,6 +557,7 @@ fn dump_gpu<D: Driver + Clone, S: ImageStore>(
     bos: &[(usize, &CheckpointBo)],
     options: &Options,
     plan: Option<&Arc<ChunkPlan>>,
+    pool: Option<&StagingPool>,
 ) -> Result<ContentReport, Error> {
     let gpu = target.user_gpu_id;
     let name = ImageName::Pages { id, gpu_id: gpu };
@@ -504,6 +586,7 @@ fn dump_gpu<D: Driver + Clone, S: ImageStore>(
             target.render_minor,
             options.staging.for_largest_bo(largest),
             gpu,
+            pool,
         )?;
         for (entry, bo) in bos {
             let dmabuf = bo.dmabuf.as_ref().ok_or_else(|| {
@@ -701,6 +784,7 @@ fn restore_pages_from<'f, D: Driver + Clone, S: ImageStore>(
             render_minor,
             options.staging.for_largest_bo(largest),
             gpu,
+            None,
         )?;
         for &(entry, size) in &bos {
             let dmabuf = dmabuf_of(entry).ok_or_else(|| {
@@ -747,6 +831,7 @@ pub fn dump_drm_bo<D: Driver + Clone, S: ImageStore>(
             device.render_minor,
             options.staging.for_largest_bo(size),
             device.gpu_id,
+            None,
         )?;
         pipe.read_bo(dmabuf, size, &mut writer, &name.to_string())?;
         pipe.finish_reads(&mut writer)?;
@@ -801,6 +886,7 @@ pub fn restore_drm_bo<D: Driver + Clone, S: ImageStore>(
             device.render_minor,
             options.staging.for_largest_bo(size),
             device.gpu_id,
+            None,
         )?;
         pipe.write_bo(dmabuf, entry, size, reader.as_mut(), name)?;
         pipe.close()?;
@@ -810,4 +896,27 @@ pub fn restore_drm_bo<D: Driver + Clone, S: ImageStore>(
         .finish_pieces()
         .map_err(Error::image("reading a DRM pages file"))?;
     Ok(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staging_pool_hands_back_only_buffers_of_the_length_asked_for() {
+        let page = kfd::staging::page_size();
+        let pool = StagingPool::new();
+        assert!(pool.take(4 * page).is_none(), "an empty pool has nothing");
+        pool.give(StagingBuffer::new(4 * page).unwrap());
+        pool.give(StagingBuffer::new(2 * page).unwrap());
+        assert_eq!(pool.held_bytes(), 6 * page);
+        assert!(pool.take(3 * page).is_none(), "no buffer of 3 pages");
+        // A length inside the last page rounds up to it, as a new buffer would.
+        let kept = pool.take(4 * page - 100).expect("the 4-page buffer");
+        assert_eq!(kept.len(), 4 * page);
+        assert_eq!(pool.held_bytes(), 2 * page);
+        assert_eq!(pool.take(2 * page).map(|b| b.len()), Some(2 * page));
+        assert_eq!(pool.held_bytes(), 0);
+        assert!(pool.take(4 * page).is_none(), "taken buffers are gone");
+    }
 }

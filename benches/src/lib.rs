@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod image;
+pub mod memory;
 pub mod output;
 pub mod topology;
 pub mod transfer;

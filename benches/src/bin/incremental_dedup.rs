@@ -32,7 +32,14 @@
 //!   (`amdgpu_checkpoint::transfer::transfer_cpu_time`, per-thread clocks;
 //!   the simulated SDMA's ring threads are not among them) per GiB of the
 //!   full dump and of the flattened restore, and `plugin_cpu_vs_raw_dump`
-//!   / `_restore` against the raw write / read CPU per GiB.
+//!   / `_restore` against the raw write / read CPU per GiB;
+//!   `plugin_cpu_vs_plain_read_restore` against plain reads of the same
+//!   pages files taken after each restore under the same conditions.
+//!
+//! Every timed phase, raw and plugin, is primed first (untimed, see
+//! `benches::memory`): this VM's balloon hands free memory back to the
+//! host, and whichever thread touches it next pays the host's fault as its
+//! own CPU time. `raw_cpu_s_per_gib_read_unprimed` shows how much.
 
 #![forbid(unsafe_code)]
 
@@ -47,6 +54,7 @@ use amdgpu_checkpoint::transfer::transfer_cpu_time;
 use amdgpu_image::chain::flatten;
 use amdgpu_image::chunks::{ChunkHasher, CHUNK_SIZE};
 use amdgpu_image::{ContentHasher, CriuKfd, DirStore, ImageName, ImageStore, ReadLimits};
+use benches::memory::Primer;
 use benches::output::{line, work_dir};
 use benches::transfer::{drop_cache, gibs, pages_files, BenchError, Fill, Machine, Result};
 use criu_host_emulator::{CriuEmulator, DeviceVma, EmulatorConfig, TaskFile, TaskToDump};
@@ -56,6 +64,13 @@ use kfd_sim::{Pid, Sim, SimConfig};
 const MIB: u64 = 1 << 20;
 const GIB: f64 = (1u64 << 30) as f64;
 const KFD_ID: u32 = 1;
+/// Primed beyond the bytes a phase moves (staging memory, image files).
+const PRIME_MARGIN: u64 = 256 * MIB;
+/// How long the unprimed read waits after the drop: longer than the
+/// balloon's two-second reporting delay (`benches::memory`).
+const UNPRIMED_PAUSE: Duration = Duration::from_secs(6);
+/// Rounds of the interleaved restores (best of).
+const RESTORE_ROUNDS: usize = 3;
 
 fn fail(step: &'static str) -> impl FnOnce(String) -> BenchError {
     move |reason| BenchError::Step { step, reason }
@@ -140,9 +155,13 @@ fn hash_rates(len: usize) {
 /// that of its transfer threads (writeback runs in the kernel's flusher and
 /// the write-behind thread in both cases); its wall time includes the
 /// `fsync`.
-fn raw_io(dir: &Path, bytes: u64) -> Result<((Duration, Duration), (Duration, Duration))> {
-    let mut best = raw_io_once(dir, bytes)?;
-    let again = raw_io_once(dir, bytes)?;
+fn raw_io(
+    dir: &Path,
+    bytes: u64,
+    primer: &Primer,
+) -> Result<((Duration, Duration), (Duration, Duration))> {
+    let mut best = raw_io_once(dir, bytes, primer)?;
+    let again = raw_io_once(dir, bytes, primer)?;
     best.0 .0 = best.0 .0.min(again.0 .0);
     best.0 .1 = best.0 .1.min(again.0 .1);
     best.1 .0 = best.1 .0.min(again.1 .0);
@@ -150,13 +169,18 @@ fn raw_io(dir: &Path, bytes: u64) -> Result<((Duration, Duration), (Duration, Du
     Ok(best)
 }
 
-fn raw_io_once(dir: &Path, bytes: u64) -> Result<((Duration, Duration), (Duration, Duration))> {
+fn raw_io_once(
+    dir: &Path,
+    bytes: u64,
+    primer: &Primer,
+) -> Result<((Duration, Duration), (Duration, Duration))> {
     use std::io::{Read, Write};
     let path = dir.join("raw-io.bin");
     let mut buf = vec![0u8; 8 << 20];
     for (i, b) in buf.iter_mut().enumerate() {
         *b = (i as u8) | 1;
     }
+    primer.prime(bytes + PRIME_MARGIN)?;
     let (wall, cpu) = (Instant::now(), thread_cpu_time());
     let mut file = File::create(&path).map_err(step("creating the raw file"))?;
     let mut left = bytes;
@@ -171,6 +195,7 @@ fn raw_io_once(dir: &Path, bytes: u64) -> Result<((Duration, Duration), (Duratio
     let write = (wall.elapsed(), write_cpu);
     drop(file);
     drop_cache(&path)?;
+    primer.prime(bytes + PRIME_MARGIN)?;
     let (wall, cpu) = (Instant::now(), thread_cpu_time());
     let mut file = File::open(&path).map_err(step("opening the raw file"))?;
     let mut read = 0u64;
@@ -191,13 +216,57 @@ fn raw_io_once(dir: &Path, bytes: u64) -> Result<((Duration, Duration), (Duratio
     Ok((write, read_time))
 }
 
+/// Thread CPU of plain 8 MiB `read`s of every pages file of `dir`, dropped
+/// from the page cache and primed for `bytes` first, as a restore is.
+fn plain_read_cpu(dir: &Path, bytes: u64, primer: &Primer) -> Result<Duration> {
+    let files = pages_files(dir)?;
+    for path in &files {
+        drop_cache(path)?;
+    }
+    primer.prime(2 * bytes + PRIME_MARGIN)?;
+    let mut buf = vec![0u8; 8 << 20];
+    let cpu = thread_cpu_time();
+    for path in &files {
+        let mut file = File::open(path).map_err(step("opening a pages file"))?;
+        while std::io::Read::read(&mut file, &mut buf).map_err(step("reading a pages file"))? > 0 {}
+    }
+    Ok(thread_cpu_time().saturating_sub(cpu))
+}
+
+/// CPU seconds of a plain 8 MiB `read` of `bytes`, the file dropped from
+/// the page cache [`UNPRIMED_PAUSE`] before, without priming: what any
+/// phase pays here when the memory it allocates has been free a while
+/// (`benches::memory`). Shown once, beside the primed figures.
+fn unprimed_read(dir: &Path, bytes: u64) -> Result<f64> {
+    use std::io::{Read, Write};
+    let path = dir.join("raw-unprimed.bin");
+    let mut buf = vec![1u8; 8 << 20];
+    let mut file = File::create(&path).map_err(step("creating the raw file"))?;
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        file.write_all(&buf[..n])
+            .map_err(step("writing the raw file"))?;
+        left -= n as u64;
+    }
+    drop(file);
+    drop_cache(&path)?;
+    std::thread::sleep(UNPRIMED_PAUSE);
+    let cpu = thread_cpu_time();
+    let mut file = File::open(&path).map_err(step("opening the raw file"))?;
+    while file.read(&mut buf).map_err(step("reading the raw file"))? > 0 {}
+    let used = thread_cpu_time().saturating_sub(cpu);
+    let _ = std::fs::remove_file(&path);
+    Ok(used.as_secs_f64())
+}
+
 /// The plugin's pages reader alone against a plain `read` of the same
 /// file, page cache dropped before each, alternating, best of three: CPU
 /// per GiB of the reader (every chunk digest and the BO checksum verified)
 /// and of the plain reads. Separates the reader's own cost from what a
 /// whole restore adds (the emulated CRIU, the simulated SDMA's staging
 /// memory, the page-cache reclaim the run's other files cause).
-fn reader_cpu(dir: &Path, bytes: u64) -> Result<(f64, f64)> {
+fn reader_cpu(dir: &Path, bytes: u64, primer: &Primer) -> Result<(f64, f64)> {
     use amdgpu_image::chunks::ChecksumAlgo;
     use amdgpu_image::{PagesBo, PagesLayout};
     let store = DirStore::open_dir(dir).map_err(step("opening the work directory"))?;
@@ -241,6 +310,7 @@ fn reader_cpu(dir: &Path, bytes: u64) -> Result<(f64, f64)> {
     let (mut reader, mut plain) = (f64::MAX, f64::MAX);
     for _ in 0..3 {
         drop_cache(&path)?;
+        primer.prime(bytes + PRIME_MARGIN)?;
         let cpu = thread_cpu_time();
         let mut r = store
             .open_pages(&name, layout(checksum)?)
@@ -253,6 +323,7 @@ fn reader_cpu(dir: &Path, bytes: u64) -> Result<(f64, f64)> {
         {}
         reader = reader.min(thread_cpu_time().saturating_sub(cpu).as_secs_f64() / gib);
         drop_cache(&path)?;
+        primer.prime(bytes + PRIME_MARGIN)?;
         let cpu = thread_cpu_time();
         let mut f = File::open(&path).map_err(step("opening a pages file"))?;
         while std::io::Read::read(&mut f, &mut buf).map_err(step("reading a pages file"))? > 0 {}
@@ -311,6 +382,7 @@ fn dump(
     parent: Option<&str>,
     shm: &Path,
     dedup: bool,
+    (primer, moved): (&Primer, u64),
 ) -> Result<Dumped> {
     std::fs::create_dir(dir).map_err(step("creating an images directory"))?;
     if let Some(p) = parent {
@@ -345,6 +417,7 @@ fn dump(
         })
         .collect();
     let emulator = emulator(sim, dir, shm, dedup);
+    primer.prime(moved + PRIME_MARGIN)?;
     let cpu = transfer_cpu_time();
     let start = Instant::now();
     emulator
@@ -373,6 +446,7 @@ fn restore(
     dirs: &[&Path],
     shm: &Path,
     expected: &kfd_sim::workload::WorkloadDescription,
+    primer: &Primer,
 ) -> Result<(Duration, Duration)> {
     for d in dirs {
         for path in pages_files(d)? {
@@ -387,6 +461,9 @@ fn restore(
     let ids: Vec<u32> = (0..=image.num_of_gpus).map(|i| KFD_ID + i).collect();
     let vmas = DeviceVma::of_kfd_image(&image);
     let emulator = emulator_with(sim, dir, shm, false, parallel);
+    // Page cache for the pages files and the simulator's memory for the BOs.
+    let bytes: u64 = expected.bos.iter().map(|b| b.size).sum();
+    primer.prime(2 * bytes + PRIME_MARGIN)?;
     let cpu = transfer_cpu_time();
     let start = Instant::now();
     let task = emulator
@@ -439,7 +516,7 @@ fn copy_foreign_files(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-fn incremental(root: &Path, total: u64, raw_cpu: (f64, f64)) -> Result<()> {
+fn incremental(root: &Path, total: u64, raw_cpu: (f64, f64), primer: &Primer) -> Result<()> {
     let shm = tempfile::tempdir().map_err(step("creating a shm directory"))?;
     progress("building the incremental machine");
     let machine = Machine::build(1, total, 64 * MIB, Fill::Dense)?;
@@ -448,7 +525,16 @@ fn incremental(root: &Path, total: u64, raw_cpu: (f64, f64)) -> Result<()> {
     let d3 = root.join("3");
     let flat = root.join("flat");
     progress("full dump");
-    let full = dump(&machine.sim, &[&machine.app], &d1, None, shm.path(), false)?;
+    let moved = machine.bytes();
+    let full = dump(
+        &machine.sim,
+        &[&machine.app],
+        &d1,
+        None,
+        shm.path(),
+        false,
+        (primer, moved),
+    )?;
     progress("second dump, nothing changed");
     let same = dump(
         &machine.sim,
@@ -457,6 +543,7 @@ fn incremental(root: &Path, total: u64, raw_cpu: (f64, f64)) -> Result<()> {
         Some("../1"),
         shm.path(),
         false,
+        (primer, moved),
     )?;
     let changed = change_tenth(&machine)?;
     progress(&format!("third dump, {changed} chunks changed"));
@@ -467,6 +554,7 @@ fn incremental(root: &Path, total: u64, raw_cpu: (f64, f64)) -> Result<()> {
         Some("../2"),
         shm.path(),
         false,
+        (primer, moved),
     )?;
     let bytes = machine.bytes() as f64;
     line("incremental_bytes", machine.bytes());
@@ -520,14 +608,18 @@ fn incremental(root: &Path, total: u64, raw_cpu: (f64, f64)) -> Result<()> {
     let expected = app.describe().map_err(step("describing the process"))?;
     let pid = app.pid();
     app.exit().map_err(step("ending the process"))?;
-    // Interleaved, best of two each: neither gets a warmer machine. A
-    // chained set is restored in the task (the parallel worker reads one
-    // pages file per GPU); the flattened one both in the task (like for
-    // like) and by the parallel worker (what CRIU v4.2 does with it).
+    // Interleaved, best of RESTORE_ROUNDS each: neither gets a warmer
+    // machine. A chained set is restored in the task (the parallel worker
+    // reads one pages file per GPU); the flattened one both in the task
+    // (like for like) and by the parallel worker (what CRIU v4.2 does with
+    // it). After each in-task restore of the flattened set, a plain read of
+    // its pages files, primed alike: the read CPU its restore is set
+    // against, taken under the same conditions.
     let mut chain_time = Duration::MAX;
     let (mut flat_time, mut flat_cpu) = (Duration::MAX, Duration::MAX);
     let mut parallel_time = Duration::MAX;
-    for round in 0..2 {
+    let mut plain_cpu = Duration::MAX;
+    for round in 0..RESTORE_ROUNDS {
         progress(&format!(
             "restore from the three-deep chain ({})",
             round + 1
@@ -539,17 +631,35 @@ fn incremental(root: &Path, total: u64, raw_cpu: (f64, f64)) -> Result<()> {
             &[&d1, &d2, &d3],
             shm.path(),
             &expected,
+            primer,
         )?;
         chain_time = chain_time.min(t);
         progress(&format!("restore from the flattened set ({})", round + 1));
-        let (t, cpu) = restore(&sim, pid, (&flat, false), &[&flat], shm.path(), &expected)?;
+        let (t, cpu) = restore(
+            &sim,
+            pid,
+            (&flat, false),
+            &[&flat],
+            shm.path(),
+            &expected,
+            primer,
+        )?;
         flat_time = flat_time.min(t);
         flat_cpu = flat_cpu.min(cpu);
+        plain_cpu = plain_cpu.min(plain_read_cpu(&flat, bytes as u64, primer)?);
         progress(&format!(
             "parallel restore from the flattened set ({})",
             round + 1
         ));
-        let (t, _) = restore(&sim, pid, (&flat, true), &[&flat], shm.path(), &expected)?;
+        let (t, _) = restore(
+            &sim,
+            pid,
+            (&flat, true),
+            &[&flat],
+            shm.path(),
+            &expected,
+            primer,
+        )?;
         parallel_time = parallel_time.min(t);
     }
     line(
@@ -569,7 +679,16 @@ fn incremental(root: &Path, total: u64, raw_cpu: (f64, f64)) -> Result<()> {
         ratio(flat_time.as_secs_f64(), chain_time.as_secs_f64()),
     );
     let restore_cpu = flat_cpu.as_secs_f64() / (bytes / GIB);
+    let plain_cpu = plain_cpu.as_secs_f64() / (bytes / GIB);
     line("plugin_cpu_s_per_gib_restore", format!("{restore_cpu:.3}"));
+    line(
+        "plain_read_cpu_s_per_gib_restore_files",
+        format!("{plain_cpu:.3}"),
+    );
+    line(
+        "plugin_cpu_vs_plain_read_restore",
+        ratio(restore_cpu, plain_cpu),
+    );
     line("plugin_cpu_vs_raw_restore", ratio(restore_cpu, raw_cpu.1));
     for d in [&d1, &d2, &d3, &flat] {
         let _ = std::fs::remove_dir_all(d);
@@ -577,7 +696,7 @@ fn incremental(root: &Path, total: u64, raw_cpu: (f64, f64)) -> Result<()> {
     Ok(())
 }
 
-fn dedup(root: &Path, total: u64) -> Result<()> {
+fn dedup(root: &Path, total: u64, primer: &Primer) -> Result<()> {
     const GPUS: usize = 8;
     let shm = tempfile::tempdir().map_err(step("creating a shm directory"))?;
     let per = (total / GPUS as u64).max(2 * CHUNK_SIZE);
@@ -597,10 +716,11 @@ fn dedup(root: &Path, total: u64) -> Result<()> {
     let off = root.join("dp-off");
     let on = root.join("dp-on");
     progress("data-parallel dump without dedup");
-    let plain = dump(&sim, &refs, &off, None, shm.path(), false)?;
+    let moved = per * GPUS as u64;
+    let plain = dump(&sim, &refs, &off, None, shm.path(), false, (primer, moved))?;
     let _ = std::fs::remove_dir_all(&off);
     progress("data-parallel dump with KFD_DEDUP");
-    let deduped = dump(&sim, &refs, &on, None, shm.path(), true)?;
+    let deduped = dump(&sim, &refs, &on, None, shm.path(), true, (primer, moved))?;
     let _ = std::fs::remove_dir_all(&on);
     line("dedup_gpus", GPUS);
     line("dedup_bytes", plain.stored);
@@ -636,8 +756,10 @@ fn run(total: u64) -> Result<()> {
     line("bytes", total);
     progress("hash rates in memory");
     hash_rates((total.min(256 * MIB)) as usize);
+    progress("writing the ballast that primes free memory before every timed phase");
+    let primer = Primer::new(root.path(), 2 * total + PRIME_MARGIN)?;
     progress("raw sequential write and read");
-    let ((w, wcpu), (r, rcpu)) = raw_io(root.path(), total)?;
+    let ((w, wcpu), (r, rcpu)) = raw_io(root.path(), total, &primer)?;
     let gib = total as f64 / GIB;
     line("raw_write_gibs", format!("{:.2}", gibs(total, w)));
     line("raw_read_gibs", format!("{:.2}", gibs(total, r)));
@@ -645,12 +767,18 @@ fn run(total: u64) -> Result<()> {
     line("raw_cpu_s_per_gib_write", format!("{:.3}", raw_cpu.0));
     line("raw_cpu_s_per_gib_read", format!("{:.3}", raw_cpu.1));
     progress("the pages reader against plain reads of one file");
-    let (reader, plain) = reader_cpu(root.path(), total.min(512 * MIB))?;
+    let (reader, plain) = reader_cpu(root.path(), total.min(512 * MIB), &primer)?;
     line("pages_reader_cpu_s_per_gib", format!("{reader:.3}"));
     line("plain_read_cpu_s_per_gib_same_file", format!("{plain:.3}"));
     line("pages_reader_cpu_vs_plain_read", ratio(reader, plain));
-    incremental(root.path(), total, raw_cpu)?;
-    dedup(root.path(), total)?;
+    progress("a plain read without priming, after a pause");
+    let cold = unprimed_read(root.path(), total)?;
+    line(
+        "raw_cpu_s_per_gib_read_unprimed",
+        format!("{:.3}", cold / gib),
+    );
+    incremental(root.path(), total, raw_cpu, &primer)?;
+    dedup(root.path(), total, &primer)?;
     Ok(())
 }
 
