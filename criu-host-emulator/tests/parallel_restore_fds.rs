@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{device_vmas, gpu_files, kfd_image, vmas_of, Dirs};
+use common::{checkpoint, vmas_of, Checkpointed};
 use criu_plugin_amdgpu::log::{Capture, Level};
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Sim, SimConfig};
@@ -34,19 +34,15 @@ fn open_fds() -> Vec<String> {
 #[test]
 fn a_parallel_restore_leaks_no_fd_of_the_restorer() {
     let sim = Sim::builtin("pcie-2gpu", SimConfig::default()).unwrap();
-    let mut app = Workload::launch(&sim, &Profile::Basic).unwrap();
-    app.step().unwrap();
-    let expected = app.describe().unwrap();
-    let dirs = Dirs::new();
+    let Checkpointed {
+        dirs,
+        pid,
+        ids,
+        expected,
+        image,
+    } = checkpoint(&sim, &Profile::Basic);
     let emulator = dirs.emulator(&sim, |_| {});
-    let (files, ids) = gpu_files(&app);
-    emulator
-        .dump(app.pid(), &files, &device_vmas(&sim))
-        .expect("dump");
-    drop(files);
-    let pid = app.pid();
-    app.exit().unwrap();
-    let vmas = vmas_of(&kfd_image(dirs.images.path()));
+    let vmas = vmas_of(&image);
 
     for round in 0..3 {
         let before = open_fds();

@@ -10,7 +10,9 @@
 mod common;
 
 use amdgpu_image::{DirStore, ImageName, ImageStore, ReadLimits};
-use common::{add_drm_bo, device_vmas, gpu_files, hook_errno, kfd_image, vmas_of, Dirs, KFD_ID};
+use common::{
+    add_drm_bo, checkpoint, device_vmas, gpu_files, hook_errno, vmas_of, Checkpointed, Dirs, KFD_ID,
+};
 use criu_plugin_amdgpu::log::{Capture, Level};
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{FaultSpec, Sim, SimConfig};
@@ -18,19 +20,15 @@ use kfd_sim::{FaultSpec, Sim, SimConfig};
 #[test]
 fn a_render_node_that_fails_to_open_at_restore_fails_the_restore() {
     let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
-    let mut app = Workload::launch(&sim, &Profile::Basic).unwrap();
-    app.step().unwrap();
-    let expected = app.describe().unwrap();
-    let dirs = Dirs::new();
+    let Checkpointed {
+        dirs,
+        pid,
+        ids,
+        expected,
+        image,
+    } = checkpoint(&sim, &Profile::Basic);
     let emulator = dirs.emulator(&sim, |_| {});
-    let (files, ids) = gpu_files(&app);
-    emulator
-        .dump(app.pid(), &files, &device_vmas(&sim))
-        .expect("dump");
-    drop(files);
-    let pid = app.pid();
-    app.exit().unwrap();
-    let vmas = vmas_of(&kfd_image(dirs.images.path()));
+    let vmas = vmas_of(&image);
 
     // Every device open of the restore in turn fails with EACCES: each run
     // either fails with an error, or (an open that was not needed) restores
