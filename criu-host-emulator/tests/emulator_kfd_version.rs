@@ -8,7 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{device_vmas, gpu_files, hook_errno, kfd_image, vmas_of, Dirs};
+use common::{checkpoint, device_vmas, gpu_files, hook_errno, vmas_of, Checkpointed, Dirs};
 use criu_host_emulator::TaskFile;
 use criu_plugin_amdgpu::log::{Capture, Level};
 use kfd::Driver;
@@ -29,16 +29,14 @@ fn sim_at(minor: u32) -> Sim {
 #[test]
 fn an_image_of_kfd_1_23_needs_1_23_at_restore_and_says_so() {
     let sim = sim_at(23);
-    let mut app = Workload::launch(&sim, &Profile::Basic).expect("launch");
-    app.step().expect("step");
-    let expected = app.describe().expect("describe");
-    let dirs = Dirs::new();
+    let Checkpointed {
+        dirs,
+        pid,
+        ids,
+        expected,
+        image,
+    } = checkpoint(&sim, &Profile::Basic);
     let emulator = dirs.emulator(&sim, |_| {});
-    let (files, ids) = gpu_files(&app);
-    emulator
-        .dump(app.pid(), &files, &device_vmas(&sim))
-        .expect("dump");
-    let image = kfd_image(dirs.images.path());
     assert_eq!(
         (
             image.kfd_major_version,
@@ -47,8 +45,6 @@ fn an_image_of_kfd_1_23_needs_1_23_at_restore_and_says_so() {
         ),
         (Some(1), Some(23), Some(23))
     );
-    let pid = app.pid();
-    app.exit().expect("exit");
     let vmas = vmas_of(&image);
 
     // The kernel goes back to 1.18: refused, both versions named.
@@ -75,22 +71,18 @@ fn an_image_of_kfd_1_23_needs_1_23_at_restore_and_says_so() {
 #[test]
 fn an_image_of_kfd_1_18_restores_on_newer_kernels() {
     let sim = sim_at(18);
-    let mut app = Workload::launch(&sim, &Profile::Basic).expect("launch");
-    app.step().expect("step");
-    let expected = app.describe().expect("describe");
-    let dirs = Dirs::new();
+    let Checkpointed {
+        dirs,
+        pid,
+        ids,
+        expected,
+        image,
+    } = checkpoint(&sim, &Profile::Basic);
     let emulator = dirs.emulator(&sim, |_| {});
-    let (files, ids) = gpu_files(&app);
-    emulator
-        .dump(app.pid(), &files, &device_vmas(&sim))
-        .expect("dump");
-    let image = kfd_image(dirs.images.path());
     assert_eq!(
         (image.kfd_minor_version, image.kfd_required_minor),
         (Some(18), Some(8))
     );
-    let pid = app.pid();
-    app.exit().expect("exit");
     sim.set_kfd_minor_version(22);
     emulator
         .restore(pid, &ids, &vmas_of(&image))
