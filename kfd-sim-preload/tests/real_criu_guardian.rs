@@ -538,8 +538,10 @@ fn wait_for(limit: Duration, mut what: impl FnMut() -> bool) -> bool {
     }
 }
 
-#[test]
-fn criu_killed_after_the_pause_leaves_the_application_to_the_guardian() {
+/// Runs the namespace script in `mode` once per vendored CRIU release, each
+/// against a machine of its own (`kill_after_pause`: see [`serve`]), and
+/// `check`s what it did.
+fn for_each_release(kill_after_pause: bool, mode: &str, check: impl Fn(&Setup, &Served, &Run)) {
     let _serial = harness::SERIAL
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
@@ -548,14 +550,21 @@ fn criu_killed_after_the_pause_leaves_the_application_to_the_guardian() {
     };
     for (release, criu) in &setup.criu {
         println!("CRIU {}:", release.name);
-        let served = serve(true);
+        let served = serve(kill_after_pause);
         let run = run(
             &setup,
             Some(criu),
             served.server.address(),
             render_minor(&served.sim),
-            "kill",
+            mode,
         );
+        check(&setup, &served, &run);
+    }
+}
+
+#[test]
+fn criu_killed_after_the_pause_leaves_the_application_to_the_guardian() {
+    for_each_release(true, "kill", |_, served, run| {
         let app = run.app();
         let seen = served.seen.lock().unwrap_or_else(PoisonError::into_inner);
         let (criu, killed_at) = seen
@@ -590,11 +599,11 @@ fn criu_killed_after_the_pause_leaves_the_application_to_the_guardian() {
         let state = served.sim.kfd_state(Pid(app));
         let log_path = run.images().join(format!("amdgpu-guardian-{app}.log"));
         assert!(
-            running,
-            "the application's queues stay paused after CRIU's death: {state:?}\nthe guardian's log: {:?}\nCRIU's log:\n{}",
-            fs::read_to_string(&log_path),
-            run.log
-        );
+        running,
+        "the application's queues stay paused after CRIU's death: {state:?}\nthe guardian's log: {:?}\nCRIU's log:\n{}",
+        fs::read_to_string(&log_path),
+        run.log
+    );
         let seen = served.seen.lock().unwrap_or_else(PoisonError::into_inner);
         let (guardian, unpaused_at) = seen
             .foreign_unpause
@@ -635,7 +644,7 @@ fn criu_killed_after_the_pause_leaves_the_application_to_the_guardian() {
             "the guardian (pid {}) exits after its work",
             guardian.0
         );
-    }
+    });
 }
 
 /// The guardian's pid if the plugin armed one for `app` (its log line).
@@ -651,22 +660,7 @@ fn guardian_of(log: &str, app: u32) -> Option<u32> {
 
 #[test]
 fn criu_dumps_with_the_guardian_armed_as_without_it() {
-    let _serial = harness::SERIAL
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    let Some(setup) = setup(&harness::RELEASES) else {
-        return;
-    };
-    for (release, criu) in &setup.criu {
-        println!("CRIU {}:", release.name);
-        let served = serve(false);
-        let run = run(
-            &setup,
-            Some(criu),
-            served.server.address(),
-            render_minor(&served.sim),
-            "compare",
-        );
+    for_each_release(false, "compare", |setup, served, run| {
         let app = run.app();
         for (what, status, log) in [
             (
@@ -726,18 +720,18 @@ fn criu_dumps_with_the_guardian_armed_as_without_it() {
         let without = run.criu_lines(&run.unguarded_log, setup.plugins());
         let (only_with, only_without) = difference(&with, &without);
         assert!(
-            only_with.is_empty() && only_without.is_empty(),
-            "CRIU's log differs ({} lines with the guardian, {} without):\nonly with:\n{}\nonly without:\n{}",
-            with.len(),
-            without.len(),
-            only_with.join("\n"),
-            only_without.join("\n")
-        );
+        only_with.is_empty() && only_without.is_empty(),
+        "CRIU's log differs ({} lines with the guardian, {} without):\nonly with:\n{}\nonly without:\n{}",
+        with.len(),
+        without.len(),
+        only_with.join("\n"),
+        only_without.join("\n")
+    );
         println!(
             "CRIU's own log: {} lines compared, the same with and without the guardian",
             with.len()
         );
-    }
+    });
 }
 
 /// The served machine's rule for a host process, without CRIU: `CRIU_OP`
