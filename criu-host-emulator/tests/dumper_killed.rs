@@ -143,15 +143,6 @@ fn killable(sim: &Sim, rec: &Arc<Mutex<Record>>, pid: kfd_sim::Pid) -> KillDrive
 const GPUS: usize = 2;
 const NEXT_STEPS: usize = 3;
 
-fn fingerprints(app: &mut Workload) -> Vec<u64> {
-    (0..NEXT_STEPS)
-        .map(|_| {
-            app.step().expect("queues run");
-            app.fingerprint().unwrap()
-        })
-        .collect()
-}
-
 struct Run {
     calls: Vec<Call>,
     dump_failed: bool,
@@ -207,7 +198,11 @@ fn run(images: &Path, shm: &Path, kill_at: Option<usize>, expected: &[u64]) -> R
     }
     let state = sim.kfd_state(app.pid()).unwrap();
     assert!(state.queues_running() && !state.queues_paused, "{state:?}");
-    assert_eq!(fingerprints(&mut app), expected, "the next steps");
+    assert_eq!(
+        common::steps_after(&mut app, NEXT_STEPS),
+        expected,
+        "the next steps"
+    );
     let after = Snapshot::take(&sim);
     assert_eq!(after.accounting, before.accounting, "nothing leaked");
     Run {
@@ -225,7 +220,7 @@ fn a_dumper_killed_at_any_stage_leaves_the_app_recoverable_and_nothing_leaked() 
         let sim = Sim::synthetic(GPUS, SimConfig::default()).unwrap();
         let mut app = Workload::launch(&sim, &Profile::Basic).unwrap();
         app.step().unwrap();
-        fingerprints(&mut app)
+        common::steps_after(&mut app, NEXT_STEPS)
     };
     let clean = run(images.path(), shm.path(), None, &expected);
     assert!(!clean.dump_failed);

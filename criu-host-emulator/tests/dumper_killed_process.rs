@@ -420,15 +420,6 @@ fn image_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-fn fingerprints(app: &mut Workload) -> Vec<u64> {
-    (0..NEXT_STEPS)
-        .map(|_| {
-            app.step().expect("queues run");
-            app.fingerprint().unwrap()
-        })
-        .collect()
-}
-
 struct Run {
     calls: Vec<Call>,
     /// The child's outcome (`None`: killed).
@@ -705,7 +696,11 @@ fn dump_run(images: &Path, shm: &Path, kill: Option<KillAt>, expected: &[u64]) -
     };
     let state = sim.kfd_state(app.pid()).unwrap();
     assert!(state.queues_running() && !state.queues_paused, "{state:?}");
-    assert_eq!(fingerprints(&mut app), expected, "the next steps");
+    assert_eq!(
+        common::steps_after(&mut app, NEXT_STEPS),
+        expected,
+        "the next steps"
+    );
     let after = Snapshot::take(&sim);
     assert_eq!(after.accounting, before.accounting, "nothing leaked");
     Run {
@@ -725,7 +720,7 @@ fn a_dumper_process_killed_at_any_stage_leaves_the_app_recoverable_and_nothing_l
         let sim = Sim::synthetic(GPUS, SimConfig::default()).unwrap();
         let mut app = Workload::launch(&sim, &Profile::Basic).unwrap();
         app.step().unwrap();
-        fingerprints(&mut app)
+        common::steps_after(&mut app, NEXT_STEPS)
     };
     let clean = dump_run(images.path(), shm.path(), None, &expected);
     assert_eq!(clean.result.as_deref(), Some("ok"), "the clean dump");

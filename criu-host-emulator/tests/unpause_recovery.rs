@@ -12,9 +12,12 @@
 //! * no such process, no KFD fd, ptrace refused, no CRIU capability and a
 //!   frozen cgroup each get their own answer.
 
+mod common;
+
 use std::os::fd::AsFd;
 
 use amdgpu_checkpoint::recover::{unpause_process, RecoverError};
+use common::steps_after;
 use kfd::{FrozenCgroup, Kfd};
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Pid, Sim, SimConfig};
@@ -44,15 +47,6 @@ fn paused_app(gpus: usize) -> (Sim, Workload, Pid) {
     let state = sim.kfd_state(app.pid()).unwrap();
     assert!(state.queues_paused && !state.queues_running());
     (sim, app, criu)
-}
-
-fn steps_after(app: &mut Workload, n: usize) -> Vec<u64> {
-    (0..n)
-        .map(|_| {
-            app.step().expect("queues run");
-            app.fingerprint().unwrap()
-        })
-        .collect()
 }
 
 #[test]

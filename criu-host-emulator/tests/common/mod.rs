@@ -227,3 +227,15 @@ pub fn checkpoint(sim: &Sim, profile: &kfd_sim::workload::Profile) -> Checkpoint
         image,
     }
 }
+
+/// The fingerprints of `app` after each of its next `n` steps: what a
+/// process that was paused, killed around or restored must match of an
+/// uninterrupted twin.
+pub fn steps_after(app: &mut Workload, n: usize) -> Vec<u64> {
+    (0..n)
+        .map(|_| {
+            app.step().expect("queues run");
+            app.fingerprint().unwrap()
+        })
+        .collect()
+}
