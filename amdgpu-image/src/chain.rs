@@ -298,6 +298,10 @@ fn index_level(store: DirStore, level: usize, limits: ReadLimits) -> Result<Leve
                 .store
                 .open_file(&pages)?
                 .ok_or_else(|| chain_error(shown_file(&pages), "missing"))?;
+            // A hint, as for a set's own pages files: a child reads the
+            // chunks it references in BO order, front to back with gaps
+            // (larger readahead).
+            let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Sequential);
             let file = PagesFile::open(file, &shown_file(&pages), layout)?;
             for (k, bo) in chunks.iter().enumerate() {
                 index_bo(&mut out.index, level, pages, k, bo);
@@ -464,8 +468,10 @@ impl<'a, R: Read> ChainReader<'a, R> {
     }
 }
 
-impl<R: Read> PieceSource for ChainReader<'_, R> {
-    fn read_piece(&mut self, buf: &mut [u8]) -> Result<Option<PagesChunk>, Error> {
+impl<R: Read> ChainReader<'_, R> {
+    /// The next piece of at most one chunk (the rest of the chunk being
+    /// read, or as much of it as `buf` holds) from wherever it is stored.
+    fn read_one(&mut self, buf: &mut [u8]) -> Result<Option<PagesChunk>, Error> {
         let Some(bo) = self.bos.get(self.bo) else {
             return Ok(None);
         };
@@ -532,6 +538,27 @@ impl<R: Read> PieceSource for ChainReader<'_, R> {
             self.finish_bo()?;
         }
         Ok(Some(chunk))
+    }
+}
+
+impl<R: Read> PieceSource for ChainReader<'_, R> {
+    /// Fills `buf` with consecutive chunks of the current BO, each from
+    /// wherever it is stored, as a [`PagesReader`] fills it from one file:
+    /// the consumer's copies stay as large as its buffers, not one chunk.
+    fn read_piece(&mut self, buf: &mut [u8]) -> Result<Option<PagesChunk>, Error> {
+        let Some(mut piece) = self.read_one(buf)? else {
+            return Ok(None);
+        };
+        while !piece.last && piece.len < buf.len() {
+            let Some(next) = self.read_one(&mut buf[piece.len..])? else {
+                break;
+            };
+            // Within one BO (`piece` was not its last), right after `piece`.
+            debug_assert!(next.bo == piece.bo && next.offset == piece.offset + piece.len as u64);
+            piece.len += next.len;
+            piece.last = next.last;
+        }
+        Ok(Some(piece))
     }
 
     fn finish_pieces(self: Box<Self>) -> Result<(), Error> {

@@ -165,8 +165,23 @@ fn incremental(parent: &Path) -> Decider {
     })
 }
 
-/// Reads GPU `g`'s BOs of the set in `dir` through its chain.
+/// Reads GPU `g`'s BOs of the set in `dir` through its chain, with
+/// buffers smaller than a chunk (pieces end inside chunks) and larger than
+/// several (pieces join chunks from different files and end inside one):
+/// both must read the same bytes.
 fn read_back(dir: &Path, g: usize) -> Result<Vec<Vec<u8>>, Error> {
+    let small = read_back_with(dir, g, 50_000)?;
+    let large = read_back_with(dir, g, 3 * CHUNK as usize + 12_345)?;
+    assert_eq!(
+        small,
+        large,
+        "{}: buffer sizes read differently",
+        dir.display()
+    );
+    Ok(large)
+}
+
+fn read_back_with(dir: &Path, g: usize, buf_len: usize) -> Result<Vec<Vec<u8>>, Error> {
     let store = DirStore::open_dir(dir)?;
     let image = image_of(dir);
     let resolver = ChunkResolver::new(&store, ReadLimits::default())?;
@@ -181,8 +196,9 @@ fn read_back(dir: &Path, g: usize) -> Result<Vec<Vec<u8>>, Error> {
     let mut out: Vec<Vec<u8>> = chunks.iter().map(|_| Vec::new()).collect();
     let mut reader: Box<dyn PieceSource> =
         Box::new(ChainReader::new(own, chunks, &resolver, &name)?);
-    let mut buf = vec![0u8; 50_000];
+    let mut buf = vec![0u8; buf_len];
     while let Some(piece) = reader.read_piece(&mut buf)? {
+        assert_eq!(piece.offset, out[piece.bo].len() as u64, "pieces in order");
         out[piece.bo].extend_from_slice(&buf[..piece.len]);
     }
     reader.finish_pieces()?;
