@@ -58,11 +58,17 @@ fn counting_cpu<T>(work: impl FnOnce() -> T) -> T {
     out
 }
 
+/// SDMA rings one GPU's transfer spreads its copies over (when the GPU has
+/// them): consecutive staging slots copy on different engines at once, the
+/// way to feed a PCIe link one engine cannot fill (the C plugin copies on
+/// one). With the default ring of four slots, two copies run on each.
+pub const SDMA_RINGS: u32 = 2;
+
 /// Staging buffers kept from one GPU's transfer for the next within one
 /// dumper process (CRIU dumps the tasks of a tree one after another, each
 /// with its own copy engines): a later task's copy engine registers memory
 /// that is already faulted in instead of mapping, faulting and zeroing new
-/// pages (a 64 MiB ring per GPU per task; on a GPU the userptr
+/// pages (a 32 MiB ring per GPU per task by default; on a GPU the userptr
 /// registration pins, and so faults in, every page of it). Only buffers of
 /// the exact length asked for are reused, so the staging memory stays what
 /// [`Staging`] allows; the pool never holds more buffers than were in use
@@ -270,7 +276,11 @@ impl<'p, D: Driver + Clone> Pipe<'p, D> {
     ) -> Result<Self, Error> {
         let render = RenderNode::open(driver.clone(), RenderMinor(render_minor))
             .map_err(transfer_error(gpu, "opening a private render node"))?;
-        let mut engine = CopyEngine::new(render, CopyEngineConfig::default())
+        let config = CopyEngineConfig {
+            spread: SDMA_RINGS,
+            ..CopyEngineConfig::default()
+        };
+        let mut engine = CopyEngine::new(render, config)
             .map_err(transfer_error(gpu, "setting up the SDMA copy engine"))?;
         let len = usize::try_from(staging.buffer_size).map_err(|_| Error::Transfer {
             gpu_id: gpu,

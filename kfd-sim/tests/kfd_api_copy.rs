@@ -367,3 +367,74 @@ fn a_failed_bo_list_destroy_leaves_the_slot_usable() {
     e.copy_bo_to_host(&bo, 0, &mut out, slot).unwrap();
     assert_eq!(out, p.read(0, &a, 64 << 10));
 }
+
+#[test]
+fn slots_spread_over_the_ready_rings() {
+    let sim = sim(1);
+    let p = GpuProcess::start(&sim);
+    let size = 4 << 20;
+    let a = p.alloc(0, VA, size as u64, vram());
+    p.fill(0, &a, size, pattern(41));
+    let dmabuf = p.kfd.export_dmabuf(a.handle).unwrap();
+    let render_of = || {
+        let pid = sim.spawn_process().unwrap();
+        RenderNode::open(sim.driver(pid), RenderMinor(sim.gpus()[0].render_minor)).unwrap()
+    };
+    // The simulated GPU has five rings (2 PCIe + 3 XGMI SDMA engines).
+    let config = CopyEngineConfig {
+        spread: 2,
+        ..Default::default()
+    };
+    let mut e = CopyEngine::new(render_of(), config).unwrap();
+    assert_eq!(e.rings(), &[0, 1]);
+    let bo = e.import_dmabuf(dmabuf.as_fd()).unwrap();
+    let slots: Vec<_> = (0..4)
+        .map(|_| e.add_staging(StagingBuffer::new(1 << 20).unwrap()).unwrap())
+        .collect();
+    // Four copies in flight at once, alternating rings; each lands whole.
+    let fences: Vec<Fence> = slots
+        .iter()
+        .enumerate()
+        .map(|(i, s)| e.submit_read(&bo, (i as u64) << 20, *s, 1 << 20).unwrap())
+        .collect();
+    let rings: Vec<u32> = fences.iter().map(|f| f.submission().ring).collect();
+    assert_eq!(rings, [0, 1, 0, 1]);
+    let mut out = Vec::new();
+    for (f, s) in fences.iter().zip(&slots) {
+        assert!(e.wait(f, None).unwrap());
+        out.extend_from_slice(e.staging(*s).unwrap());
+    }
+    assert_eq!(out, p.read(0, &a, size));
+    // And back, through both rings.
+    let new: Vec<u8> = (0..size).map(pattern(42)).collect();
+    for (i, s) in slots.iter().enumerate() {
+        e.staging_mut(*s)
+            .unwrap()
+            .copy_from_slice(&new[i << 20..(i + 1) << 20]);
+    }
+    let fences: Vec<Fence> = slots
+        .iter()
+        .enumerate()
+        .map(|(i, s)| e.submit_write(&bo, (i as u64) << 20, *s, 1 << 20).unwrap())
+        .collect();
+    for f in &fences {
+        assert!(e.wait(f, None).unwrap());
+    }
+    assert_eq!(p.read(0, &a, size), new);
+    e.release_bo(bo).unwrap();
+    e.close().unwrap();
+
+    // Only ready rings count, from `ring` up: ring 4 is the last.
+    let config = CopyEngineConfig {
+        ring: 4,
+        spread: 3,
+        ..Default::default()
+    };
+    let e = CopyEngine::new(render_of(), config).unwrap();
+    assert_eq!(e.rings(), &[4]);
+    e.close().unwrap();
+    // The default stays on one ring.
+    let e = CopyEngine::new(render_of(), CopyEngineConfig::default()).unwrap();
+    assert_eq!(e.rings(), &[0]);
+    e.close().unwrap();
+}

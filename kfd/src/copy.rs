@@ -2,8 +2,8 @@
 //! page-aligned host memory, asynchronously, so callers overlap copies with
 //! file I/O.
 //!
-//! One [`CopyEngine`] drives the SDMA ring of one GPU through one render-node
-//! file, and owns everything it creates in that file: one submission
+//! One [`CopyEngine`] drives the SDMA ring of one GPU (or several rings,
+//! [`CopyEngineConfig::spread`]) through one render-node file, and owns everything it creates in that file: one submission
 //! context, the imported BOs' GEM handles and VA mappings, the staging
 //! buffers (host memory registered as userptr BOs and mapped once) and one IB
 //! per staging slot (a GTT BO, CPU-mapped once). Each submission uses a
@@ -94,6 +94,13 @@ pub struct CopyEngineConfig {
     pub reserved: Vec<Range<u64>>,
     /// SDMA ring to submit to (must be in the ring mask `HW_IP_INFO` reports).
     pub ring: u32,
+    /// How many SDMA rings the staging slots are spread over: `ring` and
+    /// the next rings up that `HW_IP_INFO` reports ready, as many as there
+    /// are, up to this count (0 counts as 1). Slot `i` submits to the
+    /// `i % n`-th of them, so copies through consecutive slots run on
+    /// different SDMA engines at once (each ring is one engine). 1: every
+    /// copy on `ring`.
+    pub spread: u32,
     /// Context priority (`AMDGPU_CTX_PRIORITY_*`).
     pub priority: i32,
 }
@@ -104,6 +111,7 @@ impl Default for CopyEngineConfig {
             va_window: None,
             reserved: Vec::new(),
             ring: 0,
+            spread: 1,
             priority: AMDGPU_CTX_PRIORITY_NORMAL,
         }
     }
@@ -211,7 +219,8 @@ pub struct CopyEngine<D: Driver + Clone, F: AsFd = OwnedFd> {
     render: RenderNode<D, F>,
     id: u64,
     format: CopyFormat,
-    ring: u32,
+    /// The rings slots submit to: slot `i` to `rings[i % rings.len()]`.
+    rings: Vec<u32>,
     ctx: Option<CtxId>,
     va: VaAllocator,
     bos: HashMap<GemHandle, BoEntry>,
@@ -237,6 +246,10 @@ impl<D: Driver + Clone, F: AsFd> CopyEngine<D, F> {
                 ),
             });
         }
+        let rings: Vec<u32> = (config.ring..32)
+            .filter(|r| ip.available_rings & (1 << r) != 0)
+            .take(config.spread.max(1) as usize)
+            .collect();
         let mut window = info.virtual_address_offset..info.virtual_address_max;
         if let Some(w) = &config.va_window {
             window = window.start.max(w.start)..window.end.min(w.end);
@@ -253,7 +266,7 @@ impl<D: Driver + Clone, F: AsFd> CopyEngine<D, F> {
             render,
             id: NEXT_ENGINE_ID.fetch_add(1, Ordering::Relaxed),
             format,
-            ring: config.ring,
+            rings,
             ctx: Some(ctx),
             va,
             bos: HashMap::new(),
@@ -272,6 +285,12 @@ impl<D: Driver + Clone, F: AsFd> CopyEngine<D, F> {
     /// The packet format of this GPU's family.
     pub fn format(&self) -> CopyFormat {
         self.format
+    }
+
+    /// The SDMA rings the staging slots submit to, slot `i` to the
+    /// `i % len`-th ([`CopyEngineConfig::spread`]).
+    pub fn rings(&self) -> &[u32] {
+        &self.rings
     }
 
     /// Imports a BO's dma-buf (`PRIME_FD_TO_HANDLE`, size by `lseek`) and maps
@@ -702,7 +721,7 @@ impl<D: Driver + Clone, F: AsFd> CopyEngine<D, F> {
                     ib_bytes: ib_bytes.len() as u32,
                     ip_type: AMDGPU_HW_IP_DMA,
                     ip_instance: 0,
-                    ring: self.ring,
+                    ring: self.rings[slot.index % self.rings.len()],
                     flags: 0,
                 }],
             )
