@@ -25,11 +25,16 @@
 //! that does not parse is an [`OptionError`] wherever it comes from.
 //!
 //! Staging: BO contents move between GPU memory and image files through
-//! host staging buffers, two per GPU so that the SDMA copy of one chunk
-//! overlaps the file I/O of the previous one.
-//! - `KFD_MAX_BUFFER_SIZE` unset (or `0`): 2 × 32 MiB per GPU. Unlike the C
+//! host staging buffers, several per GPU so that SDMA copies overlap the
+//! file I/O of the chunks before them.
+//! - `KFD_MAX_BUFFER_SIZE` unset (or `0`): 4 × 8 MiB per GPU. Unlike the C
 //!   plugin, there is no unbounded mode (C sized the buffer by the largest
-//!   BO, gigabytes for large models).
+//!   BO, gigabytes for large models). The default used to be 2 × 32 MiB;
+//!   four 8 MiB buffers hold half the memory (every dumper and restorer
+//!   faults it in fresh: a CRIU process per dump, a task per restore),
+//!   keep each buffer within a last-level cache, so the hash of a chunk
+//!   reads what the copy just wrote, and keep three copies in flight while
+//!   one is written out (the A/B is in `benches/README.md`).
 //! - set: the total staging memory per GPU is at most the value, rounded
 //!   down to 4 KiB pages, minimum one page. With room for two pages or more
 //!   it is split into two equal page-aligned buffers; with a single page
@@ -227,17 +232,18 @@ pub fn max_buffer_size_from_env() -> (u64, Option<InvalidOption>) {
 pub const STAGING_PAGE: u64 = 4096;
 
 /// Default size of one staging buffer.
-pub const DEFAULT_STAGING_BUFFER: u64 = 32 << 20;
+pub const DEFAULT_STAGING_BUFFER: u64 = 8 << 20;
 
 /// Default number of staging buffers per GPU.
-pub const DEFAULT_STAGING_BUFFERS: usize = 2;
+pub const DEFAULT_STAGING_BUFFERS: usize = 4;
 
 /// Host staging memory for one GPU's transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Staging {
     /// Size of each buffer in bytes, a multiple of [`STAGING_PAGE`].
     pub buffer_size: u64,
-    /// Number of buffers (1 or 2).
+    /// Number of buffers: [`DEFAULT_STAGING_BUFFERS`] by default; 1 or 2
+    /// under a `KFD_MAX_BUFFER_SIZE` limit.
     pub buffers: usize,
 }
 
@@ -637,13 +643,13 @@ mod tests {
     }
 
     #[test]
-    fn defaults_bound_staging_to_two_32mib_buffers() {
+    fn defaults_bound_staging_to_four_8mib_buffers() {
         let (options, invalid) = Options::from_lookup(|_| None);
         assert!(invalid.is_empty());
         assert_eq!(options.checks, CheckOptions::all());
-        assert_eq!(options.staging.buffers, 2);
-        assert_eq!(options.staging.buffer_size, 32 << 20);
-        assert_eq!(options.staging.total(), 64 << 20);
+        assert_eq!(options.staging.buffers, 4);
+        assert_eq!(options.staging.buffer_size, 8 << 20);
+        assert_eq!(options.staging.total(), 32 << 20);
     }
 
     #[test]
@@ -699,7 +705,7 @@ mod tests {
         assert_eq!(Staging::default().for_largest_bo(0).buffer_size, 4096);
         assert_eq!(
             Staging::default().for_largest_bo(1 << 40).buffer_size,
-            32 << 20
+            8 << 20
         );
     }
 

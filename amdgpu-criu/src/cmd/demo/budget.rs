@@ -39,8 +39,9 @@ pub(super) struct Budget {
     pub(super) disk_free: Option<u64>,
 }
 
-/// Staging per GPU: two buffers of 32 MiB (the plugin's default).
-const STAGING_PER_GPU: u64 = 64 * MIB;
+/// Staging per GPU: the plugin's default ring.
+const STAGING_PER_GPU: u64 = amdgpu_checkpoint::options::DEFAULT_STAGING_BUFFER
+    * amdgpu_checkpoint::options::DEFAULT_STAGING_BUFFERS as u64;
 /// The simulators' own memory (topologies, tables, the host process).
 const OVERHEAD: u64 = 128 * MIB;
 
