@@ -2,8 +2,10 @@
 //! plain sequential I/O of the same bytes, in one run: one `name=value`
 //! line per figure on stdout (progress and the plugin's log on stderr).
 //!
-//! `cargo run --release -p benches --bin incremental_dedup [-- --quick | --mib N]`:
-//! 2 GiB of dense BO contents by default (`--quick`: 256 MiB). Files go to
+//! `cargo run --release -p benches --bin incremental_dedup [-- --quick | --mib N]
+//! [--dedup-only | --incremental-only]`: 2 GiB of dense BO contents by
+//! default (`--quick`: 256 MiB); `--dedup-only` measures only the `dedup_*`
+//! figures, `--incremental-only` all but them (for profiling). Files go to
 //! `$BENCH_DIR` when set, else `target/bench-report` of the workspace; they
 //! are removed afterwards.
 //!
@@ -23,7 +25,12 @@
 //!   dump); a third after one chunk in ten changed (`changed10_bytes_ratio`);
 //!   the restore from that three-deep chain against the restore of its
 //!   flattened copy (`chain3_restore_vs_flat`: flattened time over chain
-//!   time, 1.0 = as fast).
+//!   time, 1.0 = as fast). `sdma_read_s`: the simulated copy engine alone
+//!   reading the same BOs into the plugin's staging ring, no digest and no
+//!   file, the floor under a dump that reads every byte;
+//!   `unchanged_vs_sdma_read` is the unchanged dump over it (what the
+//!   plugin adds), `unchanged_floor_ratio` it over the full dump (the
+//!   lowest `unchanged_time_ratio` this simulator allows on this disk).
 //! - `dedup_*`: eight processes, one per GPU, identical weights (15/16 of
 //!   each process's bytes) and their own activations, dumped as one tree
 //!   without and with `KFD_DEDUP` (`bytes_ratio`, `time_ratio`).
@@ -56,7 +63,9 @@ use amdgpu_image::chunks::{ChunkHasher, CHUNK_SIZE};
 use amdgpu_image::{ContentHasher, CriuKfd, DirStore, ImageName, ImageStore, ReadLimits};
 use benches::memory::Primer;
 use benches::output::{line, work_dir};
-use benches::transfer::{drop_cache, gibs, pages_files, BenchError, Fill, Machine, Result};
+use benches::transfer::{
+    drop_cache, gibs, pages_files, BenchError, Fill, Machine, Result, SdmaRig,
+};
 use criu_host_emulator::{CriuEmulator, DeviceVma, EmulatorConfig, TaskFile, TaskToDump};
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Pid, Sim, SimConfig};
@@ -532,6 +541,31 @@ fn restore(
     Ok((time, cpu))
 }
 
+/// The simulated SDMA alone reading every BO of `machine` into the
+/// plugin's staging ring (its buffers and SDMA rings), no digest and no
+/// file: the floor under any dump that reads every byte, which on a GPU is
+/// DMA and here a `memcpy` on this machine's CPUs. Primed like the dumps;
+/// best of [`DUMP_ROUNDS`]; the rigs are set up outside the timing.
+fn sdma_read_floor(machine: &Machine, (primer, moved): (&Primer, u64)) -> Result<Duration> {
+    let mut best = Duration::MAX;
+    for _ in 0..DUMP_ROUNDS {
+        let mut rigs = Vec::new();
+        for gpu in machine.sim.gpus() {
+            rigs.push(SdmaRig::plugin(machine, gpu.gpu_id)?);
+        }
+        primer.prime(moved + PRIME_MARGIN)?;
+        let start = Instant::now();
+        for rig in &mut rigs {
+            rig.pass(false)?;
+        }
+        best = best.min(start.elapsed());
+        for rig in rigs {
+            rig.close()?;
+        }
+    }
+    Ok(best)
+}
+
 /// Changes one word in every tenth chunk of every BO of `machine`.
 fn change_tenth(machine: &Machine) -> Result<u64> {
     let mut changed = 0;
@@ -590,6 +624,8 @@ fn incremental(root: &Path, total: u64, raw_cpu: (f64, f64), primer: &Primer) ->
         )
     })?;
     let (full, same) = (&both[0], &both[1]);
+    progress("the simulated copy engine alone, the plugin's staging ring");
+    let floor = sdma_read_floor(&machine, (primer, moved))?;
     let changed = change_tenth(&machine)?;
     progress(&format!("third dump, {changed} chunks changed"));
     let tenth = interleaved(&[&d3], |_, dir| {
@@ -625,6 +661,18 @@ fn incremental(root: &Path, total: u64, raw_cpu: (f64, f64), primer: &Primer) ->
     line(
         "incremental_unchanged_time_ratio",
         ratio(same.time.as_secs_f64(), full.time.as_secs_f64()),
+    );
+    line(
+        "incremental_sdma_read_s",
+        format!("{:.3}", floor.as_secs_f64()),
+    );
+    line(
+        "incremental_unchanged_vs_sdma_read",
+        ratio(same.time.as_secs_f64(), floor.as_secs_f64()),
+    );
+    line(
+        "incremental_unchanged_floor_ratio",
+        ratio(floor.as_secs_f64(), full.time.as_secs_f64()),
     );
     line(
         "incremental_changed10_dump_s",
@@ -795,7 +843,15 @@ fn dedup(root: &Path, total: u64, primer: &Primer) -> Result<()> {
     Ok(())
 }
 
-fn run(total: u64) -> Result<()> {
+/// Which parts [`run`] measures.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Only {
+    All,
+    Incremental,
+    Dedup,
+}
+
+fn run(total: u64, only: Only) -> Result<()> {
     let base = work_dir();
     std::fs::create_dir_all(&base).map_err(step("creating the work directory"))?;
     let root = tempfile::Builder::new()
@@ -803,6 +859,11 @@ fn run(total: u64) -> Result<()> {
         .tempdir_in(&base)
         .map_err(step("creating the run directory"))?;
     line("bytes", total);
+    if only == Only::Dedup {
+        progress("writing the ballast that primes free memory before every timed phase");
+        let primer = Primer::new(root.path(), 2 * total + PRIME_MARGIN)?;
+        return dedup(root.path(), total, &primer);
+    }
     progress("hash rates in memory");
     hash_rates((total.min(256 * MIB)) as usize);
     progress("writing the ballast that primes free memory before every timed phase");
@@ -827,16 +888,21 @@ fn run(total: u64) -> Result<()> {
         format!("{:.3}", cold / gib),
     );
     incremental(root.path(), total, raw_cpu, &primer)?;
-    dedup(root.path(), total, &primer)?;
+    if only == Only::All {
+        dedup(root.path(), total, &primer)?;
+    }
     Ok(())
 }
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let mut total = 2048 * MIB;
+    let mut only = Only::All;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => total = 256 * MIB,
+            "--dedup-only" => only = Only::Dedup,
+            "--incremental-only" => only = Only::Incremental,
             "--mib" => match args.next().and_then(|v| v.parse::<u64>().ok()) {
                 Some(n) if n >= 64 => total = n * MIB,
                 _ => {
@@ -845,12 +911,14 @@ fn main() -> ExitCode {
                 }
             },
             other => {
-                eprintln!("incremental_dedup: unknown argument {other:?} (--quick, --mib N)");
+                eprintln!(
+                    "incremental_dedup: unknown argument {other:?} (--quick, --mib N, --dedup-only, --incremental-only)"
+                );
                 return ExitCode::from(2);
             }
         }
     }
-    match run(total) {
+    match run(total, only) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("incremental_dedup: {e}");

@@ -23,19 +23,46 @@ pub struct SdmaFigures {
 }
 
 /// One GPU's copy engine with the GPU's BOs of a [`Machine`] imported and
-/// two 32 MiB staging buffers: copies without file I/O.
+/// a ring of staging buffers (two of 32 MiB on one SDMA ring, or the
+/// plugin's own ring, [`SdmaRig::plugin`]): copies without file I/O.
 pub struct SdmaRig {
     engine: CopyEngine<SimDriver>,
     slots: Vec<StagingSlot>,
+    slot_len: usize,
     imported: Vec<(ImportedBo, u64)>,
 }
 
 impl SdmaRig {
-    /// Size of each staging buffer.
+    /// Size of each staging buffer of [`SdmaRig::new`].
     pub const SLOT: usize = 32 << 20;
 
-    /// The rig for the BOs of `machine` on `gpu` (a `GpuInfo::gpu_id`).
+    /// The rig for the BOs of `machine` on `gpu` (a `GpuInfo::gpu_id`):
+    /// two 32 MiB buffers, one SDMA ring.
     pub fn new(machine: &Machine, gpu: u32) -> Result<SdmaRig> {
+        Self::with_ring(machine, gpu, 2, Self::SLOT, 1)
+    }
+
+    /// The rig with the plugin's staging ring and SDMA rings (the
+    /// defaults of `amdgpu_checkpoint`): what a dump's copies alone take.
+    pub fn plugin(machine: &Machine, gpu: u32) -> Result<SdmaRig> {
+        Self::with_ring(
+            machine,
+            gpu,
+            amdgpu_checkpoint::options::DEFAULT_STAGING_BUFFERS,
+            amdgpu_checkpoint::options::DEFAULT_STAGING_BUFFER as usize,
+            amdgpu_checkpoint::transfer::SDMA_RINGS,
+        )
+    }
+
+    /// `buffers` staging buffers of `slot_len` bytes spread over `spread`
+    /// SDMA rings.
+    fn with_ring(
+        machine: &Machine,
+        gpu: u32,
+        buffers: usize,
+        slot_len: usize,
+        spread: u32,
+    ) -> Result<SdmaRig> {
         let driver = machine.sim.driver(machine.app.pid());
         let kfd_fd = machine.app.kfd_fd().ok_or_else(|| BenchError::Step {
             step: "sdma rig",
@@ -53,11 +80,15 @@ impl SdmaRig {
             })?;
         let render = RenderNode::open(driver, RenderMinor(info.render_minor))
             .map_err(step("opening a render node"))?;
-        let mut engine = CopyEngine::new(render, CopyEngineConfig::default())
-            .map_err(step("setting up the copy engine"))?;
+        let config = CopyEngineConfig {
+            spread,
+            ..CopyEngineConfig::default()
+        };
+        let mut engine =
+            CopyEngine::new(render, config).map_err(step("setting up the copy engine"))?;
         let mut slots = Vec::new();
-        for _ in 0..2 {
-            let mut buffer = StagingBuffer::new(Self::SLOT).map_err(step("staging memory"))?;
+        for _ in 0..buffers {
+            let mut buffer = StagingBuffer::new(slot_len).map_err(step("staging memory"))?;
             // Touch the pages once, as a reused staging buffer is.
             buffer.as_mut_slice().fill(1);
             slots.push(
@@ -79,38 +110,41 @@ impl SdmaRig {
         Ok(SdmaRig {
             engine,
             slots,
+            slot_len,
             imported,
         })
     }
 
     /// Copies every BO into the staging buffers (`to_bo` false) or the
-    /// staging buffers into every BO (`to_bo` true), one copy in flight while
-    /// the previous one is waited for; returns the bytes moved.
+    /// staging buffers into every BO (`to_bo` true), the buffers used in
+    /// turn, a buffer's copy waited for before it is used again (every
+    /// buffer's copy in flight at once); returns the bytes moved.
     pub fn pass(&mut self, to_bo: bool) -> Result<u64> {
-        let mut pending = None;
+        let mut pending: Vec<Option<kfd::Fence>> = vec![None; self.slots.len()];
         let mut turn = 0;
         let mut bytes = 0;
         for (bo, size) in &self.imported {
             let mut offset = 0u64;
             while offset < *size {
-                let len = (*size - offset).min(Self::SLOT as u64) as usize;
+                if let Some(prev) = pending[turn].take() {
+                    self.engine
+                        .wait(&prev, None)
+                        .map_err(step("waiting for a copy"))?;
+                }
+                let len = (*size - offset).min(self.slot_len as u64) as usize;
                 let fence = if to_bo {
                     self.engine.submit_write(bo, offset, self.slots[turn], len)
                 } else {
                     self.engine.submit_read(bo, offset, self.slots[turn], len)
                 }
                 .map_err(step("submitting a copy"))?;
-                if let Some(prev) = pending.replace(fence) {
-                    self.engine
-                        .wait(&prev, None)
-                        .map_err(step("waiting for a copy"))?;
-                }
-                turn ^= 1;
+                pending[turn] = Some(fence);
+                turn = (turn + 1) % self.slots.len();
                 offset += len as u64;
                 bytes += len as u64;
             }
         }
-        if let Some(prev) = pending {
+        for prev in pending.into_iter().flatten() {
             self.engine
                 .wait(&prev, None)
                 .map_err(step("waiting for a copy"))?;
