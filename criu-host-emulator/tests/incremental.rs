@@ -13,8 +13,8 @@ mod common;
 use amdgpu_image::chain::flatten;
 use amdgpu_image::{verify_set, CriuKfd, DirStore, ImageName, ReadLimits, ValidatedKfd};
 use chain_common::{bytes_of, clean, continues_like, dump, logged, restore_one, Root};
-use common::{device_vmas, image_message, vmas_of, KFD_ID};
-use criu_host_emulator::{ImageStreamer, TaskToDump, TaskToRestore};
+use common::{image_message, vmas_of, KFD_ID};
+use criu_host_emulator::{ImageStreamer, TaskToRestore};
 use criu_plugin_amdgpu::log::{Capture, Level};
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Pid, Sim, SimConfig};
@@ -243,21 +243,7 @@ fn dedup_of_a_data_parallel_tree_writes_the_weights_once() {
     }
     let root = Root::new();
     let dir = root.dir("dedup", None);
-    let files: Vec<_> = apps
-        .iter()
-        .enumerate()
-        .map(|(i, a)| common::gpu_files_from(a, 10 * i as u32 + 1))
-        .collect();
-    let vmas = device_vmas(&sim);
-    let tasks: Vec<TaskToDump<'_>> = apps
-        .iter()
-        .zip(&files)
-        .map(|(a, (f, _))| TaskToDump {
-            pid: a.pid(),
-            files: f.clone(),
-            vmas: vmas.clone(),
-        })
-        .collect();
+    let tasks = common::tree_tasks(&sim, &apps);
     let emulator = root.emulator(&sim, &dir, |c| c.options.dedup = true);
     emulator.dump_tree(&tasks).expect("dump of the tree");
     let (content, stored) = bytes_of(&dir);
@@ -288,7 +274,7 @@ fn dedup_of_a_data_parallel_tree_writes_the_weights_once() {
             }
         })
         .collect();
-    drop(files);
+    drop(tasks);
     for a in apps {
         a.exit().unwrap();
     }

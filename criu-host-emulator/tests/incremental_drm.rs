@@ -290,21 +290,7 @@ fn dedup_references_drm_chunks_of_another_kfd_process() {
         .collect();
     let bos: Vec<Vec<DrmBo>> = apps.iter().map(add_drm_bos).collect();
     assert_eq!(bos[0][1].pattern, bos[1][1].pattern);
-    let files: Vec<_> = apps
-        .iter()
-        .enumerate()
-        .map(|(i, a)| common::gpu_files_from(a, 10 * i as u32 + 1))
-        .collect();
-    let vmas = common::device_vmas(&sim);
-    let tasks: Vec<TaskToDump<'_>> = apps
-        .iter()
-        .zip(&files)
-        .map(|(a, (f, _))| TaskToDump {
-            pid: a.pid(),
-            files: f.clone(),
-            vmas: vmas.clone(),
-        })
-        .collect();
+    let tasks = common::tree_tasks(&sim, &apps);
     let root = Root::new();
     let dir = root.dir("dedup", None);
     let emulator = root.emulator(&sim, &dir, |c| c.options.dedup = true);
@@ -328,7 +314,6 @@ fn dedup_references_drm_chunks_of_another_kfd_process() {
     let expected: Vec<_> = apps.iter().map(|a| a.describe().unwrap()).collect();
     let pids: Vec<Pid> = apps.iter().map(Workload::pid).collect();
     drop(tasks);
-    drop(files);
     for a in apps {
         a.exit().unwrap();
     }

@@ -10,7 +10,7 @@ use amdgpu_image::{
     CriuKfd, CriuRenderNode, DirStore, ImageMessage, ImageName, ImageStore, ReadLimits,
 };
 use criu_host_emulator::{
-    CriuEmulator, DeviceVma, EmulatorConfig, EmulatorError, RestoredTask, TaskFile,
+    CriuEmulator, DeviceVma, EmulatorConfig, EmulatorError, RestoredTask, TaskFile, TaskToDump,
 };
 use kfd_sim::workload::Workload;
 use kfd_sim::Sim;
@@ -105,6 +105,21 @@ pub fn restored_file(task: &RestoredTask, id: u32) -> BorrowedFd<'_> {
 /// The mappings CRIU offers `HANDLE_DEVICE_VMA` at dump.
 pub fn device_vmas(sim: &Sim) -> Vec<DeviceVma> {
     DeviceVma::offered_at_dump(sim)
+}
+
+/// The dump of a process tree: every process of `apps` with its GPU files
+/// (process `i`'s file ids from `10 * i + 1`, as CRIU numbers the files of
+/// a tree) and the mappings CRIU offers at dump.
+pub fn tree_tasks<'a>(sim: &Sim, apps: &'a [Workload]) -> Vec<TaskToDump<'a>> {
+    let vmas = device_vmas(sim);
+    apps.iter()
+        .enumerate()
+        .map(|(i, app)| TaskToDump {
+            pid: app.pid(),
+            files: gpu_files_from(app, 10 * i as u32 + 1).0,
+            vmas: vmas.clone(),
+        })
+        .collect()
 }
 
 /// The device mappings of a KFD image's BOs at restore.
