@@ -64,7 +64,8 @@ use amdgpu_image::{ContentHasher, CriuKfd, DirStore, ImageName, ImageStore, Read
 use benches::memory::Primer;
 use benches::output::{line, work_dir};
 use benches::transfer::{
-    drop_cache, gibs, pages_files, BenchError, Fill, Machine, Result, SdmaRig,
+    drop_cache, gibs, pages_files, read_plain, write_plain, BenchError, Fill, Machine, Result,
+    SdmaRig,
 };
 use criu_host_emulator::{CriuEmulator, DeviceVma, EmulatorConfig, TaskFile, TaskToDump};
 use kfd_sim::workload::{Profile, Workload};
@@ -188,7 +189,6 @@ fn raw_io_once(
     bytes: u64,
     primer: &Primer,
 ) -> Result<((Duration, Duration), (Duration, Duration))> {
-    use std::io::{Read, Write};
     let path = dir.join("raw-io.bin");
     let mut buf = vec![0u8; 8 << 20];
     for (i, b) in buf.iter_mut().enumerate() {
@@ -197,13 +197,7 @@ fn raw_io_once(
     primer.prime(bytes + PRIME_MARGIN)?;
     let (wall, cpu) = (Instant::now(), thread_cpu_time());
     let mut file = File::create(&path).map_err(step("creating the raw file"))?;
-    let mut left = bytes;
-    while left > 0 {
-        let n = left.min(buf.len() as u64) as usize;
-        file.write_all(&buf[..n])
-            .map_err(step("writing the raw file"))?;
-        left -= n as u64;
-    }
+    write_plain(&mut file, &buf, bytes)?;
     let write_cpu = thread_cpu_time().saturating_sub(cpu);
     file.sync_all().map_err(step("fsync of the raw file"))?;
     let write = (wall.elapsed(), write_cpu);
@@ -212,14 +206,7 @@ fn raw_io_once(
     primer.prime(bytes + PRIME_MARGIN)?;
     let (wall, cpu) = (Instant::now(), thread_cpu_time());
     let mut file = File::open(&path).map_err(step("opening the raw file"))?;
-    let mut read = 0u64;
-    loop {
-        let n = file.read(&mut buf).map_err(step("reading the raw file"))?;
-        if n == 0 {
-            break;
-        }
-        read += n as u64;
-    }
+    let read = read_plain(&mut file, &mut buf)?;
     let read_time = (wall.elapsed(), thread_cpu_time().saturating_sub(cpu));
     let _ = std::fs::remove_file(&path);
     if read != bytes {
@@ -242,7 +229,7 @@ fn plain_read_cpu(dir: &Path, bytes: u64, primer: &Primer) -> Result<Duration> {
     let cpu = thread_cpu_time();
     for path in &files {
         let mut file = File::open(path).map_err(step("opening a pages file"))?;
-        while std::io::Read::read(&mut file, &mut buf).map_err(step("reading a pages file"))? > 0 {}
+        read_plain(&mut file, &mut buf)?;
     }
     Ok(thread_cpu_time().saturating_sub(cpu))
 }
@@ -252,23 +239,16 @@ fn plain_read_cpu(dir: &Path, bytes: u64, primer: &Primer) -> Result<Duration> {
 /// phase pays here when the memory it allocates has been free a while
 /// (`benches::memory`). Shown once, beside the primed figures.
 fn unprimed_read(dir: &Path, bytes: u64) -> Result<f64> {
-    use std::io::{Read, Write};
     let path = dir.join("raw-unprimed.bin");
     let mut buf = vec![1u8; 8 << 20];
     let mut file = File::create(&path).map_err(step("creating the raw file"))?;
-    let mut left = bytes;
-    while left > 0 {
-        let n = left.min(buf.len() as u64) as usize;
-        file.write_all(&buf[..n])
-            .map_err(step("writing the raw file"))?;
-        left -= n as u64;
-    }
+    write_plain(&mut file, &buf, bytes)?;
     drop(file);
     drop_cache(&path)?;
     std::thread::sleep(UNPRIMED_PAUSE);
     let cpu = thread_cpu_time();
     let mut file = File::open(&path).map_err(step("opening the raw file"))?;
-    while file.read(&mut buf).map_err(step("reading the raw file"))? > 0 {}
+    read_plain(&mut file, &mut buf)?;
     let used = thread_cpu_time().saturating_sub(cpu);
     let _ = std::fs::remove_file(&path);
     Ok(used.as_secs_f64())
@@ -859,15 +839,13 @@ fn run(total: u64, only: Only) -> Result<()> {
         .tempdir_in(&base)
         .map_err(step("creating the run directory"))?;
     line("bytes", total);
+    progress("writing the ballast that primes free memory before every timed phase");
+    let primer = Primer::new(root.path(), 2 * total + PRIME_MARGIN)?;
     if only == Only::Dedup {
-        progress("writing the ballast that primes free memory before every timed phase");
-        let primer = Primer::new(root.path(), 2 * total + PRIME_MARGIN)?;
         return dedup(root.path(), total, &primer);
     }
     progress("hash rates in memory");
     hash_rates((total.min(256 * MIB)) as usize);
-    progress("writing the ballast that primes free memory before every timed phase");
-    let primer = Primer::new(root.path(), 2 * total + PRIME_MARGIN)?;
     progress("raw sequential write and read");
     let ((w, wcpu), (r, rcpu)) = raw_io(root.path(), total, &primer)?;
     let gib = total as f64 / GIB;

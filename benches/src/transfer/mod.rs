@@ -31,7 +31,9 @@ pub use error::{BenchError, Result};
 pub use fill::{BoPlan, Fill, FILL_PAGE};
 pub use machine::{BenchBo, Machine};
 pub use plugin::{options_with_max_buffer, plugin_run, PluginRun, RunOptions};
-pub use raw::{raw_io, raw_layout_write, RawFigures, RawLayout, RawLayoutRun};
+pub use raw::{
+    raw_io, raw_layout_write, read_plain, write_plain, RawFigures, RawLayout, RawLayoutRun,
+};
 pub use restore_read::{restore_read, RestoreReadFigures};
 pub use sdma::{sdma_cold_write, sdma_rates, SdmaFigures, SdmaRig};
 

@@ -31,13 +31,7 @@ pub fn raw_io(dir: &Path, bytes: u64, fsync: bool) -> Result<RawFigures> {
     fill_chunk(&mut buf, 0x5EED, 0, Fill::Dense);
     let start = Instant::now();
     let mut file = File::create(&path).map_err(step("creating the raw file"))?;
-    let mut left = bytes;
-    while left > 0 {
-        let n = left.min(RAW_IO as u64) as usize;
-        file.write_all(&buf[..n])
-            .map_err(step("writing the raw file"))?;
-        left -= n as u64;
-    }
+    write_plain(&mut file, &buf, bytes)?;
     if fsync {
         file.sync_all().map_err(step("fsync of the raw file"))?;
     }
@@ -46,14 +40,7 @@ pub fn raw_io(dir: &Path, bytes: u64, fsync: bool) -> Result<RawFigures> {
     drop_cache(&path)?;
     let start = Instant::now();
     let mut file = File::open(&path).map_err(step("opening the raw file"))?;
-    let mut read = 0u64;
-    loop {
-        let n = file.read(&mut buf).map_err(step("reading the raw file"))?;
-        if n == 0 {
-            break;
-        }
-        read += n as u64;
-    }
+    let read = read_plain(&mut file, &mut buf)?;
     let read_time = start.elapsed();
     let _ = fs::remove_file(&path);
     if read != bytes {
@@ -66,6 +53,31 @@ pub fn raw_io(dir: &Path, bytes: u64, fsync: bool) -> Result<RawFigures> {
         write_bps: bytes as f64 / write.as_secs_f64(),
         read_bps: bytes as f64 / read_time.as_secs_f64(),
     })
+}
+
+/// Writes `bytes` bytes to `file` with plain `write`s of `buf` (its first
+/// bytes for the last one): the raw write every comparison is made against.
+pub fn write_plain(file: &mut File, buf: &[u8], bytes: u64) -> Result<()> {
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        file.write_all(&buf[..n])
+            .map_err(step("writing the raw file"))?;
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+/// Reads `file` to its end with plain `read`s into `buf`; the bytes read.
+pub fn read_plain(file: &mut File, buf: &mut [u8]) -> Result<u64> {
+    let mut read = 0u64;
+    loop {
+        let n = file.read(buf).map_err(step("reading a file"))?;
+        if n == 0 {
+            return Ok(read);
+        }
+        read += n as u64;
+    }
 }
 
 /// The bytes of a pages file of the benchmark's BOs, prepared in memory so
