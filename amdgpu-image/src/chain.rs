@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::sync::{Arc, Mutex};
 
-use xxhash_rust::xxh3::Xxh3Default;
+use twox_hash::XxHash3_128;
 
 use crate::chunks::{BoChunks, ChunkSource, Digest};
 use crate::framing::ReadLimits;
@@ -395,7 +395,7 @@ pub struct ChainReader<'a, R: Read> {
     bo: usize,
     offset: u64,
     /// The chunk being read from elsewhere: its location and running digest.
-    remote: Option<(ChunkLocation, Xxh3Default)>,
+    remote: Option<(ChunkLocation, XxHash3_128)>,
 }
 
 impl<R: Read> std::fmt::Debug for ChainReader<'_, R> {
@@ -503,15 +503,15 @@ impl<R: Read> ChainReader<'_, R> {
         } else {
             if in_chunk == 0 {
                 let loc = self.resolver.locate(source, digest, clen)?;
-                self.remote = Some((loc, Xxh3Default::new()));
+                self.remote = Some((loc, XxHash3_128::new()));
             }
             let Some((loc, hasher)) = self.remote.as_mut() else {
                 return Err(chain_error("pages", "a chunk read from its middle"));
             };
             self.resolver.read(loc, in_chunk, &mut buf[..want])?;
-            hasher.update(&buf[..want]);
+            hasher.write(&buf[..want]);
             if in_chunk + want as u64 == clen {
-                let actual = hasher.digest128();
+                let actual = hasher.finish_128();
                 if actual != digest {
                     return Err(Error::ChunkMismatch {
                         file: self.resolver.shown(loc),

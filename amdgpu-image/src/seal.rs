@@ -1,7 +1,7 @@
 //! The per-message checksum (`message_checksum`, tag 120) that makes every
 //! byte of an image message covered, not just the BO contents.
 //!
-//! The checksum is XXH3-64 (seed 0, from `xxhash-rust`) of the message's
+//! The checksum is XXH3-64 (seed 0, from `twox-hash`) of the message's
 //! payload with the tag-120 field taken out: the writer encodes the message
 //! without the field, hashes those bytes and inserts the field where tag
 //! order puts it (before the first top-level field with a higher tag), so the
@@ -19,7 +19,7 @@
 //! Like the BO content checksum, it guards against corruption and
 //! accidental edits, not against an adversary (who can recompute it).
 
-use xxhash_rust::xxh3::xxh3_64;
+use twox_hash::XxHash3_64;
 
 use crate::messages::ImageMessage;
 
@@ -60,7 +60,7 @@ pub enum SealCheck {
 
 /// The checksum of payload bytes that do not contain the field.
 pub fn message_checksum(payload_without_field: &[u8]) -> u64 {
-    xxh3_64(payload_without_field)
+    XxHash3_64::oneshot(payload_without_field)
 }
 
 /// Checks the tag-120 checksum of a payload (top-level fields only; the

@@ -14,7 +14,12 @@
 //! cache; every restore is verified outside the timing):
 //! - `hash_*_gibs`: the per-BO checksum of format version 1 (the
 //!   hand-written 8-lane hash), XXH3-64 and XXH3-128 over one buffer in
-//!   memory, and the chunk digests (XXH3-128 per chunk) at 1, 2 and 4 MiB.
+//!   memory, and the chunk digests (XXH3-128 per chunk) at 1, 2 and 4 MiB;
+//!   `hash_xxh3_128_sse2_*` is the same XXH3-128 from `xxhash-rust` built
+//!   for baseline x86-64 (the plugin's before session 7; it now uses
+//!   `twox-hash`, which picks AVX2 at run time). `hash_*_staging_gibs`: the
+//!   same over one staging buffer (8 MiB), cache-resident as the plugin
+//!   hashes what the copy engine just wrote.
 //! - `raw_write_gibs` / `raw_read_gibs` and `raw_cpu_s_per_gib_write` /
 //!   `_read`: plain 8 MiB `write`s (then `fsync`) and `read`s of the same
 //!   number of bytes into the same directory, with the CPU time of the
@@ -106,8 +111,10 @@ fn ratio(a: f64, b: f64) -> String {
     format!("{:.4}", a / b)
 }
 
-/// Hash rates over `len` bytes in memory (GiB/s), best of 3.
-fn hash_rates(len: usize) {
+/// Hash rates over `len` bytes in memory (GiB/s), best of 3; `suffix`
+/// names the buffer (`""` for the large one, out of cache; `_staging` for
+/// one staging buffer's size, cache-resident as the plugin hashes it).
+fn hash_rates(len: usize, suffix: &str) {
     let mut buf = vec![0u8; len];
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     for w in buf.chunks_exact_mut(8) {
@@ -127,6 +134,8 @@ fn hash_rates(len: usize) {
         std::hint::black_box(sink);
         gibs(len as u64, best)
     };
+    let line =
+        |name: &str, value: String| line(&name.replace("_gibs", &format!("{suffix}_gibs")), value);
     line(
         "hash_v1_handwritten_gibs",
         format!(
@@ -142,11 +151,18 @@ fn hash_rates(len: usize) {
         "hash_xxh3_64_gibs",
         format!(
             "{:.2}",
-            best(&|b| u128::from(xxhash_rust::xxh3::xxh3_64(b)))
+            best(&|b| u128::from(twox_hash::XxHash3_64::oneshot(b)))
         ),
     );
+    // What the plugin uses (twox-hash: AVX2 picked at run time), and the
+    // same algorithm as xxhash-rust builds it for baseline x86-64 (SSE2),
+    // which the plugin used before session 7.
     line(
         "hash_xxh3_128_gibs",
+        format!("{:.2}", best(&twox_hash::XxHash3_128::oneshot)),
+    );
+    line(
+        "hash_xxh3_128_sse2_gibs",
         format!("{:.2}", best(&|b| xxhash_rust::xxh3::xxh3_128(b))),
     );
     for mib in [1u64, 2, 4] {
@@ -845,7 +861,11 @@ fn run(total: u64, only: Only) -> Result<()> {
         return dedup(root.path(), total, &primer);
     }
     progress("hash rates in memory");
-    hash_rates((total.min(256 * MIB)) as usize);
+    hash_rates((total.min(256 * MIB)) as usize, "");
+    hash_rates(
+        amdgpu_checkpoint::options::DEFAULT_STAGING_BUFFER as usize,
+        "_staging",
+    );
     progress("raw sequential write and read");
     let ((w, wcpu), (r, rcpu)) = raw_io(root.path(), total, &primer)?;
     let gib = total as f64 / GIB;
