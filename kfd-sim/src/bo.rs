@@ -20,7 +20,8 @@ use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crate::sim::FileKey;
 use crate::Errno;
@@ -59,16 +60,141 @@ pub(crate) struct Memfd {
     file: File,
     key: FileKey,
     size: u64,
+    /// The simulator's own read-only mapping of the whole memfd, made on the
+    /// first [`resident`](Self::resident) call (`None`: mmap failed, reads
+    /// go through `pread`).
+    view: OnceLock<Option<ReadView>>,
 }
+
+/// A read-only shared mapping of a whole memfd, unmapped on drop.
+#[derive(Debug)]
+struct ReadView {
+    addr: usize,
+    len: usize,
+}
+
+impl Drop for ReadView {
+    fn drop(&mut self) {
+        // SAFETY: `addr..addr+len` is a mapping this view made and owns;
+        // nothing borrows it (readers copy out with raw pointers while they
+        // hold the `Memfd`, which owns the view).
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+        LIVE_VIEWS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Pages [`Memfd::resident`] asks `mincore` about per call.
+const MINCORE_BATCH: usize = 256;
+
+/// Smallest memfd that gets a read view: smaller ones (aperture pages,
+/// small BOs) gain little over `pread`.
+const VIEW_MIN_SIZE: u64 = 2 << 20;
+
+/// Most read views alive at once in this process: each is a mapping, and
+/// the simulated application shares the process's `vm.max_map_count`
+/// (65530 by default) when it runs in it. Past the cap, reads use `pread`.
+const MAX_LIVE_VIEWS: usize = 4096;
+
+static LIVE_VIEWS: AtomicUsize = AtomicUsize::new(0);
 
 impl Memfd {
     /// A new memfd of `size` bytes (sparse; unwritten pages cost nothing).
+    /// Its size is sealed: the simulator maps it, and a dma-buf (a re-open
+    /// of it) cannot be resized, so neither can anyone holding one.
     pub(crate) fn new(name: &str, size: u64) -> Result<Memfd, Errno> {
-        let fd = memfd_create(name, true)?;
+        let fd = memfd_create_with(name, libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)?;
         let file = File::from(fd);
         file.set_len(size).map_err(|_| Errno(libc::ENOMEM))?;
+        // SAFETY: F_ADD_SEALS takes an int argument and no memory.
+        let sealed = unsafe {
+            libc::fcntl(
+                file.as_raw_fd(),
+                libc::F_ADD_SEALS,
+                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+            )
+        };
+        if sealed < 0 {
+            return Err(Errno::last());
+        }
         let key = FileKey::of_raw(file.as_raw_fd())?;
-        Ok(Memfd { file, key, size })
+        Ok(Memfd {
+            file,
+            key,
+            size,
+            view: OnceLock::new(),
+        })
+    }
+
+    /// The host address of bytes `offset..offset+len` in the simulator's
+    /// read-only mapping of this memfd, when every page of the range holds
+    /// data (`mincore`): copying from there reads the same bytes as `pread`
+    /// with one user-space copy, no per-page lookup in the kernel. `None`
+    /// when the range is outside the memfd, a page of it is a hole or
+    /// swapped out (a read fault through the mapping would allocate the
+    /// hole's page, where `pread` returns zeros without allocating), or the
+    /// mapping could not be made; the caller then uses `pread`.
+    ///
+    /// The address stays valid for reads while `self` lives: the size is
+    /// sealed, so the mapping never extends past the end of the file.
+    pub(crate) fn resident(&self, offset: u64, len: usize) -> Option<*const u8> {
+        self.check_range(offset, len).ok()?;
+        let view = self.view.get_or_init(|| self.map_view()).as_ref()?;
+        let page = PAGE_SIZE as usize;
+        let first = (offset as usize) & !(page - 1);
+        let end = (offset as usize + len).div_ceil(page) * page;
+        let mut vec = [0u8; MINCORE_BATCH];
+        let mut at = first;
+        while at < end {
+            let pages = ((end - at) / page).min(MINCORE_BATCH);
+            // SAFETY: `at..at+pages*page` lies inside the view (the range is
+            // inside the file, rounded out to pages of the page-aligned
+            // mapping), and `vec` has room for `pages` entries.
+            let rc = unsafe {
+                libc::mincore(
+                    (view.addr + at) as *mut libc::c_void,
+                    pages * page,
+                    vec.as_mut_ptr(),
+                )
+            };
+            if rc != 0 || vec[..pages].iter().any(|v| v & 1 == 0) {
+                return None;
+            }
+            at += pages * page;
+        }
+        Some((view.addr + offset as usize) as *const u8)
+    }
+
+    fn map_view(&self) -> Option<ReadView> {
+        if self.size < VIEW_MIN_SIZE {
+            return None;
+        }
+        let len = usize::try_from(self.size).ok()?;
+        let taken = LIVE_VIEWS.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n < MAX_LIVE_VIEWS).then_some(n + 1)
+        });
+        if taken.is_err() {
+            return None;
+        }
+        // SAFETY: a new shared read-only mapping of our own file, at an
+        // address the kernel picks; no existing memory is affected.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                self.file.as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            LIVE_VIEWS.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(ReadView {
+            addr: addr as usize,
+            len,
+        })
     }
 
     /// The open file (for `pread`/`pwrite` and `mmap`).
@@ -112,8 +238,12 @@ impl Memfd {
 
 /// `memfd_create(2)`, optionally with `MFD_CLOEXEC`.
 pub(crate) fn memfd_create(name: &str, cloexec: bool) -> Result<OwnedFd, Errno> {
+    memfd_create_with(name, if cloexec { libc::MFD_CLOEXEC } else { 0 })
+}
+
+/// `memfd_create(2)` with `flags`.
+fn memfd_create_with(name: &str, flags: libc::c_uint) -> Result<OwnedFd, Errno> {
     let name = CString::new(name).map_err(|_| Errno(libc::EINVAL))?;
-    let flags = if cloexec { libc::MFD_CLOEXEC } else { 0 };
     // SAFETY: `name` is a valid NUL-terminated string for the duration of the
     // call; memfd_create has no other memory arguments.
     let fd = unsafe { libc::memfd_create(name.as_ptr(), flags) };

@@ -131,6 +131,16 @@ impl DeviceMemory for crate::bo::Memfd {
         dst: *mut u8,
         len: usize,
     ) -> Result<(), MemoryError> {
+        if let Some(src) = self.resident(offset, len) {
+            // SAFETY: `resident` gives an address valid for `len` bytes of
+            // reads while `self` lives; the caller guarantees the
+            // destination. `copy` allows overlap (a userptr BO over the
+            // simulator's own mapping is not possible, but costs nothing to
+            // allow). The application may write the pages concurrently, as
+            // it may under DMA; no reference to them is formed.
+            unsafe { std::ptr::copy(src, dst, len) };
+            return Ok(());
+        }
         let fd = std::os::fd::AsRawFd::as_raw_fd(self.file());
         // One kernel copy from the memfd's pages into the destination.
         whole_range(

@@ -171,6 +171,63 @@ fn direct_copies_between_memfds_and_host_memory() {
     drop(host);
 }
 
+/// A memfd read straight into host memory copies from the simulator's
+/// mapping only where every page holds data: holes read as zeros through
+/// `pread` and stay holes (a read fault through the mapping would have
+/// allocated them), and the sealed size cannot change under the mapping,
+/// not even through a re-open (a dma-buf fd).
+#[test]
+fn memfd_reads_map_resident_pages_only_and_leave_holes_unallocated() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    const MIB: usize = 1 << 20;
+    let memfd = crate::bo::Memfd::new("sdma-resident", 4 * MIB as u64).unwrap();
+    let pattern: Vec<u8> = (0..MIB).map(|i| (i * 13 % 251) as u8 + 1).collect();
+    memfd.write_at(MIB as u64, &pattern).unwrap();
+    let blocks = || memfd.file().metadata().unwrap().blocks();
+    let before = blocks();
+    assert!(memfd.resident(MIB as u64, MIB).is_some());
+    assert!(memfd.resident(MIB as u64 + 5, 4000).is_some());
+    assert!(memfd.resident(0, 4096).is_none(), "a hole");
+    assert!(
+        memfd.resident(MIB as u64 - 1, 2).is_none(),
+        "ends in data, starts in a hole"
+    );
+    assert!(
+        memfd.resident(2 * MIB as u64 - 1, 2).is_none(),
+        "runs into a hole"
+    );
+    assert!(
+        memfd.resident(4 * MIB as u64 - 1, 2).is_none(),
+        "past the end"
+    );
+    let mut host = vec![0xAAu8; 4 * MIB];
+    for (at, len) in [(0, 4 * MIB), (MIB - 3, MIB + 6), (MIB + 7, 100)] {
+        host.fill(0xAA);
+        // SAFETY: `host` is ours and `len` bytes long at least.
+        unsafe { memfd.read_to_host(at as u64, host.as_mut_ptr(), len) }.unwrap();
+        for (i, &b) in host[..len].iter().enumerate() {
+            let off = at + i;
+            let want = if (MIB..2 * MIB).contains(&off) {
+                pattern[off - MIB]
+            } else {
+                0
+            };
+            assert_eq!(b, want, "byte {off} of a read at {at}+{len}");
+        }
+    }
+    assert_eq!(blocks(), before, "reading holes allocated pages");
+    assert!(memfd.file().set_len(0).is_err());
+    let reopened = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/self/fd/{}", memfd.file().as_raw_fd()))
+        .unwrap();
+    assert!(reopened.set_len(8 * MIB as u64).is_err());
+    assert!(reopened.set_len(MIB as u64).is_err());
+    assert_eq!(memfd.file().metadata().unwrap().len(), 4 * MIB as u64);
+}
+
 #[test]
 fn decode_count_per_family() {
     let ai = GpuGeneration::from_gfx_target_version(90008).sdma_rules();
