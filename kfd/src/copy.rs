@@ -3,10 +3,11 @@
 //! file I/O.
 //!
 //! One [`CopyEngine`] drives the SDMA ring of one GPU (or several rings,
-//! [`CopyEngineConfig::spread`]) through one render-node file, and owns everything it creates in that file: one submission
-//! context, the imported BOs' GEM handles and VA mappings, the staging
-//! buffers (host memory registered as userptr BOs and mapped once) and one IB
-//! per staging slot (a GTT BO, CPU-mapped once). Each submission uses a
+//! [`CopyEngineConfig::spread`]) through one render-node file, and owns
+//! everything it creates in that file: one submission context, the
+//! imported BOs' GEM handles and VA mappings, the staging buffers (host
+//! memory registered as userptr BOs and mapped once) and one IB per staging
+//! slot (a GTT BO, CPU-mapped once). Each submission uses a
 //! short-lived BO list of {BO, staging, IB}, destroyed right after `CS`
 //! (the kernel holds its own references until the job finishes).
 //!

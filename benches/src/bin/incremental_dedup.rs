@@ -18,8 +18,10 @@
 //!   `hash_xxh3_128_sse2_*` is the same XXH3-128 from `xxhash-rust` built
 //!   for baseline x86-64 (the plugin's before session 7; it now uses
 //!   `twox-hash`, which picks AVX2 at run time). `hash_*_staging_gibs`: the
-//!   same over one staging buffer (8 MiB), cache-resident as the plugin
-//!   hashes what the copy engine just wrote.
+//!   same over one staging buffer (8 MiB) hashed again and again, so
+//!   cache-resident: the best case of the plugin hashing what the copy
+//!   engine just wrote (in a dump the bytes are mostly out of cache by
+//!   then).
 //! - `raw_write_gibs` / `raw_read_gibs` and `raw_cpu_s_per_gib_write` /
 //!   `_read`: plain 8 MiB `write`s (then `fsync`) and `read`s of the same
 //!   number of bytes into the same directory, with the CPU time of the
@@ -113,7 +115,7 @@ fn ratio(a: f64, b: f64) -> String {
 
 /// Hash rates over `len` bytes in memory (GiB/s), best of 3; `suffix`
 /// names the buffer (`""` for the large one, out of cache; `_staging` for
-/// one staging buffer's size, cache-resident as the plugin hashes it).
+/// one staging buffer's size, cache-resident: the plugin's best case).
 fn hash_rates(len: usize, suffix: &str) {
     let mut buf = vec![0u8; len];
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
