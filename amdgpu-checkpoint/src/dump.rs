@@ -10,6 +10,14 @@
 //! `DUMP_DEVICES_LATE` hook in the host it is unpaused right after its
 //! image is written.
 //!
+//! With that hook and an image directory, the BO contents and the image
+//! may be left to a thread of their own ([`Dumper::dump_kfd_background`]):
+//! the process stays paused until `DUMP_DEVICES_LATE` anyway, so its GPUs
+//! copy while CRIU dumps the next process of the tree, and
+//! [`Dumper::unpause_all`] waits for every transfer before it unpauses
+//! anyone. Each GPU's copy engine serves one transfer at a time
+//! ([`transfer::StagingPool::turn`]).
+//!
 //! Render-node files ([`Dumper::dump_render_node`]) record their DRM BOs and
 //! the GPU's device entry; one whose GPU no dumped KFD file names is
 //! written at the end of the dump as a render-only image (`gpu_id` 0), so
@@ -85,8 +93,10 @@ pub struct KfdDump {
     /// Bytes of BO contents dumped.
     pub content_bytes: u64,
     /// Bytes the pages files hold: `content_bytes` less the chunks
-    /// referenced from the parent images or from elsewhere in the dump.
-    pub stored_bytes: u64,
+    /// referenced from the parent images or from elsewhere in the dump;
+    /// `None` while the contents are still being copied
+    /// ([`Dumper::dump_kfd_background`]).
+    pub stored_bytes: Option<u64>,
     /// Whether the process was already unpaused.
     pub unpaused: bool,
 }
@@ -165,8 +175,51 @@ pub struct Dumper<D: Driver + Clone> {
     topology: Option<DeviceTopology>,
     /// Which chunks this dump writes, made at the first KFD file.
     plan: Option<Arc<ChunkPlan>>,
-    /// Staging buffers of one task's copy engines, kept for the next task's.
-    staging: transfer::StagingPool,
+    /// Staging buffers of one task's copy engines, kept for the next task's,
+    /// and the GPUs' turns when transfers run at once.
+    staging: Arc<transfer::StagingPool>,
+    /// KFD files whose contents are still being copied on their own thread
+    /// ([`Dumper::dump_kfd_background`]), finished by
+    /// [`Dumper::unpause_all`] before any process is unpaused.
+    transfers: Vec<Transfer>,
+}
+
+/// A KFD file's contents being copied on a thread of their own.
+struct Transfer {
+    id: u32,
+    pid: u32,
+    worker: std::thread::JoinHandle<Result<Copied, Error>>,
+}
+
+/// Bytes of BO contents a finished transfer moved and stored.
+#[derive(Debug, Clone, Copy)]
+struct Copied {
+    bytes: u64,
+    stored: u64,
+}
+
+/// A KFD file's image, all but its BO contents: made while the process is
+/// paused; [`finish_kfd`] copies the contents and writes the image (on the
+/// dumper's thread, or on one of its own).
+struct PreparedKfd {
+    id: u32,
+    /// The message, its BO entries still without checksums and digests.
+    msg: CriuKfd,
+    gpus: Vec<transfer::GpuTarget>,
+    bos: Vec<kfd::CheckpointBo>,
+    plan: Arc<ChunkPlan>,
+}
+
+impl PreparedKfd {
+    /// Bytes of BO contents the transfer moves.
+    fn content_bytes(&self) -> u64 {
+        self.bos
+            .iter()
+            .filter(|bo| bo.flags().has_content())
+            .filter(|bo| self.gpus.iter().any(|g| g.user_gpu_id == bo.gpu_id().0))
+            .map(|bo| bo.bucket.size)
+            .sum()
+    }
 }
 
 impl<D: Driver + Clone> std::fmt::Debug for Dumper<D> {
@@ -197,7 +250,8 @@ impl<D: Driver + Clone> Dumper<D> {
             pending_dmabufs: Vec::new(),
             topology: None,
             plan: None,
-            staging: transfer::StagingPool::new(),
+            staging: Arc::new(transfer::StagingPool::new()),
+            transfers: Vec::new(),
         }
     }
 
@@ -223,12 +277,82 @@ impl<D: Driver + Clone> Dumper<D> {
     }
 
     /// Dumps the KFD state behind `fd` (the target's `/dev/kfd`, drained
-    /// into the dumper) as CRIU file `id`.
+    /// into the dumper) as CRIU file `id`: its BO contents and image are
+    /// written before this returns.
     pub fn dump_kfd<S: ImageStore + Sync>(
         &mut self,
         store: &S,
         fd: BorrowedFd<'_>,
         id: u32,
+    ) -> Result<KfdDump, Error> {
+        self.dump_kfd_then(store, fd, id, |dumper, prepared| {
+            let copied = finish_kfd(
+                prepared,
+                &dumper.driver,
+                store,
+                &dumper.config.options,
+                &dumper.staging,
+            )?;
+            Ok(Some(copied.stored))
+        })
+    }
+
+    /// [`dump_kfd`](Self::dump_kfd) that leaves the copy of the BO contents
+    /// and the image write to a thread of their own, finished by
+    /// [`unpause_all`](Self::unpause_all) (`DUMP_DEVICES_LATE`, before any
+    /// process is unpaused). CRIU dumps a tree's processes one after
+    /// another; this way each process's GPUs copy while CRIU goes on with
+    /// the next process (on a machine of eight GPUs with one process each,
+    /// eight copy engines at once where the C plugin runs one). Each GPU's
+    /// copy engine still serves one transfer at a time, so the staging
+    /// memory per GPU is what `KFD_MAX_BUFFER_SIZE` allows.
+    ///
+    /// Only into an image directory (CRIU's image streamer is opened
+    /// through CRIU, from its own thread), and only when the host unpauses
+    /// late: with `unpause_early` this is [`dump_kfd`](Self::dump_kfd). A
+    /// transfer that fails fails `unpause_all`, which still unpauses every
+    /// process; a dump abandoned before it ([`abandon`](Self::abandon), or
+    /// the dumper dropped) stops the transfers at their next staging buffer.
+    pub fn dump_kfd_background(
+        &mut self,
+        store: &amdgpu_image::DirStore,
+        fd: BorrowedFd<'_>,
+        id: u32,
+    ) -> Result<KfdDump, Error>
+    where
+        D: 'static,
+    {
+        if self.config.unpause_early {
+            return self.dump_kfd(store, fd, id);
+        }
+        self.dump_kfd_then(store, fd, id, |dumper, prepared| {
+            let own = store.try_clone().map_err(Error::image(
+                "holding the images directory for the transfer",
+            ))?;
+            let pid = prepared.msg.pid;
+            let (driver, options) = (dumper.driver.clone(), dumper.config.options.clone());
+            let pool = Arc::clone(&dumper.staging);
+            let worker = std::thread::Builder::new()
+                .name(format!("amdgpu-dump-{id}"))
+                .spawn(move || finish_kfd(prepared, &driver, &own, &options, &pool))
+                .map_err(Error::io("starting the transfer thread"))?;
+            dumper.transfers.push(Transfer { id, pid, worker });
+            log::debug!("file {id}: pid {pid}: contents copying in the background");
+            Ok(None)
+        })
+    }
+
+    /// The dump of a KFD file around `finish`, which copies the prepared
+    /// contents (or starts their copy) and answers the stored bytes when
+    /// known: pauses the process, prepares its image, writes the render
+    /// nodes and dma-bufs waiting for it, and unpauses it again on any
+    /// failure (or right after, with `unpause_early`).
+    fn dump_kfd_then<S: ImageStore>(
+        &mut self,
+        store: &S,
+        fd: BorrowedFd<'_>,
+        id: u32,
+        finish: impl FnOnce(&mut Self, PreparedKfd) -> Result<Option<u64>, Error>,
     ) -> Result<KfdDump, Error> {
         self.kfd_version()?;
         let own = fd
@@ -256,11 +380,27 @@ impl<D: Driver + Clone> Dumper<D> {
         );
         let mark = in_progress.as_ref().map(|m| m.file_name().to_owned());
         let guardian = self.arm_guardian(&info, id, store.as_dir(), mark);
-        match self
-            .checkpoint_paused(&target, &info, store, id)
-            .and_then(|dump| self.flush_pending_renders(store).map(|()| dump))
-            .and_then(|dump| self.flush_pending_dmabufs(store).map(|()| dump))
-        {
+        let dumped = self
+            .prepare_kfd(&target, &info, store, id)
+            .and_then(|prepared| {
+                let dump = KfdDump {
+                    id,
+                    pid: info.pid,
+                    gpus: prepared.gpus.len(),
+                    bos: prepared.msg.bo_entries.len(),
+                    content_bytes: prepared.content_bytes(),
+                    stored_bytes: None,
+                    unpaused: false,
+                };
+                self.flush_pending_renders(store)?;
+                self.flush_pending_dmabufs(store)?;
+                let stored_bytes = finish(self, prepared)?;
+                Ok(KfdDump {
+                    stored_bytes,
+                    ..dump
+                })
+            });
+        match dumped {
             Ok(mut dump) => {
                 if self.config.unpause_early {
                     target
@@ -391,13 +531,15 @@ impl<D: Driver + Clone> Dumper<D> {
         }
     }
 
-    fn checkpoint_paused<S: ImageStore + Sync>(
+    /// Everything of a paused process's KFD image but its BO contents, and
+    /// the GPUs it names recorded for its render nodes and dma-bufs.
+    fn prepare_kfd<S: ImageStore>(
         &mut self,
         target: &Kfd<D>,
         info: &ProcessInfo,
         store: &S,
         id: u32,
-    ) -> Result<KfdDump, Error> {
+    ) -> Result<PreparedKfd, Error> {
         let checkpoint = target
             .checkpoint(info)
             .map_err(Error::kfd("reading the process state (CRIU_OP CHECKPOINT)"))?;
@@ -477,45 +619,6 @@ impl<D: Driver + Clone> Dumper<D> {
             })
             .collect();
         let plan = self.chunk_plan(store)?;
-        let contents = transfer::dump_contents(
-            &self.driver,
-            store,
-            id,
-            &gpus,
-            &checkpoint.bos,
-            &self.config.options,
-            Some(&plan),
-            Some(&self.staging),
-        )?;
-        for (entry, checksum) in &contents.checksums {
-            if let Some(bo) = bo_entries.get_mut(*entry) {
-                bo.content_checksum = Some(*checksum);
-            }
-        }
-        for (entry, digests) in &contents.digests {
-            if let Some(bo) = bo_entries.get_mut(*entry) {
-                bo.chunk_digests = Some(amdgpu_image::chunks::encode_digests(digests));
-            }
-        }
-        let mut references_parent = false;
-        for (entry, sources) in &contents.sources {
-            if let Some(bo) = bo_entries.get_mut(*entry) {
-                if sources
-                    .iter()
-                    .any(|s| *s != amdgpu_image::ChunkSource::Here)
-                {
-                    references_parent |= sources.contains(&amdgpu_image::ChunkSource::Parent);
-                    bo.chunk_sources = Some(sources.iter().map(|s| *s as u8).collect());
-                }
-            }
-        }
-        crate::incremental::log_written(
-            &format!("file {id}"),
-            contents.stored_bytes,
-            contents.bytes,
-            references_parent,
-        );
-
         let (shared_mem_size, shared_mem_magic) = probe_hsakmt_shm(&self.config.shm_dir);
         let num_of_gpus = checkpoint.devices.len() as u32;
         let msg = CriuKfd {
@@ -537,29 +640,20 @@ impl<D: Driver + Clone> Dumper<D> {
             message_checksum: None,
             chunk_size: Some(amdgpu_image::CHUNK_SIZE),
             dump_id: Some(plan.dump_id().to_vec()),
-            parent_dump_id: if references_parent {
-                plan.parent_dump_id().map(<[u8]>::to_vec)
-            } else {
-                None
-            },
+            parent_dump_id: None,
         };
-        store
-            .write_message(&ImageName::Kfd { id }, &msg)
-            .map_err(Error::image("writing the KFD image"))?;
         for local in user_of.keys() {
             self.kfd_pids.entry(*local).or_default().insert(info.pid);
         }
         self.user_gpu_ids.extend(user_of);
         self.render_minors
             .extend(local.gpus().map(|n| (n.gpu_id, n.props.drm_render_minor)));
-        Ok(KfdDump {
+        Ok(PreparedKfd {
             id,
-            pid: info.pid,
-            gpus: gpus.len(),
-            bos: msg.bo_entries.len(),
-            content_bytes: contents.bytes,
-            stored_bytes: contents.stored_bytes,
-            unpaused: false,
+            msg,
+            gpus,
+            bos: checkpoint.bos,
+            plan,
         })
     }
 
@@ -792,6 +886,7 @@ impl<D: Driver + Clone> Dumper<D> {
                         listed.size,
                         &self.config.options,
                         Some(&plan),
+                        Some(&self.staging),
                     )?)
                 }
                 _ => None,
@@ -1011,9 +1106,52 @@ impl<D: Driver + Clone> Dumper<D> {
         Ok(())
     }
 
+    /// Waits for the KFD files whose contents are copying in the background
+    /// ([`dump_kfd_background`](Self::dump_kfd_background)); the first
+    /// failure, every one logged with its file.
+    fn finish_transfers(&mut self) -> Result<(), Error> {
+        let mut first_error = None;
+        for transfer in std::mem::take(&mut self.transfers) {
+            let (id, pid) = (transfer.id, transfer.pid);
+            let result = transfer.worker.join().unwrap_or_else(|_| {
+                Err(Error::Inconsistent(format!(
+                    "file {id}: the transfer thread panicked; its image is not written"
+                )))
+            });
+            match result {
+                Ok(copied) => log::info!(
+                    "file {id}: pid {pid}: {} content bytes copied, {} stored",
+                    copied.bytes,
+                    copied.stored
+                ),
+                Err(e) => {
+                    log::error!("file {id}: pid {pid}: contents not copied: {e}");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Stops the background transfers at their next staging buffer: the
+    /// dump failed elsewhere, and [`unpause_all`](Self::unpause_all) then
+    /// need not wait for copies nobody keeps.
+    pub fn abandon(&mut self) {
+        if !self.transfers.is_empty() {
+            log::info!(
+                "the dump failed: stopping {} background transfer(s)",
+                self.transfers.len()
+            );
+            self.staging.stop();
+        }
+    }
+
     /// Unpauses every paused process (`DUMP_DEVICES_LATE`), all of them even
-    /// when one fails; returns how many were unpaused, or the first error.
+    /// when one fails, once the background transfers are finished (their
+    /// failure fails this, the processes unpaused all the same); returns
+    /// how many were unpaused, or the first error.
     pub fn unpause_all(&mut self) -> Result<usize, Error> {
+        let transferred = self.finish_transfers();
         let mut first_error = None;
         let mut unpaused = 0;
         // A process whose unpause failed stays listed: `exit` (and drop)
@@ -1036,6 +1174,11 @@ impl<D: Driver + Clone> Dumper<D> {
             }
         }
         self.paused = still_paused;
+        // A file whose contents were not copied fails the dump first: its
+        // image was never written.
+        if let Err(e) = transferred {
+            first_error = Some(e);
+        }
         if first_error.is_none() && !self.pending_dmabufs.is_empty() {
             let files: Vec<String> = self
                 .pending_dmabufs
@@ -1080,6 +1223,9 @@ impl<D: Driver + Clone> Dumper<D> {
 
 impl<D: Driver + Clone> Drop for Dumper<D> {
     fn drop(&mut self) {
+        // Transfers still running at teardown belong to a dump that never
+        // reached its unpause (DUMP_DEVICES_LATE): it failed.
+        self.abandon();
         if !self.paused.is_empty() {
             log::warn!(
                 "{} dumped process(es) still paused at teardown; unpausing",
@@ -1088,6 +1234,73 @@ impl<D: Driver + Clone> Drop for Dumper<D> {
             let _ = self.unpause_all();
         }
     }
+}
+
+/// Copies a prepared KFD file's BO contents into its pages files, fills
+/// in its checksums, digests and chunk sources, and writes its image.
+fn finish_kfd<D: Driver + Clone, S: ImageStore + Sync>(
+    prepared: PreparedKfd,
+    driver: &D,
+    store: &S,
+    options: &crate::options::Options,
+    pool: &transfer::StagingPool,
+) -> Result<Copied, Error> {
+    let PreparedKfd {
+        id,
+        mut msg,
+        gpus,
+        bos,
+        plan,
+    } = prepared;
+    let contents = transfer::dump_contents(
+        driver,
+        store,
+        id,
+        &gpus,
+        &bos,
+        options,
+        Some(&plan),
+        Some(pool),
+    )?;
+    let entries = &mut msg.bo_entries;
+    for (entry, checksum) in &contents.checksums {
+        if let Some(bo) = entries.get_mut(*entry) {
+            bo.content_checksum = Some(*checksum);
+        }
+    }
+    for (entry, digests) in &contents.digests {
+        if let Some(bo) = entries.get_mut(*entry) {
+            bo.chunk_digests = Some(amdgpu_image::chunks::encode_digests(digests));
+        }
+    }
+    let mut references_parent = false;
+    for (entry, sources) in &contents.sources {
+        if let Some(bo) = entries.get_mut(*entry) {
+            if sources
+                .iter()
+                .any(|s| *s != amdgpu_image::ChunkSource::Here)
+            {
+                references_parent |= sources.contains(&amdgpu_image::ChunkSource::Parent);
+                bo.chunk_sources = Some(sources.iter().map(|s| *s as u8).collect());
+            }
+        }
+    }
+    crate::incremental::log_written(
+        &format!("file {id}"),
+        contents.stored_bytes,
+        contents.bytes,
+        references_parent,
+    );
+    if references_parent {
+        msg.parent_dump_id = plan.parent_dump_id().map(<[u8]>::to_vec);
+    }
+    store
+        .write_message(&ImageName::Kfd { id }, &msg)
+        .map_err(Error::image("writing the KFD image"))?;
+    Ok(Copied {
+        bytes: contents.bytes,
+        stored: contents.stored_bytes,
+    })
 }
 
 /// `(st_dev, st_ino)` of an open file.

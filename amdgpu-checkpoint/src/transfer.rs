@@ -64,10 +64,12 @@ fn counting_cpu<T>(work: impl FnOnce() -> T) -> T {
 /// one). With the default ring of four slots, two copies run on each.
 pub const SDMA_RINGS: u32 = 2;
 
-/// Staging buffers kept from one GPU's transfer for the next within one
-/// dumper process (CRIU dumps the tasks of a tree one after another, each
-/// with its own copy engines): a later task's copy engine registers memory
-/// that is already faulted in instead of mapping, faulting and zeroing new
+/// What the transfers of one dump share: staging buffers, one turn per GPU
+/// and a stop flag.
+///
+/// Staging buffers are kept from one GPU's transfer for the next within
+/// one dumper process: a later task's copy engine registers memory that
+/// is already faulted in instead of mapping, faulting and zeroing new
 /// pages (a 32 MiB ring per GPU per task by default; on a GPU the userptr
 /// registration pins, and so faults in, every page of it). Only buffers of
 /// the exact length asked for are reused, so the staging memory stays what
@@ -75,9 +77,38 @@ pub const SDMA_RINGS: u32 = 2;
 /// at once, and frees them when dropped (with the dump). A reused buffer
 /// still holds the bytes of an earlier copy: a copy engine only hands out
 /// the bytes its last copy into a slot wrote.
+///
+/// The transfers of several tasks may run at once (the dumper finishes
+/// them in the background, see [`crate::dump`]); each GPU's copy engine
+/// serves one of them at a time ([`StagingPool::turn`]), so the staging
+/// memory per GPU stays what [`Staging`] (`KFD_MAX_BUFFER_SIZE`) allows
+/// however many tasks use the GPU. A dump that failed elsewhere
+/// [stops](StagingPool::stop) its transfers between two staging buffers.
 #[derive(Debug, Default)]
 pub struct StagingPool {
     free: Mutex<Vec<StagingBuffer>>,
+    /// Render minors of the GPUs whose copy engine a transfer holds.
+    busy: Mutex<std::collections::BTreeSet<u32>>,
+    freed: std::sync::Condvar,
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+/// One transfer's turn on a GPU ([`StagingPool::turn`]), given back when
+/// dropped.
+#[derive(Debug)]
+pub struct GpuTurn<'p> {
+    pool: &'p StagingPool,
+    minor: u32,
+}
+
+impl Drop for GpuTurn<'_> {
+    fn drop(&mut self) {
+        // A poisoned set (a panicking holder) still frees the GPU.
+        let mut busy = self.pool.busy.lock().unwrap_or_else(|p| p.into_inner());
+        busy.remove(&self.minor);
+        drop(busy);
+        self.pool.freed.notify_all();
+    }
 }
 
 impl StagingPool {
@@ -107,6 +138,29 @@ impl StagingPool {
         self.free
             .lock()
             .map_or(0, |f| f.iter().map(StagingBuffer::len).sum())
+    }
+
+    /// Waits until no other transfer holds the copy engine of the GPU with
+    /// render minor `minor`, then holds it until the turn is dropped. A
+    /// transfer holds one GPU at a time, so turns cannot deadlock.
+    pub fn turn(&self, minor: u32) -> GpuTurn<'_> {
+        let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        while busy.contains(&minor) {
+            busy = self.freed.wait(busy).unwrap_or_else(|p| p.into_inner());
+        }
+        busy.insert(minor);
+        GpuTurn { pool: self, minor }
+    }
+
+    /// Stops every transfer using the pool before its next staging buffer
+    /// (the dump failed elsewhere; nothing it writes would be kept).
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`stop`](Self::stop) was called.
+    pub fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
     }
 }
 
@@ -264,6 +318,8 @@ struct Pipe<'p, D: Driver + Clone> {
     gpu: u32,
     /// Where the staging buffers go back on [`close`](Self::close).
     pool: Option<&'p StagingPool>,
+    /// This pipe's turn on its GPU, while it has one from `pool`.
+    _turn: Option<GpuTurn<'p>>,
 }
 
 impl<'p, D: Driver + Clone> Pipe<'p, D> {
@@ -274,6 +330,8 @@ impl<'p, D: Driver + Clone> Pipe<'p, D> {
         gpu: u32,
         pool: Option<&'p StagingPool>,
     ) -> Result<Self, Error> {
+        // Before any staging memory is taken: one ring per GPU at a time.
+        let turn = pool.map(|p| p.turn(render_minor));
         let render = RenderNode::open(driver.clone(), RenderMinor(render_minor))
             .map_err(transfer_error(gpu, "opening a private render node"))?;
         let config = CopyEngineConfig {
@@ -313,7 +371,20 @@ impl<'p, D: Driver + Clone> Pipe<'p, D> {
             chunk: staging.buffer_size,
             gpu,
             pool,
+            _turn: turn,
         })
+    }
+
+    /// An error when the dump this pipe copies for was stopped.
+    fn check_stopped(&self) -> Result<(), Error> {
+        match self.pool {
+            Some(pool) if pool.stopped() => Err(Error::Transfer {
+                gpu_id: self.gpu,
+                step: "copying BO contents",
+                reason: "stopped: the dump failed elsewhere".into(),
+            }),
+            _ => Ok(()),
+        }
     }
 
     fn wait(&mut self, fence: &Fence) -> Result<(), Error> {
@@ -429,6 +500,7 @@ impl<'p, D: Driver + Clone> Pipe<'p, D> {
         let mut offset = 0u64;
         let mut last_slot = None;
         while offset < size {
+            self.check_stopped()?;
             let i = self.ring.next;
             self.drain_slot(i, writer)?;
             let len = (size - offset).min(self.chunk) as usize;
@@ -816,7 +888,8 @@ fn restore_pages_from<'f, D: Driver + Clone, S: ImageStore>(
 /// Writes one DRM BO's contents (through its dma-buf) into the pages file
 /// `name`, only the chunks `plan` says are not stored elsewhere (as for
 /// KFD BOs); returns the BO's bytes, checksum, chunk digests and (when the
-/// plan decided) chunk sources, as entry 0.
+/// plan decided) chunk sources, as entry 0. With `pool`, the copy waits for
+/// its turn on the GPU and reuses the pool's staging buffers.
 #[allow(clippy::too_many_arguments)]
 pub fn dump_drm_bo<D: Driver + Clone, S: ImageStore>(
     driver: &D,
@@ -827,6 +900,7 @@ pub fn dump_drm_bo<D: Driver + Clone, S: ImageStore>(
     size: u64,
     options: &Options,
     plan: Option<&Arc<ChunkPlan>>,
+    pool: Option<&StagingPool>,
 ) -> Result<ContentReport, Error> {
     let layout = PagesLayout::from_sizes([size])
         .map(dump_layout)
@@ -841,7 +915,7 @@ pub fn dump_drm_bo<D: Driver + Clone, S: ImageStore>(
             device.render_minor,
             options.staging.for_largest_bo(size),
             device.gpu_id,
-            None,
+            pool,
         )?;
         pipe.read_bo(dmabuf, size, &mut writer, &name.to_string())?;
         pipe.finish_reads(&mut writer)?;
@@ -928,5 +1002,35 @@ mod tests {
         assert_eq!(pool.take(2 * page).map(|b| b.len()), Some(2 * page));
         assert_eq!(pool.held_bytes(), 0);
         assert!(pool.take(4 * page).is_none(), "taken buffers are gone");
+    }
+
+    #[test]
+    fn a_gpu_serves_one_transfer_at_a_time_and_other_gpus_meanwhile() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let pool = Arc::new(StagingPool::new());
+        let held = pool.turn(128);
+        // Another GPU's turn is free while 128 is held (same thread: a
+        // wrong implementation blocks here and the test times out).
+        drop(pool.turn(129));
+        let (tx, rx) = mpsc::channel();
+        let other = {
+            let pool = Arc::clone(&pool);
+            std::thread::spawn(move || {
+                let _turn = pool.turn(128);
+                tx.send(()).unwrap();
+            })
+        };
+        assert!(
+            rx.recv_timeout(Duration::from_millis(200)).is_err(),
+            "a second transfer got GPU 128 while the first held it"
+        );
+        drop(held);
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("the waiting transfer gets GPU 128 once it is given back");
+        other.join().unwrap();
+        assert!(!pool.stopped());
+        pool.stop();
+        assert!(pool.stopped());
     }
 }

@@ -217,6 +217,28 @@ impl DirStore {
         })
     }
 
+    /// The same directory through a new descriptor (`dup`), for a writer
+    /// on another thread that outlives this store; named as this one is.
+    pub fn try_clone(&self) -> Result<Self, Error> {
+        let dir = self
+            .dir
+            .try_clone()
+            .map_err(|e| Error::io(self.shown(), "duplicate the image directory fd", e))?;
+        let own_fd = PathBuf::from(format!("/proc/self/fd/{}", self.dir.as_raw_fd()));
+        // A base resolved through this store's own descriptor must follow
+        // the new one: the old number closes with this store.
+        let base = if self.base == own_fd {
+            PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+        } else {
+            self.base.clone()
+        };
+        Ok(Self {
+            dir,
+            base,
+            shown: Some(self.shown()),
+        })
+    }
+
     /// The held directory.
     pub fn dir(&self) -> &File {
         &self.dir

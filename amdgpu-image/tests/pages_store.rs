@@ -354,6 +354,25 @@ fn dir_store_follows_the_held_directory() {
     let fd = fs::File::open(parent.path().join("b")).unwrap();
     let store = DirStore::from_dir_fd(fd.into()).unwrap();
     assert_eq!(store.list().unwrap(), vec![name]);
+
+    // A clone made for another thread keeps working once the original
+    // (whose descriptor named the directory) is closed.
+    let clone = store.try_clone().unwrap();
+    assert_eq!(clone.shown(), store.shown());
+    drop(store);
+    let elsewhere = std::thread::spawn(move || {
+        let second = ImageName::Dmabuf { id: 8 };
+        let msg = amdgpu_image::CriuDmabufNode {
+            gem_handle: 8,
+            ..Default::default()
+        };
+        clone.write_message(&second, &msg).unwrap();
+        clone.list().unwrap()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(elsewhere.len(), 2, "{elsewhere:?}");
+    assert!(elsewhere.contains(&name));
 }
 
 #[test]

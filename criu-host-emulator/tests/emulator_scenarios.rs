@@ -75,21 +75,32 @@ fn a_failed_checkpoint_leaves_the_process_running() {
 
 #[test]
 fn a_failed_sdma_copy_unpauses_and_reports_an_error() {
-    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
-    let mut app = launch(&sim, &Profile::Basic, 1);
-    let dirs = Dirs::new();
-    let emulator = dirs.emulator(&sim, |_| {});
-    sim.inject("SDMA_SHORT".parse::<FaultSpec>().unwrap());
-    let (files, _) = gpu_files(&app);
-    let err = emulator
-        .dump(app.pid(), &files, &device_vmas(&sim))
-        .expect_err("a short copy must fail the dump");
-    let (hook, errno) = hook_errno(&err);
-    assert_eq!(hook, "DUMP_EXT_FILE");
-    assert!(errno < 0 && errno != -libc::ENOTSUP, "errno {errno}");
-    drop(files);
-    app.step()
-        .expect("the process was unpaused after the failed dump");
+    // criu-dev copies in the background and reports at DUMP_DEVICES_LATE;
+    // CRIU 4.2 (13 hooks, no late hook) copies inside DUMP_EXT_FILE.
+    let every_hook = criu_plugin_amdgpu::abi::HOOK_SLOTS as u32;
+    for (max_hooks, failing_hook) in [(every_hook, "DUMP_DEVICES_LATE"), (13, "DUMP_EXT_FILE")] {
+        let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+        let mut app = launch(&sim, &Profile::Basic, 1);
+        let dirs = Dirs::new();
+        let emulator = dirs.emulator(&sim, |c| c.max_hooks = max_hooks);
+        sim.inject("SDMA_SHORT".parse::<FaultSpec>().unwrap());
+        let (files, _) = gpu_files(&app);
+        let err = emulator
+            .dump(app.pid(), &files, &device_vmas(&sim))
+            .expect_err("a short copy must fail the dump");
+        let (hook, errno) = hook_errno(&err);
+        assert_eq!(hook, failing_hook, "{max_hooks} hooks");
+        assert!(errno < 0 && errno != -libc::ENOTSUP, "errno {errno}");
+        drop(files);
+        app.step()
+            .expect("the process was unpaused after the failed dump");
+        let left: Vec<_> = std::fs::read_dir(dirs.images.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("amdgpu-") || n.starts_with(".amdgpu-"))
+            .collect();
+        assert!(left.is_empty(), "{max_hooks} hooks: {left:?} left behind");
+    }
 }
 
 #[test]

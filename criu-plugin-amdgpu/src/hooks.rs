@@ -272,7 +272,7 @@ fn fail(hook: &str, what: &str, err: &Error) -> c_int {
     err.errno()
 }
 
-impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
+impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
     /// `init(stage)`: probes `/dev/kfd`, applies the inventory gate at
     /// restore, and takes the options.
     ///
@@ -489,6 +489,9 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             }
         }
         if let Some(dumper) = self.dumper.as_mut() {
+            if ret != 0 {
+                dumper.abandon();
+            }
             if dumper.paused() > 0 {
                 if let Err(e) = dumper.unpause_all() {
                     log_error!("exit: {e}");
@@ -627,16 +630,27 @@ impl<D: Driver + Clone, H: CriuHost> Plugin<D, H> {
             _ => {
                 let task = self.host.task_fd(fd);
                 let dumper = self.dumper_mut();
+                // Into a directory the contents copy on while CRIU dumps
+                // the next process, finished at DUMP_DEVICES_LATE; a stream
+                // is opened through CRIU, from its thread only.
                 task.map_or(Ok(()), |task| dumper.refuse_second_kfd_file(task.pid, file))
-                    .and_then(|()| dumper.dump_kfd(&store, fd, file))
+                    .and_then(|()| match store.as_dir() {
+                        Some(dir) => dumper.dump_kfd_background(dir, fd, file),
+                        None => dumper.dump_kfd(&store, fd, file),
+                    })
             }
             .map(|d| {
                 log_info!(
-                    "{name}: KFD state of pid {} dumped ({} GPUs, {} BOs, {} content bytes{})",
+                    "{name}: KFD state of pid {} dumped ({} GPUs, {} BOs, {} content bytes{}{})",
                     d.pid,
                     d.gpus,
                     d.bos,
                     d.content_bytes,
+                    if d.stored_bytes.is_none() {
+                        ", copying until DUMP_DEVICES_LATE"
+                    } else {
+                        ""
+                    },
                     if d.unpaused { ", unpaused" } else { "" }
                 )
             }),

@@ -41,6 +41,14 @@
 //! - `dedup_*`: eight processes, one per GPU, identical weights (15/16 of
 //!   each process's bytes) and their own activations, dumped as one tree
 //!   without and with `KFD_DEDUP` (`bytes_ratio`, `time_ratio`).
+//!   `dedup_paced_*`: the deduplicated dump again with every simulated SDMA
+//!   ring paced at `dedup_paced_ring_mibs` MiB/s, so the copy engines bound
+//!   the transfers: `serial_dump_s` through CRIU 4.2's hooks (each
+//!   process's contents copied inside its `DUMP_EXT_FILE`, one process
+//!   after another, as the C plugin does on any CRIU), `background_dump_s`
+//!   through criu-dev's (copied in the background, finished at
+//!   `DUMP_DEVICES_LATE`), and `background_speedup` the first over the
+//!   second.
 //! - `plugin_cpu_s_per_gib_dump` / `_restore`: the CPU time of the
 //!   plugin's transfer threads
 //!   (`amdgpu_checkpoint::transfer::transfer_cpu_time`, per-thread clocks;
@@ -93,6 +101,12 @@ const RESTORE_ROUNDS: usize = 3;
 /// run of a phase by 2x; every dump a ratio compares gets the same rounds,
 /// taken in turn.
 const DUMP_ROUNDS: usize = 3;
+/// The copy engines' pace in the `dedup_paced_*` dumps, per SDMA ring (the
+/// plugin copies on two per GPU): slow enough that the copy, not these
+/// CPUs, bounds each process's transfer, as where the copy is DMA. It
+/// shows what overlapping the processes' transfers buys in that regime,
+/// not a real GPU's rate.
+const PACED_RING_MIBS: u64 = 512;
 
 fn fail(step: &'static str) -> impl FnOnce(String) -> BenchError {
     move |reason| BenchError::Step { step, reason }
@@ -415,12 +429,18 @@ fn emulator(sim: &Sim, dir: &Path, shm: &Path, dedup: bool) -> CriuEmulator {
     emulator_with(sim, dir, shm, dedup, true)
 }
 
-/// An emulated CRIU; without `parallel` it is one before v4.2 (no
-/// `POST_FORKING`), so contents are restored in the task.
-fn emulator_with(sim: &Sim, dir: &Path, shm: &Path, dedup: bool, parallel: bool) -> CriuEmulator {
+/// An emulated CRIU with its first `max_hooks` hooks (`None`: criu-dev's,
+/// all of them).
+fn emulator_hooks(
+    sim: &Sim,
+    dir: &Path,
+    shm: &Path,
+    dedup: bool,
+    max_hooks: Option<u32>,
+) -> CriuEmulator {
     let mut config = EmulatorConfig::new(shm);
-    if !parallel {
-        config.max_hooks = criu_plugin_amdgpu::abi::hook::POST_FORKING as u32;
+    if let Some(max) = max_hooks {
+        config.max_hooks = max;
     }
     config.options = Options {
         dedup,
@@ -429,14 +449,21 @@ fn emulator_with(sim: &Sim, dir: &Path, shm: &Path, dedup: bool, parallel: bool)
     CriuEmulator::new(sim.clone(), dir, config)
 }
 
-/// Dumps the tree `apps` into `dir` (made here, linked to `parent`).
+/// An emulated CRIU; without `parallel` it is one before v4.2 (no
+/// `POST_FORKING`), so contents are restored in the task.
+fn emulator_with(sim: &Sim, dir: &Path, shm: &Path, dedup: bool, parallel: bool) -> CriuEmulator {
+    let before_v4_2 = criu_plugin_amdgpu::abi::hook::POST_FORKING as u32;
+    emulator_hooks(sim, dir, shm, dedup, (!parallel).then_some(before_v4_2))
+}
+
+/// Dumps the tree `apps` into `dir` (made here, linked to `parent`)
+/// through the emulated CRIU `emulator` makes for `dir`.
 fn dump(
     sim: &Sim,
     apps: &[&Workload],
     dir: &Path,
     parent: Option<&str>,
-    shm: &Path,
-    dedup: bool,
+    emulator: impl FnOnce(&Path) -> CriuEmulator,
     (primer, moved): (&Primer, u64),
 ) -> Result<Dumped> {
     std::fs::create_dir(dir).map_err(step("creating an images directory"))?;
@@ -471,7 +498,7 @@ fn dump(
             vmas: vmas.clone(),
         })
         .collect();
-    let emulator = emulator(sim, dir, shm, dedup);
+    let emulator = emulator(dir);
     primer.prime(moved + PRIME_MARGIN)?;
     let cpu = transfer_cpu_time();
     let start = Instant::now();
@@ -616,8 +643,7 @@ fn incremental(root: &Path, total: u64, raw_cpu: (f64, f64), primer: &Primer) ->
             &[&machine.app],
             dir,
             parent,
-            shm.path(),
-            false,
+            |d| emulator(&machine.sim, d, shm.path(), false),
             (primer, moved),
         )
     })?;
@@ -632,8 +658,7 @@ fn incremental(root: &Path, total: u64, raw_cpu: (f64, f64), primer: &Primer) ->
             &[&machine.app],
             dir,
             Some("../2"),
-            shm.path(),
-            false,
+            |d| emulator(&machine.sim, d, shm.path(), false),
             (primer, moved),
         )
     })?
@@ -812,7 +837,8 @@ fn dedup(root: &Path, total: u64, primer: &Primer) -> Result<()> {
     progress("data-parallel dumps without and with KFD_DEDUP, in turn");
     let moved = per * GPUS as u64;
     let both = interleaved(&[&off, &on], |i, dir| {
-        let run = dump(&sim, &refs, dir, None, shm.path(), i == 1, (primer, moved));
+        let make = |d: &Path| emulator(&sim, d, shm.path(), i == 1);
+        let run = dump(&sim, &refs, dir, None, make, (primer, moved));
         let _ = std::fs::remove_dir_all(dir);
         run
     })?;
@@ -834,6 +860,43 @@ fn dedup(root: &Path, total: u64, primer: &Primer) -> Result<()> {
     line(
         "dedup_time_ratio",
         ratio(deduped.time.as_secs_f64(), plain.time.as_secs_f64()),
+    );
+    // The same deduplicated dump where the copy engines, not these two
+    // CPUs, bound each process's transfer, as on a GPU (where the copy is
+    // DMA): CRIU 4.2 (no DUMP_DEVICES_LATE), where each process's contents
+    // are copied inside its DUMP_EXT_FILE, one process after another (the
+    // C plugin's order on any CRIU), against criu-dev, where they copy in
+    // the background while CRIU dumps the next process.
+    progress(&format!(
+        "deduplicated dumps with the copy engines paced at {PACED_RING_MIBS} MiB/s per ring: \
+         one process after another, then in the background, in turn"
+    ));
+    sim.set_sdma_bandwidth(Some(PACED_RING_MIBS * MIB));
+    let serial = root.join("dp-serial");
+    let background = root.join("dp-background");
+    let paced = interleaved(&[&serial, &background], |i, dir| {
+        let make = |d: &Path| {
+            let late = criu_plugin_amdgpu::abi::hook::DUMP_DEVICES_LATE as u32;
+            emulator_hooks(&sim, d, shm.path(), true, (i == 0).then_some(late))
+        };
+        let run = dump(&sim, &refs, dir, None, make, (primer, moved));
+        let _ = std::fs::remove_dir_all(dir);
+        run
+    });
+    sim.set_sdma_bandwidth(None);
+    let paced = paced?;
+    line("dedup_paced_ring_mibs", PACED_RING_MIBS);
+    line(
+        "dedup_paced_serial_dump_s",
+        format!("{:.3}", paced[0].time.as_secs_f64()),
+    );
+    line(
+        "dedup_paced_background_dump_s",
+        format!("{:.3}", paced[1].time.as_secs_f64()),
+    );
+    line(
+        "dedup_paced_background_speedup",
+        ratio(paced[0].time.as_secs_f64(), paced[1].time.as_secs_f64()),
     );
     for app in apps {
         app.exit().map_err(step("ending a process"))?;

@@ -355,7 +355,7 @@ pub struct HookFailure {
 
 /// What a successful restore left: the restored task's plugin state (it
 /// holds render files, as the real restored process does) and the files.
-pub struct RestoredTask<D: Driver + Clone, H: CriuHost> {
+pub struct RestoredTask<D: Driver + Clone + 'static, H: CriuHost> {
     /// The plugin state of the restored task.
     pub plugin: Plugin<D, H>,
     /// The fds `RESTORE_EXT_FILE` returned.
@@ -428,7 +428,7 @@ impl MiniCriu {
 
     /// `criu dump --leave-running` of `target` by a dumper process whose
     /// driver `driver_of` makes; files in ascending fd order.
-    pub fn dump<D: Driver + Clone, H: CriuHost>(
+    pub fn dump<D: Driver + Clone + 'static, H: CriuHost>(
         &self,
         driver_of: impl Fn(Pid) -> D,
         host: H,
@@ -452,7 +452,7 @@ impl MiniCriu {
 
     /// `criu restore` of `pid` with GPU files `ids` and device mappings
     /// `vmas`. On failure the restored task is killed, as CRIU does.
-    pub fn restore<D: Driver + Clone, H: CriuHost + Clone>(
+    pub fn restore<D: Driver + Clone + 'static, H: CriuHost + Clone>(
         &self,
         driver_of: impl Fn(Pid) -> D,
         host: H,
@@ -503,7 +503,7 @@ impl MiniCriu {
 /// The dumper's side of `criu dump --leave-running` of `target`: the hooks
 /// in CRIU's order, by a dumper (already the target's tracer) whose driver
 /// is `driver`; files in ascending fd order.
-pub fn dump_hooks<D: Driver + Clone, H: CriuHost>(
+pub fn dump_hooks<D: Driver + Clone + 'static, H: CriuHost>(
     driver: D,
     host: H,
     config: PluginConfig,
@@ -557,7 +557,7 @@ pub fn dump_hooks<D: Driver + Clone, H: CriuHost>(
 /// `ids` and device mappings `vmas`: the main restorer's and the task's
 /// hooks in CRIU's order. On failure the plugins are ended as CRIU ends
 /// them (the caller kills the task).
-pub fn restore_hooks<D: Driver + Clone, H: CriuHost + Clone>(
+pub fn restore_hooks<D: Driver + Clone + 'static, H: CriuHost + Clone>(
     main_driver: D,
     task_driver: D,
     host: H,

@@ -1,0 +1,192 @@
+//! A tree's BO contents copy in the background: with `DUMP_DEVICES_LATE`
+//! in the host, each process's transfer runs on while CRIU dumps the next
+//! process and is finished before any process is unpaused. Each GPU still
+//! serves one transfer at a time (staging memory within
+//! `KFD_MAX_BUFFER_SIZE`), a failed transfer fails the dump at
+//! `DUMP_DEVICES_LATE` with every process running again and no image left,
+//! and the sets restore bit-identically.
+
+mod chain_common;
+mod common;
+
+use amdgpu_checkpoint::options::Staging;
+use amdgpu_image::{CriuKfd, ImageName};
+use chain_common::{clean, continues_like, logged, Root};
+use common::{hook_errno, image_message, vmas_of};
+use criu_host_emulator::TaskToRestore;
+use criu_plugin_amdgpu::log::Capture;
+use kfd_sim::workload::{Profile, Workload};
+use kfd_sim::{FaultSpec, Pid, Sim, SimConfig};
+
+const GPUS: usize = 2;
+/// Two data-parallel replicas per GPU: two processes share each GPU.
+const REPLICAS: usize = 2;
+const WEIGHTS: u64 = 12 << 20;
+const LIMIT: u64 = 8 << 20;
+
+fn profile() -> Profile {
+    Profile::DataParallel {
+        weights_bytes: WEIGHTS,
+        activations_bytes: 2 << 20,
+    }
+}
+
+/// `REPLICAS` data-parallel groups over the sim's GPUs, each stepped once.
+fn launch(sim: &Sim) -> Vec<Workload> {
+    let mut apps = Vec::new();
+    for _ in 0..REPLICAS {
+        apps.extend(Workload::launch_data_parallel(sim, &profile()).unwrap());
+    }
+    for app in &mut apps {
+        app.step().unwrap();
+    }
+    apps
+}
+
+fn restore_plan(dir: &std::path::Path, pids: &[Pid]) -> Vec<TaskToRestore> {
+    pids.iter()
+        .enumerate()
+        .map(|(i, pid)| {
+            let id = 10 * i as u32 + 1;
+            let image: CriuKfd = image_message(dir, &ImageName::Kfd { id });
+            TaskToRestore {
+                pid: *pid,
+                file_ids: (0..=GPUS as u32).map(|k| id + k).collect(),
+                vmas: vmas_of(&image),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn a_tree_copies_in_the_background_one_transfer_per_gpu_within_the_staging_limit() {
+    let sim = Sim::synthetic(GPUS, SimConfig::default()).unwrap();
+    let apps = launch(&sim);
+    let mut twins = launch(&sim);
+    let root = Root::new();
+    let dir = root.dir("tree", None);
+    let tasks = common::tree_tasks(&sim, &apps);
+    let emulator = root.emulator(&sim, &dir, |c| {
+        c.options.max_buffer_size = LIMIT;
+        c.options.staging = Staging::from_limit(LIMIT);
+    });
+    let capture = Capture::start();
+    emulator.dump_tree(&tasks).expect("dump of the tree");
+    let lines = capture.lines();
+    drop(capture);
+    let copying = lines
+        .iter()
+        .filter(|(_, t)| t.contains("copying until DUMP_DEVICES_LATE"))
+        .count();
+    assert_eq!(
+        copying,
+        apps.len(),
+        "every KFD file copies in the background: {lines:?}"
+    );
+    for i in 0..apps.len() {
+        let id = 10 * i + 1;
+        assert!(
+            logged(&lines, &format!("file {id}: pid ")) && logged(&lines, "content bytes copied"),
+            "file {id}'s transfer finished in the log"
+        );
+    }
+    // Two processes per GPU copied, each GPU one at a time: no GPU's
+    // staging memory ever exceeded what one transfer may use.
+    for gpu in sim.gpus() {
+        let peak = sim.gem_userptr_peak_bytes(gpu.gpu_id).unwrap();
+        assert!(
+            peak > 0 && peak <= LIMIT,
+            "GPU {:#x}: {peak} bytes of staging pinned at once (limit {LIMIT})",
+            gpu.gpu_id
+        );
+    }
+    clean(&dir);
+
+    let expected: Vec<_> = apps.iter().map(|a| a.describe().unwrap()).collect();
+    let pids: Vec<Pid> = apps.iter().map(Workload::pid).collect();
+    let restore = restore_plan(&dir, &pids);
+    drop(tasks);
+    for a in apps {
+        a.exit().unwrap();
+    }
+    let restored = emulator
+        .restore_tree(&restore)
+        .expect("restore of the tree");
+    assert!(restored.iter().all(|t| t.resume_answer == 0));
+    for ((pid, expected), twin) in pids.iter().zip(&expected).zip(&mut twins) {
+        Workload::verify(&sim, *pid, expected).unwrap();
+        continues_like(&sim, *pid, twin, 2);
+    }
+}
+
+#[test]
+fn a_failed_background_transfer_fails_the_dump_late_and_leaves_every_process_running() {
+    let sim = Sim::synthetic(GPUS, SimConfig::default()).unwrap();
+    let mut apps = launch(&sim);
+    let root = Root::new();
+    let dir = root.dir("failed", None);
+    let tasks = common::tree_tasks(&sim, &apps);
+    let emulator = root.emulator(&sim, &dir, |_| {});
+    // A short copy some way into the tree's transfers.
+    sim.inject("SDMA_SHORT:5".parse::<FaultSpec>().unwrap());
+    let capture = Capture::start();
+    let err = emulator
+        .dump_tree(&tasks)
+        .expect_err("a short copy fails the dump");
+    let lines = capture.lines();
+    drop(capture);
+    let (hook, errno) = hook_errno(&err);
+    assert_eq!(hook, "DUMP_DEVICES_LATE", "{lines:?}");
+    assert!(errno < 0 && errno != -libc::ENOTSUP, "errno {errno}");
+    assert!(
+        logged(&lines, "contents not copied"),
+        "the failed file is named: {lines:?}"
+    );
+    drop(tasks);
+    for app in &mut apps {
+        app.step()
+            .expect("every process was unpaused after the failed dump");
+    }
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("amdgpu-") || n.starts_with(".amdgpu-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?} left behind");
+}
+
+#[test]
+fn a_later_process_failing_stops_the_earlier_transfers_and_removes_their_images() {
+    let sim = Sim::synthetic(GPUS, SimConfig::default()).unwrap();
+    let mut apps = launch(&sim);
+    let root = Root::new();
+    let dir = root.dir("abandoned", None);
+    let tasks = common::tree_tasks(&sim, &apps);
+    let emulator = root.emulator(&sim, &dir, |_| {});
+    // The last process's CHECKPOINT fails: CRIU ends the dump there, with
+    // the earlier processes' contents still copying.
+    let spec = format!("CRIU_OP:CHECKPOINT:{}=EIO", apps.len());
+    sim.inject(spec.parse::<FaultSpec>().unwrap());
+    let capture = Capture::start();
+    let err = emulator
+        .dump_tree(&tasks)
+        .expect_err("the last process's dump fails");
+    let lines = capture.lines();
+    drop(capture);
+    assert_eq!(hook_errno(&err), ("DUMP_EXT_FILE", -libc::EIO));
+    assert!(
+        logged(&lines, "background transfer(s)"),
+        "the exit stops the transfers still running: {lines:?}"
+    );
+    drop(tasks);
+    for app in &mut apps {
+        app.step()
+            .expect("every process was unpaused after the failed dump");
+    }
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("amdgpu-") || n.starts_with(".amdgpu-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?} left behind");
+}
