@@ -12,7 +12,7 @@ mod common;
 use amdgpu_checkpoint::options::Staging;
 use amdgpu_image::{CriuKfd, ImageName};
 use chain_common::{clean, continues_like, logged, Root};
-use common::{hook_errno, image_message, vmas_of};
+use common::{amdgpu_files, hook_errno, image_message, vmas_of};
 use criu_host_emulator::TaskToRestore;
 use criu_plugin_amdgpu::log::Capture;
 use kfd_sim::workload::{Profile, Workload};
@@ -41,6 +41,17 @@ fn launch(sim: &Sim) -> Vec<Workload> {
         app.step().unwrap();
     }
     apps
+}
+
+/// After a failed dump: every process runs again, and no amdgpu file of
+/// the dump is left in `dir`.
+fn runs_on_and_left_nothing(apps: &mut [Workload], dir: &std::path::Path) {
+    for app in apps {
+        app.step()
+            .expect("every process was unpaused after the failed dump");
+    }
+    let left = amdgpu_files(dir);
+    assert!(left.is_empty(), "{left:?} left behind");
 }
 
 fn restore_plan(dir: &std::path::Path, pids: &[Pid]) -> Vec<TaskToRestore> {
@@ -143,16 +154,7 @@ fn a_failed_background_transfer_fails_the_dump_late_and_leaves_every_process_run
         "the failed file is named: {lines:?}"
     );
     drop(tasks);
-    for app in &mut apps {
-        app.step()
-            .expect("every process was unpaused after the failed dump");
-    }
-    let left: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("amdgpu-") || n.starts_with(".amdgpu-"))
-        .collect();
-    assert!(left.is_empty(), "{left:?} left behind");
+    runs_on_and_left_nothing(&mut apps, &dir);
 }
 
 #[test]
@@ -179,14 +181,5 @@ fn a_later_process_failing_stops_the_earlier_transfers_and_removes_their_images(
         "the exit stops the transfers still running: {lines:?}"
     );
     drop(tasks);
-    for app in &mut apps {
-        app.step()
-            .expect("every process was unpaused after the failed dump");
-    }
-    let left: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("amdgpu-") || n.starts_with(".amdgpu-"))
-        .collect();
-    assert!(left.is_empty(), "{left:?} left behind");
+    runs_on_and_left_nothing(&mut apps, &dir);
 }

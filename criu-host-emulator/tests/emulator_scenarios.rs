@@ -94,11 +94,7 @@ fn a_failed_sdma_copy_unpauses_and_reports_an_error() {
         drop(files);
         app.step()
             .expect("the process was unpaused after the failed dump");
-        let left: Vec<_> = std::fs::read_dir(dirs.images.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("amdgpu-") || n.starts_with(".amdgpu-"))
-            .collect();
+        let left = common::amdgpu_files(dirs.images.path());
         assert!(left.is_empty(), "{max_hooks} hooks: {left:?} left behind");
     }
 }

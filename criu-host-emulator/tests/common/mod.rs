@@ -85,6 +85,17 @@ pub fn image_message<M: ImageMessage>(images: &Path, name: &ImageName) -> M {
         .unwrap_or_else(|| panic!("{name} is missing"))
 }
 
+/// The amdgpu image files in `images`, committed (`amdgpu-*`) or not
+/// (`.amdgpu-*` temporaries and unfinished-dump marks): what a failed dump
+/// must not leave behind.
+pub fn amdgpu_files(images: &Path) -> Vec<String> {
+    std::fs::read_dir(images)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("amdgpu-") || n.starts_with(".amdgpu-"))
+        .collect()
+}
+
 /// The hook and errno of an emulated CRIU run that a hook failed.
 pub fn hook_errno(err: &EmulatorError) -> (&'static str, i32) {
     match err {
