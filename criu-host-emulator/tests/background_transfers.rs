@@ -10,13 +10,11 @@ mod chain_common;
 mod common;
 
 use amdgpu_checkpoint::options::Staging;
-use amdgpu_image::{CriuKfd, ImageName};
-use chain_common::{clean, continues_like, logged, Root};
-use common::{amdgpu_files, hook_errno, image_message, vmas_of};
-use criu_host_emulator::TaskToRestore;
+use chain_common::{clean, logged, restore_tree_like_twins, Root};
+use common::{amdgpu_files, hook_errno};
 use criu_plugin_amdgpu::log::Capture;
 use kfd_sim::workload::{Profile, Workload};
-use kfd_sim::{FaultSpec, Pid, Sim, SimConfig};
+use kfd_sim::{FaultSpec, Sim, SimConfig};
 
 const GPUS: usize = 2;
 /// Two data-parallel replicas per GPU: two processes share each GPU.
@@ -52,21 +50,6 @@ fn runs_on_and_left_nothing(apps: &mut [Workload], dir: &std::path::Path) {
     }
     let left = amdgpu_files(dir);
     assert!(left.is_empty(), "{left:?} left behind");
-}
-
-fn restore_plan(dir: &std::path::Path, pids: &[Pid]) -> Vec<TaskToRestore> {
-    pids.iter()
-        .enumerate()
-        .map(|(i, pid)| {
-            let id = 10 * i as u32 + 1;
-            let image: CriuKfd = image_message(dir, &ImageName::Kfd { id });
-            TaskToRestore {
-                pid: *pid,
-                file_ids: (0..=GPUS as u32).map(|k| id + k).collect(),
-                vmas: vmas_of(&image),
-            }
-        })
-        .collect()
 }
 
 #[test]
@@ -112,22 +95,8 @@ fn a_tree_copies_in_the_background_one_transfer_per_gpu_within_the_staging_limit
         );
     }
     clean(&dir);
-
-    let expected: Vec<_> = apps.iter().map(|a| a.describe().unwrap()).collect();
-    let pids: Vec<Pid> = apps.iter().map(Workload::pid).collect();
-    let restore = restore_plan(&dir, &pids);
     drop(tasks);
-    for a in apps {
-        a.exit().unwrap();
-    }
-    let restored = emulator
-        .restore_tree(&restore)
-        .expect("restore of the tree");
-    assert!(restored.iter().all(|t| t.resume_answer == 0));
-    for ((pid, expected), twin) in pids.iter().zip(&expected).zip(&mut twins) {
-        Workload::verify(&sim, *pid, expected).unwrap();
-        continues_like(&sim, *pid, twin, 2);
-    }
+    restore_tree_like_twins(&emulator, &sim, &dir, apps, &mut twins, GPUS);
 }
 
 #[test]

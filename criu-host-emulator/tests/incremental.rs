@@ -12,12 +12,14 @@ mod common;
 
 use amdgpu_image::chain::flatten;
 use amdgpu_image::{verify_set, CriuKfd, DirStore, ImageName, ReadLimits, ValidatedKfd};
-use chain_common::{bytes_of, clean, continues_like, dump, logged, restore_one, Root};
+use chain_common::{
+    bytes_of, clean, continues_like, dump, logged, restore_one, restore_tree_like_twins, Root,
+};
 use common::{image_message, vmas_of, KFD_ID};
-use criu_host_emulator::{ImageStreamer, TaskToRestore};
+use criu_host_emulator::ImageStreamer;
 use criu_plugin_amdgpu::log::{Capture, Level};
 use kfd_sim::workload::{Profile, Workload};
-use kfd_sim::{Pid, Sim, SimConfig};
+use kfd_sim::{Sim, SimConfig};
 
 /// Dense VRAM BOs of 16 MiB (eight 2 MiB chunks each), as TensorFlow's
 /// pool. A step changes two words of every BO (its first chunk and one
@@ -259,33 +261,8 @@ fn dedup_of_a_data_parallel_tree_writes_the_weights_once() {
         "{stored} of {content} bytes written"
     );
     clean(&dir);
-    let expected: Vec<_> = apps.iter().map(|a| a.describe().unwrap()).collect();
-    let pids: Vec<Pid> = apps.iter().map(Workload::pid).collect();
-    let restore: Vec<TaskToRestore> = pids
-        .iter()
-        .enumerate()
-        .map(|(i, pid)| {
-            let id = 10 * i as u32 + 1;
-            let image: CriuKfd = image_message(&dir, &ImageName::Kfd { id });
-            TaskToRestore {
-                pid: *pid,
-                file_ids: (0..=GPUS as u32).map(|k| id + k).collect(),
-                vmas: vmas_of(&image),
-            }
-        })
-        .collect();
     drop(tasks);
-    for a in apps {
-        a.exit().unwrap();
-    }
-    let tasks = emulator
-        .restore_tree(&restore)
-        .expect("restore of the tree");
-    assert!(tasks.iter().all(|t| t.resume_answer == 0));
-    for ((pid, expected), twin) in pids.iter().zip(&expected).zip(&mut twins) {
-        Workload::verify(&sim, *pid, expected).unwrap();
-        continues_like(&sim, *pid, twin, 2);
-    }
+    restore_tree_like_twins(&emulator, &sim, &dir, apps, &mut twins, GPUS);
 }
 
 #[test]

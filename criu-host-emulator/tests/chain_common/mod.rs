@@ -11,7 +11,7 @@ use amdgpu_image::{
     verify_set, CriuKfd, CriuRenderNode, DirStore, ImageKind, ImageName, ImageStore, ReadLimits,
     ValidatedKfd, ValidatedRenderNode,
 };
-use criu_host_emulator::{CriuEmulator, EmulatorConfig};
+use criu_host_emulator::{CriuEmulator, EmulatorConfig, TaskToRestore};
 use criu_plugin_amdgpu::log::Level;
 use kfd_sim::workload::Workload;
 use kfd_sim::{Pid, Sim};
@@ -138,4 +138,44 @@ pub fn drm_bytes_of(dir: &Path) -> (u64, u64) {
         }
     }
     (content, stored)
+}
+
+/// Ends the processes `apps` of a tree dumped into `dir` (process `i`'s
+/// files numbered from `10 * i + 1`: its `/dev/kfd`, then a render node per
+/// GPU of the `gpus`-GPU machine), restores the tree, and checks that each
+/// restored process is what it was and runs on like its twin.
+pub fn restore_tree_like_twins(
+    emulator: &CriuEmulator,
+    sim: &Sim,
+    dir: &Path,
+    apps: Vec<Workload>,
+    twins: &mut [Workload],
+    gpus: usize,
+) {
+    let expected: Vec<_> = apps.iter().map(|a| a.describe().unwrap()).collect();
+    let pids: Vec<Pid> = apps.iter().map(Workload::pid).collect();
+    let restore: Vec<TaskToRestore> = pids
+        .iter()
+        .enumerate()
+        .map(|(i, pid)| {
+            let id = 10 * i as u32 + 1;
+            let image: CriuKfd = image_message(dir, &ImageName::Kfd { id });
+            TaskToRestore {
+                pid: *pid,
+                file_ids: (0..=gpus as u32).map(|k| id + k).collect(),
+                vmas: vmas_of(&image),
+            }
+        })
+        .collect();
+    for a in apps {
+        a.exit().unwrap();
+    }
+    let tasks = emulator
+        .restore_tree(&restore)
+        .expect("restore of the tree");
+    assert!(tasks.iter().all(|t| t.resume_answer == 0));
+    for ((pid, expected), twin) in pids.iter().zip(&expected).zip(twins) {
+        Workload::verify(sim, *pid, expected).unwrap();
+        continues_like(sim, *pid, twin, 2);
+    }
 }
