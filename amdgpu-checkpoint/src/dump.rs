@@ -213,12 +213,7 @@ struct PreparedKfd {
 impl PreparedKfd {
     /// Bytes of BO contents the transfer moves.
     fn content_bytes(&self) -> u64 {
-        self.bos
-            .iter()
-            .filter(|bo| bo.flags().has_content())
-            .filter(|bo| self.gpus.iter().any(|g| g.user_gpu_id == bo.gpu_id().0))
-            .map(|bo| bo.bucket.size)
-            .sum()
+        transfer::content_bytes(&self.gpus, &self.bos)
     }
 }
 
@@ -307,26 +302,27 @@ impl<D: Driver + Clone> Dumper<D> {
     /// copy engine still serves one transfer at a time, so the staging
     /// memory per GPU is what `KFD_MAX_BUFFER_SIZE` allows.
     ///
-    /// Only into an image directory (CRIU's image streamer is opened
-    /// through CRIU, from its own thread), and only when the host unpauses
-    /// late: with `unpause_early` this is [`dump_kfd`](Self::dump_kfd). A
+    /// Only into an image directory (a stream, CRIU's image streamer, is
+    /// opened through CRIU from its own thread), and only when the host
+    /// unpauses late: otherwise this is [`dump_kfd`](Self::dump_kfd). A
     /// transfer that fails fails `unpause_all`, which still unpauses every
     /// process; a dump abandoned before it ([`abandon`](Self::abandon), or
     /// the dumper dropped) stops the transfers at their next staging buffer.
-    pub fn dump_kfd_background(
+    pub fn dump_kfd_background<S: ImageStore + Sync>(
         &mut self,
-        store: &amdgpu_image::DirStore,
+        store: &S,
         fd: BorrowedFd<'_>,
         id: u32,
     ) -> Result<KfdDump, Error>
     where
         D: 'static,
     {
-        if self.config.unpause_early {
-            return self.dump_kfd(store, fd, id);
-        }
+        let dir = match store.as_dir() {
+            Some(dir) if !self.config.unpause_early => dir,
+            _ => return self.dump_kfd(store, fd, id),
+        };
         self.dump_kfd_then(store, fd, id, |dumper, prepared| {
-            let own = store.try_clone().map_err(Error::image(
+            let own = dir.try_clone().map_err(Error::image(
                 "holding the images directory for the transfer",
             ))?;
             let pid = prepared.msg.pid;

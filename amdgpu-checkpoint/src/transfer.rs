@@ -236,6 +236,15 @@ fn bos_of_gpu(gpu: u32, bos: &[CheckpointBo]) -> Vec<(usize, &CheckpointBo)> {
         .collect()
 }
 
+/// Bytes of BO contents [`dump_contents`] moves for `gpus` (the sum of the
+/// sizes of their BOs with contents).
+pub fn content_bytes(gpus: &[GpuTarget], bos: &[CheckpointBo]) -> u64 {
+    gpus.iter()
+        .flat_map(|g| bos_of_gpu(g.user_gpu_id, bos))
+        .map(|(_, bo)| bo.bucket.size)
+        .sum()
+}
+
 /// Writes the pages file of every GPU in `gpus` from the BOs' dma-bufs;
 /// returns the bytes and checksums.
 #[allow(clippy::too_many_arguments)]

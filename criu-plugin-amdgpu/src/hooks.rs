@@ -630,14 +630,10 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
             _ => {
                 let task = self.host.task_fd(fd);
                 let dumper = self.dumper_mut();
-                // Into a directory the contents copy on while CRIU dumps
-                // the next process, finished at DUMP_DEVICES_LATE; a stream
-                // is opened through CRIU, from its thread only.
+                // The contents copy on while CRIU dumps the next process
+                // where the engine can (see `dump_kfd_background`).
                 task.map_or(Ok(()), |task| dumper.refuse_second_kfd_file(task.pid, file))
-                    .and_then(|()| match store.as_dir() {
-                        Some(dir) => dumper.dump_kfd_background(dir, fd, file),
-                        None => dumper.dump_kfd(&store, fd, file),
-                    })
+                    .and_then(|()| dumper.dump_kfd_background(&store, fd, file))
             }
             .map(|d| {
                 log_info!(
