@@ -6,8 +6,17 @@
 //! [`AnonymousMapping`] rather than a mapping made through [`crate::Driver`]. It never hands its memory to a
 //! device by itself: [`crate::copy::CopyEngine`] does that and guards access
 //! while a copy may be running.
+//!
+//! The mapping asks for transparent huge pages
+//! ([`AnonymousOptions::huge_pages`]): a dump of many processes at once
+//! faults in fresh staging memory for each, and 2 MiB pages cut that cost
+//! (measured on the 8-process data-parallel dump of `benches`: the
+//! simulated copy engines' fault time per dump fell from 0.11–0.16 to
+//! 0.035–0.048 CPU-seconds, the dumps 15–22 % faster). Under the kernel's
+//! default `defrag=madvise` such a fault may compact memory first; where
+//! that is unwanted, THP `enabled=never` gives small pages as before.
 
-use crate::anon::AnonymousMapping;
+use crate::anon::{AnonymousMapping, AnonymousOptions, Sharing};
 use crate::error::{Error, Result};
 
 /// The host page size.
@@ -28,7 +37,7 @@ pub struct StagingBuffer {
 
 impl StagingBuffer {
     /// Maps `len` bytes (rounded up to whole pages) of zeroed anonymous
-    /// memory.
+    /// memory, transparent huge pages asked for (module docs).
     pub fn new(len: usize) -> Result<Self> {
         const OP: &str = "mmap staging buffer";
         if len == 0 {
@@ -40,7 +49,10 @@ impl StagingBuffer {
         let len = len
             .checked_next_multiple_of(page_size())
             .ok_or_else(|| Error::invalid(OP, format!("{len} bytes overflow")))?;
-        let map = AnonymousMapping::private(len).map_err(|e| Error::from_io(OP, &e))?;
+        let map = AnonymousOptions::new(Sharing::Private)
+            .huge_pages()
+            .map(len)
+            .map_err(|e| Error::from_io(OP, &e))?;
         Ok(StagingBuffer { map })
     }
 
