@@ -41,6 +41,12 @@
 //! - `dedup_*`: eight processes, one per GPU, identical weights (15/16 of
 //!   each process's bytes) and their own activations, dumped as one tree
 //!   without and with `KFD_DEDUP` (`bytes_ratio`, `time_ratio`).
+//!   `dedup_sdma_read_s`: the simulated copy engines alone reading every
+//!   process's BOs into the plugin's staging rings (no digest, no file),
+//!   the floor under a deduplicated dump, which still reads every byte;
+//!   `dedup_floor_ratio` is it over the full dump (the lowest
+//!   `dedup_time_ratio` this simulator allows on these CPUs) and
+//!   `dedup_on_vs_sdma_read` the deduplicated dump over it.
 //!   `dedup_paced_*`: the deduplicated dump again with every simulated SDMA
 //!   ring paced at `dedup_paced_ring_mibs` MiB/s, so the copy engines bound
 //!   the transfers: `serial_dump_s` through CRIU 4.2's hooks (each
@@ -572,12 +578,65 @@ fn restore(
 /// DMA and here a `memcpy` on this machine's CPUs. Primed like the dumps;
 /// best of [`DUMP_ROUNDS`]; the rigs are set up outside the timing.
 fn sdma_read_floor(machine: &Machine, (primer, moved): (&Primer, u64)) -> Result<Duration> {
+    sdma_floor(
+        || {
+            let gpus = machine.sim.gpus();
+            gpus.iter()
+                .map(|gpu| SdmaRig::plugin(machine, gpu.gpu_id))
+                .collect()
+        },
+        (primer, moved),
+    )
+}
+
+/// [`sdma_read_floor`] for every process of a tree: each process's BOs
+/// with contents, per GPU, read by rigs of the plugin's shape, one rig
+/// after another (each rig's two rings already keep both CPUs busy).
+fn sdma_read_floor_of(
+    sim: &Sim,
+    apps: &[&Workload],
+    (primer, moved): (&Primer, u64),
+) -> Result<Duration> {
+    let mut plan = Vec::new();
+    for app in apps {
+        let description = app.describe().map_err(step("describing a process"))?;
+        let mut by_gpu: std::collections::BTreeMap<u32, Vec<(u64, u64)>> = Default::default();
+        for bo in description
+            .bos
+            .iter()
+            .filter(|b| kfd::AllocFlags::from_bits_retain(b.flags).has_content())
+        {
+            // A KFD handle carries its GPU in the high half.
+            by_gpu
+                .entry((bo.handle >> 32) as u32)
+                .or_default()
+                .push((bo.handle, bo.size));
+        }
+        plan.push((*app, by_gpu));
+    }
+    sdma_floor(
+        || {
+            let mut rigs = Vec::new();
+            for (app, by_gpu) in &plan {
+                for (&gpu, bos) in by_gpu {
+                    rigs.push(SdmaRig::plugin_for(sim, app, gpu, bos)?);
+                }
+            }
+            Ok(rigs)
+        },
+        (primer, moved),
+    )
+}
+
+/// Best of [`DUMP_ROUNDS`] passes of fresh rigs from `rigs`, each
+/// reading all of its BOs; primed for `moved` bytes before each.
+fn sdma_floor(
+    rigs: impl Fn() -> Result<Vec<SdmaRig>>,
+    (primer, moved): (&Primer, u64),
+) -> Result<Duration> {
     let mut best = Duration::MAX;
     for _ in 0..DUMP_ROUNDS {
-        let mut rigs = Vec::new();
-        for gpu in machine.sim.gpus() {
-            rigs.push(SdmaRig::plugin(machine, gpu.gpu_id)?);
-        }
+        let mut rigs = rigs()?;
         primer.prime(moved + PRIME_MARGIN)?;
         let start = Instant::now();
         for rig in &mut rigs {
@@ -860,6 +919,20 @@ fn dedup(root: &Path, total: u64, primer: &Primer) -> Result<()> {
     line(
         "dedup_time_ratio",
         ratio(deduped.time.as_secs_f64(), plain.time.as_secs_f64()),
+    );
+    // What the simulator's copies alone take: every byte is still read
+    // from every GPU (a chunk is known to be a duplicate only once read),
+    // here by a `memcpy` on the same two CPUs.
+    progress("the simulated SDMA alone reading every process's BOs");
+    let floor = sdma_read_floor_of(&sim, &refs, (primer, moved))?;
+    line("dedup_sdma_read_s", format!("{:.3}", floor.as_secs_f64()));
+    line(
+        "dedup_floor_ratio",
+        ratio(floor.as_secs_f64(), plain.time.as_secs_f64()),
+    );
+    line(
+        "dedup_on_vs_sdma_read",
+        ratio(deduped.time.as_secs_f64(), floor.as_secs_f64()),
     );
     // The same deduplicated dump where the copy engines, not these two
     // CPUs, bound each process's transfer, as on a GPU (where the copy is

@@ -35,6 +35,15 @@ pub struct Machine {
 }
 
 impl Machine {
+    /// The benchmark's BOs on `gpu`, as (KFD handle, size).
+    pub fn bos_on(&self, gpu: u32) -> Vec<(u64, u64)> {
+        self.bos
+            .iter()
+            .filter(|b| b.gpu == gpu)
+            .map(|b| (b.handle, b.size))
+            .collect()
+    }
+
     /// `gpus` simulated GPUs with `total` bytes of VRAM BOs of `bo_bytes`
     /// each, spread evenly over the GPUs and filled as `fill` says.
     pub fn build(gpus: usize, total: u64, bo_bytes: u64, fill: Fill) -> Result<Machine> {

@@ -8,7 +8,8 @@ use kfd::{
     CopyEngine, CopyEngineConfig, ImportedBo, Kfd, MemHandle, RenderMinor, RenderNode,
     StagingBuffer, StagingSlot,
 };
-use kfd_sim::SimDriver;
+use kfd_sim::workload::Workload;
+use kfd_sim::{Sim, SimDriver};
 
 use super::error::{step, BenchError, Result};
 use super::machine::Machine;
@@ -22,7 +23,8 @@ pub struct SdmaFigures {
     pub write_bps: f64,
 }
 
-/// One GPU's copy engine with the GPU's BOs of a [`Machine`] imported and
+/// One GPU's copy engine with the GPU's BOs of a process imported (a
+/// [`Machine`]'s, or any process's: [`SdmaRig::plugin_for`]) and
 /// a ring of staging buffers (two of 32 MiB on one SDMA ring, or the
 /// plugin's own ring, [`SdmaRig::plugin`]): copies without file I/O.
 pub struct SdmaRig {
@@ -39,15 +41,21 @@ impl SdmaRig {
     /// The rig for the BOs of `machine` on `gpu` (a `GpuInfo::gpu_id`):
     /// two 32 MiB buffers, one SDMA ring.
     pub fn new(machine: &Machine, gpu: u32) -> Result<SdmaRig> {
-        Self::with_ring(machine, gpu, 2, Self::SLOT, 1)
+        let bos = machine.bos_on(gpu);
+        Self::with_ring((&machine.sim, &machine.app, gpu, &bos), 2, Self::SLOT, 1)
     }
 
     /// The rig with the plugin's staging ring and SDMA rings (the
     /// defaults of `amdgpu_checkpoint`): what a dump's copies alone take.
     pub fn plugin(machine: &Machine, gpu: u32) -> Result<SdmaRig> {
+        Self::plugin_for(&machine.sim, &machine.app, gpu, &machine.bos_on(gpu))
+    }
+
+    /// [`SdmaRig::plugin`] for any process `app` of `sim`: the BOs `bos`
+    /// (KFD handle, size), all on `gpu`.
+    pub fn plugin_for(sim: &Sim, app: &Workload, gpu: u32, bos: &[(u64, u64)]) -> Result<SdmaRig> {
         Self::with_ring(
-            machine,
-            gpu,
+            (sim, app, gpu, bos),
             amdgpu_checkpoint::options::DEFAULT_STAGING_BUFFERS,
             amdgpu_checkpoint::options::DEFAULT_STAGING_BUFFER as usize,
             amdgpu_checkpoint::transfer::SDMA_RINGS,
@@ -55,22 +63,20 @@ impl SdmaRig {
     }
 
     /// `buffers` staging buffers of `slot_len` bytes spread over `spread`
-    /// SDMA rings.
+    /// SDMA rings, for the BOs `bos` (KFD handle, size) of `app` on `gpu`.
     fn with_ring(
-        machine: &Machine,
-        gpu: u32,
+        (sim, app, gpu, bos): (&Sim, &Workload, u32, &[(u64, u64)]),
         buffers: usize,
         slot_len: usize,
         spread: u32,
     ) -> Result<SdmaRig> {
-        let driver = machine.sim.driver(machine.app.pid());
-        let kfd_fd = machine.app.kfd_fd().ok_or_else(|| BenchError::Step {
+        let driver = sim.driver(app.pid());
+        let kfd_fd = app.kfd_fd().ok_or_else(|| BenchError::Step {
             step: "sdma rig",
             reason: "the process has no /dev/kfd fd".into(),
         })?;
         let kfd = Kfd::from_fd(driver.clone(), kfd_fd);
-        let info = machine
-            .sim
+        let info = sim
             .gpus()
             .into_iter()
             .find(|g| g.gpu_id == gpu)
@@ -98,14 +104,14 @@ impl SdmaRig {
             );
         }
         let mut imported = Vec::new();
-        for bo in machine.bos.iter().filter(|b| b.gpu == gpu) {
+        for &(handle, size) in bos {
             let dmabuf = kfd
-                .export_dmabuf(MemHandle(bo.handle))
+                .export_dmabuf(MemHandle(handle))
                 .map_err(step("exporting a dma-buf"))?;
             let bo_import = engine
                 .import_dmabuf(dmabuf.as_fd())
                 .map_err(step("importing a dma-buf"))?;
-            imported.push((bo_import, bo.size));
+            imported.push((bo_import, size));
         }
         Ok(SdmaRig {
             engine,
