@@ -12,7 +12,7 @@ mod common;
 use amdgpu_checkpoint::options::Staging;
 use chain_common::{clean, logged, restore_tree_like_twins, Root};
 use common::{amdgpu_files, hook_errno};
-use criu_plugin_amdgpu::log::Capture;
+use criu_plugin_amdgpu::log::{Capture, Level};
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{FaultSpec, Sim, SimConfig};
 
@@ -102,56 +102,55 @@ fn a_tree_copies_in_the_background_one_transfer_per_gpu_within_the_staging_limit
     restore_tree_like_twins(&emulator, &sim, &dir, apps, &mut twins, GPUS);
 }
 
-#[test]
-fn a_failed_background_transfer_fails_the_dump_late_and_leaves_every_process_running() {
+/// Dumps a fresh tree (directory `name`) with the fault `fault(processes)`
+/// injected, expecting the dump to fail; checks that every process runs on
+/// and no amdgpu file is left, and returns the failed hook, its errno and
+/// the plugin's log.
+fn failed_dump(
+    name: &str,
+    fault: impl FnOnce(usize) -> String,
+) -> (&'static str, i32, Vec<(Level, String)>) {
     let sim = Sim::synthetic(GPUS, SimConfig::default()).unwrap();
     let mut apps = launch(&sim);
     let root = Root::new();
-    let dir = root.dir("failed", None);
+    let dir = root.dir(name, None);
     let tasks = common::tree_tasks(&sim, &apps);
     let emulator = root.emulator(&sim, &dir, |_| {});
-    // A short copy some way into the tree's transfers.
-    sim.inject("SDMA_SHORT:5".parse::<FaultSpec>().unwrap());
+    sim.inject(fault(apps.len()).parse::<FaultSpec>().unwrap());
     let capture = Capture::start();
     let err = emulator
         .dump_tree(&tasks)
-        .expect_err("a short copy fails the dump");
+        .expect_err("the injected fault fails the dump");
     let lines = capture.lines();
     drop(capture);
     let (hook, errno) = hook_errno(&err);
+    drop(tasks);
+    runs_on_and_left_nothing(&mut apps, &dir);
+    (hook, errno, lines)
+}
+
+#[test]
+fn a_failed_background_transfer_fails_the_dump_late_and_leaves_every_process_running() {
+    // A short copy some way into the tree's transfers.
+    let (hook, errno, lines) = failed_dump("failed", |_| "SDMA_SHORT:5".into());
     assert_eq!(hook, "DUMP_DEVICES_LATE", "{lines:?}");
     assert!(errno < 0 && errno != -libc::ENOTSUP, "errno {errno}");
     assert!(
         logged(&lines, "contents not copied"),
         "the failed file is named: {lines:?}"
     );
-    drop(tasks);
-    runs_on_and_left_nothing(&mut apps, &dir);
 }
 
 #[test]
 fn a_later_process_failing_stops_the_earlier_transfers_and_removes_their_images() {
-    let sim = Sim::synthetic(GPUS, SimConfig::default()).unwrap();
-    let mut apps = launch(&sim);
-    let root = Root::new();
-    let dir = root.dir("abandoned", None);
-    let tasks = common::tree_tasks(&sim, &apps);
-    let emulator = root.emulator(&sim, &dir, |_| {});
     // The last process's CHECKPOINT fails: CRIU ends the dump there, with
     // the earlier processes' contents still copying.
-    let spec = format!("CRIU_OP:CHECKPOINT:{}=EIO", apps.len());
-    sim.inject(spec.parse::<FaultSpec>().unwrap());
-    let capture = Capture::start();
-    let err = emulator
-        .dump_tree(&tasks)
-        .expect_err("the last process's dump fails");
-    let lines = capture.lines();
-    drop(capture);
-    assert_eq!(hook_errno(&err), ("DUMP_EXT_FILE", -libc::EIO));
+    let (hook, errno, lines) = failed_dump("abandoned", |processes| {
+        format!("CRIU_OP:CHECKPOINT:{processes}=EIO")
+    });
+    assert_eq!((hook, errno), ("DUMP_EXT_FILE", -libc::EIO));
     assert!(
         logged(&lines, "background transfer(s)"),
         "the exit stops the transfers still running: {lines:?}"
     );
-    drop(tasks);
-    runs_on_and_left_nothing(&mut apps, &dir);
 }

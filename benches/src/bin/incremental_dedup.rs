@@ -606,9 +606,8 @@ fn sdma_read_floor_of(
             .iter()
             .filter(|b| kfd::AllocFlags::from_bits_retain(b.flags).has_content())
         {
-            // A KFD handle carries its GPU in the high half.
             by_gpu
-                .entry((bo.handle >> 32) as u32)
+                .entry(kfd::MemHandle(bo.handle).gpu_id().0)
                 .or_default()
                 .push((bo.handle, bo.size));
         }
