@@ -117,6 +117,7 @@
 #![cfg(target_os = "linux")]
 
 mod checkpoint;
+mod criu_socket;
 mod hooks;
 mod machine;
 mod real;

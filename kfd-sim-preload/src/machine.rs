@@ -123,30 +123,99 @@ pub(crate) struct Machine {
 /// child (which inherits the parent's, or had it closed under it: a
 /// guardian closes every inherited fd).
 pub(crate) struct Remote {
-    address: String,
+    /// The served machine's address; after a restore, the one the
+    /// restored connection leads to.
+    address: Mutex<String>,
     /// The device number of the stand-in nodes.
     stand_in: u64,
-    link: Mutex<Option<(u32, kfd_sim::remote::RemoteDriver)>>,
+    link: Mutex<Option<Link>>,
+}
+
+/// This process's connection: made by the process `pid`, the socket
+/// `identity` at the driver's fd number then.
+struct Link {
+    pid: u32,
+    identity: (u64, u64),
+    driver: kfd_sim::remote::RemoteDriver,
 }
 
 impl Remote {
     /// This process's driver, connected on first use in each process.
+    ///
+    /// A process real CRIU restored finds in its memory the driver of the
+    /// process it was dumped as, same pid, whose fd number CRIU gave a new
+    /// connection (the CRIU plugin side of this library,
+    /// [`crate::criu_socket`], made it in the restored task): the socket at
+    /// the number is then another one than the driver made. The driver is
+    /// kept, with the restored connection; every other connection to a
+    /// served machine the process holds (the one CRIU's own copy of this
+    /// library made while restoring the task) is closed, and the address
+    /// becomes the restored connection's (a restore onto another machine).
     pub(crate) fn driver(&self) -> std::io::Result<kfd_sim::remote::RemoteDriver> {
         let me = std::process::id();
         let mut link = self.link.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((pid, driver)) = &*link {
-            if *pid == me {
-                return Ok(driver.clone());
+        if let Some(l) = &mut *link {
+            if l.pid == me {
+                match l.driver.connection_identity() {
+                    Ok(now) if now == l.identity => return Ok(l.driver.clone()),
+                    Ok(now) => {
+                        self.restored(&l.driver);
+                        l.identity = now;
+                        return Ok(l.driver.clone());
+                    }
+                    // Its number was closed under it: connect anew.
+                    Err(_) => {}
+                }
             }
         }
-        if let Some((_, inherited)) = link.take() {
-            // The parent's connection: its number may name another file by
-            // now, so it is never closed here.
-            std::mem::forget(inherited);
+        if let Some(stale) = link.take() {
+            // A parent's connection, or one whose number was closed: the
+            // number may name another file by now, so it is never closed
+            // here.
+            std::mem::forget(stale.driver);
         }
-        let driver = kfd_sim::remote::RemoteDriver::connect_host(&self.address)?;
-        *link = Some((me, driver.clone()));
+        let address = self.address.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let driver = kfd_sim::remote::RemoteDriver::connect_host(&address)?;
+        *link = Some(Link {
+            pid: me,
+            identity: driver.connection_identity()?,
+            driver: driver.clone(),
+        });
         Ok(driver)
+    }
+
+    /// After a restore: closes the process's other connections to served
+    /// machines and follows the restored one's address.
+    fn restored(&self, driver: &kfd_sim::remote::RemoteDriver) {
+        let keep = driver.connection_fd();
+        let stale: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<RawFd>().ok())
+            .filter(|&fd| fd != keep)
+            .filter(|&fd| {
+                // SAFETY: `fd` is only borrowed for the checks below; a
+                // number that closed since the listing fails them.
+                let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+                kfd_sim::remote::is_connection(fd)
+            })
+            .collect();
+        for fd in stale {
+            // SAFETY: `fd` is a connection to a served machine that no
+            // driver of this process uses (the one in use is `keep`): this
+            // library made it, and nothing else refers to its number.
+            unsafe { libc::close(fd) };
+        }
+        if let Some(address) = driver.connected_address() {
+            *self.address.lock().unwrap_or_else(|e| e.into_inner()) = address;
+        }
+    }
+
+    /// A new fd of this process's connection (made now if there is none),
+    /// for CRIU to place where the restored task's connection was.
+    pub(crate) fn connection(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        self.driver()?.connection()
     }
 
     /// The simulated device a stand-in fd stands for (the server's answer).
@@ -236,7 +305,7 @@ impl Machine {
             .map_err(|e| format!("cannot write the DRM sysfs tree: {e}"))?;
         let remote = match std::env::var(REMOTE_VAR) {
             Ok(address) => Some(Remote {
-                address,
+                address: Mutex::new(address),
                 stand_in: stand_in_device()?,
                 link: Mutex::new(None),
             }),

@@ -125,6 +125,82 @@ impl Memfd {
         })
     }
 
+    /// A memfd another process made, taken as the simulator's memory: a
+    /// restored process's copy of a BO's memory (see
+    /// [`crate::remote`]). Its size is sealed as [`Memfd::new`] seals it;
+    /// a file that refuses the seals is read without a view.
+    pub(crate) fn adopt(file: File) -> Result<Memfd, Errno> {
+        let size = file.metadata().map_err(|_| Errno(libc::EIO))?.len();
+        let key = FileKey::of_raw(file.as_raw_fd())?;
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+        // SAFETY: F_ADD_SEALS and F_GET_SEALS take an int argument and no
+        // memory.
+        let sealed = unsafe {
+            libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) == 0
+                || libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) & seals == seals
+        };
+        let view = OnceLock::new();
+        if !sealed {
+            // Its size may change under a view of it.
+            let _ = view.set(None);
+        }
+        Ok(Memfd {
+            file,
+            key,
+            size,
+            view,
+        })
+    }
+
+    /// Copies this memfd's contents into `to` (a file of the same size),
+    /// holes as holes: data ranges with `copy_file_range`, the rest
+    /// punched out of `to`, so a sparse BO stays sparse.
+    pub(crate) fn copy_into(&self, to: &File) -> Result<(), Errno> {
+        use rustix::fs::{FallocateFlags, SeekFrom};
+        let io = |e: rustix::io::Errno| Errno(e.raw_os_error());
+        let mut at = 0u64;
+        while at < self.size {
+            let data = match rustix::fs::seek(&self.file, SeekFrom::Data(at)) {
+                Ok(d) => d.min(self.size),
+                Err(rustix::io::Errno::NXIO) => self.size,
+                Err(e) => return Err(io(e)),
+            };
+            if data > at {
+                rustix::fs::fallocate(
+                    to,
+                    FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+                    at,
+                    data - at,
+                )
+                .map_err(io)?;
+            }
+            if data >= self.size {
+                break;
+            }
+            let hole = match rustix::fs::seek(&self.file, SeekFrom::Hole(data)) {
+                Ok(h) => h.min(self.size),
+                Err(e) => return Err(io(e)),
+            };
+            let (mut src, mut dst) = (data, data);
+            while src < hole {
+                let len = usize::try_from(hole - src).unwrap_or(usize::MAX);
+                let n = rustix::fs::copy_file_range(
+                    &self.file,
+                    Some(&mut src),
+                    to,
+                    Some(&mut dst),
+                    len,
+                )
+                .map_err(io)?;
+                if n == 0 {
+                    return Err(Errno(libc::EIO));
+                }
+            }
+            at = hole;
+        }
+        Ok(())
+    }
+
     /// The host address of bytes `offset..offset+len` in the simulator's
     /// read-only mapping of this memfd, when every page of the range holds
     /// data (`mincore`): copying from there reads the same bytes as `pread`
@@ -540,6 +616,28 @@ impl BoStore {
         let bo = self.bos.get(&id)?;
         let bo_end = start + bo.size.div_ceil(PAGE_SIZE).max(1) * PAGE_SIZE;
         (g == gpu && end <= bo_end).then_some(id)
+    }
+
+    /// Makes `new` the memory of every BO backed by `old` (a memfd or an
+    /// aperture page); how many BOs it replaced it in.
+    pub(crate) fn replace_memory(&mut self, old: &Arc<Memfd>, new: &Arc<Memfd>) -> usize {
+        let mut replaced = 0;
+        for bo in self.bos.values_mut() {
+            match &mut bo.backing {
+                Backing::Memory(m) if Arc::ptr_eq(m, old) => {
+                    self.by_inode.remove(&m.key());
+                    self.by_inode.insert(new.key(), bo.id);
+                    *m = new.clone();
+                    replaced += 1;
+                }
+                Backing::Aperture(m) if Arc::ptr_eq(m, old) => {
+                    *m = new.clone();
+                    replaced += 1;
+                }
+                _ => {}
+            }
+        }
+        replaced
     }
 
     /// Raw fds the store itself holds (excluded when scanning for user fds).

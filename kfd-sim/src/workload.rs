@@ -1090,10 +1090,16 @@ impl Workload {
         };
         match st.bos.get(a.bo).map(|b| &b.backing) {
             Some(Backing::Memory(m)) => m.write_at(offset, data).map_err(err),
-            Some(Backing::UserPtr { addr, .. }) => {
-                if offset.saturating_add(data.len() as u64) > a.size
-                    || !st.write_host(addr + offset, data)
-                {
+            Some(Backing::UserPtr { addr, space, .. }) => {
+                let written = offset.saturating_add(data.len() as u64) <= a.size
+                    && match *space {
+                        crate::sim::Space::Local => st.write_host(addr + offset, data),
+                        // A remote client's own memory.
+                        crate::sim::Space::Remote(pid) => {
+                            crate::sim::remote_write(pid, addr + offset, data).is_ok()
+                        }
+                    };
+                if !written {
                     return Err(err(Errno(libc::EFAULT)));
                 }
                 Ok(())
@@ -1117,9 +1123,20 @@ impl Workload {
                 m.read_at(offset, &mut buf).map_err(err)?;
                 Ok(buf)
             }
-            Some(Backing::UserPtr { addr, .. }) if offset.saturating_add(len as u64) <= a.size => {
-                st.read_host(addr + offset, len)
-                    .ok_or(err(Errno(libc::EFAULT)))
+            Some(Backing::UserPtr { addr, space, .. })
+                if offset.saturating_add(len as u64) <= a.size =>
+            {
+                match *space {
+                    crate::sim::Space::Local => st.read_host(addr + offset, len),
+                    // A remote client's own memory.
+                    crate::sim::Space::Remote(pid) => {
+                        let mut buf = vec![0u8; len];
+                        crate::sim::remote_read(pid, addr + offset, &mut buf)
+                            .ok()
+                            .map(|()| buf)
+                    }
+                }
+                .ok_or(err(Errno(libc::EFAULT)))
             }
             _ => Err(err(Errno(libc::EINVAL))),
         }

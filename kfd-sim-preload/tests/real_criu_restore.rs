@@ -1,0 +1,618 @@
+//! Real CRIU dumps a ROCm process holding simulated GPU state and restores
+//! it, with this project's plugin doing the GPU half, on every vendored
+//! CRIU release.
+//!
+//! The test serves simulated machines to host processes
+//! ([`kfd_sim::remote::Server::serve_host_processes`]). In private mount
+//! namespaces, `/dev/kfd` and the render nodes are stand-in nodes with
+//! `/dev/fuse`'s numbers (see `real_criu_guardian.rs`); the application
+//! (AMD's thunk, `libhsakmt`, in `real_criu_restore/app.c`) and CRIU run
+//! with the interposer in its `KFD_SIM_REMOTE` mode. CRIU's plugin
+//! directory holds the shipped plugin and a small test plugin
+//! (`real_criu_restore/remote_sk_plugin.c`) that carries the
+//! application's connection to the served machine through the dump and
+//! the restore (`DUMP_UNIX_SK`, `RESTORE_UNIX_SK`).
+//!
+//! Each case dumps the application without `--leave-running` (CRIU kills
+//! it), restores it with `criu restore -d`, and checks what a user relies
+//! on: the heartbeat goes on; every BO holds the bytes it held, as the
+//! simulator reads them and as the process reads them through its own
+//! mappings; those mappings are the simulator's memory again (a write by
+//! the process is seen by the simulator and one by the simulator by the
+//! process); its queues run; and once it is killed the simulator holds
+//! nothing of it.
+//!
+//! What real CRIU does not exercise here: this kernel cannot make a device
+//! mapping (no CUSE, DRM, udmabuf or modules), so the application maps its
+//! BOs as the simulator's memfds, which CRIU dumps as shared memory, and
+//! CRIU never calls `HANDLE_DEVICE_VMA` or `UPDATE_VMA_MAP`; those stay
+//! covered by the CRIU host emulator's tests.
+//!
+//! Needs root, `unshare`, the CRIU builds of `../shared/vendor/criu/build.sh`
+//! (`$CRIU_BUILDS`, else `~/.cache/criu-builds`), the plugin `.so`
+//! (`$AMDGPU_PLUGIN_SO`, else the newer of `<target>/release` and
+//! `<target>/debug`, refused when older than its sources), `cc`,
+//! libhsakmt-dev and `/dev/fuse`. Without them it says why and skips; with
+//! `CI` set a skip is a failure.
+
+mod common;
+#[path = "../../criu-plugin-amdgpu/tests/real_criu/harness.rs"]
+mod harness;
+
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant};
+
+use kfd_sim::remote::{Server, Verdict};
+use kfd_sim::workload::Workload;
+use kfd_sim::{Pid, Sim, SimConfig};
+
+/// Everything a run needs.
+struct Setup {
+    criu: Vec<(harness::Release, PathBuf)>,
+    /// The plugin directory: the shipped plugin and the socket plugin.
+    plugins: tempfile::TempDir,
+    app: PathBuf,
+    preload: PathBuf,
+    stand_in: (u32, u32),
+    _build: tempfile::TempDir,
+}
+
+/// `/dev/fuse`'s (major, minor): the stand-in nodes' numbers.
+fn stand_in_numbers() -> Result<(u32, u32), String> {
+    let meta = fs::metadata("/dev/fuse").map_err(|e| format!("/dev/fuse: {e}"))?;
+    if !meta.file_type().is_char_device() || fs::File::open("/dev/fuse").is_err() {
+        return Err("/dev/fuse is not a character device that opens".into());
+    }
+    let rdev = meta.rdev();
+    Ok((libc::major(rdev), libc::minor(rdev)))
+}
+
+fn compile(source: &str, out: &Path, args: &[&str]) -> Result<(), String> {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(source);
+    let built = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(out)
+        .arg(&source)
+        .args(args)
+        .output()
+        .map_err(|e| format!("no C compiler (cc): {e}"))?;
+    assert!(
+        built.status.success(),
+        "cc {} failed:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&built.stderr)
+    );
+    Ok(())
+}
+
+fn setup(releases: &[harness::Release]) -> Option<Setup> {
+    let found = (|| {
+        if !harness::is_root() {
+            return Err("the test needs root (mount namespaces, ptrace, CRIU)".to_string());
+        }
+        if !harness::runs("unshare", "--version") {
+            return Err("unshare (util-linux) is not installed".into());
+        }
+        if !Path::new("/usr/include/hsakmt.h").is_file() {
+            return Err("libhsakmt-dev is not installed (/usr/include/hsakmt.h is missing)".into());
+        }
+        if let Err(e) = kfd_sim::remote::child_memory_reachable() {
+            return Err(format!("the served machine cannot reach its clients: {e}"));
+        }
+        let stand_in = stand_in_numbers()?;
+        let builds = harness::builds_dir();
+        let criu = releases
+            .iter()
+            .map(|&release| Ok((release, harness::criu_build(&builds, release)?)))
+            .collect::<Result<Vec<_>, String>>()?;
+        let so = harness::plugin_build(
+            &["release", "debug"],
+            "build it again (`make` or `cargo build -p criu-plugin-amdgpu`)",
+        )?;
+        let plugins = tempfile::Builder::new()
+            .prefix("real-criu-plugins")
+            .tempdir()
+            .map_err(|e| e.to_string())?;
+        fs::copy(&so, plugins.path().join("amdgpu_plugin.so")).map_err(|e| e.to_string())?;
+        compile(
+            "tests/real_criu_restore/remote_sk_plugin.c",
+            &plugins.path().join("kfd_sim_remote.so"),
+            &["-shared", "-fPIC", "-ldl"],
+        )?;
+        let build = tempfile::Builder::new()
+            .prefix("real-criu-build")
+            .tempdir()
+            .map_err(|e| e.to_string())?;
+        let app = build.path().join("real_criu_gpu_app");
+        compile("tests/real_criu_restore/app.c", &app, &["-lhsakmt"])?;
+        Ok(Setup {
+            criu,
+            plugins,
+            app,
+            preload: common::preload_lib(),
+            stand_in,
+            _build: build,
+        })
+    })();
+    match found {
+        Ok(setup) => Some(setup),
+        Err(why) => {
+            common::skip(&why);
+            None
+        }
+    }
+}
+
+/// In a private mount namespace: a /dev of its own with the stand-in
+/// nodes, then one step: `dump` (start the application, wait until it is
+/// ready, dump it) or `restore`. CRIU's exit status goes to `STEP.status`,
+/// its log to `STEP.log`.
+const SCRIPT: &str = r#"
+set -eu
+scratch=$1 step=$2 major=$3 minor=$4 renders=$5 preload=$6 machine=$7 address=$8
+criu=$9 plugins=${10} app=${11} gpus=${12} mib=${13} env_extra=${14}
+shift 14
+# Device nodes made in the tmpfs, not bind mounts of the host's: CRIU
+# finds no mount of its own for a file bind-mounted into a namespace.
+mkdir "$scratch/hostdev.$step"
+mount --rbind /dev "$scratch/hostdev.$step"
+mount -t tmpfs -o mode=755 fakedev /dev
+mkdir /dev/pts /dev/net
+mount --bind "$scratch/hostdev.$step/pts" /dev/pts
+if [ -e "$scratch/hostdev.$step/net/tun" ]; then
+    touch /dev/net/tun
+    mount --bind "$scratch/hostdev.$step/net/tun" /dev/net/tun
+fi
+umount -l "$scratch/hostdev.$step"
+rmdir "$scratch/hostdev.$step"
+mknod -m 666 /dev/null c 1 3
+mknod -m 666 /dev/zero c 1 5
+mknod -m 666 /dev/full c 1 7
+mknod -m 666 /dev/random c 1 8
+mknod -m 666 /dev/urandom c 1 9
+mknod -m 666 /dev/tty c 5 0
+mkdir /dev/shm /dev/dri
+# One /dev/shm for every step, as on a host: hsakmt's shared memory and
+# CRIU's link-remap files outlive the dump's namespace.
+mkdir -p "$scratch/shm"
+mount --bind "$scratch/shm" /dev/shm
+mknod -m 666 /dev/kfd c "$major" "$minor"
+for r in $(echo "$renders" | tr , ' '); do
+    mknod -m 666 "/dev/dri/renderD$r" c "$major" "$minor"
+done
+sim="LD_PRELOAD=$preload KFD_SIM_MACHINE=$machine KFD_SIM_REMOTE=$address"
+status=0
+if [ "$step" = dump ]; then
+    # A session of its own (CRIU before 4.3 refuses to dump a root process
+    # that leads none); setsid (not a group leader here, so it does not
+    # fork) and env exec the program: $! is its pid.
+    setsid env $sim "$app" "$scratch" "$gpus" "$mib" </dev/null >"$scratch/app.out" 2>&1 &
+    pid=$!
+    echo "$pid" > "$scratch/app.pid"
+    n=0
+    until [ -s "$scratch/ready" ]; do
+        n=$((n + 1))
+        if [ "$n" -gt 3000 ]; then echo "the application never got ready" >&2; exit 3; fi
+        sleep 0.02
+    done
+    if grep -q fail "$scratch/ready"; then cat "$scratch/ready" >&2; exit 3; fi
+    env $sim $env_extra "$criu" dump -t "$pid" -D "$scratch/images" -v4 \
+        -o "$scratch/dump.log" -L "$plugins" --link-remap "$@" </dev/null >"$scratch/dump.out" 2>&1 || status=$?
+else
+    env $sim $env_extra "$criu" restore -d -D "$scratch/images" -v4 \
+        -o "$scratch/$step.log" -L "$plugins" --pidfile "$scratch/$step.pid" "$@" \
+        </dev/null >"$scratch/$step.out" 2>&1 || status=$?
+fi
+echo "$status" > "$scratch/$step.status"
+"#;
+
+/// A simulated machine served to host processes.
+struct Served {
+    sim: Sim,
+    server: Server,
+    /// What `KFD_SIM_MACHINE` names for it: its topology, written where
+    /// the namespaces see it (the simulator's own tree is in the host's
+    /// `/dev/shm`, which they replace).
+    topology: tempfile::TempDir,
+    _service: kfd_sim::remote::HostService,
+}
+
+impl Served {
+    fn new(sim: Sim) -> Served {
+        let server = Server::new(&sim).expect("serve the machine");
+        let service = server
+            .serve_host_processes(Arc::new(|_| Verdict::Run))
+            .expect("serve host processes");
+        let topology = tempfile::Builder::new()
+            .prefix("real-criu-topology")
+            .tempdir()
+            .expect("a topology directory");
+        amdgpu_topology::write(sim.topology(), topology.path()).expect("write the topology");
+        Served {
+            topology,
+            sim,
+            server,
+            _service: service,
+        }
+    }
+
+    fn builtin(name: &str) -> Served {
+        Served::new(Sim::builtin(name, SimConfig::default()).expect("the simulated machine"))
+    }
+
+    /// `name` with other gpu_ids, render minors and node order.
+    fn renumbered(name: &str, seed: u64) -> Served {
+        let system = amdgpu_topology::builtin(name).expect("a built-in machine");
+        let system = amdgpu_topology::renumbered(&system, seed);
+        Served::new(Sim::new(system, SimConfig::default()).expect("the renumbered machine"))
+    }
+
+    fn renders(&self) -> String {
+        self.sim
+            .gpus()
+            .iter()
+            .map(|g| g.render_minor.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Waits until the simulator holds nothing of any process.
+    fn assert_empty(&self, what: &str) {
+        let empty = wait_for(Duration::from_secs(20), || {
+            let a = self.sim.accounting();
+            a.kfd_processes == 0 && a.live_bos == 0 && a.open_fds() == 0 && a.cpu_mappings == 0
+        });
+        assert!(
+            empty,
+            "{what}: the simulator still holds {:?}",
+            self.sim.accounting()
+        );
+    }
+}
+
+/// A BO the application filled, as it listed it in `ready`.
+#[derive(Debug, Clone)]
+struct FilledBo {
+    kind: String,
+    va: u64,
+    size: u64,
+    seed: u64,
+}
+
+/// The application's pattern: little-endian xorshift64 words.
+fn pattern(seed: u64, size: u64) -> Vec<u8> {
+    let mut x = seed;
+    let mut out = Vec::with_capacity(size as usize);
+    for _ in 0..size / 8 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out
+}
+
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+}
+
+fn hex(v: &str) -> u64 {
+    u64::from_str_radix(v.trim_start_matches("0x"), 16).expect("a hex number")
+}
+
+/// One application's life: its scratch directory (images, logs,
+/// heartbeat), what it built, and its pid while it runs.
+struct App {
+    scratch: tempfile::TempDir,
+    pid: u32,
+    bos: Vec<FilledBo>,
+    mailbox: u64,
+    /// Whether a process of that pid is ours to kill on drop.
+    running: bool,
+}
+
+impl App {
+    fn path(&self, name: &str) -> PathBuf {
+        self.scratch.path().join(name)
+    }
+
+    fn read(&self, name: &str) -> String {
+        fs::read_to_string(self.path(name)).unwrap_or_default()
+    }
+
+    fn heartbeat(&self) -> Vec<String> {
+        self.read("heartbeat").lines().map(str::to_owned).collect()
+    }
+
+    /// Waits until the heartbeat grows by three beats.
+    fn assert_beats_on(&self, what: &str) {
+        let before = self.heartbeat().len();
+        let grew = wait_for(Duration::from_secs(10), || {
+            self.heartbeat().len() > before + 2
+        });
+        assert!(
+            grew,
+            "{what}: the application's heartbeat stopped at {before} beats\n{}",
+            self.read("app.out")
+        );
+    }
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        if self.running {
+            kill(self.pid);
+        }
+    }
+}
+
+fn kill(pid: u32) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: kill(2) sends a signal; no memory involved. The pid is a
+        // process this test started or restored and has not reaped.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s.rsplit(") ").next().unwrap_or("").starts_with('Z'))
+}
+
+/// Waits for `what` at most `limit`.
+fn wait_for(limit: Duration, mut what: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if what() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// What a step of the script was given.
+struct Step<'a> {
+    setup: &'a Setup,
+    criu: &'a Path,
+    served: &'a Served,
+    gpus: u32,
+    mib: u64,
+    env: &'a str,
+    args: &'a [&'a str],
+}
+
+/// Runs the script for `step` (`dump`, or a restore's name) in a new
+/// mount namespace; CRIU's exit status.
+fn run_step(scratch: &Path, name: &str, s: &Step<'_>) -> Option<i32> {
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(SCRIPT)
+        .arg("real-criu-restore")
+        .arg(scratch)
+        .arg(name)
+        .arg(s.setup.stand_in.0.to_string())
+        .arg(s.setup.stand_in.1.to_string())
+        .arg(s.served.renders())
+        .arg(&s.setup.preload)
+        .arg(s.served.topology.path())
+        .arg(s.served.server.address())
+        .arg(s.criu)
+        .arg(s.setup.plugins.path())
+        .arg(&s.setup.app)
+        .arg(s.gpus.to_string())
+        .arg(s.mib.to_string())
+        .arg(s.env)
+        .args(s.args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run unshare");
+    assert!(
+        out.status.success(),
+        "the namespace script ({name}) failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        fs::read_to_string(scratch.join("app.out")).unwrap_or_default()
+    );
+    fs::read_to_string(scratch.join(format!("{name}.status")))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Starts the application on `s.served` and dumps it (CRIU kills it).
+fn dump(s: &Step<'_>) -> App {
+    let scratch = tempfile::Builder::new()
+        .prefix("real-criu-restore")
+        .tempdir()
+        .expect("scratch directory");
+    fs::create_dir(scratch.path().join("images")).unwrap();
+    let status = run_step(scratch.path(), "dump", s);
+    let read = |name: &str| fs::read_to_string(scratch.path().join(name)).unwrap_or_default();
+    let pid: u32 = read("app.pid").trim().parse().expect("the application's pid");
+    let ready = read("ready");
+    let bos = ready
+        .lines()
+        .filter(|l| l.starts_with("bo "))
+        .map(|l| FilledBo {
+            kind: field(l, "kind").unwrap().to_owned(),
+            va: hex(field(l, "va").unwrap()),
+            size: field(l, "size").unwrap().parse().unwrap(),
+            seed: hex(field(l, "seed").unwrap()),
+        })
+        .collect();
+    let mailbox = ready
+        .lines()
+        .find_map(|l| field(l, "va").filter(|_| l.starts_with("mailbox ")))
+        .map(hex)
+        .expect("the mailbox's address");
+    let app = App {
+        scratch,
+        pid,
+        bos,
+        mailbox,
+        running: true,
+    };
+    assert_eq!(
+        status,
+        Some(0),
+        "the dump failed:\n{}\n{}",
+        app.read("dump.out"),
+        app.read("dump.log")
+    );
+    app
+}
+
+/// Restores `app` on `s.served` (restore step `name`); the restored pid.
+fn restore(app: &mut App, name: &str, s: &Step<'_>) -> Result<u32, String> {
+    let status = run_step(app.scratch.path(), name, s);
+    if status != Some(0) {
+        return Err(format!(
+            "CRIU restore exited with {status:?}:\n{}\n{}",
+            app.read(&format!("{name}.out")),
+            app.read(&format!("{name}.log"))
+        ));
+    }
+    let pid: u32 = app
+        .read(&format!("{name}.pid"))
+        .trim()
+        .parse()
+        .map_err(|e| format!("no pid file: {e}"))?;
+    app.pid = pid;
+    app.running = true;
+    Ok(pid)
+}
+
+/// Everything a restored application must show.
+fn check_restored(served: &Served, app: &App, what: &str) {
+    let pid = Pid(app.pid);
+    app.assert_beats_on(what);
+    let state = served
+        .sim
+        .kfd_state(pid)
+        .unwrap_or_else(|| panic!("{what}: no KFD process for pid {}", app.pid));
+    assert!(
+        !state.queues_paused && state.queues_running() && state.resumed == 1,
+        "{what}: the queues run after the restore: {state:?}"
+    );
+    assert_eq!(state.queues, 2, "{what}: both queues restored: {state:?}");
+    assert_eq!(state.events, 2, "{what}: both events restored: {state:?}");
+    // Every filled BO holds its bytes, as the simulator reads them.
+    let workload = Workload::attach(&served.sim, pid);
+    let described = workload.describe().expect("describe the restored process");
+    for bo in &app.bos {
+        let d = described
+            .bos
+            .iter()
+            .find(|d| d.va == bo.va || (d.user_addr == bo.va && d.user_addr != 0))
+            .unwrap_or_else(|| panic!("{what}: no BO at {:#x} ({})", bo.va, bo.kind));
+        let bytes = workload
+            .read_bo(d.handle, 0, bo.size as usize)
+            .expect("read the BO");
+        assert!(
+            bytes == pattern(bo.seed, bo.size),
+            "{what}: the {} BO at {:#x} differs from what the application wrote",
+            bo.kind,
+            bo.va
+        );
+    }
+    // The mailbox: the process's writes reach the simulator...
+    let mailbox = described
+        .bos
+        .iter()
+        .find(|d| d.va == app.mailbox)
+        .expect("the mailbox BO");
+    let word = |offset: u64| {
+        let b = workload.read_bo(mailbox.handle, offset, 8).unwrap();
+        u64::from_le_bytes(b.try_into().unwrap())
+    };
+    let first = word(0);
+    let moved = wait_for(Duration::from_secs(10), || word(0) > first + 2);
+    assert!(
+        moved,
+        "{what}: the process's writes to its mapping no longer reach the BO (beat {first} stays)"
+    );
+    // ...and the simulator's writes reach the process, which then checks
+    // every BO through its own mappings.
+    let magic: u64 = 0x5eed_0000 + u64::from(app.pid);
+    workload
+        .write_bo(mailbox.handle, 8, &magic.to_le_bytes())
+        .unwrap();
+    let want = format!("seen={magic:#x} verify=");
+    let mut last = String::new();
+    let seen = wait_for(Duration::from_secs(10), || {
+        last = app.heartbeat().last().cloned().unwrap_or_default();
+        last.contains(&want)
+    });
+    assert!(
+        seen,
+        "{what}: the process does not see the simulator's write to its mapping: {last}"
+    );
+    assert!(
+        last.ends_with("verify=ok"),
+        "{what}: the process's own view of its BOs: {last}"
+    );
+}
+
+/// Kills the restored application and waits until the simulator holds
+/// nothing of it.
+fn finish(served: &Served, app: &mut App, what: &str) {
+    kill(app.pid);
+    app.running = false;
+    assert!(
+        wait_for(Duration::from_secs(10), || !alive(app.pid)),
+        "{what}: pid {} does not die",
+        app.pid
+    );
+    served.assert_empty(&format!("{what}, after the application's end"));
+}
+
+/// One process on `machine`'s first `gpus` GPUs, dumped and restored on the
+/// same machine by every release.
+fn dump_and_restore(machine: &str, gpus: u32) {
+    let _serial = harness::SERIAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let Some(setup) = setup(&harness::RELEASES) else {
+        return;
+    };
+    for (release, criu) in &setup.criu {
+        let what = format!("CRIU {} on {machine}", release.name);
+        println!("{what}:");
+        let served = Served::builtin(machine);
+        let step = Step {
+            setup: &setup,
+            criu,
+            served: &served,
+            gpus,
+            mib: 4,
+            env: "",
+            args: &[],
+        };
+        let mut app = dump(&step);
+        assert!(
+            wait_for(Duration::from_secs(10), || !alive(app.pid)),
+            "{what}: CRIU left the dumped application running"
+        );
+        app.running = false;
+        served.assert_empty(&format!("{what}, after the dump"));
+        let pid = app.pid;
+        let restored = restore(&mut app, "restore", &step).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(restored, pid, "{what}: CRIU restores the pid");
+        check_restored(&served, &app, &what);
+        finish(&served, &mut app, &what);
+        println!("  dumped, restored, verified, nothing left");
+    }
+}
+
+#[test]
+fn one_gpu_process_restores_on_every_release() {
+    dump_and_restore("single-gpu", 1);
+}
