@@ -120,7 +120,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Options::default(),
         );
         main_plugin.restore_init();
-        let mut task_plugin = main_plugin.forked(sim.driver(task), host);
+        let mut task_plugin = main_plugin.forked_task(sim.driver(task), host);
         if parallel && main_plugin.post_forking() != 0 {
             return Err("POST_FORKING failed".into());
         }

@@ -811,7 +811,7 @@ impl CriuEmulator {
         }
         let mut task_plugins: Vec<_> = tasks
             .iter()
-            .map(|t| main_plugin.forked(self.sim.driver(t.pid), host.for_task(t.pid)))
+            .map(|t| main_plugin.forked_task(self.sim.driver(t.pid), host.for_task(t.pid)))
             .collect();
         if self.has(hook::POST_FORKING) {
             let answer = main_plugin.post_forking();

@@ -25,9 +25,7 @@ use amdgpu_checkpoint::guardian::GuardianDriver;
 use amdgpu_checkpoint::handles::HandleTable;
 use amdgpu_checkpoint::identify::{Devices, FdClass};
 use amdgpu_checkpoint::options::{Source, MAX_BUFFER_SIZE};
-use amdgpu_checkpoint::parallel::{
-    Copier, ParallelFacts, ParallelRestore, SocketName, WorkerReport,
-};
+use amdgpu_checkpoint::parallel::{Copier, ParallelFacts, ParallelRestore, WorkerReport};
 use amdgpu_checkpoint::restore::{
     resume, shared_buffer_count, RestoreConfig, Restored, Restorer, Resume, Sharing, TaskIdentity,
 };
@@ -213,10 +211,10 @@ pub struct Plugin<D: Driver + Clone, H: CriuHost> {
     /// CRIU file ids `DUMP_EXT_FILE` worked on: their images are removed
     /// when `exit` reports a failed dump.
     dumped_ids: BTreeSet<u32>,
-    /// Main restorer: parallel restore, when chosen at `init`.
+    /// Parallel restore, when chosen at `init`: the main restorer's runs
+    /// its worker; a restored task's copy names where it hands BO
+    /// contents off.
     parallel: Option<ParallelRestore>,
-    /// Restored task: where it hands BO contents off (inherited at fork).
-    hand_off: Option<SocketName>,
 }
 
 impl<D: Driver + Clone, H: CriuHost> std::fmt::Debug for Plugin<D, H> {
@@ -392,7 +390,6 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
             handles: None,
             dumped_ids: BTreeSet::new(),
             parallel,
-            hand_off: None,
         }
     }
 
@@ -420,10 +417,15 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
         }
     }
 
-    /// The state a restored task starts with: CRIU forks it from the main
-    /// restorer after `init` and `RESTORE_INIT`, so it inherits the options
-    /// and the gate but has its own driver (process identity) and host.
-    pub fn forked(&self, driver: D, host: H) -> Self {
+    /// The plugin as a restored task finds it: CRIU forks each task from
+    /// the main restorer after `init` and `RESTORE_INIT`, so the task's
+    /// plugin is a copy of this one's memory (options, the gate, the
+    /// buffer handle table and the parallel restore plan as they are now) without what a fork does not carry: the parallel
+    /// restore's listener (CRIU closes a new task's inherited fds) and
+    /// worker (threads), and the process identity, which the task's own
+    /// `driver` and `host` stand for. The CRIU host emulator calls this
+    /// where CRIU forks.
+    pub fn forked_task(&self, driver: D, host: H) -> Self {
         Plugin {
             driver,
             host,
@@ -434,12 +436,13 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
             refused: self.refused,
             devices: self.devices,
             added_to_inventory: self.added_to_inventory,
+            // The main restorer dumps nothing and restores no file itself
+            // before it forks: what the task inherits is none of either.
             dumper: None,
             restorer: None,
             handles: self.handles.clone(),
-            dumped_ids: BTreeSet::new(),
-            parallel: None,
-            hand_off: self.parallel.as_ref().map(|p| p.socket().clone()),
+            dumped_ids: self.dumped_ids.clone(),
+            parallel: self.parallel.as_ref().map(ParallelRestore::inherited),
         }
     }
 
@@ -788,14 +791,9 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
         let restorer = self
             .restorer
             .get_or_insert_with(|| Restorer::new(driver.clone(), config));
-        // Inside CRIU a restored task is a fork of the main process and
-        // holds its `parallel` state itself; the emulator's tasks get
-        // `hand_off` from `forked`.
-        let socket = self
-            .hand_off
-            .as_ref()
-            .or_else(|| self.parallel.as_ref().map(ParallelRestore::socket));
-        if let Some(socket) = socket {
+        // A restored task is a fork of the main process: its copy of the
+        // parallel restore plan says where the contents go.
+        if let Some(socket) = self.parallel.as_ref().map(ParallelRestore::socket) {
             restorer.hand_contents_to(socket.clone());
         }
         let host = &self.host;

@@ -59,6 +59,31 @@ fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
+/// The machine for a call on `fd`: the one built already, or, with
+/// `KFD_SIM_REMOTE`, the one built now when `fd` is a character device: a
+/// stand-in file the process got from elsewhere before it opened a device
+/// path itself (CRIU receives a dumped task's files from its parasite, and
+/// a plugin may `fstat` or `ioctl` them first).
+fn machine_for_fd(fd: c_int) -> Option<&'static Machine> {
+    if let Some(m) = machine::existing() {
+        return Some(m);
+    }
+    if fd < 0 || std::env::var_os(machine::REMOTE_VAR).is_none() {
+        return None;
+    }
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `st` is a writable buffer of the size fstat(2) fills.
+    if unsafe { real::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: fstat succeeded and initialised the whole struct.
+    let st = unsafe { st.assume_init() };
+    if st.st_mode & libc::S_IFMT != libc::S_IFCHR {
+        return None;
+    }
+    run_guarded(None, || machine::get().ok())
+}
+
 /// Runs `f` under a [`Busy`] guard and `catch_unwind`; `pass` when the
 /// thread is busy already, `failed` (with `EIO`) after a panic.
 fn guarded<T>(pass: impl FnOnce() -> T, failed: T, f: impl FnOnce() -> T) -> T {
@@ -467,7 +492,7 @@ unsafe fn fstat_any(fd: c_int, buf: *mut libc::stat) -> c_int {
     if ret != 0 || buf.is_null() {
         return ret;
     }
-    let Some(m) = machine::existing() else {
+    let Some(m) = machine_for_fd(fd) else {
         return ret;
     };
     guarded(
@@ -590,7 +615,7 @@ pub unsafe extern "C" fn statx(
     if p.is_empty() {
         let ret = pass(path);
         if ret == 0 && !buf.is_null() {
-            if let Some(m) = machine::existing() {
+            if let Some(m) = machine_for_fd(dirfd) {
                 guarded(
                     || (),
                     (),
@@ -807,7 +832,7 @@ pub unsafe extern "C" fn __realpath_chk(
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     // SAFETY: forwarded contract.
     let pass = || unsafe { real::ioctl(fd, request, arg) };
-    let Some(m) = machine::existing() else {
+    let Some(m) = machine_for_fd(fd) else {
         return pass();
     };
     guarded(pass, -1, || {
@@ -854,10 +879,10 @@ unsafe fn mmap_any(
 ) -> *mut c_void {
     // SAFETY: forwarded contract.
     let pass = || unsafe { real::mmap(addr, len, prot, flags, fd, offset) };
-    if fd < 0 {
+    if fd < 0 || flags & libc::MAP_ANONYMOUS != 0 {
         return pass();
     }
-    let Some(m) = machine::existing() else {
+    let Some(m) = machine_for_fd(fd) else {
         return pass();
     };
     guarded(pass, libc::MAP_FAILED, || {

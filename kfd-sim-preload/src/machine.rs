@@ -174,7 +174,11 @@ impl Remote {
             // here.
             std::mem::forget(stale.driver);
         }
-        let address = self.address.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let address = self
+            .address
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let driver = kfd_sim::remote::RemoteDriver::connect_host(&address)?;
         *link = Some(Link {
             pid: me,

@@ -55,6 +55,8 @@ struct Setup {
     criu: Vec<(harness::Release, PathBuf)>,
     /// The plugin directory: the shipped plugin and the socket plugin.
     plugins: tempfile::TempDir,
+    /// The same with upstream's C plugin in place of ours, when asked for.
+    c_plugins: Option<tempfile::TempDir>,
     app: PathBuf,
     preload: PathBuf,
     stand_in: (u32, u32),
@@ -89,7 +91,7 @@ fn compile(source: &str, out: &Path, args: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
-fn setup(releases: &[harness::Release]) -> Option<Setup> {
+fn setup(releases: &[harness::Release], with_c_plugin: bool) -> Option<Setup> {
     let found = (|| {
         if !harness::is_root() {
             return Err("the test needs root (mount namespaces, ptrace, CRIU)".to_string());
@@ -123,6 +125,28 @@ fn setup(releases: &[harness::Release]) -> Option<Setup> {
             &plugins.path().join("kfd_sim_remote.so"),
             &["-shared", "-fPIC", "-ldl"],
         )?;
+        let c_plugins = if with_c_plugin {
+            let so = builds.join("c-plugin/amdgpu_plugin.so");
+            if !so.is_file() {
+                return Err(format!(
+                    "no C plugin at {} (build it with .ci/build-c-plugin.sh)",
+                    so.display()
+                ));
+            }
+            let dir = tempfile::Builder::new()
+                .prefix("real-criu-c-plugins")
+                .tempdir()
+                .map_err(|e| e.to_string())?;
+            fs::copy(&so, dir.path().join("amdgpu_plugin.so")).map_err(|e| e.to_string())?;
+            fs::copy(
+                plugins.path().join("kfd_sim_remote.so"),
+                dir.path().join("kfd_sim_remote.so"),
+            )
+            .map_err(|e| e.to_string())?;
+            Some(dir)
+        } else {
+            None
+        };
         let build = tempfile::Builder::new()
             .prefix("real-criu-build")
             .tempdir()
@@ -132,6 +156,7 @@ fn setup(releases: &[harness::Release]) -> Option<Setup> {
         Ok(Setup {
             criu,
             plugins,
+            c_plugins,
             app,
             preload: common::preload_lib(),
             stand_in,
@@ -381,6 +406,8 @@ fn wait_for(limit: Duration, mut what: impl FnMut() -> bool) -> bool {
 /// What a step of the script was given.
 struct Step<'a> {
     setup: &'a Setup,
+    /// The plugin directory CRIU loads.
+    plugins: &'a Path,
     criu: &'a Path,
     served: &'a Served,
     gpus: u32,
@@ -405,7 +432,7 @@ fn run_step(scratch: &Path, name: &str, s: &Step<'_>) -> Option<i32> {
         .arg(s.served.topology.path())
         .arg(s.served.server.address())
         .arg(s.criu)
-        .arg(s.setup.plugins.path())
+        .arg(s.plugins)
         .arg(&s.setup.app)
         .arg(s.gpus.to_string())
         .arg(s.mib.to_string())
@@ -436,7 +463,10 @@ fn dump(s: &Step<'_>) -> App {
     fs::create_dir(scratch.path().join("images")).unwrap();
     let status = run_step(scratch.path(), "dump", s);
     let read = |name: &str| fs::read_to_string(scratch.path().join(name)).unwrap_or_default();
-    let pid: u32 = read("app.pid").trim().parse().expect("the application's pid");
+    let pid: u32 = read("app.pid")
+        .trim()
+        .parse()
+        .expect("the application's pid");
     let ready = read("ready");
     let bos = ready
         .lines()
@@ -580,7 +610,7 @@ fn dump_and_restore(machine: &str, gpus: u32) {
     let _serial = harness::SERIAL
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
-    let Some(setup) = setup(&harness::RELEASES) else {
+    let Some(setup) = setup(&harness::RELEASES, false) else {
         return;
     };
     for (release, criu) in &setup.criu {
@@ -589,6 +619,7 @@ fn dump_and_restore(machine: &str, gpus: u32) {
         let served = Served::builtin(machine);
         let step = Step {
             setup: &setup,
+            plugins: setup.plugins.path(),
             criu,
             served: &served,
             gpus,
@@ -604,8 +635,13 @@ fn dump_and_restore(machine: &str, gpus: u32) {
         app.running = false;
         served.assert_empty(&format!("{what}, after the dump"));
         let pid = app.pid;
-        let restored = restore(&mut app, "restore", &step).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let restored =
+            restore(&mut app, "restore", &step).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(restored, pid, "{what}: CRIU restores the pid");
+        let log = app.read("restore.log");
+        for line in log.lines().filter(|l| l.contains("amdgpu_plugin: ")) {
+            println!("  {line}");
+        }
         check_restored(&served, &app, &what);
         finish(&served, &mut app, &what);
         println!("  dumped, restored, verified, nothing left");
@@ -615,4 +651,79 @@ fn dump_and_restore(machine: &str, gpus: u32) {
 #[test]
 fn one_gpu_process_restores_on_every_release() {
     dump_and_restore("single-gpu", 1);
+}
+
+/// The C plugin names itself in CRIU's inventory (which CRIU 4.1 and
+/// later check at restore) only from `HANDLE_DEVICE_VMA`, when CRIU meets
+/// a mapping of a GPU device; here the process's BO mappings are memfds
+/// (see the module docs), so its dumps list no plugin and both plugins
+/// would stay out of their restore. The test lists it, as a dump of a
+/// process with device mappings does.
+fn list_c_plugin_in_inventory(app: &App) {
+    let path = app.path("images/inventory.img");
+    let image = fs::read(&path).expect("inventory.img");
+    let listed = harness::inventory::plugins(&image).unwrap_or_default();
+    assert!(
+        !listed.iter().any(|p| p == "amdgpu_plugin"),
+        "a dump without device VMAs lists the C plugin after all: {listed:?}; this step is no longer needed"
+    );
+    let mut plugins: Vec<&str> = listed.iter().map(String::as_str).collect();
+    plugins.push("amdgpu_plugin");
+    fs::write(&path, harness::inventory::with_plugins(&image, &plugins))
+        .expect("rewrite inventory.img");
+}
+
+/// Upstream's C plugin beside ours under CRIU criu-dev, on the same
+/// simulated process: the C plugin's dump restored by ours, and ours
+/// restored by the C plugin, each checked as any restore.
+#[test]
+fn the_c_plugins_images_restore_with_ours_and_ours_with_the_c_plugin() {
+    let _serial = harness::SERIAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let Some(setup) = setup(&[harness::HEAD], true) else {
+        return;
+    };
+    let (_, criu) = &setup.criu[0];
+    let c_plugins = setup.c_plugins.as_ref().expect("the C plugin").path();
+    for (dumper, restorer, what) in [
+        (
+            c_plugins,
+            setup.plugins.path(),
+            "C plugin's dump, our restore",
+        ),
+        (
+            setup.plugins.path(),
+            c_plugins,
+            "our dump, the C plugin's restore",
+        ),
+    ] {
+        println!("{what}:");
+        let served = Served::builtin("single-gpu");
+        let mut step = Step {
+            setup: &setup,
+            plugins: dumper,
+            criu,
+            served: &served,
+            gpus: 1,
+            mib: 4,
+            env: "",
+            args: &[],
+        };
+        let mut app = dump(&step);
+        assert!(
+            wait_for(Duration::from_secs(10), || !alive(app.pid)),
+            "{what}: CRIU left the dumped application running"
+        );
+        app.running = false;
+        served.assert_empty(&format!("{what}, after the dump"));
+        if dumper == c_plugins {
+            list_c_plugin_in_inventory(&app);
+        }
+        step.plugins = restorer;
+        restore(&mut app, "restore", &step).unwrap_or_else(|e| panic!("{what}: {e}"));
+        check_restored(&served, &app, what);
+        finish(&served, &mut app, what);
+        println!("  dumped, restored, verified, nothing left");
+    }
 }

@@ -257,6 +257,18 @@ impl ParallelRestore {
         }
     }
 
+    /// What a restored task's copy of this state is after CRIU forked it
+    /// from the main process: the socket's name, no listener (CRIU closes
+    /// every inherited fd in a new task) and no worker (threads do not
+    /// survive a fork).
+    pub fn inherited(&self) -> ParallelRestore {
+        ParallelRestore {
+            socket: self.socket.clone(),
+            listener: None,
+            worker: None,
+        }
+    }
+
     /// The socket the tasks send to.
     pub fn socket(&self) -> &SocketName {
         &self.socket

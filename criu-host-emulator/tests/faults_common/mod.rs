@@ -573,7 +573,7 @@ pub fn restore_hooks<D: Driver + Clone + 'static, H: CriuHost + Clone>(
         config,
         Options::default(),
     );
-    let mut task_plugin = main_plugin.forked(task_driver, host);
+    let mut task_plugin = main_plugin.forked_task(task_driver, host);
     let result = (|| {
         let answer = main_plugin.restore_init();
         if answer < 0 && answer != NOT_MINE {

@@ -499,3 +499,89 @@ pub fn scratch() -> tempfile::TempDir {
 pub fn path(p: &Path) -> &str {
     p.to_str().expect("UTF-8 path")
 }
+
+pub mod inventory {
+    //! CRIU's `inventory.img`: `INVENTORY_MAGIC`, then one protobuf entry
+    //! framed by its u32 length. Only `plugins_entry` (field 12) is
+    //! interpreted; every other field is kept byte for byte.
+
+    use prost::Message;
+
+    const INVENTORY_MAGIC: u32 = 0x5831_3116;
+    const PLUGINS_ENTRY: u64 = 12;
+
+    #[derive(Clone, PartialEq, Message)]
+    struct PluginsEntry {
+        #[prost(string, repeated, tag = "12")]
+        plugins: Vec<String>,
+    }
+
+    /// The fields of the entry as (field number, raw bytes of the field).
+    fn fields(mut msg: &[u8]) -> Vec<(u64, Vec<u8>)> {
+        let mut out = Vec::new();
+        while !msg.is_empty() {
+            let start = msg;
+            let key = prost::encoding::decode_varint(&mut msg).expect("field key");
+            let len = match key & 7 {
+                0 => {
+                    prost::encoding::decode_varint(&mut msg).expect("varint");
+                    0
+                }
+                1 => 8,
+                2 => prost::encoding::decode_varint(&mut msg).expect("length") as usize,
+                5 => 4,
+                wire => panic!("wire type {wire} in the inventory"),
+            };
+            msg = &msg[len..];
+            let used = start.len() - msg.len();
+            out.push((key >> 3, start[..used].to_vec()));
+        }
+        out
+    }
+
+    fn entry(image: &[u8]) -> &[u8] {
+        assert_eq!(
+            u32::from_le_bytes(image[..4].try_into().unwrap()),
+            INVENTORY_MAGIC,
+            "inventory magic"
+        );
+        let len = u32::from_le_bytes(image[4..8].try_into().unwrap()) as usize;
+        &image[8..8 + len]
+    }
+
+    /// The plugin list, `None` when the inventory has none (CRIU < 4.1).
+    pub fn plugins(image: &[u8]) -> Option<Vec<String>> {
+        fields(entry(image))
+            .into_iter()
+            .filter(|(n, _)| *n == PLUGINS_ENTRY)
+            .map(|(_, raw)| {
+                let mut raw = &raw[1..];
+                let len = prost::encoding::decode_varint(&mut raw).unwrap() as usize;
+                PluginsEntry::decode(&raw[..len])
+                    .expect("plugins_entry")
+                    .plugins
+            })
+            .reduce(|mut a, b| {
+                a.extend(b);
+                a
+            })
+    }
+
+    /// The image with its plugin list replaced by `plugins`.
+    pub fn with_plugins(image: &[u8], plugins: &[&str]) -> Vec<u8> {
+        let mut msg = Vec::new();
+        for (number, raw) in fields(entry(image)) {
+            if number != PLUGINS_ENTRY {
+                msg.extend_from_slice(&raw);
+            }
+        }
+        let list = PluginsEntry {
+            plugins: plugins.iter().map(|p| (*p).to_owned()).collect(),
+        };
+        prost::encoding::message::encode(PLUGINS_ENTRY as u32, &list, &mut msg);
+        let mut out = image[..4].to_vec();
+        out.extend_from_slice(&(msg.len() as u32).to_le_bytes());
+        out.extend_from_slice(&msg);
+        out
+    }
+}

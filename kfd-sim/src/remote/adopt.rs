@@ -102,7 +102,8 @@ pub(crate) fn adopt_restored_mappings(st: &mut State, pid: Pid) -> Result<usize,
     };
     for pdd in &kfd.pdds {
         for mem in pdd.idr.values() {
-            if mem.flags & (KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP) != 0
+            if mem.flags & (KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP)
+                != 0
             {
                 continue;
             }
@@ -119,7 +120,10 @@ pub(crate) fn adopt_restored_mappings(st: &mut State, pid: Pid) -> Result<usize,
         let Some(found) = mapping_of(&maps, va, size) else {
             continue;
         };
-        let link = format!("/proc/{}/map_files/{:x}-{:x}", pid.0, found[0].start, found[0].end);
+        let link = format!(
+            "/proc/{}/map_files/{:x}-{:x}",
+            pid.0, found[0].start, found[0].end
+        );
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -158,7 +162,11 @@ fn adopt(st: &mut State, old: &Arc<Memfd>, file: File) -> Result<(), Errno> {
             continue;
         };
         for pdd in &mut kfd.pdds {
-            if pdd.doorbell_page.as_ref().is_some_and(|d| Arc::ptr_eq(d, old)) {
+            if pdd
+                .doorbell_page
+                .as_ref()
+                .is_some_and(|d| Arc::ptr_eq(d, old))
+            {
                 pdd.doorbell_page = Some(new.clone());
             }
         }

@@ -512,10 +512,7 @@ fn callback(
     socket::send(conn, msg, fd.as_slice()).map_err(gone)?;
     // An answer is a status, an errno or fd number: a few bytes.
     let mut inbox = Inbox::with_capacity(64);
-    let (reply, mut fds) = inbox
-        .recv(conn)
-        .map_err(gone)?
-        .ok_or(Errno(libc::EBADF))?;
+    let (reply, mut fds) = inbox.recv(conn).map_err(gone)?.ok_or(Errno(libc::EBADF))?;
     let mut r = Reader::new(reply);
     match r.u8().map_err(gone)? {
         0 => Ok((r.rest().to_vec(), fds.pop())),

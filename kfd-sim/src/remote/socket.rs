@@ -142,7 +142,10 @@ impl Inbox {
         if got.bytes == 0 && fds.is_empty() {
             return Ok(None);
         }
-        if got.flags.intersects(ReturnFlags::TRUNC | ReturnFlags::CTRUNC) {
+        if got
+            .flags
+            .intersects(ReturnFlags::TRUNC | ReturnFlags::CTRUNC)
+        {
             return Err(errno(libc::EMSGSIZE));
         }
         Ok(Some((&self.buf[..got.bytes], fds)))
