@@ -164,7 +164,10 @@ fn setup(releases: &[harness::Release], with_c_plugin: bool) -> Option<Setup> {
         })
     })();
     match found {
-        Ok(setup) => Some(setup),
+        Ok(setup) => {
+            adopt_orphans();
+            Some(setup)
+        }
         Err(why) => {
             common::skip(&why);
             None
@@ -179,8 +182,8 @@ fn setup(releases: &[harness::Release], with_c_plugin: bool) -> Option<Setup> {
 const SCRIPT: &str = r#"
 set -eu
 scratch=$1 step=$2 major=$3 minor=$4 renders=$5 preload=$6 machine=$7 address=$8
-criu=$9 plugins=${10} app=${11} gpus=${12} mib=${13} env_extra=${14}
-shift 14
+criu=$9 plugins=${10} app=${11} gpus=${12} mib=${13} env_extra=${14} parent=${15}
+shift 15
 # Device nodes made in the tmpfs, not bind mounts of the host's: CRIU
 # finds no mount of its own for a file bind-mounted into a namespace.
 mkdir "$scratch/hostdev.$step"
@@ -211,20 +214,40 @@ for r in $(echo "$renders" | tr , ' '); do
 done
 sim="LD_PRELOAD=$preload KFD_SIM_MACHINE=$machine KFD_SIM_REMOTE=$address"
 status=0
-if [ "$step" = dump ]; then
+# start DIR: the application, its records in DIR; its pid in $pid.
+start() {
     # A session of its own (CRIU before 4.3 refuses to dump a root process
     # that leads none); setsid (not a group leader here, so it does not
     # fork) and env exec the program: $! is its pid.
-    setsid env $sim "$app" "$scratch" "$gpus" "$mib" </dev/null >"$scratch/app.out" 2>&1 &
+    setsid env $sim "$app" "$1" "$gpus" "$mib" </dev/null >"$1/app.out" 2>&1 &
     pid=$!
-    echo "$pid" > "$scratch/app.pid"
     n=0
-    until [ -s "$scratch/ready" ]; do
+    until [ -s "$1/ready" ]; do
         n=$((n + 1))
         if [ "$n" -gt 3000 ]; then echo "the application never got ready" >&2; exit 3; fi
         sleep 0.02
     done
-    if grep -q fail "$scratch/ready"; then cat "$scratch/ready" >&2; exit 3; fi
+    if grep -q fail "$1/ready"; then cat "$1/ready" >&2; exit 3; fi
+}
+if [ "$step" = dump ]; then
+    if [ "$parent" = yes ]; then
+        # An incremental dump on a parent. This kernel has no memory dirty
+        # tracking, so CRIU refuses --track-mem and pre-dump, and a parent
+        # holding the same tree (a full dump has no uptime to rule out pid
+        # reuse): the parent is a dump of another run of the program, whose
+        # BOs hold the same bytes (same seeds); the plugin finds its chunks
+        # by digest, which needs no dirty tracking.
+        mkdir "$scratch/parent" "$scratch/other"
+        start "$scratch/other"
+        env $sim $env_extra "$criu" dump -t "$pid" -D "$scratch/parent" -v4 \
+            -o "$scratch/parent.log" -L "$plugins" --link-remap \
+            </dev/null >"$scratch/parent.out" 2>&1 || status=$?
+        echo "$status" > "$scratch/parent.status"
+        [ "$status" = 0 ] || { echo "$status" > "$scratch/dump.status"; exit 0; }
+        set -- --prev-images-dir ../parent "$@"
+    fi
+    start "$scratch"
+    echo "$pid" > "$scratch/app.pid"
     env $sim $env_extra "$criu" dump -t "$pid" -D "$scratch/images" -v4 \
         -o "$scratch/dump.log" -L "$plugins" --link-remap "$@" </dev/null >"$scratch/dump.out" 2>&1 || status=$?
 else
@@ -269,10 +292,17 @@ impl Served {
         Served::new(Sim::builtin(name, SimConfig::default()).expect("the simulated machine"))
     }
 
-    /// `name` with other gpu_ids, render minors and node order.
+    /// `name` with other gpu_ids, node order and render minors (shuffled,
+    /// then moved up by 16: no minor the original machine used).
     fn renumbered(name: &str, seed: u64) -> Served {
         let system = amdgpu_topology::builtin(name).expect("a built-in machine");
-        let system = amdgpu_topology::renumbered(&system, seed);
+        let mut system = amdgpu_topology::renumbered(&system, seed);
+        for node in &mut system.nodes {
+            let minor = node.prop("drm_render_minor");
+            if minor != 0 {
+                node.properties.set("drm_render_minor", minor + 16);
+            }
+        }
         Served::new(Sim::new(system, SimConfig::default()).expect("the renumbered machine"))
     }
 
@@ -384,9 +414,26 @@ fn kill(pid: u32) {
     }
 }
 
+/// Whether `pid` still exists; a zombie child of this process is reaped
+/// first (CRIU's tasks end up children of this process, a subreaper, and a
+/// restore needs their pids free).
 fn alive(pid: u32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| !s.rsplit(") ").next().unwrap_or("").starts_with('Z'))
+    if let Ok(p) = libc::pid_t::try_from(pid) {
+        // SAFETY: waitpid(2) with a null status pointer writes no memory;
+        // WNOHANG never blocks. A pid that is not our child fails with
+        // ECHILD and changes nothing.
+        unsafe { libc::waitpid(p, std::ptr::null_mut(), libc::WNOHANG) };
+    }
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Makes this process the subreaper of everything it starts: the tasks CRIU
+/// restores with `-d` (and the dumped application, once its script is
+/// gone) become its children, which [`alive`] reaps.
+fn adopt_orphans() {
+    // SAFETY: prctl(2) PR_SET_CHILD_SUBREAPER takes an integer; no memory.
+    let ret = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    assert_eq!(ret, 0, "PR_SET_CHILD_SUBREAPER");
 }
 
 /// Waits for `what` at most `limit`.
@@ -413,6 +460,8 @@ struct Step<'a> {
     gpus: u32,
     mib: u64,
     env: &'a str,
+    /// Whether the dump is incremental on a first, running one (`parent/`).
+    parent: bool,
     args: &'a [&'a str],
 }
 
@@ -437,6 +486,7 @@ fn run_step(scratch: &Path, name: &str, s: &Step<'_>) -> Option<i32> {
         .arg(s.gpus.to_string())
         .arg(s.mib.to_string())
         .arg(s.env)
+        .arg(if s.parent { "yes" } else { "no" })
         .args(s.args)
         .stdin(Stdio::null())
         .output()
@@ -493,15 +543,49 @@ fn dump(s: &Step<'_>) -> App {
     assert_eq!(
         status,
         Some(0),
-        "the dump failed:\n{}\n{}",
+        "the dump failed:\n{}\n{}\n{}{}",
         app.read("dump.out"),
-        app.read("dump.log")
+        app.read("dump.log"),
+        app.read("parent.out"),
+        app.read("parent.log")
     );
+    keep_link_remaps(&app);
     app
+}
+
+/// CRIU's link-remap files (`--link-remap`: the thunk's semaphore is an
+/// unlinked file in /dev/shm), which a restore consumes: kept aside after
+/// the dump, so the same images can be restored again.
+fn keep_link_remaps(app: &App) {
+    let kept = app.path("link-remaps");
+    fs::create_dir_all(&kept).unwrap();
+    for entry in fs::read_dir(app.path("shm")).unwrap().flatten() {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("link_remap.")
+        {
+            fs::copy(entry.path(), kept.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+/// Puts the dump's link-remap files back where CRIU left them.
+fn put_back_link_remaps(app: &App) {
+    let Ok(kept) = fs::read_dir(app.path("link-remaps")) else {
+        return;
+    };
+    for entry in kept.flatten() {
+        let at = app.path("shm").join(entry.file_name());
+        if !at.exists() {
+            fs::copy(entry.path(), at).unwrap();
+        }
+    }
 }
 
 /// Restores `app` on `s.served` (restore step `name`); the restored pid.
 fn restore(app: &mut App, name: &str, s: &Step<'_>) -> Result<u32, String> {
+    put_back_link_remaps(app);
     let status = run_step(app.scratch.path(), name, s);
     if status != Some(0) {
         return Err(format!(
@@ -625,6 +709,7 @@ fn dump_and_restore(machine: &str, gpus: u32) {
             gpus,
             mib: 4,
             env: "",
+            parent: false,
             args: &[],
         };
         let mut app = dump(&step);
@@ -708,6 +793,7 @@ fn the_c_plugins_images_restore_with_ours_and_ours_with_the_c_plugin() {
             gpus: 1,
             mib: 4,
             env: "",
+            parent: false,
             args: &[],
         };
         let mut app = dump(&step);
@@ -725,5 +811,215 @@ fn the_c_plugins_images_restore_with_ours_and_ours_with_the_c_plugin() {
         check_restored(&served, &app, what);
         finish(&served, &mut app, what);
         println!("  dumped, restored, verified, nothing left");
+    }
+}
+
+/// The restored process's GPUs: (checkpointed gpu_id it still sees, local
+/// gpu_id it runs on).
+fn gpu_map(served: &Served, app: &App) -> Vec<(u32, u32)> {
+    let mut map = served
+        .sim
+        .kfd_state(Pid(app.pid))
+        .expect("the restored KFD process")
+        .gpu_ids;
+    map.sort_unstable();
+    map
+}
+
+/// One process on both GPUs of a PCIe machine, restored by every release on
+/// a machine whose GPUs are numbered differently (gpu_ids, render minors,
+/// node order): as the plugin maps them, then pinned the other way round
+/// with `KFD_DEVICE_MAP`; and refused by a machine with one GPU, which is
+/// left with nothing of the process.
+#[test]
+fn two_gpu_process_restores_on_a_renumbered_machine() {
+    let _serial = harness::SERIAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let Some(setup) = setup(&harness::RELEASES, false) else {
+        return;
+    };
+    for (release, criu) in &setup.criu {
+        let what = format!("CRIU {}", release.name);
+        println!("{what}:");
+        let here = Served::builtin("pcie-2gpu");
+        let there = Served::renumbered("pcie-2gpu", 7);
+        let ids = |s: &Served| {
+            let mut v: Vec<u32> = s.sim.gpus().iter().map(|g| g.gpu_id).collect();
+            v.sort_unstable();
+            v
+        };
+        let minors = |s: &Served| {
+            let mut v: Vec<u32> = s.sim.gpus().iter().map(|g| g.render_minor).collect();
+            v.sort_unstable();
+            v
+        };
+        assert!(
+            ids(&here).iter().all(|id| !ids(&there).contains(id))
+                && minors(&here).iter().all(|m| !minors(&there).contains(m)),
+            "the renumbered machine has other gpu_ids and render minors"
+        );
+        fn step<'a>(
+            setup: &'a Setup,
+            criu: &'a Path,
+            served: &'a Served,
+            env: &'a str,
+        ) -> Step<'a> {
+            Step {
+                setup,
+                plugins: setup.plugins.path(),
+                criu,
+                served,
+                gpus: 2,
+                mib: 4,
+                env,
+                parent: false,
+                args: &[],
+            }
+        }
+        let mut app = dump(&step(&setup, criu, &here, ""));
+        assert!(
+            wait_for(Duration::from_secs(10), || !alive(app.pid)),
+            "{what}: CRIU left the dumped application running"
+        );
+        app.running = false;
+        here.assert_empty(&format!("{what}, after the dump"));
+
+        // As the plugin maps the GPUs.
+        restore(&mut app, "restore", &step(&setup, criu, &there, ""))
+            .unwrap_or_else(|e| panic!("{what}, renumbered: {e}"));
+        check_restored(&there, &app, &format!("{what}, renumbered"));
+        let mapped = gpu_map(&there, &app);
+        assert_eq!(
+            mapped.iter().map(|m| m.0).collect::<Vec<_>>(),
+            ids(&here),
+            "{what}: the process still sees its checkpointed gpu_ids"
+        );
+        let mut local: Vec<u32> = mapped.iter().map(|m| m.1).collect();
+        local.sort_unstable();
+        assert_eq!(local, ids(&there), "{what}: it runs on the local GPUs");
+        println!(
+            "  renumbered (minors {:?} -> {:?}): {mapped:x?}",
+            minors(&here),
+            minors(&there)
+        );
+        finish(&there, &mut app, &format!("{what}, renumbered"));
+
+        // Pinned the other way round.
+        let pinned: Vec<(u32, u32)> = vec![(mapped[0].0, mapped[1].1), (mapped[1].0, mapped[0].1)];
+        let env = format!(
+            "KFD_DEVICE_MAP={:#x}={:#x},{:#x}={:#x}",
+            pinned[0].0, pinned[0].1, pinned[1].0, pinned[1].1
+        );
+        restore(
+            &mut app,
+            "restore-pinned",
+            &step(&setup, criu, &there, &env),
+        )
+        .unwrap_or_else(|e| panic!("{what}, pinned: {e}"));
+        check_restored(&there, &app, &format!("{what}, pinned"));
+        assert_eq!(gpu_map(&there, &app), pinned, "{what}: {env} is followed");
+        println!("  pinned with {env}");
+        finish(&there, &mut app, &format!("{what}, pinned"));
+
+        // A machine that cannot take both GPUs refuses, naming why.
+        let small = Served::builtin("single-gpu");
+        let refused = restore(&mut app, "restore-small", &step(&setup, criu, &small, ""));
+        app.running = false;
+        let Err(why) = refused else {
+            panic!("{what}: a one-GPU machine restored a two-GPU process");
+        };
+        let log = app.read("restore-small.log");
+        let reason = log
+            .lines()
+            .find(|l| l.contains("amdgpu_plugin: ") && l.contains("Error ("))
+            .unwrap_or_else(|| panic!("{what}: the plugin named no reason:\n{why}"));
+        assert!(
+            reason.contains("GPU"),
+            "{what}: the refusal names the GPUs: {reason}"
+        );
+        assert!(
+            !alive(app.pid),
+            "{what}: a refused restore leaves no half-restored process"
+        );
+        small.assert_empty(&format!("{what}, after the refused restore"));
+        println!("  refused on single-gpu: {reason}");
+    }
+}
+
+/// The bytes of the plugin's pages files in an images directory.
+fn gpu_pages_bytes(dir: &Path) -> u64 {
+    fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("amdgpu-pages-"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum()
+}
+
+/// An incremental dump (`--prev-images-dir` on a first dump that left the
+/// process running) writes only the GPU memory that changed, and every
+/// release restores the process from the chain.
+#[test]
+fn incremental_dump_restores_from_its_chain_on_every_release() {
+    let _serial = harness::SERIAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let Some(setup) = setup(&harness::RELEASES, false) else {
+        return;
+    };
+    for (release, criu) in &setup.criu {
+        let what = format!("CRIU {}, incremental", release.name);
+        println!("{what}:");
+        let served = Served::builtin("single-gpu");
+        let step = Step {
+            setup: &setup,
+            plugins: setup.plugins.path(),
+            criu,
+            served: &served,
+            gpus: 1,
+            mib: 8,
+            env: "",
+            parent: true,
+            args: &[],
+        };
+        let mut app = dump(&step);
+        assert_eq!(
+            app.read("parent.status").trim(),
+            "0",
+            "{what}: the first dump:\n{}",
+            app.read("parent.log")
+        );
+        assert!(
+            wait_for(Duration::from_secs(10), || !alive(app.pid)),
+            "{what}: CRIU left the dumped application running"
+        );
+        app.running = false;
+        served.assert_empty(&format!("{what}, after the dump"));
+        let (parent, child) = (
+            gpu_pages_bytes(&app.path("parent")),
+            gpu_pages_bytes(&app.path("images")),
+        );
+        // The user pointer BO is the process's own memory, which CRIU dumps.
+        let filled: u64 = app
+            .bos
+            .iter()
+            .filter(|b| b.kind != "userptr")
+            .map(|b| b.size)
+            .sum();
+        assert!(
+            parent >= filled,
+            "{what}: the parent holds every VRAM and GTT BO ({parent} bytes)"
+        );
+        assert!(
+            child * 4 < parent,
+            "{what}: the incremental dump writes what changed, not everything ({child} of {parent} bytes)"
+        );
+        restore(&mut app, "restore", &step).unwrap_or_else(|e| panic!("{what}: {e}"));
+        check_restored(&served, &app, &what);
+        finish(&served, &mut app, &what);
+        println!(
+            "  parent {parent} bytes, incremental {child} bytes; restored, verified, nothing left"
+        );
     }
 }
