@@ -69,7 +69,8 @@ use kfd::{Driver, RestoredBo};
 
 pub use self::fdpass::{recv_fds, send_fds, FDS_PER_MESSAGE};
 pub use self::protocol::{
-    build_command, send_command, Command, Entry, GpuRoute, MAX_ENTRIES, MAX_GPUS,
+    build_command, connect, send_command, send_command_on, Command, Entry, GpuRoute, MAX_ENTRIES,
+    MAX_GPUS,
 };
 pub use self::worker::{copy_command, CommandOutcome, WorkerReport, COMMAND_TIMEOUT};
 
@@ -196,9 +197,11 @@ fn random_run_id() -> String {
 }
 
 /// In the restored task: sends the command for a restored KFD file and the
-/// BOs' dma-bufs to the main process; returns the bytes it will copy. The
-/// task does not wait for the copy (`RESUME_DEVICES_LATE` does).
+/// BOs' dma-bufs to the main process over `stream` (from [`connect`]);
+/// returns the bytes it will copy. The task does not wait for the copy
+/// (`RESUME_DEVICES_LATE` does).
 pub fn hand_off(
+    stream: std::os::unix::net::UnixStream,
     socket: &SocketName,
     image: &ValidatedKfd,
     gpus: &[GpuTarget],
@@ -206,7 +209,7 @@ pub fn hand_off(
 ) -> Result<u64, Error> {
     let (command, fds) = build_command(image, gpus, restored)?;
     let bytes: u64 = command.entries.iter().map(|e| e.size).sum();
-    send_command(socket, &command, &fds)?;
+    send_command_on(stream, &command, &fds)?;
     log::info!(
         "file {}: {} BOs ({bytes} bytes) on {} GPUs handed to CRIU's main process ({socket})",
         command.id,

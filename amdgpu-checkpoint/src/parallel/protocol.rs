@@ -393,18 +393,31 @@ pub fn build_command<'a>(
     Ok((command, fds))
 }
 
+/// Connects to CRIU's main process at `socket`. Fails when the caller
+/// cannot reach it: the socket is abstract, so a task restored into
+/// another network namespace (a container's) finds nothing there.
+pub fn connect(socket: &SocketName) -> io::Result<UnixStream> {
+    UnixStream::connect_addr(&socket.addr()?)
+}
+
 /// Connects to `socket` and sends `command` followed by `fds`.
 pub fn send_command(
     socket: &SocketName,
     command: &Command,
     fds: &[BorrowedFd<'_>],
 ) -> Result<(), Error> {
-    let addr = socket
-        .addr()
-        .map_err(Error::io(format!("naming socket {socket}")))?;
-    let mut stream = UnixStream::connect_addr(&addr).map_err(Error::io(format!(
-        "connecting to CRIU's main process at {socket} (a task in another network namespace cannot)"
+    let stream = connect(socket).map_err(Error::io(format!(
+        "connecting to CRIU's main process at {socket}"
     )))?;
+    send_command_on(stream, command, fds)
+}
+
+/// Sends `command` followed by `fds` on a connection [`connect`] made.
+pub fn send_command_on(
+    mut stream: UnixStream,
+    command: &Command,
+    fds: &[BorrowedFd<'_>],
+) -> Result<(), Error> {
     stream
         .write_all(&command.encode())
         .map_err(Error::io("sending the parallel restore command"))?;

@@ -172,8 +172,23 @@ impl<D: Driver + Clone> Restorer<D> {
             }
             !chained
         });
-        let content_bytes = match hand_off {
-            Some(socket) => crate::parallel::hand_off(socket, &image, &gpus, &restored)?,
+        // A task CRIU restored into a network namespace of its own (a
+        // container's) cannot reach the main process's abstract socket: it
+        // restores its contents itself, as without parallel restore.
+        let reached = hand_off.and_then(|socket| match crate::parallel::connect(socket) {
+            Ok(stream) => Some((socket, stream)),
+            Err(e) => {
+                log::info!(
+                    "file {id}: CRIU's main process is out of reach at {socket} ({e}; the task \
+                     may sit in another network namespace): contents restored in the task"
+                );
+                None
+            }
+        });
+        let content_bytes = match reached {
+            Some((socket, stream)) => {
+                crate::parallel::hand_off(stream, socket, &image, &gpus, &restored)?
+            }
             None => transfer::restore_contents(
                 &self.driver,
                 store,

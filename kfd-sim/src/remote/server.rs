@@ -100,6 +100,29 @@ impl Server {
         })
     }
 
+    /// A server for `sim` on a socket file in `dir` (removed when the
+    /// server is dropped), for clients in another network namespace than
+    /// this process's, which cannot reach an abstract socket of it (a
+    /// process restored into a container's namespace, a container given
+    /// the directory).
+    pub fn new_in(sim: &Sim, dir: &std::path::Path) -> io::Result<Server> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed) | 1 << 63;
+        let path = dir.join(format!("{}{}-{id}", socket::ADDRESS_PREFIX, std::process::id()));
+        let address = path
+            .to_str()
+            .filter(|p| p.starts_with('/'))
+            .ok_or_else(|| errno(libc::EINVAL))?
+            .to_owned();
+        let socket = socket::listen(&address)?;
+        Ok(Server {
+            sim: sim.clone(),
+            socket,
+            address,
+            id,
+        })
+    }
+
     /// The address a client passes to [`super::RemoteDriver::connect`].
     pub fn address(&self) -> &str {
         &self.address
@@ -163,6 +186,9 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         hosts::forget_server(self.id);
+        if self.address.starts_with('/') {
+            let _ = std::fs::remove_file(&self.address);
+        }
     }
 }
 

@@ -24,8 +24,14 @@ use super::wire::{errno, MAX_FDS, MAX_MESSAGE};
 /// Prefix of every served machine's abstract socket name.
 pub(crate) const ADDRESS_PREFIX: &str = "kfd-sim-remote-";
 
+/// A served machine's address: an absolute path names a socket file,
+/// anything else a name in the abstract namespace.
 fn unix_address(name: &str) -> io::Result<SocketAddrUnix> {
-    Ok(SocketAddrUnix::new_abstract_name(name.as_bytes())?)
+    if name.starts_with('/') {
+        Ok(SocketAddrUnix::new(name)?)
+    } else {
+        Ok(SocketAddrUnix::new_abstract_name(name.as_bytes())?)
+    }
 }
 
 /// A close-on-exec `SOCK_SEQPACKET` unix socket.
@@ -68,13 +74,20 @@ pub(super) fn peer_pid(sock: BorrowedFd<'_>) -> io::Result<libc::pid_t> {
     Ok(cred.pid.as_raw_nonzero().get())
 }
 
-/// The abstract name `sock`'s peer is bound to, when it is one of a
-/// served machine ([`ADDRESS_PREFIX`]).
+/// The address `sock`'s peer is bound to, when it is a served machine's
+/// (an abstract name, or a socket file's name, starting with
+/// [`ADDRESS_PREFIX`]), as [`connect`] takes it.
 pub(crate) fn served_peer_name(sock: BorrowedFd<'_>) -> Option<String> {
     let peer = rustix::net::getpeername(sock).ok()??;
     let unix = SocketAddrUnix::try_from(peer).ok()?;
-    let name = std::str::from_utf8(unix.abstract_name()?).ok()?;
-    name.starts_with(ADDRESS_PREFIX).then(|| name.to_owned())
+    if let Some(name) = unix.abstract_name() {
+        let name = std::str::from_utf8(name).ok()?;
+        return name.starts_with(ADDRESS_PREFIX).then(|| name.to_owned());
+    }
+    let path = unix.path()?;
+    let path = path.to_str().ok()?;
+    let file = path.rsplit('/').next()?;
+    file.starts_with(ADDRESS_PREFIX).then(|| path.to_owned())
 }
 
 /// Sends one message with `fds` attached.
