@@ -154,7 +154,7 @@ fn checkpoint_and_restore(keep: Option<&std::ffi::OsStr>) -> Result<(), Box<dyn 
         for &id in &waiting {
             match restorer.restore_file(&store, id, &task, &Sharing::within_process())? {
                 Restored::File(fd) => restored_files.push(fd),
-                Restored::WaitForKfd => later.push(id),
+                Restored::WaitForKfd | Restored::WaitForBuffer => later.push(id),
                 Restored::NotOurs => return Err(format!("file {id} is not a GPU file").into()),
             }
         }

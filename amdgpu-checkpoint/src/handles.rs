@@ -16,6 +16,12 @@
 //! the table needs no lock (a lock held by a task that dies would block the
 //! others) and a key is never published twice.
 //!
+//! After the key slots come [`WAITER_SLOTS`] slots of tasks waiting for a
+//! key (their pids, [`HandleTable::add_waiter`]): under real CRIU a task
+//! whose file asked for a retry sleeps until another task sends it a file,
+//! which a plugin publishing a buffer never does, so the publisher wakes
+//! the waiters itself.
+//!
 //! This module never talks to CRIU or to the kernel beyond the mapping
 //! ([`kfd::AnonymousMapping`]).
 
@@ -28,6 +34,10 @@ use kfd::{AnonymousMapping, AnonymousOptions};
 /// Slots of a table whose image set cannot be listed (an image stream):
 /// 64 Ki buffers, 512 KiB of address space, touched only as slots fill.
 pub const UNSIZED_CAPACITY: usize = 1 << 16;
+
+/// Tasks that can wait for buffers at once; more are not recorded (they
+/// are woken by the next file another task sends them, as without it).
+pub const WAITER_SLOTS: usize = 64;
 
 /// Why a key could not be published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -84,7 +94,9 @@ impl HandleTable {
     /// A table in this process's heap (tasks that are threads, or a host
     /// without `RESTORE_INIT`, whose tasks cannot share memory anyway).
     pub fn private(capacity: usize) -> HandleTable {
-        let slots: Vec<AtomicU64> = (0..capacity.max(1)).map(|_| AtomicU64::new(0)).collect();
+        let slots: Vec<AtomicU64> = (0..capacity.max(1) + WAITER_SLOTS)
+            .map(|_| AtomicU64::new(0))
+            .collect();
         HandleTable {
             memory: Memory::Heap(slots.into_boxed_slice()),
         }
@@ -93,7 +105,7 @@ impl HandleTable {
     /// A table in an anonymous shared mapping, which processes forked after
     /// this call share.
     pub fn shared(capacity: usize) -> std::io::Result<HandleTable> {
-        let len = capacity.max(1);
+        let len = capacity.max(1) + WAITER_SLOTS;
         let bytes = len
             .checked_mul(std::mem::size_of::<AtomicU64>())
             .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
@@ -105,7 +117,7 @@ impl HandleTable {
         })
     }
 
-    fn slots(&self) -> &[AtomicU64] {
+    fn all_slots(&self) -> &[AtomicU64] {
         match &self.memory {
             // SAFETY: the mapping is page aligned, `len()` bytes long (a
             // multiple of 8, see `shared`) and zero-filled by the kernel, so
@@ -120,6 +132,43 @@ impl HandleTable {
             },
             Memory::Heap(slots) => slots,
         }
+    }
+
+    /// The key slots.
+    fn slots(&self) -> &[AtomicU64] {
+        let all = self.all_slots();
+        &all[..all.len() - WAITER_SLOTS]
+    }
+
+    /// The waiter slots.
+    fn waiter_slots(&self) -> &[AtomicU64] {
+        let all = self.all_slots();
+        &all[all.len() - WAITER_SLOTS..]
+    }
+
+    /// Records that task `pid` waits for a key; `false` when every waiter
+    /// slot holds another task.
+    pub fn add_waiter(&self, pid: u32) -> bool {
+        let mine = u64::from(pid) + 1;
+        for slot in self.waiter_slots() {
+            match slot.compare_exchange(0, mine, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(held) if held == mine => return true,
+                Err(_) => {}
+            }
+        }
+        false
+    }
+
+    /// The tasks that waited for a key so far (a task stays listed: waking
+    /// one that no longer waits only makes it look again).
+    pub fn waiters(&self) -> Vec<u32> {
+        self.waiter_slots()
+            .iter()
+            .map(|s| s.load(Ordering::Acquire))
+            .take_while(|&v| v != 0)
+            .filter_map(|v| u32::try_from(v - 1).ok())
+            .collect()
     }
 
     /// Slots of the table.
@@ -211,6 +260,41 @@ mod tests {
             );
             assert_eq!(table.publish(5, -1), Err(TableError::BadId(-1)));
         }
+    }
+
+    #[test]
+    fn waiters_are_recorded_once_and_survive_a_fork() {
+        let table = HandleTable::shared(4).unwrap();
+        assert!(table.waiters().is_empty());
+        assert!(table.add_waiter(42));
+        assert!(table.add_waiter(42), "a second registration is the same");
+        assert_eq!(table.waiters(), vec![42]);
+        // SAFETY: the child only touches the table's atomics and exits with
+        // `_exit`, never returning into the test harness.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let ok = table.add_waiter(7);
+            // SAFETY: `_exit` ends the child without running the parent's
+            // destructors or atexit handlers.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert_eq!(
+            table.waiters(),
+            vec![42, 7],
+            "the child's registration is seen"
+        );
+        // The waiter slots are not key slots: the key capacity is unchanged.
+        assert_eq!(table.capacity(), 4);
+        let private = HandleTable::private(1);
+        for p in 0..WAITER_SLOTS as u32 {
+            assert!(private.add_waiter(p));
+        }
+        assert!(!private.add_waiter(1000), "every waiter slot is taken");
+        assert_eq!(private.waiters().len(), WAITER_SLOTS);
     }
 
     #[test]

@@ -451,11 +451,17 @@ impl DrmBoEntry {
         self.share_handle.unwrap_or(self.handle)
     }
 
-    /// Whether restore writes this BO's contents back (VRAM or GTT preferred
-    /// domain and at least one VM mapping), as the C plugin decides.
+    /// Whether restore writes this BO's contents back: a VRAM or GTT BO
+    /// with at least one VM mapping (the only ones whose contents the C
+    /// plugin saves), or one whose dump saved its contents with a checksum
+    /// or chunk digests (this project's dumps save every VRAM and GTT BO: a
+    /// buffer the process maps only for the CPU holds data too, and would
+    /// come back as zeros).
     pub fn restore_needs_contents(&self) -> bool {
         self.preferred_domains & (flags::GEM_DOMAIN_VRAM | flags::GEM_DOMAIN_GTT) != 0
-            && !self.vm_entries.is_empty()
+            && (!self.vm_entries.is_empty()
+                || self.content_checksum.is_some()
+                || self.chunk_digests.as_ref().is_some_and(|d| !d.is_empty()))
     }
 }
 

@@ -132,7 +132,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             for &id in &waiting {
                 match task_plugin.restore_file(id as i32) {
                     Ok(Restored::File(fd)) => opened.push(fd),
-                    Ok(Restored::WaitForKfd) => still.push(id),
+                    Ok(Restored::WaitForKfd | Restored::WaitForBuffer) => still.push(id),
                     other => return Err(format!("RESTORE_EXT_FILE {id}: {other:?}").into()),
                 }
             }

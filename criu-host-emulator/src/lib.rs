@@ -836,7 +836,9 @@ impl CriuEmulator {
                             files[i].push((id, fd));
                             progress = true;
                         }
-                        Ok(Restored::WaitForKfd) => still_waiting.push(id),
+                        Ok(Restored::WaitForKfd | Restored::WaitForBuffer) => {
+                            still_waiting.push(id)
+                        }
                         Ok(Restored::NotOurs) => {
                             return Err(fail(
                                 main_plugin,

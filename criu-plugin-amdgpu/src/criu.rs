@@ -75,6 +75,8 @@ pub struct Services {
     find_unused_fd_pid: Option<IntIntFn>,
     fdstore_add: Option<IntIntFn>,
     fdstore_get: Option<IntIntFn>,
+    /// `set_fds_event(pid_t virt)` (files.c).
+    set_fds_event: Option<IntIntFn>,
     /// `char criu_run_id[]` (util.c), the run's UUID.
     criu_run_id: Option<*mut c_void>,
     /// `struct pstree_item *root_item` (pstree.c).
@@ -128,6 +130,7 @@ impl Services {
             find_unused_fd_pid: resolve!(c"find_unused_fd_pid" as IntIntFn),
             fdstore_add: resolve!(c"fdstore_add" as IntIntFn),
             fdstore_get: resolve!(c"fdstore_get" as IntIntFn),
+            set_fds_event: resolve!(c"set_fds_event" as IntIntFn),
             criu_run_id: lookup(c"criu_run_id"),
             root_item: lookup(c"root_item"),
             has_children: resolve!(c"has_children" as HasChildrenFn),
@@ -392,6 +395,18 @@ impl Services {
         // SAFETY: find_unused_fd_pid takes a pid by value.
         let fd = unsafe { find(pid) };
         (fd > 0).then_some(fd)
+    }
+
+    /// `set_fds_event(pid)`: wakes restored task `pid` (its pid in the
+    /// restored tree, which CRIU must know: CRIU stops on a pid it does not
+    /// know) if it sleeps waiting for a file. Nothing without the service.
+    pub fn set_fds_event(&self, pid: u32) {
+        let (Some(set), Ok(pid)) = (self.set_fds_event, c_int::try_from(pid)) else {
+            return;
+        };
+        // SAFETY: set_fds_event takes a pid by value; the callers pass only
+        // pids of restored tasks, which recorded themselves as waiters.
+        unsafe { set(pid) };
     }
 
     /// `fdstore_add(fd)`: parks a duplicate of `fd` in CRIU's fd store and

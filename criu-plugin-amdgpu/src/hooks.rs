@@ -120,6 +120,25 @@ pub trait CriuHost {
         Err(std::io::Error::from_raw_os_error(libc::ENOSYS))
     }
 
+    /// Wakes restored task `pid` (as [`CriuHost::current_pid`] names it)
+    /// if it sleeps waiting for a file: CRIU's `set_fds_event`. A task whose
+    /// file asked for a retry sleeps until another task sends it a file;
+    /// one that waits for a buffer another task re-creates is woken by that
+    /// task this way. The default, for hosts whose tasks do not sleep
+    /// between retries, does nothing.
+    fn wake_task(&self, pid: u32) {
+        let _ = pid;
+    }
+
+    /// How long a restored task may wait, without the retry protocol
+    /// (CRIU before 4.3), for a buffer another task re-creates: CRIU restores
+    /// its tasks at the same time, so the creator usually runs meanwhile.
+    /// `None` (the default, for hosts that restore one task after another)
+    /// fails such a file at once.
+    fn buffer_wait(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// What CRIU says about this restore for the choice of parallel
     /// restore (asked in the main process at `init(RESTORE)`). The default,
     /// nothing known, keeps BO contents restored in the tasks.
@@ -375,7 +394,7 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
         } else {
             None
         };
-        Plugin {
+        let mut plugin = Plugin {
             driver,
             host,
             stage,
@@ -390,7 +409,13 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
             handles: None,
             dumped_ids: BTreeSet::new(),
             parallel,
+        };
+        // CRIU before 4.3 has no RESTORE_INIT, but it forks the tasks after
+        // `init` too: the table the tasks share is made here then.
+        if stage == Stage::Restore && !plugin.config.has_restore_retry && !refused {
+            let _ = plugin.make_handle_table("init");
         }
+        plugin
     }
 
     /// Whether `init` refused this run (the error is logged): the host must
@@ -706,7 +731,13 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
     /// work; a stream, which cannot be listed, gets [`UNSIZED_CAPACITY`](amdgpu_checkpoint::handles::UNSIZED_CAPACITY)).
     /// Not ours when nothing is shared.
     pub fn restore_init(&mut self) -> c_int {
-        if self.active().is_none() || self.stage != Stage::Restore {
+        self.make_handle_table("RESTORE_INIT")
+    }
+
+    /// The buffer handle table (see [`Plugin::restore_init`]), made in
+    /// `hook`; not ours when nothing is shared.
+    fn make_handle_table(&mut self, hook: &str) -> c_int {
+        if self.active().is_none() || self.stage != Stage::Restore || self.handles.is_some() {
             return NOT_MINE;
         }
         let capacity = match self
@@ -716,7 +747,7 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
         {
             Ok(Some(capacity)) => capacity,
             Ok(None) => return NOT_MINE,
-            Err(e) => return fail("RESTORE_INIT", "sizing the buffer handle table", &e),
+            Err(e) => return fail(hook, "sizing the buffer handle table", &e),
         };
         match HandleTable::shared(capacity) {
             Ok(table) => {
@@ -727,7 +758,7 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
                 0
             }
             Err(e) => fail(
-                "RESTORE_INIT",
+                hook,
                 "making the buffer handle table",
                 &Error::io("mapping shared memory")(e),
             ),
@@ -765,14 +796,15 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
         match self.restore_file(id) {
             Ok(Restored::File(fd)) => (fd.into_raw_fd(), false),
             Ok(Restored::NotOurs) => (NOT_MINE, false),
-            Ok(Restored::WaitForKfd) => (0, true),
+            Ok(Restored::WaitForKfd | Restored::WaitForBuffer) => (0, true),
             Err(errno) => (errno, false),
         }
     }
 
     /// [`Plugin::restore_ext_file`] with the fd as an [`OwnedFd`]; `Err`
-    /// carries the errno of a failure (logged). [`Restored::WaitForKfd`] is
-    /// only answered when the host has the retry protocol.
+    /// carries the errno of a failure (logged). [`Restored::WaitForKfd`] and
+    /// [`Restored::WaitForBuffer`] are only answered when the host has the
+    /// retry protocol.
     pub fn restore_file(&mut self, id: c_int) -> Result<Restored, c_int> {
         if self.active().is_none() || self.stage != Stage::Restore {
             return Ok(Restored::NotOurs);
@@ -809,16 +841,59 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
             pid: host.current_pid(),
             find_unused_fd: &find_unused_fd,
         };
-        match restorer.restore_file(&store, id as u32, &task, &sharing) {
+        let mut result = restorer.restore_file(&store, id as u32, &task, &sharing);
+        if matches!(result, Ok(Restored::WaitForBuffer)) {
+            if self.config.has_restore_retry {
+                // CRIU puts this task to sleep until another task sends it
+                // a file; the buffer's creator wakes it instead
+                // (`wake_task`). Registered first, then looked up once more:
+                // a creator that publishes in between has woken it already.
+                if let (Some(table), Some(pid)) = (sharing.table, host.current_pid()) {
+                    if !table.add_waiter(pid) {
+                        log_warn!(
+                            "RESTORE_EXT_FILE: {name}: no room to wait for its buffer's                              creator; CRIU wakes the task with its next file"
+                        );
+                    }
+                    result = restorer.restore_file(&store, id as u32, &task, &sharing);
+                }
+            } else if let Some(limit) = host.buffer_wait() {
+                let deadline = std::time::Instant::now() + limit;
+                while matches!(result, Ok(Restored::WaitForBuffer))
+                    && std::time::Instant::now() < deadline
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    result = restorer.restore_file(&store, id as u32, &task, &sharing);
+                }
+            }
+        }
+        match result {
             Ok(Restored::File(fd)) => {
                 log_info!("{name}: restored");
+                // What this file re-created may be what other tasks wait for.
+                if let Some(table) = sharing.table {
+                    for waiter in table.waiters() {
+                        if Some(waiter) != host.current_pid() {
+                            host.wake_task(waiter);
+                        }
+                    }
+                }
                 Ok(Restored::File(fd))
             }
             Ok(Restored::WaitForKfd) if !self.config.has_restore_retry => {
                 log_error!(
-                    "RESTORE_EXT_FILE: {name} comes before the file it needs (its \
-                     task's /dev/kfd, or the creator of a buffer it imports), which this \
-                     CRIU cannot retry (needs CRIU after v4.2)"
+                    "RESTORE_EXT_FILE: {name} comes before its task's /dev/kfd file, \
+                     which this CRIU cannot retry (needs CRIU after v4.2)"
+                );
+                Err(-libc::EINVAL)
+            }
+            Ok(Restored::WaitForBuffer) if !self.config.has_restore_retry => {
+                log_error!(
+                    "RESTORE_EXT_FILE: {name} imports a buffer whose creator {}, which \
+                     this CRIU cannot retry (needs CRIU after v4.2)",
+                    match host.buffer_wait() {
+                        Some(limit) => format!("did not restore it within {limit:?}"),
+                        None => "was not restored yet".to_owned(),
+                    }
                 );
                 Err(-libc::EINVAL)
             }

@@ -33,6 +33,10 @@ use crate::{log_debug, log_error};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CriuServices;
 
+/// How long a restored task waits for another task to re-create a buffer
+/// it imports, on CRIU without the retry protocol.
+const BUFFER_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 impl CriuHost for CriuServices {
     type Store = HostStore;
 
@@ -94,6 +98,14 @@ impl CriuHost for CriuServices {
     /// its own pid namespace (CRIU's vpid when the tree has one namespace).
     fn current_pid(&self) -> Option<u32> {
         Some(std::process::id())
+    }
+
+    fn wake_task(&self, pid: u32) {
+        services().set_fds_event(pid);
+    }
+
+    fn buffer_wait(&self) -> Option<std::time::Duration> {
+        Some(BUFFER_WAIT)
     }
 
     /// CRIU's images directory, where its log goes unless `-o`/`-W` moved

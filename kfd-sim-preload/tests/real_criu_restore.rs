@@ -102,6 +102,11 @@ fn setup(releases: &[harness::Release], with_c_plugin: bool) -> Option<Setup> {
         if !Path::new("/usr/include/hsakmt.h").is_file() {
             return Err("libhsakmt-dev is not installed (/usr/include/hsakmt.h is missing)".into());
         }
+        if !Path::new("/usr/include/libdrm/amdgpu.h").is_file() {
+            return Err(
+                "libdrm-dev is not installed (/usr/include/libdrm/amdgpu.h is missing)".into(),
+            );
+        }
         if let Err(e) = kfd_sim::remote::child_memory_reachable() {
             return Err(format!("the served machine cannot reach its clients: {e}"));
         }
@@ -152,7 +157,11 @@ fn setup(releases: &[harness::Release], with_c_plugin: bool) -> Option<Setup> {
             .tempdir()
             .map_err(|e| e.to_string())?;
         let app = build.path().join("real_criu_gpu_app");
-        compile("tests/real_criu_restore/app.c", &app, &["-lhsakmt"])?;
+        compile(
+            "tests/real_criu_restore/app.c",
+            &app,
+            &["-I/usr/include/libdrm", "-lhsakmt", "-ldrm_amdgpu", "-ldrm"],
+        )?;
         Ok(Setup {
             criu,
             plugins,
@@ -183,8 +192,8 @@ const SCRIPT: &str = r#"
 set -eu
 scratch=$1 step=$2 major=$3 minor=$4 renders=$5 preload=$6 machine=$7 address=$8
 criu=$9 plugins=${10} app=${11} gpus=${12} mib=${13} env_extra=${14} parent=${15}
-netns=${16}
-shift 16
+netns=${16} share=${17}
+shift 17
 # Device nodes made in the tmpfs, not bind mounts of the host's: CRIU
 # finds no mount of its own for a file bind-mounted into a namespace.
 mkdir "$scratch/hostdev.$step"
@@ -214,18 +223,22 @@ for r in $(echo "$renders" | tr , ' '); do
     mknod -m 666 "/dev/dri/renderD$r" c "$major" "$minor"
 done
 sim="LD_PRELOAD=$preload KFD_SIM_MACHINE=$machine KFD_SIM_REMOTE=$address"
+# A CRIU that hangs is killed (exit status 137) rather than holding the
+# test until CI's limit.
+limit=120
 status=0
 # start DIR: the application, its records in DIR; its pid in $pid.
 start() {
+    mkdir -p "$1/child"
     # A session of its own (CRIU before 4.3 refuses to dump a root process
     # that leads none); setsid (not a group leader here, so it does not
     # fork) and env exec the program: $! is its pid.
     if [ "$netns" = yes ]; then
         # In a network namespace of its own, as in a container (unshare
         # execs the program there: $! is still its pid).
-        setsid unshare --net env $sim "$app" "$1" "$gpus" "$mib" </dev/null >"$1/app.out" 2>&1 &
+        setsid unshare --net env $sim "$app" "$1" "$gpus" "$mib" $share </dev/null >"$1/app.out" 2>&1 &
     else
-        setsid env $sim "$app" "$1" "$gpus" "$mib" </dev/null >"$1/app.out" 2>&1 &
+        setsid env $sim "$app" "$1" "$gpus" "$mib" $share </dev/null >"$1/app.out" 2>&1 &
     fi
     pid=$!
     n=0
@@ -235,6 +248,14 @@ start() {
         sleep 0.02
     done
     if grep -q fail "$1/ready"; then cat "$1/ready" >&2; exit 3; fi
+    if [ -n "$share" ]; then
+        until [ -s "$1/child/ready" ]; do
+            n=$((n + 1))
+            if [ "$n" -gt 3000 ]; then echo "the child never got ready" >&2; exit 3; fi
+            sleep 0.02
+        done
+        if grep -q fail "$1/child/ready"; then cat "$1/child/ready" >&2; exit 3; fi
+    fi
 }
 if [ "$step" = dump ]; then
     if [ "$parent" = yes ]; then
@@ -246,7 +267,7 @@ if [ "$step" = dump ]; then
         # by digest, which needs no dirty tracking.
         mkdir "$scratch/parent" "$scratch/other"
         start "$scratch/other"
-        env $sim $env_extra "$criu" dump -t "$pid" -D "$scratch/parent" -v4 \
+        env $sim $env_extra timeout -s KILL "$limit" "$criu" dump -t "$pid" -D "$scratch/parent" -v4 \
             -o "$scratch/parent.log" -L "$plugins" --link-remap \
             </dev/null >"$scratch/parent.out" 2>&1 || status=$?
         echo "$status" > "$scratch/parent.status"
@@ -263,7 +284,7 @@ if [ "$step" = dump ]; then
         set -- --external "net[$(stat -L -c %i /proc/$pid/ns/net)]:container-net" \
             --network-lock skip "$@"
     fi
-    env $sim $env_extra "$criu" dump -t "$pid" -D "$scratch/images" -v4 \
+    env $sim $env_extra timeout -s KILL "$limit" "$criu" dump -t "$pid" -D "$scratch/images" -v4 \
         -o "$scratch/dump.log" -L "$plugins" --link-remap "$@" </dev/null >"$scratch/dump.out" 2>&1 || status=$?
 else
     if [ "$netns" = yes ]; then
@@ -277,7 +298,7 @@ else
         exec 7</proc/$holder/ns/net
         set -- --inherit-fd "fd[7]:container-net" --network-lock skip "$@"
     fi
-    env $sim $env_extra "$criu" restore -d -D "$scratch/images" -v4 \
+    env $sim $env_extra timeout -s KILL "$limit" "$criu" restore -d -D "$scratch/images" -v4 \
         -o "$scratch/$step.log" -L "$plugins" --pidfile "$scratch/$step.pid" "$@" \
         </dev/null >"$scratch/$step.out" 2>&1 || status=$?
 fi
@@ -403,14 +424,92 @@ fn hex(v: &str) -> u64 {
     u64::from_str_radix(v.trim_start_matches("0x"), 16).expect("a hex number")
 }
 
-/// One application's life: its scratch directory (images, logs,
-/// heartbeat), what it built, and its pid while it runs.
-struct App {
-    scratch: tempfile::TempDir,
+/// A buffer two processes share through a dma-buf (the `share` mode): its
+/// GEM handle in this process's render-node file.
+#[derive(Debug, Clone, Copy)]
+struct SharedBo {
+    minor: u32,
+    handle: u32,
+    size: u64,
+}
+
+/// One process of the application as its `ready` file lists it.
+#[derive(Debug, Clone)]
+struct Proc {
+    /// Its records' directory (ready, heartbeat).
+    dir: PathBuf,
     pid: u32,
+    queues: usize,
+    events: usize,
     bos: Vec<FilledBo>,
     mailbox: u64,
-    /// Whether a process of that pid is ours to kill on drop.
+    shared: Option<SharedBo>,
+}
+
+impl Proc {
+    fn parse(dir: &Path) -> Proc {
+        let ready = fs::read_to_string(dir.join("ready")).unwrap_or_default();
+        let line = |prefix: &str| ready.lines().find(|l| l.starts_with(prefix));
+        let state = line("state ").unwrap_or_else(|| panic!("no state in {ready:?}"));
+        let shared = line("shared ");
+        Proc {
+            dir: dir.to_path_buf(),
+            pid: field(line("pid=").unwrap_or("pid=0"), "pid")
+                .and_then(|p| p.parse().ok())
+                .expect("the process's pid"),
+            queues: field(state, "queues").unwrap().parse().unwrap(),
+            events: field(state, "events").unwrap().parse().unwrap(),
+            bos: ready
+                .lines()
+                .filter(|l| l.starts_with("bo "))
+                .map(|l| FilledBo {
+                    kind: field(l, "kind").unwrap().to_owned(),
+                    va: hex(field(l, "va").unwrap()),
+                    size: field(l, "size").unwrap().parse().unwrap(),
+                    seed: hex(field(l, "seed").unwrap()),
+                })
+                .collect(),
+            mailbox: line("mailbox ")
+                .and_then(|l| field(l, "va"))
+                .map(hex)
+                .expect("the mailbox's address"),
+            shared: shared.map(|l| SharedBo {
+                minor: field(l, "minor").unwrap().parse().unwrap(),
+                handle: field(l, "handle").unwrap().parse().unwrap(),
+                size: field(l, "size").unwrap().parse().unwrap(),
+            }),
+        }
+    }
+
+    fn heartbeat(&self) -> Vec<String> {
+        fs::read_to_string(self.dir.join("heartbeat"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Waits until the heartbeat grows by three beats.
+    fn assert_beats_on(&self, what: &str) {
+        let before = self.heartbeat().len();
+        let grew = wait_for(Duration::from_secs(10), || {
+            self.heartbeat().len() > before + 2
+        });
+        assert!(
+            grew,
+            "{what}: the heartbeat of pid {} stopped at {before} beats\n{}",
+            self.pid,
+            fs::read_to_string(self.dir.join("app.out")).unwrap_or_default()
+        );
+    }
+}
+
+/// One application's life: its scratch directory (images, logs), its
+/// processes (the root first), and whether they run.
+struct App {
+    scratch: tempfile::TempDir,
+    procs: Vec<Proc>,
+    /// Whether processes of those pids are ours to kill on drop.
     running: bool,
 }
 
@@ -423,28 +522,22 @@ impl App {
         fs::read_to_string(self.path(name)).unwrap_or_default()
     }
 
-    fn heartbeat(&self) -> Vec<String> {
-        self.read("heartbeat").lines().map(str::to_owned).collect()
+    /// The root process's pid.
+    fn pid(&self) -> u32 {
+        self.procs[0].pid
     }
 
-    /// Waits until the heartbeat grows by three beats.
-    fn assert_beats_on(&self, what: &str) {
-        let before = self.heartbeat().len();
-        let grew = wait_for(Duration::from_secs(10), || {
-            self.heartbeat().len() > before + 2
-        });
-        assert!(
-            grew,
-            "{what}: the application's heartbeat stopped at {before} beats\n{}",
-            self.read("app.out")
-        );
+    fn all_gone(&self) -> bool {
+        self.procs.iter().all(|p| !alive(p.pid))
     }
 }
 
 impl Drop for App {
     fn drop(&mut self) {
         if self.running {
-            kill(self.pid);
+            for p in &self.procs {
+                kill(p.pid);
+            }
         }
     }
 }
@@ -508,6 +601,8 @@ struct Step<'a> {
     /// Whether the application runs, and is restored, in a network
     /// namespace of its own.
     netns: bool,
+    /// Whether the application is two processes sharing a buffer.
+    share: bool,
     args: &'a [&'a str],
 }
 
@@ -534,6 +629,7 @@ fn run_step(scratch: &Path, name: &str, s: &Step<'_>) -> Option<i32> {
         .arg(s.env)
         .arg(if s.parent { "yes" } else { "no" })
         .arg(if s.netns { "yes" } else { "no" })
+        .arg(if s.share { "share" } else { "" })
         .args(s.args)
         .stdin(Stdio::null())
         .output()
@@ -559,32 +655,13 @@ fn dump(s: &Step<'_>) -> App {
         .expect("scratch directory");
     fs::create_dir(scratch.path().join("images")).unwrap();
     let status = run_step(scratch.path(), "dump", s);
-    let read = |name: &str| fs::read_to_string(scratch.path().join(name)).unwrap_or_default();
-    let pid: u32 = read("app.pid")
-        .trim()
-        .parse()
-        .expect("the application's pid");
-    let ready = read("ready");
-    let bos = ready
-        .lines()
-        .filter(|l| l.starts_with("bo "))
-        .map(|l| FilledBo {
-            kind: field(l, "kind").unwrap().to_owned(),
-            va: hex(field(l, "va").unwrap()),
-            size: field(l, "size").unwrap().parse().unwrap(),
-            seed: hex(field(l, "seed").unwrap()),
-        })
-        .collect();
-    let mailbox = ready
-        .lines()
-        .find_map(|l| field(l, "va").filter(|_| l.starts_with("mailbox ")))
-        .map(hex)
-        .expect("the mailbox's address");
+    let mut procs = vec![Proc::parse(scratch.path())];
+    if scratch.path().join("child/ready").exists() {
+        procs.push(Proc::parse(&scratch.path().join("child")));
+    }
     let app = App {
         scratch,
-        pid,
-        bos,
-        mailbox,
+        procs,
         running: true,
     };
     assert_eq!(
@@ -646,29 +723,53 @@ fn restore(app: &mut App, name: &str, s: &Step<'_>) -> Result<u32, String> {
         .trim()
         .parse()
         .map_err(|e| format!("no pid file: {e}"))?;
-    app.pid = pid;
+    // CRIU restores every pid; the pid file names the root.
     app.running = true;
+    if pid != app.pid() {
+        return Err(format!(
+            "CRIU restored the root as pid {pid}, not {}",
+            app.pid()
+        ));
+    }
     Ok(pid)
 }
 
-/// Everything a restored application must show.
+/// Everything a restored application must show, for each of its
+/// processes; with a shared buffer, that both processes' imports are one
+/// buffer again.
 fn check_restored(served: &Served, app: &App, what: &str) {
-    let pid = Pid(app.pid);
-    app.assert_beats_on(what);
+    for p in &app.procs {
+        check_process(served, p, &format!("{what}, pid {}", p.pid));
+    }
+    if let [parent, child] = &app.procs[..] {
+        check_sharing(served, parent, child, what);
+    }
+}
+
+fn check_process(served: &Served, p: &Proc, what: &str) {
+    let pid = Pid(p.pid);
+    p.assert_beats_on(what);
     let state = served
         .sim
         .kfd_state(pid)
-        .unwrap_or_else(|| panic!("{what}: no KFD process for pid {}", app.pid));
+        .unwrap_or_else(|| panic!("{what}: no KFD process"));
     assert!(
         !state.queues_paused && state.queues_running() && state.resumed == 1,
         "{what}: the queues run after the restore: {state:?}"
     );
-    assert_eq!(state.queues, 2, "{what}: both queues restored: {state:?}");
-    assert_eq!(state.events, 2, "{what}: both events restored: {state:?}");
-    // Every filled BO holds its bytes, as the simulator reads them.
+    assert_eq!(
+        state.queues, p.queues,
+        "{what}: its queues restored: {state:?}"
+    );
+    assert_eq!(
+        state.events, p.events,
+        "{what}: its events restored: {state:?}"
+    );
+    // Every filled BO holds its bytes, as the simulator reads them (the
+    // libdrm mapping of a shared buffer is no KFD address: checked below).
     let workload = Workload::attach(&served.sim, pid);
     let described = workload.describe().expect("describe the restored process");
-    for bo in &app.bos {
+    for bo in p.bos.iter().filter(|b| b.kind != "shared-cpu") {
         let d = described
             .bos
             .iter()
@@ -688,7 +789,7 @@ fn check_restored(served: &Served, app: &App, what: &str) {
     let mailbox = described
         .bos
         .iter()
-        .find(|d| d.va == app.mailbox)
+        .find(|d| d.va == p.mailbox)
         .expect("the mailbox BO");
     let word = |offset: u64| {
         let b = workload.read_bo(mailbox.handle, offset, 8).unwrap();
@@ -702,14 +803,14 @@ fn check_restored(served: &Served, app: &App, what: &str) {
     );
     // ...and the simulator's writes reach the process, which then checks
     // every BO through its own mappings.
-    let magic: u64 = 0x5eed_0000 + u64::from(app.pid);
+    let magic: u64 = 0x5eed_0000 + u64::from(p.pid);
     workload
         .write_bo(mailbox.handle, 8, &magic.to_le_bytes())
         .unwrap();
     let want = format!("seen={magic:#x} verify=");
     let mut last = String::new();
     let seen = wait_for(Duration::from_secs(10), || {
-        last = app.heartbeat().last().cloned().unwrap_or_default();
+        last = p.heartbeat().last().cloned().unwrap_or_default();
         last.contains(&want)
     });
     assert!(
@@ -722,15 +823,62 @@ fn check_restored(served: &Served, app: &App, what: &str) {
     );
 }
 
+/// The buffer behind process `pid`'s handle of the shared buffer.
+fn shared_buffer(served: &Served, pid: u32, shared: SharedBo, what: &str) -> u64 {
+    let buffers = served.sim.render_buffers(Pid(pid));
+    let b = buffers
+        .iter()
+        .find(|b| b.render_minor == shared.minor && b.handle == shared.handle)
+        .unwrap_or_else(|| {
+            panic!(
+                "{what}: pid {pid} has no handle {} on renderD{}: {buffers:?}",
+                shared.handle, shared.minor
+            )
+        });
+    assert_eq!(b.size, shared.size, "{what}: the shared buffer's size");
+    b.buffer
+}
+
+/// The two processes' handles of the shared buffer name one buffer again,
+/// which holds what the parent wrote.
+fn check_sharing(served: &Served, parent: &Proc, child: &Proc, what: &str) {
+    let (Some(ps), Some(cs)) = (parent.shared, child.shared) else {
+        return;
+    };
+    let seed = parent
+        .bos
+        .iter()
+        .find(|b| b.kind == "shared-cpu")
+        .expect("the parent's record of the shared buffer")
+        .seed;
+    let ours = shared_buffer(served, parent.pid, ps, what);
+    let theirs = shared_buffer(served, child.pid, cs, what);
+    assert_eq!(
+        ours, theirs,
+        "{what}: the parent's buffer and the child's import are one buffer after the restore"
+    );
+    let held = served.sim.read_buffer(ours, 0, ps.size as usize);
+    let want = pattern(seed, ps.size);
+    assert!(
+        held.as_deref() == Some(&want[..]),
+        "{what}: the shared buffer holds what the parent wrote (first bytes {:02x?}, want {:02x?}; \
+         first difference at {:?})",
+        held.as_ref().map(|h| &h[..16]),
+        &want[..16],
+        held.as_ref().and_then(|h| h.iter().zip(&want).position(|(a, b)| a != b))
+    );
+}
+
 /// Kills the restored application and waits until the simulator holds
 /// nothing of it.
 fn finish(served: &Served, app: &mut App, what: &str) {
-    kill(app.pid);
+    for p in &app.procs {
+        kill(p.pid);
+    }
     app.running = false;
     assert!(
-        wait_for(Duration::from_secs(10), || !alive(app.pid)),
-        "{what}: pid {} does not die",
-        app.pid
+        wait_for(Duration::from_secs(10), || app.all_gone()),
+        "{what}: the application does not die"
     );
     served.assert_empty(&format!("{what}, after the application's end"));
 }
@@ -758,16 +906,17 @@ fn dump_and_restore(machine: &str, gpus: u32) {
             env: "",
             parent: false,
             netns: false,
+            share: false,
             args: &[],
         };
         let mut app = dump(&step);
         assert!(
-            wait_for(Duration::from_secs(10), || !alive(app.pid)),
+            wait_for(Duration::from_secs(10), || app.all_gone()),
             "{what}: CRIU left the dumped application running"
         );
         app.running = false;
         served.assert_empty(&format!("{what}, after the dump"));
-        let pid = app.pid;
+        let pid = app.pid();
         let restored =
             restore(&mut app, "restore", &step).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(restored, pid, "{what}: CRIU restores the pid");
@@ -843,11 +992,12 @@ fn the_c_plugins_images_restore_with_ours_and_ours_with_the_c_plugin() {
             env: "",
             parent: false,
             netns: false,
+            share: false,
             args: &[],
         };
         let mut app = dump(&step);
         assert!(
-            wait_for(Duration::from_secs(10), || !alive(app.pid)),
+            wait_for(Duration::from_secs(10), || app.all_gone()),
             "{what}: CRIU left the dumped application running"
         );
         app.running = false;
@@ -868,7 +1018,7 @@ fn the_c_plugins_images_restore_with_ours_and_ours_with_the_c_plugin() {
 fn gpu_map(served: &Served, app: &App) -> Vec<(u32, u32)> {
     let mut map = served
         .sim
-        .kfd_state(Pid(app.pid))
+        .kfd_state(Pid(app.pid()))
         .expect("the restored KFD process")
         .gpu_ids;
     map.sort_unstable();
@@ -924,12 +1074,13 @@ fn two_gpu_process_restores_on_a_renumbered_machine() {
                 env,
                 parent: false,
                 netns: false,
+                share: false,
                 args: &[],
             }
         }
         let mut app = dump(&step(&setup, criu, &here, ""));
         assert!(
-            wait_for(Duration::from_secs(10), || !alive(app.pid)),
+            wait_for(Duration::from_secs(10), || app.all_gone()),
             "{what}: CRIU left the dumped application running"
         );
         app.running = false;
@@ -989,7 +1140,7 @@ fn two_gpu_process_restores_on_a_renumbered_machine() {
             "{what}: the refusal names the GPUs: {reason}"
         );
         assert!(
-            !alive(app.pid),
+            app.all_gone(),
             "{what}: a refused restore leaves no half-restored process"
         );
         small.assert_empty(&format!("{what}, after the refused restore"));
@@ -1032,6 +1183,7 @@ fn incremental_dump_restores_from_its_chain_on_every_release() {
             env: "",
             parent: true,
             netns: false,
+            share: false,
             args: &[],
         };
         let mut app = dump(&step);
@@ -1042,7 +1194,7 @@ fn incremental_dump_restores_from_its_chain_on_every_release() {
             app.read("parent.log")
         );
         assert!(
-            wait_for(Duration::from_secs(10), || !alive(app.pid)),
+            wait_for(Duration::from_secs(10), || app.all_gone()),
             "{what}: CRIU left the dumped application running"
         );
         app.running = false;
@@ -1052,7 +1204,7 @@ fn incremental_dump_restores_from_its_chain_on_every_release() {
             gpu_pages_bytes(&app.path("images")),
         );
         // The user pointer BO is the process's own memory, which CRIU dumps.
-        let filled: u64 = app
+        let filled: u64 = app.procs[0]
             .bos
             .iter()
             .filter(|b| b.kind != "userptr")
@@ -1102,11 +1254,12 @@ fn a_process_in_its_own_network_namespace_restores_on_every_release() {
             env: "",
             parent: false,
             netns: true,
+            share: false,
             args: &[],
         };
         let mut app = dump(&step);
         assert!(
-            wait_for(Duration::from_secs(10), || !alive(app.pid)),
+            wait_for(Duration::from_secs(10), || app.all_gone()),
             "{what}: CRIU left the dumped application running"
         );
         app.running = false;
@@ -1114,7 +1267,7 @@ fn a_process_in_its_own_network_namespace_restores_on_every_release() {
         restore(&mut app, "restore", &step).unwrap_or_else(|e| panic!("{what}: {e}"));
         let netns = |pid: u32| fs::read_link(format!("/proc/{pid}/ns/net")).ok();
         assert_ne!(
-            netns(app.pid),
+            netns(app.pid()),
             netns(std::process::id()),
             "{what}: the restored task sits in a network namespace of its own"
         );
@@ -1128,5 +1281,50 @@ fn a_process_in_its_own_network_namespace_restores_on_every_release() {
         check_restored(&served, &app, &what);
         finish(&served, &mut app, &what);
         println!("  restored in its own network namespace, verified, nothing left");
+    }
+}
+
+/// A two-process tree sharing a buffer through a dma-buf (made on the
+/// parent's render node with libdrm, imported on the child's, the dma-buf
+/// closed), dumped and restored by every release: both processes run on,
+/// both read the buffer's bytes through their own mappings, and their
+/// handles are one buffer again.
+#[test]
+fn a_process_tree_sharing_a_buffer_restores_on_every_release() {
+    let _serial = harness::SERIAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let Some(setup) = setup(&harness::RELEASES, false) else {
+        return;
+    };
+    for (release, criu) in &setup.criu {
+        let what = format!("CRIU {}, two processes sharing a buffer", release.name);
+        println!("{what}:");
+        let served = Served::builtin("single-gpu");
+        let step = Step {
+            setup: &setup,
+            plugins: setup.plugins.path(),
+            criu,
+            served: &served,
+            gpus: 1,
+            mib: 4,
+            env: "",
+            parent: false,
+            netns: false,
+            share: true,
+            args: &[],
+        };
+        let mut app = dump(&step);
+        assert_eq!(app.procs.len(), 2, "{what}: a parent and its child");
+        assert!(
+            wait_for(Duration::from_secs(10), || app.all_gone()),
+            "{what}: CRIU left the dumped tree running"
+        );
+        app.running = false;
+        served.assert_empty(&format!("{what}, after the dump"));
+        restore(&mut app, "restore", &step).unwrap_or_else(|e| panic!("{what}: {e}"));
+        check_restored(&served, &app, &what);
+        finish(&served, &mut app, &what);
+        println!("  both processes restored, one shared buffer, nothing left");
     }
 }

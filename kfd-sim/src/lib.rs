@@ -130,8 +130,8 @@ pub mod workload;
 pub use accounting::Accounting;
 pub use fault::{FaultKind, FaultParseError, FaultSpec};
 pub use sim::{
-    DevDriNode, GpuInfo, HostMemorySnapshot, KfdState, Pid, ProcessConfig, Sim, SimConfig,
-    SimDriver, SimError, DRM_MAJOR, KFD_MAJOR,
+    DevDriNode, GpuInfo, HostMemorySnapshot, KfdState, Pid, ProcessConfig, RenderBuffer, Sim,
+    SimConfig, SimDriver, SimError, DRM_MAJOR, KFD_MAJOR,
 };
 pub use sysfs::{
     complete_cpu_memory, complete_gpu_caches, complete_kernel_properties,

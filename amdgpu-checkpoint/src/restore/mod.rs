@@ -42,7 +42,7 @@
 //! from that dma-buf (`PRIME_FD_TO_HANDLE`) and given its checkpointed GEM
 //! handle, and a dma-buf file becomes a new fd of it. While a buffer's
 //! exporter has not run yet, the file is answered with a retry
-//! ([`Restored::WaitForKfd`]); BOs already re-created are not re-created on
+//! ([`Restored::WaitForBuffer`]); BOs already re-created are not re-created on
 //! the next call. A dma-buf of a BO of the same task is a `dup` of the
 //! dma-buf RESTORE returned for it, without the fd store.
 //!
@@ -274,7 +274,7 @@ impl<D: Driver + Clone> Restorer<D> {
         sharing: &Sharing<'_>,
     ) -> Result<Restored, Error> {
         let result = self.restore_render_node(store, id, msg.clone(), task, sharing);
-        if matches!(result, Ok(Restored::WaitForKfd)) {
+        if matches!(result, Ok(Restored::WaitForKfd | Restored::WaitForBuffer)) {
             self.deferred
                 .insert(id, Deferred::RenderNode(Box::new(msg)));
         }
@@ -290,7 +290,7 @@ impl<D: Driver + Clone> Restorer<D> {
         sharing: &Sharing<'_>,
     ) -> Result<Restored, Error> {
         let result = self.restore_dmabuf(id, &msg, sharing);
-        if matches!(result, Ok(Restored::WaitForKfd)) {
+        if matches!(result, Ok(Restored::WaitForKfd | Restored::WaitForBuffer)) {
             self.deferred.insert(id, Deferred::Dmabuf(msg));
         }
         result
@@ -350,8 +350,9 @@ pub enum Restored {
     /// The new file; CRIU installs it at the saved fd number.
     File(OwnedFd),
     /// Ask again later: a render node whose GPU only the task's KFD file
-    /// maps, which was not restored yet (its fd number is higher), or a file
-    /// that imports a buffer whose exporter (in this or another task) has
-    /// not run yet.
+    /// maps, which was not restored yet (its fd number is higher).
     WaitForKfd,
+    /// Ask again later: a file that imports a buffer whose creator (in this
+    /// or another task) has not run yet.
+    WaitForBuffer,
 }

@@ -461,7 +461,7 @@ impl<D: Driver + Clone> Restorer<D> {
             log::info!(
                 "render-node file {id}: {waiting} imported BOs wait for their exporters; retrying"
             );
-            return Ok(Restored::WaitForKfd);
+            return Ok(Restored::WaitForBuffer);
         }
         file.try_clone()
             .map(Restored::File)

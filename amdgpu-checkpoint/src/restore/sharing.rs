@@ -75,7 +75,7 @@ impl<D: Driver + Clone> Restorer<D> {
                     "dma-buf file {id} (buffer {}) waits for the file that re-creates its buffer",
                     msg.gem_handle
                 );
-                Ok(Restored::WaitForKfd)
+                Ok(Restored::WaitForBuffer)
             }
         }
     }

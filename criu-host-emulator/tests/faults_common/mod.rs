@@ -596,7 +596,7 @@ pub fn restore_hooks<D: Driver + Clone + 'static, H: CriuHost + Clone>(
             for &id in &waiting {
                 match task_plugin.restore_file(id as c_int) {
                     Ok(Restored::File(fd)) => files.push(fd),
-                    Ok(Restored::WaitForKfd) => still.push(id),
+                    Ok(Restored::WaitForKfd | Restored::WaitForBuffer) => still.push(id),
                     Ok(Restored::NotOurs) => {
                         return Err(HookFailure {
                             hook: "RESTORE_EXT_FILE",

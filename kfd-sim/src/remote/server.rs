@@ -108,7 +108,11 @@ impl Server {
     pub fn new_in(sim: &Sim, dir: &std::path::Path) -> io::Result<Server> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let id = NEXT.fetch_add(1, Ordering::Relaxed) | 1 << 63;
-        let path = dir.join(format!("{}{}-{id}", socket::ADDRESS_PREFIX, std::process::id()));
+        let path = dir.join(format!(
+            "{}{}-{id}",
+            socket::ADDRESS_PREFIX,
+            std::process::id()
+        ));
         let address = path
             .to_str()
             .filter(|p| p.starts_with('/'))

@@ -213,6 +213,20 @@ impl KfdState {
     }
 }
 
+/// A GEM handle of a render-node file ([`crate::Sim::render_buffers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RenderBuffer {
+    /// The file's render minor.
+    pub render_minor: RenderMinor,
+    /// The handle in the file.
+    pub handle: u32,
+    /// The buffer's size in bytes.
+    pub size: u64,
+    /// The buffer's identity, the same for every handle of it in any file.
+    pub buffer: u64,
+}
+
 /// Public description of one simulated GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuInfo {

@@ -86,6 +86,7 @@ impl SimDriver {
                 key,
                 OpenFile::Render(RenderFile {
                     gpu,
+                    opener: self.pid,
                     kfd_vm_owner: None,
                     drm: crate::drm::DrmFile::new(&shared.gpus[gpu].drm),
                 }),

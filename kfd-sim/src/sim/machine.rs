@@ -92,6 +92,8 @@ pub(crate) struct KfdFile {
 pub(crate) struct RenderFile {
     /// Index of the GPU.
     pub(crate) gpu: usize,
+    /// The process that opened it (`drm_file->pid`).
+    pub(crate) opener: Pid,
     /// "VM owned by a KFD process": set by ACQUIRE_VM / CRIU RESTORE to the
     /// process whose compute VM this file's VM became.
     pub(crate) kfd_vm_owner: Option<Pid>,
@@ -563,6 +565,44 @@ impl Sim {
             events: k.events.len(),
             svm_ranges: k.svm.len(),
         })
+    }
+
+    /// The GEM buffers of the render-node files process `pid` opened,
+    /// as the files' handle tables hold them: for tests that check which
+    /// files share a buffer (two handles of one buffer have one
+    /// [`RenderBuffer::buffer`]).
+    pub fn render_buffers(&self, pid: Pid) -> Vec<super::RenderBuffer> {
+        let st = self.lock();
+        let mut out = Vec::new();
+        for file in st.files.values() {
+            let OpenFile::Render(r) = file else { continue };
+            if r.opener != pid {
+                continue;
+            }
+            for (&handle, gem) in &r.drm.handles {
+                if let Some(bo) = st.bos.get(gem.bo) {
+                    out.push(super::RenderBuffer {
+                        render_minor: self.shared.gpus[r.gpu].info.render_minor,
+                        handle,
+                        size: bo.size,
+                        buffer: gem.bo.0,
+                    });
+                }
+            }
+        }
+        out.sort_by_key(|b| (b.render_minor, b.handle, b.buffer));
+        out
+    }
+
+    /// `len` bytes at `offset` of buffer `buffer` (a
+    /// [`RenderBuffer::buffer`]) with VRAM or GTT memory.
+    pub fn read_buffer(&self, buffer: u64, offset: u64, len: usize) -> Option<Vec<u8>> {
+        let st = self.lock();
+        let memory = st.bos.get(crate::bo::BoId(buffer))?.memory()?.clone();
+        drop(st);
+        let mut out = vec![0u8; len];
+        memory.read_at(offset, &mut out).ok()?;
+        Some(out)
     }
 
     /// Whether `pid` is a live process.

@@ -25,7 +25,8 @@ mod ptrace;
 mod uaccess;
 
 pub use config::{
-    DevDriNode, GpuInfo, KfdState, Pid, ProcessConfig, SimConfig, SimError, DRM_MAJOR, KFD_MAJOR,
+    DevDriNode, GpuInfo, KfdState, Pid, ProcessConfig, RenderBuffer, SimConfig, SimError,
+    DRM_MAJOR, KFD_MAJOR,
 };
 pub use driver::SimDriver;
 pub use machine::Sim;
