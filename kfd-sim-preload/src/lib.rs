@@ -31,9 +31,28 @@
 //! numbers ask the server what it stands for. `KFD_SIM_MACHINE` still names
 //! the machine (for the sysfs trees written here). Each process (a fork
 //! too: CRIU's dump guardian) connects on its first device call as the
-//! simulated process of its own pid. `kfd_sim_preload_checkpoint` is
-//! refused and the report shows no kernel state in this mode: the
-//! machine's owner has both.
+//! simulated process of its own pid; its connection sits above every fd it
+//! has open then, so a CRIU restoring a task's files at chosen numbers never
+//! finds one taken. A file CRIU hands over before the process opened a
+//! device path itself (its parasite's copies of a dumped task's files) is
+//! recognised too: the machine is built on the first `fstat`, `ioctl` or
+//! `mmap` of a character device. `kfd_sim_preload_checkpoint` is refused
+//! and the report shows no kernel state in this mode: the machine's owner
+//! has both.
+//!
+//! Through real CRIU a process's connection is a unix socket whose peer is
+//! outside the dumped tree: a CRIU plugin of the tests
+//! (`tests/real_criu_restore/remote_sk_plugin.c`) claims it at dump
+//! (`DUMP_UNIX_SK`, with `kfd_sim_preload_is_connection`) and gives the
+//! restored task a connection of its own in its place (`RESTORE_UNIX_SK`,
+//! with `kfd_sim_preload_connection`). The restored process's memory holds
+//! the driver of the process it was dumped as; on its first device call the
+//! interposer sees that the socket at the driver's number is another one,
+//! keeps it, follows its address (a restore onto another machine) and closes
+//! the other connections CRIU's copy of the interposer left in the task.
+//! A process frozen in the middle of a device call (its request sent, the
+//! reply not read) would wait for the reply on the new connection: the
+//! tests dump processes between device calls.
 //!
 //! # What is routed
 //!

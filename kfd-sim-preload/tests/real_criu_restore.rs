@@ -1011,6 +1011,49 @@ fn the_c_plugins_images_restore_with_ours_and_ours_with_the_c_plugin() {
         finish(&served, &mut app, what);
         println!("  dumped, restored, verified, nothing left");
     }
+
+    // An incremental dump of ours leaves unchanged chunks in its parent,
+    // which the C plugin cannot read: it refuses the set (its pages file's
+    // length header is below its BOs' sizes), as our README says, and the
+    // simulator is left with nothing of the attempt.
+    let what = "our incremental dump, the C plugin's restore";
+    println!("{what}:");
+    let served = Served::builtin("single-gpu");
+    let mut step = Step {
+        setup: &setup,
+        plugins: setup.plugins.path(),
+        criu,
+        served: &served,
+        gpus: 1,
+        mib: 4,
+        env: "",
+        parent: true,
+        netns: false,
+        share: false,
+        args: &[],
+    };
+    let mut app = dump(&step);
+    assert!(
+        wait_for(Duration::from_secs(10), || app.all_gone()),
+        "{what}: CRIU left the dumped application running"
+    );
+    app.running = false;
+    served.assert_empty(&format!("{what}, after the dump"));
+    step.plugins = c_plugins;
+    let refused = restore(&mut app, "restore", &step);
+    app.running = false;
+    assert!(
+        refused.is_err(),
+        "{what}: the C plugin restored a chain it cannot read"
+    );
+    let log = app.read("restore.log");
+    let reason = log
+        .lines()
+        .find(|l| l.contains("amdgpu_plugin: ") && l.contains("size mismatch"))
+        .unwrap_or_else(|| panic!("{what}: the C plugin refused for another reason:\n{log}"));
+    assert!(app.all_gone(), "{what}: no half-restored process is left");
+    served.assert_empty(&format!("{what}, after the refused restore"));
+    println!("  refused: {reason}");
 }
 
 /// The restored process's GPUs: (checkpointed gpu_id it still sees, local

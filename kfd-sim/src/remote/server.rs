@@ -270,10 +270,11 @@ impl Served {
             hosts::sweep_stand_ins(sim, self.server);
             return;
         }
-        if hosts::release(sim, self.peer) {
-            // Gone already when the test ended it some other way.
-            let _ = sim.exit_process(self.driver.pid());
-        }
+        // One connection is one simulated process; the host process's fds
+        // and mappings count until its last connection ends.
+        hosts::release(sim, self.peer);
+        // Gone already when the test ended it some other way.
+        let _ = sim.exit_process(self.driver.pid());
     }
 
     fn device_of(&self, fd: BorrowedFd<'_>) -> Option<DeviceNumber> {
