@@ -3,7 +3,7 @@
  * thunk (libhsakmt) builds GPU state on the served simulated machine (the
  * interposer in its KFD_SIM_REMOTE mode), then the program runs on.
  *
- *   real_criu_gpu_app DIR GPUS VRAM_MIB [share]
+ *   real_criu_gpu_app DIR GPUS VRAM_MIB [share|gpu-only]
  *
  * State, on each of the first GPUS GPU nodes: a CPU-visible VRAM BO of
  * VRAM_MIB MiB and a 1 MiB GTT BO, both filled with a dense pseudo-random
@@ -21,6 +21,12 @@
  * re-create a BO as an import, so a buffer shared through KFD imports
  * comes back as one copy per process: sharing that survives a restore is
  * on the render nodes.)
+ *
+ * With "gpu-only", the VRAM BOs are unmapped from the CPU once filled, as
+ * a compute job's device memory is: their bytes stay the simulator's (the
+ * process no longer checks them), and CRIU does not dump them as process
+ * memory (the benches' setting: only the plugin moves GPU memory, as on a
+ * GPU).
  *
  * DIR/ready lists the state once it is built: "pid=N", "state queues=Q
  * events=E", one "bo kind=K node=N va=A size=S seed=X" line per filled BO
@@ -43,6 +49,7 @@
 #include <fcntl.h>
 #include <hsakmt.h>
 #include <stdarg.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -342,14 +349,16 @@ static void share_buffer(HSAuint32 gpu, int sock)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4 && !(argc == 5 && strcmp(argv[4], "share") == 0)) {
-        fprintf(stderr, "usage: %s DIR GPUS VRAM_MIB [share]\n", argv[0]);
+    if (argc != 4 && !(argc == 5 && (strcmp(argv[4], "share") == 0 ||
+                                     strcmp(argv[4], "gpu-only") == 0))) {
+        fprintf(stderr, "usage: %s DIR GPUS VRAM_MIB [share|gpu-only]\n", argv[0]);
         return 2;
     }
     dir = argv[1];
     unsigned want = (unsigned)atoi(argv[2]);
     HSAuint64 vram_size = (HSAuint64)atoll(argv[3]) * MiB;
-    int share = argc == 5;
+    int share = argc == 5 && strcmp(argv[4], "share") == 0;
+    int gpu_only = argc == 5 && strcmp(argv[4], "gpu-only") == 0;
     /* Files the test harness left open (the host's, which CRIU cannot
      * name from the private mount namespace) are none of this process's. */
     for (int fd = 3; fd < 1024; fd++)
@@ -377,7 +386,14 @@ int main(int argc, char **argv)
     unsigned ngpus = gpu_nodes(gpus, want);
     note("pid=%d\nstate queues=2 events=2\n", (int)getpid());
     for (unsigned g = 0; g < ngpus; g++) {
-        filled("vram", gpus[g], alloc(gpus[g], gpus[g], vram_size, 1, 0), vram_size);
+        void *vram = alloc(gpus[g], gpus[g], vram_size, 1, 0);
+        filled("vram", gpus[g], vram, vram_size);
+        if (gpu_only) {
+            /* The bytes stay the BO's; the process no longer sees them. */
+            if (munmap(vram, vram_size) != 0)
+                return 2;
+            bos[nbos - 1].size = 0;
+        }
         filled("gtt", gpus[g], alloc(gpus[g], gpus[g], 1 * MiB, 0, 0), 1 * MiB);
     }
     HSAuint32 gpu = gpus[0];
