@@ -328,10 +328,15 @@ impl<D: Driver + Clone> Dumper<D> {
             let pid = prepared.msg.pid;
             let (driver, options) = (dumper.driver.clone(), dumper.config.options.clone());
             let pool = Arc::clone(&dumper.staging);
+            // The thread lives while CRIU dumps other processes: the signals
+            // CRIU handles (SIGCHLD of a parasite) must reach CRIU's thread.
+            let blocked = crate::sys::block_signals_except(&crate::sys::SYNCHRONOUS_SIGNALS)
+                .map_err(Error::io("blocking signals for the transfer thread"))?;
             let worker = std::thread::Builder::new()
                 .name(format!("amdgpu-dump-{id}"))
                 .spawn(move || finish_kfd(prepared, &driver, &own, &options, &pool))
                 .map_err(Error::io("starting the transfer thread"))?;
+            drop(blocked);
             dumper.transfers.push(Transfer { id, pid, worker });
             log::debug!("file {id}: pid {pid}: contents copying in the background");
             Ok(None)

@@ -108,6 +108,43 @@ impl Drop for BlockedSignals {
     }
 }
 
+/// Signals a thread of the plugin keeps: the synchronous ones, raised by
+/// its own faults (blocking them is undefined); every other signal is
+/// CRIU's, for CRIU's thread (`SIGCHLD` of a parasite, `SIGINT`).
+pub const SYNCHRONOUS_SIGNALS: [libc::c_int; 6] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGILL,
+    libc::SIGTRAP,
+    libc::SIGSYS,
+];
+
+/// `SIGCHLD` blocked in the calling thread until the returned value is
+/// dropped.
+fn block_sigchld() -> io::Result<BlockedSignals> {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it in place.
+    let mut block: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `block` is a valid, writable sigset_t; SIGCHLD is valid.
+    unsafe {
+        libc::sigemptyset(&mut block);
+        libc::sigaddset(&mut block, libc::SIGCHLD);
+    }
+    // SAFETY: sigset_t is plain data; pthread_sigmask writes the old mask.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: both sets are valid for the call; this changes only the
+    // calling thread's mask, which `BlockedSignals` (pinned to this thread)
+    // restores.
+    let ret = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old) };
+    if ret != 0 {
+        return Err(io::Error::from_raw_os_error(ret));
+    }
+    Ok(BlockedSignals {
+        old,
+        _thread: PhantomData,
+    })
+}
+
 /// `pipe2(O_CLOEXEC)`: (read end, write end).
 pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
@@ -131,6 +168,12 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 /// `log`, the caller's mutexes); glibc leaves `malloc` usable after fork.
 pub fn spawn_orphan(keep: &[RawFd], body: impl FnOnce() -> i32) -> io::Result<u32> {
     let (pid_r, pid_w) = pipe()?;
+    // The intermediate process's exit must reach no SIGCHLD handler of the
+    // host before it is reaped here: CRIU's (during a dump) reaps any child
+    // and fails the dump on it. Blocked in this thread, the signal waits
+    // until the reap below; the host's handler then finds no child. (CRIU
+    // runs its own helpers the same way, `cr_system`.)
+    let _sigchld = block_sigchld()?;
     // SAFETY: the intermediate child only calls async-signal-safe functions
     // (fork, write, _exit) before it exits; the grandchild runs `body`
     // under the contract above and ends with _exit, never returning into

@@ -209,18 +209,6 @@ fn worker_loop(listener: UnixListener, copier: Copier, options: Options) -> Work
     }
 }
 
-/// Signals the worker thread leaves unblocked: the synchronous ones, which
-/// a fault in the thread itself raises. CRIU handles every other signal
-/// (above all `SIGCHLD` of the restored tasks) on its own thread.
-const SYNCHRONOUS_SIGNALS: [libc::c_int; 6] = [
-    libc::SIGSEGV,
-    libc::SIGBUS,
-    libc::SIGFPE,
-    libc::SIGILL,
-    libc::SIGTRAP,
-    libc::SIGSYS,
-];
-
 /// Starts the worker thread on `listener`, with the asynchronous signals
 /// blocked (the calling thread's mask is restored once it is spawned).
 pub(super) fn spawn_worker(
@@ -228,7 +216,7 @@ pub(super) fn spawn_worker(
     copier: Copier,
     options: Options,
 ) -> io::Result<JoinHandle<WorkerReport>> {
-    let blocked = sys::block_signals_except(&SYNCHRONOUS_SIGNALS)?;
+    let blocked = sys::block_signals_except(&sys::SYNCHRONOUS_SIGNALS)?;
     let spawned = std::thread::Builder::new()
         .name("amdgpu-parallel".into())
         .spawn(move || worker_loop(listener, copier, options));
