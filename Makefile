@@ -4,6 +4,7 @@
 #   sudo make install PREFIX=/usr         plugin in /usr/lib/criu, CRIU's default plugin dir
 #   make install DESTDIR=/tmp/pkg PREFIX=/usr   staged install (packaging)
 #   sudo make uninstall PREFIX=/usr       removes exactly what install wrote
+#   make deb                              Debian package in target/debian
 #
 # PREFIX defaults to /usr/local. CRIU looks for plugins in /usr/lib/criu
 # (its compile-time default) unless given --libdir DIR or CRIU_LIBS_DIR=DIR;
@@ -16,9 +17,10 @@
 # plugin's, default BUILD_DIR) select the artifacts; the workspace test
 # installs the debug artifacts of `cargo test` this way.
 #
-# Installed binaries are stripped (objcopy --strip-unneeded; the release
-# build keeps line tables, `debug = 1`, which would make the .so ten times
-# its size). STRIP=0 installs them as built; DEBUG_SYMBOLS=1 also installs
+# Installed binaries are stripped (objcopy --strip-unneeded, and the
+# compilers' .comment; the release build keeps line tables, `debug = 1`,
+# which would make the .so ten times its size). STRIP=0 installs them as
+# built; DEBUG_SYMBOLS=1 also installs
 # their debug information as separate files under $(PREFIX)/lib/debug
 # (objcopy --only-keep-debug, linked with --add-gnu-debuglink), where gdb
 # finds them for PREFIX=/usr.
@@ -34,6 +36,15 @@
 # install is already there (the distribution's C amdgpu_plugin.so, for one),
 # it refuses and names it. With FORCE=1 it keeps each such file as FILE.orig
 # (recorded as "o PATH" in the manifest) and uninstall puts it back.
+#
+# `deb` never builds either: it stages what `make` built with `install`
+# (PREFIX=/usr, stripped; zsh completion in Debian's vendor-completions)
+# and packages it with packaging/deb/build.sh as
+# $(DEB_DIR)/amdgpu-criu_VERSION-$(DEB_REVISION)_ARCH.deb, VERSION the
+# CLI's. Needs dpkg-dev and python3; Maintainer is "$DEBFULLNAME
+# <$DEBEMAIL>" (else git's user.name and user.email). The package diverts
+# another package's /usr/lib/criu/amdgpu_plugin.so (the distribution's C
+# plugin) while it is installed: see packaging/deb/preinst.
 
 PREFIX ?= /usr/local
 DESTDIR ?=
@@ -44,6 +55,8 @@ STRIP ?= 1
 DEBUG_SYMBOLS ?= 0
 OBJCOPY ?= objcopy
 BUILD_DIR ?= $(CARGO_TARGET_DIR)/$(PROFILE)
+DEB_DIR ?= $(CARGO_TARGET_DIR)/debian
+DEB_REVISION ?= 1
 
 # The plugin crate depends on neither the simulator nor the CRIU host
 # emulator, so the .so of any workspace build is the one to ship.
@@ -77,7 +90,7 @@ else
 CARGO_PROFILE_FLAG := --profile $(PROFILE)
 endif
 
-.PHONY: all build test install uninstall
+.PHONY: all build test install uninstall deb
 
 all: build
 
@@ -114,7 +127,7 @@ put() { \
 putbin() { \
 	if [ "$(STRIP)" = 0 ]; then put "$$1" "$$2" "$$3"; return; fi; \
 	b="$$tmp/$${3##*/}"; \
-	$(OBJCOPY) --strip-unneeded "$$2" "$$b"; \
+	$(OBJCOPY) --strip-unneeded --remove-section=.comment "$$2" "$$b"; \
 	if [ "$(DEBUG_SYMBOLS)" = 1 ]; then \
 		$(OBJCOPY) --only-keep-debug "$$2" "$$b.debug"; \
 		$(OBJCOPY) --add-gnu-debuglink="$$b.debug" "$$b"; \
@@ -189,3 +202,9 @@ uninstall:
 	dirs=$$(sed -n 's/^d //p' "$(DESTDIR)$(MANIFEST)" | sort -r); \
 	rm -f "$(DESTDIR)$(MANIFEST)"; \
 	for d in $$dirs; do rmdir "$(DESTDIR)$$d" 2>/dev/null || true; done
+
+deb:
+	@stage=$$(mktemp -d); trap 'rm -rf "$$stage"' EXIT; \
+	$(MAKE) -s --no-print-directory install DESTDIR="$$stage" PREFIX=/usr \
+		ZSH_DIR=/usr/share/zsh/vendor-completions STRIP=1 DEBUG_SYMBOLS=0 FORCE= >/dev/null && \
+	CARGO="$(CARGO)" bash packaging/deb/build.sh "$$stage" "$(DEB_DIR)" "$(DEB_REVISION)"
