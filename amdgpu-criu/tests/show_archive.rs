@@ -178,3 +178,50 @@ fn checkpoint_archive_corpus() {
     );
     assert_eq!(found[0].len, 8 + 4096);
 }
+
+/// `verify` and `check` read an archive as they read the directory it was
+/// made of: the same answers; a pages file damaged inside the archive is
+/// found by `verify`, and no temporary directory is left behind.
+#[test]
+fn verify_and_check_read_an_archive_like_its_directory() {
+    let dir = sample_dir();
+    let tar = podman_tar(dir.path());
+    let work = tempfile::tempdir().unwrap();
+    let zst = work.path().join("checkpoint.tar.zst");
+    fs::write(
+        &zst,
+        ruzstd::encoding::compress_to_vec(&tar[..], ruzstd::encoding::CompressionLevel::Fastest),
+    )
+    .unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    let answer = |args: &[&str]| {
+        let out = cli::run_with(args, &[("TMPDIR", temp.path().to_str().unwrap())]);
+        let text = String::from_utf8(out.stdout).unwrap();
+        (out.status.code(), text)
+    };
+    let (d, a) = (dir.path().to_str().unwrap(), zst.to_str().unwrap());
+    let (code, text) = answer(&["verify", d]);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(answer(&["verify", a]), (code, text));
+    for machine in ["builtin:pcie-2gpu", "builtin:single-gpu"] {
+        let direct = answer(&["check", d, "--sysfs", machine, "--json"]);
+        assert!(direct.0 == Some(0) || direct.0 == Some(1), "{direct:?}");
+        assert_eq!(answer(&["check", a, "--sysfs", machine, "--json"]), direct);
+    }
+    // A flipped byte in a pages file, inside the (plain) archive.
+    let pages = dir.path().join("amdgpu-pages-1-1000.img");
+    let mut bytes = fs::read(&pages).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    fs::write(&pages, bytes).unwrap();
+    let damaged = work.path().join("damaged.tar");
+    fs::write(&damaged, podman_tar(dir.path())).unwrap();
+    let (code, text) = answer(&["verify", damaged.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("amdgpu-pages-1-1000.img"), "{text}");
+    assert_eq!(
+        fs::read_dir(temp.path()).unwrap().count(),
+        0,
+        "the unpacked archives are removed"
+    );
+}

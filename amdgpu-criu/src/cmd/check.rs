@@ -41,10 +41,13 @@ use super::map;
   amdgpu-criu check /var/lib/ckpt --sysfs builtin:mi210-8gpu-2hive --json
   KFD_VRAM_SIZE_CHECK=0 amdgpu-criu check /var/lib/ckpt --sysfs ./topology-of-node2
   amdgpu-criu check /var/lib/ckpt --device-map 0x1a2b=0000:c1:00.0
+  amdgpu-criu check checkpoint-POD_NS-CONTAINER-TIME.tar --sysfs ./topology-of-node2
 
 Exit status: 0 compatible, 1 not compatible, 2 unreadable images, topology or device map")]
 pub struct Args {
-    /// The image directory (holding `amdgpu-kfd-<id>.img`).
+    /// The image directory (holding `amdgpu-kfd-<id>.img`), or a container
+    /// checkpoint archive (`podman container checkpoint --export`, the
+    /// kubelet's checkpoint API).
     pub images: PathBuf,
     /// Restore onto a copy of a topology tree (the directory holding
     /// `nodes/`) or a built-in synthetic machine `builtin:NAME`, instead of
@@ -122,7 +125,16 @@ pub fn run(args: Args) -> ExitCode {
     for warning in &invalid {
         eprintln!("amdgpu-criu check: warning: {warning}");
     }
-    let outcome = read_images(&args.images).and_then(|(images, render_only)| {
+    // A checkpoint archive is read from its message images, unpacked.
+    let unpacked = match super::unpacked::Unpacked::open(&args.images, false) {
+        Ok(unpacked) => unpacked,
+        Err(e) => {
+            eprintln!("amdgpu-criu check: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let dir = unpacked.dir();
+    let outcome = read_images(dir).and_then(|(images, render_only)| {
         let local = load_local(&args)?;
         let pins = map::device_map(args.device_map.as_deref())?;
         let verdicts = check_pinned(&images, &local, &options, &pins)?;
@@ -164,7 +176,7 @@ pub fn run(args: Args) -> ExitCode {
             }
         }
     } else {
-        for line in kfd_versions(&args.images) {
+        for line in kfd_versions(dir) {
             println!("{line}");
         }
         for verdict in &verdicts {

@@ -10,5 +10,6 @@ pub mod map;
 pub mod ps;
 pub mod show;
 pub mod topology;
+pub mod unpacked;
 pub mod unpause;
 pub mod verify;

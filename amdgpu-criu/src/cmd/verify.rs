@@ -21,10 +21,12 @@ use crate::out::plural;
   amdgpu-criu verify /var/lib/ckpt
   amdgpu-criu verify /var/lib/ckpt && criu restore -D /var/lib/ckpt
   amdgpu-criu verify --json /var/lib/ckpt | jq .problems
+  amdgpu-criu verify /var/lib/kubelet/checkpoints/checkpoint-POD_NS-CONTAINER-TIME.tar
 
 Exit status: 0 clean, 1 problems found, 2 unreadable or no amdgpu images")]
 pub struct Args {
-    /// The image directory.
+    /// The image directory, or a container checkpoint archive (`podman
+    /// container checkpoint --export`, the kubelet's checkpoint API).
     pub dir: PathBuf,
     /// Print one JSON object (`clean`, `problems`, counts, `not_covered`).
     #[arg(long)]
@@ -33,7 +35,15 @@ pub struct Args {
 
 /// Runs `verify`.
 pub fn run(args: Args) -> ExitCode {
-    let report = match DirStore::open_dir(&args.dir)
+    // A checkpoint archive is verified from its amdgpu files, unpacked.
+    let unpacked = match super::unpacked::Unpacked::open(&args.dir, true) {
+        Ok(unpacked) => unpacked,
+        Err(e) => {
+            eprintln!("amdgpu-criu verify: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = match DirStore::open_dir(unpacked.dir())
         .and_then(|store| verify_set(&store, ReadLimits::default()))
     {
         Ok(report) => report,

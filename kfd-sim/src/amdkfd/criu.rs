@@ -147,10 +147,17 @@ fn process_info(ctx: &mut Ctx<'_>, pid: Pid, a: &mut kfd_ioctl_criu_args) -> Res
         p.queues_paused = true;
         counts(max_gpu, p)
     })();
+    // The lead thread's pid in its own active pid namespace.
+    let own_pid = ctx
+        .st
+        .processes
+        .get(&pid)
+        .and_then(|p| p.ns_pid)
+        .unwrap_or(pid.0);
     let p = proc_mut(ctx.st, pid)?;
     match result {
         Ok(c) => {
-            a.pid = pid.0;
+            a.pid = own_pid;
             a.num_devices = c.devices;
             a.num_bos = c.bos;
             a.num_objects = c.objects;

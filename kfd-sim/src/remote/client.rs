@@ -56,13 +56,18 @@ impl RemoteDriver {
     /// a task's files) never finds one taken by it. A process forked from
     /// this one shares the connection and must connect anew to act as
     /// itself.
+    ///
+    /// In a pid namespace of its own (a container's) the process names
+    /// itself by its pid there (`getpid()`); the server, which checks it
+    /// against the pid it sees, answers with that one, the pid the driver
+    /// then acts as ([`RemoteDriver::pid`]).
     pub fn connect_host(address: &str) -> io::Result<RemoteDriver> {
         let conn = socket::above_open_fds(socket::connect(address)?)?;
         Self::bind(conn, Pid(std::process::id()), true)
     }
 
     fn bind(conn: OwnedFd, pid: Pid, stand_ins: bool) -> io::Result<RemoteDriver> {
-        let driver = RemoteDriver {
+        let mut driver = RemoteDriver {
             link: Arc::new(Mutex::new(Link {
                 conn,
                 inbox: Inbox::new(),
@@ -73,7 +78,12 @@ impl RemoteDriver {
         let mut w = Writer::new();
         w.u8(op::BIND);
         w.u32(pid.0);
-        driver.call(&w.0, None)?;
+        let (reply, _) = driver.call(&w.0, None)?;
+        // A host process's server names it as it sees it (another pid
+        // namespace's pid); a server of one simulated process says nothing.
+        if let Ok(seen) = Reader::new(&reply).u32() {
+            driver.pid = Pid(seen);
+        }
         Ok(driver)
     }
 
@@ -397,11 +407,12 @@ impl Driver for RemoteDriver {
         let name = String::from_utf8_lossy(r.bytes()?).into_owned();
         let traced = r.u8()? != 0;
         let tracer = r.u32()?;
+        let in_namespace = r.u8()? != 0;
+        let ns_pid = r.u32()?;
         Ok(ProcessStatus {
             name,
             tracer: traced.then_some(tracer),
-            // The simulator models no pid namespaces.
-            ns_pid: None,
+            ns_pid: in_namespace.then_some(ns_pid),
         })
     }
 

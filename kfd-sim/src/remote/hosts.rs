@@ -3,7 +3,9 @@
 //! device files that carry its open files through real CRIU.
 //!
 //! * A client is the host process at the other end of its connection
-//!   (`SO_PEERCRED`), one instance of a pid: the pid and its start time
+//!   (`SO_PEERCRED`, the pid in the served machine's pid namespace; the
+//!   client names itself by its pid in its own namespace, a container's,
+//!   which `NSpid:` ties to it), one instance of a pid: the pid and its start time
 //!   (`/proc/PID/stat`), so a pid reused by another process (CRIU restores
 //!   a task with the pid its dumped original had) is a new process.
 //! * Its simulated process lives as long as that instance, not as long as
@@ -224,6 +226,18 @@ fn start_time(pid: libc::pid_t) -> io::Result<u64> {
         .ok_or_else(|| errno(libc::EPROTO))
 }
 
+/// Host process `pid`'s pid in its own (innermost) pid namespace: the last
+/// field of `NSpid:` in `/proc/PID/status` (this process's pid namespace
+/// is the served machine's); `pid` itself on a kernel without the line.
+fn namespace_pid(pid: libc::pid_t) -> io::Result<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let own = kfd::process::parse_status(&status)?.ns_pid;
+    match own {
+        Some(own) => Ok(own),
+        None => u32::try_from(pid).map_err(|_| errno(libc::EPERM)),
+    }
+}
+
 /// Ends the simulated process of host instance `pid` of `server` (its
 /// process exited), as the kernel handles a process's death.
 fn end_host(sim: &Sim, server: u64, pid: libc::pid_t) {
@@ -327,8 +341,11 @@ fn host_accept_loop(
     }
 }
 
-/// One host client: its handshake names its own pid (checked with
-/// `SO_PEERCRED`); the simulated process of that pid's instance serves it.
+/// One host client: its handshake names its own pid as its pid namespace
+/// numbers it (checked against `SO_PEERCRED`'s pid, this namespace's, and
+/// that process's `NSpid:`); the simulated process of that pid's instance
+/// (this namespace's pid) serves it, and `PROCESS_INFO` reports its own
+/// namespace's pid, as the kernel does.
 /// Returns the instance to watch when it is a new one.
 fn accept_host(
     sim: &Sim,
@@ -347,15 +364,23 @@ fn accept_host(
         let _ = socket::send(conn.as_fd(), &Writer::err(&e).0, &[]);
         Err(e)
     };
-    if r.u8()? != op::BIND || i64::from(r.u32()?) != i64::from(peer) {
+    // The client names itself by its pid in its own pid namespace (its
+    // getpid(), a container's), which the kernel shows this process as
+    // the last field of the peer's `NSpid:`.
+    let own = namespace_pid(peer)?;
+    if r.u8()? != op::BIND || r.u32()? != own {
         return refuse(&conn, errno(libc::EPERM));
     }
-    let instance = match instance_of(sim, server, peer) {
+    let instance = match instance_of(sim, server, peer, own) {
         Ok(instance) => instance,
         Err(e) => return refuse(&conn, e),
     };
-    socket::send(conn.as_fd(), &Writer::ok().0, &[])?;
     let pid = Pid(u32::try_from(peer).map_err(|_| errno(libc::EPERM))?);
+    // The reply names the client as the served machine knows it (its pid
+    // here), the pid it acts as.
+    let mut ok = Writer::ok();
+    ok.u32(pid.0);
+    socket::send(conn.as_fd(), &ok.0, &[])?;
     // The serving thread ends with its connection; nothing waits for it.
     serve(sim, server, conn, peer, pid, true, observer.clone())?;
     Ok(instance)
@@ -363,7 +388,7 @@ fn accept_host(
 
 /// Finds or makes the simulated process of host process `peer`'s current
 /// instance; the new instance to watch when there was none.
-fn instance_of(sim: &Sim, server: u64, peer: libc::pid_t) -> io::Result<Option<Watched>> {
+fn instance_of(sim: &Sim, server: u64, peer: libc::pid_t, own: u32) -> io::Result<Option<Watched>> {
     let start = start_time(peer)?;
     let known = unpoison(HOSTS.lock()).get(&(server, peer)).copied();
     match known {
@@ -384,6 +409,9 @@ fn instance_of(sim: &Sim, server: u64, peer: libc::pid_t) -> io::Result<Option<W
     }
     let pid = Pid(u32::try_from(peer).map_err(|_| errno(libc::EPERM))?);
     sim.host_process(pid).map_err(io::Error::other)?;
+    if let Some(p) = sim.lock().processes.get_mut(&pid) {
+        p.ns_pid = (own != pid.0).then_some(own);
+    }
     unpoison(HOSTS.lock()).insert((server, peer), start);
     hold(sim, peer);
     Ok(Some(Watched { pid: peer, pidfd }))

@@ -66,6 +66,13 @@
 //!   received from its parasite; a guardian's, from `pidfd_getfd`; the
 //!   restored task's, opened by CRIU's plugin and placed by CRIU) reaches
 //!   the same simulated file;
+//! * a client is named by its pid in the served machine's pid namespace
+//!   (`SO_PEERCRED`); a client in a pid namespace of its own (a
+//!   container's) names itself by its pid there, which the server checks
+//!   against the peer's `NSpid:`, and `CRIU_OP PROCESS_INFO` reports that
+//!   pid, the lead thread's pid in its own namespace, as the kernel does
+//!   (a `RESUME`'s pid is looked up as the served machine numbers it,
+//!   CRIU's main process being there);
 //! * a client is one instance of a pid (pid and start time), and its
 //!   simulated process lives until that process exits, however many
 //!   connections it makes and closes meanwhile; a pid reused by a new

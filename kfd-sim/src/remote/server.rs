@@ -494,6 +494,8 @@ impl Served {
                 w.bytes(status.name.as_bytes());
                 w.u8(u8::from(status.tracer.is_some()));
                 w.u32(status.tracer.unwrap_or(0));
+                w.u8(u8::from(status.ns_pid.is_some()));
+                w.u32(status.ns_pid.unwrap_or(0));
                 (w.0, None)
             }
             op::PROCESS_FDS => {

@@ -469,6 +469,7 @@ impl Sim {
                 fds: Default::default(),
                 frozen: None,
                 host,
+                ns_pid: None,
             },
         );
         Ok(pid)

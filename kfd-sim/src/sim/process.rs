@@ -43,6 +43,10 @@ pub(crate) struct Process {
     /// parent is then the one the host kernel reports, since the host
     /// really traces it (CRIU's seize of a real process).
     pub(crate) host: bool,
+    /// Its pid in its own (innermost) pid namespace, when that is not the
+    /// simulator's pid (a host process in a container: `NSpid:`'s last
+    /// field); what `PROCESS_INFO` reports and `/proc/PID/status` shows.
+    pub(crate) ns_pid: Option<u32>,
 }
 
 impl Process {

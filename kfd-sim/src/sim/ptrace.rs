@@ -141,8 +141,9 @@ impl SimDriver {
         Ok(ProcessStatus {
             name: target.comm.clone(),
             tracer: target.ptrace_parent.map(|p| p.0),
-            // The simulator models no pid namespaces.
-            ns_pid: None,
+            // A host client's own pid namespace (a container's), as its
+            // host reports it.
+            ns_pid: target.ns_pid,
         })
     }
 

@@ -29,7 +29,7 @@ use amdgpu_image::{
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use archive::is_archive;
+pub(crate) use archive::is_archive;
 use detail::Context;
 
 /// Arguments of `show`.
