@@ -1,6 +1,7 @@
 //! Where the simulator keeps its files (the sysfs trees): one directory per
-//! host process, `kfd-sim-run-<pid>-<start time>` in `/dev/shm` (tmpfs:
-//! a large topology is thousands of small files) or the temp directory.
+//! host process, `kfd-sim-run-<pid>-<start time>-ns<pid namespace>` in
+//! `/dev/shm` (tmpfs: a large topology is thousands of small files) or the
+//! temp directory (or first in `KFD_SIM_RUN_BASE`, [`RUN_BASE_VAR`]).
 //!
 //! Each simulator's tree is a temporary directory inside it, removed when
 //! the simulator is dropped; the run directory itself is removed when the
@@ -9,7 +10,10 @@
 //! next process that creates its own. So no tree outlives its process for
 //! longer than the next run.
 //!
-//! It never removes a directory of a process that is still alive.
+//! It never removes a directory of a process that is still alive, nor one
+//! of another pid namespace (a container's processes and the host's may
+//! share a `/dev/shm`): there a pid names another process, so whether the
+//! owner lives cannot be told.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -18,10 +22,21 @@ use std::sync::OnceLock;
 /// The prefix of every run directory.
 pub const RUN_PREFIX: &str = "kfd-sim-run-";
 
-/// Where run directories go: `/dev/shm` when it is usable, else the temp
-/// directory.
-fn base_dirs() -> [PathBuf; 2] {
-    [PathBuf::from("/dev/shm"), std::env::temp_dir()]
+/// Names a directory run directories go to first (`KFD_SIM_RUN_BASE`): one
+/// that every process reading a simulator's trees sees at the same path,
+/// such as a directory mounted at its own path into a container (whose
+/// `/dev/shm` is its own).
+pub const RUN_BASE_VAR: &str = "KFD_SIM_RUN_BASE";
+
+/// Where run directories go: `KFD_SIM_RUN_BASE` when set, `/dev/shm` when
+/// it is usable, else the temp directory.
+fn base_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os(RUN_BASE_VAR)
+        .map(PathBuf::from)
+        .into_iter()
+        .collect();
+    dirs.extend([PathBuf::from("/dev/shm"), std::env::temp_dir()]);
+    dirs
 }
 
 /// A process's start time (`/proc/PID/stat` field 22), telling a pid from
@@ -35,15 +50,30 @@ fn start_time(pid: u32) -> Option<u64> {
 
 /// The owner `(pid, start time)` a run directory name encodes.
 pub fn owner_of(name: &str) -> Option<(u32, u64)> {
-    let (pid, start) = name.strip_prefix(RUN_PREFIX)?.split_once('-')?;
+    let (pid, rest) = name.strip_prefix(RUN_PREFIX)?.split_once('-')?;
+    let start = rest.split_once("-ns").map_or(rest, |(start, _)| start);
     Some((pid.parse().ok()?, start.parse().ok()?))
 }
 
-/// Whether the run directory `name` belongs to no living process.
+/// The pid namespace a run directory name records (`None`: a name from
+/// before namespaces were recorded).
+fn namespace_of(name: &str) -> Option<u64> {
+    name.rsplit_once("-ns")?.1.parse().ok()
+}
+
+/// This process's pid namespace (the inode of `/proc/self/ns/pid`).
+fn own_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+}
+
+/// Whether the run directory `name` belongs to no living process (of this
+/// pid namespace).
 pub fn is_stale(name: &str) -> bool {
+    let here = namespace_of(name).is_none_or(|ns| Some(ns) == own_namespace());
     match owner_of(name) {
-        Some((pid, start)) => start_time(pid) != Some(start),
-        None => false,
+        Some((pid, start)) if here => start_time(pid) != Some(start),
+        _ => false,
     }
 }
 
@@ -88,7 +118,8 @@ pub fn run_dir() -> io::Result<&'static Path> {
         let mut last = None;
         for base in base_dirs() {
             remove_stale(&base);
-            let dir = base.join(format!("{RUN_PREFIX}{pid}-{start}"));
+            let ns = own_namespace().unwrap_or(0);
+            let dir = base.join(format!("{RUN_PREFIX}{pid}-{start}-ns{ns}"));
             match std::fs::create_dir(&dir) {
                 Ok(()) => {
                     // SAFETY: `remove_run_dir` is a plain extern "C" fn
@@ -118,22 +149,31 @@ mod tests {
         let live = format!("{RUN_PREFIX}{me}-{}", start_time(me).unwrap());
         // A pid that cannot be running (above pid_max's ceiling).
         let dead = format!("{RUN_PREFIX}4194305-1");
+        // The same, named by a process of another pid namespace: its pid
+        // there says nothing here.
+        let elsewhere = format!("{RUN_PREFIX}4194305-1-ns1");
         // This process's pid with another start time: a reused pid.
         let reused = format!("{RUN_PREFIX}{me}-1");
         let foreign = "kfd-sim-other".to_owned();
-        for name in [&live, &dead, &reused, &foreign] {
+        // Dead, named in this namespace.
+        let ns = own_namespace().unwrap();
+        let dead_here = format!("{RUN_PREFIX}4194305-1-ns{ns}");
+        for name in [&live, &dead, &elsewhere, &dead_here, &reused, &foreign] {
             std::fs::create_dir_all(base.path().join(name).join("sys")).unwrap();
         }
         assert!(!is_stale(&live));
-        assert!(is_stale(&dead) && is_stale(&reused));
-        assert!(!is_stale(&foreign));
-        assert_eq!(remove_stale(base.path()), 2);
+        assert!(is_stale(&dead) && is_stale(&reused) && is_stale(&dead_here));
+        assert!(!is_stale(&foreign) && !is_stale(&elsewhere));
+        assert_eq!(owner_of(&dead_here), Some((4194305, 1)));
+        assert_eq!(remove_stale(base.path()), 3);
         let mut left: Vec<String> = std::fs::read_dir(base.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         left.sort();
-        assert_eq!(left, vec![foreign, live]);
+        let mut want = vec![foreign, live, elsewhere];
+        want.sort();
+        assert_eq!(left, want);
     }
 
     #[test]

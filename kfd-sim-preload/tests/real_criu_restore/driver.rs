@@ -156,16 +156,14 @@ pub fn setup(
     Ok(setup)
 }
 
-/// In a private mount namespace: a /dev of its own with the stand-in
-/// nodes, then one step: `dump` (start the application, wait until it is
-/// ready, dump it) or `restore`. CRIU's exit status goes to `STEP.status`,
-/// its log to `STEP.log`.
-pub const SCRIPT: &str = r#"
-set -eu
-scratch=$1 step=$2 major=$3 minor=$4 renders=$5 preload=$6 machine=$7 address=$8
-criu=$9 plugins=${10} app=${11} gpus=${12} mib=${13} env_extra=${14} parent=${15}
-netns=${16} share=${17}  # the application's mode argument
-shift 17
+/// The start of a private `/dev`, for a shell in a mount namespace of its
+/// own with `$scratch` and `$step` set: a tmpfs with the host's
+/// `/dev/pts` (and `/dev/net/tun`), the usual character devices, and empty
+/// `/dev/shm` and `/dev/dri` (a mount or the stand-in nodes go there).
+#[macro_export]
+macro_rules! fake_dev {
+    () => {
+        r#"
 # Device nodes made in the tmpfs, not bind mounts of the host's: CRIU
 # finds no mount of its own for a file bind-mounted into a namespace.
 mkdir "$scratch/hostdev.$step"
@@ -186,15 +184,46 @@ mknod -m 666 /dev/random c 1 8
 mknod -m 666 /dev/urandom c 1 9
 mknod -m 666 /dev/tty c 5 0
 mkdir /dev/shm /dev/dri
-# One /dev/shm for every step, as on a host: hsakmt's shared memory and
-# CRIU's link-remap files outlive the dump's namespace.
-mkdir -p "$scratch/shm"
-mount --bind "$scratch/shm" /dev/shm
+"#
+    };
+}
+
+/// The stand-in nodes of a private `/dev` ([`fake_dev`]): `/dev/kfd` and
+/// `/dev/dri/renderD<r>` for each minor in `$renders` (comma-separated),
+/// with the numbers `$major`, `$minor`.
+#[macro_export]
+macro_rules! stand_in_nodes {
+    () => {
+        r#"
 mknod -m 666 /dev/kfd c "$major" "$minor"
 for r in $(echo "$renders" | tr , ' '); do
     mknod -m 666 "/dev/dri/renderD$r" c "$major" "$minor"
 done
-sim="LD_PRELOAD=$preload KFD_SIM_MACHINE=$machine KFD_SIM_REMOTE=$address"
+"#
+    };
+}
+
+/// In a private mount namespace: a /dev of its own with the stand-in
+/// nodes, then one step: `dump` (start the application, wait until it is
+/// ready, dump it) or `restore`. CRIU's exit status goes to `STEP.status`,
+/// its log to `STEP.log`.
+pub const SCRIPT: &str = concat!(
+    r#"
+set -eu
+scratch=$1 step=$2 major=$3 minor=$4 renders=$5 preload=$6 machine=$7 address=$8
+criu=$9 plugins=${10} app=${11} gpus=${12} mib=${13} env_extra=${14} parent=${15}
+netns=${16} share=${17}  # the application's mode argument
+shift 17
+"#,
+    fake_dev!(),
+    r#"
+# One /dev/shm for every step, as on a host: hsakmt's shared memory and
+# CRIU's link-remap files outlive the dump's namespace.
+mkdir -p "$scratch/shm"
+mount --bind "$scratch/shm" /dev/shm
+"#,
+    stand_in_nodes!(),
+    r#"sim="LD_PRELOAD=$preload KFD_SIM_MACHINE=$machine KFD_SIM_REMOTE=$address"
 # A CRIU that hangs is killed (exit status 137) rather than holding the
 # test until CI's limit.
 limit=120
@@ -276,7 +305,8 @@ else
 fi
 echo "$status" > "$scratch/$step.status"
 if [ -n "${holder:-}" ]; then kill "$holder"; fi
-"#;
+"#
+);
 
 /// A simulated machine served to host processes.
 pub struct Served {
@@ -296,8 +326,14 @@ impl Served {
     }
 
     pub fn with_server(sim: Sim, server: Server) -> Served {
+        Served::observed(sim, server, Arc::new(|_| Verdict::Run))
+    }
+
+    /// `sim` served by `server` to host processes, `observer` seeing every
+    /// call.
+    pub fn observed(sim: Sim, server: Server, observer: kfd_sim::remote::Observer) -> Served {
         let service = server
-            .serve_host_processes(Arc::new(|_| Verdict::Run))
+            .serve_host_processes(observer)
             .expect("serve host processes");
         let topology = tempfile::Builder::new()
             .prefix("real-criu-topology")
