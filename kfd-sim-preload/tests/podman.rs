@@ -355,3 +355,132 @@ fn a_gpu_container_is_checkpointed_exported_and_restored_by_podman() {
     odd.assert_empty("after the refused restore");
     println!("  refused: {reason}");
 }
+
+/// CRIU killed in the middle of `podman container checkpoint` (at its
+/// first device call after `PROCESS_INFO` paused the container's GPU
+/// queues, as an engine's timeout would kill it): the checkpoint fails,
+/// the container runs on, and the plugin's guardian has its GPU queues
+/// running again.
+#[test]
+fn a_killed_checkpoint_leaves_the_container_s_gpu_queues_running() {
+    let _serial = harness::SERIAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let Some((_setup, engine)) = setup() else {
+        return;
+    };
+    let armed = Arc::new(AtomicBool::new(false));
+    let paused_by = Arc::new(Mutex::new(None::<Pid>));
+    let killed = Arc::new(Mutex::new(None::<(Pid, Instant)>));
+    let observer = {
+        let (armed, paused_by, killed) = (armed.clone(), paused_by.clone(), killed.clone());
+        Arc::new(move |call: &RemoteCall<'_>| {
+            if !armed.load(Ordering::SeqCst) {
+                return Verdict::Run;
+            }
+            let criu_op = match call.op {
+                RemoteOp::Ioctl(r) if r == u64::from(kfd_sys::AMDKFD_IOC_CRIU_OP) => {
+                    let at = std::mem::offset_of!(kfd_sys::kfd_ioctl_criu_args, op);
+                    call.arg
+                        .get(at..at + 4)
+                        .map(|b| u32::from_ne_bytes(b.try_into().unwrap()))
+                }
+                _ => None,
+            };
+            let mut paused = paused_by.lock().unwrap_or_else(PoisonError::into_inner);
+            if criu_op == Some(kfd_sys::KFD_CRIU_OP_PROCESS_INFO) && paused.is_none() {
+                *paused = Some(call.pid);
+                return Verdict::Run;
+            }
+            let mut k = killed.lock().unwrap_or_else(PoisonError::into_inner);
+            if k.is_none() && *paused == Some(call.pid) {
+                *k = Some((call.pid, Instant::now()));
+                return Verdict::Kill;
+            }
+            Verdict::Run
+        })
+    };
+    let here = serve_observed(&engine, "a", single_gpu(), observer);
+    switch(&engine, "a");
+    let minor = here.sim.gpus()[0].render_minor;
+    let records = engine.run_app("gpu", 1, 4, &[format!("/dev/dri/renderD{minor}")]);
+    let app = proc_of(&engine, "gpu", &records);
+    armed.store(true, Ordering::SeqCst);
+    let ck = engine.scratch.path().join("gpu.tar");
+    let out = engine.podman(&[
+        "container",
+        "checkpoint",
+        "--export",
+        ck.to_str().unwrap(),
+        "gpu",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the checkpoint of a killed CRIU succeeded"
+    );
+    let (criu, at) = killed
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .expect("CRIU was killed after the pause");
+    assert_ne!(criu.0, app.pid, "the one killed is CRIU, not the container");
+    let unpaused = wait_for(Duration::from_secs(20), || queues_run(&here, app.pid));
+    assert!(
+        unpaused,
+        "the container's GPU queues stay paused after CRIU's death: {:?}\n{err}",
+        here.sim.kfd_state(Pid(app.pid))
+    );
+    println!(
+        "CRIU (pid {}) killed mid-dump; the container's GPU queues run again {:.0} ms later",
+        criu.0,
+        at.elapsed().as_secs_f64() * 1000.0
+    );
+    assert_eq!(engine.inspect("gpu", "{{.State.Running}}"), "true");
+    assert_eq!(engine.host_pid("gpu"), Some(app.pid));
+    println!("podman: {}", err.lines().last().unwrap_or_default());
+    app.assert_beats_on("after the killed checkpoint");
+}
+
+/// Debian 12's crun (1.8.1) is built without libcriu: Podman refuses to
+/// checkpoint a container crun runs, and the container runs on with its
+/// GPU queues untouched.
+#[test]
+fn crun_without_libcriu_refuses_and_the_container_runs_on() {
+    let _serial = harness::SERIAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if !engine::installed("crun") {
+        common::skip("crun is not installed (Debian package crun)");
+        return;
+    }
+    let Some((_setup, engine)) = setup() else {
+        return;
+    };
+    let here = serve(&engine, "a", single_gpu());
+    switch(&engine, "a");
+    let minor = here.sim.gpus()[0].render_minor;
+    let records = engine.run_app_with(
+        "gpu",
+        1,
+        4,
+        &[format!("/dev/dri/renderD{minor}")],
+        &["--runtime", "crun"],
+    );
+    let app = proc_of(&engine, "gpu", &records);
+    let version = Command::new("crun").arg("--version").output().unwrap();
+    let version = String::from_utf8_lossy(&version.stdout).into_owned();
+    let out = engine.podman(&["container", "checkpoint", "--leave-running", "gpu"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    if version.contains("+CRIU") {
+        panic!("this crun has CRIU support ({version}): the test should checkpoint with it");
+    }
+    assert!(!out.status.success());
+    assert!(
+        err.contains("does not support checkpoint"),
+        "Podman says why: {err}"
+    );
+    assert_eq!(engine.inspect("gpu", "{{.State.Running}}"), "true");
+    assert!(queues_run(&here, app.pid));
+    app.assert_beats_on("after crun's refusal");
+    println!("crun refused: {}", err.trim());
+}

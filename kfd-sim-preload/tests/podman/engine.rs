@@ -79,6 +79,9 @@ mknod -m 666 /dev/fuse c "$major" "$minor"
 mount -t overlay podman-etc -o "lowerdir=/etc,upperdir=$s/ov/etc.up,workdir=$s/ov/etc.work" /etc
 mount -t overlay podman-var -o "lowerdir=/var,upperdir=$s/ov/var.up,workdir=$s/ov/var.work" /var
 mount -t tmpfs podman-run /run
+# crun refuses cgroup v1 beside a cgroup v2 hierarchy with controllers
+# (this machine's hybrid layout): here, v1 alone.
+if grep -q ' /sys/fs/cgroup/unified ' /proc/self/mountinfo; then umount /sys/fs/cgroup/unified; fi
 mkdir -p /etc/criu /etc/containers
 cat > /etc/containers/storage.conf <<EOF
 [storage]
@@ -360,6 +363,18 @@ impl Engine {
     /// node paths in the container) as stand-in nodes; its records in
     /// `share/rec-NAME`.
     pub fn run_app(&self, name: &str, gpus: u32, mib: u64, devices: &[String]) -> PathBuf {
+        self.run_app_with(name, gpus, mib, devices, &[])
+    }
+
+    /// [`Engine::run_app`] with more options for `podman run`.
+    pub fn run_app_with(
+        &self,
+        name: &str,
+        gpus: u32,
+        mib: u64,
+        devices: &[String],
+        options: &[&str],
+    ) -> PathBuf {
         let records = self.share.join(format!("rec-{name}"));
         fs::create_dir_all(records.join("child")).unwrap();
         let share = self.share.to_str().unwrap();
@@ -385,6 +400,7 @@ impl Engine {
             args.push("--device".into());
             args.push(format!("/dev/fuse:{d}"));
         }
+        args.extend(options.iter().map(|o| o.to_string()));
         args.push(IMAGE.into());
         args.push(format!("{IN_IMAGE}/app"));
         args.push(records.to_str().unwrap().into());
