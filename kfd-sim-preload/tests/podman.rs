@@ -41,7 +41,7 @@ mod engine;
 mod harness;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -467,8 +467,9 @@ fn crun_without_libcriu_refuses_and_the_container_runs_on() {
         &["--runtime", "crun"],
     );
     let app = proc_of(&engine, "gpu", &records);
-    let version = Command::new("crun").arg("--version").output().unwrap();
-    let version = String::from_utf8_lossy(&version.stdout).into_owned();
+    let version = engine
+        .run_in_namespace(&["crun", "--version"])
+        .expect("crun --version");
     let out = engine.podman(&["container", "checkpoint", "--leave-running", "gpu"]);
     let err = String::from_utf8_lossy(&out.stderr);
     if version.contains("+CRIU") {

@@ -36,14 +36,15 @@ pub const IMAGE: &str = "localhost/kfd-sim-gpu-app:test";
 /// Where the image holds the application and the interposer.
 pub const IN_IMAGE: &str = "/opt/kfd-sim";
 
-/// Whether `program` runs (`--version`).
+/// Whether `program` is on `PATH` (not run: crun makes its state
+/// directory in `/run` even for `--version`).
 pub fn installed(program: &str) -> bool {
-    Command::new(program)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            fs::metadata(dir.join(program))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
 }
 
 /// Why Podman cannot run here, if it cannot.
@@ -308,9 +309,16 @@ impl Engine {
 
     /// A file inside the namespace (Podman's storage and state).
     pub fn read_in_namespace(&self, path: &str) -> Option<String> {
+        self.run_in_namespace(&["cat", path])
+    }
+
+    /// The standard output of a command run in the namespace, when it
+    /// succeeds.
+    pub fn run_in_namespace(&self, command: &[&str]) -> Option<String> {
         let out = Command::new("nsenter")
             .arg(format!("--mount=/proc/{}/ns/mnt", self.holder.id()))
-            .args(["--", "cat", path])
+            .arg("--")
+            .args(command)
             .output()
             .ok()?;
         out.status
