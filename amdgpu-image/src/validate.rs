@@ -35,7 +35,8 @@ const PAGE_ALIGNED_TYPES: u32 =
 /// unique; iolinks point at listed nodes; every BO names a listed GPU, has
 /// exactly one memory type, does not wrap the address space, has a page
 /// multiple size where the kernel requires it, and carries a checksum only if
-/// its contents are saved; per-GPU pages totals fit in `u64`.
+/// its contents are saved; per-GPU pages totals fit in `u64`; the image does
+/// not name its own dump as its parent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ValidatedKfd {
     id: u32,
@@ -108,6 +109,9 @@ impl ValidatedKfd {
                     format!("{} bytes, 16 expected", id.len()),
                 );
             }
+        }
+        if let Some(e) = own_parent(&msg.dump_id, &msg.parent_dump_id) {
+            p("criu_kfd.parent_dump_id".into(), e);
         }
 
         let node_ids: BTreeSet<u32> = msg.device_entries.iter().map(|d| d.node_id).collect();
@@ -394,6 +398,14 @@ fn layout_of(msg: &CriuKfd, gpu_id: u32, chunks: bool) -> PagesLayout {
     layout.with_chunks(algo, digests).unwrap_or(plain)
 }
 
+/// What is wrong with an image naming its own dump as its parent: a chain
+/// that loops at its first link.
+fn own_parent(dump_id: &Option<Vec<u8>>, parent_dump_id: &Option<Vec<u8>>) -> Option<String> {
+    (dump_id.is_some() && dump_id == parent_dump_id).then(|| {
+        "equals dump_id: an image set cannot be its own parent (the chain would loop)".into()
+    })
+}
+
 /// A `criu_render_node` message whose contents are consistent.
 ///
 /// Guarantees: `gpu_id` is non-zero, or 0 in a render-only image that
@@ -401,7 +413,7 @@ fn layout_of(msg: &CriuKfd, gpu_id: u32, chunks: bool) -> PagesLayout {
 /// node's render minor; `num_of_bos` equals the BO entries; each
 /// BO's `num_of_vms` equals its VM entries; BO and VM ranges do not wrap; BO
 /// sizes are page multiples (GEM rounds them); each VM mapping lies inside
-/// its BO.
+/// its BO; the image does not name its own dump as its parent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ValidatedRenderNode {
     id: u32,
@@ -441,6 +453,9 @@ impl ValidatedRenderNode {
                 }
                 Ok(None) => {}
             }
+        }
+        if let Some(e) = own_parent(&msg.dump_id, &msg.parent_dump_id) {
+            p("criu_render_node.parent_dump_id".into(), e);
         }
         if references_parent && msg.parent_dump_id.is_none() {
             p(
