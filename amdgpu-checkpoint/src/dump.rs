@@ -1389,12 +1389,23 @@ pub fn local_topology<D: Driver>(root: &Path, driver: &D) -> Result<DeviceTopolo
 /// GEM handles probed on a kernel without `AMDGPU_GEM_LIST_HANDLES`.
 const UNLISTED_HANDLE_PROBE: u32 = 256;
 
-/// Size and first four bytes of hsakmt's shared memory, `(0, 0)` when absent.
+/// Size and first four bytes of hsakmt's shared memory, `(0, 0)` when absent
+/// or of a size no image may record (said in the log): restore then leaves
+/// the object to the machine's own ROCm processes, as for a dump without it.
 fn probe_hsakmt_shm(shm_dir: &Path) -> (u64, u32) {
     let path = shm_dir.join(HSAKMT_SHM);
     let Ok(meta) = std::fs::metadata(&path) else {
         return (0, 0);
     };
+    if !(4..=amdgpu_image::validate::MAX_SHARED_MEM_SIZE).contains(&meta.len()) {
+        log::warn!(
+            "{} holds {} bytes, not hsakmt's shared table (4 to {} bytes): not recorded",
+            path.display(),
+            meta.len(),
+            amdgpu_image::validate::MAX_SHARED_MEM_SIZE
+        );
+        return (0, 0);
+    }
     let mut magic = [0u8; 4];
     match std::fs::File::open(&path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
     {

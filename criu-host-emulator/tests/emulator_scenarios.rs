@@ -335,6 +335,76 @@ fn hsakmt_shared_memory_is_recreated_with_its_size_and_magic() {
 }
 
 #[test]
+fn hsakmt_shared_memory_of_live_processes_is_never_resized_or_rewritten() {
+    // The dump sees an 8 KiB object; at restore another ROCm process has
+    // made and mapped its own (libhsakmt's 8-byte table, live counters).
+    // Truncating it would SIGBUS every process mapping past the new end,
+    // rewriting its magic would corrupt their shared table: as the C
+    // plugin does, restore creates the object only when it is missing.
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let app = launch(&sim, &Profile::Basic, 1);
+    let dirs = Dirs::new();
+    let shm = dirs.shm.path().join("hsakmt_shared_mem");
+    let mut content = vec![0u8; 8192];
+    content[..4].copy_from_slice(&0x5a5a_1234u32.to_ne_bytes());
+    std::fs::write(&shm, &content).unwrap();
+    let (files, ids) = gpu_files(&app);
+    let emulator = dirs.emulator(&sim, |_| {});
+    emulator
+        .dump(app.pid(), &files, &device_vmas(&sim))
+        .expect("dump");
+    let image = kfd_image(dirs.images.path());
+    assert_eq!(image.shared_mem_size, 8192);
+    let pid = app.pid();
+    drop(files);
+    app.exit().unwrap();
+    let mut live = 0x5441_5348u32.to_ne_bytes().to_vec();
+    live.extend_from_slice(&7u32.to_ne_bytes());
+    std::fs::write(&shm, &live).unwrap();
+    emulator
+        .restore(pid, &ids, &vmas_of(&image))
+        .expect("restore");
+    assert_eq!(
+        std::fs::read(&shm).unwrap(),
+        live,
+        "the live object keeps its size and contents"
+    );
+}
+
+#[test]
+fn a_hostile_hsakmt_shared_memory_size_is_refused_before_anything_is_created() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let app = launch(&sim, &Profile::Basic, 1);
+    let dirs = Dirs::new();
+    let shm = dirs.shm.path().join("hsakmt_shared_mem");
+    std::fs::write(&shm, [0u8; 8]).unwrap();
+    let (files, ids) = gpu_files(&app);
+    let emulator = dirs.emulator(&sim, |_| {});
+    emulator
+        .dump(app.pid(), &files, &device_vmas(&sim))
+        .expect("dump");
+    let pid = app.pid();
+    drop(files);
+    app.exit().unwrap();
+    std::fs::remove_file(&shm).unwrap();
+    // The image claims a 1 TiB object.
+    let name = amdgpu_image::ImageName::Kfd { id: KFD_ID };
+    let mut image = kfd_image(dirs.images.path());
+    image.shared_mem_size = 1 << 40;
+    amdgpu_image::ImageStore::write_message(
+        &amdgpu_image::DirStore::open_dir(dirs.images.path()).unwrap(),
+        &name,
+        &image,
+    )
+    .unwrap();
+    let err = emulator
+        .restore(pid, &ids, &vmas_of(&image))
+        .expect_err("a 1 TiB shared-memory object is never created");
+    assert_eq!(hook_errno(&err).0, "RESTORE_EXT_FILE");
+    assert!(!shm.exists(), "nothing created");
+}
+
+#[test]
 fn resume_of_a_pid_without_kfd_state_is_not_ours() {
     use amdgpu_checkpoint::options::Options;
     use criu_host_emulator::EmulatedHost;
