@@ -887,11 +887,13 @@ impl<D: Driver + Clone> Dumper<D> {
                 }
                 _ => None,
             };
-            let dumped = dumped.map(|bo| {
-                contents.bytes += bo.bytes;
-                contents.stored_bytes += bo.stored_bytes;
-                render_chunks(bo)
-            });
+            let dumped = dumped
+                .map(|bo| {
+                    contents.bytes += bo.bytes;
+                    contents.stored_bytes += bo.stored_bytes;
+                    render_chunks(bo)
+                })
+                .transpose()?;
             bo_entries.push(DrmBoEntry {
                 addr: vms.last().map_or(0, |vm| vm.addr),
                 size: listed.size,
@@ -1258,29 +1260,7 @@ fn finish_kfd<D: Driver + Clone, S: ImageStore + Sync>(
         Some(&plan),
         Some(pool),
     )?;
-    let entries = &mut msg.bo_entries;
-    for (entry, checksum) in &contents.checksums {
-        if let Some(bo) = entries.get_mut(*entry) {
-            bo.content_checksum = Some(*checksum);
-        }
-    }
-    for (entry, digests) in &contents.digests {
-        if let Some(bo) = entries.get_mut(*entry) {
-            bo.chunk_digests = Some(amdgpu_image::chunks::encode_digests(digests));
-        }
-    }
-    let mut references_parent = false;
-    for (entry, sources) in &contents.sources {
-        if let Some(bo) = entries.get_mut(*entry) {
-            if sources
-                .iter()
-                .any(|s| *s != amdgpu_image::ChunkSource::Here)
-            {
-                references_parent |= sources.contains(&amdgpu_image::ChunkSource::Parent);
-                bo.chunk_sources = Some(sources.iter().map(|s| *s as u8).collect());
-            }
-        }
-    }
+    let references_parent = attach_contents(&mut msg.bo_entries, &contents)?;
     crate::incremental::log_written(
         &format!("file {id}"),
         contents.stored_bytes,
@@ -1297,6 +1277,53 @@ fn finish_kfd<D: Driver + Clone, S: ImageStore + Sync>(
         bytes: contents.bytes,
         stored: contents.stored_bytes,
     })
+}
+
+/// Fills the BO entries' checksums, chunk digests and chunk sources from
+/// what the transfer reported; whether a chunk is referenced from the
+/// parent. An entry the image does not have, or one reported twice, is an
+/// error: the transfer and the image disagree, and an image written
+/// anyway would restore some BO without its checksum (or with another's).
+fn attach_contents(
+    entries: &mut [KfdBoEntry],
+    contents: &transfer::ContentReport,
+) -> Result<bool, Error> {
+    let count = entries.len();
+    let mismatch = |what: String| {
+        Error::Inconsistent(format!(
+            "the BO contents and the image disagree: {what} (the image has {count} bo entries)"
+        ))
+    };
+    let mut seen = vec![[false; 3]; count];
+    let mut entry_of = |entry: usize, list: usize, name: &str| {
+        let Some(bo_seen) = seen.get_mut(entry) else {
+            return Err(mismatch(format!("{name} of bo entry {entry}")));
+        };
+        if std::mem::replace(&mut bo_seen[list], true) {
+            return Err(mismatch(format!("{name} of bo entry {entry} twice")));
+        }
+        Ok(entry)
+    };
+    for (entry, checksum) in &contents.checksums {
+        let entry = entry_of(*entry, 0, "a checksum")?;
+        entries[entry].content_checksum = Some(*checksum);
+    }
+    for (entry, digests) in &contents.digests {
+        let entry = entry_of(*entry, 1, "chunk digests")?;
+        entries[entry].chunk_digests = Some(amdgpu_image::chunks::encode_digests(digests));
+    }
+    let mut references_parent = false;
+    for (entry, sources) in &contents.sources {
+        let entry = entry_of(*entry, 2, "chunk sources")?;
+        if sources
+            .iter()
+            .any(|s| *s != amdgpu_image::ChunkSource::Here)
+        {
+            references_parent |= sources.contains(&amdgpu_image::ChunkSource::Parent);
+            entries[entry].chunk_sources = Some(sources.iter().map(|s| *s as u8).collect());
+        }
+    }
+    Ok(references_parent)
 }
 
 /// `(st_dev, st_ino)` of an open file.
@@ -1506,6 +1533,7 @@ pub fn discard_images(store: &impl ImageStore, ids: &BTreeSet<u32>) -> Result<us
 }
 
 /// What the image records of one dumped DRM BO's contents.
+#[derive(Debug)]
 struct RenderChunks {
     checksum: u64,
     digests: Vec<amdgpu_image::chunks::Digest>,
@@ -1514,22 +1542,76 @@ struct RenderChunks {
     sources: Option<Vec<u8>>,
 }
 
-fn render_chunks(bo: transfer::ContentReport) -> RenderChunks {
-    let sources = bo
-        .sources
-        .into_iter()
-        .next()
-        .map(|(_, s)| s)
-        .filter(|s| s.iter().any(|s| *s != amdgpu_image::ChunkSource::Here))
-        .map(|s| s.iter().map(|s| *s as u8).collect());
-    RenderChunks {
-        checksum: bo.checksums.first().map_or(0, |(_, sum)| *sum),
-        digests: bo
-            .digests
-            .into_iter()
-            .next()
-            .map(|(_, d)| d)
-            .unwrap_or_default(),
+/// The checksum, digests and sources of a DRM BO's own pages file, which
+/// holds that one BO (entry 0): anything else is an error, never a
+/// checksum of 0 that restore would then refuse as a damaged file.
+fn render_chunks(bo: transfer::ContentReport) -> Result<RenderChunks, Error> {
+    fn only<T>(list: Vec<(usize, T)>, what: &str) -> Result<T, Error> {
+        let mut list = list.into_iter();
+        match (list.next(), list.next()) {
+            (Some((0, item)), None) => Ok(item),
+            _ => Err(Error::Inconsistent(format!(
+                "a DRM BO's contents were dumped without exactly one {what}"
+            ))),
+        }
+    }
+    let checksum = only(bo.checksums, "checksum")?;
+    let digests = only(bo.digests, "list of chunk digests")?;
+    let sources = match bo.sources.is_empty() {
+        true => None,
+        false => Some(only(bo.sources, "list of chunk sources")?),
+    }
+    .filter(|s| s.iter().any(|s| *s != amdgpu_image::ChunkSource::Here))
+    .map(|s| s.iter().map(|s| *s as u8).collect());
+    Ok(RenderChunks {
+        checksum,
+        digests,
         sources,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(entries: &[usize]) -> transfer::ContentReport {
+        transfer::ContentReport {
+            checksums: entries.iter().map(|&e| (e, 0x1234 + e as u64)).collect(),
+            digests: entries.iter().map(|&e| (e, vec![e as u128])).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn contents_are_attached_to_their_entries_and_a_stray_entry_is_an_error() {
+        let mut entries = vec![KfdBoEntry::default(); 3];
+        assert_eq!(
+            attach_contents(&mut entries, &report(&[0, 2])).ok(),
+            Some(false)
+        );
+        assert_eq!(entries[0].content_checksum, Some(0x1234));
+        assert_eq!(entries[1].content_checksum, None);
+        assert_eq!(entries[2].content_checksum, Some(0x1236));
+        assert!(entries[2].chunk_digests.is_some());
+        // An entry the image does not have: the transfer and the image
+        // disagree, and the image must not be written as if they did not.
+        let mut entries = vec![KfdBoEntry::default(); 3];
+        let err = attach_contents(&mut entries, &report(&[0, 3])).unwrap_err();
+        assert!(
+            err.to_string().contains("bo entry 3") && err.to_string().contains("3 bo entries"),
+            "{err}"
+        );
+        // The same entry twice.
+        let err = attach_contents(&mut entries, &report(&[1, 1])).unwrap_err();
+        assert!(err.to_string().contains("twice"), "{err}");
+    }
+
+    #[test]
+    fn a_render_bo_without_exactly_one_checksum_is_an_error() {
+        assert!(render_chunks(report(&[0])).is_ok());
+        for bad in [&[][..], &[0, 0][..], &[1][..]] {
+            let err = render_chunks(report(bad)).unwrap_err();
+            assert!(err.to_string().contains("DRM BO"), "{bad:?}: {err}");
+        }
     }
 }
