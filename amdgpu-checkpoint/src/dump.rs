@@ -511,7 +511,23 @@ impl<D: Driver + Clone> Dumper<D> {
                 None
             }
         });
-        match Guardian::arm(target, dir, &self.config.guardian_driver, leftovers) {
+        // A pidfd of the paused process itself, through the dumper's
+        // driver (which names processes as the guardian's does): should it
+        // exit and its pid be reused, the guardian leaves the new process
+        // alone.
+        let armed = match self.driver.pidfd_open(target.pid) {
+            Ok(pidfd) => {
+                Guardian::arm_pinned(target, pidfd, dir, &self.config.guardian_driver, leftovers)
+            }
+            Err(e) => {
+                log::info!(
+                    "file {id}: no pidfd of pid {} ({e}): its guardian knows it by pid",
+                    target.pid
+                );
+                Guardian::arm(target, dir, &self.config.guardian_driver, leftovers)
+            }
+        };
+        match armed {
             Ok(guardian) => {
                 log::debug!(
                     "file {id}: pid {} guarded by pid {}",
