@@ -135,8 +135,10 @@ struct Paused<D: Driver> {
     kfd: Kfd<D>,
     pid: u32,
     id: u32,
-    /// Dropped once the process is unpaused (the guardian then exits).
-    _guardian: Option<Guardian>,
+    /// Dropped once the process is unpaused (the guardian then exits), or
+    /// left watching ([`Guardian::keep_watching`]) when the dumper gives up
+    /// on it.
+    guardian: Option<Guardian>,
     /// An unfinished file in the images directory while the process is
     /// paused (see `mark_in_progress`); dropped, and so removed,
     /// once it is unpaused.
@@ -396,33 +398,54 @@ impl<D: Driver + Clone> Dumper<D> {
                     ..dump
                 })
             });
+        let paused = Paused {
+            kfd: target,
+            pid: info.pid,
+            id,
+            guardian,
+            _in_progress: in_progress,
+        };
         match dumped {
-            Ok(mut dump) => {
-                if self.config.unpause_early {
-                    target
-                        .unpause()
-                        .map_err(Error::kfd("unpausing the process after its dump"))?;
-                    dump.unpaused = true;
-                } else {
-                    self.paused.push(Paused {
-                        kfd: target,
-                        pid: info.pid,
-                        id,
-                        _guardian: guardian,
-                        _in_progress: in_progress,
-                    });
-                }
+            Ok(dump) if !self.config.unpause_early => {
+                self.paused.push(paused);
                 Ok(dump)
             }
+            Ok(dump) => match paused.kfd.unpause() {
+                Ok(()) => Ok(KfdDump {
+                    unpaused: true,
+                    ..dump
+                }),
+                Err(e) => {
+                    // Still paused: kept on record (the dump's end tries
+                    // again) with its guardian armed.
+                    self.still_paused(paused, &e);
+                    Err(Error::Kfd {
+                        step: "unpausing the process after its dump",
+                        source: e,
+                    })
+                }
+            },
             Err(err) => {
                 // A failed dump must never leave the application frozen.
-                match target.unpause() {
+                match paused.kfd.unpause() {
                     Ok(()) => log::info!("file {id}: pid {} unpaused after the failure", info.pid),
-                    Err(e) => log::error!("file {id}: pid {} stays paused: {e}", info.pid),
+                    Err(e) => self.still_paused(paused, &e),
                 }
                 Err(err)
             }
         }
+    }
+
+    /// Keeps a process whose UNPAUSE failed on record, its guardian armed:
+    /// [`unpause_all`](Self::unpause_all) (the dump's end) tries again, and
+    /// should that fail too the guardian recovers it once the dumper ends.
+    fn still_paused(&mut self, paused: Paused<D>, error: &kfd::Error) {
+        log::error!(
+            "file {}: pid {} stays paused for now ({error}); tried again at the end of the dump",
+            paused.id,
+            paused.pid
+        );
+        self.paused.push(paused);
     }
 
     /// This host's KFD interface version, read once through a private
@@ -1247,6 +1270,28 @@ impl<D: Driver + Clone> Drop for Dumper<D> {
             );
             let _ = self.unpause_all();
         }
+        // Those this process cannot unpause are left to their guardians,
+        // which recover them once it has ended.
+        for paused in self.paused.drain(..) {
+            match paused.guardian {
+                Some(guardian) => {
+                    log::error!(
+                        "file {}: pid {} is still paused; its guardian (pid {}) unpauses it when \
+                         this process ends",
+                        paused.id,
+                        paused.pid,
+                        guardian.pid()
+                    );
+                    guardian.keep_watching();
+                }
+                None => log::error!(
+                    "file {}: pid {} is still paused and has no guardian; run \
+                     `amdgpu-criu unpause --pid PID` on it",
+                    paused.id,
+                    paused.pid
+                ),
+            }
+        }
     }
 }
 
@@ -1589,6 +1634,91 @@ fn render_chunks(bo: transfer::ContentReport) -> Result<RenderChunks, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kfd_sim::workload::{Profile, Workload};
+
+    /// A dumper (a simulated process tracing the app, as CRIU does) that
+    /// unpauses each process right after its image (CRIU 4.2 and older) and
+    /// arms a guardian, and its copy of the app's KFD fd.
+    fn early_unpausing_dumper(
+        sim: &kfd_sim::Sim,
+        app: &Workload,
+        dirs: &tempfile::TempDir,
+    ) -> (Dumper<kfd_sim::SimDriver>, OwnedFd) {
+        let criu = sim.spawn_process().unwrap();
+        let driver = sim.driver(criu);
+        driver.ptrace_seize(app.pid().0).unwrap();
+        let pidfd = driver.pidfd_open(app.pid().0).unwrap();
+        let fd = driver
+            .pidfd_getfd(
+                pidfd.as_fd(),
+                std::os::fd::AsRawFd::as_raw_fd(&app.kfd_fd().unwrap()),
+            )
+            .unwrap();
+        let config = DumpConfig {
+            topology_root: sim.sysfs_root(),
+            options: Options::default(),
+            unpause_early: true,
+            shm_dir: dirs.path().join("shm"),
+            guardian_log_dir: Some(dirs.path().to_path_buf()),
+            // Never reached: the test process (the dumper's host process)
+            // outlives the guardian, which is killed at the end.
+            guardian_driver: GuardianDriver::new("none", || {
+                Err(std::io::Error::from_raw_os_error(libc::ECONNREFUSED))
+            }),
+        };
+        (Dumper::new(driver, config), fd)
+    }
+
+    /// Whether host process `pid` exists and has not exited.
+    fn running(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|s| !s.trim_start().starts_with('Z'))
+        })
+    }
+
+    #[test]
+    fn a_failed_early_unpause_keeps_the_process_paused_on_record_and_its_guardian_armed() {
+        let sim = kfd_sim::Sim::synthetic(1, kfd_sim::SimConfig::default()).unwrap();
+        let mut app = Workload::launch(&sim, &Profile::Basic).unwrap();
+        app.step().unwrap();
+        let dirs = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dirs.path().join("shm")).unwrap();
+        let images = tempfile::tempdir().unwrap();
+        let store = amdgpu_image::DirStore::open_dir(images.path()).unwrap();
+        let (mut dumper, fd) = early_unpausing_dumper(&sim, &app, &dirs);
+        // Every UNPAUSE from here on fails.
+        for nth in 1..=4 {
+            sim.inject(kfd_sim::FaultSpec {
+                op: "CRIU_OP:UNPAUSE".into(),
+                nth,
+                errno: kfd_sim::Errno(libc::EIO),
+            });
+        }
+        let err = dumper.dump_kfd(&store, fd.as_fd(), 1).unwrap_err();
+        assert!(err.to_string().contains("unpausing"), "{err}");
+        // Recorded, so the dump's end tries again; still guarded.
+        assert_eq!(dumper.paused(), 1);
+        let guardian = dumper.paused[0]
+            .guardian
+            .as_ref()
+            .map(Guardian::pid)
+            .expect("a guardian");
+        assert!(running(guardian));
+        assert!(dumper.unpause_all().is_err());
+        assert_eq!(dumper.paused(), 1);
+        // The dumper's teardown fails to unpause too: the guardian is left
+        // watching (it recovers the process when the dumper's process
+        // ends), not told that the dump ended.
+        drop(dumper);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(running(guardian), "the guardian stood down");
+        assert!(sim.kfd_state(app.pid()).unwrap().queues_paused);
+        // The guardian this test started, by its pid.
+        let pid = rustix::process::Pid::from_raw(guardian as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    }
 
     fn report(entries: &[usize]) -> transfer::ContentReport {
         transfer::ContentReport {

@@ -322,6 +322,14 @@ impl Guardian {
     pub fn target(&self) -> u32 {
         self.target
     }
+
+    /// Lets the guardian go on watching without telling it the dump ended:
+    /// the dumper gives up on a process it could not unpause, and the
+    /// guardian recovers it once the dumper has ended.
+    pub fn keep_watching(mut self) {
+        // Closed without a word: the guardian waits for the dumper's end.
+        drop(self.done.take());
+    }
 }
 
 impl Drop for Guardian {

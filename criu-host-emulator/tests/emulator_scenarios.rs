@@ -118,6 +118,28 @@ fn criu_4_2_without_dump_devices_late_unpauses_inside_the_dump() {
 }
 
 #[test]
+fn criu_4_2_a_failed_unpause_after_the_dump_is_retried_at_exit() {
+    // Without DUMP_DEVICES_LATE the process is unpaused right after its
+    // image is written; that UNPAUSE failing once must fail the dump and
+    // leave the process recorded as paused, so exit() tries again.
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let mut app = launch(&sim, &Profile::Basic, 1);
+    let dirs = Dirs::new();
+    let emulator = dirs.emulator(&sim, |c| c.max_hooks = 13);
+    sim.inject("CRIU_OP:UNPAUSE=EIO".parse::<FaultSpec>().unwrap());
+    let (files, _) = gpu_files(&app);
+    let err = emulator
+        .dump(app.pid(), &files, &device_vmas(&sim))
+        .expect_err("a failed unpause fails the dump");
+    assert_eq!(hook_errno(&err), ("DUMP_EXT_FILE", -libc::EIO));
+    drop(files);
+    app.step()
+        .expect("exit() unpaused the process the failed UNPAUSE left paused");
+    let left = common::amdgpu_files(dirs.images.path());
+    assert!(left.is_empty(), "{left:?} left behind");
+}
+
+#[test]
 fn criu_3_17_hooks_round_trip() {
     let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
     let app = launch(&sim, &Profile::Basic, 2);
