@@ -125,6 +125,17 @@ pub struct DmabufDump {
     pub handle: Option<u32>,
 }
 
+/// A process as the KFD-file bookkeeping names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum KfdOwner {
+    /// Its pid as the dumper's driver (and the host) names processes: the
+    /// process holding the file, named before it is paused.
+    Holder(u32),
+    /// Its pid in its own pid namespace, as `PROCESS_INFO` reports it
+    /// (only for files whose holder could not be named).
+    Kfd(u32),
+}
+
 struct PendingRender {
     fd: OwnedFd,
     minor: u32,
@@ -159,8 +170,8 @@ pub struct Dumper<D: Driver + Clone> {
     kfd_pids: BTreeMap<u32, BTreeSet<u32>>,
     /// The KFD interface version of this host (read at the first KFD dump).
     kfd_version: Option<kfd::Version>,
-    /// pid to CRIU file id of each KFD file dumped.
-    kfd_files: BTreeMap<u32, u32>,
+    /// The process of each KFD file dumped, to its CRIU file id.
+    kfd_files: BTreeMap<KfdOwner, u32>,
     /// Render nodes dumped before their process's KFD file.
     pending_renders: Vec<PendingRender>,
     /// (st_dev, st_ino) of each dumped BO's dma-buf to its share handle.
@@ -357,17 +368,33 @@ impl<D: Driver + Clone> Dumper<D> {
             .try_clone_to_owned()
             .map_err(Error::io("duplicating the KFD fd"))?;
         let target = Kfd::from_fd(self.driver.clone(), own);
+        // The file's process, named before it is paused: a second KFD file
+        // of a process paused already is refused before PROCESS_INFO nests
+        // a second pause (KFD counts pauses, but its UNPAUSE answers EINVAL
+        // once unpaused, so the second level would stay for good).
+        let holder = crate::identify::traced_holder(&self.driver, fd).map(|h| h.pid);
+        if let Some(holder) = holder {
+            self.refuse_second_file_of(KfdOwner::Holder(holder), id)?;
+        }
         // Before the pause, so that no moment of it goes unmarked.
         let in_progress = mark_in_progress(store, id);
         let info = target
             .process_info()
             .map_err(Error::kfd("pausing the process (CRIU_OP PROCESS_INFO)"))?;
-        // The host could not name the file's process before it was paused
-        // ([`Dumper::refuse_second_kfd_file`]): refuse now. Nothing is
-        // written; the failed dump's exit unpauses the first file's process
-        // (a kernel that paused it twice may keep its queues evicted: KFD
-        // counts evictions but its UNPAUSE answers EINVAL once unpaused).
-        self.refuse_second_kfd_file(info.pid, id)?;
+        if holder.is_none() {
+            // Nobody could name the file's process before the pause (no
+            // traced process found holding it): refused now, later than it
+            // should be. Nothing is written; the failed dump's exit unpauses
+            // the first file's process, whose queues may stay evicted.
+            log::warn!(
+                "file {id}: the process holding this /dev/kfd file could not be named before \
+                 PROCESS_INFO (pid {} by KFD)",
+                info.pid
+            );
+            self.refuse_second_file_of(KfdOwner::Kfd(info.pid), id)?;
+        } else {
+            self.kfd_files.entry(KfdOwner::Kfd(info.pid)).or_insert(id);
+        }
         log::info!(
             "file {id}: pid {} paused: {} GPUs, {} BOs, {} objects, {} bytes of private data",
             info.pid,
@@ -474,12 +501,21 @@ impl<D: Driver + Clone> Dumper<D> {
     /// other KFD file was dumped already and the KFD is 1.19 or later, where
     /// either file may carry a second KFD context
     /// (`AMDKFD_IOC_CREATE_PROCESS`) no CRIU can save (see
-    /// [`crate::kfd_version`]); records the file otherwise. Hosts that can
-    /// name a file's process call this before [`Dumper::dump_kfd`], so the
-    /// process is never paused twice.
+    /// [`crate::kfd_version`]); records the file otherwise. `pid` is the
+    /// process holding the file as the dumper's driver names processes (the
+    /// host's pid). [`Dumper::dump_kfd`] names the holder itself among the
+    /// processes the dumper traces, before the pause; a host that knows it
+    /// may call this first.
     pub fn refuse_second_kfd_file(&mut self, pid: u32, id: u32) -> Result<(), Error> {
+        self.refuse_second_file_of(KfdOwner::Holder(pid), id)
+    }
+
+    /// [`refuse_second_kfd_file`](Self::refuse_second_kfd_file) of the
+    /// process `owner`.
+    fn refuse_second_file_of(&mut self, owner: KfdOwner, id: u32) -> Result<(), Error> {
         let version = self.kfd_version()?;
-        match self.kfd_files.get(&pid) {
+        let (KfdOwner::Holder(pid) | KfdOwner::Kfd(pid)) = owner;
+        match self.kfd_files.get(&owner) {
             Some(&first)
                 if first != id && version.minor >= crate::kfd_version::CREATE_PROCESS_MINOR =>
             {
@@ -493,7 +529,7 @@ impl<D: Driver + Clone> Dumper<D> {
                 })
             }
             _ => {
-                self.kfd_files.entry(pid).or_insert(id);
+                self.kfd_files.entry(owner).or_insert(id);
                 Ok(())
             }
         }
@@ -1676,6 +1712,62 @@ mod tests {
                 .next()
                 .is_some_and(|s| !s.trim_start().starts_with('Z'))
         })
+    }
+
+    #[test]
+    fn a_second_kfd_file_is_refused_before_its_process_is_paused_again() {
+        // A host that cannot name a file's process (no task_fd): the engine
+        // must tell the second /dev/kfd file of a process it paused already
+        // before PROCESS_INFO pauses it a second time (KFD nests pauses, and
+        // one UNPAUSE would then leave its queues evicted for good).
+        let sim = kfd_sim::Sim::synthetic(1, kfd_sim::SimConfig::default()).unwrap();
+        sim.set_kfd_minor_version(19);
+        let mut app = Workload::launch(&sim, &Profile::Basic).unwrap();
+        app.step().unwrap();
+        let second = sim
+            .driver(app.pid())
+            .open(
+                std::path::Path::new("/dev/kfd"),
+                libc::O_RDWR | libc::O_CLOEXEC,
+            )
+            .unwrap();
+        let criu = sim.spawn_process().unwrap();
+        let driver = sim.driver(criu);
+        driver.ptrace_seize(app.pid().0).unwrap();
+        let pidfd = driver.pidfd_open(app.pid().0).unwrap();
+        let drained = |fd: BorrowedFd<'_>| {
+            driver
+                .pidfd_getfd(pidfd.as_fd(), std::os::fd::AsRawFd::as_raw_fd(&fd))
+                .unwrap()
+        };
+        let (first, second) = (drained(app.kfd_fd().unwrap()), drained(second.as_fd()));
+        let dirs = tempfile::tempdir().unwrap();
+        let config = DumpConfig {
+            topology_root: sim.sysfs_root(),
+            options: Options::default(),
+            unpause_early: false,
+            shm_dir: dirs.path().to_path_buf(),
+            guardian_log_dir: None,
+            guardian_driver: GuardianDriver::host(),
+        };
+        let images = tempfile::tempdir().unwrap();
+        let store = amdgpu_image::DirStore::open_dir(images.path()).unwrap();
+        let mut dumper = Dumper::new(driver.clone(), config);
+        dumper.dump_kfd(&store, first.as_fd(), 1).unwrap();
+        assert_eq!(sim.kfd_state(app.pid()).unwrap().eviction_levels, [1]);
+        let err = dumper.dump_kfd(&store, second.as_fd(), 2).unwrap_err();
+        assert!(
+            err.to_string().contains("holds a second /dev/kfd file"),
+            "{err}"
+        );
+        assert_eq!(
+            sim.kfd_state(app.pid()).unwrap().eviction_levels,
+            [1],
+            "the second file's PROCESS_INFO paused the process again"
+        );
+        assert_eq!(dumper.unpause_all().unwrap(), 1);
+        let state = sim.kfd_state(app.pid()).unwrap();
+        assert!(state.queues_running(), "{state:?}");
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! where this crate needs `unsafe` outside the handle table's memory
 //! ([`crate::handles`]): creating hsakmt's named semaphore
 //! (`sem_open`), blocking signals in the calling thread while it
-//! spawns another (`pthread_sigmask`), and the dump guardian's process
-//! (`pipe2`, the double `fork` of [`spawn_orphan`], `poll`).
+//! spawns another (`pthread_sigmask`), telling two open files apart
+//! (`kcmp`), and the dump guardian's process (`pipe2`, the double `fork`
+//! of `spawn_orphan`, `poll`).
 //!
 //! Small wrappers, each `unsafe` block with its proof; nothing else. The
 //! rest of the crate denies `unsafe_code`. This module never decides
@@ -119,6 +120,35 @@ impl Drop for BlockedSignals {
         // SAFETY: `old` is the mask pthread_sigmask read on this very thread
         // (the value cannot leave it); restoring it is always valid.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
+/// Whether `a` and `b` are the same open file (one file description, as a
+/// `dup`, a `pidfd_getfd` or an fd passed over a socket are):
+/// `kcmp(getpid(), getpid(), KCMP_FILE, a, b)`. Device files opened twice
+/// share their inode but not their description, which is what tells them
+/// apart here. Errors where the kernel has no `kcmp` (`ENOSYS`) or a
+/// seccomp filter refuses it.
+#[doc(alias = "kcmp")]
+pub(crate) fn same_open_file(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> io::Result<bool> {
+    const KCMP_FILE: libc::c_long = 0;
+    let me = libc::c_long::from(std::process::id() as i32);
+    // SAFETY: kcmp(2) takes integers only (two pids, a type and two fd
+    // numbers) and reads no memory of ours.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            me,
+            me,
+            KCMP_FILE,
+            libc::c_long::from(a.as_raw_fd()),
+            libc::c_long::from(b.as_raw_fd()),
+        )
+    };
+    match ret {
+        0 => Ok(true),
+        r if r > 0 => Ok(false),
+        _ => Err(io::Error::last_os_error()),
     }
 }
 
@@ -315,6 +345,15 @@ mod tests {
     use super::*;
     use std::os::fd::AsFd;
     use std::os::fd::AsRawFd;
+
+    #[test]
+    fn one_file_is_told_from_another_open_of_the_same_inode() {
+        let file = std::fs::File::open("/dev/null").unwrap();
+        let dup = dup_at_least(file.as_fd(), 10).unwrap();
+        let again = std::fs::File::open("/dev/null").unwrap();
+        assert!(same_open_file(file.as_fd(), dup.as_fd()).unwrap());
+        assert!(!same_open_file(file.as_fd(), again.as_fd()).unwrap());
+    }
 
     #[test]
     fn duplicates_land_at_or_above_the_floor() {

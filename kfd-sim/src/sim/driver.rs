@@ -369,6 +369,11 @@ impl Driver for SimDriver {
                 .map(|(n, _, _)| n.into())
                 .collect());
         }
+        if path == Path::new("/proc") {
+            // A directory per live process, named by its pid (the machine
+            // models no pid namespaces: every process sees them all).
+            return Ok(self.sim_pids().into_iter().map(Into::into).collect());
+        }
         Err(io::Error::from_raw_os_error(libc::ENOENT))
     }
 

@@ -1,6 +1,7 @@
 //! Process control as the kernel does it, for one simulated caller:
 //! `PTRACE_SEIZE`/`INTERRUPT`/`DETACH`, `pidfd_open`, `pidfd_getfd`,
-//! `/proc/PID/status` and `/proc/PID/fd`, and the cgroup freezer.
+//! the pids `/proc` lists, `/proc/PID/status` and `/proc/PID/fd`, and the
+//! cgroup freezer.
 //!
 //! The rules (kernel/ptrace.c, kernel/pid.c):
 //! * SEIZE: `ESRCH` for no such process; `EPERM` for the caller itself, a
@@ -152,6 +153,12 @@ impl SimDriver {
             // The simulator models no pid namespaces.
             ns_pid: None,
         })
+    }
+
+    /// The pids of the live processes, as `/proc` lists them.
+    pub(super) fn sim_pids(&self) -> Vec<String> {
+        let st = self.sim.lock();
+        st.processes.keys().map(|pid| pid.0.to_string()).collect()
     }
 
     pub(super) fn sim_process_fds(&self, pid: u32) -> io::Result<Vec<RawFd>> {
