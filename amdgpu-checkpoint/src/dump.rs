@@ -20,7 +20,10 @@
 //!
 //! Render-node files ([`Dumper::dump_render_node`]) record their DRM BOs and
 //! the GPU's device entry; one whose GPU no dumped KFD file names is
-//! written at the end of the dump as a render-only image (`gpu_id` 0), so
+//! written at the end of the dump as a render-only image (`gpu_id` 0; on a
+//! host without `DUMP_DEVICES_LATE`, whose dump ends with its last file,
+//! at once into an image directory, renamed should a KFD file name its GPU
+//! later), so
 //! processes that use render nodes without `/dev/kfd` can be dumped (the C
 //! plugin refuses them).
 //!
@@ -140,6 +143,10 @@ struct PendingRender {
     fd: OwnedFd,
     minor: u32,
     id: u32,
+    /// The image written already, render-only, on a host without
+    /// `DUMP_DEVICES_LATE` (whose end cannot fail the dump any more): a KFD
+    /// file naming its GPU later renames it instead of writing it anew.
+    written: Option<CriuRenderNode>,
 }
 
 struct Paused<D: Driver> {
@@ -761,17 +768,47 @@ impl<D: Driver + Clone> Dumper<D> {
             .map_err(Error::io("duplicating the render-node fd"))?;
         match self.user_gpu_of_minor(minor) {
             Some(gpu_id) => {
-                let dump = self.write_render_node(store, own, minor, id, gpu_id)?;
+                let (dump, _) = self.write_render_node(store, own, minor, id, gpu_id)?;
                 self.flush_pending_dmabufs(store)?;
                 Ok(dump)
+            }
+            // A host without DUMP_DEVICES_LATE reports the dump a success
+            // after its last DUMP_EXT_FILE: the image is written now, as
+            // render-only, so a failure fails this file (an image
+            // directory only: a stream cannot take an image twice, should
+            // a KFD file name the GPU later).
+            None if self.config.unpause_early && store.as_dir().is_some() => {
+                let copy = own
+                    .try_clone()
+                    .map_err(Error::io("duplicating the render-node fd"))?;
+                let (dump, msg) = self.write_render_node(store, copy, minor, id, 0)?;
+                log::info!(
+                    "file {id}: no dumped KFD file names the GPU of renderD{minor} yet: written \
+                     render-only ({} DRM BOs), renamed should a KFD file name its GPU",
+                    dump.bos
+                );
+                self.pending_renders.push(PendingRender {
+                    fd: own,
+                    minor,
+                    id,
+                    written: Some(msg),
+                });
+                Ok(RenderDump {
+                    gpu_id: None,
+                    ..dump
+                })
             }
             None => {
                 log::info!(
                     "file {id}: no dumped KFD file names the GPU of renderD{minor} yet; \
                      its image waits for one (render-only if none comes)"
                 );
-                self.pending_renders
-                    .push(PendingRender { fd: own, minor, id });
+                self.pending_renders.push(PendingRender {
+                    fd: own,
+                    minor,
+                    id,
+                    written: None,
+                });
                 Ok(RenderDump {
                     id,
                     minor,
@@ -834,7 +871,7 @@ impl<D: Driver + Clone> Dumper<D> {
         minor: u32,
         id: u32,
         gpu_id: u32,
-    ) -> Result<RenderDump, Error> {
+    ) -> Result<(RenderDump, CriuRenderNode), Error> {
         let device = self.render_device(minor)?;
         // Names the GPU in transfer errors: the user id, else the machine's.
         let named_gpu = if gpu_id != 0 { gpu_id } else { device.gpu_id };
@@ -1002,7 +1039,6 @@ impl<D: Driver + Clone> Dumper<D> {
                 .filter_map(|b| b.chunk_sources.as_deref())
                 .flatten()
         };
-        let references = sources().next().is_some();
         let references_parent = sources().any(|&s| s == amdgpu_image::ChunkSource::Parent as u8);
         crate::incremental::log_written(
             &format!("file {id} (renderD{minor})"),
@@ -1010,12 +1046,9 @@ impl<D: Driver + Clone> Dumper<D> {
             contents.bytes,
             references_parent,
         );
-        let msg = CriuRenderNode {
-            // An image with references names its GPU in referencing_gpu_id
-            // and 0 here: the C plugin, which would restore the BOs without
-            // the referenced chunks, finds no GPU and refuses the file.
-            gpu_id: if references { 0 } else { gpu_id },
-            referencing_gpu_id: (references && gpu_id != 0).then_some(gpu_id),
+        let mut msg = CriuRenderNode {
+            gpu_id: 0,
+            referencing_gpu_id: None,
             dump_id: Some(plan.dump_id().to_vec()),
             parent_dump_id: if references_parent {
                 plan.parent_dump_id().map(<[u8]>::to_vec)
@@ -1031,19 +1064,59 @@ impl<D: Driver + Clone> Dumper<D> {
             message_checksum: None,
             device: Some(device),
             chunk_size: Some(amdgpu_image::CHUNK_SIZE),
-            // Which tasks may own the fd: only a named GPU has any.
-            kfd_pids: if gpu_id == 0 {
-                Vec::new()
-            } else {
-                self.kfd_pids_of_minor(minor)
-            },
+            kfd_pids: Vec::new(),
         };
+        self.name_render_gpu(&mut msg, gpu_id);
         store
             .write_message(&ImageName::RenderNode { id }, &msg)
             .map_err(Error::image("writing the render-node image"))?;
-        Ok(RenderDump {
+        let dump = RenderDump {
             id,
             minor,
+            gpu_id: Some(gpu_id),
+            bos: msg.bo_entries.len(),
+        };
+        Ok((dump, msg))
+    }
+
+    /// Names the GPU of a render-node image: the user gpu_id `gpu_id` of
+    /// the KFD file that names it, or 0 (render-only), and the KFD
+    /// processes that may own the fd.
+    fn name_render_gpu(&self, msg: &mut CriuRenderNode, gpu_id: u32) {
+        let references = msg.bo_entries.iter().any(|b| b.chunk_sources.is_some());
+        // An image with references names its GPU in referencing_gpu_id
+        // and 0 here: the C plugin, which would restore the BOs without
+        // the referenced chunks, finds no GPU and refuses the file.
+        msg.gpu_id = if references { 0 } else { gpu_id };
+        msg.referencing_gpu_id = (references && gpu_id != 0).then_some(gpu_id);
+        // Which tasks may own the fd: only a named GPU has any.
+        msg.kfd_pids = if gpu_id == 0 {
+            Vec::new()
+        } else {
+            self.kfd_pids_of_minor(msg.drm_render_minor)
+        };
+    }
+
+    /// Writes pending render node `render`'s image naming user gpu_id
+    /// `gpu_id`: renames the one written render-only, or writes it.
+    fn write_pending_render<S: ImageStore>(
+        &mut self,
+        store: &S,
+        render: PendingRender,
+        gpu_id: u32,
+    ) -> Result<RenderDump, Error> {
+        let Some(mut msg) = render.written else {
+            return self
+                .write_render_node(store, render.fd, render.minor, render.id, gpu_id)
+                .map(|(dump, _)| dump);
+        };
+        self.name_render_gpu(&mut msg, gpu_id);
+        store
+            .write_message(&ImageName::RenderNode { id: render.id }, &msg)
+            .map_err(Error::image("renaming the GPU of a render-node image"))?;
+        Ok(RenderDump {
+            id: render.id,
+            minor: render.minor,
             gpu_id: Some(gpu_id),
             bos: msg.bo_entries.len(),
         })
@@ -1056,13 +1129,9 @@ impl<D: Driver + Clone> Dumper<D> {
         for render in pending {
             match self.user_gpu_of_minor(render.minor) {
                 Some(gpu_id) => {
-                    match self.write_render_node(store, render.fd, render.minor, render.id, gpu_id)
-                    {
-                        Ok(_) => log::info!(
-                            "file {}: renderD{} of GPU {gpu_id:#x} dumped",
-                            render.id,
-                            render.minor
-                        ),
+                    let (id, minor) = (render.id, render.minor);
+                    match self.write_pending_render(store, render, gpu_id) {
+                        Ok(_) => log::info!("file {id}: renderD{minor} of GPU {gpu_id:#x} dumped"),
                         Err(e) => {
                             first_error.get_or_insert(e);
                         }
@@ -1089,19 +1158,22 @@ impl<D: Driver + Clone> Dumper<D> {
         let mut written = 0;
         let mut first_error = None;
         for render in std::mem::take(&mut self.pending_renders) {
-            let gpu_id = self.user_gpu_of_minor(render.minor).unwrap_or(0);
-            match self.write_render_node(store, render.fd, render.minor, render.id, gpu_id) {
+            let (id, minor) = (render.id, render.minor);
+            let gpu_id = self.user_gpu_of_minor(minor).unwrap_or(0);
+            if gpu_id == 0 && render.written.is_some() {
+                // Written render-only already, when it was dumped.
+                continue;
+            }
+            match self.write_pending_render(store, render, gpu_id) {
                 Ok(dump) => {
                     written += 1;
                     log::info!(
-                        "file {}: renderD{} dumped without a KFD process ({} DRM BOs)",
-                        render.id,
-                        render.minor,
+                        "file {id}: renderD{minor} dumped without a KFD process ({} DRM BOs)",
                         dump.bos
                     );
                 }
                 Err(e) => {
-                    log::error!("file {}: renderD{}: {e}", render.id, render.minor);
+                    log::error!("file {id}: renderD{minor}: {e}");
                     first_error.get_or_insert(e);
                 }
             }
