@@ -175,6 +175,10 @@ pub struct Dumper<D: Driver + Clone> {
     /// Local gpu_id to the pids (from `PROCESS_INFO`) of the dumped KFD
     /// processes that use it.
     kfd_pids: BTreeMap<u32, BTreeSet<u32>>,
+    /// Local gpu_id to the bytes and count of the BOs of the dumped KFD
+    /// processes that use it (any of their BOs may be mapped in the GPU's
+    /// VM): what a render node's VM may hold besides its own DRM BOs.
+    kfd_bos_of_gpu: BTreeMap<u32, (u64, u64)>,
     /// The KFD interface version of this host (read at the first KFD dump).
     kfd_version: Option<kfd::Version>,
     /// The process of each KFD file dumped, to its CRIU file id.
@@ -256,6 +260,7 @@ impl<D: Driver + Clone> Dumper<D> {
             user_gpu_ids: BTreeMap::new(),
             render_minors: BTreeMap::new(),
             kfd_pids: BTreeMap::new(),
+            kfd_bos_of_gpu: BTreeMap::new(),
             kfd_version: None,
             kfd_files: BTreeMap::new(),
             pending_renders: Vec::new(),
@@ -720,8 +725,15 @@ impl<D: Driver + Clone> Dumper<D> {
             dump_id: Some(plan.dump_id().to_vec()),
             parent_dump_id: None,
         };
+        let bo_bytes = checkpoint
+            .bos
+            .iter()
+            .fold(0u64, |sum, bo| sum.saturating_add(bo.bucket.size));
         for local in user_of.keys() {
             self.kfd_pids.entry(*local).or_default().insert(info.pid);
+            let known = self.kfd_bos_of_gpu.entry(*local).or_default();
+            known.0 = known.0.saturating_add(bo_bytes);
+            known.1 = known.1.saturating_add(checkpoint.bos.len() as u64);
         }
         self.user_gpu_ids.extend(user_of);
         self.render_minors
@@ -883,8 +895,9 @@ impl<D: Driver + Clone> Dumper<D> {
             // (criu#3015). Handles are allocated lowest-free from 1, so a
             // file with BOs almost always has one of the lowest handles:
             // probe them, and refuse when one exists. A file whose BOs all
-            // sit above the probed range (all low handles closed) is not
-            // told apart: said in the log line.
+            // sit above the probed range (all low handles closed) is found
+            // by its fdinfo: memory in its VM that neither the KFD BOs of
+            // the processes using the GPU nor page tables account for.
             Err(e) if e.errno() == libc::EINVAL => {
                 if let Some(handle) = (1..=UNLISTED_HANDLE_PROBE).find(|&h| {
                     match node.gem_mmap_offset(GemHandle(h)) {
@@ -901,11 +914,7 @@ impl<D: Driver + Clone> Dumper<D> {
                         ),
                     });
                 }
-                log::warn!(
-                    "file {id}: the kernel cannot list DRM BOs (no AMDGPU_GEM_LIST_HANDLES); \
-                     renderD{minor} has none among GEM handles 1..={UNLISTED_HANDLE_PROBE} and is \
-                     dumped without BOs"
-                );
+                self.refuse_unseen_drm_memory(&node, minor, id)?;
                 Vec::new()
             }
             Err(e) => {
@@ -1120,6 +1129,61 @@ impl<D: Driver + Clone> Dumper<D> {
             gpu_id: Some(gpu_id),
             bos: msg.bo_entries.len(),
         })
+    }
+
+    /// On a kernel that cannot list DRM BOs, with none among the probed
+    /// handles of render node `node` (renderD`minor`, file `id`): refuses
+    /// the file when its fdinfo shows memory in its VM beyond what the KFD
+    /// BOs of the processes using the GPU and page tables account for (DRM
+    /// BOs at handles the probe does not reach); dumps it without BOs, with
+    /// a warning, otherwise.
+    fn refuse_unseen_drm_memory<F: AsFd>(
+        &self,
+        node: &kfd::RenderNode<D, F>,
+        minor: u32,
+        id: u32,
+    ) -> Result<(), Error> {
+        let probed = format!("GEM handles 1..={UNLISTED_HANDLE_PROBE}");
+        let vm = node
+            .fdinfo()
+            .ok()
+            .and_then(|text| crate::drm_fdinfo::vm_bytes(&text));
+        let Some(vm) = vm else {
+            log::warn!(
+                "file {id}: the kernel cannot list DRM BOs (no AMDGPU_GEM_LIST_HANDLES); \
+                 renderD{minor} has none among {probed} and its fdinfo reports no memory, \
+                 so BOs above those handles cannot be told: dumped without BOs"
+            );
+            return Ok(());
+        };
+        let (known, buffers) = self
+            .render_minors
+            .iter()
+            .filter(|(_, m)| **m == minor)
+            .filter_map(|(local, _)| self.kfd_bos_of_gpu.get(local))
+            .fold((0u64, 0u64), |(b, n), (kb, kn)| {
+                (b.saturating_add(*kb), n.saturating_add(*kn))
+            });
+        let allowance = crate::drm_fdinfo::unlisted_allowance(known, buffers);
+        let unseen = vm.saturating_sub(known);
+        if unseen > allowance {
+            return Err(Error::Unlistable {
+                reason: format!(
+                    "file {id}: renderD{minor} holds {vm} bytes of GPU memory (its fdinfo), \
+                     {unseen} more than the {known} bytes of KFD BOs of the processes using \
+                     its GPU (page tables allowed for), yet none of {probed} exists: DRM \
+                     buffers at higher handles, which this kernel cannot list (no \
+                     AMDGPU_GEM_LIST_HANDLES, added in Linux 6.16); the dump would lose them, \
+                     so it is refused: update the kernel"
+                ),
+            });
+        }
+        log::warn!(
+            "file {id}: the kernel cannot list DRM BOs (no AMDGPU_GEM_LIST_HANDLES); \
+             renderD{minor} has none among {probed}, and its fdinfo's {vm} bytes are its \
+             processes' KFD BOs and page tables: dumped without BOs"
+        );
+        Ok(())
     }
 
     /// Writes the images of pending render nodes whose GPU is now known.

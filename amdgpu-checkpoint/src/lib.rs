@@ -42,6 +42,7 @@
 
 #![deny(unsafe_code)]
 
+mod drm_fdinfo;
 pub mod dump;
 pub mod error;
 #[doc(hidden)]

@@ -340,6 +340,24 @@ impl Driver for SimDriver {
         HostDriver.fd_kind(fd)
     }
 
+    /// The VFS's lines for the file, and for a render file amdgpu's
+    /// ([`crate::drm::fdinfo`]).
+    fn fdinfo(&self, fd: BorrowedFd<'_>) -> io::Result<String> {
+        let generic = HostDriver.fdinfo(fd)?;
+        let key = FileKey::of_raw(fd.as_raw_fd())?;
+        let st = self.sim.lock();
+        let Some(OpenFile::Render(file)) = st.files.get(&key) else {
+            return Ok(generic);
+        };
+        let pdev = self.sim.pci_address(file.gpu);
+        let ino = std::os::unix::fs::MetadataExt::ino(
+            &std::fs::File::from(fd.try_clone_to_owned()?).metadata()?,
+        );
+        Ok(crate::drm::fdinfo::render_fdinfo(
+            &st, key, file, &generic, &pdev, ino,
+        ))
+    }
+
     fn device_number(&self, path: &Path) -> io::Result<DeviceNumber> {
         let s = path
             .to_str()
