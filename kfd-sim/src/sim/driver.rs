@@ -341,7 +341,7 @@ impl Driver for SimDriver {
     }
 
     /// The VFS's lines for the file, and for a render file amdgpu's
-    /// ([`crate::drm::fdinfo`]).
+    /// (as `amdgpu_show_fdinfo` prints them).
     fn fdinfo(&self, fd: BorrowedFd<'_>) -> io::Result<String> {
         let generic = HostDriver.fdinfo(fd)?;
         let key = FileKey::of_raw(fd.as_raw_fd())?;
