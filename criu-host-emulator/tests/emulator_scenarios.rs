@@ -327,26 +327,59 @@ fn a_failure_after_the_kfd_file_is_unpaused_at_exit() {
     app.step().expect("exit() unpaused the process");
 }
 
-#[test]
-fn hsakmt_shared_memory_is_recreated_with_its_size_and_magic() {
+/// A Basic process dumped with `content` as hsakmt's shared memory, then
+/// ended: what its restore needs.
+struct DumpedWithShm {
+    dirs: Dirs,
+    emulator: criu_host_emulator::CriuEmulator,
+    shm: std::path::PathBuf,
+    pid: kfd_sim::Pid,
+    ids: Vec<u32>,
+    image: amdgpu_image::CriuKfd,
+    _sim: Sim,
+}
+
+fn dumped_with_shm(content: &[u8]) -> DumpedWithShm {
     let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
     let app = launch(&sim, &Profile::Basic, 1);
     let dirs = Dirs::new();
     let shm = dirs.shm.path().join("hsakmt_shared_mem");
-    let mut content = vec![0u8; 8192];
-    content[..4].copy_from_slice(&0x5a5a_1234u32.to_ne_bytes());
-    std::fs::write(&shm, &content).unwrap();
+    std::fs::write(&shm, content).unwrap();
     let (files, ids) = gpu_files(&app);
     let emulator = dirs.emulator(&sim, |_| {});
     emulator
         .dump(app.pid(), &files, &device_vmas(&sim))
         .expect("dump");
     let image = kfd_image(dirs.images.path());
-    assert_eq!(image.shared_mem_size, 8192);
-    assert_eq!(image.shared_mem_magic, 0x5a5a_1234);
     let pid = app.pid();
     drop(files);
     app.exit().unwrap();
+    DumpedWithShm {
+        dirs,
+        emulator,
+        shm,
+        pid,
+        ids,
+        image,
+        _sim: sim,
+    }
+}
+
+#[test]
+fn hsakmt_shared_memory_is_recreated_with_its_size_and_magic() {
+    let mut content = vec![0u8; 8192];
+    content[..4].copy_from_slice(&0x5a5a_1234u32.to_ne_bytes());
+    let DumpedWithShm {
+        dirs: _dirs,
+        emulator,
+        shm,
+        pid,
+        ids,
+        image,
+        ..
+    } = dumped_with_shm(&content);
+    assert_eq!(image.shared_mem_size, 8192);
+    assert_eq!(image.shared_mem_magic, 0x5a5a_1234);
     std::fs::remove_file(&shm).unwrap();
     emulator
         .restore(pid, &ids, &vmas_of(&image))
@@ -363,23 +396,18 @@ fn hsakmt_shared_memory_of_live_processes_is_never_resized_or_rewritten() {
     // Truncating it would SIGBUS every process mapping past the new end,
     // rewriting its magic would corrupt their shared table: as the C
     // plugin does, restore creates the object only when it is missing.
-    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
-    let app = launch(&sim, &Profile::Basic, 1);
-    let dirs = Dirs::new();
-    let shm = dirs.shm.path().join("hsakmt_shared_mem");
     let mut content = vec![0u8; 8192];
     content[..4].copy_from_slice(&0x5a5a_1234u32.to_ne_bytes());
-    std::fs::write(&shm, &content).unwrap();
-    let (files, ids) = gpu_files(&app);
-    let emulator = dirs.emulator(&sim, |_| {});
-    emulator
-        .dump(app.pid(), &files, &device_vmas(&sim))
-        .expect("dump");
-    let image = kfd_image(dirs.images.path());
+    let DumpedWithShm {
+        dirs: _dirs,
+        emulator,
+        shm,
+        pid,
+        ids,
+        image,
+        ..
+    } = dumped_with_shm(&content);
     assert_eq!(image.shared_mem_size, 8192);
-    let pid = app.pid();
-    drop(files);
-    app.exit().unwrap();
     let mut live = 0x5441_5348u32.to_ne_bytes().to_vec();
     live.extend_from_slice(&7u32.to_ne_bytes());
     std::fs::write(&shm, &live).unwrap();
@@ -395,23 +423,18 @@ fn hsakmt_shared_memory_of_live_processes_is_never_resized_or_rewritten() {
 
 #[test]
 fn a_hostile_hsakmt_shared_memory_size_is_refused_before_anything_is_created() {
-    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
-    let app = launch(&sim, &Profile::Basic, 1);
-    let dirs = Dirs::new();
-    let shm = dirs.shm.path().join("hsakmt_shared_mem");
-    std::fs::write(&shm, [0u8; 8]).unwrap();
-    let (files, ids) = gpu_files(&app);
-    let emulator = dirs.emulator(&sim, |_| {});
-    emulator
-        .dump(app.pid(), &files, &device_vmas(&sim))
-        .expect("dump");
-    let pid = app.pid();
-    drop(files);
-    app.exit().unwrap();
+    let DumpedWithShm {
+        dirs,
+        emulator,
+        shm,
+        pid,
+        ids,
+        mut image,
+        ..
+    } = dumped_with_shm(&[0u8; 8]);
     std::fs::remove_file(&shm).unwrap();
     // The image claims a 1 TiB object.
     let name = amdgpu_image::ImageName::Kfd { id: KFD_ID };
-    let mut image = kfd_image(dirs.images.path());
     image.shared_mem_size = 1 << 40;
     amdgpu_image::ImageStore::write_message(
         &amdgpu_image::DirStore::open_dir(dirs.images.path()).unwrap(),

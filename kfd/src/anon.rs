@@ -258,6 +258,36 @@ impl Drop for AnonymousMapping {
     }
 }
 
+/// The value after `key` (`VmFlags:`, `THPeligible:`) in the
+/// `/proc/self/smaps` entry of the mapping holding `addr`, trimmed.
+#[cfg(test)]
+pub(crate) fn smaps_value(addr: usize, key: &str) -> Option<String> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut inside = false;
+    for line in smaps.lines() {
+        let range = line
+            .split_whitespace()
+            .next()
+            .and_then(|r| r.split_once('-'))
+            .and_then(|(a, b)| {
+                Some((
+                    usize::from_str_radix(a, 16).ok()?,
+                    usize::from_str_radix(b, 16).ok()?,
+                ))
+            });
+        if let Some((start, end)) = range {
+            inside = (start..end).contains(&addr);
+            continue;
+        }
+        if inside {
+            if let Some(value) = line.strip_prefix(key) {
+                return Some(value.trim().to_owned());
+            }
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,29 +310,7 @@ mod tests {
     /// The `THPeligible` line of the `/proc/self/smaps` entry holding
     /// `addr`.
     fn thp_eligible(addr: usize) -> Option<bool> {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
-        let mut inside = false;
-        for line in smaps.lines() {
-            let range = line
-                .split_whitespace()
-                .next()
-                .and_then(|r| r.split_once('-'));
-            if let Some((start, end)) = range {
-                if let (Ok(start), Ok(end)) = (
-                    usize::from_str_radix(start, 16),
-                    usize::from_str_radix(end, 16),
-                ) {
-                    inside = (start..end).contains(&addr);
-                    continue;
-                }
-            }
-            if inside {
-                if let Some(value) = line.strip_prefix("THPeligible:") {
-                    return Some(value.trim() == "1");
-                }
-            }
-        }
-        None
+        smaps_value(addr, "THPeligible:").map(|v| v == "1")
     }
 
     #[test]

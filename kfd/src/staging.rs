@@ -104,34 +104,6 @@ mod tests {
         assert_eq!(buf.as_slice()[page], 0xAB);
     }
 
-    /// The `VmFlags` of the `/proc/self/smaps` entry holding `addr`.
-    fn vm_flags(addr: usize) -> Option<Vec<String>> {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
-        let mut inside = false;
-        for line in smaps.lines() {
-            let range = line
-                .split_whitespace()
-                .next()
-                .and_then(|r| r.split_once('-'))
-                .and_then(|(a, b)| {
-                    Some((
-                        usize::from_str_radix(a, 16).ok()?,
-                        usize::from_str_radix(b, 16).ok()?,
-                    ))
-                });
-            if let Some((start, end)) = range {
-                inside = (start..end).contains(&addr);
-                continue;
-            }
-            if inside {
-                if let Some(flags) = line.strip_prefix("VmFlags:") {
-                    return Some(flags.split_whitespace().map(str::to_owned).collect());
-                }
-            }
-        }
-        None
-    }
-
     #[test]
     fn staging_memory_is_not_inherited_by_forks() {
         // A fork (the dump guardian) while a copy engine writes the buffer
@@ -141,9 +113,9 @@ mod tests {
         let mut buf = StagingBuffer::new(3 * page_size()).unwrap();
         buf.as_mut_slice()[0] = 1;
         let addr = buf.as_ptr() as usize;
-        let flags = vm_flags(addr).expect("the buffer is in smaps");
+        let flags = crate::anon::smaps_value(addr, "VmFlags:").expect("the buffer is in smaps");
         assert!(
-            flags.iter().any(|f| f == "dc"),
+            flags.split_whitespace().any(|f| f == "dc"),
             "no MADV_DONTFORK (\"dc\") on the staging buffer: {flags:?}"
         );
         // SAFETY: the child only calls mincore and _exit (async-signal-safe)
