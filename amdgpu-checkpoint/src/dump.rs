@@ -20,7 +20,10 @@
 //!
 //! Render-node files ([`Dumper::dump_render_node`]) record their DRM BOs and
 //! the GPU's device entry; one whose GPU no dumped KFD file names is
-//! written at the end of the dump as a render-only image (`gpu_id` 0), so
+//! written at the end of the dump as a render-only image (`gpu_id` 0; on a
+//! host without `DUMP_DEVICES_LATE`, whose dump ends with its last file,
+//! at once into an image directory, renamed should a KFD file name its GPU
+//! later), so
 //! processes that use render nodes without `/dev/kfd` can be dumped (the C
 //! plugin refuses them).
 //!
@@ -125,18 +128,35 @@ pub struct DmabufDump {
     pub handle: Option<u32>,
 }
 
+/// A process as the KFD-file bookkeeping names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum KfdOwner {
+    /// Its pid as the dumper's driver (and the host) names processes: the
+    /// process holding the file, named before it is paused.
+    Holder(u32),
+    /// Its pid in its own pid namespace, as `PROCESS_INFO` reports it
+    /// (only for files whose holder could not be named).
+    Kfd(u32),
+}
+
 struct PendingRender {
     fd: OwnedFd,
     minor: u32,
     id: u32,
+    /// The image written already, render-only, on a host without
+    /// `DUMP_DEVICES_LATE` (whose end cannot fail the dump any more): a KFD
+    /// file naming its GPU later renames it instead of writing it anew.
+    written: Option<CriuRenderNode>,
 }
 
 struct Paused<D: Driver> {
     kfd: Kfd<D>,
     pid: u32,
     id: u32,
-    /// Dropped once the process is unpaused (the guardian then exits).
-    _guardian: Option<Guardian>,
+    /// Dropped once the process is unpaused (the guardian then exits), or
+    /// left watching ([`Guardian::keep_watching`]) when the dumper gives up
+    /// on it.
+    guardian: Option<Guardian>,
     /// An unfinished file in the images directory while the process is
     /// paused (see `mark_in_progress`); dropped, and so removed,
     /// once it is unpaused.
@@ -155,10 +175,14 @@ pub struct Dumper<D: Driver + Clone> {
     /// Local gpu_id to the pids (from `PROCESS_INFO`) of the dumped KFD
     /// processes that use it.
     kfd_pids: BTreeMap<u32, BTreeSet<u32>>,
+    /// Local gpu_id to the bytes and count of the BOs of the dumped KFD
+    /// processes that use it (any of their BOs may be mapped in the GPU's
+    /// VM): what a render node's VM may hold besides its own DRM BOs.
+    kfd_bos_of_gpu: BTreeMap<u32, (u64, u64)>,
     /// The KFD interface version of this host (read at the first KFD dump).
     kfd_version: Option<kfd::Version>,
-    /// pid to CRIU file id of each KFD file dumped.
-    kfd_files: BTreeMap<u32, u32>,
+    /// The process of each KFD file dumped, to its CRIU file id.
+    kfd_files: BTreeMap<KfdOwner, u32>,
     /// Render nodes dumped before their process's KFD file.
     pending_renders: Vec<PendingRender>,
     /// (st_dev, st_ino) of each dumped BO's dma-buf to its share handle.
@@ -236,6 +260,7 @@ impl<D: Driver + Clone> Dumper<D> {
             user_gpu_ids: BTreeMap::new(),
             render_minors: BTreeMap::new(),
             kfd_pids: BTreeMap::new(),
+            kfd_bos_of_gpu: BTreeMap::new(),
             kfd_version: None,
             kfd_files: BTreeMap::new(),
             pending_renders: Vec::new(),
@@ -360,17 +385,33 @@ impl<D: Driver + Clone> Dumper<D> {
             .try_clone_to_owned()
             .map_err(Error::io("duplicating the KFD fd"))?;
         let target = Kfd::from_fd(self.driver.clone(), own);
+        // The file's process, named before it is paused: a second KFD file
+        // of a process paused already is refused before PROCESS_INFO nests
+        // a second pause (KFD counts pauses, but its UNPAUSE answers EINVAL
+        // once unpaused, so the second level would stay for good).
+        let holder = crate::identify::traced_holder(&self.driver, fd).map(|h| h.pid);
+        if let Some(holder) = holder {
+            self.refuse_second_file_of(KfdOwner::Holder(holder), id)?;
+        }
         // Before the pause, so that no moment of it goes unmarked.
         let in_progress = mark_in_progress(store, id);
         let info = target
             .process_info()
             .map_err(Error::kfd("pausing the process (CRIU_OP PROCESS_INFO)"))?;
-        // The host could not name the file's process before it was paused
-        // ([`Dumper::refuse_second_kfd_file`]): refuse now. Nothing is
-        // written; the failed dump's exit unpauses the first file's process
-        // (a kernel that paused it twice may keep its queues evicted: KFD
-        // counts evictions but its UNPAUSE answers EINVAL once unpaused).
-        self.refuse_second_kfd_file(info.pid, id)?;
+        if holder.is_none() {
+            // Nobody could name the file's process before the pause (no
+            // traced process found holding it): refused now, later than it
+            // should be. Nothing is written; the failed dump's exit unpauses
+            // the first file's process, whose queues may stay evicted.
+            log::warn!(
+                "file {id}: the process holding this /dev/kfd file could not be named before \
+                 PROCESS_INFO (pid {} by KFD)",
+                info.pid
+            );
+            self.refuse_second_file_of(KfdOwner::Kfd(info.pid), id)?;
+        } else {
+            self.kfd_files.entry(KfdOwner::Kfd(info.pid)).or_insert(id);
+        }
         log::info!(
             "file {id}: pid {} paused: {} GPUs, {} BOs, {} objects, {} bytes of private data",
             info.pid,
@@ -401,33 +442,54 @@ impl<D: Driver + Clone> Dumper<D> {
                     ..dump
                 })
             });
+        let paused = Paused {
+            kfd: target,
+            pid: info.pid,
+            id,
+            guardian,
+            _in_progress: in_progress,
+        };
         match dumped {
-            Ok(mut dump) => {
-                if self.config.unpause_early {
-                    target
-                        .unpause()
-                        .map_err(Error::kfd("unpausing the process after its dump"))?;
-                    dump.unpaused = true;
-                } else {
-                    self.paused.push(Paused {
-                        kfd: target,
-                        pid: info.pid,
-                        id,
-                        _guardian: guardian,
-                        _in_progress: in_progress,
-                    });
-                }
+            Ok(dump) if !self.config.unpause_early => {
+                self.paused.push(paused);
                 Ok(dump)
             }
+            Ok(dump) => match paused.kfd.unpause() {
+                Ok(()) => Ok(KfdDump {
+                    unpaused: true,
+                    ..dump
+                }),
+                Err(e) => {
+                    // Still paused: kept on record (the dump's end tries
+                    // again) with its guardian armed.
+                    self.still_paused(paused, &e);
+                    Err(Error::Kfd {
+                        step: "unpausing the process after its dump",
+                        source: e,
+                    })
+                }
+            },
             Err(err) => {
                 // A failed dump must never leave the application frozen.
-                match target.unpause() {
+                match paused.kfd.unpause() {
                     Ok(()) => log::info!("file {id}: pid {} unpaused after the failure", info.pid),
-                    Err(e) => log::error!("file {id}: pid {} stays paused: {e}", info.pid),
+                    Err(e) => self.still_paused(paused, &e),
                 }
                 Err(err)
             }
         }
+    }
+
+    /// Keeps a process whose UNPAUSE failed on record, its guardian armed:
+    /// [`unpause_all`](Self::unpause_all) (the dump's end) tries again, and
+    /// should that fail too the guardian recovers it once the dumper ends.
+    fn still_paused(&mut self, paused: Paused<D>, error: &kfd::Error) {
+        log::error!(
+            "file {}: pid {} stays paused for now ({error}); tried again at the end of the dump",
+            paused.id,
+            paused.pid
+        );
+        self.paused.push(paused);
     }
 
     /// This host's KFD interface version, read once through a private
@@ -456,12 +518,21 @@ impl<D: Driver + Clone> Dumper<D> {
     /// other KFD file was dumped already and the KFD is 1.19 or later, where
     /// either file may carry a second KFD context
     /// (`AMDKFD_IOC_CREATE_PROCESS`) no CRIU can save (see
-    /// [`crate::kfd_version`]); records the file otherwise. Hosts that can
-    /// name a file's process call this before [`Dumper::dump_kfd`], so the
-    /// process is never paused twice.
+    /// [`crate::kfd_version`]); records the file otherwise. `pid` is the
+    /// process holding the file as the dumper's driver names processes (the
+    /// host's pid). [`Dumper::dump_kfd`] names the holder itself among the
+    /// processes the dumper traces, before the pause; a host that knows it
+    /// may call this first.
     pub fn refuse_second_kfd_file(&mut self, pid: u32, id: u32) -> Result<(), Error> {
+        self.refuse_second_file_of(KfdOwner::Holder(pid), id)
+    }
+
+    /// [`refuse_second_kfd_file`](Self::refuse_second_kfd_file) of the
+    /// process `owner`.
+    fn refuse_second_file_of(&mut self, owner: KfdOwner, id: u32) -> Result<(), Error> {
         let version = self.kfd_version()?;
-        match self.kfd_files.get(&pid) {
+        let (KfdOwner::Holder(pid) | KfdOwner::Kfd(pid)) = owner;
+        match self.kfd_files.get(&owner) {
             Some(&first)
                 if first != id && version.minor >= crate::kfd_version::CREATE_PROCESS_MINOR =>
             {
@@ -475,7 +546,7 @@ impl<D: Driver + Clone> Dumper<D> {
                 })
             }
             _ => {
-                self.kfd_files.entry(pid).or_insert(id);
+                self.kfd_files.entry(owner).or_insert(id);
                 Ok(())
             }
         }
@@ -516,7 +587,23 @@ impl<D: Driver + Clone> Dumper<D> {
                 None
             }
         });
-        match Guardian::arm(target, dir, &self.config.guardian_driver, leftovers) {
+        // A pidfd of the paused process itself, through the dumper's
+        // driver (which names processes as the guardian's does): should it
+        // exit and its pid be reused, the guardian leaves the new process
+        // alone.
+        let armed = match self.driver.pidfd_open(target.pid) {
+            Ok(pidfd) => {
+                Guardian::arm_pinned(target, pidfd, dir, &self.config.guardian_driver, leftovers)
+            }
+            Err(e) => {
+                log::info!(
+                    "file {id}: no pidfd of pid {} ({e}): its guardian knows it by pid",
+                    target.pid
+                );
+                Guardian::arm(target, dir, &self.config.guardian_driver, leftovers)
+            }
+        };
+        match armed {
             Ok(guardian) => {
                 log::debug!(
                     "file {id}: pid {} guarded by pid {}",
@@ -643,8 +730,15 @@ impl<D: Driver + Clone> Dumper<D> {
             dump_id: Some(plan.dump_id().to_vec()),
             parent_dump_id: None,
         };
+        let bo_bytes = checkpoint
+            .bos
+            .iter()
+            .fold(0u64, |sum, bo| sum.saturating_add(bo.bucket.size));
         for local in user_of.keys() {
             self.kfd_pids.entry(*local).or_default().insert(info.pid);
+            let known = self.kfd_bos_of_gpu.entry(*local).or_default();
+            known.0 = known.0.saturating_add(bo_bytes);
+            known.1 = known.1.saturating_add(checkpoint.bos.len() as u64);
         }
         self.user_gpu_ids.extend(user_of);
         self.render_minors
@@ -691,17 +785,47 @@ impl<D: Driver + Clone> Dumper<D> {
             .map_err(Error::io("duplicating the render-node fd"))?;
         match self.user_gpu_of_minor(minor) {
             Some(gpu_id) => {
-                let dump = self.write_render_node(store, own, minor, id, gpu_id)?;
+                let (dump, _) = self.write_render_node(store, own, minor, id, gpu_id)?;
                 self.flush_pending_dmabufs(store)?;
                 Ok(dump)
+            }
+            // A host without DUMP_DEVICES_LATE reports the dump a success
+            // after its last DUMP_EXT_FILE: the image is written now, as
+            // render-only, so a failure fails this file (an image
+            // directory only: a stream cannot take an image twice, should
+            // a KFD file name the GPU later).
+            None if self.config.unpause_early && store.as_dir().is_some() => {
+                let copy = own
+                    .try_clone()
+                    .map_err(Error::io("duplicating the render-node fd"))?;
+                let (dump, msg) = self.write_render_node(store, copy, minor, id, 0)?;
+                log::info!(
+                    "file {id}: no dumped KFD file names the GPU of renderD{minor} yet: written \
+                     render-only ({} DRM BOs), renamed should a KFD file name its GPU",
+                    dump.bos
+                );
+                self.pending_renders.push(PendingRender {
+                    fd: own,
+                    minor,
+                    id,
+                    written: Some(msg),
+                });
+                Ok(RenderDump {
+                    gpu_id: None,
+                    ..dump
+                })
             }
             None => {
                 log::info!(
                     "file {id}: no dumped KFD file names the GPU of renderD{minor} yet; \
                      its image waits for one (render-only if none comes)"
                 );
-                self.pending_renders
-                    .push(PendingRender { fd: own, minor, id });
+                self.pending_renders.push(PendingRender {
+                    fd: own,
+                    minor,
+                    id,
+                    written: None,
+                });
                 Ok(RenderDump {
                     id,
                     minor,
@@ -764,7 +888,7 @@ impl<D: Driver + Clone> Dumper<D> {
         minor: u32,
         id: u32,
         gpu_id: u32,
-    ) -> Result<RenderDump, Error> {
+    ) -> Result<(RenderDump, CriuRenderNode), Error> {
         let device = self.render_device(minor)?;
         // Names the GPU in transfer errors: the user id, else the machine's.
         let named_gpu = if gpu_id != 0 { gpu_id } else { device.gpu_id };
@@ -776,8 +900,9 @@ impl<D: Driver + Clone> Dumper<D> {
             // (criu#3015). Handles are allocated lowest-free from 1, so a
             // file with BOs almost always has one of the lowest handles:
             // probe them, and refuse when one exists. A file whose BOs all
-            // sit above the probed range (all low handles closed) is not
-            // told apart: said in the log line.
+            // sit above the probed range (all low handles closed) is found
+            // by its fdinfo: memory in its VM that neither the KFD BOs of
+            // the processes using the GPU nor page tables account for.
             Err(e) if e.errno() == libc::EINVAL => {
                 if let Some(handle) = (1..=UNLISTED_HANDLE_PROBE).find(|&h| {
                     match node.gem_mmap_offset(GemHandle(h)) {
@@ -794,11 +919,7 @@ impl<D: Driver + Clone> Dumper<D> {
                         ),
                     });
                 }
-                log::warn!(
-                    "file {id}: the kernel cannot list DRM BOs (no AMDGPU_GEM_LIST_HANDLES); \
-                     renderD{minor} has none among GEM handles 1..={UNLISTED_HANDLE_PROBE} and is \
-                     dumped without BOs"
-                );
+                self.refuse_unseen_drm_memory(&node, minor, id)?;
                 Vec::new()
             }
             Err(e) => {
@@ -892,11 +1013,13 @@ impl<D: Driver + Clone> Dumper<D> {
                 }
                 _ => None,
             };
-            let dumped = dumped.map(|bo| {
-                contents.bytes += bo.bytes;
-                contents.stored_bytes += bo.stored_bytes;
-                render_chunks(bo)
-            });
+            let dumped = dumped
+                .map(|bo| {
+                    contents.bytes += bo.bytes;
+                    contents.stored_bytes += bo.stored_bytes;
+                    render_chunks(bo)
+                })
+                .transpose()?;
             bo_entries.push(DrmBoEntry {
                 addr: vms.last().map_or(0, |vm| vm.addr),
                 size: listed.size,
@@ -930,7 +1053,6 @@ impl<D: Driver + Clone> Dumper<D> {
                 .filter_map(|b| b.chunk_sources.as_deref())
                 .flatten()
         };
-        let references = sources().next().is_some();
         let references_parent = sources().any(|&s| s == amdgpu_image::ChunkSource::Parent as u8);
         crate::incremental::log_written(
             &format!("file {id} (renderD{minor})"),
@@ -938,12 +1060,9 @@ impl<D: Driver + Clone> Dumper<D> {
             contents.bytes,
             references_parent,
         );
-        let msg = CriuRenderNode {
-            // An image with references names its GPU in referencing_gpu_id
-            // and 0 here: the C plugin, which would restore the BOs without
-            // the referenced chunks, finds no GPU and refuses the file.
-            gpu_id: if references { 0 } else { gpu_id },
-            referencing_gpu_id: (references && gpu_id != 0).then_some(gpu_id),
+        let mut msg = CriuRenderNode {
+            gpu_id: 0,
+            referencing_gpu_id: None,
             dump_id: Some(plan.dump_id().to_vec()),
             parent_dump_id: if references_parent {
                 plan.parent_dump_id().map(<[u8]>::to_vec)
@@ -959,22 +1078,117 @@ impl<D: Driver + Clone> Dumper<D> {
             message_checksum: None,
             device: Some(device),
             chunk_size: Some(amdgpu_image::CHUNK_SIZE),
-            // Which tasks may own the fd: only a named GPU has any.
-            kfd_pids: if gpu_id == 0 {
-                Vec::new()
-            } else {
-                self.kfd_pids_of_minor(minor)
-            },
+            kfd_pids: Vec::new(),
         };
+        self.name_render_gpu(&mut msg, gpu_id);
         store
             .write_message(&ImageName::RenderNode { id }, &msg)
             .map_err(Error::image("writing the render-node image"))?;
-        Ok(RenderDump {
+        let dump = RenderDump {
             id,
             minor,
             gpu_id: Some(gpu_id),
             bos: msg.bo_entries.len(),
+        };
+        Ok((dump, msg))
+    }
+
+    /// Names the GPU of a render-node image: the user gpu_id `gpu_id` of
+    /// the KFD file that names it, or 0 (render-only), and the KFD
+    /// processes that may own the fd.
+    fn name_render_gpu(&self, msg: &mut CriuRenderNode, gpu_id: u32) {
+        let references = msg.bo_entries.iter().any(|b| b.chunk_sources.is_some());
+        // An image with references names its GPU in referencing_gpu_id
+        // and 0 here: the C plugin, which would restore the BOs without
+        // the referenced chunks, finds no GPU and refuses the file.
+        msg.gpu_id = if references { 0 } else { gpu_id };
+        msg.referencing_gpu_id = (references && gpu_id != 0).then_some(gpu_id);
+        // Which tasks may own the fd: only a named GPU has any.
+        msg.kfd_pids = if gpu_id == 0 {
+            Vec::new()
+        } else {
+            self.kfd_pids_of_minor(msg.drm_render_minor)
+        };
+    }
+
+    /// Writes pending render node `render`'s image naming user gpu_id
+    /// `gpu_id`: renames the one written render-only, or writes it.
+    fn write_pending_render<S: ImageStore>(
+        &mut self,
+        store: &S,
+        render: PendingRender,
+        gpu_id: u32,
+    ) -> Result<RenderDump, Error> {
+        let Some(mut msg) = render.written else {
+            return self
+                .write_render_node(store, render.fd, render.minor, render.id, gpu_id)
+                .map(|(dump, _)| dump);
+        };
+        self.name_render_gpu(&mut msg, gpu_id);
+        store
+            .write_message(&ImageName::RenderNode { id: render.id }, &msg)
+            .map_err(Error::image("renaming the GPU of a render-node image"))?;
+        Ok(RenderDump {
+            id: render.id,
+            minor: render.minor,
+            gpu_id: Some(gpu_id),
+            bos: msg.bo_entries.len(),
         })
+    }
+
+    /// On a kernel that cannot list DRM BOs, with none among the probed
+    /// handles of render node `node` (renderD`minor`, file `id`): refuses
+    /// the file when its fdinfo shows memory in its VM beyond what the KFD
+    /// BOs of the processes using the GPU and page tables account for (DRM
+    /// BOs at handles the probe does not reach); dumps it without BOs, with
+    /// a warning, otherwise.
+    fn refuse_unseen_drm_memory<F: AsFd>(
+        &self,
+        node: &kfd::RenderNode<D, F>,
+        minor: u32,
+        id: u32,
+    ) -> Result<(), Error> {
+        let probed = format!("GEM handles 1..={UNLISTED_HANDLE_PROBE}");
+        let vm = node
+            .fdinfo()
+            .ok()
+            .and_then(|text| crate::drm_fdinfo::vm_bytes(&text));
+        let Some(vm) = vm else {
+            log::warn!(
+                "file {id}: the kernel cannot list DRM BOs (no AMDGPU_GEM_LIST_HANDLES); \
+                 renderD{minor} has none among {probed} and its fdinfo reports no memory, \
+                 so BOs above those handles cannot be told: dumped without BOs"
+            );
+            return Ok(());
+        };
+        let (known, buffers) = self
+            .render_minors
+            .iter()
+            .filter(|(_, m)| **m == minor)
+            .filter_map(|(local, _)| self.kfd_bos_of_gpu.get(local))
+            .fold((0u64, 0u64), |(b, n), (kb, kn)| {
+                (b.saturating_add(*kb), n.saturating_add(*kn))
+            });
+        let allowance = crate::drm_fdinfo::unlisted_allowance(known, buffers);
+        let unseen = vm.saturating_sub(known);
+        if unseen > allowance {
+            return Err(Error::Unlistable {
+                reason: format!(
+                    "file {id}: renderD{minor} holds {vm} bytes of GPU memory (its fdinfo), \
+                     {unseen} more than the {known} bytes of KFD BOs of the processes using \
+                     its GPU (page tables allowed for), yet none of {probed} exists: DRM \
+                     buffers at higher handles, which this kernel cannot list (no \
+                     AMDGPU_GEM_LIST_HANDLES, added in Linux 6.16); the dump would lose them, \
+                     so it is refused: update the kernel"
+                ),
+            });
+        }
+        log::warn!(
+            "file {id}: the kernel cannot list DRM BOs (no AMDGPU_GEM_LIST_HANDLES); \
+             renderD{minor} has none among {probed}, and its fdinfo's {vm} bytes are its \
+             processes' KFD BOs and page tables: dumped without BOs"
+        );
+        Ok(())
     }
 
     /// Writes the images of pending render nodes whose GPU is now known.
@@ -984,13 +1198,9 @@ impl<D: Driver + Clone> Dumper<D> {
         for render in pending {
             match self.user_gpu_of_minor(render.minor) {
                 Some(gpu_id) => {
-                    match self.write_render_node(store, render.fd, render.minor, render.id, gpu_id)
-                    {
-                        Ok(_) => log::info!(
-                            "file {}: renderD{} of GPU {gpu_id:#x} dumped",
-                            render.id,
-                            render.minor
-                        ),
+                    let (id, minor) = (render.id, render.minor);
+                    match self.write_pending_render(store, render, gpu_id) {
+                        Ok(_) => log::info!("file {id}: renderD{minor} of GPU {gpu_id:#x} dumped"),
                         Err(e) => {
                             first_error.get_or_insert(e);
                         }
@@ -1017,19 +1227,22 @@ impl<D: Driver + Clone> Dumper<D> {
         let mut written = 0;
         let mut first_error = None;
         for render in std::mem::take(&mut self.pending_renders) {
-            let gpu_id = self.user_gpu_of_minor(render.minor).unwrap_or(0);
-            match self.write_render_node(store, render.fd, render.minor, render.id, gpu_id) {
+            let (id, minor) = (render.id, render.minor);
+            let gpu_id = self.user_gpu_of_minor(minor).unwrap_or(0);
+            if gpu_id == 0 && render.written.is_some() {
+                // Written render-only already, when it was dumped.
+                continue;
+            }
+            match self.write_pending_render(store, render, gpu_id) {
                 Ok(dump) => {
                     written += 1;
                     log::info!(
-                        "file {}: renderD{} dumped without a KFD process ({} DRM BOs)",
-                        render.id,
-                        render.minor,
+                        "file {id}: renderD{minor} dumped without a KFD process ({} DRM BOs)",
                         dump.bos
                     );
                 }
                 Err(e) => {
-                    log::error!("file {}: renderD{}: {e}", render.id, render.minor);
+                    log::error!("file {id}: renderD{minor}: {e}");
                     first_error.get_or_insert(e);
                 }
             }
@@ -1234,6 +1447,28 @@ impl<D: Driver + Clone> Drop for Dumper<D> {
             );
             let _ = self.unpause_all();
         }
+        // Those this process cannot unpause are left to their guardians,
+        // which recover them once it has ended.
+        for paused in self.paused.drain(..) {
+            match paused.guardian {
+                Some(guardian) => {
+                    log::error!(
+                        "file {}: pid {} is still paused; its guardian (pid {}) unpauses it when \
+                         this process ends",
+                        paused.id,
+                        paused.pid,
+                        guardian.pid()
+                    );
+                    guardian.keep_watching();
+                }
+                None => log::error!(
+                    "file {}: pid {} is still paused and has no guardian; run \
+                     `amdgpu-criu unpause --pid PID` on it",
+                    paused.id,
+                    paused.pid
+                ),
+            }
+        }
     }
 }
 
@@ -1263,29 +1498,7 @@ fn finish_kfd<D: Driver + Clone, S: ImageStore + Sync>(
         Some(&plan),
         Some(pool),
     )?;
-    let entries = &mut msg.bo_entries;
-    for (entry, checksum) in &contents.checksums {
-        if let Some(bo) = entries.get_mut(*entry) {
-            bo.content_checksum = Some(*checksum);
-        }
-    }
-    for (entry, digests) in &contents.digests {
-        if let Some(bo) = entries.get_mut(*entry) {
-            bo.chunk_digests = Some(amdgpu_image::chunks::encode_digests(digests));
-        }
-    }
-    let mut references_parent = false;
-    for (entry, sources) in &contents.sources {
-        if let Some(bo) = entries.get_mut(*entry) {
-            if sources
-                .iter()
-                .any(|s| *s != amdgpu_image::ChunkSource::Here)
-            {
-                references_parent |= sources.contains(&amdgpu_image::ChunkSource::Parent);
-                bo.chunk_sources = Some(sources.iter().map(|s| *s as u8).collect());
-            }
-        }
-    }
+    let references_parent = attach_contents(&mut msg.bo_entries, &contents)?;
     crate::incremental::log_written(
         &format!("file {id}"),
         contents.stored_bytes,
@@ -1302,6 +1515,53 @@ fn finish_kfd<D: Driver + Clone, S: ImageStore + Sync>(
         bytes: contents.bytes,
         stored: contents.stored_bytes,
     })
+}
+
+/// Fills the BO entries' checksums, chunk digests and chunk sources from
+/// what the transfer reported; whether a chunk is referenced from the
+/// parent. An entry the image does not have, or one reported twice, is an
+/// error: the transfer and the image disagree, and an image written
+/// anyway would restore some BO without its checksum (or with another's).
+fn attach_contents(
+    entries: &mut [KfdBoEntry],
+    contents: &transfer::ContentReport,
+) -> Result<bool, Error> {
+    let count = entries.len();
+    let mismatch = |what: String| {
+        Error::Inconsistent(format!(
+            "the BO contents and the image disagree: {what} (the image has {count} bo entries)"
+        ))
+    };
+    let mut seen = vec![[false; 3]; count];
+    let mut entry_of = |entry: usize, list: usize, name: &str| {
+        let Some(bo_seen) = seen.get_mut(entry) else {
+            return Err(mismatch(format!("{name} of bo entry {entry}")));
+        };
+        if std::mem::replace(&mut bo_seen[list], true) {
+            return Err(mismatch(format!("{name} of bo entry {entry} twice")));
+        }
+        Ok(entry)
+    };
+    for (entry, checksum) in &contents.checksums {
+        let entry = entry_of(*entry, 0, "a checksum")?;
+        entries[entry].content_checksum = Some(*checksum);
+    }
+    for (entry, digests) in &contents.digests {
+        let entry = entry_of(*entry, 1, "chunk digests")?;
+        entries[entry].chunk_digests = Some(amdgpu_image::chunks::encode_digests(digests));
+    }
+    let mut references_parent = false;
+    for (entry, sources) in &contents.sources {
+        let entry = entry_of(*entry, 2, "chunk sources")?;
+        if sources
+            .iter()
+            .any(|s| *s != amdgpu_image::ChunkSource::Here)
+        {
+            references_parent |= sources.contains(&amdgpu_image::ChunkSource::Parent);
+            entries[entry].chunk_sources = Some(sources.iter().map(|s| *s as u8).collect());
+        }
+    }
+    Ok(references_parent)
 }
 
 /// `(st_dev, st_ino)` of an open file.
@@ -1394,12 +1654,23 @@ pub fn local_topology<D: Driver>(root: &Path, driver: &D) -> Result<DeviceTopolo
 /// GEM handles probed on a kernel without `AMDGPU_GEM_LIST_HANDLES`.
 const UNLISTED_HANDLE_PROBE: u32 = 256;
 
-/// Size and first four bytes of hsakmt's shared memory, `(0, 0)` when absent.
+/// Size and first four bytes of hsakmt's shared memory, `(0, 0)` when absent
+/// or of a size no image may record (said in the log): restore then leaves
+/// the object to the machine's own ROCm processes, as for a dump without it.
 fn probe_hsakmt_shm(shm_dir: &Path) -> (u64, u32) {
     let path = shm_dir.join(HSAKMT_SHM);
     let Ok(meta) = std::fs::metadata(&path) else {
         return (0, 0);
     };
+    if !(4..=amdgpu_image::validate::MAX_SHARED_MEM_SIZE).contains(&meta.len()) {
+        log::warn!(
+            "{} holds {} bytes, not hsakmt's shared table (4 to {} bytes): not recorded",
+            path.display(),
+            meta.len(),
+            amdgpu_image::validate::MAX_SHARED_MEM_SIZE
+        );
+        return (0, 0);
+    }
     let mut magic = [0u8; 4];
     match std::fs::File::open(&path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
     {
@@ -1500,6 +1771,7 @@ pub fn discard_images(store: &impl ImageStore, ids: &BTreeSet<u32>) -> Result<us
 }
 
 /// What the image records of one dumped DRM BO's contents.
+#[derive(Debug)]
 struct RenderChunks {
     checksum: u64,
     digests: Vec<amdgpu_image::chunks::Digest>,
@@ -1508,22 +1780,217 @@ struct RenderChunks {
     sources: Option<Vec<u8>>,
 }
 
-fn render_chunks(bo: transfer::ContentReport) -> RenderChunks {
-    let sources = bo
-        .sources
-        .into_iter()
-        .next()
-        .map(|(_, s)| s)
-        .filter(|s| s.iter().any(|s| *s != amdgpu_image::ChunkSource::Here))
-        .map(|s| s.iter().map(|s| *s as u8).collect());
-    RenderChunks {
-        checksum: bo.checksums.first().map_or(0, |(_, sum)| *sum),
-        digests: bo
-            .digests
-            .into_iter()
-            .next()
-            .map(|(_, d)| d)
-            .unwrap_or_default(),
+/// The checksum, digests and sources of a DRM BO's own pages file, which
+/// holds that one BO (entry 0): anything else is an error, never a
+/// checksum of 0 that restore would then refuse as a damaged file.
+fn render_chunks(bo: transfer::ContentReport) -> Result<RenderChunks, Error> {
+    fn only<T>(list: Vec<(usize, T)>, what: &str) -> Result<T, Error> {
+        let mut list = list.into_iter();
+        match (list.next(), list.next()) {
+            (Some((0, item)), None) => Ok(item),
+            _ => Err(Error::Inconsistent(format!(
+                "a DRM BO's contents were dumped without exactly one {what}"
+            ))),
+        }
+    }
+    let checksum = only(bo.checksums, "checksum")?;
+    let digests = only(bo.digests, "list of chunk digests")?;
+    let sources = match bo.sources.is_empty() {
+        true => None,
+        false => Some(only(bo.sources, "list of chunk sources")?),
+    }
+    .filter(|s| s.iter().any(|s| *s != amdgpu_image::ChunkSource::Here))
+    .map(|s| s.iter().map(|s| *s as u8).collect());
+    Ok(RenderChunks {
+        checksum,
+        digests,
         sources,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kfd_sim::workload::{Profile, Workload};
+
+    /// A dumper (a simulated process tracing the app, as CRIU does) that
+    /// unpauses each process right after its image (CRIU 4.2 and older) and
+    /// arms a guardian, and its copy of the app's KFD fd.
+    fn early_unpausing_dumper(
+        sim: &kfd_sim::Sim,
+        app: &Workload,
+        dirs: &tempfile::TempDir,
+    ) -> (Dumper<kfd_sim::SimDriver>, OwnedFd) {
+        let criu = sim.spawn_process().unwrap();
+        let driver = sim.driver(criu);
+        driver.ptrace_seize(app.pid().0).unwrap();
+        let pidfd = driver.pidfd_open(app.pid().0).unwrap();
+        let fd = driver
+            .pidfd_getfd(
+                pidfd.as_fd(),
+                std::os::fd::AsRawFd::as_raw_fd(&app.kfd_fd().unwrap()),
+            )
+            .unwrap();
+        let config = DumpConfig {
+            topology_root: sim.sysfs_root(),
+            options: Options::default(),
+            unpause_early: true,
+            shm_dir: dirs.path().join("shm"),
+            guardian_log_dir: Some(dirs.path().to_path_buf()),
+            // Never reached: the test process (the dumper's host process)
+            // outlives the guardian, which is killed at the end.
+            guardian_driver: GuardianDriver::new("none", || {
+                Err(std::io::Error::from_raw_os_error(libc::ECONNREFUSED))
+            }),
+        };
+        (Dumper::new(driver, config), fd)
+    }
+
+    /// Whether host process `pid` exists and has not exited.
+    fn running(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|s| !s.trim_start().starts_with('Z'))
+        })
+    }
+
+    #[test]
+    fn a_second_kfd_file_is_refused_before_its_process_is_paused_again() {
+        // A host that cannot name a file's process (no task_fd): the engine
+        // must tell the second /dev/kfd file of a process it paused already
+        // before PROCESS_INFO pauses it a second time (KFD nests pauses, and
+        // one UNPAUSE would then leave its queues evicted for good).
+        let sim = kfd_sim::Sim::synthetic(1, kfd_sim::SimConfig::default()).unwrap();
+        sim.set_kfd_minor_version(19);
+        let mut app = Workload::launch(&sim, &Profile::Basic).unwrap();
+        app.step().unwrap();
+        let second = sim
+            .driver(app.pid())
+            .open(
+                std::path::Path::new("/dev/kfd"),
+                libc::O_RDWR | libc::O_CLOEXEC,
+            )
+            .unwrap();
+        let criu = sim.spawn_process().unwrap();
+        let driver = sim.driver(criu);
+        driver.ptrace_seize(app.pid().0).unwrap();
+        let pidfd = driver.pidfd_open(app.pid().0).unwrap();
+        let drained = |fd: BorrowedFd<'_>| {
+            driver
+                .pidfd_getfd(pidfd.as_fd(), std::os::fd::AsRawFd::as_raw_fd(&fd))
+                .unwrap()
+        };
+        let (first, second) = (drained(app.kfd_fd().unwrap()), drained(second.as_fd()));
+        let dirs = tempfile::tempdir().unwrap();
+        let config = DumpConfig {
+            topology_root: sim.sysfs_root(),
+            options: Options::default(),
+            unpause_early: false,
+            shm_dir: dirs.path().to_path_buf(),
+            guardian_log_dir: None,
+            guardian_driver: GuardianDriver::host(),
+        };
+        let images = tempfile::tempdir().unwrap();
+        let store = amdgpu_image::DirStore::open_dir(images.path()).unwrap();
+        let mut dumper = Dumper::new(driver.clone(), config);
+        dumper.dump_kfd(&store, first.as_fd(), 1).unwrap();
+        assert_eq!(sim.kfd_state(app.pid()).unwrap().eviction_levels, [1]);
+        let err = dumper.dump_kfd(&store, second.as_fd(), 2).unwrap_err();
+        assert!(
+            err.to_string().contains("holds a second /dev/kfd file"),
+            "{err}"
+        );
+        assert_eq!(
+            sim.kfd_state(app.pid()).unwrap().eviction_levels,
+            [1],
+            "the second file's PROCESS_INFO paused the process again"
+        );
+        assert_eq!(dumper.unpause_all().unwrap(), 1);
+        let state = sim.kfd_state(app.pid()).unwrap();
+        assert!(state.queues_running(), "{state:?}");
+    }
+
+    #[test]
+    fn a_failed_early_unpause_keeps_the_process_paused_on_record_and_its_guardian_armed() {
+        let sim = kfd_sim::Sim::synthetic(1, kfd_sim::SimConfig::default()).unwrap();
+        let mut app = Workload::launch(&sim, &Profile::Basic).unwrap();
+        app.step().unwrap();
+        let dirs = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dirs.path().join("shm")).unwrap();
+        let images = tempfile::tempdir().unwrap();
+        let store = amdgpu_image::DirStore::open_dir(images.path()).unwrap();
+        let (mut dumper, fd) = early_unpausing_dumper(&sim, &app, &dirs);
+        // Every UNPAUSE from here on fails.
+        for nth in 1..=4 {
+            sim.inject(kfd_sim::FaultSpec {
+                op: "CRIU_OP:UNPAUSE".into(),
+                nth,
+                errno: kfd_sim::Errno(libc::EIO),
+            });
+        }
+        let err = dumper.dump_kfd(&store, fd.as_fd(), 1).unwrap_err();
+        assert!(err.to_string().contains("unpausing"), "{err}");
+        // Recorded, so the dump's end tries again; still guarded.
+        assert_eq!(dumper.paused(), 1);
+        let guardian = dumper.paused[0]
+            .guardian
+            .as_ref()
+            .map(Guardian::pid)
+            .expect("a guardian");
+        assert!(running(guardian));
+        assert!(dumper.unpause_all().is_err());
+        assert_eq!(dumper.paused(), 1);
+        // The dumper's teardown fails to unpause too: the guardian is left
+        // watching (it recovers the process when the dumper's process
+        // ends), not told that the dump ended.
+        drop(dumper);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(running(guardian), "the guardian stood down");
+        assert!(sim.kfd_state(app.pid()).unwrap().queues_paused);
+        // The guardian this test started, by its pid.
+        let pid = rustix::process::Pid::from_raw(guardian as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    }
+
+    fn report(entries: &[usize]) -> transfer::ContentReport {
+        transfer::ContentReport {
+            checksums: entries.iter().map(|&e| (e, 0x1234 + e as u64)).collect(),
+            digests: entries.iter().map(|&e| (e, vec![e as u128])).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn contents_are_attached_to_their_entries_and_a_stray_entry_is_an_error() {
+        let mut entries = vec![KfdBoEntry::default(); 3];
+        assert_eq!(
+            attach_contents(&mut entries, &report(&[0, 2])).ok(),
+            Some(false)
+        );
+        assert_eq!(entries[0].content_checksum, Some(0x1234));
+        assert_eq!(entries[1].content_checksum, None);
+        assert_eq!(entries[2].content_checksum, Some(0x1236));
+        assert!(entries[2].chunk_digests.is_some());
+        // An entry the image does not have: the transfer and the image
+        // disagree, and the image must not be written as if they did not.
+        let mut entries = vec![KfdBoEntry::default(); 3];
+        let err = attach_contents(&mut entries, &report(&[0, 3])).unwrap_err();
+        assert!(
+            err.to_string().contains("bo entry 3") && err.to_string().contains("3 bo entries"),
+            "{err}"
+        );
+        // The same entry twice.
+        let err = attach_contents(&mut entries, &report(&[1, 1])).unwrap_err();
+        assert!(err.to_string().contains("twice"), "{err}");
+    }
+
+    #[test]
+    fn a_render_bo_without_exactly_one_checksum_is_an_error() {
+        assert!(render_chunks(report(&[0])).is_ok());
+        for bad in [&[][..], &[0, 0][..], &[1][..]] {
+            let err = render_chunks(report(bad)).unwrap_err();
+            assert!(err.to_string().contains("DRM BO"), "{bad:?}: {err}");
+        }
     }
 }

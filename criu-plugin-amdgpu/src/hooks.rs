@@ -498,9 +498,11 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
     /// a failed dump removes the images it wrote, so no set that looks
     /// complete remains.
     pub fn exit(mut self, ret: c_int) {
-        // CRIU without DUMP_DEVICES_LATE: render-only nodes are written now,
-        // after every file was dumped. CRIU no longer hears of a failure
-        // here; the log names it and the restore of the missing file fails.
+        // CRIU without DUMP_DEVICES_LATE: render nodes no KFD file named are
+        // written render-only in their own DUMP_EXT_FILE into an image
+        // directory (a failure fails the dump); into a stream, which cannot
+        // take an image twice, only now: CRIU no longer hears of a failure
+        // here, the log names it and the restore of the missing file fails.
         if self.stage == Stage::Dump && ret == 0 {
             if let Some(dumper) = self.dumper.as_mut() {
                 if dumper.pending_render_nodes() > 0 {

@@ -25,6 +25,7 @@
 //! PRIME and GEM_CHANGE_HANDLE; DRM core ioctls a render node may not use
 //! answer `EACCES`, as on a real render node.
 
+pub(crate) mod fdinfo;
 mod gem;
 mod info;
 mod submit;

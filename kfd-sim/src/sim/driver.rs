@@ -341,6 +341,24 @@ impl Driver for SimDriver {
         HostDriver.fd_kind(fd)
     }
 
+    /// The VFS's lines for the file, and for a render file amdgpu's
+    /// (as `amdgpu_show_fdinfo` prints them).
+    fn fdinfo(&self, fd: BorrowedFd<'_>) -> io::Result<String> {
+        let generic = HostDriver.fdinfo(fd)?;
+        let key = FileKey::of_raw(fd.as_raw_fd())?;
+        let st = self.sim.lock();
+        let Some(OpenFile::Render(file)) = st.files.get(&key) else {
+            return Ok(generic);
+        };
+        let pdev = self.sim.pci_address(file.gpu);
+        let ino = std::os::unix::fs::MetadataExt::ino(
+            &std::fs::File::from(fd.try_clone_to_owned()?).metadata()?,
+        );
+        Ok(crate::drm::fdinfo::render_fdinfo(
+            &st, key, file, &generic, &pdev, ino,
+        ))
+    }
+
     fn device_number(&self, path: &Path) -> io::Result<DeviceNumber> {
         let s = path
             .to_str()
@@ -369,6 +387,11 @@ impl Driver for SimDriver {
                 .into_iter()
                 .map(|(n, _, _)| n.into())
                 .collect());
+        }
+        if path == Path::new("/proc") {
+            // A directory per live process, named by its pid (the machine
+            // models no pid namespaces: every process sees them all).
+            return Ok(self.sim_pids().into_iter().map(Into::into).collect());
         }
         Err(io::Error::from_raw_os_error(libc::ENOENT))
     }

@@ -119,8 +119,9 @@ pub(crate) struct State {
     pub(crate) faults: FaultTable,
     pub(crate) cpu_maps: BTreeMap<usize, CpuMapping>,
     pub(crate) host_regions: BTreeMap<usize, HostRegion>,
-    /// Open pidfds (memfds standing in for them) and the process each names.
-    pub(crate) pidfds: HashMap<FileKey, Pid>,
+    /// Open pidfds (memfds standing in for them) and the process each names
+    /// (its pid and [`Process::instance`](super::process::Process)).
+    pub(crate) pidfds: HashMap<FileKey, (Pid, u64)>,
     /// Host pids of live remote client processes ([`crate::remote`]), with
     /// their connections: the fds open in them hold simulator files as this
     /// process's do.
@@ -129,6 +130,8 @@ pub(crate) struct State {
     /// address in the client.
     pub(crate) remote_maps: BTreeMap<(libc::pid_t, usize), CpuMapping>,
     next_pid: u32,
+    /// The next [`Process::instance`](super::process::Process).
+    next_instance: u64,
 }
 
 /// Immutable parts plus the state.
@@ -288,6 +291,7 @@ impl Sim {
                     host_regions: BTreeMap::new(),
                     pidfds: HashMap::new(),
                     next_pid: 1000,
+                    next_instance: 1,
                 }),
             }),
         })
@@ -455,9 +459,12 @@ impl Sim {
             }
         };
         st.next_pid = st.next_pid.max(pid.0 + 1);
+        let instance = st.next_instance;
+        st.next_instance += 1;
         st.processes.insert(
             pid,
             Process {
+                instance,
                 capable: cfg.checkpoint_restore_capable,
                 ptrace_parent: None,
                 visible,

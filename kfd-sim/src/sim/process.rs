@@ -17,6 +17,9 @@ use super::Pid;
 /// A simulated process.
 #[derive(Debug)]
 pub(crate) struct Process {
+    /// Which process this is among all that ever held its pid (the
+    /// kernel's `struct pid`): a pidfd names it, not the pid number.
+    pub(crate) instance: u64,
     pub(crate) capable: bool,
     pub(crate) ptrace_parent: Option<Pid>,
     /// GPU indices the device cgroup allows, in topology order.
