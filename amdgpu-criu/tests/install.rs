@@ -88,14 +88,14 @@ fn build_dir_with_plugin() -> Option<PathBuf> {
     let build_dir = cli.parent().unwrap();
     let plugin = build_dir.join("libcriu_plugin_amdgpu.so");
     if !plugin.is_file() {
-        println!(
-            "skipped: {} is absent (built by `cargo test --workspace`, not by `cargo test -p amdgpu-criu`)",
+        test_env::skip(format!(
+            "{} is absent (built by `cargo test --workspace`, not by `cargo test -p amdgpu-criu`)",
             plugin.display()
-        );
+        ));
         return None;
     }
     if Command::new("make").arg("--version").output().is_err() {
-        println!("skipped: make is not installed");
+        test_env::skip("make is not installed");
         return None;
     }
     Some(build_dir.to_path_buf())
@@ -285,11 +285,11 @@ fn strip_0_installs_as_built_and_debug_symbols_1_beside() {
     let build_dir = cli.parent().unwrap();
     let plugin = build_dir.join("libcriu_plugin_amdgpu.so");
     if !plugin.is_file() {
-        println!("skipped: {} is absent", plugin.display());
+        test_env::skip(format!("{} is absent", plugin.display()));
         return;
     }
     if Command::new("make").arg("--version").output().is_err() {
-        println!("skipped: make is not installed");
+        test_env::skip("make is not installed");
         return;
     }
     let dest = tempfile::tempdir().unwrap();
@@ -344,7 +344,7 @@ fn strip_0_installs_as_built_and_debug_symbols_1_beside() {
 #[test]
 fn install_without_artifacts_is_refused() {
     if Command::new("make").arg("--version").output().is_err() {
-        println!("skipped: make is not installed");
+        test_env::skip("make is not installed");
         return;
     }
     let dest = tempfile::tempdir().unwrap();

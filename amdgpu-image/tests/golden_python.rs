@@ -96,20 +96,20 @@ fn unhex(s: &str) -> Vec<u8> {
 
 #[test]
 fn python_protobuf_images_decode_and_reencode_identically() {
-    let probe = Command::new("python3")
-        .args(["-c", "import google.protobuf"])
-        .output();
-    match probe {
-        Ok(o) if o.status.success() => {}
-        _ => {
-            println!("skipped: python3 with the google.protobuf module is not available (pip install protobuf)");
-            return;
-        }
-    }
-    let out = Command::new("python3")
-        .args(["-c", SCRIPT])
-        .output()
-        .unwrap();
+    // The python3 on PATH (a pyenv or venv one may lack the module), else
+    // the system's, where Debian's python3-protobuf installs it.
+    let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|python| {
+        Command::new(python)
+            .args(["-c", "import google.protobuf"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
+        test_env::skip(
+            "no python3 with the google.protobuf module (apt-get install python3-protobuf)",
+        );
+        return;
+    };
+    let out = Command::new(python).args(["-c", SCRIPT]).output().unwrap();
     assert!(
         out.status.success(),
         "python failed: {}",

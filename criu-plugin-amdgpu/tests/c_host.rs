@@ -58,7 +58,7 @@ struct Host {
 
 fn build_host(dir: &Path, name: &str, defines: &[&str]) -> Option<Host> {
     let Some(cc) = c_compiler() else {
-        println!("skipped: no C compiler (set CC or install cc)");
+        test_env::skip("no C compiler (set CC or install cc)");
         return None;
     };
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c_host/host.c");
@@ -398,7 +398,7 @@ fn inventory_gate_at_restore() {
 #[test]
 fn a_machine_without_gpus_hears_two_lines_per_run() {
     if Path::new("/dev/kfd").exists() {
-        println!("skipped: this machine has /dev/kfd");
+        test_env::skip("this machine has /dev/kfd");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
