@@ -453,6 +453,39 @@ fn wait_cs_reports_busy_until_the_fence_signals() {
     assert_eq!(r.wait(ctx, 0, seq, u64::MAX).unwrap(), 0);
 }
 
+#[test]
+fn a_gpu_bandwidth_limit_holds_every_ring_until_lifted() {
+    let r = render();
+    // One byte per second for the GPU: neither ring's 4 KiB copy can
+    // finish while the test runs, though no ring has a limit of its own.
+    r.sim.set_sdma_gpu_bandwidth(Some(1));
+    let host = HostBuf::new(2 * 4096, |_| 0);
+    let h = r.userptr(&host).unwrap();
+    r.map(h, 16 * MIB, 2 * 4096).unwrap();
+    let mut ib = drm_support::packet::copy(true, 16 * MIB + 4096, 16 * MIB + 4096, 4096).to_vec();
+    drm_support::packet::pad(&mut ib);
+    host_write(&host, &drm_support::packet::bytes(&ib));
+    let ctx = r.ctx_alloc().unwrap();
+    let seqs: Vec<u64> = (0..2)
+        .map(|ring| r.submit(ctx, 0, 16 * MIB, 32, ring).unwrap())
+        .collect();
+    for (ring, &seq) in seqs.iter().enumerate() {
+        assert_eq!(
+            r.wait(ctx, ring as u32, seq, 1).unwrap(),
+            1,
+            "ring {ring} is busy"
+        );
+    }
+    r.sim.set_sdma_gpu_bandwidth(None);
+    for (ring, &seq) in seqs.iter().enumerate() {
+        assert_eq!(
+            r.wait(ctx, ring as u32, seq, u64::MAX).unwrap(),
+            0,
+            "ring {ring} is done"
+        );
+    }
+}
+
 fn host_write(buf: &HostBuf, bytes: &[u8]) {
     // SAFETY: `buf` is a live mapping of at least `bytes.len()` bytes and no
     // job reads it yet.
