@@ -36,8 +36,8 @@ mod faults_common;
 
 use common::{add_drm_bo, device_vmas, gpu_files};
 use faults_common::{
-    check_clean_sites, empty_dir, log_names_op, set_looks_complete, site_errno, thread_count,
-    thread_count_settled, FaultDriver, HookFailure, HostShape, MiniCriu, Site, Snapshot,
+    check_clean_sites, empty_dir, log_names_op, set_looks_complete, site_errno, sweep_configs,
+    thread_count, thread_count_settled, Config, FaultDriver, HookFailure, MiniCriu, Site, Snapshot,
 };
 
 /// How one run is made to fail.
@@ -60,9 +60,6 @@ struct Outcome {
     running: bool,
     complete: bool,
 }
-
-/// The machine (GPUs, whether the app has a DRM BO) and the host shape.
-type Config = (usize, bool, HostShape);
 
 /// One dump of a fresh machine running the basic workload.
 fn run(config: Config, images: &Path, shm: &Path, fault: &Fault) -> Outcome {
@@ -188,16 +185,7 @@ fn every_dump_call_site_fails_cleanly() {
     let mut bad = Vec::new();
     let mut checked = 0;
 
-    let machines = [(1, false), (2, false), (1, true)];
-    for (shape, (gpus, drm_bo)) in HostShape::ALL
-        .into_iter()
-        .flat_map(|shape| machines.map(|m| (shape, m)))
-    {
-        let config = (gpus, drm_bo, shape);
-        let label = format!(
-            "{gpus} GPU(s){}, {shape}",
-            if drm_bo { " and a DRM BO" } else { "" }
-        );
+    for (config, label) in sweep_configs() {
         let clean = run(config, images.path(), shm.path(), &Fault::None);
         assert!(clean.result.is_ok(), "{:?}", clean.result);
         assert!(clean.running && clean.complete);

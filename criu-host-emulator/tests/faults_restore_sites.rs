@@ -34,8 +34,8 @@ mod faults_common;
 
 use common::{add_drm_bo, kfd_image, vmas_of};
 use faults_common::{
-    check_clean_sites, dump_and_kill, empty_dir, log_names_op, site_errno, thread_count,
-    thread_count_settled, FaultDriver, HostShape, MiniCriu, Site, Snapshot,
+    check_clean_sites, dump_and_kill, empty_dir, log_names_op, site_errno, sweep_configs,
+    thread_count, thread_count_settled, Config, FaultDriver, MiniCriu, Site, Snapshot,
 };
 
 enum Fault {
@@ -53,9 +53,6 @@ struct Outcome {
     before: Snapshot,
     after: Snapshot,
 }
-
-/// The machine (GPUs, whether the app has a DRM BO) and the host shape.
-type Config = (usize, bool, HostShape);
 
 fn run(config: Config, images: &Path, shm: &Path, fault: &Fault) -> Outcome {
     let (gpus, drm_bo, shape) = config;
@@ -162,16 +159,7 @@ fn every_restore_call_site_fails_cleanly() {
     let shm = tempfile::tempdir().unwrap();
     let mut bad = Vec::new();
     let mut checked = 0;
-    let machines = [(1, false), (2, false), (1, true)];
-    for (shape, (gpus, drm_bo)) in HostShape::ALL
-        .into_iter()
-        .flat_map(|shape| machines.map(|m| (shape, m)))
-    {
-        let config = (gpus, drm_bo, shape);
-        let label = format!(
-            "{gpus} GPU(s){}, {shape}",
-            if drm_bo { " and a DRM BO" } else { "" }
-        );
+    for (config, label) in sweep_configs() {
         let clean = run(config, images.path(), shm.path(), &Fault::None);
         assert_eq!(clean.failure, None, "clean restore: {:?}", clean.lines);
         assert_eq!(clean.before, clean.after, "the clean restore leaked");

@@ -18,8 +18,8 @@ use std::time::Duration;
 use benches::output::{line, work_dir};
 use benches::transfer::{
     c_strategy_dump, gibs, options_with_max_buffer, plugin_run, raw_io, raw_layout_write,
-    raw_write_behind, restore_read, sdma_cold_write, sdma_rates, BenchError, BoPlan, Fill,
-    Machine, PluginRun, RawFigures, RawLayout, Result, RunOptions,
+    raw_write_behind, restore_read, sdma_cold_write, sdma_rates, BenchError, BoPlan, Fill, Machine,
+    PluginRun, RawFigures, RawLayout, Result, RunOptions,
 };
 use benches::{image, topology};
 
@@ -299,7 +299,10 @@ fn pipelined_vs_serial(dir: &Path, total: u64, bo_bytes: u64, reps: usize) -> Re
         if !fsync {
             line("raw_write_cached_gibs", format!("{:.3}", rate / gib));
         }
-        line(&format!("pipelined_dma_gibs{suffix}"), format!("{:.3}", rate / gib));
+        line(
+            &format!("pipelined_dma_gibs{suffix}"),
+            format!("{:.3}", rate / gib),
+        );
         let mut best: [Option<Duration>; 3] = [None; 3];
         let mut c_peak = 0;
         let order = [
@@ -323,11 +326,17 @@ fn pipelined_vs_serial(dir: &Path, total: u64, bo_bytes: u64, reps: usize) -> Re
                     }
                     Strategy::Pipelined => {
                         machine.sim.set_sdma_gpu_bandwidth(Some(rate as u64));
-                        (1, plugin_run(machine, dir, options(None, false, fsync))?.checkpoint)
+                        (
+                            1,
+                            plugin_run(machine, dir, options(None, false, fsync))?.checkpoint,
+                        )
                     }
                     Strategy::PipelinedPerRing => {
                         machine.sim.set_sdma_bandwidth(Some(rate as u64));
-                        (2, plugin_run(machine, dir, options(None, false, fsync))?.checkpoint)
+                        (
+                            2,
+                            plugin_run(machine, dir, options(None, false, fsync))?.checkpoint,
+                        )
                     }
                 };
                 best[slot] = min_time(best[slot], time);

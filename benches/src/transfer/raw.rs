@@ -395,7 +395,11 @@ mod tests {
             // Written behind through the directory store: the same bytes,
             // the same holes.
             let (_, behind) = layout.write_behind(dir.path()).unwrap();
-            assert_eq!(fs::read(&behind).unwrap(), expected, "{fill:?}: written behind");
+            assert_eq!(
+                fs::read(&behind).unwrap(),
+                expected,
+                "{fill:?}: written behind"
+            );
             if fill != Fill::Dense {
                 let (_, disk) = disk_usage(std::slice::from_ref(&behind)).unwrap();
                 let meta = 16 + data_extents(&File::open(&behind).unwrap()).len() as u64 / 100;

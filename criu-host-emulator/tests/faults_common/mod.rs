@@ -437,6 +437,27 @@ impl std::fmt::Display for HostShape {
     }
 }
 
+/// A case of the call-site sweeps: the machine (GPUs, whether the app has
+/// a DRM BO) and the host shape.
+pub type Config = (usize, bool, HostShape);
+
+/// Every case of the call-site sweeps with its label: one, two GPUs, and
+/// one with a DRM BO, under each host shape.
+pub fn sweep_configs() -> Vec<(Config, String)> {
+    let machines = [(1, false), (2, false), (1, true)];
+    HostShape::ALL
+        .into_iter()
+        .flat_map(|shape| machines.map(|(gpus, drm_bo)| (gpus, drm_bo, shape)))
+        .map(|(gpus, drm_bo, shape)| {
+            let label = format!(
+                "{gpus} GPU(s){}, {shape}",
+                if drm_bo { " and a DRM BO" } else { "" }
+            );
+            ((gpus, drm_bo, shape), label)
+        })
+        .collect()
+}
+
 /// CRIU's hook sequence over any driver and host (see the module docs).
 pub struct MiniCriu {
     /// The simulated machine.
