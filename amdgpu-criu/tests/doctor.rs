@@ -30,19 +30,22 @@ fn c_plugin() -> Option<PathBuf> {
     so.is_file().then_some(so)
 }
 
-/// This project's plugin, when `cargo test --workspace` built it.
+/// This project's plugin, when `cargo test --workspace` built it (in the
+/// binary's `deps/`, or beside it after a `cargo build`).
 fn our_plugin() -> Option<PathBuf> {
-    let cli = Path::new(env!("CARGO_BIN_EXE_amdgpu-criu"));
-    let so = cli.parent()?.join("libcriu_plugin_amdgpu.so");
-    if so.is_file() {
-        Some(so)
-    } else {
+    let dir = Path::new(env!("CARGO_BIN_EXE_amdgpu-criu")).parent()?;
+    let found = [dir.to_path_buf(), dir.join("deps")]
+        .into_iter()
+        .map(|d| d.join("libcriu_plugin_amdgpu.so"))
+        .find(|so| so.is_file());
+    if found.is_none() {
         test_env::skip(format!(
-            "{} is absent (built by `cargo test --workspace`)",
-            so.display()
+            "libcriu_plugin_amdgpu.so is absent from {} and its deps/ (built by `cargo test \
+             --workspace`)",
+            dir.display()
         ));
-        None
     }
+    found
 }
 
 fn json(out: &std::process::Output) -> serde_json::Value {

@@ -55,7 +55,10 @@ msg("criu_dmabuf_node", [(1, "gem_handle", U32, R, None), (100, "producer", STR,
 
 pool = descriptor_pool.DescriptorPool()
 pool.Add(fdp)
-cls = lambda n: message_factory.GetMessageClass(pool.FindMessageTypeByName(n))
+# GetMessageClass since protobuf 4.22; older ones (Debian 12's 3.21) have
+# the factory's GetPrototype.
+_factory = getattr(message_factory, "GetMessageClass", None) or message_factory.MessageFactory(pool).GetPrototype
+cls = lambda n: _factory(pool.FindMessageTypeByName(n))
 
 def dev(**kw):
     d = {n: 0 for n in dev_names}
