@@ -8,12 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn skip(reason: &str) {
-    if std::env::var_os("CI").is_some() {
-        panic!("CI is set and this test cannot run: {reason}");
-    }
-    println!("skipped: {reason}");
-}
+use test_env::skip;
 
 /// The interposer cargo built for the workspace, next to the binary.
 fn preload_lib() -> Option<PathBuf> {

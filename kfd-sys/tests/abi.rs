@@ -860,14 +860,14 @@ fn have_cc() -> bool {
 fn kfd_ioctl_h_matches_rust() {
     let header = Path::new("/usr/include/linux/kfd_ioctl.h");
     if !header.exists() {
-        println!(
-            "skipped: {} not found (install linux-libc-dev)",
+        test_env::skip(format!(
+            "{} not found (install linux-libc-dev)",
             header.display()
-        );
+        ));
         return;
     }
     if !have_cc() {
-        println!("skipped: no C compiler `cc` on PATH (install gcc)");
+        test_env::skip("no C compiler `cc` on PATH (install gcc)");
         return;
     }
     let dir = tempfile::Builder::new()
@@ -904,14 +904,14 @@ fn kfd_ioctl_h_matches_rust() {
 fn drm_headers_match_rust() {
     let libdrm = Path::new("/usr/include/libdrm");
     if !libdrm.join("amdgpu_drm.h").exists() || !libdrm.join("drm.h").exists() {
-        println!(
-            "skipped: {}/drm.h or amdgpu_drm.h not found; install libdrm-dev to check the DRM half",
+        test_env::skip(format!(
+            "{}/drm.h or amdgpu_drm.h not found; install libdrm-dev to check the DRM half",
             libdrm.display()
-        );
+        ));
         return;
     }
     if !have_cc() {
-        println!("skipped: no C compiler `cc` on PATH (install gcc)");
+        test_env::skip("no C compiler `cc` on PATH (install gcc)");
         return;
     }
     let dir = tempfile::Builder::new()

@@ -874,10 +874,22 @@ impl Sim {
     }
 
     /// Limits every SDMA ring of every GPU to `bytes_per_second` (`None`:
-    /// unlimited, the default). For benchmarks of copy pipelines.
+    /// unlimited, the default): a GPU copying on two rings moves twice the
+    /// rate. For benchmarks of copy pipelines.
     pub fn set_sdma_bandwidth(&self, bytes_per_second: Option<u64>) {
         for gpu in &self.shared.gpus {
             gpu.drm.sdma.set_bandwidth(bytes_per_second);
+        }
+    }
+
+    /// Limits the SDMA rings of each GPU together to `bytes_per_second`
+    /// (`None`: unlimited, the default), whatever number of rings its copies
+    /// use; the per-ring limit ([`Sim::set_sdma_bandwidth`]) applies as
+    /// well. For benchmarks that compare copy strategies using different
+    /// numbers of rings at one GPU rate.
+    pub fn set_sdma_gpu_bandwidth(&self, bytes_per_second: Option<u64>) {
+        for gpu in &self.shared.gpus {
+            gpu.drm.sdma.set_gpu_bandwidth(bytes_per_second);
         }
     }
 }

@@ -239,10 +239,34 @@ pub struct SdmaStats {
 struct EngineShared {
     /// Bytes per second per ring; 0 = unlimited.
     bandwidth: AtomicU64,
+    /// Bytes per second of all the GPU's rings together; 0 = unlimited.
+    gpu_bandwidth: AtomicU64,
+    /// The deadline of the GPU's limit ([`EngineShared::account_gpu`]).
+    gpu_next: Mutex<Option<Instant>>,
     stats: Mutex<SdmaStats>,
 }
 
 impl EngineShared {
+    /// Whether a limit applies to this GPU's copies.
+    fn throttled(&self) -> bool {
+        self.bandwidth.load(Ordering::Relaxed) != 0
+            || self.gpu_bandwidth.load(Ordering::Relaxed) != 0
+    }
+
+    /// Accounts `bytes` one ring moved against the GPU's limit and sleeps
+    /// until the limit allows the next piece: the rings take turns in one
+    /// running deadline, so together they move at most the GPU's rate.
+    fn account_gpu(&self, bytes: u64) {
+        let rate = self.gpu_bandwidth.load(Ordering::Relaxed);
+        if rate == 0 || bytes == 0 {
+            return;
+        }
+        let deadline = reserve(&mut lock(&self.gpu_next), Instant::now(), bytes, rate);
+        if let Some(deadline) = deadline {
+            sleep_until(deadline, &self.gpu_bandwidth, rate);
+        }
+    }
+
     fn record_fault(&self, fault: VmFault) {
         let mut stats = lock(&self.stats);
         stats.faults.count += 1;
@@ -262,10 +286,11 @@ const THROTTLE_CHUNK: u64 = 64 << 10;
 /// Largest piece an unthrottled copy moves at once (the bounce buffer size).
 pub(super) const BOUNCE_BYTES: u64 = 1 << 20;
 
-impl Pacer {
-    /// Longest single sleep, so a bandwidth change takes effect promptly.
-    const SLICE: Duration = Duration::from_millis(10);
+/// Longest single sleep of a limit, so a bandwidth change takes effect
+/// promptly; also how old a backlog may grow before it is dropped.
+const PACE_SLICE: Duration = Duration::from_millis(10);
 
+impl Pacer {
     /// Account `bytes` moved and sleep until the configured rate allows the
     /// next piece. Setting the bandwidth to unlimited ends a pending wait.
     fn account(&mut self, bytes: u64, bandwidth: &AtomicU64) {
@@ -274,26 +299,36 @@ impl Pacer {
             self.next = None;
             return;
         }
-        let now = Instant::now();
-        // Keep the long-run rate: oversleeping is made up by the next piece,
-        // but a backlog older than one slice (a pause, a slow host) is dropped.
-        let start = match self.next {
-            Some(n) if n + Self::SLICE >= now => n,
-            _ => now,
-        };
-        let nanos = u128::from(bytes) * 1_000_000_000 / u128::from(rate);
-        let wait = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
-        let Some(next) = start.checked_add(wait) else {
-            self.next = None;
-            return;
-        };
-        self.next = Some(next);
-        while let Some(left) = next.checked_duration_since(Instant::now()) {
-            if left.is_zero() || bandwidth.load(Ordering::Relaxed) != rate {
-                break;
-            }
-            std::thread::sleep(left.min(Self::SLICE));
+        if let Some(deadline) = reserve(&mut self.next, Instant::now(), bytes, rate) {
+            sleep_until(deadline, bandwidth, rate);
         }
+    }
+}
+
+/// Books `bytes` at `rate` bytes per second after the running deadline
+/// `next` (or `now`), moves `next` past them and returns it: the time
+/// before which the piece after them may not start. Oversleeping is made
+/// up by the next piece (the long-run rate holds), but a backlog older than
+/// [`PACE_SLICE`] (a pause, a slow host) is dropped.
+fn reserve(next: &mut Option<Instant>, now: Instant, bytes: u64, rate: u64) -> Option<Instant> {
+    let start = match *next {
+        Some(n) if n + PACE_SLICE >= now => n,
+        _ => now,
+    };
+    let nanos = u128::from(bytes) * 1_000_000_000 / u128::from(rate.max(1));
+    let wait = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+    *next = start.checked_add(wait);
+    *next
+}
+
+/// Sleeps until `deadline`, in slices; a change of `bandwidth` away from
+/// `rate` ends the wait.
+fn sleep_until(deadline: Instant, bandwidth: &AtomicU64, rate: u64) {
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        if left.is_zero() || bandwidth.load(Ordering::Relaxed) != rate {
+            break;
+        }
+        std::thread::sleep(left.min(PACE_SLICE));
     }
 }
 
@@ -393,11 +428,10 @@ impl Executor<'_> {
         faults.in_run = [false; 2];
         while done < bytes {
             let left = bytes - done;
-            let bandwidth = self.shared.bandwidth.load(Ordering::Relaxed);
-            let chunk = if bandwidth == 0 {
-                BOUNCE_BYTES
-            } else {
+            let chunk = if self.shared.throttled() {
                 THROTTLE_CHUNK
+            } else {
+                BOUNCE_BYTES
             };
             let limit = left.min(chunk);
             let s_va = src.wrapping_add(done);
@@ -436,6 +470,7 @@ impl Executor<'_> {
             }
             done += n;
             self.pacer.account(n, &self.shared.bandwidth);
+            self.shared.account_gpu(n);
         }
         if copied > 0 {
             lock(&self.shared.stats).bytes_copied += copied;
@@ -544,6 +579,15 @@ impl SdmaEngine {
             .store(bytes_per_second.unwrap_or(0), Ordering::Relaxed);
     }
 
+    /// Bandwidth in bytes/s of all rings together (`None` = unlimited, the
+    /// default); a per-ring limit applies as well.
+    pub(crate) fn set_gpu_bandwidth(&self, bytes_per_second: Option<u64>) {
+        *lock(&self.shared.gpu_next) = None;
+        self.shared
+            .gpu_bandwidth
+            .store(bytes_per_second.unwrap_or(0), Ordering::Relaxed);
+    }
+
     /// What the engines did so far.
     pub(crate) fn stats(&self) -> SdmaStats {
         lock(&self.shared.stats).clone()
@@ -619,6 +663,7 @@ impl Drop for SdmaEngine {
     fn drop(&mut self) {
         // Finish queued jobs quickly, then let the workers see the channel close.
         self.set_bandwidth(None);
+        self.set_gpu_bandwidth(None);
         for slot in &self.rings {
             if let Some(worker) = lock(slot).take() {
                 drop(worker.tx);
@@ -627,5 +672,48 @@ impl Drop for SdmaEngine {
                 let _ = worker.thread.join();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_deadline_shared_by_two_rings_books_them_one_after_the_other() {
+        let now = Instant::now();
+        let second = Duration::from_secs(1);
+        let mut next = None;
+        // Two rings booking 1 MiB each at 1 MiB/s from the same moment: the
+        // second may go on only when both had their second.
+        assert_eq!(
+            reserve(&mut next, now, 1 << 20, 1 << 20),
+            Some(now + second)
+        );
+        assert_eq!(
+            reserve(&mut next, now, 1 << 20, 1 << 20),
+            Some(now + 2 * second)
+        );
+        // A ring's own deadline books only its own bytes.
+        let mut own = None;
+        assert_eq!(reserve(&mut own, now, 1 << 20, 1 << 20), Some(now + second));
+    }
+
+    #[test]
+    fn a_backlog_older_than_a_slice_is_dropped() {
+        let now = Instant::now();
+        let mut next = Some(now);
+        let later = now + 3 * PACE_SLICE;
+        assert_eq!(
+            reserve(&mut next, later, 1000, 1000),
+            Some(later + Duration::from_secs(1))
+        );
+        // Within a slice the deadline carries on from where it was.
+        let mut next = Some(now);
+        let soon = now + PACE_SLICE / 2;
+        assert_eq!(
+            reserve(&mut next, soon, 1000, 1000),
+            Some(now + Duration::from_secs(1))
+        );
     }
 }
