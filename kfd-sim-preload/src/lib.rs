@@ -75,12 +75,14 @@
 //!
 //! # Where AMD's code stops
 //!
-//! The thunk runs every call that needs no GPU to execute anything; ROCr
-//! (5.2) initialises, lists agents and pools, allocates, creates queues and
-//! signals. A kernel dispatch or `hsa_amd_memory_async_copy` never
-//! completes: nothing reads a simulated queue's ring, so no completion
-//! signal is ever written. ROCr 5.2 knows no gfx942 and makes no agent for
-//! an MI300 GPU.
+//! The thunk runs its calls; ROCr (5.2) initialises, lists agents and
+//! pools, allocates, creates queues and signals, and its
+//! `hsa_amd_memory_async_copy` completes: the simulator's engines consume
+//! the SDMA rings ROCr fills (at `KFD_SIM_SDMA_BANDWIDTH` when set), its
+//! TRAP interrupts wake `hsaKmtWaitOnEvent`. A kernel dispatch needs shader
+//! cores the simulator does not have: its queue stops with an error (logged
+//! on stderr, and the process's HW_EXCEPTION events fire). ROCr 5.2 knows
+//! no gfx942 and makes no agent for an MI300 GPU.
 //!
 //! Everything else passes to the C library's function (the `real` module, found with
 //! `dlsym(RTLD_NEXT)`). Calls this library makes itself while handling one
@@ -117,6 +119,7 @@
 #![cfg(target_os = "linux")]
 
 mod checkpoint;
+mod engines;
 mod hooks;
 mod machine;
 mod real;
@@ -126,5 +129,6 @@ mod trace;
 mod tree;
 
 pub use checkpoint::{DEFAULT_RENUMBER_SEED, KFD_FILE_ID, RENUMBER_SEED_VAR};
+pub use engines::{PACKET_TRACE_VAR, SDMA_BANDWIDTH_VAR};
 pub use machine::{MACHINE_VAR, REMOTE_VAR, TRACE_VAR};
 pub use shm::SHM_DIR_VAR;
