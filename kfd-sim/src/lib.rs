@@ -136,7 +136,7 @@ mod sysfs;
 pub mod workload;
 
 pub use accounting::Accounting;
-pub use exec::{PacketRecord, QueueState, QueueStatus};
+pub use exec::{saved_queues, PacketRecord, QueueState, QueueStatus, SavedQueue};
 pub use fault::{FaultKind, FaultParseError, FaultSpec};
 pub use sim::{
     DevDriNode, GpuInfo, HostMemorySnapshot, KfdState, Pid, ProcessConfig, Sim, SimConfig,

@@ -46,6 +46,7 @@ pub(crate) mod interrupt;
 mod pm4;
 pub(crate) mod ring;
 mod runner;
+mod saved;
 mod sdma;
 mod trace;
 
@@ -63,6 +64,7 @@ use self::ring::{Format, Geometry, Regs};
 use self::runner::{Config, QueueHw, Want};
 use self::trace::Trace;
 
+pub use self::saved::{saved_queues, SavedQueue};
 pub use self::trace::PacketRecord;
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

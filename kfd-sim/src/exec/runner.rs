@@ -439,6 +439,9 @@ impl Thread<'_> {
                 Want::Stop => return None,
                 Want::Park => {
                     if c.phase != Phase::Parked {
+                        // A doorbell rung before the preemption is work the
+                        // queue holds: its write pointer goes into the MQD.
+                        self.latch_doorbell();
                         c.published.clone_from(&self.regs);
                         c.load = None;
                         c.phase = Phase::Parked;
@@ -463,6 +466,20 @@ impl Thread<'_> {
                     return Some(loaded);
                 }
             }
+        }
+    }
+
+    /// Takes a doorbell value the engine has not acted on as its write
+    /// pointer (SDMA and PM4 rings, whose doorbell carries it).
+    fn latch_doorbell(&mut self) {
+        let g = self.hw.cfg.geometry;
+        let bell = self.hw.doorbell.read();
+        if g.format == Format::Aql || bell == self.hw.seen.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(wptr) = g.wptr_from(bell, self.regs.rptr) {
+            self.hw.seen.store(bell, Ordering::Release);
+            self.regs.wptr = self.regs.wptr.max(wptr);
         }
     }
 
