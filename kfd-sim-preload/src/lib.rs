@@ -72,6 +72,13 @@
 //!   process into `first`, restores it on a renumbered copy of the machine
 //!   (`KFD_SIM_PRELOAD_RENUMBER_SEED`) and checkpoints the restored process
 //!   into `second`.
+//! * `int kfd_sim_preload_checkpoint_busy(first, second, restore_shm,
+//!   ranges, lens, n, fd)`: the same checkpoint taken while the process's
+//!   queues have work in flight (held still by a kernel eviction), restored
+//!   on the renumbered machine, where the restored queues finish their
+//!   rings; it reports where each queue stopped, what the restored run left
+//!   in the given GPU ranges, then undoes that run's writes to the memory
+//!   both share and lets this process go on (see the `busy` module).
 //!
 //! # Where AMD's code stops
 //!
@@ -118,6 +125,7 @@
 
 #![cfg(target_os = "linux")]
 
+mod busy;
 mod checkpoint;
 mod engines;
 mod hooks;

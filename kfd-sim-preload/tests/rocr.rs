@@ -331,6 +331,7 @@ fn rocr_async_copies_complete_with_the_right_bytes() {
         }
         let trace = packets(report);
         let mut queues: Vec<u64> = trace.iter().map(|p| p.queue).collect();
+        queues.sort_unstable();
         queues.dedup();
         // Each copy went to an SDMA queue of its own direction or peer.
         assert_eq!(queues.len(), copies.len(), "{machine}: one queue per copy");
@@ -349,4 +350,94 @@ fn rocr_async_copies_complete_with_the_right_bytes() {
             refused_ioctls(report)
         );
     }
+}
+
+/// ROCr with copies in flight is checkpointed: the dump pauses its SDMA
+/// queues mid-ring (the saved queue state says where), the restore on a
+/// renumbered machine resumes them from there and every queued copy
+/// finishes with the right bytes and a completed signal; this process then
+/// goes on from the checkpoint and ends the same way.
+#[test]
+fn rocr_copies_checkpointed_in_flight_finish_after_the_restore() {
+    let scratch = Scratch::new();
+    let Some(probe) = common::rocr_program(&scratch, "rocr_copy_probe.c") else {
+        return;
+    };
+    let dirs: Vec<std::path::PathBuf> = ["first", "second", "restore-shm"]
+        .iter()
+        .map(|d| {
+            let p = scratch.dir.path().join(d);
+            std::fs::create_dir(&p).unwrap();
+            p
+        })
+        .collect();
+    let args: Vec<&str> = std::iter::once("8")
+        .chain(std::iter::once("busy"))
+        .chain(dirs.iter().map(|d| d.to_str().unwrap()))
+        .collect();
+    let machine = "mi210-8gpu-2hive";
+    // 8 MiB copies at 64 MiB/s: each takes 125 ms, so both are in the
+    // rings when the checkpoint comes right after their submission.
+    let run = common::run_preloaded_with(
+        &scratch,
+        machine.as_ref(),
+        &probe,
+        &args,
+        &[("KFD_SIM_SDMA_BANDWIDTH", "64M")],
+    );
+    let out = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{}\n{out}\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(out.contains("checkpoint-end status=0"), "{out}");
+    let saved = records(&out, "busy saved");
+    assert_eq!(saved.len(), 2, "the two copy queues: {out}");
+    for q in &saved {
+        assert_eq!(q["mid_ring"], "1", "paused mid-ring: {q:?}");
+    }
+    for q in records(&out, "busy restored") {
+        assert_eq!(
+            q["settled"], "1",
+            "the restored queue finished its ring: {q:?}"
+        );
+        assert_eq!(q["rptr"], q["wptr"]);
+    }
+    let source = &records(&out, "source")[0]["hash"];
+    let ranges: Vec<_> = records(&out, "busy")
+        .into_iter()
+        .filter(|r| r.contains_key("range"))
+        .collect();
+    assert_eq!(ranges.len(), 4);
+    // VRAM and the host buffer the copies wrote hold the source's bytes on
+    // the restored machine; both completion signals reached 0.
+    assert_eq!(
+        (&ranges[0]["hash"], &ranges[1]["hash"]),
+        (source, source),
+        "{out}"
+    );
+    assert_eq!(
+        (&ranges[2]["value"][..], &ranges[3]["value"][..]),
+        ("0", "0")
+    );
+    // This process, going on from the checkpoint, ends the same way.
+    for c in records(&out, "copy") {
+        assert_eq!(c["signal"], "0", "{c:?}");
+    }
+    let verified = records(&out, "verify");
+    assert!(
+        verified
+            .iter()
+            .all(|v| v["ok"] == "1" && &v["hash"] == source),
+        "{verified:?}"
+    );
+    println!(
+        "{}",
+        out.lines()
+            .filter(|l| l.starts_with("busy"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }

@@ -177,6 +177,7 @@ int main(int argc, char **argv)
         src[i] = (uint8_t)(i * 131 + (i >> 12) * 7 + 3);
     memset(back, 0, bytes);
     memset(back2, 0, bytes);
+    printf("source hash=%016llx\n", (unsigned long long)fnv(src, bytes));
     report("allocated");
 
     /* Host to VRAM, VRAM to host, and GPU to GPU then back. */
