@@ -22,6 +22,9 @@
 
 mod common;
 
+/// The ROCr program `amdgpu-criu demo --workload rocr-copy` runs too.
+const COPY_PROBE: &str = "../amdgpu-criu/src/cmd/demo/rocr_copy_probe.c";
+
 use std::path::Path;
 
 use common::{num, records, refused_ioctls, Scratch};
@@ -188,7 +191,7 @@ fn rocminfo_prints_the_simulated_agents() {
 #[test]
 fn rocr_allocates_from_every_gpu_and_creates_a_queue() {
     let scratch = Scratch::new();
-    let Some(probe) = common::rocr_program(&scratch, "rocr_probe.c") else {
+    let Some(probe) = common::rocr_program(&scratch, "tests/rocr_probe.c") else {
         return;
     };
     for machine in ["single-gpu", "mi210-8gpu-2hive"] {
@@ -291,7 +294,7 @@ fn rocr_copy_packets(queue: &[&Packet], bytes: u64) -> String {
 #[test]
 fn rocr_async_copies_complete_with_the_right_bytes() {
     let scratch = Scratch::new();
-    let Some(probe) = common::rocr_program(&scratch, "rocr_copy_probe.c") else {
+    let Some(probe) = common::rocr_program(&scratch, COPY_PROBE) else {
         return;
     };
     for (machine, peers) in [("single-gpu", false), ("mi210-8gpu-2hive", true)] {
@@ -360,7 +363,7 @@ fn rocr_async_copies_complete_with_the_right_bytes() {
 #[test]
 fn rocr_copies_checkpointed_in_flight_finish_after_the_restore() {
     let scratch = Scratch::new();
-    let Some(probe) = common::rocr_program(&scratch, "rocr_copy_probe.c") else {
+    let Some(probe) = common::rocr_program(&scratch, COPY_PROBE) else {
         return;
     };
     let dirs: Vec<std::path::PathBuf> = ["first", "second", "restore-shm"]

@@ -118,17 +118,16 @@ pub fn run_preloaded_with(
         .unwrap_or_else(|e| panic!("running {}: {e}", program.display()))
 }
 
-/// A C program from this crate's `tests/` compiled against ROCr
+/// A C program (a path from this crate's directory) compiled against ROCr
 /// (libhsa-runtime-dev), or `None` (said why) when it is missing.
 pub fn rocr_program(scratch: &Scratch, source: &str) -> Option<PathBuf> {
     if !Path::new("/usr/include/hsa/hsa.h").is_file() {
         skip("libhsa-runtime-dev is not installed (/usr/include/hsa/hsa.h is missing)");
         return None;
     }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join(source);
-    let out = scratch.dir.path().join(source.trim_end_matches(".c"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(source);
+    let stem = src.file_stem().expect("a source file name").to_owned();
+    let out = scratch.dir.path().join(stem);
     let built = Command::new("cc")
         .args(["-Wall", "-Werror", "-O1", "-o"])
         .arg(&out)

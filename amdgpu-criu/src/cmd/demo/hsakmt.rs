@@ -35,7 +35,7 @@ const PROBE_SOURCE: &str = include_str!("hsakmt_probe.c");
 const KFD_ID: u32 = 1;
 
 /// Names another interposer library than the one next to this program.
-const PRELOAD_LIB_VAR: &str = "KFD_SIM_PRELOAD_LIB";
+pub(super) const PRELOAD_LIB_VAR: &str = "KFD_SIM_PRELOAD_LIB";
 
 /// Runs the hsakmt workload: 0 verified, 1 not verified, 2 usage errors.
 pub(super) fn run(args: &Args) -> ExitCode {
@@ -112,7 +112,7 @@ fn print(args: &Args, s: &Summary, error: Option<&str>) {
 
 /// `libkfd_sim_preload.so`: `KFD_SIM_PRELOAD_LIB`, or next to this program
 /// (cargo puts it in the same target directory).
-fn preload_lib() -> Option<PathBuf> {
+pub(super) fn preload_lib() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os(PRELOAD_LIB_VAR) {
         return Some(PathBuf::from(p));
     }
@@ -261,7 +261,7 @@ fn execute(args: &Args) -> Result<Summary, Failure> {
 }
 
 /// The `key=value` fields of one output line.
-fn record(line: &str) -> BTreeMap<String, String> {
+pub(super) fn record(line: &str) -> BTreeMap<String, String> {
     line.split_whitespace()
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
