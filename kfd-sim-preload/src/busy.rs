@@ -13,14 +13,13 @@
 //! each run sees only its own writes. Everything goes to the simulator
 //! through its API or to files; nothing passes the hooks.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void};
 use std::fmt::Write;
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use crate::checkpoint::{
-    dump_here, may_checkpoint, read_kfd_image, renumbered_machine, restore_there,
+    answer, c_path, dump_here, may_checkpoint, read_kfd_image, renumbered_machine, restore_there,
 };
 use crate::machine::Machine;
 
@@ -206,11 +205,6 @@ pub unsafe extern "C" fn kfd_sim_preload_checkpoint_busy(
     n: c_int,
     fd: c_int,
 ) -> c_int {
-    let path = |p: *const c_char| -> Option<PathBuf> {
-        // SAFETY: the caller passes NUL-terminated paths (or null).
-        let s = (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) })?;
-        Some(PathBuf::from(std::ffi::OsStr::from_bytes(s.to_bytes())))
-    };
     let n = usize::try_from(n).unwrap_or(0).min(64);
     let list: Vec<(u64, usize)> = if ranges.is_null() || lens.is_null() {
         Vec::new()
@@ -221,19 +215,13 @@ pub unsafe extern "C" fn kfd_sim_preload_checkpoint_busy(
             .collect()
     };
     crate::hooks::run_guarded(-1, || {
-        let text = match (crate::machine::existing(), path(first), path(restore_shm)) {
-            (Some(m), Some(a), Some(s)) => match run(m, &a, &s, &list) {
-                Ok(text) => text,
-                Err(e) => format!("checkpoint error={}\n", e.replace(char::is_whitespace, "_")),
-            },
-            (None, ..) => "checkpoint error=no_simulated_machine\n".to_owned(),
-            _ => "checkpoint error=null_path\n".to_owned(),
+        // SAFETY: the caller passes NUL-terminated paths (or null).
+        let paths = unsafe { (c_path(first), c_path(restore_shm)) };
+        let outcome = match (crate::machine::existing(), paths) {
+            (Some(m), (Some(a), Some(s))) => run(m, &a, &s, &list),
+            (None, _) => Err("no simulated machine".into()),
+            _ => Err("null path".into()),
         };
-        crate::hooks::write_all(fd, text.as_bytes());
-        if text.contains("checkpoint error=") {
-            -1
-        } else {
-            0
-        }
+        answer(fd, outcome)
     })
 }

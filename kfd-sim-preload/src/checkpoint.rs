@@ -248,30 +248,38 @@ pub unsafe extern "C" fn kfd_sim_preload_checkpoint(
     restore_shm: *const c_char,
     fd: c_int,
 ) -> c_int {
-    let path = |p: *const c_char| -> Option<PathBuf> {
-        // SAFETY: the caller passes NUL-terminated paths (or null).
-        let s = (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) })?;
-        Some(PathBuf::from(std::ffi::OsStr::from_bytes(s.to_bytes())))
-    };
     crate::hooks::run_guarded(-1, || {
-        let text = match (
-            crate::machine::existing(),
-            path(first),
-            path(second),
-            path(restore_shm),
-        ) {
-            (Some(m), Some(a), Some(b), Some(s)) => match run(m, &a, &b, &s) {
-                Ok(text) => text,
-                Err(e) => format!("checkpoint error={}\n", e.replace(char::is_whitespace, "_")),
-            },
-            (None, ..) => "checkpoint error=no_simulated_machine\n".to_owned(),
-            _ => "checkpoint error=null_path\n".to_owned(),
+        // SAFETY: the caller passes NUL-terminated paths (or null).
+        let paths = unsafe { (c_path(first), c_path(second), c_path(restore_shm)) };
+        let outcome = match (crate::machine::existing(), paths) {
+            (Some(m), (Some(a), Some(b), Some(s))) => run(m, &a, &b, &s),
+            (None, _) => Err("no simulated machine".into()),
+            _ => Err("null path".into()),
         };
-        crate::hooks::write_all(fd, text.as_bytes());
-        if text.contains("checkpoint error=") {
-            -1
-        } else {
-            0
-        }
+        answer(fd, outcome)
     })
+}
+
+/// The path a C string names (`None` for null).
+///
+/// # Safety
+/// `p` is null or a NUL-terminated string.
+pub(crate) unsafe fn c_path(p: *const c_char) -> Option<PathBuf> {
+    // SAFETY: the caller's promise.
+    let s = (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) })?;
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(s.to_bytes())))
+}
+
+/// Writes a run's lines to `fd`, or a `checkpoint error=...` line for its
+/// failure (whitespace turned into `_`): 0, or -1 after an error.
+pub(crate) fn answer(fd: c_int, outcome: Result<String, String>) -> c_int {
+    let (text, code) = match outcome {
+        Ok(text) => (text, 0),
+        Err(e) => (
+            format!("checkpoint error={}\n", e.replace(char::is_whitespace, "_")),
+            -1,
+        ),
+    };
+    crate::hooks::write_all(fd, text.as_bytes());
+    code
 }

@@ -30,6 +30,22 @@ use std::path::Path;
 use common::{num, records, refused_ioctls, Scratch};
 use kfd_sim::Sim;
 
+/// The output of a probe run on `machine` that exited 0 with every HSA
+/// call successful.
+fn succeeded(machine: &str, run: &std::process::Output) -> String {
+    let out = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "{machine}: {}\n{out}\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    for step in records(&out, "step") {
+        assert_eq!(num(&step, "status"), 0, "{machine}: {step:?}");
+    }
+    out
+}
+
 /// One agent of rocminfo's output: its `  Key: value` lines.
 type Agent = Vec<(String, String)>;
 
@@ -197,16 +213,7 @@ fn rocr_allocates_from_every_gpu_and_creates_a_queue() {
     for machine in ["single-gpu", "mi210-8gpu-2hive"] {
         let sim = Sim::builtin(machine, Default::default()).unwrap();
         let run = common::run_preloaded(&scratch, machine.as_ref(), &probe, &[]);
-        let out = String::from_utf8_lossy(&run.stdout);
-        assert!(
-            run.status.success(),
-            "{machine}: {}\n{out}\n{}",
-            run.status,
-            String::from_utf8_lossy(&run.stderr)
-        );
-        for step in records(&out, "step") {
-            assert_eq!(num(&step, "status"), 0, "{machine}: {step:?}");
-        }
+        let out = succeeded(machine, &run);
         let gpus = sim.gpus().len();
         assert_eq!(num(&records(&out, "gpus")[0], "count"), gpus as u64);
         let allocs = records(&out, "step")
@@ -305,16 +312,7 @@ fn rocr_async_copies_complete_with_the_right_bytes() {
             &["8"],
             &[("KFD_SIM_PACKET_TRACE", "1")],
         );
-        let out = String::from_utf8_lossy(&run.stdout);
-        assert!(
-            run.status.success(),
-            "{machine}: {}\n{out}\n{}",
-            run.status,
-            String::from_utf8_lossy(&run.stderr)
-        );
-        for step in records(&out, "step") {
-            assert_eq!(num(&step, "status"), 0, "{machine}: {step:?}");
-        }
+        let out = succeeded(machine, &run);
         let copies = records(&out, "copy");
         assert_eq!(copies.len(), if peers { 4 } else { 2 }, "{machine}: {out}");
         for c in &copies {

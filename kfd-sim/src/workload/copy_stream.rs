@@ -233,7 +233,7 @@ impl CopyStream {
             pid,
             driver,
             kfd,
-            renders: renders,
+            renders,
             mem,
             buffer,
             lanes: Vec::new(),

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, ExitCode};
 
-use super::hsakmt::{preload_lib, record, PRELOAD_LIB_VAR};
+use super::hsakmt::{compile_probe, preload_lib_for, record};
 use super::Args;
 
 /// The ROCr program.
@@ -120,11 +120,7 @@ fn execute(args: &Args, summary: &mut Summary) -> Result<(), Failure> {
             "--workload rocr-copy needs AMD's ROCr and its headers: apt-get install libhsa-runtime64-1 libhsa-runtime-dev",
         ));
     }
-    let lib = preload_lib().filter(|p| p.is_file()).ok_or_else(|| {
-        usage(format!(
-            "--workload rocr-copy needs libkfd_sim_preload.so next to this program or named by {PRELOAD_LIB_VAR}: cargo build -p kfd-sim-preload"
-        ))
-    })?;
+    let lib = preload_lib_for("rocr-copy").map_err(usage)?;
     let scratch = tempfile::Builder::new()
         .prefix("amdgpu-criu-demo-rocr")
         .tempdir()
@@ -137,23 +133,14 @@ fn execute(args: &Args, summary: &mut Summary) -> Result<(), Failure> {
         std::fs::create_dir_all(d)
             .map_err(|e| usage(format!("cannot create {}: {e}", d.display())))?;
     }
-    let source = scratch.path().join("rocr_copy_probe.c");
-    let probe = scratch.path().join("rocr_copy_probe");
-    std::fs::write(&source, PROBE_SOURCE)
-        .map_err(|e| usage(format!("cannot write {}: {e}", source.display())))?;
-    let built = Command::new("cc")
-        .args(["-O1", "-o"])
-        .arg(&probe)
-        .arg(&source)
-        .arg("-lhsa-runtime64")
-        .output()
-        .map_err(|e| usage(format!("--workload rocr-copy needs a C compiler (cc): {e}")))?;
-    if !built.status.success() {
-        return Err(usage(format!(
-            "compiling the ROCr program failed:\n{}",
-            String::from_utf8_lossy(&built.stderr)
-        )));
-    }
+    let probe = compile_probe(
+        scratch.path(),
+        "rocr_copy_probe",
+        PROBE_SOURCE,
+        "-lhsa-runtime64",
+        "rocr-copy",
+    )
+    .map_err(usage)?;
     let run = Command::new(&probe)
         .args([COPY_MIB, "busy"])
         .args([&dirs[0], &dirs[1], &dirs[3]])
