@@ -8,12 +8,14 @@
 //! gpu node=1 gpu_id=19005 render_minor=128
 //! acquired gpu_ids=19005
 //! ioctl name=kfd_ALLOC_MEMORY_OF_GPU ok=7 errors=
-//! queue id=0 rptr=164 wptr=164 packets=7 state=idle
+//! engine queue=0 rptr=164 wptr=164 packets=7 state=idle
 //! packet queue=0 format=sdma name=COPY at=24 dwords=00000001,003fffdf,...
 //! ```
 //!
-//! `packet` lines (the packets the process's queues ran since the last
-//! report) come with `KFD_SIM_PACKET_TRACE`.
+//! `engine` lines are each queue's engine (named apart from the `queue`
+//! lines a test program prints); `packet` lines (the packets the
+//! process's queues ran since the last report) come with
+//! `KFD_SIM_PACKET_TRACE`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -146,7 +148,7 @@ fn packets(out: &mut String, m: &Machine) {
         };
         let _ = writeln!(
             out,
-            "queue id={q} rptr={} wptr={} packets={} state={state}",
+            "engine queue={q} rptr={} wptr={} packets={} state={state}",
             status.read_pointer, status.write_pointer, status.packets
         );
     }

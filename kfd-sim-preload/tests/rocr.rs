@@ -327,7 +327,12 @@ fn rocr_async_copies_complete_with_the_right_bytes() {
             assert_eq!(v["ok"], "1", "{machine}: the bytes arrived intact: {v:?}");
         }
         let report = common::report(&out, "copied");
-        for q in records(report, "queue") {
+        let engines = records(report, "engine");
+        assert!(
+            !engines.is_empty(),
+            "{machine}: the report lists the queues' engines"
+        );
+        for q in engines {
             assert!(!q["state"].starts_with("hung"), "{machine}: {q:?}");
         }
         let trace = packets(report);

@@ -29,7 +29,7 @@
 //!   wakes WAIT_EVENTS.
 //! * A packet an engine cannot execute, a kernel dispatch among them (the
 //!   simulator has no shader cores), stops the queue: the reason is logged
-//!   on stderr, kept in [`Sim::queue_status`], and the process's
+//!   on stderr, kept in [`crate::Sim::queue_status`], and the process's
 //!   HW_EXCEPTION events fire as after a GPU hang.
 //!
 //! Layout: `ring` (pointer rules and the registers in the MQD), `runner`
@@ -75,7 +75,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// default).
 pub(crate) const PREEMPTION_TIMEOUT: Duration = Duration::from_millis(9000);
 
-/// What a queue's engine is doing (see [`Sim::queue_status`]).
+/// What a queue's engine is doing (see [`crate::Sim::queue_status`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum QueueState {
@@ -93,7 +93,7 @@ pub enum QueueState {
     Hung(String),
 }
 
-/// A queue's engine state (see [`Sim::queue_status`]).
+/// A queue's engine state (see [`crate::Sim::queue_status`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueStatus {
     /// What it is doing.
