@@ -169,9 +169,12 @@ impl QueueHw {
         }
     }
 
-    /// Whether the engine is parked (or gone).
+    /// Whether the engine is parked (or gone) and was not asked to run: a
+    /// queue told to run that its thread has not taken up yet is running
+    /// as far as a preemption is concerned (else it would start after it).
     pub(crate) fn parked(&self) -> bool {
-        matches!(lock(&self.control).phase, Phase::Parked | Phase::Stopped)
+        let c = lock(&self.control);
+        matches!(c.phase, Phase::Parked | Phase::Stopped) && c.want != Want::Run
     }
 
     /// What the queue is doing.
@@ -361,8 +364,11 @@ impl Thread<'_> {
                 continue;
             }
             if self.regs.rptr == self.regs.wptr && self.regs.ib.is_none() {
-                let c = self.hw.publish(&self.regs, Phase::Idle);
+                // The machine may go with this reference: its engines stop
+                // (this one too, through its control lock), so let go of it
+                // before taking the lock.
                 drop(shared);
+                let c = self.hw.publish(&self.regs, Phase::Idle);
                 self.hw.pause(c, idle);
                 idle = (idle * 2).min(IDLE_SLEEP);
                 continue;
@@ -393,8 +399,8 @@ impl Thread<'_> {
                     let _ = g.report_rptr(&view, self.regs.rptr);
                 }
                 Step::Wait | Step::Idle => {
-                    let c = self.hw.publish(&self.regs, Phase::Waiting);
                     drop(shared);
+                    let c = self.hw.publish(&self.regs, Phase::Waiting);
                     self.hw.pause(c, poll);
                     poll = (poll * 2).min(POLL_MAX);
                 }
