@@ -9,13 +9,12 @@
 //! `DUMP_DEVICES_LATE(root pid)` when the emulated CRIU has that hook, and
 //! `exit(DUMP, ret)`. Any hook failure fails the dump as in CRIU: `exit` runs
 //! with the error and the target keeps running. After a task's files and
-//! before `DUMP_DEVICES_LATE` (CRIU's `dump_one_task`, while the GPU queues
-//! are still paused), as CRIU's pages dump, each task's own CPU memory (the
-//! pages its USERPTR BOs point at, [`kfd_sim::Sim::host_memory_of`]) goes
-//! into `pages-<pid>.img`, an
-//! emulated CRIU core image ([`pages`]); restore maps it back at the same
-//! addresses before any task resumes, on whichever simulated machine
-//! restores.
+//! before `DUMP_DEVICES_LATE` (CRIU's `dump_one_task`, queues still paused),
+//! as CRIU's pages dump, each task's own CPU memory (the pages its USERPTR
+//! BOs point at, [`kfd_sim::Sim::host_memory_of`]) goes into
+//! `pages-<pid>.img`, an emulated CRIU core image ([`pages`]); restore maps
+//! it back at the same addresses before any task resumes, on whichever
+//! simulated machine restores.
 //!
 //! Restore ([`CriuEmulator::restore`]): in the main restorer `init(RESTORE)`
 //! and `RESTORE_INIT`; the task is forked ([`Plugin::forked`], the

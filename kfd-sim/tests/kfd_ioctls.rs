@@ -651,8 +651,7 @@ fn event_rules() {
     );
     set.event_id = 999;
     assert_eq!(p.ioctl(AMDKFD_IOC_SET_EVENT, &mut set), Err(libc::EINVAL));
-    // WAIT_EVENTS: nothing signaled times out (0: at once); signaled
-    // completes and auto-resets.
+    // WAIT_EVENTS: nothing signaled times out at once; signaled completes and auto-resets.
     let mut data = vec![[0u8; 48]; 2];
     data[0][40..44].copy_from_slice(&e1.event_id.to_ne_bytes());
     data[1][40..44].copy_from_slice(&e2.event_id.to_ne_bytes());
@@ -674,8 +673,7 @@ fn event_rules() {
         w.wait_result, KFD_IOC_WAIT_RESULT_TIMEOUT,
         "auto-reset consumed the signal"
     );
-    // The signal page shows slot values: mmap it and read event 2's slot,
-    // which SET_EVENT leaves alone (the GPU's fence writes slots).
+    // The signal page: event 2's slot, which SET_EVENT leaves alone (a fence writes slots).
     p.ioctl(AMDKFD_IOC_SET_EVENT, &mut set).unwrap();
     // SAFETY: no MAP_FIXED; unmapped below.
     let m = unsafe {
