@@ -302,6 +302,7 @@ impl Machine {
             Sim::builtin(name, SimConfig::default())
         }
         .map_err(|e| format!("{MACHINE_VAR}={}: {e}", path.display()))?;
+        crate::engines::configure(&sim)?;
         let pid = sim
             .spawn_process()
             .map_err(|e| format!("cannot create the simulated process: {e}"))?;

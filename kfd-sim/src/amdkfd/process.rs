@@ -177,6 +177,8 @@ pub(crate) struct KfdProcess {
     pub(crate) userptr_blocked: bool,
     /// Number of times RESUME ran (for observation).
     pub(crate) resumed: u32,
+    /// WAIT_EVENTS calls blocked on this process's events.
+    pub(crate) waits: super::event_wait::Waits,
 }
 
 impl KfdProcess {
@@ -211,6 +213,7 @@ impl KfdProcess {
             svm_pending: Vec::new(),
             userptr_blocked: false,
             resumed: 0,
+            waits: Default::default(),
         }
     }
 

@@ -163,13 +163,24 @@ impl SimDriver {
         };
         match owner {
             Some(owner) => {
-                let mut ctx = Ctx {
-                    sim: &self.sim.shared,
-                    st: &mut st,
-                    caller: self.pid,
-                };
-                // SAFETY: forwarded Driver::ioctl contract.
-                unsafe { crate::amdkfd::ioctl(&mut ctx, owner, request, arg) }
+                let shared = &*self.sim.shared;
+                let mut wait = None;
+                loop {
+                    let mut ctx = Ctx {
+                        sim: shared,
+                        st: &mut st,
+                        caller: self.pid,
+                        wait,
+                    };
+                    // SAFETY: forwarded Driver::ioctl contract.
+                    let r = unsafe { crate::amdkfd::ioctl(&mut ctx, owner, request, arg) };
+                    wait = ctx.wait;
+                    // A WAIT_EVENTS that must block sleeps without the lock.
+                    match (&r, &wait) {
+                        (Ok(_), Some(w)) => st = crate::amdkfd::event_wait::sleep(shared, st, w),
+                        _ => return r,
+                    }
+                }
             }
             // SAFETY: forwarded Driver::ioctl contract. The DRM half takes
             // the lock: fence waits happen without it.

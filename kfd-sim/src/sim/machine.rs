@@ -145,6 +145,8 @@ pub(crate) struct Shared {
     /// The KFD minor `GET_VERSION` reports now: `config.kfd_minor_version`
     /// until [`Sim::set_kfd_minor_version`] "updates the kernel".
     pub(crate) kfd_minor: std::sync::atomic::AtomicU32,
+    /// The user-mode queues' engines, interrupts and event waiters.
+    pub(crate) exec: crate::exec::QueueEngines,
 }
 
 /// The context of one call into the simulated kernel.
@@ -153,6 +155,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) st: &'a mut State,
     /// The calling process.
     pub(crate) caller: Pid,
+    /// A WAIT_EVENTS in progress across the lock's releases.
+    pub(crate) wait: Option<crate::amdkfd::event_wait::EventWait>,
 }
 
 /// One simulated machine. Cheap to clone (an `Arc`).
@@ -274,7 +278,8 @@ impl Sim {
         })?;
         let n = gpus.len();
         Ok(Sim {
-            shared: Arc::new(Shared {
+            shared: Arc::new_cyclic(|me| Shared {
+                exec: crate::exec::QueueEngines::new(me.clone()),
                 gpus,
                 kfd_minor: std::sync::atomic::AtomicU32::new(config.kfd_minor_version),
                 config,
@@ -538,6 +543,7 @@ impl Sim {
         if let Some(kfd) = proc_.kfd {
             kfd.teardown(&mut st, pid);
         }
+        crate::exec::sync_process(&self.shared, &mut st, pid);
         // The kernel's exit_ptrace(): every tracee is detached and a
         // stopped one runs on.
         for p in st.processes.values_mut() {
@@ -894,34 +900,6 @@ impl State {
         for a in gone {
             self.host_regions.remove(&a);
         }
-    }
-
-    fn host_region(&self, addr: u64, len: usize) -> Option<&HostRegion> {
-        let a = usize::try_from(addr).ok()?;
-        let (_, r) = self.host_regions.range(..=a).next_back()?;
-        r.contains(addr, len).then_some(r)
-    }
-
-    /// Reads simulator-owned host memory (`None` outside every region).
-    pub(crate) fn read_host(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
-        self.host_region(addr, len)?;
-        let mut out = vec![0u8; len];
-        // SAFETY: `[addr, addr+len)` lies inside a live region mapped
-        // read-write by this simulator; `out` is a separate allocation.
-        unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, out.as_mut_ptr(), len) };
-        Some(out)
-    }
-
-    /// Writes simulator-owned host memory; false outside every region.
-    pub(crate) fn write_host(&self, addr: u64, data: &[u8]) -> bool {
-        if self.host_region(addr, data.len()).is_none() {
-            return false;
-        }
-        // SAFETY: as in read_host, the range is inside a live read-write region.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), addr as usize as *mut u8, data.len())
-        };
-        true
     }
 
     /// The render file `key`, if it is one.

@@ -167,3 +167,33 @@ impl HostRegion {
 fn io_errno(err: &io::Error) -> Errno {
     Errno(err.raw_os_error().unwrap_or(libc::EIO))
 }
+
+impl super::State {
+    fn host_region(&self, addr: u64, len: usize) -> Option<&HostRegion> {
+        let a = usize::try_from(addr).ok()?;
+        let (_, r) = self.host_regions.range(..=a).next_back()?;
+        r.contains(addr, len).then_some(r)
+    }
+
+    /// Reads simulator-owned host memory (`None` outside every region).
+    pub(crate) fn read_host(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        self.host_region(addr, len)?;
+        let mut out = vec![0u8; len];
+        // SAFETY: `[addr, addr+len)` lies inside a live region mapped
+        // read-write by this simulator; `out` is a separate allocation.
+        unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, out.as_mut_ptr(), len) };
+        Some(out)
+    }
+
+    /// Writes simulator-owned host memory; false outside every region.
+    pub(crate) fn write_host(&self, addr: u64, data: &[u8]) -> bool {
+        if self.host_region(addr, data.len()).is_none() {
+            return false;
+        }
+        // SAFETY: as in read_host, the range is inside a live read-write region.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), addr as usize as *mut u8, data.len())
+        };
+        true
+    }
+}
