@@ -87,7 +87,7 @@ fn state_line(out: &mut String, what: &str, sim: &Sim, pid: kfd_sim::Pid) {
 /// `restore_shm` as its /dev/shm, dump again into `second`.
 fn run(m: &Machine, first: &Path, second: &Path, restore_shm: &Path) -> Result<String, String> {
     let mut out = String::new();
-    let pid = m.driver.pid();
+    let pid = m.driver().pid();
     if m.remote.is_some() {
         return Err(format!(
             "{} is set: the served machine's owner checkpoints its processes",

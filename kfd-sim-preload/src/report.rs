@@ -60,7 +60,7 @@ fn join<T: ToString>(items: impl IntoIterator<Item = T>) -> String {
 /// The report for machine `m`.
 pub(crate) fn render(m: &Machine) -> String {
     let mut out = String::new();
-    let pid = m.driver.pid();
+    let pid = m.driver().pid();
     if m.remote.is_some() {
         // The served machine's state is its owner's to report.
         out.push_str("state remote\n");
