@@ -301,6 +301,7 @@ impl Machine {
         let me = std::process::id();
         let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
         if local.0 != me {
+            self.sim.after_host_fork();
             match self.sim.fork_process(local.1.pid()) {
                 Ok(child) => *local = (me, self.sim.driver(child)),
                 Err(e) => {

@@ -54,4 +54,15 @@ impl Sim {
         st.processes.insert(pid, child);
         Ok(pid)
     }
+
+    /// This host process is the child of a `fork(2)` of the process that
+    /// built the simulator (an interposer's copy of the machine): the
+    /// parent's SDMA ring workers are not threads of this process, so they
+    /// are forgotten and the next submission starts new ones. Call it once
+    /// in the child, before any other call.
+    pub fn after_host_fork(&self) {
+        for gpu in &self.shared.gpus {
+            gpu.drm.sdma.forget_workers_after_fork();
+        }
+    }
 }
