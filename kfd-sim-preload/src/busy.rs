@@ -69,7 +69,7 @@ fn run(
     ranges: &[(u64, usize)],
 ) -> Result<String, String> {
     may_checkpoint(m)?;
-    let pid = m.driver.pid();
+    let pid = m.driver().pid();
     let mut out = String::new();
     m.sim
         .evict_queues(pid)

@@ -105,7 +105,7 @@ const DEV_SHM: &str = "/dev/shm";
 /// CRIU (the emulator with the plugin) dumps this process into `first`;
 /// the CRIU ids of its device files, in order.
 pub(crate) fn dump_here(m: &Machine, first: &Path, out: &mut String) -> Result<Vec<u32>, String> {
-    let pid = m.driver.pid();
+    let pid = m.driver().pid();
     let fds = device_fds(m)?;
     // SAFETY: the fds are open for the duration of the dump (this process
     // holds them and nothing closes them while the thunk is blocked in
@@ -202,7 +202,7 @@ pub(crate) fn restore_there(
 /// `restore_shm` as its /dev/shm, dump again into `second`.
 fn run(m: &Machine, first: &Path, second: &Path, restore_shm: &Path) -> Result<String, String> {
     let mut out = String::new();
-    let pid = m.driver.pid();
+    let pid = m.driver().pid();
     may_checkpoint(m)?;
     let ids = dump_here(m, first, &mut out)?;
     let other = renumbered_machine(m, &mut out)?;

@@ -67,7 +67,7 @@ fn join<T: ToString>(items: impl IntoIterator<Item = T>) -> String {
 /// The report for machine `m`.
 pub(crate) fn render(m: &Machine) -> String {
     let mut out = String::new();
-    let pid = m.driver.pid();
+    let pid = m.driver().pid();
     if m.remote.is_some() {
         // The served machine's state is its owner's to report.
         out.push_str("state remote\n");
@@ -139,7 +139,7 @@ fn local_state(out: &mut String, m: &Machine, pid: kfd_sim::Pid) {
 /// The packets the process's queues executed since the last report (when
 /// `KFD_SIM_PACKET_TRACE` is set), and each queue's engine state.
 fn packets(out: &mut String, m: &Machine) {
-    for (q, status) in m.sim.queue_statuses(m.driver.pid()) {
+    for (q, status) in m.sim.queue_statuses(m.driver().pid()) {
         let state = match &status.state {
             kfd_sim::QueueState::Hung(reason) => {
                 format!("hung reason={}", reason.replace(' ', "_"))

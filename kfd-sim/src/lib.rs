@@ -127,6 +127,8 @@ pub(crate) mod drm;
 pub(crate) mod exec;
 pub mod family;
 pub mod fault;
+pub mod module_params;
+pub(crate) mod offset_space;
 pub mod proc_files;
 pub mod remote;
 pub mod scratch;

@@ -20,7 +20,7 @@
 //! KFD allocations live in a render file's VM (a compute VM).
 //!
 //! Not simulated (answered `EINVAL`, like an unknown command):
-//! GEM_METADATA, GEM_WAIT_IDLE, WAIT_FENCES, VM, FENCE_TO_HANDLE, the user
+//! GEM_WAIT_IDLE, WAIT_FENCES, VM, FENCE_TO_HANDLE, the user
 //! queue ioctls and every DRM core ioctl other than VERSION, GEM_CLOSE,
 //! PRIME and GEM_CHANGE_HANDLE; DRM core ioctls a render node may not use
 //! answer `EACCES`, as on a real render node.
@@ -28,6 +28,7 @@
 pub(crate) mod fdinfo;
 mod gem;
 mod info;
+mod metadata;
 mod submit;
 pub(crate) mod va;
 mod vm_snapshot;
@@ -88,35 +89,9 @@ pub(crate) struct DrmDevice {
     gem: Mutex<HashMap<BoId, GemInfo>>,
     /// GPU resets so far (a hung SDMA job resets the GPU).
     reset_counter: Arc<AtomicU64>,
-    /// Fake mmap offsets of BOs imported from another device's dma-buf.
-    imports: Mutex<ImportOffsets>,
     /// The most host memory live GEM userptr BOs of this device pinned at
     /// once (bytes): the high-water mark of SDMA staging memory.
     userptr_peak: AtomicU64,
-}
-
-/// Fake offsets this device gives foreign imports (a real import is a new
-/// GEM object with its own offset). They are handed out downward from the
-/// top of the offset window, so they never meet the BO store's, which grow
-/// upward from its start.
-#[derive(Debug)]
-struct ImportOffsets {
-    by_bo: HashMap<BoId, u64>,
-    next_top: u64,
-}
-
-impl Default for ImportOffsets {
-    fn default() -> Self {
-        ImportOffsets {
-            by_bo: HashMap::new(),
-            next_top: crate::bo::DRM_FILE_PAGE_OFFSET_START + crate::bo::DRM_FILE_PAGE_OFFSET_SIZE,
-        }
-    }
-}
-
-/// Bytes of fake-offset space a BO of `size` bytes takes (whole pages).
-fn offset_span(size: u64) -> u64 {
-    size.div_ceil(crate::bo::PAGE_SIZE).max(1) * crate::bo::PAGE_SIZE
 }
 
 impl DrmDevice {
@@ -134,7 +109,6 @@ impl DrmDevice {
             facts: info::DeviceFacts::from_node(node, vram_bytes),
             gem: Mutex::new(HashMap::new()),
             reset_counter: Arc::new(AtomicU64::new(0)),
-            imports: Mutex::new(ImportOffsets::default()),
             userptr_peak: AtomicU64::new(0),
         }
     }
@@ -152,41 +126,6 @@ impl DrmDevice {
             .sum();
         self.userptr_peak
             .fetch_max(pinned, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    fn import_table(&self) -> MutexGuard<'_, ImportOffsets> {
-        self.imports.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The fake offset of foreign-imported BO `bo` on this device.
-    pub(crate) fn import_offset(&self, bo: &crate::bo::Bo, bos: &BoStore) -> Result<u64, Errno> {
-        let mut table = self.import_table();
-        if let Some(offset) = table.by_bo.get(&bo.id) {
-            return Ok(*offset);
-        }
-        table.by_bo.retain(|id, _| bos.get(*id).is_some());
-        // Leave the lower half of the window to the BO store.
-        let floor =
-            crate::bo::DRM_FILE_PAGE_OFFSET_START + crate::bo::DRM_FILE_PAGE_OFFSET_SIZE / 2;
-        let offset = table
-            .next_top
-            .checked_sub(offset_span(bo.size))
-            .filter(|o| *o >= floor)
-            .ok_or(Errno(libc::ENOSPC))?;
-        table.next_top = offset;
-        table.by_bo.insert(bo.id, offset);
-        Ok(offset)
-    }
-
-    /// The foreign import whose fake-offset range holds `[offset,
-    /// offset+len)` on this device, with the start of that range (for the
-    /// render node's mmap).
-    pub(crate) fn import_at(&self, bos: &BoStore, offset: u64, len: u64) -> Option<(BoId, u64)> {
-        let end = offset.checked_add(len)?;
-        self.import_table().by_bo.iter().find_map(|(id, start)| {
-            let bo = bos.get(*id)?;
-            (*start <= offset && end <= start + offset_span(bo.size)).then_some((*id, *start))
-        })
     }
 
     fn gem_table(&self) -> MutexGuard<'_, HashMap<BoId, GemInfo>> {
@@ -541,6 +480,12 @@ fn entry(nr: u8) -> Option<Entry> {
             w,
             size_of::<k::drm_amdgpu_info>(),
             info::info,
+        ),
+        n if n == amdgpu(k::DRM_AMDGPU_GEM_METADATA) => run(
+            "AMDGPU_GEM_METADATA",
+            rw,
+            size_of::<k::drm_amdgpu_gem_metadata>(),
+            metadata::gem_metadata,
         ),
         n if n == amdgpu(k::DRM_AMDGPU_GEM_VA) => run(
             "AMDGPU_GEM_VA",

@@ -399,6 +399,22 @@ impl SdmaEngine {
         }
     }
 
+    /// This process is the child of a `fork(2)`: the ring workers were the
+    /// parent's threads and do not exist here. Their handles are forgotten
+    /// (joining a thread that is not there would never return, and the
+    /// channel has no reader), so the next submission starts a worker of
+    /// this process. A ring whose slot a parent thread held at the fork
+    /// stays locked; nothing can release it in the child.
+    pub(crate) fn forget_workers_after_fork(&self) {
+        for slot in &self.rings {
+            if let Ok(mut slot) = slot.try_lock() {
+                if let Some(worker) = slot.take() {
+                    std::mem::forget(worker);
+                }
+            }
+        }
+    }
+
     fn spawn(&self, ring: u32) -> std::io::Result<RingWorker> {
         let (tx, rx) = mpsc::channel::<Job>();
         let port = self.port(ring);

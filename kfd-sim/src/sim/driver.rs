@@ -201,10 +201,9 @@ impl SimDriver {
             }
             Some(OpenFile::Render(r)) => {
                 let gpu = r.gpu;
-                // A BO imported from another GPU has its offset on this one
-                // from the DRM half.
-                let drm = &self.sim.shared.gpus[gpu].drm;
-                let (id, base) = match drm.import_at(&st.bos, offset, len as u64) {
+                // A BO imported from another GPU has an offset of its own
+                // on this one.
+                let (id, base) = match st.bos.import_at(gpu, offset, len as u64) {
                     Some(found) => found,
                     None => {
                         let id = st

@@ -46,6 +46,10 @@ pub(crate) struct Process {
     /// parent is then the one the host kernel reports, since the host
     /// really traces it (CRIU's seize of a real process).
     pub(crate) host: bool,
+    /// Its user addresses are real CPU mappings of a host process (a host
+    /// process, or `ProcessConfig::host_address_space`): the kernel's
+    /// checks of CPU mappings apply (`super::address_space`).
+    pub(crate) real_mm: bool,
 }
 
 impl Process {
