@@ -134,20 +134,19 @@ fn run_all(
                 let (next, results, queue) = (&next[pool], &results, &queues[pool]);
                 let my_slot = slot;
                 slot += 1;
-                s.spawn(move || loop {
-                    let Some(&i) = queue.get(next.fetch_add(1, Ordering::Relaxed)) else {
-                        break;
-                    };
-                    let (machine, test) = &jobs[i];
-                    let run = match never_run.get(test.as_str()) {
-                        Some(why) => Run {
-                            outcome: run::Outcome::NotRun(why.clone()),
-                            log: String::new(),
-                            elapsed: Duration::ZERO,
-                        },
-                        None => runner.run(machine, test, my_slot),
-                    };
-                    results.lock().unwrap()[i] = Some(run);
+                s.spawn(move || {
+                    while let Some(&i) = queue.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        let (machine, test) = &jobs[i];
+                        let run = match never_run.get(test.as_str()) {
+                            Some(why) => Run {
+                                outcome: run::Outcome::NotRun(why.clone()),
+                                log: String::new(),
+                                elapsed: Duration::ZERO,
+                            },
+                            None => runner.run(machine, test, my_slot),
+                        };
+                        results.lock().unwrap()[i] = Some(run);
+                    }
                 });
             }
         }

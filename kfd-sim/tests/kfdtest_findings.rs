@@ -279,10 +279,9 @@ fn svm_ranges_live_in_cpu_mappings() {
     let base = mem.addr() as u64;
     // SAFETY: the second half of `mem` is this test's and nothing uses it;
     // dropping `mem` later unmaps the (partly unmapped) whole again.
-    assert_eq!(
-        unsafe { libc::munmap((mem.addr() + (64 << 10)) as *mut libc::c_void, 64 << 10) },
-        0
-    );
+    let unmapped =
+        unsafe { libc::munmap((mem.addr() + (64 << 10)) as *mut libc::c_void, 64 << 10) };
+    assert_eq!(unmapped, 0);
     let prefetch = |start: u64, size: u64| {
         svm_call(
             &p,
