@@ -3,7 +3,7 @@
 //!
 //! [`Plugin`] holds the state of one CRIU process role (the dumper, the main
 //! restorer, or a restored task — which starts as a fork of the main
-//! restorer, see [`Plugin::forked`]) and answers each hook in CRIU's
+//! restorer, see [`Plugin::forked_task`]) and answers each hook in CRIU's
 //! convention: 0 or a value on success, a negative errno on failure, and
 //! [`NOT_MINE`] (`-ENOTSUP`) for every fd, VMA, path, pid or image id that
 //! carries no KFD state, so other plugins in CRIU's chain get their turn.
