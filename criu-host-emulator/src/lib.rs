@@ -17,7 +17,7 @@
 //! simulated machine restores.
 //!
 //! Restore ([`CriuEmulator::restore`]): in the main restorer `init(RESTORE)`
-//! and `RESTORE_INIT`; the task is forked ([`Plugin::forked`], the
+//! and `RESTORE_INIT`; the task is forked ([`Plugin::forked_task`], the
 //! simulated process recreated under its old pid); `POST_FORKING` in the main
 //! restorer; in the task `RESTORE_EXT_FILE` per file in ascending fd order,
 //! then `UPDATE_VMA_MAP` per device mapping; back in the main restorer
