@@ -582,7 +582,7 @@ impl Sim {
     /// The GEM buffers of the render-node files process `pid` opened,
     /// as the files' handle tables hold them: for tests that check which
     /// files share a buffer (two handles of one buffer have one
-    /// [`RenderBuffer::buffer`]).
+    /// [`RenderBuffer::buffer`](crate::RenderBuffer::buffer)).
     pub fn render_buffers(&self, pid: Pid) -> Vec<super::RenderBuffer> {
         let st = self.lock();
         let mut out = Vec::new();
@@ -607,7 +607,7 @@ impl Sim {
     }
 
     /// `len` bytes at `offset` of buffer `buffer` (a
-    /// [`RenderBuffer::buffer`]) with VRAM or GTT memory.
+    /// [`RenderBuffer::buffer`](crate::RenderBuffer::buffer)) with VRAM or GTT memory.
     pub fn read_buffer(&self, buffer: u64, offset: u64, len: usize) -> Option<Vec<u8>> {
         let st = self.lock();
         let memory = st.bos.get(crate::bo::BoId(buffer))?.memory()?.clone();
