@@ -242,3 +242,28 @@ fn copies_take_time_at_the_configured_rate() {
         start.elapsed()
     );
 }
+
+/// A doorbell rung right after `CREATE_QUEUE`, before the engine took the
+/// queue up, is work the queue holds: an eviction that comes at once keeps
+/// it in the write pointer (the hardware's MQD takes the doorbell's value
+/// at the unmap), and it runs when the queue is restored. ROCr rings its
+/// first SDMA copy within microseconds of creating the queue, and a
+/// checkpoint can come in between.
+#[test]
+fn a_doorbell_rung_before_the_engine_ran_survives_an_eviction() {
+    let sim = sim();
+    for round in 0..20 {
+        let mut q = QueueProc::new(&sim, Kind::Sdma);
+        let flag = q.mem + MISC + 512;
+        q.push(&sdma_pkt::poll_eq(flag, 1));
+        q.push(&sdma_pkt::fence(q.mem + MISC + 576, 0xC0DE));
+        sim.evict_queues(q.pid()).unwrap();
+        let s = q.status();
+        assert_eq!(s.write_pointer, q.wptr, "round {round}: rung work lost: {s}");
+        q.poke(MISC + 512, &1u32.to_le_bytes());
+        sim.restore_queues(q.pid()).unwrap();
+        let s = q.settle();
+        assert_eq!(s.read_pointer, q.wptr, "round {round}: {s}");
+        assert_eq!(q.peek(MISC + 576, 4), 0xC0DEu32.to_le_bytes());
+    }
+}

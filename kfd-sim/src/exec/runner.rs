@@ -121,6 +121,21 @@ impl QueueHw {
         })
     }
 
+    /// Takes a doorbell value the engine has not acted on as the write
+    /// pointer of `regs` (SDMA and PM4 rings, whose doorbell carries it;
+    /// an AQL queue's write index is in memory, read at its load).
+    fn latch_doorbell(&self, regs: &mut Regs) {
+        let g = self.cfg.geometry;
+        let bell = self.doorbell.read();
+        if g.format == Format::Aql || bell == self.seen.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(wptr) = g.wptr_from(bell, regs.rptr) {
+            self.seen.store(bell, Ordering::Release);
+            regs.wptr = regs.wptr.max(wptr);
+        }
+    }
+
     /// Whether the doorbell holds a value the engine has not acted on.
     pub(crate) fn doorbell_moved(&self) -> bool {
         self.doorbell.read() != self.seen.load(Ordering::Acquire)
@@ -156,6 +171,11 @@ impl QueueHw {
                 _ => matches!(c.phase, Phase::Parked | Phase::Stopped),
             };
             if done {
+                if let Some(load) = c.load.as_mut() {
+                    // Told to run but not yet taken up: a doorbell rung in
+                    // between is work the queue holds all the same.
+                    self.latch_doorbell(load);
+                }
                 return (c.load.clone().unwrap_or_else(|| c.published.clone()), true);
             }
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
@@ -343,15 +363,19 @@ impl Thread<'_> {
             let g = self.hw.cfg.geometry;
             if load {
                 // The hardware's queue load: read pointer from the MQD, write
-                // pointer from its memory (or empty when unreadable).
+                // pointer from its memory (or empty when unreadable). The
+                // doorbell is sampled first: a producer that stores the write
+                // pointer and rings between the two reads leaves the doorbell
+                // moved past what was sampled, so the ring is taken up below
+                // instead of lost.
+                self.hw
+                    .seen
+                    .store(self.hw.doorbell.read(), Ordering::Release);
                 self.regs.wptr = g
                     .read_wptr_memory(&view)
                     .ok()
                     .and_then(|raw| g.wptr_from(raw, self.regs.rptr).ok())
                     .unwrap_or(self.regs.rptr);
-                self.hw
-                    .seen
-                    .store(self.hw.doorbell.read(), Ordering::Release);
                 let _ = g.report_rptr(&view, self.regs.rptr);
             }
             if let Err(reason) = self.ring_doorbell(&shared, &view) {
@@ -478,15 +502,7 @@ impl Thread<'_> {
     /// Takes a doorbell value the engine has not acted on as its write
     /// pointer (SDMA and PM4 rings, whose doorbell carries it).
     fn latch_doorbell(&mut self) {
-        let g = self.hw.cfg.geometry;
-        let bell = self.hw.doorbell.read();
-        if g.format == Format::Aql || bell == self.hw.seen.load(Ordering::Acquire) {
-            return;
-        }
-        if let Ok(wptr) = g.wptr_from(bell, self.regs.rptr) {
-            self.hw.seen.store(bell, Ordering::Release);
-            self.regs.wptr = self.regs.wptr.max(wptr);
-        }
+        self.hw.latch_doorbell(&mut self.regs);
     }
 
     /// Latches a new write pointer if the doorbell moved.
