@@ -15,7 +15,10 @@
 //!   guardian makes its own driver ([`GuardianDriver`]: the host's, or a
 //!   new connection of its own to a served simulated machine), seizes the
 //!   process, takes its KFD fd and issues `UNPAUSE` exactly as
-//!   `amdgpu-criu unpause` does ([`crate::recover`]); it removes the dead
+//!   `amdgpu-criu unpause` does ([`crate::recover`]), through a pidfd of
+//!   the process opened when it was armed ([`Guardian::arm_pinned`]): a
+//!   process that got the pid after the paused one exited is never
+//!   touched; it removes the dead
 //!   dumper's temporary image files ([`Leftovers`]) but keeps the
 //!   unfinished-dump marks, so the image set still reads as incomplete; and
 //!   it appends what it did to `amdgpu-guardian-<pid>.log` in the dump
@@ -33,7 +36,7 @@ use std::time::{Duration, Instant};
 use amdgpu_image::ImageName;
 use kfd::{Driver, HostDriver};
 
-use crate::recover::{unpause_process, RecoverError};
+use crate::recover::{unpause_process, unpause_process_pinned, RecoverError};
 use crate::sys;
 
 /// The file name the guardian of process `pid` logs to.
@@ -229,9 +232,36 @@ impl Guardian {
     /// Starts the guardian of paused process `target`, watching the calling
     /// process (the dumper, the target's tracer); if the dumper dies first
     /// it recovers the target through `driver` (made in the guardian),
-    /// removes the dumper's `leftovers` and logs to `log_dir`.
+    /// removes the dumper's `leftovers` and logs to `log_dir`. It knows the
+    /// target by its pid alone: [`arm_pinned`](Self::arm_pinned) is the
+    /// safer form.
     pub fn arm(
         target: Tracee,
+        log_dir: &Path,
+        driver: &GuardianDriver,
+        leftovers: Option<Leftovers>,
+    ) -> Result<Guardian, GuardianError> {
+        Self::start(target, None, log_dir, driver, leftovers)
+    }
+
+    /// [`arm`](Self::arm) with `target_pidfd`, a pidfd of the paused
+    /// process opened through the dumper's driver while it is paused (so it
+    /// names that very process): the guardian recovers it through that
+    /// pidfd, and a process that holds its pid after it exited is never
+    /// seized nor unpaused.
+    pub fn arm_pinned(
+        target: Tracee,
+        target_pidfd: OwnedFd,
+        log_dir: &Path,
+        driver: &GuardianDriver,
+        leftovers: Option<Leftovers>,
+    ) -> Result<Guardian, GuardianError> {
+        Self::start(target, Some(target_pidfd), log_dir, driver, leftovers)
+    }
+
+    fn start(
+        target: Tracee,
+        target_fd: Option<OwnedFd>,
         log_dir: &Path,
         driver: &GuardianDriver,
         leftovers: Option<Leftovers>,
@@ -253,16 +283,28 @@ impl Guardian {
         let log = log_dir.join(log_name(target.pid));
         let mut keep = vec![dumper_fd.as_raw_fd(), done_r.as_raw_fd()];
         keep.extend(leftovers.as_ref().map(|l| l.dir.as_raw_fd()));
+        keep.extend(target_fd.as_ref().map(AsRawFd::as_raw_fd));
         let driver = driver.clone();
-        let pid = sys::spawn_orphan(&keep, move || {
-            let watch = Watch {
-                dumper,
-                target,
-                driver,
-                leftovers,
-            };
-            watch.run(dumper_fd, done_r, &log)
-        })
+        // The crate's one unsafe call outside `sys` and `handles`: whether
+        // the forked body is sound is this caller's to prove.
+        #[allow(unsafe_code)]
+        // SAFETY: the guardian's body takes no lock of the dumper: it polls
+        // and reads its kept fds, formats its log (allocation only), writes
+        // files it opens itself and reaches the machine through the
+        // driver factory, whose contract ([`GuardianDriver`]) forbids
+        // taking the dumper's locks; it uses no fd but those in `keep`.
+        let pid = unsafe {
+            sys::spawn_orphan(&keep, move || {
+                let watch = Watch {
+                    dumper,
+                    target,
+                    target_fd,
+                    driver,
+                    leftovers,
+                };
+                watch.run(dumper_fd, done_r, &log)
+            })
+        }
         .map_err(fail("fork"))?;
         Ok(Guardian {
             done: Some(done_w),
@@ -280,6 +322,14 @@ impl Guardian {
     pub fn target(&self) -> u32 {
         self.target
     }
+
+    /// Lets the guardian go on watching without telling it the dump ended:
+    /// the dumper gives up on a process it could not unpause, and the
+    /// guardian recovers it once the dumper has ended.
+    pub fn keep_watching(mut self) {
+        // Closed without a word: the guardian waits for the dumper's end.
+        drop(self.done.take());
+    }
 }
 
 impl Drop for Guardian {
@@ -296,6 +346,8 @@ struct Watch {
     /// The dumper's host pid.
     dumper: u32,
     target: Tracee,
+    /// A pidfd of the target from the time it was armed.
+    target_fd: Option<OwnedFd>,
     driver: GuardianDriver,
     leftovers: Option<Leftovers>,
 }
@@ -358,7 +410,11 @@ impl Watch {
         let target = self.target.pid;
         let started = Instant::now();
         let result = loop {
-            match unpause_process(&driver, target) {
+            let attempt = match &self.target_fd {
+                Some(pidfd) => unpause_process_pinned(&driver, target, pidfd.as_fd()),
+                None => unpause_process(&driver, target),
+            };
+            match attempt {
                 // The kernel is still detaching the dead dumper's tracees.
                 Err(RecoverError::Traced { tracer, .. })
                     if tracer == self.target.tracer && started.elapsed() < RELEASE_WAIT =>

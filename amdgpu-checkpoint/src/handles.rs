@@ -12,18 +12,37 @@
 //! real host it lives in an anonymous `MAP_SHARED` mapping made before fork
 //! ([`HandleTable::shared`]); the emulator, whose tasks are threads of one
 //! process, shares a heap table through an `Arc` ([`HandleTable::private`]).
-//! Slots are single 64-bit atomics written once with compare-and-swap, so
-//! the table needs no lock (a lock held by a task that dies would block the
-//! others) and a key is never published twice.
+//! It is a hash table with open addressing: a key's slot is found from its
+//! hash in a few probes however many buffers the set shares (a restore
+//! looks up and publishes every shared buffer once per file). Slots are
+//! single 64-bit atomics written once with compare-and-swap and never
+//! removed, so the table needs no lock (a lock held by a task that dies
+//! would block the others) and a key is never published twice.
 //!
-//! After the key slots come [`WAITER_SLOTS`] slots of tasks waiting for a
-//! key (their pids, [`HandleTable::add_waiter`]): under real CRIU a task
-//! whose file asked for a retry sleeps until another task sends it a file,
-//! which a plugin publishing a buffer never does, so the publisher wakes
-//! the waiters itself.
+//! After the slots come [`WAITER_SLOTS`] words of tasks waiting for a key
+//! (their pids, [`HandleTable::add_waiter`]): under real CRIU a task whose
+//! file asked for a retry sleeps until another task sends it a file, which
+//! a plugin publishing a buffer never does, so the publisher wakes the
+//! waiters itself.
 //!
 //! This module never talks to CRIU or to the kernel beyond the mapping
-//! ([`kfd::AnonymousMapping`]).
+//! ([`kfd::AnonymousMapping`]). What the engine's restore does with the
+//! table (looking buffers up, publishing them) is its own; a host only
+//! makes the table and hands it over ([`crate::restore::Sharing`]):
+//!
+//! ```
+//! use amdgpu_checkpoint::handles::HandleTable;
+//! // In CRIU's main process, before it forks the tasks.
+//! let table = HandleTable::shared(1024)?;
+//! assert_eq!((table.capacity(), table.len()), (1024, 0));
+//! # Ok::<(), std::io::Error>(())
+//! ```
+//!
+//! ```compile_fail
+//! // Publishing and looking up are the restore's own.
+//! let table = amdgpu_checkpoint::handles::HandleTable::private(4);
+//! let _ = table.publish(1, 1);
+//! ```
 
 #![allow(unsafe_code)]
 
@@ -31,8 +50,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use kfd::{AnonymousMapping, AnonymousOptions};
 
-/// Slots of a table whose image set cannot be listed (an image stream):
-/// 64 Ki buffers, 512 KiB of address space, touched only as slots fill.
+/// Buffers a table whose image set cannot be listed (an image stream)
+/// holds: 64 Ki, in 1 MiB of address space whose pages are touched only as
+/// slots fill.
 pub const UNSIZED_CAPACITY: usize = 1 << 16;
 
 /// Tasks that can wait for buffers at once; more are not recorded (they
@@ -42,11 +62,11 @@ pub const WAITER_SLOTS: usize = 64;
 /// Why a key could not be published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum TableError {
-    /// Every slot holds another key.
+pub(crate) enum TableError {
+    /// The table holds as many keys as it was made for.
     #[error("the shared buffer handle table is full ({capacity} buffers)")]
     Full {
-        /// Slots of the table.
+        /// Keys the table was made for.
         capacity: usize,
     },
     /// A fd-store id that cannot be recorded (negative).
@@ -62,7 +82,10 @@ enum Memory {
 
 /// Buffer key to CRIU fd-store id, shared by every restored task.
 pub struct HandleTable {
+    /// Word 0 counts the keys published; the slots follow.
     memory: Memory,
+    /// Keys it accepts (the slots are at least twice as many).
+    capacity: usize,
 }
 
 impl std::fmt::Debug for HandleTable {
@@ -90,60 +113,78 @@ fn unpack(slot: u64) -> Option<(u32, i32)> {
     })
 }
 
+/// Keys a table can hold at most: keys are `u32`.
+const MAX_KEYS: u64 = 1 << 32;
+
+/// Keys a table for `capacity` accepts: 1 to [`MAX_KEYS`].
+fn clamped(capacity: usize) -> usize {
+    usize::try_from(MAX_KEYS)
+        .map_or(capacity, |max| capacity.min(max))
+        .max(1)
+}
+
+/// Slots of a table for `capacity` keys: a power of two at least twice as
+/// many (probe sequences stay short at half load); `None` on overflow.
+fn slot_count(capacity: usize) -> Option<usize> {
+    capacity.checked_mul(2)?.checked_next_power_of_two()
+}
+
 impl HandleTable {
     /// A table in this process's heap (tasks that are threads, or a host
     /// without `RESTORE_INIT`, whose tasks cannot share memory anyway).
     pub fn private(capacity: usize) -> HandleTable {
-        let slots: Vec<AtomicU64> = (0..capacity.max(1) + WAITER_SLOTS)
-            .map(|_| AtomicU64::new(0))
-            .collect();
+        let capacity = clamped(capacity);
+        let words = slot_count(capacity).map_or(usize::MAX, |n| n.saturating_add(1 + WAITER_SLOTS));
+        let words: Vec<AtomicU64> = (0..words).map(|_| AtomicU64::new(0)).collect();
         HandleTable {
-            memory: Memory::Heap(slots.into_boxed_slice()),
+            memory: Memory::Heap(words.into_boxed_slice()),
+            capacity,
         }
     }
 
     /// A table in an anonymous shared mapping, which processes forked after
     /// this call share.
     pub fn shared(capacity: usize) -> std::io::Result<HandleTable> {
-        let len = capacity.max(1) + WAITER_SLOTS;
-        let bytes = len
-            .checked_mul(std::mem::size_of::<AtomicU64>())
+        let capacity = clamped(capacity);
+        let bytes = slot_count(capacity)
+            .and_then(|n| n.checked_add(1 + WAITER_SLOTS))
+            .and_then(|words| words.checked_mul(std::mem::size_of::<AtomicU64>()))
             .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
         let mapping = AnonymousOptions::new(kfd::Sharing::Shared)
             .no_reserve()
             .map(bytes)?;
         Ok(HandleTable {
             memory: Memory::Shared(mapping),
+            capacity,
         })
     }
 
-    fn all_slots(&self) -> &[AtomicU64] {
+    /// The count word and the slots.
+    fn words(&self) -> &[AtomicU64] {
         match &self.memory {
             // SAFETY: the mapping is page aligned, `len()` bytes long (a
             // multiple of 8, see `shared`) and zero-filled by the kernel, so
-            // it holds `len() / 8` valid, empty `AtomicU64`s; it is only ever
-            // accessed through them (here and by forked tasks), and it lives
-            // as long as `self`.
+            // it holds `len() / 8` valid `AtomicU64`s, all 0 (no key, an
+            // empty slot); it is only ever accessed through them (here and
+            // by forked tasks), and it lives as long as `self`.
             Memory::Shared(mapping) => unsafe {
                 std::slice::from_raw_parts(
                     mapping.as_ptr().as_ptr().cast::<AtomicU64>(),
                     mapping.len() / std::mem::size_of::<AtomicU64>(),
                 )
             },
-            Memory::Heap(slots) => slots,
+            Memory::Heap(words) => words,
         }
     }
 
-    /// The key slots.
     fn slots(&self) -> &[AtomicU64] {
-        let all = self.all_slots();
-        &all[..all.len() - WAITER_SLOTS]
+        let words = self.words();
+        &words[1..words.len() - WAITER_SLOTS]
     }
 
-    /// The waiter slots.
     fn waiter_slots(&self) -> &[AtomicU64] {
-        let all = self.all_slots();
-        &all[all.len() - WAITER_SLOTS..]
+        let words = self.words();
+        &words[words.len() - WAITER_SLOTS..]
     }
 
     /// Records that task `pid` waits for a key; `false` when every waiter
@@ -171,17 +212,33 @@ impl HandleTable {
             .collect()
     }
 
-    /// Slots of the table.
+    fn published(&self) -> &AtomicU64 {
+        &self.words()[0]
+    }
+
+    /// The slot where the probe sequence of `key` starts (Fibonacci hashing
+    /// onto the power-of-two slot count: sequential keys spread out).
+    fn home(&self, key: u32) -> usize {
+        let bits = self.slots().len().trailing_zeros();
+        let hash = u64::from(key).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (hash >> (64 - bits)) as usize
+    }
+
+    /// The probe sequence of `key`: every slot once, from its home on.
+    fn probe(&self, key: u32) -> impl Iterator<Item = &AtomicU64> {
+        let slots = self.slots();
+        let home = self.home(key);
+        slots[home..].iter().chain(&slots[..home])
+    }
+
+    /// Keys the table accepts.
     pub fn capacity(&self) -> usize {
-        self.slots().len()
+        self.capacity
     }
 
     /// Keys published so far.
     pub fn len(&self) -> usize {
-        self.slots()
-            .iter()
-            .take_while(|s| s.load(Ordering::Acquire) != 0)
-            .count()
+        self.published().load(Ordering::Acquire) as usize
     }
 
     /// Whether nothing was published yet.
@@ -190,9 +247,10 @@ impl HandleTable {
     }
 
     /// The fd-store id published for `key`.
-    pub fn lookup(&self, key: u32) -> Option<i32> {
-        for slot in self.slots() {
+    pub(crate) fn lookup(&self, key: u32) -> Option<i32> {
+        for slot in self.probe(key) {
             match unpack(slot.load(Ordering::Acquire)) {
+                // Keys are never removed: one would sit before this slot.
                 None => return None,
                 Some((k, id)) if k == key => return Some(id),
                 Some(_) => {}
@@ -204,39 +262,90 @@ impl HandleTable {
     /// Publishes `key → id`: `Ok(true)` if recorded, `Ok(false)` if the key
     /// was already published (by this or another task), which keeps the
     /// first buffer.
-    pub fn publish(&self, key: u32, id: i32) -> Result<bool, TableError> {
+    pub(crate) fn publish(&self, key: u32, id: i32) -> Result<bool, TableError> {
         if id < 0 {
             return Err(TableError::BadId(id));
         }
         let packed = pack(key, id);
-        // Slots fill in order, so the first empty slot is where every
-        // publisher of an absent key competes: one wins, the others see its
-        // key on reloading that slot.
-        for slot in self.slots() {
+        let full = TableError::Full {
+            capacity: self.capacity,
+        };
+        // A key goes into the first empty slot of its probe sequence, so
+        // every publisher of an absent key competes for that slot: one
+        // wins, the others see its key on reloading it.
+        for slot in self.probe(key) {
             loop {
                 match unpack(slot.load(Ordering::Acquire)) {
                     Some((k, _)) if k == key => return Ok(false),
                     Some(_) => break,
                     None => {
+                        // Publishers racing at the last free place may
+                        // pass this check together: the slots (twice the
+                        // capacity) leave them room.
+                        if self.len() >= self.capacity {
+                            return Err(full);
+                        }
                         if slot
                             .compare_exchange(0, packed, Ordering::AcqRel, Ordering::Acquire)
                             .is_ok()
                         {
+                            self.published().fetch_add(1, Ordering::AcqRel);
                             return Ok(true);
                         }
                     }
                 }
             }
         }
-        Err(TableError::Full {
-            capacity: self.capacity(),
-        })
+        Err(full)
+    }
+}
+
+#[cfg(test)]
+impl HandleTable {
+    /// Slots a lookup of `key` reads.
+    fn probes_for(&self, key: u32) -> usize {
+        let mut probes = 0;
+        for slot in self.probe(key) {
+            probes += 1;
+            match unpack(slot.load(Ordering::Acquire)) {
+                None => break,
+                Some((k, _)) if k == key => break,
+                Some(_) => {}
+            }
+        }
+        probes
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_large_table_finds_each_key_in_a_few_probes() {
+        // A restore of many shared buffers looks each one up (and publishes
+        // it) once per file: a scan of the table each time makes the whole
+        // restore quadratic in the number of buffers.
+        const KEYS: u32 = 50_000;
+        let table = HandleTable::shared(KEYS as usize).unwrap();
+        for key in 1..=KEYS {
+            assert_eq!(table.publish(key, key as i32), Ok(true));
+        }
+        assert_eq!(table.len(), KEYS as usize);
+        let worst = (1..=KEYS)
+            .map(|key| (table.probes_for(key), key))
+            .max()
+            .unwrap();
+        assert!(
+            worst.0 <= 64,
+            "the lookup of key {} reads {} slots",
+            worst.1,
+            worst.0
+        );
+        assert!(table.probes_for(KEYS + 1) <= 64, "an absent key");
+        assert_eq!(table.lookup(KEYS), Some(KEYS as i32));
+        assert_eq!(table.lookup(KEYS + 1), None);
+    }
 
     #[test]
     fn first_publisher_wins_and_lookup_finds_it() {

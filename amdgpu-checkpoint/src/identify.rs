@@ -4,10 +4,12 @@
 //! turn; whatever is not a KFD or amdgpu render-node object must be answered
 //! "not mine" (`-ENOTSUP`) so other plugins get their chance. This module
 //! decides that, through [`Driver`] only (so the simulator answers the same
-//! questions as the kernel); it never opens or changes anything.
+//! questions as the kernel), and names the traced process that holds a
+//! file ([`traced_holder`]); it never changes anything (the only files it
+//! opens are its own duplicates of the candidates, closed again).
 
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, RawFd};
 use std::path::PathBuf;
 
 use kfd::{DeviceNumber, Driver, FdKind};
@@ -97,6 +99,67 @@ impl Devices {
         }
         self.classify_device(driver, dev)
     }
+}
+
+/// Where a traced process holds a file: its pid (as the driver names
+/// processes) and the fd number there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder {
+    /// The process.
+    pub pid: u32,
+    /// The fd number in that process.
+    pub fd: RawFd,
+}
+
+/// The process the caller traces (CRIU traces the whole tree it dumps)
+/// that holds the very open file `fd` (CRIU's drained copy of one of its
+/// fds), and its fd number there (the lowest when it holds the file
+/// twice); `None` when none does or it cannot be told (no process control
+/// in the driver, no `kcmp`). Found without touching the file: among the
+/// traced processes' fds of the same kind, the one that is the same file
+/// description. Device files opened twice share an inode, so the inode
+/// would not do.
+pub fn traced_holder<D: Driver + ?Sized>(driver: &D, fd: BorrowedFd<'_>) -> Option<Holder> {
+    let kind = driver.fd_kind(fd).ok()?;
+    let me = driver.caller_pid();
+    let mut pids: Vec<u32> = driver
+        .list_dir(std::path::Path::new("/proc"))
+        .ok()?
+        .into_iter()
+        .filter_map(|name| name.to_str()?.parse::<u32>().ok())
+        .collect();
+    pids.sort_unstable();
+    pids.into_iter().find_map(|pid| {
+        let traced = driver
+            .process_status(pid)
+            .is_ok_and(|status| status.tracer == Some(me));
+        if !traced {
+            return None;
+        }
+        held_at(driver, pid, fd, kind).map(|fd| Holder { pid, fd })
+    })
+}
+
+/// The lowest fd number at which process `pid` holds the open file `fd`
+/// (of kind `kind`).
+fn held_at<D: Driver + ?Sized>(
+    driver: &D,
+    pid: u32,
+    fd: BorrowedFd<'_>,
+    kind: FdKind,
+) -> Option<RawFd> {
+    use std::os::fd::AsFd;
+    let pidfd = driver.pidfd_open(pid).ok()?;
+    let mut fds = driver.process_fds(pid).ok()?;
+    fds.sort_unstable();
+    fds.into_iter().find(|&target_fd| {
+        driver
+            .pidfd_getfd(pidfd.as_fd(), target_fd)
+            .is_ok_and(|theirs| {
+                driver.fd_kind(theirs.as_fd()).ok() == Some(kind)
+                    && crate::sys::same_open_file(fd, theirs.as_fd()).unwrap_or(false)
+            })
+    })
 }
 
 #[cfg(test)]

@@ -91,6 +91,14 @@ impl ChunkPlan {
         }
         match dir.parent() {
             Ok(None) => log::info!("no parent images: every chunk is written (full dump)"),
+            // `--prev-images-dir .`: the "parent" is the set this dump
+            // replaces; referencing it would name the new set as its own
+            // parent (a loop restore refuses).
+            Ok(Some(parent)) if same_dir(dir, &parent) => log::warn!(
+                "parent images {} is this images directory itself: every chunk is written \
+                 (full dump)",
+                parent.shown()
+            ),
             Ok(Some(parent)) => match read_parent(&parent) {
                 Ok(Some(p)) => {
                     log::info!(
@@ -208,6 +216,15 @@ pub fn log_written(what: &str, stored: u64, total: u64, references_parent: bool)
                 "deduplicated"
             }
         );
+    }
+}
+
+/// Whether `a` and `b` hold the same directory (unknown counts as the
+/// same: the safe side is a full dump).
+fn same_dir(a: &DirStore, b: &DirStore) -> bool {
+    match (a.identity(), b.identity()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => true,
     }
 }
 

@@ -33,12 +33,16 @@
 //! the logger. Errors ([`Error`]) name the failed operation and map to an
 //! errno for hosts that speak errno.
 //!
-//! Unsafe code lives in [`sys`] and [`handles`] (the shared handle table's
-//! memory); every other module is safe code, as the crate-level lint
-//! below enforces (only those two modules lift it).
+//! Unsafe code lives in `sys` (the few host calls beyond `std`) and
+//! [`handles`] (the shared handle table's memory); every other module is
+//! safe code, as the crate-level lint below enforces (only those two
+//! modules lift it, and the guardian for its one call of `sys`'s
+//! `unsafe fn` that forks its process). Of `sys` only
+//! [`sys::thread_cpu_time`] is public.
 
 #![deny(unsafe_code)]
 
+mod drm_fdinfo;
 pub mod dump;
 pub mod error;
 #[doc(hidden)]

@@ -16,7 +16,7 @@
 //! tracer holds (CRIU may still be at work).
 
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 
 use kfd::{Driver, FdKind, FrozenCgroup, Kfd};
@@ -127,6 +127,37 @@ fn os(pid: u32, op: &'static str) -> impl FnOnce(io::Error) -> RecoverError {
 /// Unpauses the GPU queues of process `pid` (see the module docs). Returns
 /// what was found; `was_paused == false` is not an error.
 pub fn unpause_process<D: Driver>(driver: &D, pid: u32) -> Result<Unpaused, RecoverError> {
+    unpause(driver, pid, None)
+}
+
+/// [`unpause_process`] of the very process `pidfd` was opened for (the dump
+/// guardian opens it while the process is paused): when that process has
+/// exited, another process that holds its pid now is neither seized nor
+/// unpaused, and the answer is [`RecoverError::NoSuchProcess`].
+pub fn unpause_process_pinned<D: Driver>(
+    driver: &D,
+    pid: u32,
+    pidfd: BorrowedFd<'_>,
+) -> Result<Unpaused, RecoverError> {
+    unpause(driver, pid, Some(pidfd))
+}
+
+/// An fd number no process has open: `pidfd_getfd` of it answers `EBADF`
+/// for a live process, `ESRCH` once the pidfd's process has exited.
+const NO_SUCH_FD: i32 = i32::MAX;
+
+fn unpause<D: Driver>(
+    driver: &D,
+    pid: u32,
+    pinned: Option<BorrowedFd<'_>>,
+) -> Result<Unpaused, RecoverError> {
+    if let Some(pidfd) = pinned {
+        if let Err(e) = driver.pidfd_getfd(pidfd, NO_SUCH_FD) {
+            if e.raw_os_error() == Some(libc::ESRCH) {
+                return Err(RecoverError::NoSuchProcess { pid });
+            }
+        }
+    }
     let status = driver
         .process_status(pid)
         .map_err(os(pid, "reading /proc/PID/status"))?;
@@ -144,7 +175,7 @@ pub fn unpause_process<D: Driver>(driver: &D, pid: u32) -> Result<Unpaused, Reco
         return Err(os(pid, "PTRACE_SEIZE")(e));
     }
     let stopped = driver.ptrace_interrupt(pid, STOP_TIMEOUT).is_ok();
-    let result = unpause_seized(driver, pid, &status.name);
+    let result = unpause_seized(driver, pid, &status.name, pinned);
     let detach_deferred = !(stopped && driver.ptrace_detach(pid).is_ok());
     let (kfd_fd, was_paused) = result?;
     Ok(Unpaused {
@@ -168,11 +199,14 @@ fn traced<D: Driver>(driver: &D, pid: u32, tracer: u32) -> RecoverError {
     }
 }
 
-/// With `pid` seized: finds its KFD fd and unpauses through it.
+/// With `pid` seized: finds its KFD fd and unpauses through it; through
+/// `pinned` when given, so that only that process's file is ever used
+/// (should it have exited since the check, `pidfd_getfd` answers `ESRCH`).
 fn unpause_seized<D: Driver>(
     driver: &D,
     pid: u32,
     name: &str,
+    pinned: Option<BorrowedFd<'_>>,
 ) -> Result<(i32, bool), RecoverError> {
     let devices = Devices::probe(driver)
         .map_err(os(pid, "stat /dev/kfd"))?
@@ -180,12 +214,19 @@ fn unpause_seized<D: Driver>(
             pid,
             name: name.to_owned(),
         })?;
-    let pidfd = driver.pidfd_open(pid).map_err(os(pid, "pidfd_open"))?;
+    let opened;
+    let pidfd = match pinned {
+        Some(pidfd) => pidfd,
+        None => {
+            opened = driver.pidfd_open(pid).map_err(os(pid, "pidfd_open"))?;
+            opened.as_fd()
+        }
+    };
     let fds = driver
         .process_fds(pid)
         .map_err(os(pid, "reading /proc/PID/fd"))?;
     for target_fd in fds {
-        let fd = match driver.pidfd_getfd(pidfd.as_fd(), target_fd) {
+        let fd = match driver.pidfd_getfd(pidfd, target_fd) {
             Ok(fd) => fd,
             // Closed since the listing.
             Err(e) if e.raw_os_error() == Some(libc::EBADF) => continue,

@@ -3,12 +3,27 @@
 //! where this crate needs `unsafe` outside the handle table's memory
 //! ([`crate::handles`]): creating hsakmt's named semaphore
 //! (`sem_open`), blocking signals in the calling thread while it
-//! spawns another (`pthread_sigmask`), and the dump guardian's process
-//! (`pipe2`, the double `fork` of [`spawn_orphan`], `poll`).
+//! spawns another (`pthread_sigmask`), telling two open files apart
+//! (`kcmp`), and the dump guardian's process (`pipe2`, the double `fork`
+//! of `spawn_orphan`, `poll`).
 //!
-//! Small safe wrappers, each `unsafe` block with its proof; nothing else.
-//! The rest of the crate denies `unsafe_code`. This module never decides
+//! Small wrappers, each `unsafe` block with its proof; nothing else. The
+//! rest of the crate denies `unsafe_code`. This module never decides
 //! anything: which fd, which name, which signals are the caller's choice.
+//!
+//! Only [`thread_cpu_time`] is public (the benches count the engine's CPU
+//! with it); the rest serves the engine alone, and `spawn_orphan`, whose
+//! soundness rests on what its caller runs in the forked process, is an
+//! `unsafe fn`:
+//!
+//! ```
+//! let _used = amdgpu_checkpoint::sys::thread_cpu_time();
+//! ```
+//!
+//! ```compile_fail
+//! // Forking a multi-threaded process is not for safe code outside.
+//! let _ = amdgpu_checkpoint::sys::spawn_orphan(&[], || 0);
+//! ```
 
 #![allow(unsafe_code)]
 
@@ -27,13 +42,13 @@ pub fn thread_cpu_time() -> std::time::Duration {
 }
 
 /// A close-on-exec duplicate of `fd` numbered `floor` or higher.
-pub fn dup_at_least(fd: BorrowedFd<'_>, floor: i32) -> io::Result<OwnedFd> {
+pub(crate) fn dup_at_least(fd: BorrowedFd<'_>, floor: i32) -> io::Result<OwnedFd> {
     Ok(rustix::io::fcntl_dupfd_cloexec(fd, floor.max(0))?)
 }
 
 /// `sem_open(name, O_CREAT, 0666, 1)` then `sem_close`: makes sure the named
 /// semaphore exists (an existing one is left as it is).
-pub fn ensure_named_semaphore(name: &CStr) -> io::Result<()> {
+pub(crate) fn ensure_named_semaphore(name: &CStr) -> io::Result<()> {
     // SAFETY: `name` is NUL-terminated; with O_CREAT sem_open reads exactly
     // two variadic arguments, a mode_t and an unsigned int, passed here with
     // the C default argument promotions (both as unsigned int).
@@ -57,7 +72,7 @@ pub fn ensure_named_semaphore(name: &CStr) -> io::Result<()> {
 /// [`block_signals_except`], put back when this is dropped. It stays on
 /// the thread that made it (it is neither `Send` nor `Sync`).
 #[must_use = "dropping it restores the signal mask at once"]
-pub struct BlockedSignals {
+pub(crate) struct BlockedSignals {
     old: libc::sigset_t,
     /// A signal mask belongs to one thread.
     _thread: PhantomData<*const ()>,
@@ -73,7 +88,7 @@ impl std::fmt::Debug for BlockedSignals {
 /// calling thread only; threads it spawns meanwhile inherit the mask. The
 /// old mask comes back when the returned value is dropped.
 #[doc(alias = "pthread_sigmask")]
-pub fn block_signals_except(keep: &[libc::c_int]) -> io::Result<BlockedSignals> {
+pub(crate) fn block_signals_except(keep: &[libc::c_int]) -> io::Result<BlockedSignals> {
     // SAFETY: sigset_t is plain data; sigfillset initialises it in place.
     let mut block: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: `block` is a valid, writable sigset_t.
@@ -145,8 +160,37 @@ fn block_sigchld() -> io::Result<BlockedSignals> {
     })
 }
 
+/// Whether `a` and `b` are the same open file (one file description, as a
+/// `dup`, a `pidfd_getfd` or an fd passed over a socket are):
+/// `kcmp(getpid(), getpid(), KCMP_FILE, a, b)`. Device files opened twice
+/// share their inode but not their description, which is what tells them
+/// apart here. Errors where the kernel has no `kcmp` (`ENOSYS`) or a
+/// seccomp filter refuses it.
+#[doc(alias = "kcmp")]
+pub(crate) fn same_open_file(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> io::Result<bool> {
+    const KCMP_FILE: libc::c_long = 0;
+    let me = libc::c_long::from(std::process::id() as i32);
+    // SAFETY: kcmp(2) takes integers only (two pids, a type and two fd
+    // numbers) and reads no memory of ours.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            me,
+            me,
+            KCMP_FILE,
+            libc::c_long::from(a.as_raw_fd()),
+            libc::c_long::from(b.as_raw_fd()),
+        )
+    };
+    match ret {
+        0 => Ok(true),
+        r if r > 0 => Ok(false),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
 /// `pipe2(O_CLOEXEC)`: (read end, write end).
-pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: `fds` is a writable array of two ints, as pipe2(2) fills.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
@@ -163,10 +207,15 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 /// and every fd but `keep` closed, and exits with `body`'s status. Returns
 /// its pid.
 ///
-/// `body` runs in the forked copy of a possibly multi-threaded process: it
-/// must not take a lock another thread of the caller could hold (stdio,
-/// `log`, the caller's mutexes); glibc leaves `malloc` usable after fork.
-pub fn spawn_orphan(keep: &[RawFd], body: impl FnOnce() -> i32) -> io::Result<u32> {
+/// # Safety
+///
+/// `body` runs in the forked copy of a possibly multi-threaded process,
+/// where only the forking thread exists: it must not take a lock another
+/// thread of the caller could hold at the fork (stdio, `log`, the caller's
+/// mutexes), which would never be released there; glibc leaves `malloc`
+/// usable after fork. It must not rely on fds other than `keep` and the
+/// standard streams (`/dev/null`), which are closed.
+pub(crate) unsafe fn spawn_orphan(keep: &[RawFd], body: impl FnOnce() -> i32) -> io::Result<u32> {
     let (pid_r, pid_w) = pipe()?;
     // The intermediate process's exit must reach no SIGCHLD handler of the
     // host before it is reaped here: CRIU's (during a dump) reaps any child
@@ -176,8 +225,8 @@ pub fn spawn_orphan(keep: &[RawFd], body: impl FnOnce() -> i32) -> io::Result<u3
     let _sigchld = block_sigchld()?;
     // SAFETY: the intermediate child only calls async-signal-safe functions
     // (fork, write, _exit) before it exits; the grandchild runs `body`
-    // under the contract above and ends with _exit, never returning into
-    // the caller's stack frames.
+    // under the caller's promise (this function's contract) and ends with
+    // _exit, never returning into the caller's stack frames.
     let intermediate = unsafe { libc::fork() };
     if intermediate < 0 {
         return Err(io::Error::last_os_error());
@@ -296,7 +345,7 @@ fn default_signals() {
 
 /// `poll(2)` for readability of `fds`, forever (`EINTR` retried); returns
 /// which are readable (or hung up).
-pub fn poll_readable(fds: &[BorrowedFd<'_>]) -> io::Result<Vec<bool>> {
+pub(crate) fn poll_readable(fds: &[BorrowedFd<'_>]) -> io::Result<Vec<bool>> {
     let mut pollfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|fd| libc::pollfd {
@@ -320,7 +369,7 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>]) -> io::Result<Vec<bool>> {
 }
 
 /// Whether `fd` is readable right now (`poll` with a zero timeout).
-pub fn poll_ready_now(fd: BorrowedFd<'_>) -> io::Result<bool> {
+pub(crate) fn poll_ready_now(fd: BorrowedFd<'_>) -> io::Result<bool> {
     let mut pollfd = libc::pollfd {
         fd: fd.as_raw_fd(),
         events: libc::POLLIN,
@@ -339,6 +388,15 @@ mod tests {
     use super::*;
     use std::os::fd::AsFd;
     use std::os::fd::AsRawFd;
+
+    #[test]
+    fn one_file_is_told_from_another_open_of_the_same_inode() {
+        let file = std::fs::File::open("/dev/null").unwrap();
+        let dup = dup_at_least(file.as_fd(), 10).unwrap();
+        let again = std::fs::File::open("/dev/null").unwrap();
+        assert!(same_open_file(file.as_fd(), dup.as_fd()).unwrap());
+        assert!(!same_open_file(file.as_fd(), again.as_fd()).unwrap());
+    }
 
     #[test]
     fn duplicates_land_at_or_above_the_floor() {
@@ -386,5 +444,135 @@ mod tests {
         .join()
         .unwrap();
         assert!(block_signals_except(&[0x7fff]).is_err());
+    }
+
+    /// Set by the dumper's handler in the test below (CRIU's would exit
+    /// the process).
+    static HANDLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+    extern "C" fn dumper_handler(_: libc::c_int) {
+        HANDLED.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// `signal`'s current handler in this process.
+    fn handler_of(signal: libc::c_int) -> libc::sighandler_t {
+        // SAFETY: sigaction is plain data; with a null new action sigaction
+        // only writes the current one into `old`.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(signal, std::ptr::null(), &mut old);
+            old.sa_sigaction
+        }
+    }
+
+    /// The dumper's side of the test below, in a forked child of the test
+    /// process (its signal handling is changed there, not in the test
+    /// harness): installs a SIGCHLD handler and blocks SIGUSR1, spawns the
+    /// orphan and returns what the orphan reported (SIGCHLD at its default,
+    /// the dumper's handler never run, SIGUSR1 not blocked) and what the
+    /// caller kept (its handler, SIGUSR1 blocked).
+    fn dumper_side() -> Vec<u8> {
+        // SAFETY: sigaction and sigset_t are plain data; the handler only
+        // stores a flag; this process is the test's own forked child.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = dumper_handler as *const () as usize;
+            libc::sigaction(libc::SIGCHLD, &action, std::ptr::null_mut());
+            let mut mask: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut mask);
+            libc::sigaddset(&mut mask, libc::SIGUSR1);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &mask, std::ptr::null_mut());
+        }
+        let blocked_before = blocks(&current_mask(), libc::SIGUSR1);
+        let Ok((report_r, report_w)) = pipe() else {
+            return vec![9];
+        };
+        let keep = [report_w.as_raw_fd()];
+        let body = move || {
+            HANDLED.store(false, std::sync::atomic::Ordering::SeqCst);
+            // A child of its own that exits: the dumper's handler
+            // would run.
+            // SAFETY: fork in a single-threaded orphan; the child
+            // _exits at once.
+            let child = unsafe { libc::fork() };
+            if child == 0 {
+                // SAFETY: ends the child without running anything of ours.
+                unsafe { libc::_exit(0) };
+            }
+            let mut status = 0;
+            // SAFETY: `status` is a writable int.
+            unsafe { libc::waitpid(child, &mut status, 0) };
+            let report = [
+                u8::from(handler_of(libc::SIGCHLD) == libc::SIG_DFL),
+                u8::from(HANDLED.load(std::sync::atomic::Ordering::SeqCst)),
+                u8::from(blocks(&current_mask(), libc::SIGUSR1)),
+            ];
+            // SAFETY: writes 3 bytes from a live array to the kept pipe.
+            let n = unsafe { libc::write(report_w.as_raw_fd(), report.as_ptr().cast(), 3) };
+            i32::from(n != 3)
+        };
+        // SAFETY: the body calls fork, waitpid, sigaction, pthread_sigmask
+        // and write only, and takes no lock.
+        let spawned = unsafe { spawn_orphan(&keep, body) };
+        if spawned.is_err() {
+            return vec![8];
+        }
+        // The orphan's copy of the write end is its own; ours closed with
+        // the closure, so the read ends at its exit.
+        let mut report = Vec::new();
+        if std::io::Read::read_to_end(&mut std::fs::File::from(report_r), &mut report).is_err() {
+            return vec![7];
+        }
+        report.push(u8::from(blocked_before));
+        report.push(u8::from(
+            handler_of(libc::SIGCHLD) == dumper_handler as *const () as usize,
+        ));
+        report.push(u8::from(blocks(&current_mask(), libc::SIGUSR1)));
+        report
+    }
+
+    #[test]
+    fn the_orphan_starts_with_default_signal_handling() {
+        // Real CRIU's SIGCHLD handler reaps any child that changes state and
+        // exits at a change it did not expect, and the guardian's own
+        // PTRACE_INTERRUPT of the paused process is one (the real-CRIU
+        // guardian test in kfd-sim-preload found it: the guardian died
+        // before it could unpause).
+        let (r, w) = pipe().unwrap();
+        // SAFETY: the child runs `dumper_side` (pipe, sigaction, the double
+        // fork, a read; glibc's malloc works after fork) and ends with
+        // _exit, never returning into the test harness.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork failed");
+        if child == 0 {
+            drop(r);
+            let report = std::panic::catch_unwind(dumper_side).unwrap_or_else(|_| vec![6]);
+            // SAFETY: writes the report from a live buffer, then ends the
+            // child.
+            unsafe {
+                libc::write(w.as_raw_fd(), report.as_ptr().cast(), report.len());
+                libc::_exit(0);
+            }
+        }
+        drop(w);
+        let mut report = Vec::new();
+        std::io::Read::read_to_end(&mut std::fs::File::from(r), &mut report).unwrap();
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert_eq!(
+            report.len(),
+            6,
+            "the dumper's side failed early: {report:?}"
+        );
+        assert_eq!(report[3], 1, "the dumper blocked SIGUSR1");
+        assert_eq!(
+            report[..3],
+            [1, 0, 0],
+            "in the orphan: SIGCHLD at its default action, the dumper's handler never run, SIGUSR1 not blocked"
+        );
+        // The caller's own handling is untouched.
+        assert_eq!(report[4], 1, "the dumper's SIGCHLD handler stays");
+        assert_eq!(report[5], 1, "SIGUSR1 stays blocked in the dumper");
     }
 }

@@ -16,7 +16,8 @@
 //!   dumper's but the two it watches (so the dumper's pipes and sockets see
 //!   EOF as before).
 //!
-//! `harness = false`: `main` dispatches on `GUARDIAN_TEST_ROLE`.
+//! `harness = false`: `main` dispatches on `GUARDIAN_TEST_ROLE`, and runs
+//! the tests with libtest's command line (`test_env::harness`).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -37,26 +38,14 @@ fn main() {
         return;
     }
     adopt_orphans();
-    let mut failed = 0;
-    for (name, test) in [
-        ("killed_dumper_is_replaced_by_the_guardian", killed as fn()),
+    test_env::harness::run(&[
+        ("killed_dumper_is_replaced_by_the_guardian", killed),
         (
             "a_guardian_that_cannot_reach_the_machine_says_recovery_is_manual",
-            killed_unreachable as fn(),
+            killed_unreachable,
         ),
-        ("normal_end_leaves_no_trace", normal_end as fn()),
-    ] {
-        match std::panic::catch_unwind(test) {
-            Ok(()) => println!("test {name} ... ok"),
-            Err(_) => {
-                println!("test {name} ... FAILED");
-                failed += 1;
-            }
-        }
-    }
-    if failed > 0 {
-        std::process::exit(1);
-    }
+        ("normal_end_leaves_no_trace", normal_end),
+    ]);
 }
 
 /// The dumper: seize the target, mark its images directory unfinished and

@@ -164,3 +164,190 @@ fn bad_input_is_named() {
     assert_ne!(d.status.code(), Some(0));
     assert!(!String::from_utf8_lossy(&d.stderr).contains("panicked"));
 }
+
+/// The message images (kfd, renderD, dmabuf) in `dir` and in the
+/// directories below it (the incremental child), sorted.
+fn message_images(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type().unwrap().is_dir() {
+            out.extend(message_images(&path));
+        } else if name.starts_with("amdgpu-kfd-")
+            || name.starts_with("amdgpu-renderD-")
+            || name.starts_with("amdgpu-dmabuf_")
+        {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Every `bytes` field of decoded JSON: `{"len": n, "hex": …}` with all
+/// `n` bytes, never an abbreviation.
+fn check_every_byte(v: &serde_json::Value, at: &str, file: &str) {
+    match v {
+        serde_json::Value::Object(map) => {
+            assert!(
+                !map.contains_key("hex_prefix"),
+                "{file}: {at}: a bytes field is abbreviated"
+            );
+            if let (Some(len), Some(hex)) = (map.get("len"), map.get("hex")) {
+                assert_eq!(
+                    hex.as_str().unwrap().len() as u64,
+                    2 * len.as_u64().unwrap(),
+                    "{file}: {at}: every byte"
+                );
+            }
+            for (k, v) in map {
+                check_every_byte(v, &format!("{at}.{k}"), file);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                check_every_byte(v, &format!("{at}[{i}]"), file);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Decodes and encodes back every message image `demo ARGS` writes;
+/// the bytes must be the same. Returns the decoded JSON of each.
+fn demo_round_trip(args: &[&str], env: &[(&str, &str)]) -> Vec<(String, serde_json::Value)> {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("ckpt");
+    let mut all = vec!["demo", "--dir", dir.to_str().unwrap(), "--json"];
+    all.extend_from_slice(args);
+    let out = cli::run_with(&all, env);
+    assert!(
+        out.status.success(),
+        "demo {args:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let images = message_images(&dir);
+    assert!(!images.is_empty(), "demo {args:?} wrote no image");
+    let again = root.path().join("again");
+    fs::create_dir(&again).unwrap();
+    let mut decoded = Vec::new();
+    for image in images {
+        let shown = image.strip_prefix(&dir).unwrap().display().to_string();
+        let d = run(&["decode", image.to_str().unwrap()]);
+        assert_eq!(
+            d.status.code(),
+            Some(0),
+            "decode {shown}: {}",
+            String::from_utf8_lossy(&d.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&d.stdout).unwrap();
+        check_every_byte(&v["content"], "content", &shown);
+        let target = again.join(image.file_name().unwrap());
+        let e = encode(std::str::from_utf8(&d.stdout).unwrap(), &target);
+        assert_eq!(
+            e.status.code(),
+            Some(0),
+            "demo {args:?}: encode {shown}: {}",
+            String::from_utf8_lossy(&e.stderr)
+        );
+        assert_eq!(
+            fs::read(&target).unwrap(),
+            fs::read(&image).unwrap(),
+            "demo {args:?}: {shown} does not round-trip"
+        );
+        fs::remove_file(&target).unwrap();
+        decoded.push((shown, v));
+    }
+    decoded
+}
+
+#[test]
+fn every_image_demo_writes_round_trips_through_decode_and_encode() {
+    let small = ["--topology", "builtin:pcie-2gpu", "--size", "16M"];
+    for workload in ["pytorch", "tensorflow", "multi"] {
+        let mut args = vec!["--workload", workload];
+        args.extend_from_slice(&small);
+        demo_round_trip(&args, &[]);
+    }
+    demo_round_trip(
+        &["--workload", "basic", "--topology", "builtin:pcie-2gpu"],
+        &[],
+    );
+    // Deduplicated: chunk sources within the set.
+    let dedup = demo_round_trip(
+        &[
+            "--workload",
+            "data-parallel",
+            "--topology",
+            "builtin:pcie-2gpu",
+            "--size",
+            "16M",
+        ],
+        &[("KFD_DEDUP", "1")],
+    );
+    assert!(
+        dedup.iter().any(|(_, v)| v["content"]["bo_entries"]
+            .as_array()
+            .is_some_and(|bos| bos.iter().any(|b| b.get("chunk_sources").is_some()))),
+        "the deduplicated set references chunks"
+    );
+    // An incremental child: dump ids, its parent's, chunk digests and
+    // sources, every byte.
+    // (Large enough BOs that a step leaves chunks unchanged.)
+    let chained = demo_round_trip(
+        &[
+            "--incremental",
+            "1",
+            "--topology",
+            "builtin:pcie-2gpu",
+            "--size",
+            "48M",
+        ],
+        &[],
+    );
+    let (_, child) = chained
+        .iter()
+        .find(|(name, _)| name.starts_with("incremental/amdgpu-kfd-"))
+        .expect("the child's KFD image");
+    let content = &child["content"];
+    assert_eq!(content["parent_dump_id"]["len"], 16, "{content:#}");
+    assert_eq!(content["dump_id"]["hex"].as_str().unwrap().len(), 32);
+    let bos = content["bo_entries"].as_array().unwrap();
+    assert!(bos.iter().any(|b| b.get("chunk_sources").is_some()));
+    assert!(bos
+        .iter()
+        .all(|b| b.get("chunk_digests").is_none() || b["chunk_digests"]["hex"].as_str().is_some()));
+}
+
+#[test]
+fn the_images_of_a_thunk_built_process_round_trip() {
+    if !std::path::Path::new("/usr/include/hsakmt.h").is_file() {
+        if std::env::var_os("CI").is_some() {
+            panic!("CI is set and this test cannot run: libhsakmt-dev is not installed");
+        }
+        println!("skipped: libhsakmt-dev is not installed (/usr/include/hsakmt.h is missing)");
+        return;
+    }
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_amdgpu-criu"));
+    let dir = exe.parent().unwrap();
+    let Some(lib) = [
+        dir.join("libkfd_sim_preload.so"),
+        dir.join("deps/libkfd_sim_preload.so"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file()) else {
+        if std::env::var_os("CI").is_some() {
+            panic!("CI is set and this test cannot run: libkfd_sim_preload.so is not built");
+        }
+        println!("skipped: libkfd_sim_preload.so is not built (cargo build -p kfd-sim-preload)");
+        return;
+    };
+    let decoded = demo_round_trip(
+        &["--workload", "hsakmt", "--seed", "3"],
+        &[("KFD_SIM_PRELOAD_LIB", lib.to_str().unwrap())],
+    );
+    assert!(decoded.iter().any(|(name, _)| name.contains("amdgpu-kfd-")));
+}

@@ -44,7 +44,7 @@ fn captures_dir() -> Option<PathBuf> {
     if path.is_dir() {
         Some(path)
     } else {
-        println!("skipped: {} is absent", path.display());
+        test_env::skip(format!("{} is absent", path.display()));
         None
     }
 }

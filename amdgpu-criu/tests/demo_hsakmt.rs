@@ -5,27 +5,12 @@
 //! (built with the workspace); says why it skips without them, and fails
 //! when `CI` is set.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-fn skip(reason: &str) {
-    if std::env::var_os("CI").is_some() {
-        panic!("CI is set and this test cannot run: {reason}");
-    }
-    println!("skipped: {reason}");
-}
+mod preload;
 
-/// The interposer cargo built for the workspace, next to the binary.
-fn preload_lib() -> Option<PathBuf> {
-    let exe = Path::new(env!("CARGO_BIN_EXE_amdgpu-criu"));
-    let dir = exe.parent()?;
-    [
-        dir.join("libkfd_sim_preload.so"),
-        dir.join("deps/libkfd_sim_preload.so"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
-}
+use preload::{preload_lib, skip};
 
 #[test]
 fn the_thunk_built_process_is_checkpointed_restored_and_verified() {

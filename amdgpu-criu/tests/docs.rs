@@ -125,12 +125,6 @@ fn check_structure(path: &Path, text: &str) {
     assert!(!in_example, "{name}: .EX not closed");
 }
 
-/// Whether a missing tool fails the test: under CI, where `.ci/run`
-/// installs it, a skip would hide a defect.
-fn under_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
 /// `groff -k -man -Tutf8 -ww` (what `man -l` runs, `-k` passing UTF-8 input
 /// through preconv): every warning is a formatting defect. Returns the
 /// rendered text, or `None` when groff is absent outside CI.
@@ -141,14 +135,10 @@ fn check_with_groff(path: &Path) -> Option<String> {
         .env("LC_ALL", "C.UTF-8")
         .output()
     else {
-        assert!(
-            !under_ci(),
-            "groff is not installed, and .ci/run installs it (groff-base)"
-        );
-        println!(
-            "skipped groff check of {}: groff is not installed (package groff-base)",
+        test_env::skip(format!(
+            "groff check of {}: groff is not installed (package groff-base)",
             path.display()
-        );
+        ));
         return None;
     };
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -404,7 +394,7 @@ fn every_plugin_variable_is_documented() {
         if src.is_dir() {
             plugin_variables(&src, &mut variables);
         } else {
-            println!("skipped {crate_dir} sources: {} is absent", src.display());
+            test_env::skip(format!("{crate_dir} sources: {} is absent", src.display()));
         }
     }
     assert!(
@@ -438,25 +428,15 @@ fn completions_cover_every_subcommand() {
             );
         }
     }
-    // The scripts parse in the shells that are installed.
-    for (shell, check) in [("bash", "-n"), ("zsh", "-n"), ("fish", "--no-execute")] {
-        let script = cli(&["completions", shell]);
-        let Ok(mut child) = Command::new(shell)
-            .arg(check)
-            .stdin(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-        else {
-            println!("skipped {shell} syntax check: {shell} is not installed");
-            continue;
-        };
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), script.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "{shell} rejects its completion script: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    // The scripts load into their shells and complete there: every shell is
+    // installed by .ci/run, so a missing one is a skip only off CI.
+    for shell in ["bash", "zsh", "fish"] {
+        if let Some(offered) = complete_in(shell, &cli(&["completions", shell])) {
+            assert!(
+                offered.contains("--json"),
+                "{shell} does not complete `amdgpu-criu topology --js` to --json: {offered}"
+            );
+        }
     }
     let out = Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"))
         .args(["completions", "tcsh"])
@@ -467,4 +447,84 @@ fn completions_cover_every_subcommand() {
         Some(2),
         "an unknown shell is a usage error"
     );
+}
+
+/// The zsh script that loads a completion script (its path is `$1`) into
+/// an interactive zsh on a pseudo-terminal, as a user's `compinit` does,
+/// types `amdgpu-criu topology --js` and a tab, and prints what the line
+/// became.
+const ZSH_DRIVER: &str = r#"
+zmodload zsh/zpty || exit 3
+zpty z zsh -f -i
+zpty -w z "PS1='> '; autoload -U compinit && compinit -u -D && source ${(q)1} && print LOAD''ED || print BRO''KEN"
+zpty -r -m z out '*(LOADED|BROKEN)*' || exit 4
+[[ $out == *BROKEN* ]] && { print -r -- "the script does not load: $out"; exit 1 }
+zpty -w -n z $'amdgpu-criu topology --js\t'
+zpty -r -m z out '*--json*' || exit 5
+zpty -d z
+print -r -- --json
+"#;
+
+/// Loads the completion `script` into `shell` (bash, zsh or fish, with a
+/// scratch home and no user configuration) and completes
+/// `amdgpu-criu topology --js` there: what the shell offers, or `None`
+/// (a skip) when the shell is not installed.
+fn complete_in(shell: &str, script: &str) -> Option<String> {
+    if Command::new(shell).arg("--version").output().is_err() {
+        test_env::skip(format!(
+            "{shell} completions: {shell} is not installed (apt-get install {shell})"
+        ));
+        return None;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let path = home.path().join(format!("amdgpu-criu.{shell}"));
+    fs::write(&path, script).unwrap();
+    let mut command = Command::new(shell);
+    match shell {
+        "bash" => command.args(["--norc", "--noprofile", "-c"]).arg(format!(
+            "source {} || exit 1; COMP_LINE='amdgpu-criu topology --js'; \
+             COMP_POINT=${{#COMP_LINE}}; COMP_WORDS=(amdgpu-criu topology --js); COMP_CWORD=2; \
+             \"$(complete -p amdgpu-criu | sed -n 's/.* -F \\([^ ]*\\) .*/\\1/p')\" \
+             amdgpu-criu --js topology; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            path.display()
+        )),
+        "zsh" => {
+            let driver = home.path().join("driver.zsh");
+            fs::write(&driver, ZSH_DRIVER).unwrap();
+            command.arg("-f").arg(&driver).arg(&path)
+        }
+        "fish" => command.args(["--no-config", "-c"]).arg(format!(
+            "source {} || exit 1; complete -C 'amdgpu-criu topology --js'",
+            path.display()
+        )),
+        _ => unreachable!("no completion check for {shell}"),
+    };
+    let mut child = command
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .env("XDG_DATA_HOME", home.path())
+        .env("XDG_CACHE_HOME", home.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Only a script that never completes keeps the shell waiting.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stderr).trim().is_empty(),
+        "{shell} does not load its completion script ({}): {stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(stdout)
 }

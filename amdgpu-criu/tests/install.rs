@@ -2,10 +2,11 @@
 //! `DESTDIR` with `PREFIX=/usr`: binaries stripped by default, as built with
 //! `STRIP=0`, with separate debug files with `DEBUG_SYMBOLS=1`.
 //!
-//! The test never builds: it points the Makefile's `BUILD_DIR` and
-//! `PLUGIN_BUILD_DIR` at the directory holding this test's own `amdgpu-criu`
-//! binary, where `cargo test --workspace` has also built the plugin's
-//! `libcriu_plugin_amdgpu.so` (the plugin crate depends on neither the
+//! The test never builds: it points the Makefile's `BUILD_DIR` at the
+//! directory holding this test's own `amdgpu-criu` binary and
+//! `PLUGIN_BUILD_DIR` at the one where `cargo test --workspace` has built
+//! the plugin's `libcriu_plugin_amdgpu.so` (beside the binary, or in its
+//! `deps/`, where `cargo test` leaves it; the plugin crate depends on neither the
 //! simulator nor the CRIU host emulator, so that `.so` is the one `make`
 //! ships, in debug). Running a release build here would double the CI build
 //! time. When the `.so` is absent (for example `cargo test -p
@@ -29,7 +30,20 @@ fn make(target: &str, destdir: &Path, build_dir: &Path) -> Output {
     make_with(target, destdir, build_dir, &[])
 }
 
+/// The plugin `cargo test --workspace` built for the binaries in
+/// `build_dir`: beside them (a `cargo build`) or in `deps/` (`cargo test`
+/// leaves a dependency's `.so` there).
+fn plugin_so(build_dir: &Path) -> Option<PathBuf> {
+    [build_dir.to_path_buf(), build_dir.join("deps")]
+        .into_iter()
+        .map(|dir| dir.join("libcriu_plugin_amdgpu.so"))
+        .find(|so| so.is_file())
+}
+
 fn make_with(target: &str, destdir: &Path, build_dir: &Path, vars: &[&str]) -> Output {
+    let plugin_dir = plugin_so(build_dir)
+        .and_then(|so| so.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| build_dir.to_path_buf());
     Command::new("make")
         .arg("-s")
         .arg("-C")
@@ -38,7 +52,7 @@ fn make_with(target: &str, destdir: &Path, build_dir: &Path, vars: &[&str]) -> O
         .arg(format!("DESTDIR={}", destdir.display()))
         .arg("PREFIX=/usr")
         .arg(format!("BUILD_DIR={}", build_dir.display()))
-        .arg(format!("PLUGIN_BUILD_DIR={}", build_dir.display()))
+        .arg(format!("PLUGIN_BUILD_DIR={}", plugin_dir.display()))
         .args(vars)
         .output()
         .expect("make runs")
@@ -86,16 +100,16 @@ const INSTALLED_FILES: [&str; 9] = [
 fn build_dir_with_plugin() -> Option<PathBuf> {
     let cli = Path::new(env!("CARGO_BIN_EXE_amdgpu-criu"));
     let build_dir = cli.parent().unwrap();
-    let plugin = build_dir.join("libcriu_plugin_amdgpu.so");
-    if !plugin.is_file() {
-        println!(
-            "skipped: {} is absent (built by `cargo test --workspace`, not by `cargo test -p amdgpu-criu`)",
-            plugin.display()
-        );
+    if plugin_so(build_dir).is_none() {
+        test_env::skip(format!(
+            "libcriu_plugin_amdgpu.so is absent from {} and its deps/ (built by `cargo test \
+             --workspace`, not by `cargo test -p amdgpu-criu`)",
+            build_dir.display()
+        ));
         return None;
     }
     if Command::new("make").arg("--version").output().is_err() {
-        println!("skipped: make is not installed");
+        test_env::skip("make is not installed");
         return None;
     }
     Some(build_dir.to_path_buf())
@@ -107,7 +121,7 @@ fn install_then_uninstall_leaves_what_was_there() {
         return;
     };
     let build_dir = build_dir.as_path();
-    let plugin = build_dir.join("libcriu_plugin_amdgpu.so");
+    let plugin = plugin_so(build_dir).expect("the plugin beside the binaries");
     let cli = Path::new(env!("CARGO_BIN_EXE_amdgpu-criu"));
     let dest = tempfile::tempdir().unwrap();
     // A directory and a file that were there before: they must survive.
@@ -283,13 +297,15 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 fn strip_0_installs_as_built_and_debug_symbols_1_beside() {
     let cli = Path::new(env!("CARGO_BIN_EXE_amdgpu-criu"));
     let build_dir = cli.parent().unwrap();
-    let plugin = build_dir.join("libcriu_plugin_amdgpu.so");
-    if !plugin.is_file() {
-        println!("skipped: {} is absent", plugin.display());
+    let Some(plugin) = plugin_so(build_dir) else {
+        test_env::skip(format!(
+            "libcriu_plugin_amdgpu.so is absent from {} and its deps/",
+            build_dir.display()
+        ));
         return;
-    }
+    };
     if Command::new("make").arg("--version").output().is_err() {
-        println!("skipped: make is not installed");
+        test_env::skip("make is not installed");
         return;
     }
     let dest = tempfile::tempdir().unwrap();
@@ -344,7 +360,7 @@ fn strip_0_installs_as_built_and_debug_symbols_1_beside() {
 #[test]
 fn install_without_artifacts_is_refused() {
     if Command::new("make").arg("--version").output().is_err() {
-        println!("skipped: make is not installed");
+        test_env::skip("make is not installed");
         return;
     }
     let dest = tempfile::tempdir().unwrap();
@@ -422,7 +438,7 @@ fn forced_install_keeps_the_old_plugin_and_uninstall_puts_it_back() {
     );
     assert!(
         fs::read(dest.path().join("usr/lib/criu/amdgpu_plugin.so")).unwrap()
-            == fs::read(build_dir.join("libcriu_plugin_amdgpu.so")).unwrap(),
+            == fs::read(plugin_so(&build_dir).unwrap()).unwrap(),
         "ours is installed"
     );
     let manifest =

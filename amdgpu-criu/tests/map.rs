@@ -21,7 +21,7 @@ fn fixture(name: &str) -> Option<String> {
     if path.is_dir() {
         Some(path.to_str().unwrap().to_owned())
     } else {
-        println!("skipped: {} is absent", path.display());
+        test_env::skip(format!("{} is absent", path.display()));
         None
     }
 }

@@ -31,7 +31,7 @@ fn fixture(name: &str) -> Option<PathBuf> {
     if path.is_dir() {
         Some(path)
     } else {
-        println!("skipped: {} is absent", path.display());
+        test_env::skip(format!("{} is absent", path.display()));
         None
     }
 }
@@ -169,7 +169,7 @@ fn unreadable_topologies_exit_2_with_a_reason() {
             "{err}"
         );
     } else {
-        println!("skipped: this host has a KFD topology; the missing-sysfs message is not shown");
+        test_env::skip("this host has a KFD topology; the missing-sysfs message is not shown");
     }
 }
 

@@ -181,14 +181,14 @@ pub fn extract_images<R: Read>(
     Ok(written)
 }
 
+/// What [`walk_tar`] calls per image file: its name, its path in the
+/// archive, its length and its contents.
+type VisitImage<'a> = dyn FnMut(ImageName, &str, u64, &mut dyn Read) -> Result<(), String> + 'a;
+
 /// Calls `visit` with every amdgpu image file of the tar stream `src`:
 /// its name, its path in the archive, its length and its contents; a
 /// message image longer than `limits` allows is refused first.
-fn walk_tar<R: Read>(
-    src: R,
-    limits: ReadLimits,
-    visit: &mut dyn FnMut(ImageName, &str, u64, &mut dyn Read) -> Result<(), String>,
-) -> Result<(), String> {
+fn walk_tar<R: Read>(src: R, limits: ReadLimits, visit: &mut VisitImage<'_>) -> Result<(), String> {
     let mut archive = tar::Archive::new(src);
     let entries = archive
         .entries()

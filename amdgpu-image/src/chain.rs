@@ -15,6 +15,12 @@
 //!
 //! [`ChunkResolver`] indexes the stored chunks of a set and, when asked for
 //! a parent chunk, of its parents (one level at a time, as far as needed).
+//! A chain is followed at most [`MAX_CHAIN_DEPTH`] levels deep, and a level
+//! met before (the same directory, or another directory holding the same
+//! dump) ends it with [`Error::ParentLoop`]: a `parent` link to `.`, two
+//! sets that are each other's parent, or a copy of a set among its own
+//! ancestors would otherwise be followed until file descriptors or memory
+//! run out.
 //! [`ChainReader`] delivers one GPU's BOs in file order like a
 //! [`PagesReader`], each chunk from wherever it is stored, every chunk
 //! verified. This module only reads.
@@ -48,8 +54,15 @@ pub struct ChunkLocation {
     pub len: u64,
 }
 
+/// Image sets a parent chain is followed through at most, the set itself
+/// included: far beyond what incremental dumps stack up in practice (each
+/// level keeps its directory and pages files open while the chain is read).
+pub const MAX_CHAIN_DEPTH: usize = 64;
+
 struct Level {
     store: DirStore,
+    /// `(st_dev, st_ino)` of its directory.
+    identity: (u64, u64),
     /// The `dump_id` all KFD images of the level carry (`None` if they carry none).
     dump_id: Option<Vec<u8>>,
     /// The `parent_dump_id` its images name (when any references its parent).
@@ -115,7 +128,7 @@ impl ChunkResolver {
     /// Indexes the chunks the set in `store` stores (its parents are read
     /// when a parent chunk is first asked for).
     pub fn new(store: &DirStore, limits: ReadLimits) -> Result<Self, Error> {
-        let level = index_level(reopen(store)?.named("the image set"), 0, limits)?;
+        let level = index_level(reopen(store)?.named("the image set"), 0, limits, &[])?;
         Ok(Self {
             levels: Mutex::new(vec![Arc::new(level)]),
             limits,
@@ -154,8 +167,7 @@ impl ChunkResolver {
         let mut level = first;
         loop {
             while levels.len() <= level {
-                let below = levels.len() - 1;
-                let next = self.open_parent(&levels[below], below + 1)?;
+                let next = self.open_parent(&levels)?;
                 levels.push(Arc::new(next));
             }
             if let Some(loc) = levels[level].index.get(&digest).filter(|l| l.len == len) {
@@ -176,7 +188,17 @@ impl ChunkResolver {
         }
     }
 
-    fn open_parent(&self, child: &Level, level: usize) -> Result<Level, Error> {
+    /// The parent of the deepest of `levels` (the chain read so far), as
+    /// the next level; a level met before or one too many is refused.
+    fn open_parent(&self, levels: &[Arc<Level>]) -> Result<Level, Error> {
+        let level = levels.len();
+        let child = &levels[level - 1];
+        if level >= MAX_CHAIN_DEPTH {
+            return Err(Error::ChainTooDeep {
+                dir: child.store.shown(),
+                limit: MAX_CHAIN_DEPTH,
+            });
+        }
         let Some(expected) = child.parent_dump_id.clone() else {
             return Err(chain_error(
                 child.store.shown(),
@@ -191,7 +213,7 @@ impl ChunkResolver {
             )
         })?;
         let shown = parent.shown();
-        let indexed = index_level(parent, level, self.limits)?;
+        let indexed = index_level(parent, level, self.limits, levels)?;
         if indexed.dump_id.as_deref() != Some(expected.as_slice()) {
             return Err(chain_error(
                 shown,
@@ -202,6 +224,15 @@ impl ChunkResolver {
                     hex_id(Some(&expected))
                 ),
             ));
+        }
+        // Another directory holding a dump read already (a copy of a set
+        // among its own ancestors).
+        if let Some(seen) = levels.iter().position(|l| l.dump_id == indexed.dump_id) {
+            return Err(Error::ParentLoop {
+                dir: shown,
+                level: seen,
+                same: "dump_id",
+            });
         }
         Ok(indexed)
     }
@@ -250,9 +281,24 @@ fn reopen(store: &DirStore) -> Result<DirStore, Error> {
     DirStore::from_dir_fd(fd.into())
 }
 
-/// Reads every KFD image of `store` and indexes the chunks it stores.
-fn index_level(store: DirStore, level: usize, limits: ReadLimits) -> Result<Level, Error> {
+/// Reads every KFD image of `store` and indexes the chunks it stores, as
+/// level `level` of a chain whose levels above are `above`: a directory
+/// among them is refused before any of its images is read.
+fn index_level(
+    store: DirStore,
+    level: usize,
+    limits: ReadLimits,
+    above: &[Arc<Level>],
+) -> Result<Level, Error> {
     let shown = store.shown();
+    let identity = store.identity()?;
+    if let Some(seen) = above.iter().position(|l| l.identity == identity) {
+        return Err(Error::ParentLoop {
+            dir: shown,
+            level: seen,
+            same: "directory",
+        });
+    }
     // Files of the set itself by their name, a parent's behind its link.
     let shown_file = |name: &ImageName| {
         if level == 0 {
@@ -264,6 +310,7 @@ fn index_level(store: DirStore, level: usize, limits: ReadLimits) -> Result<Leve
     let names = store.list()?;
     let mut out = Level {
         store,
+        identity,
         dump_id: None,
         parent_dump_id: None,
         index: HashMap::new(),

@@ -154,6 +154,33 @@ pub enum Error {
         /// What is wrong, naming the parent where it concerns one.
         what: String,
     },
+    /// A parent chain that comes back to an image set it already read: a
+    /// `parent` link to the set itself or to one of its children, or a
+    /// copy of a set among its own ancestors. Followed, it would never end.
+    #[error(
+        "{dir}: the parent chain loops: this is level {level} of the chain again (the same {same}); \
+         an image set's parents must end in a full dump: fix the `parent` links"
+    )]
+    ParentLoop {
+        /// The parent that closes the loop, as reached (`parent -> ../1`).
+        dir: String,
+        /// The level of the chain it repeats (0 = the set itself).
+        level: usize,
+        /// How it was recognised: `directory` or `dump_id`.
+        same: &'static str,
+    },
+    /// A parent chain longer than [`MAX_CHAIN_DEPTH`](crate::chain::MAX_CHAIN_DEPTH)
+    /// levels: refused before its parents hold every file descriptor.
+    #[error(
+        "{dir}: the parent chain is deeper than {limit} image sets; flatten a shorter part of \
+         it (`amdgpu-criu flatten`) and dump against that"
+    )]
+    ChainTooDeep {
+        /// The set whose parent would be one level too many.
+        dir: String,
+        /// The bound.
+        limit: usize,
+    },
     /// A read outside a BO or a pages file.
     #[error("{file}: {what}")]
     OutOfRange {

@@ -27,11 +27,13 @@
 //! | `criu_render_node` | 152 | `referencing_gpu_id` (uint32) | the user gpu_id of an image with chunk references, whose `gpu_id` is 0 (the C plugin refuses it) |
 //!
 //! Messages serialize with serde under the proto field names; `bytes` fields
-//! serialize as `{ "len": n, "hex_prefix": "…" }`. They deserialize from the
-//! same names (unknown fields refused, required ones demanded), `bytes`
-//! fields from `{ "hex": "…" }` holding every byte (and `len`, checked when
-//! given): what `amdgpu-criu decode` writes and `encode` reads. This module
-//! never reads files.
+//! serialize as `{ "len": n, "hex_prefix": "…" }` (a summary), or inside
+//! [`with_every_byte`] as `{ "len": n, "hex": "…" }` with every byte. They
+//! deserialize from the same names (unknown fields refused, required ones
+//! demanded), every `bytes` field, required or optional, from
+//! `{ "hex": "…" }` holding every byte (and `len`, checked when given):
+//! what `amdgpu-criu decode` writes and `encode` reads. This module never
+//! reads files.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -252,16 +254,20 @@ pub struct KfdBoEntry {
     /// little-endian bytes each ([`chunks`](crate::chunks)).
     #[prost(bytes = "vec", optional, tag = "130")]
     #[serde(
+        default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "serialize_opt_bytes"
+        serialize_with = "serialize_opt_bytes",
+        deserialize_with = "deserialize_opt_bytes"
     )]
     pub chunk_digests: Option<Vec<u8>>,
     /// Ours (tag 131): one [`ChunkSource`](crate::chunks::ChunkSource) byte
     /// per chunk; absent when every chunk is in the BO's place in its pages file.
     #[prost(bytes = "vec", optional, tag = "131")]
     #[serde(
+        default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "serialize_opt_bytes"
+        serialize_with = "serialize_opt_bytes",
+        deserialize_with = "deserialize_opt_bytes"
     )]
     pub chunk_sources: Option<Vec<u8>>,
 }
@@ -348,16 +354,20 @@ pub struct CriuKfd {
     /// of one dump), which a child dump's `parent_dump_id` quotes.
     #[prost(bytes = "vec", optional, tag = "131")]
     #[serde(
+        default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "serialize_opt_bytes"
+        serialize_with = "serialize_opt_bytes",
+        deserialize_with = "deserialize_opt_bytes"
     )]
     pub dump_id: Option<Vec<u8>>,
     /// Ours (tag 132): the `dump_id` of the parent image set whose chunks
     /// this image references (chunk source 2); absent otherwise.
     #[prost(bytes = "vec", optional, tag = "132")]
     #[serde(
+        default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "serialize_opt_bytes"
+        serialize_with = "serialize_opt_bytes",
+        deserialize_with = "deserialize_opt_bytes"
     )]
     pub parent_dump_id: Option<Vec<u8>>,
 }
@@ -429,8 +439,10 @@ pub struct DrmBoEntry {
     /// in [`KfdBoEntry::chunk_digests`].
     #[prost(bytes = "vec", optional, tag = "130")]
     #[serde(
+        default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "serialize_opt_bytes"
+        serialize_with = "serialize_opt_bytes",
+        deserialize_with = "deserialize_opt_bytes"
     )]
     pub chunk_digests: Option<Vec<u8>>,
     /// Ours (tag 150): one [`ChunkSource`](crate::chunks::ChunkSource) byte
@@ -438,8 +450,10 @@ pub struct DrmBoEntry {
     /// chunk is in the BO's drm-pages file.
     #[prost(bytes = "vec", optional, tag = "150")]
     #[serde(
+        default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "serialize_opt_bytes"
+        serialize_with = "serialize_opt_bytes",
+        deserialize_with = "deserialize_opt_bytes"
     )]
     pub chunk_sources: Option<Vec<u8>>,
 }
@@ -533,16 +547,20 @@ pub struct CriuRenderNode {
     /// value for every image of one dump).
     #[prost(bytes = "vec", optional, tag = "150")]
     #[serde(
+        default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "serialize_opt_bytes"
+        serialize_with = "serialize_opt_bytes",
+        deserialize_with = "deserialize_opt_bytes"
     )]
     pub dump_id: Option<Vec<u8>>,
     /// Ours (tag 151): the `dump_id` of the parent image set whose chunks
     /// this image references (chunk source 2); absent otherwise.
     #[prost(bytes = "vec", optional, tag = "151")]
     #[serde(
+        default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "serialize_opt_bytes"
+        serialize_with = "serialize_opt_bytes",
+        deserialize_with = "deserialize_opt_bytes"
     )]
     pub parent_dump_id: Option<Vec<u8>>,
     /// Ours (tag 152): the user gpu_id of an image whose BOs reference
@@ -620,8 +638,35 @@ struct BytesSummary<'a> {
     hex_prefix: &'a str,
 }
 
+#[derive(Serialize)]
+struct BytesEvery<'a> {
+    len: usize,
+    hex: &'a str,
+}
+
 /// How many leading bytes of a `bytes` field serde output shows.
 const HEX_PREFIX_BYTES: usize = 16;
+
+thread_local! {
+    /// Set inside [`with_every_byte`] on this thread.
+    static EVERY_BYTE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `serialize` with every `bytes` field of every message written in
+/// full (`{ "len": n, "hex": "…" }`, what deserializing reads back) instead
+/// of summarised: the form of `amdgpu-criu decode`, whose output `encode`
+/// turns back into the same bytes. Only this thread is affected, and only
+/// until `serialize` returns (or unwinds).
+pub fn with_every_byte<T>(serialize: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            EVERY_BYTE.with(|every| every.set(self.0));
+        }
+    }
+    let _restore = Restore(EVERY_BYTE.with(|every| every.replace(true)));
+    serialize()
+}
 
 fn serialize_opt_bytes<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
     match bytes {
@@ -631,6 +676,13 @@ fn serialize_opt_bytes<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S
 }
 
 fn serialize_bytes<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    if EVERY_BYTE.with(std::cell::Cell::get) {
+        return BytesEvery {
+            len: bytes.len(),
+            hex: &full_hex(bytes),
+        }
+        .serialize(s);
+    }
     let mut hex = String::with_capacity(HEX_PREFIX_BYTES * 2);
     for b in bytes.iter().take(HEX_PREFIX_BYTES) {
         hex.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
@@ -654,11 +706,20 @@ struct BytesFull {
     hex_prefix: Option<String>,
 }
 
+fn deserialize_opt_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+    Option::<BytesFull>::deserialize(d)?
+        .map(bytes_of::<D::Error>)
+        .transpose()
+}
+
 fn deserialize_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-    use serde::de::Error;
-    let b = BytesFull::deserialize(d)?;
+    bytes_of(BytesFull::deserialize(d)?)
+}
+
+/// The bytes a `{ "hex": … }` object holds.
+fn bytes_of<E: serde::de::Error>(b: BytesFull) -> Result<Vec<u8>, E> {
     let Some(hex) = b.hex else {
-        return Err(D::Error::custom(if b.hex_prefix.is_some() {
+        return Err(E::custom(if b.hex_prefix.is_some() {
             "only a hex_prefix is given (the summary `show` prints); `amdgpu-criu decode` \
              writes every byte as \"hex\""
         } else {
@@ -666,14 +727,14 @@ fn deserialize_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Erro
         }));
     };
     if hex.len() % 2 != 0 {
-        return Err(D::Error::custom("hex has an odd number of digits"));
+        return Err(E::custom("hex has an odd number of digits"));
     }
-    let digit = |c: u8| -> Result<u8, D::Error> {
+    let digit = |c: u8| -> Result<u8, E> {
         match c {
             b'0'..=b'9' => Ok(c - b'0'),
             b'a'..=b'f' => Ok(c - b'a' + 10),
             b'A'..=b'F' => Ok(c - b'A' + 10),
-            _ => Err(D::Error::custom(format!(
+            _ => Err(E::custom(format!(
                 "hex holds {:?}, not a hex digit",
                 char::from(c)
             ))),
@@ -683,9 +744,9 @@ fn deserialize_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Erro
         .as_bytes()
         .chunks(2)
         .map(|pair| Ok((digit(pair[0])? << 4) | digit(pair[1])?))
-        .collect::<Result<Vec<u8>, D::Error>>()?;
+        .collect::<Result<Vec<u8>, E>>()?;
     if let Some(len) = b.len.filter(|&len| len != bytes.len()) {
-        return Err(D::Error::custom(format!(
+        return Err(E::custom(format!(
             "len is {len} but hex holds {} bytes",
             bytes.len()
         )));

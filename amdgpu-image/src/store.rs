@@ -244,6 +244,17 @@ impl DirStore {
         &self.dir
     }
 
+    /// `(st_dev, st_ino)` of the held directory: what tells two paths (a
+    /// `parent` link and its child, two levels of a chain) of the same
+    /// directory apart from two directories.
+    pub fn identity(&self) -> Result<(u64, u64), Error> {
+        let meta = self
+            .dir
+            .metadata()
+            .map_err(|e| Error::io(self.shown(), "stat the image directory", e))?;
+        Ok((meta.dev(), meta.ino()))
+    }
+
     /// The path files are resolved against.
     pub fn base(&self) -> &Path {
         &self.base

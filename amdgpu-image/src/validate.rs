@@ -28,6 +28,11 @@ use crate::{Error, ImageKind, ImageName, Problem, PAGE_SIZE};
 const PAGE_ALIGNED_TYPES: u32 =
     flags::KFD_VRAM | flags::KFD_GTT | flags::KFD_DOORBELL | flags::KFD_MMIO_REMAP;
 
+/// The largest `shared_mem_size` (hsakmt's `/dev/shm/hsakmt_shared_mem`)
+/// an image may record: libhsakmt makes an 8-byte table, and restore
+/// creates an object of this size when the machine has none.
+pub const MAX_SHARED_MEM_SIZE: u64 = 1 << 20;
+
 /// A `criu_kfd` message whose contents are consistent.
 ///
 /// Guarantees: `num_of_bos` equals the BO entries; `num_of_gpus` / `num_of_cpus`
@@ -35,7 +40,9 @@ const PAGE_ALIGNED_TYPES: u32 =
 /// unique; iolinks point at listed nodes; every BO names a listed GPU, has
 /// exactly one memory type, does not wrap the address space, has a page
 /// multiple size where the kernel requires it, and carries a checksum only if
-/// its contents are saved; per-GPU pages totals fit in `u64`.
+/// its contents are saved; per-GPU pages totals fit in `u64`; the image does
+/// not name its own dump as its parent; `shared_mem_size` is 0 or holds the
+/// magic and is at most [`MAX_SHARED_MEM_SIZE`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ValidatedKfd {
     id: u32,
@@ -108,6 +115,26 @@ impl ValidatedKfd {
                     format!("{} bytes, 16 expected", id.len()),
                 );
             }
+        }
+        if let Some(e) = own_parent(&msg.dump_id, &msg.parent_dump_id) {
+            p("criu_kfd.parent_dump_id".into(), e);
+        }
+        match msg.shared_mem_size {
+            0 | 4..=MAX_SHARED_MEM_SIZE => {}
+            1..=3 => p(
+                "criu_kfd.shared_mem_size".into(),
+                format!(
+                    "{} bytes cannot hold the 4-byte magic of hsakmt's shared memory",
+                    msg.shared_mem_size
+                ),
+            ),
+            size => p(
+                "criu_kfd.shared_mem_size".into(),
+                format!(
+                    "{size} bytes, beyond the {MAX_SHARED_MEM_SIZE} this format accepts for \
+                     hsakmt's shared memory (libhsakmt makes an 8-byte table)"
+                ),
+            ),
         }
 
         let node_ids: BTreeSet<u32> = msg.device_entries.iter().map(|d| d.node_id).collect();
@@ -394,6 +421,14 @@ fn layout_of(msg: &CriuKfd, gpu_id: u32, chunks: bool) -> PagesLayout {
     layout.with_chunks(algo, digests).unwrap_or(plain)
 }
 
+/// What is wrong with an image naming its own dump as its parent: a chain
+/// that loops at its first link.
+fn own_parent(dump_id: &Option<Vec<u8>>, parent_dump_id: &Option<Vec<u8>>) -> Option<String> {
+    (dump_id.is_some() && dump_id == parent_dump_id).then(|| {
+        "equals dump_id: an image set cannot be its own parent (the chain would loop)".into()
+    })
+}
+
 /// A `criu_render_node` message whose contents are consistent.
 ///
 /// Guarantees: `gpu_id` is non-zero, or 0 in a render-only image that
@@ -401,7 +436,7 @@ fn layout_of(msg: &CriuKfd, gpu_id: u32, chunks: bool) -> PagesLayout {
 /// node's render minor; `num_of_bos` equals the BO entries; each
 /// BO's `num_of_vms` equals its VM entries; BO and VM ranges do not wrap; BO
 /// sizes are page multiples (GEM rounds them); each VM mapping lies inside
-/// its BO.
+/// its BO; the image does not name its own dump as its parent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ValidatedRenderNode {
     id: u32,
@@ -441,6 +476,9 @@ impl ValidatedRenderNode {
                 }
                 Ok(None) => {}
             }
+        }
+        if let Some(e) = own_parent(&msg.dump_id, &msg.parent_dump_id) {
+            p("criu_render_node.parent_dump_id".into(), e);
         }
         if references_parent && msg.parent_dump_id.is_none() {
             p(

@@ -511,3 +511,188 @@ fn flatten_of_a_chain_reads_like_a_full_dump() {
         assert_eq!(a.chunk_digests, b.chunk_digests);
     }
 }
+
+/// Runs `f` on a thread of its own and waits at most 30 s for it: a parent
+/// chain followed forever must fail the test, not hang it.
+fn within_30s<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(30))
+        .unwrap_or_else(|_| {
+            panic!("{what} did not return within 30 s: the parent chain is followed forever")
+        })
+}
+
+/// Every chunk of the set's BOs "in the parent": the set stores nothing.
+fn all_from_parent() -> Decider {
+    Arc::new(|_, _| ChunkSource::Parent)
+}
+
+/// Two sets that are each other's parent (`a/parent -> ../b`,
+/// `b/parent -> ../a`), each naming the other's dump_id, neither storing
+/// a chunk: every lookup of a parent chunk goes round the loop.
+fn looping_pair() -> (tempfile::TempDir, Vec<Vec<Vec<u8>>>) {
+    let root = tempfile::tempdir().unwrap();
+    let contents = vec![vec![bytes(41, 256 << 10)]];
+    for (me, other, id, parent) in [
+        ("a", "b", [0xa; 16], [0xb; 16]),
+        ("b", "a", [0xb; 16], [0xa; 16]),
+    ] {
+        let dir = root.path().join(me);
+        std::fs::create_dir(&dir).unwrap();
+        link_parent(&dir, &format!("../{other}"));
+        write_set(&dir, &contents, Some(all_from_parent()), id, Some(parent));
+    }
+    (root, contents)
+}
+
+#[test]
+fn a_parent_chain_that_loops_is_refused_by_name_by_verify_read_and_flatten() {
+    let (root, _) = looping_pair();
+    let a = root.path().join("a");
+    let text = within_30s("verify_set", {
+        let a = a.clone();
+        move || problems_of(&a)
+    });
+    assert!(text.contains("the parent chain loops"), "{text}");
+    assert!(text.contains("parent -> ../a"), "{text}");
+    let err = within_30s("a read through the chain", {
+        let a = a.clone();
+        move || read_back(&a, 0).unwrap_err()
+    });
+    assert!(
+        matches!(&err, Error::ParentLoop { dir, level: 0, .. } if dir == "parent -> ../a"),
+        "{err}"
+    );
+    let flat = root.path().join("flat");
+    std::fs::create_dir(&flat).unwrap();
+    let err = within_30s("flatten", {
+        let (a, flat) = (a.clone(), flat.clone());
+        move || {
+            flatten(
+                &DirStore::open_dir(&a).unwrap(),
+                &DirStore::open_dir(&flat).unwrap(),
+                ReadLimits::default(),
+            )
+            .unwrap_err()
+        }
+    });
+    assert!(matches!(err, Error::ParentLoop { .. }), "{err}");
+}
+
+#[test]
+fn a_copy_of_a_set_in_its_own_chain_is_a_loop_by_dump_id() {
+    // b's parent is a copy of a (another directory, the same dump): the
+    // chain a -> b -> copy of a comes back to a by its dump_id.
+    let (root, _) = looping_pair();
+    let copy = root.path().join("a-copy");
+    std::fs::create_dir(&copy).unwrap();
+    for entry in std::fs::read_dir(root.path().join("a")).unwrap() {
+        let entry = entry.unwrap();
+        let to = copy.join(entry.file_name());
+        if entry.file_name() == "parent" {
+            std::os::unix::fs::symlink("../b", to).unwrap();
+        } else {
+            std::fs::copy(entry.path(), to).unwrap();
+        }
+    }
+    let b = root.path().join("b");
+    std::fs::remove_file(b.join("parent")).unwrap();
+    link_parent(&b, "../a-copy");
+    let a = root.path().join("a");
+    let err = within_30s("a read through the chain", move || {
+        read_back(&a, 0).unwrap_err()
+    });
+    assert!(
+        matches!(&err, Error::ParentLoop { dir, level: 0, .. } if dir == "parent -> ../a-copy"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("dump_id"), "{err}");
+}
+
+#[test]
+fn a_set_that_is_its_own_parent_is_refused() {
+    // `parent -> .`, and the images name their own dump as the parent.
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("self");
+    std::fs::create_dir(&dir).unwrap();
+    link_parent(&dir, ".");
+    write_set(
+        &dir,
+        &[vec![bytes(7, 128 << 10)]],
+        Some(all_from_parent()),
+        [0x5; 16],
+        Some([0x5; 16]),
+    );
+    let text = within_30s("verify_set", {
+        let dir = dir.clone();
+        move || problems_of(&dir)
+    });
+    assert!(
+        text.contains("criu_kfd.parent_dump_id: equals dump_id"),
+        "{text}"
+    );
+    let store = DirStore::open_dir(&dir).unwrap();
+    let resolver = ChunkResolver::new(&store, ReadLimits::default());
+    assert!(
+        matches!(&resolver, Err(Error::Invalid(_))),
+        "an image naming itself as its parent is invalid: {resolver:?}"
+    );
+    // Images that name another dump as their parent: the directory itself
+    // is refused as its own parent before anything of it is read again.
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    link_parent(&dir, ".");
+    write_set(
+        &dir,
+        &[vec![bytes(7, 128 << 10)]],
+        Some(all_from_parent()),
+        [0x5; 16],
+        Some([0x6; 16]),
+    );
+    let err = within_30s("a read through the chain", move || {
+        read_back(&dir, 0).unwrap_err()
+    });
+    assert!(
+        matches!(&err, Error::ParentLoop { dir, level: 0, same: "directory" } if dir == "parent -> ."),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_chain_deeper_than_the_bound_is_refused() {
+    // A chain of distinct sets, each referencing a chunk only the bottom
+    // one stores, one level deeper than the bound.
+    let root = tempfile::tempdir().unwrap();
+    let contents = vec![vec![bytes(3, 64 << 10)]];
+    let levels = amdgpu_image::chain::MAX_CHAIN_DEPTH + 1;
+    for n in 0..levels {
+        let dir = root.path().join(n.to_string());
+        std::fs::create_dir(&dir).unwrap();
+        let id = |n: usize| {
+            let mut id = [0u8; 16];
+            id[..8].copy_from_slice(&(n as u64 + 1).to_le_bytes());
+            id
+        };
+        let decide = (n > 0).then(|| {
+            link_parent(&dir, &format!("../{}", n - 1));
+            all_from_parent()
+        });
+        write_set(&dir, &contents, decide, id(n), (n > 0).then(|| id(n - 1)));
+    }
+    let top = root.path().join((levels - 1).to_string());
+    let err = within_30s("a read through the chain", {
+        let top = top.clone();
+        move || read_back(&top, 0).unwrap_err()
+    });
+    assert!(
+        matches!(err, Error::ChainTooDeep { limit, .. } if limit == amdgpu_image::chain::MAX_CHAIN_DEPTH),
+        "{err}"
+    );
+    assert!(err.to_string().contains("amdgpu-criu flatten"), "{err}");
+    // One level less reads back.
+    let below = root.path().join((levels - 2).to_string());
+    assert_eq!(read_back(&below, 0).unwrap(), contents[0]);
+}

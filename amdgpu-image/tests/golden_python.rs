@@ -55,7 +55,10 @@ msg("criu_dmabuf_node", [(1, "gem_handle", U32, R, None), (100, "producer", STR,
 
 pool = descriptor_pool.DescriptorPool()
 pool.Add(fdp)
-cls = lambda n: message_factory.GetMessageClass(pool.FindMessageTypeByName(n))
+# GetMessageClass since protobuf 4.22; older ones (Debian 12's 3.21) have
+# the factory's GetPrototype.
+_factory = getattr(message_factory, "GetMessageClass", None) or message_factory.MessageFactory(pool).GetPrototype
+cls = lambda n: _factory(pool.FindMessageTypeByName(n))
 
 def dev(**kw):
     d = {n: 0 for n in dev_names}
@@ -96,20 +99,20 @@ fn unhex(s: &str) -> Vec<u8> {
 
 #[test]
 fn python_protobuf_images_decode_and_reencode_identically() {
-    let probe = Command::new("python3")
-        .args(["-c", "import google.protobuf"])
-        .output();
-    match probe {
-        Ok(o) if o.status.success() => {}
-        _ => {
-            println!("skipped: python3 with the google.protobuf module is not available (pip install protobuf)");
-            return;
-        }
-    }
-    let out = Command::new("python3")
-        .args(["-c", SCRIPT])
-        .output()
-        .unwrap();
+    // The python3 on PATH (a pyenv or venv one may lack the module), else
+    // the system's, where Debian's python3-protobuf installs it.
+    let Some(python) = ["python3", "/usr/bin/python3"].into_iter().find(|python| {
+        Command::new(python)
+            .args(["-c", "import google.protobuf"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
+        test_env::skip(
+            "no python3 with the google.protobuf module (apt-get install python3-protobuf)",
+        );
+        return;
+    };
+    let out = Command::new(python).args(["-c", SCRIPT]).output().unwrap();
     assert!(
         out.status.success(),
         "python failed: {}",

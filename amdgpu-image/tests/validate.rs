@@ -460,3 +460,30 @@ fn render_images_with_references_name_their_gpu_in_tag_152() {
         .iter()
         .any(|s| s.contains("bo_entries[0].chunk_digests: 1 chunk sources for 2 chunks")));
 }
+
+#[test]
+fn hsakmt_shared_memory_sizes_are_bounded() {
+    // What libhsakmt makes (its 8-byte shared table) and the range around
+    // it validate; a size that cannot hold the magic, or that restore would
+    // create as a huge shared-memory object, does not.
+    for ok in [0, 4, 8, 4096, amdgpu_image::validate::MAX_SHARED_MEM_SIZE] {
+        let mut msg = good_kfd();
+        msg.shared_mem_size = ok;
+        assert_eq!(problems(&msg), Vec::<String>::new(), "{ok}");
+    }
+    for bad in [
+        1,
+        3,
+        amdgpu_image::validate::MAX_SHARED_MEM_SIZE + 1,
+        1 << 40,
+        u64::MAX,
+    ] {
+        let mut msg = good_kfd();
+        msg.shared_mem_size = bad;
+        let p = problems(&msg);
+        assert!(
+            p.len() == 1 && p[0].starts_with("amdgpu-kfd-5.img: criu_kfd.shared_mem_size: "),
+            "{bad}: {p:?}"
+        );
+    }
+}

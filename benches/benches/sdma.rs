@@ -1,6 +1,8 @@
 //! The simulated SDMA engine through the `kfd` copy engine, unthrottled and
 //! without file I/O: a 64 MiB BO into two 32 MiB staging buffers and back.
 //! This is the simulator's share of every checkpoint and restore figure.
+//! A failed setup or pass aborts the bench (a panic): a pass that stopped
+//! early must not be timed as a fast one.
 
 #![forbid(unsafe_code)]
 
@@ -11,24 +13,16 @@ use criterion::{Criterion, Throughput};
 
 fn sdma(c: &mut Criterion) {
     const BYTES: u64 = 64 << 20;
-    let machine = match Machine::build(1, BYTES, BYTES, Fill::Dense) {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("skipped sdma benches: {e}");
-            return;
-        }
-    };
-    let Some(gpu) = machine.sim.gpus().first().map(|g| g.gpu_id) else {
-        eprintln!("skipped sdma benches: the machine has no GPU");
-        return;
-    };
-    let mut rig = match SdmaRig::new(&machine, gpu) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("skipped sdma benches: {e}");
-            return;
-        }
-    };
+    let machine = Machine::build(1, BYTES, BYTES, Fill::Dense)
+        .unwrap_or_else(|e| panic!("sdma benches: building the machine: {e}"));
+    let gpu = machine
+        .sim
+        .gpus()
+        .first()
+        .map(|g| g.gpu_id)
+        .expect("sdma benches: the simulated machine has a GPU");
+    let mut rig = SdmaRig::new(&machine, gpu)
+        .unwrap_or_else(|e| panic!("sdma benches: setting up the copy engine: {e}"));
     let mut g = c.benchmark_group("sdma");
     g.sample_size(10);
     g.measurement_time(Duration::from_secs(5));
@@ -41,19 +35,18 @@ fn sdma(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let start = Instant::now();
                 for _ in 0..iters {
-                    if let Err(e) = rig.pass(to_bo) {
-                        eprintln!("sdma pass failed: {e}");
-                        break;
-                    }
+                    let moved = rig
+                        .pass(to_bo)
+                        .unwrap_or_else(|e| panic!("sdma {name}: a pass failed: {e}"));
+                    assert_eq!(moved, BYTES, "sdma {name}: a pass moved {moved} bytes");
                 }
                 start.elapsed()
             })
         });
     }
     g.finish();
-    if let Err(e) = rig.close() {
-        eprintln!("closing the copy engine: {e}");
-    }
+    rig.close()
+        .unwrap_or_else(|e| panic!("sdma benches: closing the copy engine: {e}"));
 }
 
 fn main() {

@@ -208,26 +208,35 @@ pub struct ImageFigures {
     pub checksum_gbps: f64,
 }
 
-fn best_of<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
+/// The shortest of `runs` runs of `f`, each checked: the first failure
+/// ends the measurement (a run that stopped at an error is not a fast
+/// one).
+fn best_of<T, E>(runs: usize, mut f: impl FnMut() -> Result<T, E>) -> Result<(Duration, T), E> {
     let t = Instant::now();
-    let mut out = f();
+    let mut out = f()?;
     let mut best = t.elapsed();
     for _ in 1..runs {
         let t = Instant::now();
-        out = f();
+        out = f()?;
         best = best.min(t.elapsed());
     }
-    (best, out)
+    Ok((best, out))
 }
 
-/// Measures the image figures, using `dir` for a 256 MiB pages file.
+/// Measures the image figures, using `dir` for a 256 MiB pages file
+/// (removed again, also when a step fails).
 pub fn measure(dir: &Path) -> Result<ImageFigures, Error> {
-    let payload = encode_message(&kfd_with_bos(100_000));
-    let (decode, validated) = best_of(5, || decode_and_validate(&payload));
-    validated?;
-
     let path = dir.join("amdgpu-pages-1-1000.img");
-    let layout = write_pages_file(&path, 128, 2 << 20)?;
+    let figures = measure_with(&path);
+    let _ = std::fs::remove_file(&path);
+    figures
+}
+
+fn measure_with(path: &Path) -> Result<ImageFigures, Error> {
+    let payload = encode_message(&kfd_with_bos(100_000));
+    let (decode, _) = best_of(5, || decode_and_validate(&payload))?;
+
+    let layout = write_pages_file(path, 128, 2 << 20)?;
     // Reads of 1 MiB every way (the pipelined verification splits its
     // scratch in two halves: one is read while the other is hashed).
     let mut buf = vec![0u8; 1 << 20];
@@ -239,29 +248,24 @@ pub fn measure(dir: &Path) -> Result<ImageFigures, Error> {
         source: e,
     };
     // Warm the page cache, then interleave the two kinds of runs.
-    raw_read(&path, &mut buf).map_err(io)?;
+    raw_read(path, &mut buf).map_err(io)?;
     let mut raw = Duration::MAX;
     let mut verify = Duration::MAX;
     let mut pipelined = Duration::MAX;
     let mut serial = Duration::MAX;
     for _ in 0..5 {
-        let (t, r) = best_of(1, || raw_read(&path, &mut buf));
-        r.map_err(io)?;
+        let (t, _) = best_of(1, || raw_read(path, &mut buf)).map_err(io)?;
         raw = raw.min(t);
-        let (t, r) = best_of(1, || verify_pages(&path, &layout, &mut buf));
-        r?;
+        let (t, _) = best_of(1, || verify_pages(path, &layout, &mut buf))?;
         verify = verify.min(t);
-        let (t, r) = best_of(1, || {
-            verify_pages_pipelined(&path, &layout, &mut pipelined_buf)
-        });
-        r?;
+        let (t, _) = best_of(1, || {
+            verify_pages_pipelined(path, &layout, &mut pipelined_buf)
+        })?;
         pipelined = pipelined.min(t);
-        let (t, r) = best_of(1, || verify_pages_serial(&path, &layout, &mut buf));
-        r?;
+        let (t, _) = best_of(1, || verify_pages_serial(path, &layout, &mut buf))?;
         serial = serial.min(t);
     }
-    let (cs, _) = best_of(5, || content_checksum(&buf));
-    let _ = std::fs::remove_file(&path);
+    let (cs, _) = best_of(5, || Ok::<_, Error>(content_checksum(&buf)))?;
 
     let gbps = |d: Duration, n: f64| n / d.as_secs_f64() / 1e9;
     Ok(ImageFigures {

@@ -8,15 +8,16 @@
 //! CRIU drains fds through its parasite and closes them after the batch),
 //! `DUMP_DEVICES_LATE(root pid)` when the emulated CRIU has that hook, and
 //! `exit(DUMP, ret)`. Any hook failure fails the dump as in CRIU: `exit` runs
-//! with the error and the target keeps running. Before `exit`, as CRIU's
-//! pages dump, each task's own CPU memory (the pages its USERPTR BOs point
-//! at, [`kfd_sim::Sim::host_memory_of`]) goes into `pages-<pid>.img`, an
-//! emulated CRIU core image ([`pages`]); restore maps it back at the same
-//! addresses before any task resumes, on whichever simulated machine
-//! restores.
+//! with the error and the target keeps running. After a task's files and
+//! before `DUMP_DEVICES_LATE` (CRIU's `dump_one_task`, queues still paused),
+//! as CRIU's pages dump, each task's own CPU memory (the pages its USERPTR
+//! BOs point at, [`kfd_sim::Sim::host_memory_of`]) goes into
+//! `pages-<pid>.img`, an emulated CRIU core image ([`pages`]); restore maps
+//! it back at the same addresses before any task resumes, on whichever
+//! simulated machine restores.
 //!
 //! Restore ([`CriuEmulator::restore`]): in the main restorer `init(RESTORE)`
-//! and `RESTORE_INIT`; the task is forked ([`Plugin::forked`], the
+//! and `RESTORE_INIT`; the task is forked ([`Plugin::forked_task`], the
 //! simulated process recreated under its old pid); `POST_FORKING` in the main
 //! restorer; in the task `RESTORE_EXT_FILE` per file in ascending fd order,
 //! then `UPDATE_VMA_MAP` per device mapping; back in the main restorer
@@ -631,6 +632,14 @@ impl CriuEmulator {
                     });
                 }
             }
+            // CRIU's pages dump of the task, its USERPTR targets among its
+            // memory: in `dump_one_task`, so before DUMP_DEVICES_LATE lets
+            // the GPU queues run on (memory and queue state agree).
+            let memory = self.sim.host_memory_of(task.pid);
+            if let Err(e) = pages::write(&self.images, task.pid.0, &memory) {
+                plugin.exit(-1);
+                return Err(e.into());
+            }
         }
         if self.has(hook::DUMP_DEVICES_LATE) {
             let answer = plugin.dump_devices_late(root.0 as c_int);
@@ -642,15 +651,6 @@ impl CriuEmulator {
                     object: format!("pid {root}"),
                     errno: answer,
                 });
-            }
-        }
-        // CRIU's pages dump: every task's own memory, USERPTR targets among
-        // it, while the tasks are still attached.
-        for task in tasks {
-            let memory = self.sim.host_memory_of(task.pid);
-            if let Err(e) = pages::write(&self.images, task.pid.0, &memory) {
-                plugin.exit(-1);
-                return Err(e.into());
             }
         }
         plugin.exit(0);

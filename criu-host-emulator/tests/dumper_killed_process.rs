@@ -63,7 +63,7 @@ mod faults_common;
 use common::{device_vmas, gpu_files};
 use faults_common::{
     dump_hooks, dump_kill_stages, empty_dir, fault_name, restore_hooks, restore_kill_stages,
-    set_looks_complete, Call, Snapshot,
+    set_looks_complete, Call, HostShape, Snapshot,
 };
 
 const GPUS: usize = 2;
@@ -83,13 +83,11 @@ fn main() {
             eprintln!("{ROLE}={other}: not a role of this test (dump, restore)");
             std::process::exit(2);
         }
-        None => run_tests(),
+        None => test_env::harness::run(TESTS),
     }
 }
 
-type Test = (&'static str, fn());
-
-const TESTS: &[Test] = &[
+const TESTS: &[test_env::harness::Test] = &[
     (
         "a_dumper_process_killed_at_any_stage_leaves_the_app_recoverable_and_nothing_leaked",
         a_dumper_process_killed_at_any_stage_leaves_the_app_recoverable_and_nothing_leaked,
@@ -100,39 +98,20 @@ const TESTS: &[Test] = &[
     ),
 ];
 
-/// A minimal harness: `--list`, name filters, one test at a time (each
-/// starts child processes; a failure panics and fails the binary).
-fn run_tests() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--list") {
-        for (name, _) in TESTS {
-            println!("{name}: test");
-        }
-        return;
-    }
+/// What every test here needs first: this process may reach its
+/// children's memory (the simulator reaches its clients' memory as the
+/// kernel reaches a caller's; where this process may not, nothing here can
+/// run), and it adopts the guardians the killed dumpers orphan. `false`
+/// after saying why (a skip) when it cannot run.
+fn served_machine_can_run() -> bool {
     if let Err(why) = kfd_sim::remote::child_memory_reachable() {
-        // The simulator reaches its clients' memory as the kernel reaches
-        // a caller's; where this process may not, nothing here can run.
-        println!("\nskipped: {why}\n\ntest result: ok. 0 passed; 0 failed\n");
-        return;
+        test_env::skip(format!(
+            "the served machine cannot reach a child's memory: {why}"
+        ));
+        return false;
     }
     adopt_orphans();
-    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
-    let chosen: Vec<&Test> = TESTS
-        .iter()
-        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
-        .collect();
-    println!("\nrunning {} tests", chosen.len());
-    for (name, test) in &chosen {
-        println!("test {name} ...");
-        test();
-        println!("test {name} ... ok");
-    }
-    println!(
-        "\ntest result: ok. {} passed; 0 failed; {} filtered out\n",
-        chosen.len(),
-        TESTS.len() - chosen.len()
-    );
+    true
 }
 
 // ---- the child: CRIU's side ----
@@ -252,6 +231,7 @@ fn child_restore() {
         task,
         EmulatedHost::new(Path::new(&env("IMAGES")), None),
         child_config(),
+        HostShape::AFTER_V4_2,
         task_pid,
         &ids,
         &decode_vmas(&env("VMAS")),
@@ -714,6 +694,9 @@ fn dump_run(images: &Path, shm: &Path, kill: Option<KillAt>, expected: &[u64]) -
 }
 
 fn a_dumper_process_killed_at_any_stage_leaves_the_app_recoverable_and_nothing_leaked() {
+    if !served_machine_can_run() {
+        return;
+    }
     let images = tempfile::tempdir().unwrap();
     let shm = tempfile::tempdir().unwrap();
     let expected = {
@@ -851,6 +834,9 @@ fn restore_run(kill: Option<KillAt>) -> (Vec<Call>, bool) {
 }
 
 fn a_restorer_process_killed_at_any_stage_leaves_no_half_restored_task_and_nothing_leaked() {
+    if !served_machine_can_run() {
+        return;
+    }
     let (calls, failed) = restore_run(None);
     assert!(!failed, "the clean restore succeeds");
     for (label, at) in restore_kill_stages(&calls) {

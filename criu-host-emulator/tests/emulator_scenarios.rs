@@ -118,6 +118,28 @@ fn criu_4_2_without_dump_devices_late_unpauses_inside_the_dump() {
 }
 
 #[test]
+fn criu_4_2_a_failed_unpause_after_the_dump_is_retried_at_exit() {
+    // Without DUMP_DEVICES_LATE the process is unpaused right after its
+    // image is written; that UNPAUSE failing once must fail the dump and
+    // leave the process recorded as paused, so exit() tries again.
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let mut app = launch(&sim, &Profile::Basic, 1);
+    let dirs = Dirs::new();
+    let emulator = dirs.emulator(&sim, |c| c.max_hooks = 13);
+    sim.inject("CRIU_OP:UNPAUSE=EIO".parse::<FaultSpec>().unwrap());
+    let (files, _) = gpu_files(&app);
+    let err = emulator
+        .dump(app.pid(), &files, &device_vmas(&sim))
+        .expect_err("a failed unpause fails the dump");
+    assert_eq!(hook_errno(&err), ("DUMP_EXT_FILE", -libc::EIO));
+    drop(files);
+    app.step()
+        .expect("exit() unpaused the process the failed UNPAUSE left paused");
+    let left = common::amdgpu_files(dirs.images.path());
+    assert!(left.is_empty(), "{left:?} left behind");
+}
+
+#[test]
 fn criu_3_17_hooks_round_trip() {
     let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
     let app = launch(&sim, &Profile::Basic, 2);
@@ -305,26 +327,59 @@ fn a_failure_after_the_kfd_file_is_unpaused_at_exit() {
     app.step().expect("exit() unpaused the process");
 }
 
-#[test]
-fn hsakmt_shared_memory_is_recreated_with_its_size_and_magic() {
+/// A Basic process dumped with `content` as hsakmt's shared memory, then
+/// ended: what its restore needs.
+struct DumpedWithShm {
+    dirs: Dirs,
+    emulator: criu_host_emulator::CriuEmulator,
+    shm: std::path::PathBuf,
+    pid: kfd_sim::Pid,
+    ids: Vec<u32>,
+    image: amdgpu_image::CriuKfd,
+    _sim: Sim,
+}
+
+fn dumped_with_shm(content: &[u8]) -> DumpedWithShm {
     let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
     let app = launch(&sim, &Profile::Basic, 1);
     let dirs = Dirs::new();
     let shm = dirs.shm.path().join("hsakmt_shared_mem");
-    let mut content = vec![0u8; 8192];
-    content[..4].copy_from_slice(&0x5a5a_1234u32.to_ne_bytes());
-    std::fs::write(&shm, &content).unwrap();
+    std::fs::write(&shm, content).unwrap();
     let (files, ids) = gpu_files(&app);
     let emulator = dirs.emulator(&sim, |_| {});
     emulator
         .dump(app.pid(), &files, &device_vmas(&sim))
         .expect("dump");
     let image = kfd_image(dirs.images.path());
-    assert_eq!(image.shared_mem_size, 8192);
-    assert_eq!(image.shared_mem_magic, 0x5a5a_1234);
     let pid = app.pid();
     drop(files);
     app.exit().unwrap();
+    DumpedWithShm {
+        dirs,
+        emulator,
+        shm,
+        pid,
+        ids,
+        image,
+        _sim: sim,
+    }
+}
+
+#[test]
+fn hsakmt_shared_memory_is_recreated_with_its_size_and_magic() {
+    let mut content = vec![0u8; 8192];
+    content[..4].copy_from_slice(&0x5a5a_1234u32.to_ne_bytes());
+    let DumpedWithShm {
+        dirs: _dirs,
+        emulator,
+        shm,
+        pid,
+        ids,
+        image,
+        ..
+    } = dumped_with_shm(&content);
+    assert_eq!(image.shared_mem_size, 8192);
+    assert_eq!(image.shared_mem_magic, 0x5a5a_1234);
     std::fs::remove_file(&shm).unwrap();
     emulator
         .restore(pid, &ids, &vmas_of(&image))
@@ -332,6 +387,66 @@ fn hsakmt_shared_memory_is_recreated_with_its_size_and_magic() {
     let recreated = std::fs::read(&shm).expect("recreated");
     assert_eq!(recreated.len(), 8192);
     assert_eq!(&recreated[..4], &0x5a5a_1234u32.to_ne_bytes());
+}
+
+#[test]
+fn hsakmt_shared_memory_of_live_processes_is_never_resized_or_rewritten() {
+    // The dump sees an 8 KiB object; at restore another ROCm process has
+    // made and mapped its own (libhsakmt's 8-byte table, live counters).
+    // Truncating it would SIGBUS every process mapping past the new end,
+    // rewriting its magic would corrupt their shared table: as the C
+    // plugin does, restore creates the object only when it is missing.
+    let mut content = vec![0u8; 8192];
+    content[..4].copy_from_slice(&0x5a5a_1234u32.to_ne_bytes());
+    let DumpedWithShm {
+        dirs: _dirs,
+        emulator,
+        shm,
+        pid,
+        ids,
+        image,
+        ..
+    } = dumped_with_shm(&content);
+    assert_eq!(image.shared_mem_size, 8192);
+    let mut live = 0x5441_5348u32.to_ne_bytes().to_vec();
+    live.extend_from_slice(&7u32.to_ne_bytes());
+    std::fs::write(&shm, &live).unwrap();
+    emulator
+        .restore(pid, &ids, &vmas_of(&image))
+        .expect("restore");
+    assert_eq!(
+        std::fs::read(&shm).unwrap(),
+        live,
+        "the live object keeps its size and contents"
+    );
+}
+
+#[test]
+fn a_hostile_hsakmt_shared_memory_size_is_refused_before_anything_is_created() {
+    let DumpedWithShm {
+        dirs,
+        emulator,
+        shm,
+        pid,
+        ids,
+        mut image,
+        ..
+    } = dumped_with_shm(&[0u8; 8]);
+    std::fs::remove_file(&shm).unwrap();
+    // The image claims a 1 TiB object.
+    let name = amdgpu_image::ImageName::Kfd { id: KFD_ID };
+    image.shared_mem_size = 1 << 40;
+    amdgpu_image::ImageStore::write_message(
+        &amdgpu_image::DirStore::open_dir(dirs.images.path()).unwrap(),
+        &name,
+        &image,
+    )
+    .unwrap();
+    let err = emulator
+        .restore(pid, &ids, &vmas_of(&image))
+        .expect_err("a 1 TiB shared-memory object is never created");
+    assert_eq!(hook_errno(&err).0, "RESTORE_EXT_FILE");
+    assert!(!shm.exists(), "nothing created");
 }
 
 #[test]

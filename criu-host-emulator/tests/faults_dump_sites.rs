@@ -17,7 +17,10 @@
 //!
 //! The kernel-internal fault points (`EVICT`, `DMABUF_EXPORT`,
 //! `SDMA_SHORT`) are walked the same way by occurrence until one no longer
-//! fires. One test per binary: the thread count must not see other tests.
+//! fires. Every case runs under both host shapes (`HostShape::ALL`): CRIU
+//! after v4.2, whose `DUMP_DEVICES_LATE` unpauses, and CRIU v4.2 and older,
+//! where the plugin unpauses inside `DUMP_EXT_FILE`. One test per binary:
+//! the thread count must not see other tests.
 
 use std::path::Path;
 
@@ -33,8 +36,8 @@ mod faults_common;
 
 use common::{add_drm_bo, device_vmas, gpu_files};
 use faults_common::{
-    check_clean_sites, empty_dir, log_names_op, set_looks_complete, site_errno, thread_count,
-    thread_count_settled, FaultDriver, HookFailure, MiniCriu, Site, Snapshot,
+    check_clean_sites, empty_dir, log_names_op, set_looks_complete, site_errno, sweep_configs,
+    thread_count, thread_count_settled, Config, FaultDriver, HookFailure, MiniCriu, Site, Snapshot,
 };
 
 /// How one run is made to fail.
@@ -58,9 +61,9 @@ struct Outcome {
     complete: bool,
 }
 
-/// One dump of a fresh one-GPU machine running the basic workload.
-fn run(config: (usize, bool), images: &Path, shm: &Path, fault: &Fault) -> Outcome {
-    let (gpus, drm_bo) = config;
+/// One dump of a fresh machine running the basic workload.
+fn run(config: Config, images: &Path, shm: &Path, fault: &Fault) -> Outcome {
+    let (gpus, drm_bo, shape) = config;
     empty_dir(images);
     let threads_before = thread_count();
     let outcome = {
@@ -71,7 +74,7 @@ fn run(config: (usize, bool), images: &Path, shm: &Path, fault: &Fault) -> Outco
             add_drm_bo(&app);
         }
         let before = Snapshot::take(&sim);
-        let criu = MiniCriu::new(&sim, shm);
+        let criu = MiniCriu::of_shape(&sim, shm, shape);
         let base = FaultDriver::new(sim.driver(app.pid()));
         match fault {
             Fault::None => {}
@@ -182,8 +185,7 @@ fn every_dump_call_site_fails_cleanly() {
     let mut bad = Vec::new();
     let mut checked = 0;
 
-    for config in [(1, false), (2, false), (1, true)] {
-        let gpus = config.0;
+    for (config, label) in sweep_configs() {
         let clean = run(config, images.path(), shm.path(), &Fault::None);
         assert!(clean.result.is_ok(), "{:?}", clean.result);
         assert!(clean.running && clean.complete);
@@ -196,7 +198,7 @@ fn every_dump_call_site_fails_cleanly() {
                 "CRIU_OP:CHECKPOINT",
                 "CRIU_OP:UNPAUSE",
             ],
-            &format!("{gpus} GPU(s)"),
+            &label,
         );
         for site in &clean.sites {
             // GET_VERSION failing is "this kernel cannot checkpoint" only in
@@ -209,7 +211,7 @@ fn every_dump_call_site_fails_cleanly() {
                 &Fault::Site(site.clone(), errno),
             );
             bad.extend(
-                problems(&format!("{config:?}, {site}={errno}"), &site.op, &out)
+                problems(&format!("{label}: {site}={errno}"), &site.op, &out)
                     .into_iter()
                     .map(|(_, msg)| msg),
             );
@@ -229,7 +231,7 @@ fn every_dump_call_site_fails_cleanly() {
                     assert!(nth > 1 || op == "DMABUF_EXPORT", "{op} is never reached");
                     break;
                 }
-                let what = format!("{config:?}, internal {op}:{nth}");
+                let what = format!("{label}: internal {op}:{nth}");
                 let mut found = problems(&what, names, &out);
                 if names.is_empty() {
                     // Named by the ioctl that met it; any error line will do.

@@ -15,8 +15,11 @@
 //!   the run.
 //!
 //! The kernel-internal points `DMABUF_EXPORT`, `EVICT` and `SDMA_SHORT` are
-//! walked by occurrence until one no longer fires. One test per binary: the
-//! thread count must not see other tests.
+//! walked by occurrence until one no longer fires. Every case runs under
+//! both host shapes (`HostShape::ALL`): CRIU after v4.2, with
+//! `RESTORE_INIT` and the `RESTORE_EXT_FILE` retry, and CRIU v4.2 and older
+//! without them. One test per binary: the thread count must not see other
+//! tests.
 
 use std::path::Path;
 
@@ -31,8 +34,8 @@ mod faults_common;
 
 use common::{add_drm_bo, kfd_image, vmas_of};
 use faults_common::{
-    check_clean_sites, dump_and_kill, empty_dir, log_names_op, site_errno, thread_count,
-    thread_count_settled, FaultDriver, MiniCriu, Site, Snapshot,
+    check_clean_sites, dump_and_kill, empty_dir, log_names_op, site_errno, sweep_configs,
+    thread_count, thread_count_settled, Config, FaultDriver, MiniCriu, Site, Snapshot,
 };
 
 enum Fault {
@@ -51,15 +54,15 @@ struct Outcome {
     after: Snapshot,
 }
 
-fn run(config: (usize, bool), images: &Path, shm: &Path, fault: &Fault) -> Outcome {
-    let (gpus, drm_bo) = config;
+fn run(config: Config, images: &Path, shm: &Path, fault: &Fault) -> Outcome {
+    let (gpus, drm_bo, shape) = config;
     empty_dir(images);
     let threads_before = thread_count();
     let mut out = {
         let sim = Sim::synthetic(gpus, SimConfig::default()).expect("simulated machine");
         let (pid, ids, drm) =
             dump_and_kill(&sim, images, shm, |app| drm_bo.then(|| add_drm_bo(app)));
-        let criu = MiniCriu::new(&sim, shm);
+        let criu = MiniCriu::of_shape(&sim, shm, shape);
         let mut vmas = vmas_of(&kfd_image(images));
         if let Some(bo) = drm {
             vmas.push(DeviceVma {
@@ -156,8 +159,7 @@ fn every_restore_call_site_fails_cleanly() {
     let shm = tempfile::tempdir().unwrap();
     let mut bad = Vec::new();
     let mut checked = 0;
-    for config in [(1, false), (2, false), (1, true)] {
-        let gpus = config.0;
+    for (config, label) in sweep_configs() {
         let clean = run(config, images.path(), shm.path(), &Fault::None);
         assert_eq!(clean.failure, None, "clean restore: {:?}", clean.lines);
         assert_eq!(clean.before, clean.after, "the clean restore leaked");
@@ -165,7 +167,7 @@ fn every_restore_call_site_fails_cleanly() {
             &clean.sites,
             "restore",
             &["CRIU_OP:RESTORE", "CRIU_OP:RESUME", "OPEN"],
-            &format!("{gpus} GPU(s)"),
+            &label,
         );
         for site in &clean.sites {
             let errno = site_errno(site);
@@ -176,7 +178,7 @@ fn every_restore_call_site_fails_cleanly() {
                 &Fault::Site(site.clone(), errno),
             );
             bad.extend(problems(
-                &format!("{config:?}, {site}={errno}"),
+                &format!("{label}: {site}={errno}"),
                 Some(&site.op),
                 &out,
             ));
@@ -194,7 +196,7 @@ fn every_restore_call_site_fails_cleanly() {
                     break;
                 }
                 bad.extend(problems(
-                    &format!("{config:?}, internal {op}:{nth}"),
+                    &format!("{label}: internal {op}:{nth}"),
                     None,
                     &out,
                 ));

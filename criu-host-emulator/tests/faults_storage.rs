@@ -15,6 +15,10 @@
 //! At restore, a store whose reads return at most 7 bytes still restores the
 //! process exactly; one whose reads fail with `EIO` after N bytes fails
 //! `RESTORE_EXT_FILE` with an error naming the file, leaking nothing.
+//!
+//! Every case runs under both host shapes (`HostShape::ALL`): CRIU after
+//! v4.2 and CRIU v4.2 and older (no `DUMP_DEVICES_LATE`: the contents are
+//! written inside `DUMP_EXT_FILE`, and the process unpaused there).
 
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -34,7 +38,7 @@ mod common;
 mod faults_common;
 
 use common::{device_vmas, gpu_files, kfd_image, vmas_of};
-use faults_common::{empty_dir, set_looks_complete, MiniCriu, Snapshot};
+use faults_common::{empty_dir, set_looks_complete, HostShape, MiniCriu, Snapshot};
 
 /// What the store does wrong.
 #[derive(Debug, Default)]
@@ -230,13 +234,13 @@ struct DumpRun {
     written: Vec<(String, u64)>,
 }
 
-fn dump_with(images: &Path, shm: &Path, plan: Plan) -> DumpRun {
+fn dump_with(images: &Path, shm: &Path, shape: HostShape, plan: Plan) -> DumpRun {
     empty_dir(images);
     let sim = Sim::synthetic(1, SimConfig::default()).expect("simulated machine");
     let mut app = Workload::launch(&sim, &Profile::Basic).expect("launch app");
     app.step().expect("app step");
     let before = Snapshot::take(&sim).accounting;
-    let criu = MiniCriu::new(&sim, shm);
+    let criu = MiniCriu::of_shape(&sim, shm, shape);
     let plan = Arc::new(plan);
     let host = FaultyHost {
         host: EmulatedHost::new(images, None),
@@ -309,7 +313,25 @@ fn dump_problems(case: &str, run: &DumpRun, errno_words: &[&str]) -> Vec<String>
 fn enospc_eio_and_failed_commits_fail_the_dump_cleanly() {
     let images = tempfile::tempdir().unwrap();
     let shm = tempfile::tempdir().unwrap();
-    let clean = dump_with(images.path(), shm.path(), Plan::new(libc::ENOSPC));
+    let mut bad = Vec::new();
+    for shape in HostShape::ALL {
+        bad.extend(storage_faults_fail_the_dump(
+            images.path(),
+            shm.path(),
+            shape,
+        ));
+    }
+    assert!(
+        bad.is_empty(),
+        "{} problems:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
+
+/// Every storage fault of the dump under `shape`: what went wrong.
+fn storage_faults_fail_the_dump(images: &Path, shm: &Path, shape: HostShape) -> Vec<String> {
+    let clean = dump_with(images, shm, shape, Plan::new(libc::ENOSPC));
     assert_eq!(clean.failure, None, "{:?}", clean.lines);
     assert!(clean.complete);
     let files = clean.written.clone();
@@ -340,8 +362,11 @@ fn enospc_eio_and_failed_commits_fail_the_dump_cleanly() {
         for &(budget, file) in &points {
             let plan = Plan::new(errno);
             plan.budget.store(budget, Ordering::SeqCst);
-            let run = dump_with(images.path(), shm.path(), plan);
-            let case = format!("errno {errno} after {budget} bytes (in {})", files[file].0);
+            let run = dump_with(images, shm, shape, plan);
+            let case = format!(
+                "{shape}: errno {errno} after {budget} bytes (in {})",
+                files[file].0
+            );
             bad.extend(dump_problems(&case, &run, words));
             cases += 1;
         }
@@ -349,18 +374,13 @@ fn enospc_eio_and_failed_commits_fail_the_dump_cleanly() {
     for (i, (name, _)) in files.iter().enumerate() {
         let plan = Plan::new(libc::EIO);
         plan.fail_commit.store(i, Ordering::SeqCst);
-        let run = dump_with(images.path(), shm.path(), plan);
-        let case = format!("commit of {name} fails");
+        let run = dump_with(images, shm, shape, plan);
+        let case = format!("{shape}: commit of {name} fails");
         bad.extend(dump_problems(&case, &run, &["EIO", "Input/output error"]));
         cases += 1;
     }
-    println!("{cases} failing dumps over {files:?}");
-    assert!(
-        bad.is_empty(),
-        "{} problems:\n{}",
-        bad.len(),
-        bad.join("\n")
-    );
+    println!("{shape}: {cases} failing dumps over {files:?}");
+    bad
 }
 
 #[test]
@@ -369,13 +389,17 @@ fn short_reads_restore_exactly_and_failed_reads_fail_cleanly() {
     let shm = tempfile::tempdir().unwrap();
     let mut bad = Vec::new();
     // `None`: reads of at most 7 bytes, which must restore exactly.
-    for fail_after in [None, Some(0), Some(5), Some(8), Some(100), Some(20_000)] {
+    let fail_points = [None, Some(0), Some(5), Some(8), Some(100), Some(20_000)];
+    for (shape, fail_after) in HostShape::ALL
+        .into_iter()
+        .flat_map(|shape| fail_points.map(|f| (shape, f)))
+    {
         empty_dir(images.path());
         let sim = Sim::synthetic(1, SimConfig::default()).expect("simulated machine");
         let mut app = Workload::launch(&sim, &Profile::Basic).expect("launch app");
         app.step().expect("app step");
         let expected = app.describe().expect("describe app");
-        let criu = MiniCriu::new(&sim, shm.path());
+        let criu = MiniCriu::of_shape(&sim, shm.path(), shape);
         let (files, ids) = gpu_files(&app);
         let quiet = Capture::start();
         criu.dump(
@@ -406,7 +430,7 @@ fn short_reads_restore_exactly_and_failed_reads_fail_cleanly() {
         let result = criu.restore(|p| sim.driver(p), host, pid, &ids, &vmas);
         let lines = capture.lines();
         drop(capture);
-        let case = format!("reads failing after {fail_after:?} bytes");
+        let case = format!("{shape}: reads failing after {fail_after:?} bytes");
         match (fail_after, result) {
             (None, Ok(task)) => {
                 if let Err(e) = Workload::verify(&sim, pid, &expected) {

@@ -394,6 +394,6 @@ fn damaged_images_under_small_address_space_limit() {
                 "the child ran the corpus: {stdout}"
             );
         }
-        Err(e) => println!("skipped: cannot run sh to set RLIMIT_AS: {e}"),
+        Err(e) => test_env::skip(format!("cannot run sh to set RLIMIT_AS: {e}")),
     }
 }

@@ -11,7 +11,9 @@ mod chain_common;
 mod common;
 
 use amdgpu_image::chain::flatten;
-use amdgpu_image::{verify_set, CriuKfd, DirStore, ImageName, ReadLimits, ValidatedKfd};
+use amdgpu_image::{
+    verify_set, CriuKfd, DirStore, ImageName, ImageStore, ReadLimits, ValidatedKfd,
+};
 use chain_common::{
     bytes_of, clean, continues_like, dump, logged, restore_one, restore_tree_like_twins, Root,
 };
@@ -172,8 +174,20 @@ fn a_parent_of_another_process_tree_contributes_only_what_matches() {
     dump(&root.emulator(&sim, &second, |_| {}), &sim, &app);
     let expected = app.describe().unwrap();
     let (content, stored) = bytes_of(&second);
-    // Nothing of a Basic process's BOs is in the TensorFlow pool.
-    assert_eq!(stored, content);
+    // Nothing of a Basic process's BOs is in the TensorFlow pool but the
+    // signal page: it holds only what the kernel put there (every slot
+    // unsignaled, as kfd_event_page_set leaves it; SET_EVENT writes no
+    // slot), the same 64 KiB in both processes.
+    let image: CriuKfd = image_message(&second, &ImageName::Kfd { id: KFD_ID });
+    let shared: Vec<_> = image
+        .bo_entries
+        .iter()
+        .filter(|b| b.chunk_sources.is_some())
+        .map(|b| (b.addr, b.size))
+        .collect();
+    let signal_page = image.bo_entries[0].addr;
+    assert_eq!(shared, [(signal_page, 64 << 10)], "only the signal page");
+    assert_eq!(stored, content - (64 << 10));
     clean(&second);
     let pid = app.pid();
     app.exit().unwrap();
@@ -304,4 +318,136 @@ fn flatten_makes_a_standalone_set_that_restores() {
     restore_one(&root.emulator(&sim, &flat, |_| {}), &flat, pid);
     Workload::verify(&sim, pid, &expected).unwrap();
     continues_like(&sim, pid, &mut twin, 3);
+}
+
+#[test]
+fn a_parent_chain_that_loops_is_refused_at_restore() {
+    // Two real dumps, the second against the first; then the first is
+    // made to take a chunk the second references from *its* parent, the
+    // second: 2 -> 1 -> 2 -> ... Restore must name the loop and stop.
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let mut app = Workload::launch(&sim, &TF).unwrap();
+    let root = Root::new();
+    let first = root.dir("1", None);
+    dump(&root.emulator(&sim, &first, |_| {}), &sim, &app);
+    app.step().unwrap();
+    let second = root.dir("2", Some("1"));
+    dump(&root.emulator(&sim, &second, |_| {}), &sim, &app);
+    let child: CriuKfd = image_message(&second, &ImageName::Kfd { id: KFD_ID });
+    let child = ValidatedKfd::new(KFD_ID, child).unwrap();
+    let gpu = child.gpus().next().unwrap().gpu_id;
+    let (digest, len) = child
+        .bo_chunks(gpu)
+        .iter()
+        .find_map(|c| {
+            let i = c
+                .sources
+                .iter()
+                .position(|s| *s == amdgpu_image::ChunkSource::Parent)?;
+            Some((c.digests[i], c.chunk_len(i)))
+        })
+        .expect("a chunk from the parent");
+    // In the first set: the same chunk, now "in the parent" (the second
+    // set), cut out of its pages file.
+    let mut parent: CriuKfd = image_message(&first, &ImageName::Kfd { id: KFD_ID });
+    let image = ValidatedKfd::new(KFD_ID, parent.clone()).unwrap();
+    let layout = image.pages_layout(gpu);
+    let (k, bo, i) = image
+        .bo_chunks(gpu)
+        .into_iter()
+        .enumerate()
+        .find_map(|(k, c)| {
+            let i = c.digests.iter().position(|d| *d == digest)?;
+            Some((k, c, i))
+        })
+        .expect("the first set holds the chunk");
+    let mut sources = vec![amdgpu_image::ChunkSource::Here as u8; bo.digests.len()];
+    sources[i] = amdgpu_image::ChunkSource::Parent as u8;
+    parent.bo_entries[bo.entry].chunk_sources = Some(sources);
+    parent.parent_dump_id = child.message().dump_id.clone();
+    DirStore::open_dir(&first)
+        .unwrap()
+        .write_message(&ImageName::Kfd { id: KFD_ID }, &parent)
+        .unwrap();
+    let pages = first.join(
+        ImageName::Pages {
+            id: KFD_ID,
+            gpu_id: gpu,
+        }
+        .to_string(),
+    );
+    let mut bytes = std::fs::read(&pages).unwrap();
+    let at = 8 + (layout.offset_of(k).unwrap() + i as u64 * bo.chunk_size) as usize;
+    bytes.drain(at..at + len as usize);
+    let stored = u64::from_le_bytes(bytes[..8].try_into().unwrap()) - len;
+    bytes[..8].copy_from_slice(&stored.to_le_bytes());
+    std::fs::write(&pages, &bytes).unwrap();
+    std::os::unix::fs::symlink("../2", first.join("parent")).unwrap();
+
+    let report = verify_set(&DirStore::open_dir(&second).unwrap(), ReadLimits::default()).unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.to_string().contains("the parent chain loops")),
+        "{:?}",
+        report.problems
+    );
+    let pid = app.pid();
+    app.exit().unwrap();
+    let image: CriuKfd = image_message(&second, &ImageName::Kfd { id: KFD_ID });
+    let (tx, rx) = std::sync::mpsc::channel();
+    let emulator = root.emulator(&sim, &second, |_| {});
+    let capture = Capture::start();
+    std::thread::spawn(move || {
+        let _ = tx.send(
+            emulator
+                .restore(pid, &[KFD_ID, KFD_ID + 1], &vmas_of(&image))
+                .map(drop),
+        );
+    });
+    let restored = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("restore returns instead of following the chain forever");
+    let lines = capture.lines();
+    drop(capture);
+    let err = restored.expect_err("a looping chain is never restored");
+    assert!(err.to_string().contains("RESTORE_EXT_FILE"), "{err}");
+    assert!(
+        lines
+            .iter()
+            .any(|(level, t)| *level == Level::Error && t.contains("the parent chain loops")),
+        "{lines:#?}"
+    );
+    assert!(Workload::attach(&sim, pid).steps().is_err());
+}
+
+#[test]
+fn a_dump_whose_parent_link_is_its_own_directory_is_a_full_dump() {
+    // `--prev-images-dir .`: the "parent" is the set this dump replaces.
+    // Referencing its chunks would leave a set that names itself as its
+    // parent; the dump writes every chunk instead, and restores.
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let mut app = Workload::launch(&sim, &TF).unwrap();
+    let root = Root::new();
+    let dir = root.dir("1", None);
+    dump(&root.emulator(&sim, &dir, |_| {}), &sim, &app);
+    app.step().unwrap();
+    std::os::unix::fs::symlink(".", dir.join("parent")).unwrap();
+    let capture = Capture::start();
+    dump(&root.emulator(&sim, &dir, |_| {}), &sim, &app);
+    let lines = capture.lines();
+    drop(capture);
+    assert!(
+        logged(&lines, "is this images directory itself"),
+        "{lines:#?}"
+    );
+    let (content, stored) = bytes_of(&dir);
+    assert_eq!(stored, content, "every chunk written");
+    clean(&dir);
+    let expected = app.describe().unwrap();
+    let pid = app.pid();
+    app.exit().unwrap();
+    restore_one(&root.emulator(&sim, &dir, |_| {}), &dir, pid);
+    Workload::verify(&sim, pid, &expected).unwrap();
 }

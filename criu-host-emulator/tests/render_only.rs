@@ -603,3 +603,87 @@ fn a_render_node_without_device_entry_or_kfd_image_is_refused() {
         "{errors:?}"
     );
 }
+
+/// CRIU without `DUMP_DEVICES_LATE` reports its dump a success once the
+/// last `DUMP_EXT_FILE` answers; an image still to be written after that
+/// (in `exit`) cannot fail the dump any more. A render-only image that
+/// cannot be written must fail its own `DUMP_EXT_FILE`.
+#[test]
+fn on_criu_without_dump_devices_late_an_unwritable_render_only_image_fails_the_dump() {
+    for max_hooks in [10, 12, 13] {
+        let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+        let gpu = sim.gpus()[0].gpu_id;
+        let app = RenderOnly::launch(&sim, &[gpu], 2).expect("launch");
+        let dirs = Dirs::new();
+        let files = vec![TaskFile {
+            fd: app.render_fds()[0],
+            id: 9,
+        }];
+        sim.inject("AMDGPU_GEM_OP=EIO".parse::<kfd_sim::FaultSpec>().unwrap());
+        let err = dirs
+            .emulator(&sim, |c| c.max_hooks = max_hooks)
+            .dump(app.pid(), &files, &device_vmas(&sim))
+            .expect_err("the render-only image cannot be written");
+        assert_eq!(
+            hook_errno(&err),
+            ("DUMP_EXT_FILE", -libc::EIO),
+            "{max_hooks} hooks"
+        );
+        let left = common::amdgpu_files(dirs.images.path());
+        assert!(left.is_empty(), "{max_hooks} hooks: {left:?} left behind");
+        drop(files);
+        app.exit().unwrap();
+    }
+}
+
+/// On CRIU 4.2 (no late hook) a render fd before its own task's `/dev/kfd`
+/// is written render-only at once, and named by the KFD file's user id
+/// when that file comes: the image is as with the late hook.
+#[test]
+fn on_criu_4_2_a_render_fd_before_its_kfd_fd_is_renamed_when_the_kfd_file_comes() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let mut app = Workload::launch(&sim, &Profile::Basic).expect("launch");
+    app.step().unwrap();
+    let DrmBo {
+        handle, pattern, ..
+    } = add_drm_bo(&app);
+    let expected = app.describe().unwrap();
+    let dirs = Dirs::new();
+    let files = vec![
+        TaskFile {
+            fd: app.render_fds()[0],
+            id: 1,
+        },
+        TaskFile {
+            fd: app.kfd_fd().unwrap(),
+            id: 2,
+        },
+    ];
+    let report = dirs
+        .emulator(&sim, |c| c.max_hooks = 13)
+        .dump(app.pid(), &files, &device_vmas(&sim))
+        .expect("dump");
+    assert_eq!(report.late_answer, None);
+    let image = render_image(&dirs, 1);
+    let kfd = kfd_image_of(dirs.images.path(), 2);
+    let user = kfd.device_entries.iter().find(|d| d.is_gpu()).unwrap();
+    assert_eq!(image.gpu_id, user.gpu_id, "named by the KFD file's user id");
+    assert_eq!(image.kfd_pids, [kfd.pid]);
+    let report = verify_set(
+        &DirStore::open_dir(dirs.images.path()).unwrap(),
+        ReadLimits::default(),
+    )
+    .unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    // (CRIU 4.2 cannot retry a render node restored before its task's
+    // /dev/kfd; a later CRIU restores the set.)
+    let pid = app.pid();
+    drop(files);
+    app.exit().unwrap();
+    let task = dirs
+        .emulator(&sim, |_| {})
+        .restore(pid, &[1, 2], &vmas_of(&kfd))
+        .expect("restore");
+    Workload::verify(&sim, pid, &expected).expect("KFD state matches");
+    assert_eq!(read_drm_bo(&sim, &task, 1, handle, pattern.len()), pattern);
+}

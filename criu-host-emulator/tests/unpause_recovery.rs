@@ -16,11 +16,11 @@ mod common;
 
 use std::os::fd::AsFd;
 
-use amdgpu_checkpoint::recover::{unpause_process, RecoverError};
+use amdgpu_checkpoint::recover::{unpause_process, unpause_process_pinned, RecoverError};
 use common::steps_after;
 use kfd::{FrozenCgroup, Kfd};
 use kfd_sim::workload::{Profile, Workload};
-use kfd_sim::{Pid, Sim, SimConfig};
+use kfd_sim::{Pid, ProcessConfig, Sim, SimConfig};
 
 /// A machine with the basic workload after one step, and a dumper that has
 /// seized it and paused its queues the way CRIU does (its own pidfd_getfd
@@ -205,4 +205,55 @@ fn pidfd_getfd_and_ptrace_follow_the_kernel_rules() {
             .raw_os_error(),
         Some(libc::ESRCH)
     );
+}
+
+#[test]
+fn a_process_reusing_the_pid_of_the_dumped_one_is_never_touched() {
+    // The guardian's view: a pidfd of the paused process opened at the
+    // dump. The process is killed, the dumper dies, and the pid goes to
+    // another GPU process that another dump left paused (its own guardian's
+    // business). Recovery through the pidfd must neither seize nor unpause it.
+    let (sim, app, criu) = paused_app(1);
+    let pid = app.pid();
+    let pinned = kfd::Driver::pidfd_open(&sim.driver(criu), pid.0).unwrap();
+    app.exit().unwrap();
+    sim.exit_process(criu).unwrap();
+    let stranger = sim
+        .spawn_process_with(ProcessConfig {
+            pid: Some(pid),
+            ..ProcessConfig::default()
+        })
+        .unwrap();
+    let mut other = Workload::launch_in(&sim, stranger, &Profile::Basic).unwrap();
+    other.step().unwrap();
+    let other_criu = sim.spawn_process().unwrap();
+    let driver = sim.driver(other_criu);
+    kfd::Driver::ptrace_seize(&driver, pid.0).unwrap();
+    let pidfd = kfd::Driver::pidfd_open(&driver, pid.0).unwrap();
+    let kfd_fd = other.kfd_fd().unwrap();
+    let fd = kfd::Driver::pidfd_getfd(
+        &driver,
+        pidfd.as_fd(),
+        std::os::fd::AsRawFd::as_raw_fd(&kfd_fd),
+    )
+    .unwrap();
+    Kfd::from_fd(&driver, fd).process_info().unwrap();
+    sim.exit_process(other_criu).unwrap();
+    assert!(sim.kfd_state(pid).unwrap().queues_paused);
+
+    let guardian = sim.spawn_process().unwrap();
+    let result = unpause_process_pinned(&sim.driver(guardian), pid.0, pinned.as_fd());
+    assert!(
+        matches!(result, Err(RecoverError::NoSuchProcess { pid: p }) if p == pid.0),
+        "{result:?}"
+    );
+    assert!(
+        sim.kfd_state(pid).unwrap().queues_paused,
+        "the other process's dump is not ours to end"
+    );
+    assert_eq!(sim.tracer_of(pid), None, "never seized");
+    // Through a pidfd of its own process, recovery works as by pid.
+    let own = kfd::Driver::pidfd_open(&sim.driver(guardian), pid.0).unwrap();
+    let done = unpause_process_pinned(&sim.driver(guardian), pid.0, own.as_fd()).unwrap();
+    assert!(done.was_paused);
 }

@@ -172,3 +172,55 @@ fn without_gem_list_handles_a_render_node_with_buffers_is_refused_clearly() {
     app.step()
         .expect("the application runs after the refused dump");
 }
+
+#[test]
+fn without_gem_list_handles_buffers_above_the_probed_handles_are_found_by_fdinfo() {
+    // A render node whose GEM handles 1 to 256 were all closed again: the
+    // probe finds none, but the file's fdinfo shows memory no KFD buffer
+    // and no page table accounts for. Dumped "without BOs" they would be
+    // lost: the dump is refused.
+    use kfd::{GemCreate, GemHandle, RenderNode};
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let mut app = Workload::launch(&sim, &Profile::Basic).unwrap();
+    app.step().unwrap();
+    let node = RenderNode::from_fd(app.driver().clone(), app.render_fds()[0]);
+    let handles: Vec<GemHandle> = (0..260)
+        .map(|_| {
+            node.gem_create(&GemCreate {
+                size: 64 << 10,
+                alignment: 4096,
+                domains: u64::from(kfd_sys::AMDGPU_GEM_DOMAIN_VRAM),
+                flags: 0,
+            })
+            .expect("GEM_CREATE")
+        })
+        .collect();
+    for &handle in handles.iter().filter(|h| h.0 <= 256) {
+        node.gem_close(handle).expect("GEM_CLOSE");
+    }
+    let fdinfo = node.fdinfo().unwrap();
+    assert!(fdinfo.contains("drm-total-vram:\t"), "{fdinfo}");
+    let dirs = Dirs::new();
+    sim.inject(
+        "AMDGPU_GEM_LIST_HANDLES=EINVAL"
+            .parse::<FaultSpec>()
+            .unwrap(),
+    );
+    let (files, _) = gpu_files(&app);
+    let capture = Capture::start();
+    let err = dirs
+        .emulator(&sim, |_| {})
+        .dump(app.pid(), &files, &device_vmas(&sim))
+        .expect_err("buffers the probe cannot see refuse the dump");
+    assert_eq!(hook_errno(&err).0, "DUMP_EXT_FILE");
+    assert!(
+        capture.contains(Level::Error, "its fdinfo")
+            && capture.contains(Level::Error, "update the kernel"),
+        "{:#?}",
+        capture.lines()
+    );
+    drop(capture);
+    drop(files);
+    app.step()
+        .expect("the application runs after the refused dump");
+}

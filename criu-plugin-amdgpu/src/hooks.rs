@@ -3,7 +3,7 @@
 //!
 //! [`Plugin`] holds the state of one CRIU process role (the dumper, the main
 //! restorer, or a restored task — which starts as a fork of the main
-//! restorer, see [`Plugin::forked`]) and answers each hook in CRIU's
+//! restorer, see [`Plugin::forked_task`]) and answers each hook in CRIU's
 //! convention: 0 or a value on success, a negative errno on failure, and
 //! [`NOT_MINE`] (`-ENOTSUP`) for every fd, VMA, path, pid or image id that
 //! carries no KFD state, so other plugins in CRIU's chain get their turn.
@@ -498,9 +498,11 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
     /// a failed dump removes the images it wrote, so no set that looks
     /// complete remains.
     pub fn exit(mut self, ret: c_int) {
-        // CRIU without DUMP_DEVICES_LATE: render-only nodes are written now,
-        // after every file was dumped. CRIU no longer hears of a failure
-        // here; the log names it and the restore of the missing file fails.
+        // CRIU without DUMP_DEVICES_LATE: render nodes no KFD file named are
+        // written render-only in their own DUMP_EXT_FILE into an image
+        // directory (a failure fails the dump); into a stream, which cannot
+        // take an image twice, only now: CRIU no longer hears of a failure
+        // here, the log names it and the restore of the missing file fails.
         if self.stage == Stage::Dump && ret == 0 {
             if let Some(dumper) = self.dumper.as_mut() {
                 if dumper.pending_render_nodes() > 0 {

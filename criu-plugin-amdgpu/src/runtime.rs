@@ -168,44 +168,14 @@ impl CriuHost for CriuServices {
 
 /// Finds the task fd behind CRIU's drained copy `fd`: CRIU's dumper traces
 /// every task of the tree while it dumps, so the candidates are the
-/// processes whose `TracerPid` is this process; among their fds the first
-/// one on the same inode is taken (two fds of one task on the same device
-/// node are told apart by CRIU's own log only).
+/// processes whose tracer is this process; among their fds, the one that
+/// is the same open file (`kcmp`; every `/dev/kfd` open shares one inode,
+/// so the inode would name the first GPU process of the tree for all).
 fn traced_task_fd(fd: BorrowedFd<'_>) -> Option<TaskFd> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::MetadataExt;
-    let file = std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
-    let tracer = format!("TracerPid:\t{}\n", std::process::id());
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let traced = std::fs::read_to_string(entry.path().join("status"))
-            .is_ok_and(|status| status.contains(&tracer));
-        if !traced {
-            continue;
-        }
-        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
-            continue;
-        };
-        let mut found: Vec<i32> = fds
-            .flatten()
-            .filter_map(|fd| {
-                let number = fd.file_name().to_str()?.parse::<i32>().ok()?;
-                let meta = std::fs::metadata(fd.path()).ok()?;
-                (meta.dev() == file.dev() && meta.ino() == file.ino()).then_some(number)
-            })
-            .collect();
-        found.sort_unstable();
-        if let Some(&fd) = found.first() {
-            return Some(TaskFd { pid, fd });
-        }
-    }
-    None
+    amdgpu_checkpoint::identify::traced_holder(&HostDriver, fd).map(|holder| TaskFd {
+        pid: holder.pid,
+        fd: holder.fd,
+    })
 }
 
 static RUNTIME: Mutex<Option<Plugin<HostDriver, CriuServices>>> = Mutex::new(None);
@@ -334,4 +304,109 @@ pub fn resume_devices_late(pid: c_int) -> c_int {
     with_plugin("RESUME_DEVICES_LATE", NOT_MINE, |p| {
         p.resume_devices_late(pid)
     })
+}
+
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests {
+    use super::*;
+    use kfd::Driver as _;
+    use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+
+    /// Forks a child that holds the open files it has and waits to be
+    /// killed; its pid.
+    fn holder() -> libc::pid_t {
+        // SAFETY: the child only calls pause (async-signal-safe) until it
+        // is killed; it never returns into the caller.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            loop {
+                // SAFETY: pause takes no arguments.
+                unsafe { libc::pause() };
+            }
+        }
+        pid
+    }
+
+    fn open_null() -> OwnedFd {
+        // SAFETY: a NUL-terminated literal path; a new fd on success.
+        let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        assert!(fd >= 0);
+        // SAFETY: open succeeded: the fd is new and ours.
+        unsafe { OwnedFd::from_raw_fd(fd) }
+    }
+
+    /// In a single-threaded process (the kernel names the tracer by
+    /// thread): two traced children, each holding its own open file of
+    /// one device node (as two GPU processes hold /dev/kfd); the drained
+    /// copy of the second child's file must name the second child.
+    fn dumper_side() -> [i64; 3] {
+        let first_file = open_null();
+        let first = holder();
+        drop(first_file);
+        let second_file = open_null();
+        let second = holder();
+        let mut named = [-1i64, -1, i64::from(second)];
+        let seized = [first, second]
+            .iter()
+            .all(|&pid| HostDriver.ptrace_seize(pid as u32).is_ok());
+        if seized {
+            if let Some(task) = traced_task_fd(second_file.as_fd()) {
+                named[0] = i64::from(task.pid);
+                named[1] = i64::from(task.fd);
+            }
+        }
+        for pid in [first, second] {
+            // SAFETY: kill and waitpid of the children forked above.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+        }
+        named[1] = if named[1] == i64::from(second_file.as_raw_fd()) {
+            1
+        } else {
+            named[1]
+        };
+        named
+    }
+
+    #[test]
+    fn the_task_fd_names_the_process_holding_that_very_file() {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two ints.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: pipe2 succeeded: both fds are ours.
+        let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: the child runs `dumper_side` (open, fork, ptrace, reads of
+        // /proc; glibc's malloc works after fork) and ends with _exit.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            drop(r);
+            let named = std::panic::catch_unwind(dumper_side).unwrap_or([-2, -2, -2]);
+            let bytes: Vec<u8> = named.iter().flat_map(|v| v.to_ne_bytes()).collect();
+            // SAFETY: writes from a live buffer, then ends the child.
+            unsafe {
+                libc::write(w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+                libc::_exit(0);
+            }
+        }
+        drop(w);
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::fs::File::from(r), &mut bytes).unwrap();
+        // SAFETY: waits for the child forked above.
+        unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
+        assert_eq!(bytes.len(), 24, "the dumper's side failed");
+        let v: Vec<i64> = bytes
+            .chunks(8)
+            .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(
+            v[0], v[2],
+            "named pid {} instead of the second holder {}",
+            v[0], v[2]
+        );
+        assert_eq!(v[1], 1, "named the wrong fd number ({})", v[1]);
+    }
 }

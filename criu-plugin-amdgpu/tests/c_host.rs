@@ -42,6 +42,19 @@ fn plugin_so() -> PathBuf {
         .clone()
 }
 
+/// kfd-sim-preload's interposer, when the workspace's build put it next
+/// to this test binary.
+fn preload_lib() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let deps = exe.parent()?;
+    [
+        deps.join("libkfd_sim_preload.so"),
+        deps.parent()?.join("libkfd_sim_preload.so"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+}
+
 fn c_compiler() -> Option<String> {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     Command::new(&cc)
@@ -58,7 +71,7 @@ struct Host {
 
 fn build_host(dir: &Path, name: &str, defines: &[&str]) -> Option<Host> {
     let Some(cc) = c_compiler() else {
-        println!("skipped: no C compiler (set CC or install cc)");
+        test_env::skip("no C compiler (set CC or install cc)");
         return None;
     };
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c_host/host.c");
@@ -305,14 +318,26 @@ fn plugin_options_from_criu_plugin_get_options() {
 #[test]
 fn the_command_line_overrides_the_environment_in_the_log() {
     // Without /dev/kfd the option lines are not printed; with it (a GPU
-    // machine) the precedence shows in them.
-    if !Path::new("/dev/kfd").exists() {
-        println!(
-            "skipped: no /dev/kfd, the plugin prints no option lines (the emulator test covers it)"
-        );
-        return;
-    }
+    // machine) the precedence shows in them. A machine without one runs
+    // the host on a simulated machine behind kfd-sim-preload's interposer
+    // (its /dev/kfd), built with the workspace.
     let dir = tempfile::tempdir().unwrap();
+    let shm = dir.path().join("shm");
+    std::fs::create_dir(&shm).unwrap();
+    let mut machine = Vec::new();
+    if !Path::new("/dev/kfd").exists() {
+        let Some(preload) = preload_lib() else {
+            test_env::skip(
+                "no /dev/kfd, and libkfd_sim_preload.so is not built (test the workspace)",
+            );
+            return;
+        };
+        machine = vec![
+            ("LD_PRELOAD", preload.display().to_string()),
+            ("KFD_SIM_MACHINE", "single-gpu".to_owned()),
+            ("KFD_SIM_SHM_DIR", shm.display().to_string()),
+        ];
+    }
     let Some(host) = build_host(
         dir.path(),
         "precedence",
@@ -325,15 +350,13 @@ fn the_command_line_overrides_the_environment_in_the_log() {
     ) else {
         return;
     };
-    let run = run_host(
-        &host,
-        16,
-        &[
-            ("HOST_PLUGIN_OPTIONS", "amdgpu.numa-check=yes"),
-            ("KFD_NUMA_CHECK", "NO"),
-            ("KFD_VRAM_SIZE_CHECK", "NO"),
-        ],
-    );
+    let mut env = vec![
+        ("HOST_PLUGIN_OPTIONS", "amdgpu.numa-check=yes"),
+        ("KFD_NUMA_CHECK", "NO"),
+        ("KFD_VRAM_SIZE_CHECK", "NO"),
+    ];
+    env.extend(machine.iter().map(|(k, v)| (*k, v.as_str())));
+    let run = run_host(&host, 16, &env);
     for expected in [
         "param: amdgpu.numa-check (KFD_NUMA_CHECK) = YES (command line)",
         "param: amdgpu.vram-size-check (KFD_VRAM_SIZE_CHECK) = NO (environment)",
@@ -398,7 +421,7 @@ fn inventory_gate_at_restore() {
 #[test]
 fn a_machine_without_gpus_hears_two_lines_per_run() {
     if Path::new("/dev/kfd").exists() {
-        println!("skipped: this machine has /dev/kfd");
+        test_env::skip("this machine has /dev/kfd");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

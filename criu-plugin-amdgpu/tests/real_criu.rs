@@ -242,7 +242,7 @@ fn criu_dev_inventory_listing_the_plugin_makes_it_claim_the_restore() {
         return;
     };
     if Path::new("/dev/kfd").exists() {
-        println!("skipped: this machine has /dev/kfd, so the plugin can take the restore");
+        test_env::skip("this machine has /dev/kfd, so the plugin can take the restore");
         return;
     }
     let dir = scratch();

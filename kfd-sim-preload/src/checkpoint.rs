@@ -60,7 +60,7 @@ fn device_fds(m: &Machine) -> Result<Vec<RawFd>, String> {
     Ok(out)
 }
 
-fn state_line(out: &mut String, what: &str, sim: &Sim, pid: kfd_sim::Pid) {
+pub(crate) fn state_line(out: &mut String, what: &str, sim: &Sim, pid: kfd_sim::Pid) {
     match sim.kfd_state(pid) {
         Some(s) => {
             let _ = writeln!(
@@ -83,11 +83,8 @@ fn state_line(out: &mut String, what: &str, sim: &Sim, pid: kfd_sim::Pid) {
     }
 }
 
-/// The run: dump into `first`, restore on the renumbered machine with
-/// `restore_shm` as its /dev/shm, dump again into `second`.
-fn run(m: &Machine, first: &Path, second: &Path, restore_shm: &Path) -> Result<String, String> {
-    let mut out = String::new();
-    let pid = m.driver.pid();
+/// Checks that the process's machine may be checkpointed here.
+pub(crate) fn may_checkpoint(m: &Machine) -> Result<(), String> {
     if m.remote.is_some() {
         return Err(format!(
             "{} is set: the served machine's owner checkpoints its processes",
@@ -97,10 +94,18 @@ fn run(m: &Machine, first: &Path, second: &Path, restore_shm: &Path) -> Result<S
     if std::env::var_os(crate::shm::SHM_DIR_VAR).is_none() {
         return Err("KFD_SIM_SHM_DIR is not set: the host's /dev/shm is never used".into());
     }
-    // The plugin sees /dev/shm, as on a real host; the interposer routes
-    // the thunk's objects there to the private directory
-    // (crate::shm::path_redirect), and the restore's to `restore_shm`.
-    let dev_shm = Path::new("/dev/shm");
+    Ok(())
+}
+
+/// The plugin sees /dev/shm, as on a real host; the interposer routes the
+/// thunk's objects there to the private directory
+/// (crate::shm::path_redirect), and the restore's to its own.
+const DEV_SHM: &str = "/dev/shm";
+
+/// CRIU (the emulator with the plugin) dumps this process into `first`;
+/// the CRIU ids of its device files, in order.
+pub(crate) fn dump_here(m: &Machine, first: &Path, out: &mut String) -> Result<Vec<u32>, String> {
+    let pid = m.driver().pid();
     let fds = device_fds(m)?;
     // SAFETY: the fds are open for the duration of the dump (this process
     // holds them and nothing closes them while the thunk is blocked in
@@ -116,15 +121,23 @@ fn run(m: &Machine, first: &Path, second: &Path, restore_shm: &Path) -> Result<S
         .collect();
     let ids: Vec<u32> = files.iter().map(|f| f.id).collect();
     let _ = writeln!(out, "checkpoint files={}", files.len());
-    state_line(&mut out, "before", &m.sim, pid);
-
-    let dump = CriuEmulator::new(m.sim.clone(), first, EmulatorConfig::new(dev_shm));
+    state_line(out, "before", &m.sim, pid);
+    let dump = CriuEmulator::new(
+        m.sim.clone(),
+        first,
+        EmulatorConfig::new(Path::new(DEV_SHM)),
+    );
     let report =
         crate::hooks::routed(|| dump.dump(pid, &files, &DeviceVma::offered_at_dump(&m.sim)))
             .map_err(|e| format!("dump: {e}"))?;
     let _ = writeln!(out, "checkpoint step=dump late={:?}", report.late_answer);
-    state_line(&mut out, "after-dump", &m.sim, pid);
+    state_line(out, "after-dump", &m.sim, pid);
+    Ok(ids)
+}
 
+/// A copy of this process's machine as another host numbers it
+/// (`KFD_SIM_PRELOAD_RENUMBER_SEED`), with the same engine settings.
+pub(crate) fn renumbered_machine(m: &Machine, out: &mut String) -> Result<Sim, String> {
     let seed = match std::env::var(RENUMBER_SEED_VAR) {
         Ok(v) => v
             .parse()
@@ -134,6 +147,7 @@ fn run(m: &Machine, first: &Path, second: &Path, restore_shm: &Path) -> Result<S
     let system = amdgpu_topology::renumbered(m.sim.topology(), seed);
     let other =
         Sim::new(system, SimConfig::default()).map_err(|e| format!("renumbered machine: {e}"))?;
+    crate::engines::configure(&other)?;
     for (a, b) in m.sim.gpus().iter().zip(other.gpus()) {
         let _ = writeln!(
             out,
@@ -141,33 +155,58 @@ fn run(m: &Machine, first: &Path, second: &Path, restore_shm: &Path) -> Result<S
             a.node_id, a.gpu_id, b.gpu_id
         );
     }
-    let image = {
-        let store = amdgpu_image::DirStore::open_dir(first).map_err(|e| e.to_string())?;
-        let name = amdgpu_image::ImageName::Kfd { id: KFD_FILE_ID };
-        amdgpu_image::ImageStore::read_message::<amdgpu_image::CriuKfd>(
-            &store,
-            &name,
-            amdgpu_image::ReadLimits::default(),
-        )
-        .map_err(|e| format!("reading {name}: {e}"))?
-        .ok_or_else(|| format!("the dump wrote no {name}"))?
-    };
-    // The restore host's /dev/shm is `restore_shm` (empty: the plugin
-    // recreates the thunk's objects there).
-    let restore = CriuEmulator::new(other.clone(), first, EmulatorConfig::new(dev_shm));
+    Ok(other)
+}
+
+/// The KFD image of the dump in `first`.
+pub(crate) fn read_kfd_image(first: &Path) -> Result<amdgpu_image::CriuKfd, String> {
+    let store = amdgpu_image::DirStore::open_dir(first).map_err(|e| e.to_string())?;
+    let name = amdgpu_image::ImageName::Kfd { id: KFD_FILE_ID };
+    amdgpu_image::ImageStore::read_message::<amdgpu_image::CriuKfd>(
+        &store,
+        &name,
+        amdgpu_image::ReadLimits::default(),
+    )
+    .map_err(|e| format!("reading {name}: {e}"))?
+    .ok_or_else(|| format!("the dump wrote no {name}"))
+}
+
+/// Restores the dump in `first` on `other` as process `pid`, with
+/// `restore_shm` standing for that host's /dev/shm (empty: the plugin
+/// recreates the thunk's objects there).
+pub(crate) fn restore_there(
+    other: &Sim,
+    pid: kfd_sim::Pid,
+    first: &Path,
+    ids: &[u32],
+    restore_shm: &Path,
+    out: &mut String,
+) -> Result<criu_host_emulator::RestoredTask, String> {
+    let image = read_kfd_image(first)?;
+    let restore = CriuEmulator::new(
+        other.clone(),
+        first,
+        EmulatorConfig::new(Path::new(DEV_SHM)),
+    );
     let thunk_shm = crate::shm::set_dir(Some(restore_shm.to_path_buf()));
     let restored =
-        crate::hooks::routed(|| restore.restore(pid, &ids, &DeviceVma::of_kfd_image(&image)));
-    let task = match restored {
-        Ok(task) => task,
-        Err(e) => {
-            crate::shm::set_dir(thunk_shm);
-            return Err(format!("restore on the renumbered machine: {e}"));
-        }
-    };
+        crate::hooks::routed(|| restore.restore(pid, ids, &DeviceVma::of_kfd_image(&image)));
+    crate::shm::set_dir(thunk_shm);
+    let task = restored.map_err(|e| format!("restore on the renumbered machine: {e}"))?;
     let _ = writeln!(out, "checkpoint step=restore resume={}", task.resume_answer);
-    state_line(&mut out, "restored", &other, pid);
+    state_line(out, "restored", other, pid);
+    Ok(task)
+}
 
+/// The run: dump into `first`, restore on the renumbered machine with
+/// `restore_shm` as its /dev/shm, dump again into `second`.
+fn run(m: &Machine, first: &Path, second: &Path, restore_shm: &Path) -> Result<String, String> {
+    let mut out = String::new();
+    let pid = m.driver().pid();
+    may_checkpoint(m)?;
+    let ids = dump_here(m, first, &mut out)?;
+    let other = renumbered_machine(m, &mut out)?;
+    let task = restore_there(&other, pid, first, &ids, restore_shm, &mut out)?;
     let again: Vec<TaskFile<'_>> = task
         .files
         .iter()
@@ -176,7 +215,12 @@ fn run(m: &Machine, first: &Path, second: &Path, restore_shm: &Path) -> Result<S
             id: *id,
         })
         .collect();
-    let redump = CriuEmulator::new(other.clone(), second, EmulatorConfig::new(dev_shm));
+    let redump = CriuEmulator::new(
+        other.clone(),
+        second,
+        EmulatorConfig::new(Path::new(DEV_SHM)),
+    );
+    let thunk_shm = crate::shm::set_dir(Some(restore_shm.to_path_buf()));
     let redumped =
         crate::hooks::routed(|| redump.dump(pid, &again, &DeviceVma::offered_at_dump(&other)));
     crate::shm::set_dir(thunk_shm);
@@ -204,30 +248,38 @@ pub unsafe extern "C" fn kfd_sim_preload_checkpoint(
     restore_shm: *const c_char,
     fd: c_int,
 ) -> c_int {
-    let path = |p: *const c_char| -> Option<PathBuf> {
-        // SAFETY: the caller passes NUL-terminated paths (or null).
-        let s = (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) })?;
-        Some(PathBuf::from(std::ffi::OsStr::from_bytes(s.to_bytes())))
-    };
     crate::hooks::run_guarded(-1, || {
-        let text = match (
-            crate::machine::existing(),
-            path(first),
-            path(second),
-            path(restore_shm),
-        ) {
-            (Some(m), Some(a), Some(b), Some(s)) => match run(m, &a, &b, &s) {
-                Ok(text) => text,
-                Err(e) => format!("checkpoint error={}\n", e.replace(char::is_whitespace, "_")),
-            },
-            (None, ..) => "checkpoint error=no_simulated_machine\n".to_owned(),
-            _ => "checkpoint error=null_path\n".to_owned(),
+        // SAFETY: the caller passes NUL-terminated paths (or null).
+        let paths = unsafe { (c_path(first), c_path(second), c_path(restore_shm)) };
+        let outcome = match (crate::machine::existing(), paths) {
+            (Some(m), (Some(a), Some(b), Some(s))) => run(m, &a, &b, &s),
+            (None, _) => Err("no simulated machine".into()),
+            _ => Err("null path".into()),
         };
-        crate::hooks::write_all(fd, text.as_bytes());
-        if text.contains("checkpoint error=") {
-            -1
-        } else {
-            0
-        }
+        answer(fd, outcome)
     })
+}
+
+/// The path a C string names (`None` for null).
+///
+/// # Safety
+/// `p` is null or a NUL-terminated string.
+pub(crate) unsafe fn c_path(p: *const c_char) -> Option<PathBuf> {
+    // SAFETY: the caller's promise.
+    let s = (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) })?;
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(s.to_bytes())))
+}
+
+/// Writes a run's lines to `fd`, or a `checkpoint error=...` line for its
+/// failure (whitespace turned into `_`): 0, or -1 after an error.
+pub(crate) fn answer(fd: c_int, outcome: Result<String, String>) -> c_int {
+    let (text, code) = match outcome {
+        Ok(text) => (text, 0),
+        Err(e) => (
+            format!("checkpoint error={}\n", e.replace(char::is_whitespace, "_")),
+            -1,
+        ),
+    };
+    crate::hooks::write_all(fd, text.as_bytes());
+    code
 }

@@ -843,6 +843,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) ->
         // passes the argument block `request` describes, as for the kernel.
         let ret = m.with_driver(|d| unsafe { d.ioctl(BorrowedFd::borrow_raw(fd), request, arg) });
         m.tally.record(request, &ret);
+        m.note_ioctl(request);
         if ret.is_ok() && request == c_ulong::from(kfd_sys::AMDKFD_IOC_ACQUIRE_VM) {
             // SAFETY: the kernel (simulator) just read this argument block
             // of ACQUIRE_VM's type from `arg`.
@@ -880,7 +881,14 @@ unsafe fn mmap_any(
     // SAFETY: forwarded contract.
     let pass = || unsafe { real::mmap(addr, len, prot, flags, fd, offset) };
     if fd < 0 || flags & libc::MAP_ANONYMOUS != 0 {
-        return pass();
+        let ret = pass();
+        if flags & libc::MAP_FIXED != 0 && ret != libc::MAP_FAILED {
+            // What was mapped there before is gone.
+            if let Some(m) = machine::existing() {
+                guarded(|| (), (), || m.cpu_unmapped(addr as usize, len));
+            }
+        }
+        return ret;
     }
     let Some(m) = machine_for_fd(fd) else {
         return pass();
@@ -958,7 +966,8 @@ pub unsafe extern "C" fn mmap64(
 
 /// Interposes `munmap(2)`: the simulator forgets the CPU mappings of its
 /// devices that the range covers. Other ranges go straight to the kernel
-/// without touching the simulator.
+/// without touching the simulator, which hears of the unmap only once SVM
+/// ranges may exist (`Machine::cpu_unmapped`).
 ///
 /// # Safety
 /// The C `munmap` contract.
@@ -973,17 +982,22 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
         return pass();
     };
     guarded(pass, -1, || {
-        if !m.unmapping(addr as usize, len) {
-            return pass();
-        }
-        // SAFETY: the caller's munmap contract (nothing uses the range).
-        match m.with_driver(|d| unsafe { d.munmap(a, len) }) {
-            Ok(()) => 0,
-            Err(e) => {
-                set_errno(e.raw_os_error().unwrap_or(libc::EIO));
-                -1
+        let ret = if !m.unmapping(addr as usize, len) {
+            pass()
+        } else {
+            // SAFETY: the caller's munmap contract (nothing uses the range).
+            match m.with_driver(|d| unsafe { d.munmap(a, len) }) {
+                Ok(()) => 0,
+                Err(e) => {
+                    set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+                    -1
+                }
             }
+        };
+        if ret == 0 {
+            m.cpu_unmapped(addr as usize, len);
         }
+        ret
     })
 }
 

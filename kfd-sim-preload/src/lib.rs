@@ -91,15 +91,24 @@
 //!   process into `first`, restores it on a renumbered copy of the machine
 //!   (`KFD_SIM_PRELOAD_RENUMBER_SEED`) and checkpoints the restored process
 //!   into `second`.
+//! * `int kfd_sim_preload_checkpoint_busy(first, second, restore_shm,
+//!   ranges, lens, n, fd)`: the same checkpoint taken while the process's
+//!   queues have work in flight (held still by a kernel eviction), restored
+//!   on the renumbered machine, where the restored queues finish their
+//!   rings; it reports where each queue stopped, what the restored run left
+//!   in the given GPU ranges, then undoes that run's writes to the memory
+//!   both share and lets this process go on (see the `busy` module).
 //!
 //! # Where AMD's code stops
 //!
-//! The thunk runs every call that needs no GPU to execute anything; ROCr
-//! (5.2) initialises, lists agents and pools, allocates, creates queues and
-//! signals. A kernel dispatch or `hsa_amd_memory_async_copy` never
-//! completes: nothing reads a simulated queue's ring, so no completion
-//! signal is ever written. ROCr 5.2 knows no gfx942 and makes no agent for
-//! an MI300 GPU.
+//! The thunk runs its calls; ROCr (5.2) initialises, lists agents and
+//! pools, allocates, creates queues and signals, and its
+//! `hsa_amd_memory_async_copy` completes: the simulator's engines consume
+//! the SDMA rings ROCr fills (at `KFD_SIM_SDMA_BANDWIDTH` when set), its
+//! TRAP interrupts wake `hsaKmtWaitOnEvent`. A kernel dispatch needs shader
+//! cores the simulator does not have: its queue stops with an error (logged
+//! on stderr, and the process's HW_EXCEPTION events fire). ROCr 5.2 knows
+//! no gfx942 and makes no agent for an MI300 GPU.
 //!
 //! Everything else passes to the C library's function (the `real` module, found with
 //! `dlsym(RTLD_NEXT)`). Calls this library makes itself while handling one
@@ -135,8 +144,10 @@
 
 #![cfg(target_os = "linux")]
 
+mod busy;
 mod checkpoint;
 mod criu_socket;
+mod engines;
 mod hooks;
 mod machine;
 mod real;
@@ -146,5 +157,6 @@ mod trace;
 mod tree;
 
 pub use checkpoint::{DEFAULT_RENUMBER_SEED, KFD_FILE_ID, RENUMBER_SEED_VAR};
+pub use engines::{PACKET_TRACE_VAR, SDMA_BANDWIDTH_VAR};
 pub use machine::{MACHINE_VAR, REMOTE_VAR, TRACE_VAR};
 pub use shm::SHM_DIR_VAR;

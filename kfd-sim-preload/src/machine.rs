@@ -100,7 +100,9 @@ pub(crate) struct DeviceNode {
 /// The machine of this process.
 pub(crate) struct Machine {
     pub(crate) sim: Sim,
-    pub(crate) driver: SimDriver,
+    /// The simulated process standing for this host process, with the host
+    /// pid it was made for: a forked child makes its own ([`Machine::driver`]).
+    local: Mutex<(u32, SimDriver)>,
     /// `<sim tree>/sys/class/kfd`: stands for `/sys/class/kfd` and
     /// `/sys/devices/virtual/kfd`.
     kfd_class: PathBuf,
@@ -117,6 +119,9 @@ pub(crate) struct Machine {
     mappings: Mutex<std::collections::BTreeMap<usize, usize>>,
     /// The served machine, with `KFD_SIM_REMOTE`.
     pub(crate) remote: Option<Remote>,
+    /// An SVM ioctl reached the simulator: unmapping CPU memory may end
+    /// SVM ranges, so unmaps are reported ([`Machine::cpu_unmapped`]).
+    svm_used: std::sync::atomic::AtomicBool,
 }
 
 /// A served machine's connection for this process, made anew in a forked
@@ -302,8 +307,14 @@ impl Machine {
             Sim::builtin(name, SimConfig::default())
         }
         .map_err(|e| format!("{MACHINE_VAR}={}: {e}", path.display()))?;
+        crate::engines::configure(&sim)?;
+        // It stands for this process: its user addresses are this
+        // process's CPU mappings.
         let pid = sim
-            .spawn_process()
+            .spawn_process_with(kfd_sim::ProcessConfig {
+                host_address_space: true,
+                ..Default::default()
+            })
             .map_err(|e| format!("cannot create the simulated process: {e}"))?;
         let extra = crate::tree::Tree::write(&sim)
             .map_err(|e| format!("cannot write the DRM sysfs tree: {e}"))?;
@@ -323,7 +334,7 @@ impl Machine {
             .map(Path::to_path_buf)
             .ok_or("the simulator's sysfs tree has no kfd class directory")?;
         Ok(Machine {
-            driver: sim.driver(pid),
+            local: Mutex::new((std::process::id(), sim.driver(pid))),
             sim,
             kfd_class,
             extra,
@@ -332,6 +343,7 @@ impl Machine {
             tally: Default::default(),
             mappings: Mutex::new(Default::default()),
             remote,
+            svm_used: Default::default(),
         })
     }
 
@@ -343,8 +355,36 @@ impl Machine {
     ) -> std::io::Result<T> {
         match &self.remote {
             Some(remote) => f(&remote.driver()?),
-            None => f(&self.driver),
+            None => f(&self.driver()),
         }
+    }
+
+    /// The driver of the simulated process standing for this host process
+    /// (without `KFD_SIM_REMOTE`).
+    ///
+    /// After a `fork(2)` the child holds a copy of the parent's machine, in
+    /// which it is a process of its own, as the kernel makes it: on its
+    /// first device call the child becomes the simulated fork of the
+    /// process that stood for its parent ([`Sim::fork_process`]), so it
+    /// gets a new KFD process when it opens `/dev/kfd`, and the parent's
+    /// `/dev/kfd` file answers it `EBADF`. Copy-on-write keeps the two
+    /// machines apart from then on: state the parent and the child would
+    /// share through the kernel (IPC handles, memory accounting) is not
+    /// shared.
+    pub(crate) fn driver(&self) -> SimDriver {
+        let me = std::process::id();
+        let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+        if local.0 != me {
+            self.sim.after_host_fork();
+            match self.sim.fork_process(local.1.pid()) {
+                Ok(child) => *local = (me, self.sim.driver(child)),
+                Err(e) => {
+                    eprintln!("kfd-sim-preload: cannot make the forked child's process: {e}");
+                    local.0 = me;
+                }
+            }
+        }
+        local.1.clone()
     }
 
     /// The file a `Mapped` path stands for (`None`: no such file).
@@ -433,6 +473,31 @@ impl Machine {
                     minor,
                 }),
             _ => None,
+        }
+    }
+
+    /// Notes an ioctl the simulator answered (`AMDKFD_IOC_SVM` carries its
+    /// attribute count in the size bits, so it is matched by type and
+    /// number).
+    pub(crate) fn note_ioctl(&self, request: std::ffi::c_ulong) {
+        let request = request as u32;
+        if kfd_sys::_IOC_TYPE(request) == kfd_sys::_IOC_TYPE(kfd_sys::AMDKFD_IOC_SVM)
+            && kfd_sys::_IOC_NR(request) == kfd_sys::_IOC_NR(kfd_sys::AMDKFD_IOC_SVM)
+        {
+            self.svm_used
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// This process unmapped `[start, start+len)` (`munmap`, or a
+    /// `MAP_FIXED` mapping over it): the kernel's MMU notifier ends the SVM
+    /// ranges there ([`Sim::cpu_unmapped`]). Only once SVM is in use, and
+    /// only for a machine of this process (a served machine is told by
+    /// nothing: its SVM ranges outlive CPU unmaps).
+    pub(crate) fn cpu_unmapped(&self, start: usize, len: usize) {
+        if self.remote.is_none() && self.svm_used.load(std::sync::atomic::Ordering::Relaxed) {
+            self.sim
+                .cpu_unmapped(self.driver().pid(), start as u64, len as u64);
         }
     }
 

@@ -8,7 +8,14 @@
 //! gpu node=1 gpu_id=19005 render_minor=128
 //! acquired gpu_ids=19005
 //! ioctl name=kfd_ALLOC_MEMORY_OF_GPU ok=7 errors=
+//! engine queue=0 rptr=164 wptr=164 packets=7 state=idle
+//! packet queue=0 format=sdma name=COPY at=24 dwords=00000001,003fffdf,...
 //! ```
+//!
+//! `engine` lines are each queue's engine (named apart from the `queue`
+//! lines a test program prints); `packet` lines (the packets the
+//! process's queues ran since the last report) come with
+//! `KFD_SIM_PACKET_TRACE`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -60,12 +67,13 @@ fn join<T: ToString>(items: impl IntoIterator<Item = T>) -> String {
 /// The report for machine `m`.
 pub(crate) fn render(m: &Machine) -> String {
     let mut out = String::new();
-    let pid = m.driver.pid();
+    let pid = m.driver().pid();
     if m.remote.is_some() {
         // The served machine's state is its owner's to report.
         out.push_str("state remote\n");
     } else {
         local_state(&mut out, m, pid);
+        packets(&mut out, m);
     }
     for g in m.sim.gpus() {
         let _ = writeln!(
@@ -126,4 +134,33 @@ fn local_state(out: &mut String, m: &Machine, pid: kfd_sim::Pid) {
         a.queues,
         a.events,
     );
+}
+
+/// The packets the process's queues executed since the last report (when
+/// `KFD_SIM_PACKET_TRACE` is set), and each queue's engine state.
+fn packets(out: &mut String, m: &Machine) {
+    for (q, status) in m.sim.queue_statuses(m.driver().pid()) {
+        let state = match &status.state {
+            kfd_sim::QueueState::Hung(reason) => {
+                format!("hung reason={}", reason.replace(' ', "_"))
+            }
+            other => format!("{other:?}").to_lowercase(),
+        };
+        let _ = writeln!(
+            out,
+            "engine queue={q} rptr={} wptr={} packets={} state={state}",
+            status.read_pointer, status.write_pointer, status.packets
+        );
+    }
+    for p in m.sim.packet_trace() {
+        let _ = writeln!(
+            out,
+            "packet queue={} format={} name={} at={} dwords={}",
+            p.queue_id,
+            p.format,
+            p.name.replace(' ', "_"),
+            p.at,
+            join(p.dwords.iter().map(|d| format!("{d:08x}")))
+        );
+    }
 }

@@ -12,6 +12,7 @@
 //! class/drm/{card<N>,renderD<minor>} -> devices/.../drm/...
 //! dev/char/226:<minor> -> devices/.../drm/...
 //! module/amdgpu/{initstate,holders/}    (the module is loaded)
+//! module/amdgpu/parameters/<name>      (kfd_sim::module_params)
 //! modules                              (/proc/modules with amdgpu and amdttm)
 //! dri/renderD<minor>                   (stands for /dev/dri; stat is answered by the hooks)
 //! devices/system/node/node<N>/{cpulist,cpumap,meminfo}
@@ -218,6 +219,13 @@ impl Tree {
             &root.join("module/amdgpu/initstate"),
             "live\n", // what the kernel shows for a loaded module
         )?;
+        std::fs::create_dir_all(root.join("module/amdgpu/parameters"))?;
+        for (name, value) in kfd_sim::module_params::MODULE_PARAMETERS {
+            write(
+                &root.join("module/amdgpu/parameters").join(name),
+                &format!("{value}\n"),
+            )?;
+        }
         let topology = sim.topology();
         for gpu in sim.gpus() {
             let node = topology

@@ -6,13 +6,15 @@
 //!   MI300X capture, Debian's ROCr 5.2 predates gfx942 and creates no GPU
 //!   agent ("The GPU node has an unrecognized id"): that is AMD's runtime's
 //!   limit, checked as such.
-//! * ROCr goes as far as a machine without shader execution can take it:
-//!   `hsa_init`, the agents, their pools, `hsa_amd_memory_pool_allocate`
-//!   and free on every GPU, `hsa_queue_create`/`destroy`, a signal. It
-//!   stops at work a GPU must do: a dispatch or `hsa_amd_memory_async_copy`
-//!   waits on a completion signal that only the GPU's command processor or
-//!   SDMA engine reading the queue would write, and nothing reads a
-//!   simulated queue's ring (a doorbell write is a store into a page).
+//! * ROCr initialises, lists agents and pools, allocates and frees on every
+//!   GPU, creates and destroys a queue and a signal.
+//! * `hsa_amd_memory_async_copy` host to VRAM, VRAM to host and GPU to GPU
+//!   completes with the right bytes, waited on with
+//!   `hsa_signal_wait_scacquire`: the simulated SDMA engines consume the
+//!   rings ROCr fills, and the test records what ROCr 5.2 puts on an SDMA
+//!   queue for a copy (an HDP flush, linear copies of at most 0x3fffe0
+//!   bytes, the signal's decrement as an ATOMIC ADD64 of -1, a FENCE of the
+//!   signal's event id into its mailbox, a TRAP with that id).
 //! * The one ioctl the simulator refuses is the one an upstream kernel
 //!   refuses: ROCm 5.2's thunk asks for the debugger version with ROCm's
 //!   out-of-tree DBG_TRAP number (0x82); upstream amdkfd answers `ENOTTY`
@@ -20,11 +22,29 @@
 
 mod common;
 
+/// The ROCr program `amdgpu-criu demo --workload rocr-copy` runs too.
+const COPY_PROBE: &str = "../amdgpu-criu/src/cmd/demo/rocr_copy_probe.c";
+
 use std::path::Path;
-use std::process::Command;
 
 use common::{num, records, refused_ioctls, Scratch};
 use kfd_sim::Sim;
+
+/// The output of a probe run on `machine` that exited 0 with every HSA
+/// call successful.
+fn succeeded(machine: &str, run: &std::process::Output) -> String {
+    let out = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "{machine}: {}\n{out}\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    for step in records(&out, "step") {
+        assert_eq!(num(&step, "status"), 0, "{machine}: {step:?}");
+    }
+    out
+}
 
 /// One agent of rocminfo's output: its `  Key: value` lines.
 type Agent = Vec<(String, String)>;
@@ -186,39 +206,14 @@ fn rocminfo_prints_the_simulated_agents() {
 
 #[test]
 fn rocr_allocates_from_every_gpu_and_creates_a_queue() {
-    if !Path::new("/usr/include/hsa/hsa.h").is_file() {
-        common::skip("libhsa-runtime-dev is not installed (/usr/include/hsa/hsa.h is missing)");
-        return;
-    }
     let scratch = Scratch::new();
-    let probe = scratch.dir.path().join("rocr_probe");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/rocr_probe.c");
-    let built = Command::new("cc")
-        .args(["-Wall", "-Werror", "-O1", "-o"])
-        .arg(&probe)
-        .arg(&src)
-        .arg("-lhsa-runtime64")
-        .output()
-        .expect("running cc");
-    assert!(
-        built.status.success(),
-        "compiling {}: {}",
-        src.display(),
-        String::from_utf8_lossy(&built.stderr)
-    );
+    let Some(probe) = common::rocr_program(&scratch, "tests/rocr_probe.c") else {
+        return;
+    };
     for machine in ["single-gpu", "mi210-8gpu-2hive"] {
         let sim = Sim::builtin(machine, Default::default()).unwrap();
         let run = common::run_preloaded(&scratch, machine.as_ref(), &probe, &[]);
-        let out = String::from_utf8_lossy(&run.stdout);
-        assert!(
-            run.status.success(),
-            "{machine}: {}\n{out}\n{}",
-            run.status,
-            String::from_utf8_lossy(&run.stderr)
-        );
-        for step in records(&out, "step") {
-            assert_eq!(num(&step, "status"), 0, "{machine}: {step:?}");
-        }
+        let out = succeeded(machine, &run);
         let gpus = sim.gpus().len();
         assert_eq!(num(&records(&out, "gpus")[0], "count"), gpus as u64);
         let allocs = records(&out, "step")
@@ -238,4 +233,217 @@ fn rocr_allocates_from_every_gpu_and_creates_a_queue() {
         }
         println!("{machine}: ROCr allocated on {gpus} GPUs and made a queue");
     }
+}
+
+/// One packet of the report's trace.
+struct Packet {
+    queue: u64,
+    name: String,
+    dwords: Vec<u32>,
+}
+
+fn packets(report: &str) -> Vec<Packet> {
+    records(report, "packet")
+        .into_iter()
+        .map(|r| Packet {
+            queue: num(&r, "queue"),
+            name: r["name"].clone(),
+            dwords: r["dwords"]
+                .split(',')
+                .map(|d| u32::from_str_radix(d, 16).expect("hex dwords"))
+                .collect(),
+        })
+        .collect()
+}
+
+/// Checks one copy's packets as ROCr 5.2 submits them on GFX9 (BlitSdmaV4:
+/// `SubmitCommand` with no dependencies and an interrupt signal) and
+/// returns them as a recording.
+fn rocr_copy_packets(queue: &[&Packet], bytes: u64) -> String {
+    let names: Vec<&str> = queue.iter().map(|p| p.name.as_str()).collect();
+    let copies = bytes.div_ceil(0x3f_ffe0) as usize;
+    let mut expected = vec!["POLL_REGMEM"];
+    expected.extend(std::iter::repeat_n("COPY", copies));
+    expected.extend(["ATOMIC", "FENCE", "TRAP"]);
+    assert_eq!(names, expected, "ROCr's packets for one {bytes}-byte copy");
+    // The HDP flush: sdma_registers.h's hdp_flush_cmd.
+    assert_eq!(queue[0].dwords, [8, 0, 0x8000_0000, 0, 0, 0]);
+    let mut moved = 0u64;
+    for c in &queue[1..=copies] {
+        // COPY LINEAR with COUNT = bytes - 1 (SizeToCountOffset -1).
+        assert_eq!(c.dwords[0], 1);
+        moved += u64::from(c.dwords[1]) + 1;
+    }
+    assert_eq!(moved, bytes, "the copies cover the range once");
+    let atomic = &queue[copies + 1];
+    assert_eq!(atomic.dwords[0] >> 25, 47, "ATOMIC ADD64");
+    assert_eq!(
+        (atomic.dwords[3], atomic.dwords[4]),
+        (u32::MAX, u32::MAX),
+        "adds -1"
+    );
+    let fence = &queue[copies + 2];
+    let trap = &queue[copies + 3];
+    assert_eq!(
+        fence.dwords[3], trap.dwords[1],
+        "fences the event id it traps"
+    );
+    queue
+        .iter()
+        .map(|p| {
+            let dw: Vec<String> = p.dwords.iter().map(|d| format!("{d:08x}")).collect();
+            format!("  {:<12} {}", p.name, dw.join(" "))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn rocr_async_copies_complete_with_the_right_bytes() {
+    let scratch = Scratch::new();
+    let Some(probe) = common::rocr_program(&scratch, COPY_PROBE) else {
+        return;
+    };
+    for (machine, peers) in [("single-gpu", false), ("mi210-8gpu-2hive", true)] {
+        let run = common::run_preloaded_with(
+            &scratch,
+            machine.as_ref(),
+            &probe,
+            &["8"],
+            &[("KFD_SIM_PACKET_TRACE", "1")],
+        );
+        let out = succeeded(machine, &run);
+        let copies = records(&out, "copy");
+        assert_eq!(copies.len(), if peers { 4 } else { 2 }, "{machine}: {out}");
+        for c in &copies {
+            assert_eq!(
+                c["signal"], "0",
+                "{machine}: the completion signal reached 0: {c:?}"
+            );
+        }
+        let verified = records(&out, "verify");
+        assert_eq!(verified.len(), if peers { 2 } else { 1 });
+        for v in &verified {
+            assert_eq!(v["ok"], "1", "{machine}: the bytes arrived intact: {v:?}");
+        }
+        let report = common::report(&out, "copied");
+        let engines = records(report, "engine");
+        assert!(
+            !engines.is_empty(),
+            "{machine}: the report lists the queues' engines"
+        );
+        for q in engines {
+            assert!(!q["state"].starts_with("hung"), "{machine}: {q:?}");
+        }
+        let trace = packets(report);
+        let mut queues: Vec<u64> = trace.iter().map(|p| p.queue).collect();
+        queues.sort_unstable();
+        queues.dedup();
+        // Each copy went to an SDMA queue of its own direction or peer.
+        assert_eq!(queues.len(), copies.len(), "{machine}: one queue per copy");
+        let first: Vec<&Packet> = trace.iter().filter(|p| p.queue == queues[0]).collect();
+        let recording = rocr_copy_packets(&first, 8 << 20);
+        for q in &queues[1..] {
+            let pkts: Vec<&Packet> = trace.iter().filter(|p| p.queue == *q).collect();
+            rocr_copy_packets(&pkts, 8 << 20);
+        }
+        println!("{machine}: ROCr 5.2's SDMA packets for an 8 MiB host-to-VRAM copy:\n{recording}");
+        assert!(
+            refused_ioctls(report)
+                .iter()
+                .all(|r| r == "kfd_ROCM_DBG_TRAP: ENOTTY:1"),
+            "{machine}: refused {:?}",
+            refused_ioctls(report)
+        );
+    }
+}
+
+/// ROCr with copies in flight is checkpointed: the dump pauses its SDMA
+/// queues mid-ring (the saved queue state says where), the restore on a
+/// renumbered machine resumes them from there and every queued copy
+/// finishes with the right bytes and a completed signal; this process then
+/// goes on from the checkpoint and ends the same way.
+#[test]
+fn rocr_copies_checkpointed_in_flight_finish_after_the_restore() {
+    let scratch = Scratch::new();
+    let Some(probe) = common::rocr_program(&scratch, COPY_PROBE) else {
+        return;
+    };
+    let dirs: Vec<std::path::PathBuf> = ["first", "second", "restore-shm"]
+        .iter()
+        .map(|d| {
+            let p = scratch.dir.path().join(d);
+            std::fs::create_dir(&p).unwrap();
+            p
+        })
+        .collect();
+    let args: Vec<&str> = std::iter::once("8")
+        .chain(std::iter::once("busy"))
+        .chain(dirs.iter().map(|d| d.to_str().unwrap()))
+        .collect();
+    let machine = "mi210-8gpu-2hive";
+    // 8 MiB copies at 64 MiB/s: each takes 125 ms, so both are in the
+    // rings when the checkpoint comes right after their submission.
+    let run = common::run_preloaded_with(
+        &scratch,
+        machine.as_ref(),
+        &probe,
+        &args,
+        &[("KFD_SIM_SDMA_BANDWIDTH", "64M")],
+    );
+    let out = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{}\n{out}\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(out.contains("checkpoint-end status=0"), "{out}");
+    let saved = records(&out, "busy saved");
+    assert_eq!(saved.len(), 2, "the two copy queues: {out}");
+    for q in &saved {
+        assert_eq!(q["mid_ring"], "1", "paused mid-ring: {q:?}");
+    }
+    for q in records(&out, "busy restored") {
+        assert_eq!(
+            q["settled"], "1",
+            "the restored queue finished its ring: {q:?}"
+        );
+        assert_eq!(q["rptr"], q["wptr"]);
+    }
+    let source = &records(&out, "source")[0]["hash"];
+    let ranges: Vec<_> = records(&out, "busy")
+        .into_iter()
+        .filter(|r| r.contains_key("range"))
+        .collect();
+    assert_eq!(ranges.len(), 4);
+    // VRAM and the host buffer the copies wrote hold the source's bytes on
+    // the restored machine; both completion signals reached 0.
+    assert_eq!(
+        (&ranges[0]["hash"], &ranges[1]["hash"]),
+        (source, source),
+        "{out}"
+    );
+    assert_eq!(
+        (&ranges[2]["value"][..], &ranges[3]["value"][..]),
+        ("0", "0")
+    );
+    // This process, going on from the checkpoint, ends the same way.
+    for c in records(&out, "copy") {
+        assert_eq!(c["signal"], "0", "{c:?}");
+    }
+    let verified = records(&out, "verify");
+    assert!(
+        verified
+            .iter()
+            .all(|v| v["ok"] == "1" && &v["hash"] == source),
+        "{verified:?}"
+    );
+    println!(
+        "{}",
+        out.lines()
+            .filter(|l| l.starts_with("busy"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }

@@ -29,10 +29,14 @@ use crate::Errno;
 /// Page size the simulator uses for every aperture and offset (4 KiB, as on x86-64).
 pub(crate) const PAGE_SIZE: u64 = 4096;
 
-/// First DRM fake mmap offset (`DRM_FILE_PAGE_OFFSET_START` on 64-bit).
-pub(crate) const DRM_FILE_PAGE_OFFSET_START: u64 = 0x1_0000_0000;
-/// Size of the DRM fake-offset window (about 1 TiB, as `DRM_FILE_PAGE_OFFSET_SIZE`).
-pub(crate) const DRM_FILE_PAGE_OFFSET_SIZE: u64 = 0x100_0000_0000;
+/// Bytes of fake-offset space a BO of `size` bytes takes (whole pages).
+fn offset_span(size: u64) -> u64 {
+    size.div_ceil(PAGE_SIZE).max(1) * PAGE_SIZE
+}
+
+use crate::offset_space::OffsetSpace;
+#[cfg(test)]
+use crate::offset_space::DRM_FILE_PAGE_OFFSET_START;
 
 /// Identity of a BO in the store; never reused within one simulator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -374,6 +378,20 @@ pub(crate) struct Bo {
     pub(crate) exported: bool,
     /// Render files allowed to mmap the BO (`drm_vma_node_allow`).
     pub(crate) allowed_files: BTreeSet<FileKey>,
+    /// A KFD allocation: it counts against the KFD memory limits until it
+    /// is destroyed (`crate::amdkfd::mem_limit`).
+    pub(crate) kfd_limit: bool,
+    /// Tiling flags and user-mode metadata (`crate::drm::metadata`).
+    pub(crate) metadata: BoMetadata,
+}
+
+/// What GEM_METADATA attaches to a BO (`amdgpu_bo_user`'s `tiling_flags`,
+/// `metadata`, `metadata_size` and `metadata_flags`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct BoMetadata {
+    pub(crate) tiling_flags: u64,
+    pub(crate) flags: u64,
+    pub(crate) data: Vec<u8>,
 }
 
 impl Bo {
@@ -402,7 +420,52 @@ pub(crate) struct BoStore {
     /// (gpu, fake offset) → BO, for mmap lookups.
     by_offset: BTreeMap<(usize, u64), BoId>,
     next_id: u64,
-    next_offset: Vec<u64>,
+    /// Each device's fake-offset window (`drm_vma_offset_manager`).
+    offsets: Vec<OffsetSpace>,
+    /// The offset a BO of another device has on a device that imported its
+    /// dma-buf (a real import is a GEM object of that device with an offset
+    /// of its own), by (importing gpu, BO).
+    imports: HashMap<(usize, BoId), u64>,
+    /// What the live KFD allocations reserve (`crate::amdkfd::mem_limit`).
+    kfd_usage: KfdUsage,
+}
+
+/// Bytes the live KFD allocations ([`Bo::kfd_limit`]) reserve against the
+/// KFD memory limits, kept as the kernel keeps its counters.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct KfdUsage {
+    /// GTT and USERPTR BOs.
+    pub(crate) system: u64,
+    /// GTT BOs.
+    pub(crate) ttm: u64,
+    /// VRAM BOs per device, exact and in 2 MiB steps.
+    pub(crate) vram: Vec<u64>,
+    pub(crate) vram_aligned: Vec<u64>,
+}
+
+impl KfdUsage {
+    /// Adds (`add`) or removes BO `bo`'s share.
+    fn account(&mut self, bo: &Bo, add: bool) {
+        let apply = |x: &mut u64, by: u64| {
+            *x = if add { *x + by } else { x.saturating_sub(by) };
+        };
+        match bo.domain {
+            Domain::Gtt => {
+                apply(&mut self.system, bo.size);
+                apply(&mut self.ttm, bo.size);
+            }
+            Domain::UserPtr => apply(&mut self.system, bo.size),
+            Domain::Vram => {
+                if let (Some(v), Some(a)) =
+                    (self.vram.get_mut(bo.gpu), self.vram_aligned.get_mut(bo.gpu))
+                {
+                    apply(v, bo.size);
+                    apply(a, bo.size.div_ceil(2 << 20) * (2 << 20));
+                }
+            }
+            Domain::Doorbell | Domain::Mmio => {}
+        }
+    }
 }
 
 impl BoStore {
@@ -413,20 +476,59 @@ impl BoStore {
             by_inode: HashMap::new(),
             by_offset: BTreeMap::new(),
             next_id: 1,
-            next_offset: vec![DRM_FILE_PAGE_OFFSET_START; gpus],
+            offsets: vec![OffsetSpace::default(); gpus],
+            imports: HashMap::new(),
+            kfd_usage: KfdUsage {
+                vram: vec![0; gpus],
+                vram_aligned: vec![0; gpus],
+                ..KfdUsage::default()
+            },
         }
     }
 
+    /// Makes BO `id` a KFD allocation that counts against the KFD memory
+    /// limits until it is destroyed.
+    pub(crate) fn mark_kfd_limit(&mut self, id: BoId) {
+        if let Some(bo) = self.bos.get_mut(&id) {
+            if !bo.kfd_limit {
+                bo.kfd_limit = true;
+                self.kfd_usage.account(bo, true);
+            }
+        }
+    }
+
+    /// What the live KFD allocations reserve.
+    pub(crate) fn kfd_usage(&self) -> &KfdUsage {
+        &self.kfd_usage
+    }
+
+    /// A fake-offset range for `size` bytes on `gpu`'s window.
     fn alloc_offset(&mut self, gpu: usize, size: u64) -> Result<u64, Errno> {
-        let pages = size.div_ceil(PAGE_SIZE).max(1);
-        let slot = self.next_offset.get_mut(gpu).ok_or(Errno(libc::EINVAL))?;
-        let start = *slot;
-        let end = start
-            .checked_add(pages * PAGE_SIZE)
-            .filter(|&e| e <= DRM_FILE_PAGE_OFFSET_START + DRM_FILE_PAGE_OFFSET_SIZE)
-            .ok_or(Errno(libc::ENOSPC))?;
-        *slot = end;
-        Ok(start)
+        let space = self.offsets.get_mut(gpu).ok_or(Errno(libc::EINVAL))?;
+        space.alloc(offset_span(size))
+    }
+
+    /// The fake offset BO `id` (another device's) has on `gpu`, which
+    /// imported its dma-buf: given on first use, freed with the BO.
+    pub(crate) fn import_offset(&mut self, gpu: usize, id: BoId) -> Result<u64, Errno> {
+        if let Some(offset) = self.imports.get(&(gpu, id)) {
+            return Ok(*offset);
+        }
+        let size = self.bos.get(&id).ok_or(Errno(libc::ENOENT))?.size;
+        let offset = self.alloc_offset(gpu, size)?;
+        self.imports.insert((gpu, id), offset);
+        Ok(offset)
+    }
+
+    /// The imported BO whose range on `gpu` holds `[offset, offset+len)`,
+    /// with the start of that range.
+    pub(crate) fn import_at(&self, gpu: usize, offset: u64, len: u64) -> Option<(BoId, u64)> {
+        let end = offset.checked_add(len)?;
+        self.imports.iter().find_map(|(&(g, id), &start)| {
+            let bo = self.bos.get(&id)?;
+            (g == gpu && start <= offset && end <= start + offset_span(bo.size))
+                .then_some((id, start))
+        })
     }
 
     fn insert(
@@ -457,6 +559,8 @@ impl BoStore {
                 handles: 0,
                 exported: false,
                 allowed_files: BTreeSet::new(),
+                kfd_limit: false,
+                metadata: BoMetadata::default(),
             },
         );
         Ok(id)
@@ -558,10 +662,25 @@ impl BoStore {
 
     fn remove(&mut self, id: BoId) {
         if let Some(bo) = self.bos.remove(&id) {
+            if bo.kfd_limit {
+                self.kfd_usage.account(&bo, false);
+            }
             if let Backing::Memory(m) = &bo.backing {
                 self.by_inode.remove(&m.key());
             }
             self.by_offset.remove(&(bo.gpu, bo.mmap_offset));
+            if let Some(space) = self.offsets.get_mut(bo.gpu) {
+                space.free(bo.mmap_offset);
+            }
+            let offsets = &mut self.offsets;
+            self.imports.retain(|&(gpu, bo_id), start| {
+                if bo_id == id {
+                    if let Some(space) = offsets.get_mut(gpu) {
+                        space.free(*start);
+                    }
+                }
+                bo_id != id
+            });
         }
     }
 
@@ -614,7 +733,7 @@ impl BoStore {
         let end = offset.checked_add(len)?;
         let (&(g, start), &id) = self.by_offset.range(..=(gpu, offset)).next_back()?;
         let bo = self.bos.get(&id)?;
-        let bo_end = start + bo.size.div_ceil(PAGE_SIZE).max(1) * PAGE_SIZE;
+        let bo_end = start + offset_span(bo.size);
         (g == gpu && end <= bo_end).then_some(id)
     }
 

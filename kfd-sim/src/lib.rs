@@ -19,6 +19,10 @@
 //! * [`workload`] builds application-like processes (BOs of every type, queues,
 //!   events, SVM ranges) that make deterministic progress, for end-to-end
 //!   checkpoint/restore tests.
+//! * The user-mode queues a process creates execute: SDMA queues copy, fill
+//!   and fence, PM4 and AQL compute queues run what needs no shader, and
+//!   their interrupts fire events ([`Sim::queue_status`],
+//!   [`Sim::set_sdma_bandwidth`] for the copies' rate).
 //! * [`FaultSpec`] injects failures (the Nth call of an ioctl or CRIU op, an
 //!   mmap, a short DMA); [`Accounting`] counts what is alive so tests can
 //!   assert that nothing leaked.
@@ -58,7 +62,10 @@
 //! * the debugger ioctls of KFD 1.13+ (RUNTIME_ENABLE, DBG_TRAP) are outside
 //!   the simulated table (`ENOTTY`); GET_TILE_CONFIG and SMI_EVENTS answer
 //!   `EOPNOTSUPP`; queues of type SDMA_BY_ENG_ID are refused (`EINVAL`);
-//! * the GPU never signals asynchronously, so WAIT_EVENTS does not block;
+//! * user-mode queues execute (`exec`: SDMA, PM4 and AQL packets, doorbells,
+//!   preemption into the MQD, interrupts into events, WAIT_EVENTS blocking),
+//!   but the GPU has no shader cores: a kernel dispatch stops its queue with
+//!   an error (see [`Sim::queue_status`]);
 //! * CPU VMAs are not modelled, so SVM's "range must be mapped" check is not
 //!   made; USERPTR pages are "pinned" only in [`Accounting`];
 //! * the RESUME worker (userptr revalidation, queue restart) runs before
@@ -117,8 +124,11 @@ pub mod accounting;
 pub(crate) mod amdkfd;
 pub(crate) mod bo;
 pub(crate) mod drm;
+pub(crate) mod exec;
 pub mod family;
 pub mod fault;
+pub mod module_params;
+pub(crate) mod offset_space;
 pub mod proc_files;
 pub mod remote;
 pub mod scratch;
@@ -128,6 +138,7 @@ mod sysfs;
 pub mod workload;
 
 pub use accounting::Accounting;
+pub use exec::{saved_queues, PacketRecord, QueueState, QueueStatus, SavedQueue};
 pub use fault::{FaultKind, FaultParseError, FaultSpec};
 pub use sim::{
     DevDriNode, GpuInfo, HostMemorySnapshot, KfdState, Pid, ProcessConfig, RenderBuffer, Sim,

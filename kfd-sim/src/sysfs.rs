@@ -356,6 +356,24 @@ pub fn complete_cpu_memory(system: &mut System, system_memory_bytes: u64) -> Vec
     notes
 }
 
+/// The system RAM of `system`: the sum of its CPU nodes' system-memory
+/// banks, `fallback` when it has none.
+pub(crate) fn system_memory_of(system: &System, fallback: u64) -> u64 {
+    let total: u64 = system
+        .nodes
+        .iter()
+        .filter(|n| n.prop("cpu_cores_count") > 0 && n.prop("simd_count") == 0)
+        .flat_map(|n| n.mem_banks.iter().flatten())
+        .filter(|b| b.properties.get_or_zero("heap_type") == heap_type::SYSTEM)
+        .map(|b| b.properties.get_or_zero("size_in_bytes"))
+        .sum();
+    if total == 0 {
+        fallback
+    } else {
+        total
+    }
+}
+
 /// The L2 (and last-level) cache per GPU node of a GFX9 chip, KiB, from
 /// amdkfd's per-ASIC cache tables (`kfd_crat.c`): Vega 10/20 4 MiB; MI100
 /// and MI200 8 MiB; MI300 (per XCC partition) 4 MiB with the 256 MiB

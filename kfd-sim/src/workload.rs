@@ -50,10 +50,11 @@ use crate::bo::{Backing, Domain};
 use crate::sim::{Pid, Sim, SimDriver, SimError, State};
 use crate::Errno;
 
+pub mod copy_stream;
 pub mod render_only;
 
 /// Opens the device file `path` read-write as process `pid` would.
-fn open_device(
+pub(crate) fn open_device(
     driver: &SimDriver,
     pid: Pid,
     path: &std::path::Path,
@@ -68,7 +69,7 @@ fn open_device(
 }
 
 /// Opens the render node of GPU `gpu` as process `pid` would.
-fn open_render(
+pub(crate) fn open_render(
     sim: &Sim,
     driver: &SimDriver,
     pid: Pid,
@@ -326,7 +327,7 @@ impl fmt::Debug for Workload {
 }
 
 /// Issues one KFD ioctl with a typed argument.
-fn kioctl<T>(
+pub(crate) fn kioctl<T>(
     drv: &SimDriver,
     fd: BorrowedFd<'_>,
     request: u32,
@@ -360,16 +361,16 @@ fn splitmix(mut x: u64) -> u64 {
 
 /// A running 64-bit hash.
 #[derive(Debug, Clone, Copy)]
-struct Hasher(u64);
+pub(crate) struct Hasher(pub(crate) u64);
 
 impl Hasher {
-    fn new() -> Hasher {
+    pub(crate) fn new() -> Hasher {
         Hasher(0xCBF2_9CE4_8422_2325)
     }
-    fn u64(&mut self, v: u64) {
+    pub(crate) fn u64(&mut self, v: u64) {
         self.0 = splitmix(self.0 ^ v);
     }
-    fn bytes(&mut self, b: &[u8]) {
+    pub(crate) fn bytes(&mut self, b: &[u8]) {
         let mut chunks = b.chunks_exact(8);
         for c in &mut chunks {
             self.u64(u64::from_le_bytes([

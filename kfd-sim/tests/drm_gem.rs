@@ -740,3 +740,88 @@ fn gem_userptr_high_water_mark_counts_live_pinned_userptr_bos_per_gpu() {
     r.close(hb).unwrap();
     r.close(hc).unwrap();
 }
+
+/// amdgpu_gem_metadata_ioctl (amdgpu_gem.c) stores a BO's tiling flags and
+/// up to 256 bytes of opaque metadata (amdgpu_bo_set_metadata) and returns
+/// them (amdgpu_bo_get_metadata); KFD's GET_DMABUF_INFO hands the same
+/// metadata to an importer (amdgpu_amdkfd_get_dmabuf_info), EINVAL when the
+/// importer's buffer is too small.
+#[test]
+fn gem_metadata_is_kept_with_the_bo_and_reaches_kfd_importers() {
+    let r = render();
+    let h = r.gem_create(4096, k::AMDGPU_GEM_DOMAIN_VRAM, 0).unwrap();
+    let text = b"This data is really meta.\0";
+    let mut set = k::drm_amdgpu_gem_metadata {
+        handle: h,
+        op: k::AMDGPU_GEM_METADATA_OP_SET_METADATA,
+        ..Default::default()
+    };
+    set.data.flags = 7;
+    set.data.tiling_info = 0x55;
+    set.data.data_size_bytes = text.len() as u32;
+    for (i, b) in text.iter().enumerate() {
+        set.data.data[i / 4] |= u32::from(*b) << (8 * (i % 4));
+    }
+    r.ioctl(k::DRM_IOCTL_AMDGPU_GEM_METADATA, &mut set).unwrap();
+    let mut get = k::drm_amdgpu_gem_metadata {
+        handle: h,
+        op: k::AMDGPU_GEM_METADATA_OP_GET_METADATA,
+        ..Default::default()
+    };
+    r.ioctl(k::DRM_IOCTL_AMDGPU_GEM_METADATA, &mut get).unwrap();
+    assert_eq!(get.data, set.data);
+    // Too much data, an unknown handle.
+    let mut big = set;
+    big.data.data_size_bytes = 257;
+    assert_eq!(
+        errno(r.ioctl(k::DRM_IOCTL_AMDGPU_GEM_METADATA, &mut big)),
+        libc::EINVAL
+    );
+    let mut unknown = get;
+    unknown.handle = 0x999;
+    assert_eq!(
+        errno(r.ioctl(k::DRM_IOCTL_AMDGPU_GEM_METADATA, &mut unknown)),
+        libc::ENOENT
+    );
+
+    // The dma-buf's importer reads it through KFD.
+    let mut prime = k::drm_prime_handle {
+        handle: h,
+        flags: k::DRM_CLOEXEC | k::DRM_RDWR,
+        fd: -1,
+    };
+    r.ioctl(k::DRM_IOCTL_PRIME_HANDLE_TO_FD, &mut prime)
+        .unwrap();
+    let kfd = r
+        .drv
+        .open("/dev/kfd".as_ref(), libc::O_RDWR | libc::O_CLOEXEC)
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let mut info = k::kfd_ioctl_get_dmabuf_info_args {
+        metadata_ptr: buf.as_mut_ptr() as u64,
+        metadata_size: buf.len() as u32,
+        dmabuf_fd: prime.fd as u32,
+        ..Default::default()
+    };
+    drm_support::ioctl(&r.drv, &kfd, k::AMDKFD_IOC_GET_DMABUF_INFO, &mut info).unwrap();
+    assert_eq!(info.metadata_size as usize, text.len());
+    assert_eq!(&buf[..text.len()], text);
+    assert_eq!(info.size, 4096);
+    info.metadata_size = 8;
+    assert_eq!(
+        errno(drm_support::ioctl(
+            &r.drv,
+            &kfd,
+            k::AMDKFD_IOC_GET_DMABUF_INFO,
+            &mut info
+        )),
+        libc::EINVAL
+    );
+    // SAFETY: the dma-buf fd was installed in this process for this test.
+    unsafe { libc::close(prime.fd) };
+    // A size of 0 drops the metadata, keeps the tiling flags.
+    set.data.data_size_bytes = 0;
+    r.ioctl(k::DRM_IOCTL_AMDGPU_GEM_METADATA, &mut set).unwrap();
+    r.ioctl(k::DRM_IOCTL_AMDGPU_GEM_METADATA, &mut get).unwrap();
+    assert_eq!((get.data.data_size_bytes, get.data.tiling_info), (0, 0x55));
+}

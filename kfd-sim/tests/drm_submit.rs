@@ -428,13 +428,7 @@ fn wait_cs_reports_busy_until_the_fence_signals() {
     let r = render();
     // One byte per second: a 4 KiB copy cannot finish while the test runs.
     r.sim.set_sdma_bandwidth(Some(1));
-    let host = HostBuf::new(2 * 4096, |_| 0);
-    let h = r.userptr(&host).unwrap();
-    r.map(h, 16 * MIB, 2 * 4096).unwrap();
-    let mut ib = drm_support::packet::copy(true, 16 * MIB + 4096, 16 * MIB + 4096, 4096).to_vec();
-    drm_support::packet::pad(&mut ib);
-    host_write(&host, &drm_support::packet::bytes(&ib));
-    let ctx = r.ctx_alloc().unwrap();
+    let (_host, ctx) = one_page_copy_ib(&r);
     let seq = r.submit(ctx, 0, 16 * MIB, 32, 0).unwrap();
     // A deadline in the past polls.
     assert_eq!(r.wait(ctx, 0, seq, 1).unwrap(), 1);
@@ -451,6 +445,46 @@ fn wait_cs_reports_busy_until_the_fence_signals() {
     // Lifting the limit lets the job finish; an infinite wait sees it done.
     r.sim.set_sdma_bandwidth(None);
     assert_eq!(r.wait(ctx, 0, seq, u64::MAX).unwrap(), 0);
+}
+
+#[test]
+fn a_gpu_bandwidth_limit_holds_every_ring_until_lifted() {
+    let r = render();
+    // One byte per second for the GPU: neither ring's 4 KiB copy can
+    // finish while the test runs, though no ring has a limit of its own.
+    r.sim.set_sdma_gpu_bandwidth(Some(1));
+    let (_host, ctx) = one_page_copy_ib(&r);
+    let seqs: Vec<u64> = (0..2)
+        .map(|ring| r.submit(ctx, 0, 16 * MIB, 32, ring).unwrap())
+        .collect();
+    for (ring, &seq) in seqs.iter().enumerate() {
+        assert_eq!(
+            r.wait(ctx, ring as u32, seq, 1).unwrap(),
+            1,
+            "ring {ring} is busy"
+        );
+    }
+    r.sim.set_sdma_gpu_bandwidth(None);
+    for (ring, &seq) in seqs.iter().enumerate() {
+        assert_eq!(
+            r.wait(ctx, ring as u32, seq, u64::MAX).unwrap(),
+            0,
+            "ring {ring} is done"
+        );
+    }
+}
+
+/// A userptr page pair mapped at 16 MiB holding an IB (at 16 MiB, 32
+/// bytes) that copies its second page onto itself, and a context to submit
+/// it in; the host buffer must outlive the submissions.
+fn one_page_copy_ib(r: &drm_support::Render) -> (HostBuf, u32) {
+    let host = HostBuf::new(2 * 4096, |_| 0);
+    let h = r.userptr(&host).unwrap();
+    r.map(h, 16 * MIB, 2 * 4096).unwrap();
+    let mut ib = drm_support::packet::copy(true, 16 * MIB + 4096, 16 * MIB + 4096, 4096).to_vec();
+    drm_support::packet::pad(&mut ib);
+    host_write(&host, &drm_support::packet::bytes(&ib));
+    (host, r.ctx_alloc().unwrap())
 }
 
 fn host_write(buf: &HostBuf, bytes: &[u8]) {

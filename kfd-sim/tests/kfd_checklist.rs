@@ -940,7 +940,7 @@ fn item11_sysfs_tree_has_cpu_nodes_first_unique_ids_and_openable_minors() {
 #[test]
 fn item11_fixture_topologies_build_simulators() {
     let Some(shared) = shared_dir() else {
-        println!("skipped: ../shared (fixtures) not found next to the workspace");
+        test_env::skip("../shared (fixtures) not found next to the workspace");
         return;
     };
     let mut names: Vec<String> = std::fs::read_dir(shared.join("fixtures/topology"))

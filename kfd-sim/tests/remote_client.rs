@@ -39,26 +39,10 @@ fn main() {
         client();
         return;
     }
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let name = "a_client_process_is_a_process_of_the_machine";
-    if args.iter().any(|a| a == "--list") {
-        println!("{name}: test");
-        return;
-    }
-    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
-    if !filters.is_empty() && !filters.iter().any(|f| name.contains(f.as_str())) {
-        println!("\nrunning 0 tests\n\ntest result: ok. 0 passed; 0 failed; 1 filtered out\n");
-        return;
-    }
-    if let Err(why) = kfd_sim::remote::child_memory_reachable() {
-        // The simulator reaches its clients' memory as the kernel reaches
-        // a caller's; where this process may not, nothing here can run.
-        println!("\nskipped: {why}\n\ntest result: ok. 0 passed; 0 failed\n");
-        return;
-    }
-    println!("\nrunning 1 test");
-    a_client_process_is_a_process_of_the_machine();
-    println!("test {name} ... ok\n\ntest result: ok. 1 passed; 0 failed\n");
+    test_env::harness::run(&[(
+        "a_client_process_is_a_process_of_the_machine",
+        a_client_process_is_a_process_of_the_machine,
+    )]);
 }
 
 fn env(key: &str) -> String {
@@ -154,6 +138,14 @@ fn client() {
 }
 
 fn a_client_process_is_a_process_of_the_machine() {
+    if let Err(why) = kfd_sim::remote::child_memory_reachable() {
+        // The simulator reaches its clients' memory as the kernel reaches
+        // a caller's; where this process may not, nothing here can run.
+        test_env::skip(format!(
+            "the served machine cannot reach a child's memory: {why}"
+        ));
+        return;
+    }
     let sim = Sim::synthetic(GPUS, SimConfig::default()).expect("simulated machine");
     let baseline = sim.accounting();
     let gpu = sim.gpus()[0].clone();

@@ -341,6 +341,48 @@ pub const AMDGPU_GEM_USERPTR_VALIDATE: u32 = 1 << 2;
 /// Userptr flag: register an MMU notifier.
 pub const AMDGPU_GEM_USERPTR_REGISTER: u32 = 1 << 3;
 
+/// GEM_METADATA operation: store a BO's tiling flags and opaque metadata.
+pub const AMDGPU_GEM_METADATA_OP_SET_METADATA: u32 = 1;
+/// GEM_METADATA operation: read them back.
+pub const AMDGPU_GEM_METADATA_OP_GET_METADATA: u32 = 2;
+
+/// The `data` member of [`drm_amdgpu_gem_metadata`] (280 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct drm_amdgpu_gem_metadata_data {
+    /// Metadata flags (none defined; stored and returned as given).
+    pub flags: u64,
+    /// Family-specific tiling information (`AMDGPU_TILING_*`).
+    pub tiling_info: u64,
+    /// Bytes of `data` in use.
+    pub data_size_bytes: u32,
+    /// Opaque user-mode driver metadata.
+    pub data: [u32; 64],
+    /// Tail padding to the struct's 8-byte alignment.
+    pub _pad: u32,
+}
+
+impl Default for drm_amdgpu_gem_metadata_data {
+    fn default() -> Self {
+        <Self as zerocopy::FromZeros>::new_zeroed()
+    }
+}
+
+/// Argument of [`DRM_IOCTL_AMDGPU_GEM_METADATA`] (288 bytes), read and
+/// written by both operations.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct drm_amdgpu_gem_metadata {
+    /// GEM handle.
+    pub handle: u32,
+    /// `AMDGPU_GEM_METADATA_OP_SET_METADATA` or `_GET_METADATA`.
+    pub op: u32,
+    /// The metadata.
+    pub data: drm_amdgpu_gem_metadata_data,
+}
+
 /// Argument of [`DRM_IOCTL_AMDGPU_GEM_USERPTR`].
 #[repr(C)]
 #[derive(
@@ -1357,6 +1399,9 @@ pub const DRM_IOCTL_AMDGPU_WAIT_CS: u32 =
 /// Query or change a BO (24-byte upstream layout; the installed header's is 16).
 pub const DRM_IOCTL_AMDGPU_GEM_OP: u32 =
     _IOWR::<drm_amdgpu_gem_op>(DRM_IOCTL_BASE, amdgpu_nr(DRM_AMDGPU_GEM_OP));
+/// Set or get a BO's tiling flags and metadata.
+pub const DRM_IOCTL_AMDGPU_GEM_METADATA: u32 =
+    _IOWR::<drm_amdgpu_gem_metadata>(DRM_IOCTL_BASE, amdgpu_nr(DRM_AMDGPU_GEM_METADATA));
 /// Wrap user memory in a GEM object.
 pub const DRM_IOCTL_AMDGPU_GEM_USERPTR: u32 =
     _IOWR::<drm_amdgpu_gem_userptr>(DRM_IOCTL_BASE, amdgpu_nr(DRM_AMDGPU_GEM_USERPTR));

@@ -10,7 +10,7 @@
 //! additionally compares the crate with whatever headers the machine has, request codes
 //! and constants included.
 //!
-//! Covered: 99 structs and unions (416 fields). Fields named `_pad*` that C leaves
+//! Covered: 101 structs and unions (424 fields). Fields named `_pad*` that C leaves
 //! implicit are asserted at the offset C gives to that padding; a union's members all
 //! sit at offset 0; the anonymous C unions the crate names (`kfd_event_data_exception`,
 //! `drm_amdgpu_info_request`) have the size and alignment of the unnamed member. A
@@ -432,6 +432,18 @@ layout! {
     drm_amdgpu_ctx: size 16, align 8 {
         r#in: 0,
         out: 0,
+    }
+    drm_amdgpu_gem_metadata_data: size 280, align 8 {
+        flags: 0,
+        tiling_info: 8,
+        data_size_bytes: 16,
+        data: 20,
+        _pad: 276,
+    }
+    drm_amdgpu_gem_metadata: size 288, align 8 {
+        handle: 0,
+        op: 4,
+        data: 8,
     }
     drm_amdgpu_gem_userptr: size 24, align 8 {
         addr: 0,

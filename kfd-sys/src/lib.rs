@@ -90,6 +90,7 @@ pub mod ioctl;
 pub mod kfd;
 #[cfg(target_pointer_width = "64")]
 mod layout;
+pub mod pm4;
 pub mod sdma;
 
 pub use amdgpu_drm::*;

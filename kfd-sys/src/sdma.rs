@@ -1,5 +1,7 @@
 //! The SDMA linear-copy packet and its constants (amdgpu `sdma_v*` packet headers,
-//! `vega10_sdma_pkt_open.h`, `cikd.h`).
+//! `vega10_sdma_pkt_open.h`, `cikd.h`), and the opcodes of the other packets a
+//! user-mode SDMA queue carries (ROCr 5.2's `sdma_registers.h` and kfdtest's
+//! `sdma_pkt_struct.h` use the same numbers).
 //!
 //! A userspace copier writes these dwords into an indirect buffer and submits it on the
 //! DMA ring with `DRM_IOCTL_AMDGPU_CS`. Field semantics differ by family: before
@@ -16,6 +18,61 @@ pub const SDMA_OP_NOP: u32 = 0;
 pub const SDMA_OP_COPY: u32 = 1;
 /// Sub-opcode (header bits 15:8) of a linear COPY.
 pub const SDMA_SUBOP_COPY_LINEAR: u32 = 0;
+/// Sub-opcode of a linear-rectangle (sub-window) COPY.
+pub const SDMA_SUBOP_COPY_LINEAR_RECT: u32 = 4;
+/// Opcode of a WRITE (sub-opcode 0: linear, the data follows the header).
+pub const SDMA_OP_WRITE: u32 = 2;
+/// Sub-opcode of a linear WRITE.
+pub const SDMA_SUBOP_WRITE_LINEAR: u32 = 0;
+/// Opcode of an INDIRECT buffer.
+pub const SDMA_OP_INDIRECT: u32 = 4;
+/// Opcode of a FENCE (a 32-bit write of the packet's data).
+pub const SDMA_OP_FENCE: u32 = 5;
+/// Opcode of a TRAP (an interrupt carrying a 28-bit context).
+pub const SDMA_OP_TRAP: u32 = 6;
+/// Opcode of a SEMAPHORE.
+pub const SDMA_OP_SEM: u32 = 7;
+/// Opcode of a POLL_REGMEM (wait on a register or a memory dword).
+pub const SDMA_OP_POLL_REGMEM: u32 = 8;
+/// Opcode of a COND_EXE.
+pub const SDMA_OP_COND_EXE: u32 = 9;
+/// Opcode of an ATOMIC (header bits 31:25: the TC operation).
+pub const SDMA_OP_ATOMIC: u32 = 10;
+/// Opcode of a CONSTANT_FILL.
+pub const SDMA_OP_CONST_FILL: u32 = 11;
+/// Opcode of a PTEPDE update.
+pub const SDMA_OP_PTEPDE: u32 = 12;
+/// Opcode of a TIMESTAMP.
+pub const SDMA_OP_TIMESTAMP: u32 = 13;
+/// Opcode of an SRBM_WRITE (a register write).
+pub const SDMA_OP_SRBM_WRITE: u32 = 14;
+/// Opcode of a PRE_EXE.
+pub const SDMA_OP_PRE_EXE: u32 = 15;
+/// Opcode of a GCR (cache control, SDMA 5.x and later).
+pub const SDMA_OP_GCR: u32 = 17;
+/// TIMESTAMP sub-opcode: set the local timestamp.
+pub const SDMA_SUBOP_TIMESTAMP_SET: u32 = 0;
+/// TIMESTAMP sub-opcode: write the local timestamp.
+pub const SDMA_SUBOP_TIMESTAMP_GET: u32 = 1;
+/// TIMESTAMP sub-opcode: write the global (GPU clock) timestamp.
+pub const SDMA_SUBOP_TIMESTAMP_GET_GLOBAL: u32 = 2;
+/// GCR sub-opcode of a user cache operation.
+pub const SDMA_SUBOP_USER_GCR: u32 = 1;
+/// ATOMIC operation (header bits 31:25) `TC_OP_ATOMIC_ADD_RTN_64`, which ROCr names
+/// `SDMA_ATOMIC_ADD64`.
+pub const SDMA_ATOMIC_ADD64: u32 = 47;
+/// POLL_REGMEM header: HDP flush (bit 26).
+pub const SDMA_PKT_POLL_REGMEM_HEADER_hdp_flush_shift: u32 = 26;
+/// POLL_REGMEM header: compare function (bits 30:28; 0 always, 1 <, 2 <=, 3 ==, 4 !=,
+/// 5 >=, 6 >).
+pub const SDMA_PKT_POLL_REGMEM_HEADER_func_shift: u32 = 28;
+/// POLL_REGMEM header: poll memory (1) or a register (0), bit 31.
+pub const SDMA_PKT_POLL_REGMEM_HEADER_mem_poll_shift: u32 = 31;
+/// POLL_REGMEM dword 5: a retry count (bits 27:16) of 0xFFF polls forever.
+pub const SDMA_POLL_RETRY_FOREVER: u32 = 0xFFF;
+/// Linear COPY header: broadcast to two destinations (bit 27; the packet then has
+/// nine dwords).
+pub const SDMA_PKT_COPY_LINEAR_HEADER_broadcast_shift: u32 = 27;
 
 /// Header field: opcode mask (after shifting down).
 pub const SDMA_PKT_HEADER_op_mask: u32 = 0xFF;

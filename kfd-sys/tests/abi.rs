@@ -496,6 +496,10 @@ fn drm_table() -> Table {
             { flags, _pad };
         union drm_amdgpu_ctx_out { alloc, state, pstate };
         union drm_amdgpu_ctx { r#in = "in", out };
+        struct drm_amdgpu_gem_metadata_data
+            = "__typeof__(((struct drm_amdgpu_gem_metadata*)0)->data)"
+            { flags, tiling_info, data_size_bytes, data };
+        struct drm_amdgpu_gem_metadata { handle, op, data };
         struct drm_amdgpu_gem_userptr { addr, size, flags, handle };
         struct drm_amdgpu_gem_mmap_in { handle, _pad };
         struct drm_amdgpu_gem_mmap_out { addr_ptr };
@@ -573,7 +577,7 @@ fn drm_table() -> Table {
         DRM_IOCTL_PRIME_FD_TO_HANDLE, DRM_IOCTL_AMDGPU_GEM_CREATE, DRM_IOCTL_AMDGPU_GEM_MMAP,
         DRM_IOCTL_AMDGPU_CTX, DRM_IOCTL_AMDGPU_BO_LIST, DRM_IOCTL_AMDGPU_CS,
         DRM_IOCTL_AMDGPU_INFO, DRM_IOCTL_AMDGPU_GEM_VA, DRM_IOCTL_AMDGPU_WAIT_CS,
-        DRM_IOCTL_AMDGPU_GEM_USERPTR,
+        DRM_IOCTL_AMDGPU_GEM_USERPTR, DRM_IOCTL_AMDGPU_GEM_METADATA,
     );
     // The crate's GEM_OP argument is the 24-byte upstream layout; the installed header's
     // request code must equal ours re-encoded with the installed 16-byte size.
@@ -617,7 +621,8 @@ fn drm_table() -> Table {
         AMDGPU_CTX_STABLE_PSTATE_STANDARD, AMDGPU_CTX_STABLE_PSTATE_MIN_SCLK,
         AMDGPU_CTX_STABLE_PSTATE_MIN_MCLK, AMDGPU_CTX_STABLE_PSTATE_PEAK,
         AMDGPU_GEM_USERPTR_READONLY, AMDGPU_GEM_USERPTR_ANONONLY, AMDGPU_GEM_USERPTR_VALIDATE,
-        AMDGPU_GEM_USERPTR_REGISTER, AMDGPU_GEM_OP_GET_GEM_CREATE_INFO,
+        AMDGPU_GEM_USERPTR_REGISTER, AMDGPU_GEM_METADATA_OP_SET_METADATA,
+        AMDGPU_GEM_METADATA_OP_GET_METADATA, AMDGPU_GEM_OP_GET_GEM_CREATE_INFO,
         AMDGPU_GEM_OP_SET_PLACEMENT, AMDGPU_VA_OP_MAP, AMDGPU_VA_OP_UNMAP, AMDGPU_VA_OP_CLEAR,
         AMDGPU_VA_OP_REPLACE, AMDGPU_VM_DELAY_UPDATE, AMDGPU_VM_PAGE_READABLE,
         AMDGPU_VM_PAGE_WRITEABLE, AMDGPU_VM_PAGE_EXECUTABLE, AMDGPU_VM_PAGE_PRT,
@@ -860,14 +865,14 @@ fn have_cc() -> bool {
 fn kfd_ioctl_h_matches_rust() {
     let header = Path::new("/usr/include/linux/kfd_ioctl.h");
     if !header.exists() {
-        println!(
-            "skipped: {} not found (install linux-libc-dev)",
+        test_env::skip(format!(
+            "{} not found (install linux-libc-dev)",
             header.display()
-        );
+        ));
         return;
     }
     if !have_cc() {
-        println!("skipped: no C compiler `cc` on PATH (install gcc)");
+        test_env::skip("no C compiler `cc` on PATH (install gcc)");
         return;
     }
     let dir = tempfile::Builder::new()
@@ -904,14 +909,14 @@ fn kfd_ioctl_h_matches_rust() {
 fn drm_headers_match_rust() {
     let libdrm = Path::new("/usr/include/libdrm");
     if !libdrm.join("amdgpu_drm.h").exists() || !libdrm.join("drm.h").exists() {
-        println!(
-            "skipped: {}/drm.h or amdgpu_drm.h not found; install libdrm-dev to check the DRM half",
+        test_env::skip(format!(
+            "{}/drm.h or amdgpu_drm.h not found; install libdrm-dev to check the DRM half",
             libdrm.display()
-        );
+        ));
         return;
     }
     if !have_cc() {
-        println!("skipped: no C compiler `cc` on PATH (install gcc)");
+        test_env::skip("no C compiler `cc` on PATH (install gcc)");
         return;
     }
     let dir = tempfile::Builder::new()

@@ -50,6 +50,7 @@ pub struct AnonymousOptions {
     no_reserve: bool,
     fixed_at: Option<usize>,
     huge_pages: bool,
+    dont_fork: bool,
 }
 
 impl AnonymousOptions {
@@ -61,6 +62,7 @@ impl AnonymousOptions {
             no_reserve: false,
             fixed_at: None,
             huge_pages: false,
+            dont_fork: false,
         }
     }
 
@@ -87,6 +89,18 @@ impl AnonymousOptions {
     /// A hint: a kernel without them maps small pages as before.
     pub const fn huge_pages(mut self) -> Self {
         self.huge_pages = true;
+        self
+    }
+
+    /// Keeps the memory out of processes forked later
+    /// (`madvise(MADV_DONTFORK)`): a child has nothing mapped there, and
+    /// the caller's pages are never shared copy-on-write. Memory a device
+    /// reaches through its pages (a userptr BO) needs this: after a fork
+    /// the caller's next write would move it to a new page while the
+    /// device goes on with the old one, now the child's. Not for
+    /// [`Sharing::Shared`] memory meant to survive `fork`.
+    pub const fn dont_fork(mut self) -> Self {
+        self.dont_fork = true;
         self
     }
 
@@ -137,6 +151,14 @@ impl AnonymousOptions {
             // pages are backed, never their contents. Failure (EINVAL without
             // THP support) leaves small pages, which is fine for a hint.
             let _ = unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_HUGEPAGE) };
+        }
+        if self.dont_fork {
+            // SAFETY: the range is exactly the mapping made above, owned by
+            // `mapping`; MADV_DONTFORK changes only what a later fork maps,
+            // never the contents.
+            if unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_DONTFORK) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
         }
         match self.fixed_at {
             Some(addr) if addr != ptr.as_ptr() as usize => {
@@ -236,6 +258,36 @@ impl Drop for AnonymousMapping {
     }
 }
 
+/// The value after `key` (`VmFlags:`, `THPeligible:`) in the
+/// `/proc/self/smaps` entry of the mapping holding `addr`, trimmed.
+#[cfg(test)]
+pub(crate) fn smaps_value(addr: usize, key: &str) -> Option<String> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut inside = false;
+    for line in smaps.lines() {
+        let range = line
+            .split_whitespace()
+            .next()
+            .and_then(|r| r.split_once('-'))
+            .and_then(|(a, b)| {
+                Some((
+                    usize::from_str_radix(a, 16).ok()?,
+                    usize::from_str_radix(b, 16).ok()?,
+                ))
+            });
+        if let Some((start, end)) = range {
+            inside = (start..end).contains(&addr);
+            continue;
+        }
+        if inside {
+            if let Some(value) = line.strip_prefix(key) {
+                return Some(value.trim().to_owned());
+            }
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,29 +310,7 @@ mod tests {
     /// The `THPeligible` line of the `/proc/self/smaps` entry holding
     /// `addr`.
     fn thp_eligible(addr: usize) -> Option<bool> {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
-        let mut inside = false;
-        for line in smaps.lines() {
-            let range = line
-                .split_whitespace()
-                .next()
-                .and_then(|r| r.split_once('-'));
-            if let Some((start, end)) = range {
-                if let (Ok(start), Ok(end)) = (
-                    usize::from_str_radix(start, 16),
-                    usize::from_str_radix(end, 16),
-                ) {
-                    inside = (start..end).contains(&addr);
-                    continue;
-                }
-            }
-            if inside {
-                if let Some(value) = line.strip_prefix("THPeligible:") {
-                    return Some(value.trim() == "1");
-                }
-            }
-        }
-        None
+        smaps_value(addr, "THPeligible:").map(|v| v == "1")
     }
 
     #[test]

@@ -122,6 +122,14 @@ pub trait Driver: Send + Sync {
         std::fs::read_link(path)
     }
 
+    /// What `/proc/self/fdinfo/<fd>` says about open file `fd`: the kernel's
+    /// text (`pos:`, `flags:`, ... and, for a DRM file, its driver's keys:
+    /// `drm-client-id:`, `drm-total-vram:`, ...). The default reads it.
+    fn fdinfo(&self, fd: BorrowedFd<'_>) -> io::Result<String> {
+        use std::os::fd::AsRawFd;
+        std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))
+    }
+
     /// `pidfd_open(pid, 0)`: a pidfd for process `pid` (`ESRCH` when there is
     /// none). The default answers `ENOSYS`, as for every process-control
     /// method below: a driver that does not model processes cannot recover
@@ -256,6 +264,10 @@ macro_rules! forward_driver {
 
             fn read_link(&self, path: &Path) -> io::Result<std::path::PathBuf> {
                 (**self).read_link(path)
+            }
+
+            fn fdinfo(&self, fd: BorrowedFd<'_>) -> io::Result<String> {
+                (**self).fdinfo(fd)
             }
 
             fn pidfd_open(&self, pid: u32) -> io::Result<OwnedFd> {

@@ -380,6 +380,15 @@ impl<D: Driver, F: AsFd> RenderNode<D, F> {
         Ok(())
     }
 
+    /// The kernel's fdinfo of this file (`/proc/self/fdinfo/<fd>`): for an
+    /// amdgpu file its memory keys (`drm-total-vram:`, `drm-memory-gtt:`,
+    /// ...), the memory its GPU VM holds.
+    pub fn fdinfo(&self) -> Result<String> {
+        self.driver
+            .fdinfo(self.fd.as_fd())
+            .map_err(|e| Error::from_io("read /proc/self/fdinfo of a render node", &e))
+    }
+
     /// `ioctl(fd, DRM_IOCTL_AMDGPU_GEM_OP, &{op = AMDGPU_GEM_OP_GET_MAPPING_INFO})`:
     /// the BO's mappings in this file's VM.
     ///

@@ -46,8 +46,22 @@ fn kfd_ioctl_on_dev_null_is_enotty() {
     );
 }
 
+/// `(st_dev, st_ino, st_rdev)` of the file open at fd number `raw`, or the
+/// errno of `fstat` on it (`EBADF` once it is closed).
+fn identity(raw: std::os::fd::RawFd) -> Result<(u64, u64, u64), i32> {
+    // SAFETY: an all-zero `stat` is a valid value of the plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes only into `st`, a live exclusive local; `raw` is
+    // any number, a closed one is EBADF.
+    if unsafe { libc::fstat(raw, &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
+    }
+    Ok((st.st_dev, st.st_ino, st.st_rdev))
+}
+
 #[test]
 fn restore_on_dev_null_fails_without_touching_fds() {
+    use std::os::fd::AsRawFd;
     let file = dev_null();
     let kfd = Kfd::from_fd(HostDriver, file.as_fd());
     let err = kfd.restore(&[], &[], &[], 0).unwrap_err();
@@ -55,6 +69,54 @@ fn restore_on_dev_null_fails_without_touching_fds() {
     // The fd we passed in is still open and usable.
     assert!(kfd.version().is_err());
     assert!(file.metadata().is_ok());
+
+    // A device bucket whose render fd, and BO buckets whose dmabuf_fd
+    // fields, hold the numbers of files this test has open (the device's
+    // own among them), as a caller's copy of an image might: RESTORE never reached a kernel that installed fds,
+    // so the failed call closes none of them, and each number still names
+    // the same file afterwards (a closed one would be EBADF, a reused one
+    // another file).
+    let others = [tempfile::tempfile().unwrap(), tempfile::tempfile().unwrap()];
+    let raws: Vec<_> = std::iter::once(file.as_raw_fd())
+        .chain(others.iter().map(AsRawFd::as_raw_fd))
+        .collect();
+    let before: Vec<_> = raws.iter().map(|&raw| identity(raw).unwrap()).collect();
+    let buckets: Vec<kfd_sys::kfd_criu_bo_bucket> = raws
+        .iter()
+        .map(|&raw| kfd_sys::kfd_criu_bo_bucket {
+            size: 4096,
+            gpu_id: 1,
+            dmabuf_fd: raw as u32,
+            ..Default::default()
+        })
+        .collect();
+    let devices = [kfd_sys::kfd_criu_device_bucket {
+        user_gpu_id: 1,
+        actual_gpu_id: 1,
+        drm_fd: raws[1] as u32,
+        ..Default::default()
+    }];
+    let err = kfd.restore(&devices, &buckets, &[], 0).unwrap_err();
+    assert_eq!(err.errno(), libc::ENOTTY);
+    let after: Vec<_> = raws.iter().map(|&raw| identity(raw)).collect();
+    for ((raw, before), after) in raws.iter().zip(&before).zip(&after) {
+        assert_eq!(
+            after.as_ref(),
+            Ok(before),
+            "fd {raw} after the failed RESTORE"
+        );
+    }
+    assert_eq!(identity(file.as_raw_fd()).unwrap().2, dev_null_rdev());
+    assert!(
+        kfd.version().is_err(),
+        "the device fd still answers (ENOTTY)"
+    );
+}
+
+/// The device number of /dev/null, as `stat` gives it.
+fn dev_null_rdev() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/dev/null").unwrap().rdev()
 }
 
 #[test]

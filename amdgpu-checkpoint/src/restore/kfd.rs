@@ -250,32 +250,50 @@ impl<D: Driver + Clone> Restorer<D> {
         Ok(kfd.into_fd())
     }
 
+    /// hsakmt's shared memory, as the C plugin restores it: created with
+    /// the image's size and magic only when the machine has none. An
+    /// existing object belongs to the ROCm processes running here, which
+    /// may map it: it is never resized (a process mapping past a new end
+    /// would take SIGBUS) nor rewritten (their shared table). Validation
+    /// bounded `size`.
     fn recreate_hsakmt_shm(&self, size: u64, magic: u32) -> Result<(), Error> {
         if size == 0 {
             return Ok(());
         }
         let path = self.config.shm_dir.join(HSAKMT_SHM);
-        if !path.exists() {
-            log::warn!(
-                "{} is missing and is recreated; GPU performance counters may be lost",
-                path.display()
-            );
-        }
-        let file = std::fs::OpenOptions::new()
+        // O_EXCL: an object another process makes meanwhile is theirs.
+        let created = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(false)
+            .create_new(true)
             .mode(0o666)
-            .open(&path)
-            .map_err(Error::io(format!("creating {}", path.display())))?;
-        file.set_len(size)
-            .map_err(Error::io(format!("sizing {}", path.display())))?;
-        file.write_all_at(&magic.to_ne_bytes(), 0)
-            .map_err(Error::io(format!(
-                "writing the magic of {}",
-                path.display()
-            )))?;
+            .open(&path);
+        match created {
+            Ok(file) => {
+                log::warn!(
+                    "{} was missing and is recreated ({size} bytes); GPU performance counters \
+                     may be lost",
+                    path.display()
+                );
+                let magic = magic.to_ne_bytes();
+                let written = file.set_len(size).and_then(|()| {
+                    let len = usize::try_from(size).map_or(magic.len(), |s| s.min(magic.len()));
+                    file.write_all_at(&magic[..len], 0)
+                });
+                if let Err(e) = written {
+                    // Not left half made for the next process to find.
+                    let _ = std::fs::remove_file(&path);
+                    return Err(Error::io(format!("sizing {}", path.display()))(e));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                log::debug!(
+                    "{} exists: left as it is (the running ROCm processes' own)",
+                    path.display()
+                );
+            }
+            Err(e) => return Err(Error::io(format!("creating {}", path.display()))(e)),
+        }
         if self.config.shm_dir == Path::new("/dev/shm") {
             crate::sys::ensure_named_semaphore(HSAKMT_SEMAPHORE)
                 .map_err(Error::io("creating hsakmt's semaphore"))?;

@@ -25,6 +25,9 @@ pub struct Args {
 pub fn run(args: Args, mut command: clap::Command) -> ExitCode {
     let mut script = Vec::new();
     clap_complete::generate(args.shell, &mut command, "amdgpu-criu", &mut script);
+    if args.shell == Shell::Bash {
+        script = bash_subcommand_arms(script);
+    }
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(&script).and_then(|()| stdout.flush()) {
         Ok(()) => ExitCode::SUCCESS,
@@ -33,5 +36,21 @@ pub fn run(args: Args, mut command: clap::Command) -> ExitCode {
             eprintln!("amdgpu-criu completions: cannot write to stdout: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// `clap_complete`'s bash script for a hyphenated name (4.6.12; clap issue
+/// #6421) spells the state of a subcommand `amdgpu__criu__subcmd__topology`
+/// where it walks the words and `amdgpu__subcmd__criu__subcmd__topology`
+/// in the arms that complete it, so no subcommand's options ever complete
+/// (`amdgpu-criu topology --<TAB>` offers nothing). The arms are respelt
+/// the way the walk spells them; a fixed `clap_complete` leaves nothing to
+/// respell.
+fn bash_subcommand_arms(script: Vec<u8>) -> Vec<u8> {
+    match String::from_utf8(script) {
+        Ok(text) => text
+            .replace("amdgpu__subcmd__criu", "amdgpu__criu")
+            .into_bytes(),
+        Err(e) => e.into_bytes(),
     }
 }

@@ -2,8 +2,9 @@
 //! message as JSON and back, as `crit decode` / `crit encode` do for CRIU's
 //! own images.
 //!
-//! `decode` writes everything, `bytes` fields as `{"len": n, "hex": "…"}`
-//! with every byte (where `show --json` abbreviates them), so its output is
+//! `decode` writes everything, every `bytes` field (`priv_data`, the dump
+//! ids, chunk digests and sources) as `{"len": n, "hex": "…"}` with every
+//! byte (where `show --json` abbreviates them), so its output is
 //! `encode`'s input. `encode` reads that JSON, refuses unknown and missing
 //! fields, a message kind that does not match the output file's name and a
 //! message validation rejects (what restore would refuse), and writes the
@@ -14,7 +15,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use amdgpu_image::messages::full_hex;
+use amdgpu_image::messages::with_every_byte;
 use amdgpu_image::seal::{self, SealCheck};
 use amdgpu_image::{
     decode_message_unchecked, read_payload_framed, CriuDmabufNode, CriuKfd, CriuRenderNode,
@@ -71,15 +72,9 @@ fn name_of(path: &Path) -> Result<ImageName, String> {
     Ok(name)
 }
 
-fn full<M: Serialize>(msg: &M, bytes_field: Option<&[u8]>) -> Value {
-    let mut v = serde_json::to_value(msg).unwrap_or(Value::Null);
-    if let (Some(bytes), Some(map)) = (bytes_field, v.as_object_mut()) {
-        map.insert(
-            "priv_data".into(),
-            json!({ "len": bytes.len(), "hex": full_hex(bytes) }),
-        );
-    }
-    v
+/// The message as JSON with every byte of every `bytes` field.
+fn full<M: Serialize>(msg: &M) -> Value {
+    with_every_byte(|| serde_json::to_value(msg)).unwrap_or(Value::Null)
 }
 
 /// Runs `decode`.
@@ -105,11 +100,11 @@ pub fn run_decode(args: DecodeArgs) -> ExitCode {
     };
     let decoded = match name.kind() {
         ImageKind::Kfd => decode_message_unchecked::<CriuKfd>(&file, &payload)
-            .map(|m| (CriuKfd::PROTO_NAME, full(&m, Some(&m.priv_data)))),
+            .map(|m| (CriuKfd::PROTO_NAME, full(&m))),
         ImageKind::RenderNode => decode_message_unchecked::<CriuRenderNode>(&file, &payload)
-            .map(|m| (CriuRenderNode::PROTO_NAME, full(&m, None))),
+            .map(|m| (CriuRenderNode::PROTO_NAME, full(&m))),
         _ => decode_message_unchecked::<CriuDmabufNode>(&file, &payload)
-            .map(|m| (CriuDmabufNode::PROTO_NAME, full(&m, None))),
+            .map(|m| (CriuDmabufNode::PROTO_NAME, full(&m))),
     };
     let (proto, content) = match decoded {
         Ok(d) => d,

@@ -38,7 +38,7 @@ pub fn topology_fixtures() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        println!("skipped: {} is absent", dir.display());
+        test_env::skip(format!("{} is absent", dir.display()));
         None
     }
 }
@@ -50,7 +50,7 @@ pub fn fixture(name: &str) -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        println!("skipped: fixture {} is absent", dir.display());
+        test_env::skip(format!("fixture {} is absent", dir.display()));
         None
     }
 }

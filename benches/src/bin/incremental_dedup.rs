@@ -25,7 +25,8 @@
 //! - `raw_write_gibs` / `raw_read_gibs` and `raw_cpu_s_per_gib_write` /
 //!   `_read`: plain 8 MiB `write`s (then `fsync`) and `read`s of the same
 //!   number of bytes into the same directory, with the CPU time of the
-//!   thread doing them.
+//!   thread doing them; best of as many rounds as the dumps get, the time
+//!   and the CPU of one round.
 //! - `incremental_*`: one process, 1 GPU, 64 MiB BOs. A full dump; a
 //!   second dump of the unchanged process with the first as its parent
 //!   (`unchanged_bytes_ratio`, `unchanged_time_ratio` against the full
@@ -63,6 +64,11 @@
 //!   / `_restore` against the raw write / read CPU per GiB;
 //!   `plugin_cpu_vs_plain_read_restore` against plain reads of the same
 //!   pages files taken after each restore under the same conditions.
+//!
+//! Every best-of figure takes its time and its CPU from one run (the
+//! fastest), and compared runs take turns, their order reversed every other
+//! round (a dump's first round keeps the order: a later dump may take an
+//! earlier one as its parent).
 //!
 //! Every timed phase, raw and plugin, is primed first (untimed, see
 //! `benches::memory`): this VM's balloon hands free memory back to the
@@ -203,23 +209,35 @@ fn hash_rates(len: usize, suffix: &str) {
 }
 
 /// Plain sequential write (then `fsync`) and read of `bytes`: wall and
-/// thread-CPU time of each, best of two. The write's CPU is that of the
-/// `write` calls (bytes into the page cache), as the plugin's figure is
-/// that of its transfer threads (writeback runs in the kernel's flusher and
-/// the write-behind thread in both cases); its wall time includes the
+/// thread-CPU time of each, best of [`DUMP_ROUNDS`] rounds, as many as the
+/// plugin's dumps get; the write's (and the read's) wall and CPU come from
+/// one round, the one with the shortest wall time. The write's CPU is that
+/// of the `write` calls (bytes into the page cache), as the plugin's figure
+/// is that of its transfer threads (writeback runs in the kernel's flusher
+/// and the write-behind thread in both cases); its wall time includes the
 /// `fsync`.
 fn raw_io(
     dir: &Path,
     bytes: u64,
     primer: &Primer,
 ) -> Result<((Duration, Duration), (Duration, Duration))> {
-    let mut best = raw_io_once(dir, bytes, primer)?;
-    let again = raw_io_once(dir, bytes, primer)?;
-    best.0 .0 = best.0 .0.min(again.0 .0);
-    best.0 .1 = best.0 .1.min(again.0 .1);
-    best.1 .0 = best.1 .0.min(again.1 .0);
-    best.1 .1 = best.1 .1.min(again.1 .1);
-    Ok(best)
+    let (mut write, mut read) = raw_io_once(dir, bytes, primer)?;
+    for _ in 1..DUMP_ROUNDS {
+        let (w, r) = raw_io_once(dir, bytes, primer)?;
+        write = faster(write, w);
+        read = faster(read, r);
+    }
+    Ok((write, read))
+}
+
+/// Of two (wall, CPU) runs of the same thing, the one with the shorter
+/// wall time, whole.
+fn faster(a: (Duration, Duration), b: (Duration, Duration)) -> (Duration, Duration) {
+    if b.0 < a.0 {
+        b
+    } else {
+        a
+    }
 }
 
 fn raw_io_once(
@@ -375,27 +393,34 @@ struct Dumped {
 }
 
 impl Dumped {
-    /// The best of two runs of the same dump: the shorter time, the lower
-    /// CPU (the bytes stored are the same).
+    /// The best of two runs of the same dump: the one with the shorter
+    /// time, its CPU with it (the bytes stored are the same).
     fn best(self, other: Dumped) -> Dumped {
-        Dumped {
-            time: self.time.min(other.time),
-            stored: self.stored,
-            cpu: self.cpu.min(other.cpu),
+        if other.time < self.time {
+            other
+        } else {
+            self
         }
     }
 }
 
 /// Runs `dumps` (each: a dump into the directory it is given) in turn for
 /// [`DUMP_ROUNDS`] rounds, the first round into `dirs` (kept), the others
-/// into scratch copies beside them (removed); the best of each.
+/// into scratch copies beside them (removed); the best of each. The first
+/// round runs them in order (a later dump may take an earlier one of that
+/// round as its parent), later rounds alternate: reversed, in order, ...
 fn interleaved(
     dirs: &[&Path],
     mut dumps: impl FnMut(usize, &Path) -> Result<Dumped>,
 ) -> Result<Vec<Dumped>> {
     let mut best: Vec<Option<Dumped>> = dirs.iter().map(|_| None).collect();
     for round in 0..DUMP_ROUNDS {
-        for (i, dir) in dirs.iter().enumerate() {
+        let mut order: Vec<usize> = (0..dirs.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let dir = &dirs[i];
             let scratch;
             let into = if round == 0 {
                 *dir
@@ -785,60 +810,85 @@ fn incremental(root: &Path, total: u64, raw_cpu: (f64, f64), primer: &Primer) ->
     let expected = app.describe().map_err(step("describing the process"))?;
     let pid = app.pid();
     app.exit().map_err(step("ending the process"))?;
-    // Interleaved, best of RESTORE_ROUNDS each: neither gets a warmer
+    // Interleaved, best of RESTORE_ROUNDS each: none gets a warmer
     // machine. A chained set is restored in the task (the parallel worker
     // reads one pages file per GPU); the flattened one both in the task
     // (like for like) and by the parallel worker (what CRIU v4.2 does with
     // it). After each in-task restore of the flattened set, a plain read of
     // its pages files, primed alike: the read CPU its restore is set
     // against, taken under the same conditions.
+    // Each kind's best round is the one with the shortest restore; its CPU
+    // and the plain read taken after it come from that round too. The
+    // three kinds run in turn, their order reversed every other round.
     let mut chain_time = Duration::MAX;
-    let (mut flat_time, mut flat_cpu) = (Duration::MAX, Duration::MAX);
+    let mut flat_best: Option<(Duration, Duration, Duration)> = None;
     let mut parallel_time = Duration::MAX;
-    let mut plain_cpu = Duration::MAX;
-    for round in 0..RESTORE_ROUNDS {
-        progress(&format!(
-            "restore from the three-deep chain ({})",
-            round + 1
-        ));
-        let (t, _) = restore(
-            &sim,
-            pid,
-            (&d3, true),
-            &[&d1, &d2, &d3],
-            shm.path(),
-            &expected,
-            primer,
-        )?;
-        chain_time = chain_time.min(t);
-        progress(&format!("restore from the flattened set ({})", round + 1));
-        let (t, cpu) = restore(
-            &sim,
-            pid,
-            (&flat, false),
-            &[&flat],
-            shm.path(),
-            &expected,
-            primer,
-        )?;
-        flat_time = flat_time.min(t);
-        flat_cpu = flat_cpu.min(cpu);
-        plain_cpu = plain_cpu.min(plain_read_cpu(&flat, bytes as u64, primer)?);
-        progress(&format!(
-            "parallel restore from the flattened set ({})",
-            round + 1
-        ));
-        let (t, _) = restore(
-            &sim,
-            pid,
-            (&flat, true),
-            &[&flat],
-            shm.path(),
-            &expected,
-            primer,
-        )?;
-        parallel_time = parallel_time.min(t);
+    #[derive(Clone, Copy)]
+    enum Kind {
+        Chain,
+        Flat,
+        Parallel,
     }
+    for round in 0..RESTORE_ROUNDS {
+        let mut order = [Kind::Chain, Kind::Flat, Kind::Parallel];
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for kind in order {
+            match kind {
+                Kind::Chain => {
+                    progress(&format!(
+                        "restore from the three-deep chain ({})",
+                        round + 1
+                    ));
+                    let (t, _) = restore(
+                        &sim,
+                        pid,
+                        (&d3, true),
+                        &[&d1, &d2, &d3],
+                        shm.path(),
+                        &expected,
+                        primer,
+                    )?;
+                    chain_time = chain_time.min(t);
+                }
+                Kind::Flat => {
+                    progress(&format!("restore from the flattened set ({})", round + 1));
+                    let (t, cpu) = restore(
+                        &sim,
+                        pid,
+                        (&flat, false),
+                        &[&flat],
+                        shm.path(),
+                        &expected,
+                        primer,
+                    )?;
+                    let plain = plain_read_cpu(&flat, bytes as u64, primer)?;
+                    if flat_best.is_none_or(|(best, _, _)| t < best) {
+                        flat_best = Some((t, cpu, plain));
+                    }
+                }
+                Kind::Parallel => {
+                    progress(&format!(
+                        "parallel restore from the flattened set ({})",
+                        round + 1
+                    ));
+                    let (t, _) = restore(
+                        &sim,
+                        pid,
+                        (&flat, true),
+                        &[&flat],
+                        shm.path(),
+                        &expected,
+                        primer,
+                    )?;
+                    parallel_time = parallel_time.min(t);
+                }
+            }
+        }
+    }
+    let (flat_time, flat_cpu, plain_cpu) =
+        flat_best.unwrap_or((Duration::MAX, Duration::MAX, Duration::MAX));
     line(
         "incremental_chain3_restore_s",
         format!("{:.3}", chain_time.as_secs_f64()),

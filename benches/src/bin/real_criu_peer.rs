@@ -108,17 +108,18 @@ fn sample_criu(scratch: PathBuf, stop: Arc<AtomicBool>, seen: Arc<Mutex<Ticks>>)
     }
 }
 
-/// This process's threads' ticks, the calling thread left out.
-fn own_ticks() -> u64 {
-    // SAFETY: gettid takes no arguments and cannot fail.
-    let me = unsafe { libc::gettid() } as u32;
-    fs::read_dir("/proc/self/task")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|t| t.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) != Some(me))
-        .filter_map(|t| stat_ticks(&fs::read_to_string(t.path().join("stat")).ok()?))
-        .sum()
+/// CPU seconds (user + system) `getrusage(who)` reports: with
+/// `RUSAGE_SELF` every thread this process has had, exited ones included;
+/// with `RUSAGE_THREAD` the calling thread.
+fn rusage_seconds(who: libc::c_int) -> f64 {
+    // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `r` is a valid rusage for getrusage to fill.
+    if unsafe { libc::getrusage(who, &mut r) } != 0 {
+        return f64::NAN;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(r.ru_utime) + tv(r.ru_stime)
 }
 
 /// One CRIU run measured.
@@ -144,17 +145,25 @@ fn log_seconds(log: &str) -> Option<f64> {
 
 /// Runs `f` (one CRIU step of the run in `scratch`) with the samplers on.
 fn measured(scratch: &Path, log: &Path, f: impl FnOnce()) -> Measured {
+    // The simulator's CPU is this process's (its served machine's threads,
+    // those that ended during the step included), less this thread's and
+    // the sampler's.
+    let process_before = rusage_seconds(libc::RUSAGE_SELF);
+    let caller_before = rusage_seconds(libc::RUSAGE_THREAD);
     let stop = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(Mutex::new(Ticks::new()));
     let sampler = {
         let (scratch, stop, seen) = (scratch.to_path_buf(), stop.clone(), seen.clone());
-        std::thread::spawn(move || sample_criu(scratch, stop, seen))
+        std::thread::spawn(move || {
+            sample_criu(scratch, stop, seen);
+            rusage_seconds(libc::RUSAGE_THREAD)
+        })
     };
-    let sim_before = own_ticks();
     f();
-    let sim_after = own_ticks();
     stop.store(true, Ordering::Relaxed);
-    sampler.join().expect("the sampler");
+    let sampler_cpu = sampler.join().expect("the sampler");
+    let caller_cpu = rusage_seconds(libc::RUSAGE_THREAD) - caller_before;
+    let process_cpu = rusage_seconds(libc::RUSAGE_SELF) - process_before;
     let hz = ticks_per_second();
     let seen = seen.lock().unwrap();
     let main: u64 = seen
@@ -171,8 +180,7 @@ fn measured(scratch: &Path, log: &Path, f: impl FnOnce()) -> Measured {
         seconds: log_seconds(&fs::read_to_string(log).unwrap_or_default()).unwrap_or(f64::NAN),
         plugin_cpu: plugin as f64 / hz,
         main_cpu: main as f64 / hz,
-        // The sampler thread itself is one of this process's threads.
-        sim_cpu: sim_after.saturating_sub(sim_before) as f64 / hz,
+        sim_cpu: (process_cpu - caller_cpu - sampler_cpu).max(0.0),
     }
 }
 

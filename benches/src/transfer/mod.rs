@@ -32,7 +32,8 @@ pub use fill::{BoPlan, Fill, FILL_PAGE};
 pub use machine::{BenchBo, Machine};
 pub use plugin::{options_with_max_buffer, plugin_run, PluginRun, RunOptions};
 pub use raw::{
-    raw_io, raw_layout_write, read_plain, write_plain, RawFigures, RawLayout, RawLayoutRun,
+    raw_io, raw_layout_write, raw_write_behind, read_plain, write_plain, RawFigures, RawLayout,
+    RawLayoutRun,
 };
 pub use restore_read::{restore_read, RestoreReadFigures};
 pub use sdma::{sdma_cold_write, sdma_rates, SdmaFigures, SdmaRig};

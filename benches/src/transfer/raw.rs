@@ -1,12 +1,19 @@
 //! The storage's own figures, without the plugin: plain sequential I/O of
 //! one file, and raw writes of a pages file's exact layout (data runs
-//! written, zero runs left as holes) as the ceiling for a dump.
+//! written, zero runs left as holes) as the ceiling for a dump. Each write
+//! is measured two ways, plainly (`write`s, then `fsync`, as `dd` and the
+//! C plugin write) and written behind through `amdgpu-image`'s directory
+//! store (the writer the plugin's pages files go through: writeback
+//! started every 8 MiB, then `fsync`); the storage's best is the faster
+//! of the two, whichever this disk favours.
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+use amdgpu_image::{DirStore, ImageName, ImageStore, ImageWriter, PagesSink};
 
 use super::disk::{disk_usage, drop_cache};
 use super::error::{step, BenchError, Result};
@@ -53,6 +60,48 @@ pub fn raw_io(dir: &Path, bytes: u64, fsync: bool) -> Result<RawFigures> {
         write_bps: bytes as f64 / write.as_secs_f64(),
         read_bps: bytes as f64 / read_time.as_secs_f64(),
     })
+}
+
+/// The pages file name the written-behind raw runs use.
+const BEHIND_NAME: ImageName = ImageName::Pages {
+    id: 0x7a,
+    gpu_id: 0xbe5c,
+};
+
+/// Writes `bytes` non-zero bytes as `dir`'s pages file through
+/// `amdgpu-image`'s [`DirStore`] (8 MiB `write`s into its writer, which
+/// starts the writeback of every 8 MiB behind itself, then the commit),
+/// then `fsync`s it as the report `fsync`s the plugin's pages files: the
+/// raw write with the plugin's own I/O strategy and no plugin. Returns the
+/// time, file creation included; removes the file.
+pub fn raw_write_behind(dir: &Path, bytes: u64) -> Result<Duration> {
+    let mut buf = vec![0u8; RAW_IO];
+    fill_chunk(&mut buf, 0x5EED, 0, Fill::Dense);
+    let store = DirStore::open_dir(dir).map_err(step("opening the raw directory"))?;
+    let path = dir.join(BEHIND_NAME.to_string());
+    let timed = (|| {
+        let start = Instant::now();
+        let mut writer = store
+            .create(&BEHIND_NAME)
+            .map_err(step("creating the written-behind raw file"))?;
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(buf.len() as u64) as usize;
+            writer
+                .write_all(&buf[..n])
+                .map_err(step("writing the written-behind raw file"))?;
+            left -= n as u64;
+        }
+        writer
+            .commit()
+            .map_err(step("committing the written-behind raw file"))?;
+        File::open(&path)
+            .and_then(|f| f.sync_all())
+            .map_err(step("fsync of the written-behind raw file"))?;
+        Ok(start.elapsed())
+    })();
+    let _ = fs::remove_file(&path);
+    timed
 }
 
 /// Writes `bytes` bytes to `file` with plain `write`s of `buf` (its first
@@ -133,6 +182,42 @@ impl RawLayout {
         self.pieces.iter().map(|(_, b)| b.len() as u64).sum()
     }
 
+    /// Writes the layout as `dir`'s pages file through `amdgpu-image`'s
+    /// [`DirStore`], as the plugin writes one: each piece written in turn,
+    /// the gaps before them skipped (holes), the final length set, the
+    /// commit, then `fsync`; returns the time of all of that, file creation
+    /// included, and the file's path.
+    fn write_behind(&self, dir: &Path) -> Result<(Duration, std::path::PathBuf)> {
+        let store = DirStore::open_dir(dir).map_err(step("opening the raw directory"))?;
+        let path = dir.join(BEHIND_NAME.to_string());
+        let start = Instant::now();
+        let mut writer = store
+            .create(&BEHIND_NAME)
+            .map_err(step("creating the written-behind layout file"))?;
+        let mut pos = 0u64;
+        for (offset, bytes) in &self.pieces {
+            if *offset > pos {
+                writer
+                    .skip(offset - pos)
+                    .map_err(step("skipping a hole of the layout file"))?;
+            }
+            writer
+                .write_all(bytes)
+                .map_err(step("writing the written-behind layout file"))?;
+            pos = offset + bytes.len() as u64;
+        }
+        writer
+            .set_final_len(self.len)
+            .map_err(step("sizing the written-behind layout file"))?;
+        writer
+            .commit()
+            .map_err(step("committing the written-behind layout file"))?;
+        File::open(&path)
+            .and_then(|f| f.sync_all())
+            .map_err(step("fsync of the written-behind layout file"))?;
+        Ok((start.elapsed(), path))
+    }
+
     /// Creates `path` and writes the layout into it: one `pwrite` per piece,
     /// `ftruncate` to the full length, `fsync`; returns the time of all of
     /// that, file creation included.
@@ -154,30 +239,58 @@ impl RawLayout {
 /// What a raw write of a [`RawLayout`] measured.
 #[derive(Debug, Clone, Copy)]
 pub struct RawLayoutRun {
-    /// `pwrite`s, `ftruncate` and `fsync`.
+    /// The faster of the two ways ([`RawLayoutRun::plain`],
+    /// [`RawLayoutRun::behind`]): the storage's best for this layout.
     pub time: Duration,
+    /// `pwrite`s, `ftruncate` and `fsync`.
+    pub plain: Duration,
+    /// Written behind through the directory store, then `fsync`.
+    pub behind: Duration,
     /// Logical size of the file.
     pub logical: u64,
     /// Its allocated bytes (`st_blocks × 512`).
     pub allocated: u64,
 }
 
-/// Writes `layout` to `dir/raw-layout.bin` without the plugin (plain
-/// `pwrite`s of the data runs, holes left for the zero runs, `ftruncate`,
-/// `fsync`, all timed): the storage's ceiling for a pages file of those
-/// BOs. Measures the file's disk usage and removes it.
-pub fn raw_layout_write(layout: &RawLayout, dir: &Path) -> Result<RawLayoutRun> {
-    let path = dir.join("raw-layout.bin");
-    let run = layout.write_file(&path).and_then(|time| {
-        let (logical, allocated) = disk_usage(std::slice::from_ref(&path))?;
-        Ok(RawLayoutRun {
-            time,
-            logical,
-            allocated,
-        })
-    });
-    let _ = fs::remove_file(&path);
-    run
+/// Writes `layout` without the plugin both ways, plainly to
+/// `dir/raw-layout.bin` (`pwrite`s of the data runs, holes left for the
+/// zero runs, `ftruncate`, `fsync`) and written behind through the
+/// directory store, the plain write first when `plain_first`, each timed
+/// whole: the storage's ceiling for a pages file of those BOs is the
+/// faster. Measures the plain file's disk usage and removes both.
+pub fn raw_layout_write(layout: &RawLayout, dir: &Path, plain_first: bool) -> Result<RawLayoutRun> {
+    let plain_path = dir.join("raw-layout.bin");
+    let plain = || {
+        let time = layout.write_file(&plain_path);
+        let usage = time
+            .as_ref()
+            .ok()
+            .map(|_| disk_usage(std::slice::from_ref(&plain_path)));
+        let _ = fs::remove_file(&plain_path);
+        Ok::<_, BenchError>((time?, usage.transpose()?))
+    };
+    let behind = || {
+        let run = layout.write_behind(dir);
+        if let Ok((_, path)) = &run {
+            let _ = fs::remove_file(path);
+        }
+        run.map(|(time, _)| time)
+    };
+    let ((plain, usage), behind) = if plain_first {
+        let p = plain()?;
+        (p, behind()?)
+    } else {
+        let b = behind()?;
+        (plain()?, b)
+    };
+    let (logical, allocated) = usage.unwrap_or_default();
+    Ok(RawLayoutRun {
+        time: plain.min(behind),
+        plain,
+        behind,
+        logical,
+        allocated,
+    })
 }
 
 #[cfg(test)]
@@ -223,7 +336,7 @@ mod tests {
     fn raw_layout_file_has_the_bytes_and_holes_of_a_pages_file() {
         let dir = tempfile::tempdir().unwrap();
         if !reports_holes(dir.path()) {
-            eprintln!("skipped: the file system of the temp dir reports no holes (SEEK_DATA)");
+            test_env::skip("the file system of the temp dir reports no holes (SEEK_DATA)");
             return;
         }
         // Three BOs, the last one short, so BOs start inside zero and data
@@ -278,14 +391,42 @@ mod tests {
                 );
             }
             fs::remove_file(&path).unwrap();
+
+            // Written behind through the directory store: the same bytes,
+            // the same holes.
+            let (_, behind) = layout.write_behind(dir.path()).unwrap();
+            assert_eq!(
+                fs::read(&behind).unwrap(),
+                expected,
+                "{fill:?}: written behind"
+            );
+            if fill != Fill::Dense {
+                let (_, disk) = disk_usage(std::slice::from_ref(&behind)).unwrap();
+                let meta = 16 + data_extents(&File::open(&behind).unwrap()).len() as u64 / 100;
+                assert!(
+                    disk <= (data_blocks + meta) * BLOCK,
+                    "{fill:?}: {disk} bytes on disk written behind for {data_blocks} data blocks"
+                );
+            }
+            fs::remove_file(&behind).unwrap();
         }
 
         // The public entry point measures and cleans up.
         let layout = RawLayout::new(&bos, Fill::ZeroRuns);
-        let run = raw_layout_write(&layout, dir.path()).unwrap();
-        assert_eq!(run.logical, layout.file_len());
-        assert!(run.allocated < run.logical / 5);
-        assert!(layout.written_bytes() < layout.file_len() / 5);
+        for plain_first in [true, false] {
+            let run = raw_layout_write(&layout, dir.path(), plain_first).unwrap();
+            assert_eq!(run.logical, layout.file_len());
+            assert!(run.allocated < run.logical / 5);
+            assert_eq!(run.time, run.plain.min(run.behind));
+            assert!(layout.written_bytes() < layout.file_len() / 5);
+            assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+        }
+    }
+
+    #[test]
+    fn raw_write_behind_writes_and_removes_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        raw_write_behind(dir.path(), 3 * RAW_IO as u64 + 5).unwrap();
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }

@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use amdgpu_checkpoint::options::Options;
 use amdgpu_checkpoint::restore::Restored;
 use criu_host_emulator::{DeviceVma, TaskFile};
-use criu_plugin_amdgpu::abi::Stage;
+use criu_plugin_amdgpu::abi::{hook, Stage, HOOK_SLOTS};
 use criu_plugin_amdgpu::hooks::{CriuHost, Plugin, PluginConfig, VmaUpdate, NOT_MINE};
 use kfd::Driver;
 use kfd_sim::{Accounting, Errno, FaultSpec, Pid, ProcessConfig, Sim, SimDriver};
@@ -396,6 +396,68 @@ pub fn dump_and_kill<T>(
     (pid, ids, prepared)
 }
 
+/// Which hooks a CRIU release calls: the shapes of host the plugin must
+/// handle, told apart by the length of CRIU's hook table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostShape {
+    /// The releases of this shape.
+    pub name: &'static str,
+    /// CRIU's `CR_PLUGIN_HOOK__MAX`: hooks below it exist.
+    pub max_hooks: u32,
+}
+
+impl HostShape {
+    /// CRIU after v4.2: every hook, so `DUMP_DEVICES_LATE` unpauses and
+    /// writes render-only nodes, and `RESTORE_EXT_FILE` can retry.
+    pub const AFTER_V4_2: HostShape = HostShape {
+        name: "CRIU after v4.2",
+        max_hooks: HOOK_SLOTS as u32,
+    };
+    /// CRIU v4.2 and older (v4.2's table): no `DUMP_DEVICES_LATE` (the
+    /// plugin unpauses at the end of the KFD file's `DUMP_EXT_FILE`, copying
+    /// nothing in the background, and writes render-only nodes at `exit`),
+    /// no `RESTORE_INIT` and no retry.
+    pub const V4_2: HostShape = HostShape {
+        name: "CRIU v4.2",
+        // Its last hook is POST_FORKING.
+        max_hooks: hook::POST_FORKING as u32 + 1,
+    };
+    /// Both, for the sweeps that inject faults.
+    pub const ALL: [HostShape; 2] = [HostShape::AFTER_V4_2, HostShape::V4_2];
+
+    /// Whether CRIU of this shape calls hook `id`.
+    pub fn has(self, id: usize) -> bool {
+        (id as u32) < self.max_hooks
+    }
+}
+
+impl std::fmt::Display for HostShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// A case of the call-site sweeps: the machine (GPUs, whether the app has
+/// a DRM BO) and the host shape.
+pub type Config = (usize, bool, HostShape);
+
+/// Every case of the call-site sweeps with its label: one, two GPUs, and
+/// one with a DRM BO, under each host shape.
+pub fn sweep_configs() -> Vec<(Config, String)> {
+    let machines = [(1, false), (2, false), (1, true)];
+    HostShape::ALL
+        .into_iter()
+        .flat_map(|shape| machines.map(|(gpus, drm_bo)| (gpus, drm_bo, shape)))
+        .map(|(gpus, drm_bo, shape)| {
+            let label = format!(
+                "{gpus} GPU(s){}, {shape}",
+                if drm_bo { " and a DRM BO" } else { "" }
+            );
+            ((gpus, drm_bo, shape), label)
+        })
+        .collect()
+}
+
 /// CRIU's hook sequence over any driver and host (see the module docs).
 pub struct MiniCriu {
     /// The simulated machine.
@@ -404,15 +466,25 @@ pub struct MiniCriu {
     pub topology_root: PathBuf,
     /// The private shared-memory directory.
     pub shm_dir: PathBuf,
+    /// The hooks this CRIU calls.
+    pub shape: HostShape,
 }
 
 impl MiniCriu {
-    /// A CRIU on `sim` whose plugin reads the simulator's own topology.
+    /// A CRIU after v4.2 on `sim` whose plugin reads the simulator's own
+    /// topology.
     pub fn new(sim: &Sim, shm_dir: &Path) -> MiniCriu {
+        MiniCriu::of_shape(sim, shm_dir, HostShape::AFTER_V4_2)
+    }
+
+    /// A CRIU of `shape` on `sim` whose plugin reads the simulator's own
+    /// topology.
+    pub fn of_shape(sim: &Sim, shm_dir: &Path, shape: HostShape) -> MiniCriu {
         MiniCriu {
             sim: sim.clone(),
             topology_root: sim.sysfs_root(),
             shm_dir: shm_dir.to_path_buf(),
+            shape,
         }
     }
 
@@ -421,8 +493,8 @@ impl MiniCriu {
         PluginConfig {
             topology_root: self.topology_root.clone(),
             shm_dir: self.shm_dir.clone(),
-            has_dump_devices_late: true,
-            has_restore_retry: true,
+            has_dump_devices_late: self.shape.has(hook::DUMP_DEVICES_LATE),
+            has_restore_retry: self.shape.has(hook::RESTORE_INIT),
         }
     }
 
@@ -473,6 +545,7 @@ impl MiniCriu {
             driver_of(task),
             host,
             self.config(),
+            self.shape,
             task,
             ids,
             vmas,
@@ -502,7 +575,8 @@ impl MiniCriu {
 
 /// The dumper's side of `criu dump --leave-running` of `target`: the hooks
 /// in CRIU's order, by a dumper (already the target's tracer) whose driver
-/// is `driver`; files in ascending fd order.
+/// is `driver`; files in ascending fd order. `DUMP_DEVICES_LATE` is called
+/// when `config` says this CRIU has it.
 pub fn dump_hooks<D: Driver + Clone + 'static, H: CriuHost>(
     driver: D,
     host: H,
@@ -511,6 +585,7 @@ pub fn dump_hooks<D: Driver + Clone + 'static, H: CriuHost>(
     files: &[TaskFile<'_>],
     vmas: &[DeviceVma],
 ) -> Result<(), HookFailure> {
+    let config_has_dump_devices_late = config.has_dump_devices_late;
     let mut plugin = Plugin::init(
         driver.clone(),
         host,
@@ -540,12 +615,14 @@ pub fn dump_hooks<D: Driver + Clone + 'static, H: CriuHost>(
                 });
             }
         }
-        let answer = plugin.dump_devices_late(target.0 as c_int);
-        if answer < 0 && answer != NOT_MINE {
-            return Err(HookFailure {
-                hook: "DUMP_DEVICES_LATE",
-                errno: answer,
-            });
+        if config_has_dump_devices_late {
+            let answer = plugin.dump_devices_late(target.0 as c_int);
+            if answer < 0 && answer != NOT_MINE {
+                return Err(HookFailure {
+                    hook: "DUMP_DEVICES_LATE",
+                    errno: answer,
+                });
+            }
         }
         Ok(())
     })();
@@ -555,13 +632,15 @@ pub fn dump_hooks<D: Driver + Clone + 'static, H: CriuHost>(
 
 /// The restorer's side of `criu restore` of task `task` with GPU files
 /// `ids` and device mappings `vmas`: the main restorer's and the task's
-/// hooks in CRIU's order. On failure the plugins are ended as CRIU ends
-/// them (the caller kills the task).
+/// hooks in CRIU's order, those `shape` has. On failure the plugins are
+/// ended as CRIU ends them (the caller kills the task).
+#[allow(clippy::too_many_arguments)]
 pub fn restore_hooks<D: Driver + Clone + 'static, H: CriuHost + Clone>(
     main_driver: D,
     task_driver: D,
     host: H,
     config: PluginConfig,
+    shape: HostShape,
     task: Pid,
     ids: &[u32],
     vmas: &[DeviceVma],
@@ -575,19 +654,23 @@ pub fn restore_hooks<D: Driver + Clone + 'static, H: CriuHost + Clone>(
     );
     let mut task_plugin = main_plugin.forked_task(task_driver, host);
     let result = (|| {
-        let answer = main_plugin.restore_init();
-        if answer < 0 && answer != NOT_MINE {
-            return Err(HookFailure {
-                hook: "RESTORE_INIT",
-                errno: answer,
-            });
+        if shape.has(hook::RESTORE_INIT) {
+            let answer = main_plugin.restore_init();
+            if answer < 0 && answer != NOT_MINE {
+                return Err(HookFailure {
+                    hook: "RESTORE_INIT",
+                    errno: answer,
+                });
+            }
         }
-        let answer = main_plugin.post_forking();
-        if answer < 0 && answer != NOT_MINE {
-            return Err(HookFailure {
-                hook: "POST_FORKING",
-                errno: answer,
-            });
+        if shape.has(hook::POST_FORKING) {
+            let answer = main_plugin.post_forking();
+            if answer < 0 && answer != NOT_MINE {
+                return Err(HookFailure {
+                    hook: "POST_FORKING",
+                    errno: answer,
+                });
+            }
         }
         let mut files = Vec::new();
         let mut waiting = ids.to_vec();

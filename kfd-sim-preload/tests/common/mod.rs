@@ -11,13 +11,10 @@ use std::process::{Command, Output};
 
 use kfd_sim::{Sim, SimConfig};
 
-/// Says why a test cannot run; a failure when `CI` is set (`.ci/run`
-/// installs every package these tests need).
+/// Says why a test cannot run; a failure under CI (`.ci/run` installs
+/// every package these tests need).
 pub fn skip(reason: &str) {
-    if std::env::var_os("CI").is_some() {
-        panic!("CI is set and this test cannot run: {reason}");
-    }
-    println!("skipped: {reason}");
+    test_env::skip(reason);
 }
 
 /// `libkfd_sim_preload.so`, built by cargo with the tests (the lib target
@@ -92,14 +89,56 @@ pub fn hsakmt_probe(scratch: &Scratch) -> Option<PathBuf> {
 
 /// Runs `program args` with the interposer preloaded on `machine`.
 pub fn run_preloaded(scratch: &Scratch, machine: &OsStr, program: &Path, args: &[&str]) -> Output {
-    Command::new(program)
-        .args(args)
+    run_preloaded_with(scratch, machine, program, args, &[])
+}
+
+/// [`run_preloaded`] with more environment variables.
+pub fn run_preloaded_with(
+    scratch: &Scratch,
+    machine: &OsStr,
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
         .env("LD_PRELOAD", preload_lib())
         .env("KFD_SIM_MACHINE", machine)
         .env("KFD_SIM_SHM_DIR", scratch.shm())
         .env_remove("KFD_SIM_PRELOAD_TRACE")
-        .output()
+        .env_remove("KFD_SIM_PACKET_TRACE")
+        .env_remove("KFD_SIM_SDMA_BANDWIDTH");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output()
         .unwrap_or_else(|e| panic!("running {}: {e}", program.display()))
+}
+
+/// A C program (a path from this crate's directory) compiled against ROCr
+/// (libhsa-runtime-dev), or `None` (said why) when it is missing.
+pub fn rocr_program(scratch: &Scratch, source: &str) -> Option<PathBuf> {
+    if !Path::new("/usr/include/hsa/hsa.h").is_file() {
+        skip("libhsa-runtime-dev is not installed (/usr/include/hsa/hsa.h is missing)");
+        return None;
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(source);
+    let stem = src.file_stem().expect("a source file name").to_owned();
+    let out = scratch.dir.path().join(stem);
+    let built = Command::new("cc")
+        .args(["-Wall", "-Werror", "-O1", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .arg("-lhsa-runtime64")
+        .output()
+        .expect("running cc");
+    assert!(
+        built.status.success(),
+        "compiling {}: {}",
+        src.display(),
+        String::from_utf8_lossy(&built.stderr)
+    );
+    Some(out)
 }
 
 /// One `kind key=value ...` line.

@@ -96,6 +96,12 @@ pub(crate) fn criu_op(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_i
         }
     };
     typed(buf, |out: &mut kfd_ioctl_criu_args| *out = a);
+    // Evictions changed: queues stop at a packet boundary (their registers
+    // into their MQDs before CHECKPOINT reads them) or run again.
+    crate::exec::sync_process(ctx.sim, ctx.st, pid);
+    if a.op == KFD_CRIU_OP_RESUME && Pid(a.pid) != pid {
+        crate::exec::sync_process(ctx.sim, ctx.st, Pid(a.pid));
+    }
     r.map(|()| 0)
 }
 
@@ -645,9 +651,6 @@ fn restore_event(st: &mut State, pid: Pid, r: &mut UserReader) -> Result<(), Err
     if let Some(ev) = p.events.get_mut(&id) {
         ev.exception = rec.exception;
         ev.signaled = rec.signaled != 0;
-    }
-    if rec.signaled != 0 && super::event::is_signal_type(rec.etype) {
-        super::event::write_slot(st, pid, id, u64::from(id))?;
     }
     Ok(())
 }

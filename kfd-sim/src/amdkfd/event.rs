@@ -8,9 +8,16 @@
 //! kernel allocates, mmapped through `/dev/kfd` at `KFD_MMAP_TYPE_EVENTS`.
 //! Slots hold `UNSIGNALED_EVENT_SLOT` (all ones) until a signal writes them.
 //!
-//! The simulated GPU never signals asynchronously, so WAIT_EVENTS never
-//! blocks: an unsatisfied wait reports `KFD_IOC_WAIT_RESULT_TIMEOUT` at once.
-//! This module never writes a signal page slot other than the event's own.
+//! Events fire as `kfd_events.c` fires them: SET_EVENT (CPU, signal events
+//! only) and interrupts from the queue engines (`crate::exec`): an SDMA
+//! TRAP or a CP end-of-pipe carries an event id, and the kernel sets the
+//! event only if its slot was written (the fence before the trap),
+//! acknowledging the slot back to unsignaled; an id that names no written
+//! slot makes it scan every slot. `set_event` leaves an auto-reset event
+//! unsignaled when a waiter consumed it. VM faults fire the process's
+//! MEMORY events, a hung queue its HW_EXCEPTION events. WAIT_EVENTS is in
+//! `event_wait`. This module never writes a signal page slot other than
+//! the event's own.
 
 use std::ffi::c_int;
 use std::sync::Arc;
@@ -21,7 +28,8 @@ use super::memory::split_handle;
 use super::process::{Event, KfdProcess, SignalPage};
 use super::{bind, proc_mut};
 use crate::bo::{Backing, Memfd};
-use crate::sim::{copy_from_user, copy_to_user, typed, Ctx, Pid, State};
+use crate::exec::interrupt::Interrupt;
+use crate::sim::{typed, Ctx, Pid, State};
 use crate::Errno;
 
 /// Value of a slot no signal has written.
@@ -144,94 +152,165 @@ pub(crate) fn create_event(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Resul
 
 pub(crate) fn destroy_event(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
     let id = typed(buf, |a: &mut kfd_ioctl_destroy_event_args| a.event_id);
-    proc_mut(ctx.st, pid)?
-        .events
-        .remove(&id)
-        .ok_or(Errno(libc::EINVAL))?;
+    ctx.sim.exec.interrupts.drain(ctx.st, pid);
+    let p = proc_mut(ctx.st, pid)?;
+    p.events.remove(&id).ok_or(Errno(libc::EINVAL))?;
+    // Its waiters wake and fail (`destroy_event`).
+    p.waits.destroyed(id);
+    ctx.sim.exec.events.notify_all();
     Ok(0)
 }
 
-/// Signals event `id` as the CPU (SET_EVENT) or the simulated GPU does.
+/// `set_event`: signals event `id` of `p`, waking its waiters; an
+/// auto-reset event a waiter takes stays unsignaled.
+pub(crate) fn set(p: &mut KfdProcess, id: u32) {
+    let waiting = p.waits.activate(id);
+    if let Some(ev) = p.events.get_mut(&id) {
+        ev.signaled = !ev.auto_reset || !waiting;
+    }
+}
+
+/// SET_EVENT's rule (`kfd_set_event`): only signal events may be set by
+/// the CPU (`EINVAL` otherwise, or for an unknown id).
 pub(crate) fn signal(st: &mut State, pid: Pid, id: u32) -> Result<(), Errno> {
-    let ev = st
-        .kfd_mut(pid)
-        .ok_or(Errno(libc::ESRCH))?
-        .events
-        .get_mut(&id)
-        .ok_or(Errno(libc::EINVAL))?;
-    if !is_signal_type(ev.etype) {
+    let p = st.kfd_mut(pid).ok_or(Errno(libc::ESRCH))?;
+    let ev = p.events.get(&id).ok_or(Errno(libc::EINVAL))?;
+    if ev.etype != KFD_IOC_EVENT_SIGNAL {
         return Err(Errno(libc::EINVAL));
     }
-    ev.signaled = true;
-    write_slot(st, pid, id, u64::from(id))
+    set(p, id);
+    Ok(())
 }
 
 pub(crate) fn set_event(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
     let id = typed(buf, |a: &mut kfd_ioctl_set_event_args| a.event_id);
+    ctx.sim.exec.interrupts.drain(ctx.st, pid);
     signal(ctx.st, pid, id)?;
+    ctx.sim.exec.events.notify_all();
     Ok(0)
 }
 
 pub(crate) fn reset_event(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
     let id = typed(buf, |a: &mut kfd_ioctl_reset_event_args| a.event_id);
+    ctx.sim.exec.interrupts.drain(ctx.st, pid);
     let ev = proc_mut(ctx.st, pid)?
         .events
         .get_mut(&id)
         .ok_or(Errno(libc::EINVAL))?;
-    if !is_signal_type(ev.etype) {
+    if ev.etype != KFD_IOC_EVENT_SIGNAL {
         return Err(Errno(libc::EINVAL));
     }
     ev.signaled = false;
-    write_slot(ctx.st, pid, id, UNSIGNALED_EVENT_SLOT)?;
     Ok(0)
 }
 
-/// Size of `struct kfd_event_data`.
-const EVENT_DATA_SIZE: usize = 48;
+/// Reads slot `id` of the process's signal page (`None`: no page).
+fn read_slot(st: &State, p: &KfdProcess, id: u32) -> Option<u64> {
+    let (page, base) = page_of(st, p)?;
+    let mut b = [0u8; 8];
+    page.read_at(base + u64::from(id) * 8, &mut b).ok()?;
+    Some(u64::from_le_bytes(b))
+}
 
-pub(crate) fn wait_events(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
-    let a = typed(buf, |a: &mut kfd_ioctl_wait_events_args| *a);
-    let n = a.num_events as usize;
-    let mut data = copy_from_user(
-        a.events_ptr,
-        n.checked_mul(EVENT_DATA_SIZE).ok_or(Errno(libc::EINVAL))?,
-    )?;
-    let p = proc_mut(ctx.st, pid)?;
-    let mut ids = Vec::with_capacity(n);
-    for i in 0..n {
-        let off = i * EVENT_DATA_SIZE + 40;
-        let id = u32::from_ne_bytes([data[off], data[off + 1], data[off + 2], data[off + 3]]);
-        if !p.events.contains_key(&id) {
-            return Err(Errno(libc::EINVAL));
-        }
-        ids.push(id);
+/// `set_event_from_interrupt`: a GPU-signalable event fires and its slot
+/// is acknowledged.
+fn set_from_interrupt(st: &mut State, pid: Pid, id: u32) {
+    let gpu_signaled = st
+        .kfd(pid)
+        .and_then(|p| p.events.get(&id))
+        .is_some_and(|ev| is_signal_type(ev.etype));
+    if !gpu_signaled {
+        return;
     }
-    let signaled: Vec<bool> = ids.iter().map(|id| p.events[id].signaled).collect();
-    let done = if a.wait_for_all != 0 {
-        signaled.iter().all(|&s| s)
-    } else {
-        signaled.iter().any(|&s| s)
+    let _ = write_slot(st, pid, id, UNSIGNALED_EVENT_SLOT);
+    if let Some(p) = st.kfd_mut(pid) {
+        set(p, id);
+    }
+}
+
+/// `kfd_signal_event_interrupt`: the event a signal interrupt's
+/// `valid_bits` of `partial_id` name, if its slot was written; else every
+/// event whose slot was.
+fn signal_interrupt(st: &mut State, pid: Pid, partial_id: u32, valid_bits: u32) {
+    let Some(p) = st.kfd(pid) else { return };
+    if p.signal_page.is_none() {
+        return;
+    }
+    let written = |st: &State, p: &KfdProcess, id: u32| {
+        read_slot(st, p, id).is_some_and(|v| v != UNSIGNALED_EVENT_SLOT)
     };
-    let result = if done {
-        for (i, id) in ids.iter().enumerate() {
-            if let Some(ev) = p.events.get_mut(id) {
-                if signaled[i] {
-                    // Copy exception data out and consume auto-reset signals.
-                    data[i * EVENT_DATA_SIZE..i * EVENT_DATA_SIZE + 32]
-                        .copy_from_slice(&ev.exception);
-                    if ev.auto_reset {
-                        ev.signaled = false;
-                    }
+    let mut hit = None;
+    if valid_bits > 0 && partial_id < KFD_SIGNAL_EVENT_LIMIT {
+        if valid_bits > 31 || (1u64 << valid_bits) >= u64::from(KFD_SIGNAL_EVENT_LIMIT) {
+            hit = (written(st, p, partial_id) && p.events.contains_key(&partial_id))
+                .then_some(partial_id);
+        } else {
+            let mut id = partial_id;
+            while id < KFD_SIGNAL_EVENT_LIMIT && hit.is_none() {
+                if written(st, p, id) && p.events.contains_key(&id) {
+                    hit = Some(id);
                 }
+                id += 1 << valid_bits;
             }
         }
-        copy_to_user(a.events_ptr, &data)?;
-        KFD_IOC_WAIT_RESULT_COMPLETE
-    } else {
-        KFD_IOC_WAIT_RESULT_TIMEOUT
+    }
+    let ids: Vec<u32> = match hit {
+        Some(id) => vec![id],
+        None => p
+            .events
+            .keys()
+            .copied()
+            .filter(|&id| id < KFD_SIGNAL_EVENT_LIMIT && written(st, p, id))
+            .collect(),
     };
-    typed(buf, |out: &mut kfd_ioctl_wait_events_args| {
-        out.wait_result = result;
-        Ok(0)
-    })
+    for id in ids {
+        set_from_interrupt(st, pid, id);
+    }
+}
+
+/// Applies one interrupt of process `pid` (see the module docs).
+pub(crate) fn deliver(st: &mut State, pid: Pid, irq: &Interrupt) {
+    match *irq {
+        Interrupt::Signal {
+            partial_id,
+            valid_bits,
+        } => signal_interrupt(st, pid, partial_id, valid_bits),
+        Interrupt::VmFault { gpu_id, fault } => {
+            // kfd_signal_vm_fault_event: struct kfd_hsa_memory_exception_data
+            // {failure {NotPresent, ReadOnly, NoExecute, imprecise}, va,
+            // gpu_id, ErrorType}.
+            let mut data = [0u8; 32];
+            data[0..4].copy_from_slice(&1u32.to_le_bytes());
+            data[16..24].copy_from_slice(&(fault.va & !0xFFF).to_le_bytes());
+            data[24..28].copy_from_slice(&gpu_id.to_le_bytes());
+            fire_typed(st, pid, KFD_IOC_EVENT_MEMORY, data);
+        }
+        Interrupt::Hang { gpu_id } => {
+            // kfd_signal_reset_event: struct kfd_hsa_hw_exception_data
+            // {reset_type, reset_cause, memory_lost, gpu_id}.
+            let mut data = [0u8; 32];
+            data[0..4].copy_from_slice(&KFD_HW_EXCEPTION_WHOLE_GPU_RESET.to_le_bytes());
+            data[4..8].copy_from_slice(&KFD_HW_EXCEPTION_GPU_HANG.to_le_bytes());
+            data[8..12].copy_from_slice(&1u32.to_le_bytes());
+            data[12..16].copy_from_slice(&gpu_id.to_le_bytes());
+            fire_typed(st, pid, KFD_IOC_EVENT_HW_EXCEPTION, data);
+        }
+    }
+}
+
+/// Sets every event of type `etype` with `data` as its exception data.
+fn fire_typed(st: &mut State, pid: Pid, etype: u32, data: [u8; 32]) {
+    let Some(p) = st.kfd_mut(pid) else { return };
+    let ids: Vec<u32> = p
+        .events
+        .values()
+        .filter(|e| e.etype == etype)
+        .map(|e| e.id)
+        .collect();
+    for id in ids {
+        if let Some(ev) = p.events.get_mut(&id) {
+            ev.exception = data;
+        }
+        set(p, id);
+    }
 }

@@ -71,9 +71,7 @@ pub(crate) fn create_bo(ctx: &mut Ctx<'_>, pid: Pid, req: &NewAlloc) -> Result<(
     }
     let size = size.div_ceil(PAGE_SIZE).max(1) * PAGE_SIZE;
     let gpu = proc_mut(ctx.st, pid)?.pdds[req.pdd].gpu;
-    if domain == Domain::Vram && size > super::available_vram(ctx, gpu) {
-        return Err(Errno(libc::ENOMEM));
-    }
+    super::mem_limit::reserve(ctx.sim, &ctx.st.bos, gpu, domain, size)?;
     let sim = ctx.sim;
     let st: &mut State = ctx.st;
     let id = match domain {
@@ -92,6 +90,7 @@ pub(crate) fn create_bo(ctx: &mut Ctx<'_>, pid: Pid, req: &NewAlloc) -> Result<(
             st.bos.create_aperture(gpu, size, domain, req.flags, page)?
         }
     };
+    st.bos.mark_kfd_limit(id);
     Ok((id, size))
 }
 
@@ -394,14 +393,33 @@ pub(crate) fn get_dmabuf_info(
     }
     let size = bo.size;
     let gpu_id = ctx.sim.gpus[bo.gpu].id();
+    // amdgpu_amdkfd_get_dmabuf_info: the BO's GEM_METADATA, through
+    // amdgpu_bo_get_metadata, only when the caller gave a buffer (its size
+    // is then the capacity, EINVAL when too small, and becomes the size of
+    // the copy); without one the size is left as passed.
+    let mut metadata_size = a.metadata_size;
+    let mut result = Ok(0);
+    if a.metadata_ptr != 0 {
+        let data = &bo.metadata.data;
+        if (a.metadata_size as usize) < data.len() {
+            result = Err(Errno(libc::EINVAL));
+        } else {
+            metadata_size = data.len() as u32;
+            if crate::sim::copy_to_user(a.metadata_ptr, data).is_err() {
+                result = Err(Errno(libc::EFAULT));
+            }
+        }
+    }
     typed(buf, |out: &mut kfd_ioctl_get_dmabuf_info_args| {
+        // The size is set before the metadata is read; the rest only after.
         out.size = size;
-        // Simulated BOs carry no metadata; any buffer is large enough.
-        out.metadata_size = 0;
-        out.gpu_id = gpu_id;
-        out.flags = flags;
-        Ok(0)
-    })
+        if result.is_ok() {
+            out.metadata_size = metadata_size;
+            out.gpu_id = gpu_id;
+            out.flags = flags;
+        }
+    });
+    result
 }
 
 pub(crate) fn import_dmabuf(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {

@@ -14,11 +14,14 @@
 
 pub(crate) mod criu;
 pub(crate) mod event;
+pub(crate) mod event_wait;
+pub(crate) mod mem_limit;
 pub(crate) mod memory;
 pub(crate) mod priv_data;
 pub(crate) mod process;
 pub(crate) mod queue;
 pub(crate) mod svm;
+pub(crate) mod tile_config;
 
 use std::ffi::{c_int, c_void};
 use std::os::fd::OwnedFd;
@@ -100,7 +103,11 @@ fn lookup(nr: u32) -> Option<IoctlDesc> {
         ),
         0x0A => d(AMDKFD_IOC_SET_EVENT, "SET_EVENT", event::set_event),
         0x0B => d(AMDKFD_IOC_RESET_EVENT, "RESET_EVENT", event::reset_event),
-        0x0C => d(AMDKFD_IOC_WAIT_EVENTS, "WAIT_EVENTS", event::wait_events),
+        0x0C => d(
+            AMDKFD_IOC_WAIT_EVENTS,
+            "WAIT_EVENTS",
+            event_wait::wait_events,
+        ),
         0x0D => d(
             AMDKFD_IOC_DBG_REGISTER_DEPRECATED,
             "DBG_REGISTER_DEPRECATED",
@@ -129,7 +136,7 @@ fn lookup(nr: u32) -> Option<IoctlDesc> {
         0x12 => d(
             AMDKFD_IOC_GET_TILE_CONFIG,
             "GET_TILE_CONFIG",
-            get_tile_config,
+            tile_config::get_tile_config,
         ),
         0x13 => d(
             AMDKFD_IOC_SET_TRAP_HANDLER,
@@ -249,7 +256,10 @@ pub(crate) unsafe fn ioctl(
     // `_IOC_SIZE(request)` bytes.
     unsafe {
         marshal(arg, user_size, kernel_size, copy_in, copy_out, |buf| {
-            crate::fault::check(ctx.st, name)?;
+            // A WAIT_EVENTS woken from its sleep is the same call.
+            if ctx.wait.is_none() {
+                crate::fault::check(ctx.st, name)?;
+            }
             if ctx.st.kfd(owner).is_none() {
                 // The owner exited: its kfd_process is gone.
                 return Err(Errno(libc::ESRCH));
@@ -282,10 +292,6 @@ fn deprecated(_ctx: &mut Ctx<'_>, _p: Pid, _buf: &mut [u8]) -> Result<c_int, Err
 /// handlers never return, so a test relying on them fails loudly.
 fn not_simulated() -> Result<c_int, Errno> {
     Err(Errno(libc::EOPNOTSUPP))
-}
-
-fn get_tile_config(_ctx: &mut Ctx<'_>, _p: Pid, _buf: &mut [u8]) -> Result<c_int, Errno> {
-    not_simulated()
 }
 
 fn smi_events(_ctx: &mut Ctx<'_>, _p: Pid, _buf: &mut [u8]) -> Result<c_int, Errno> {
@@ -409,41 +415,19 @@ fn get_process_apertures_new(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Res
     })
 }
 
-/// AVAILABLE_MEMORY's answer for GPU `gpu`: VRAM minus what every process
-/// allocated on it minus a page-table reserve estimate
-/// (`ESTIMATE_PT_SIZE(system memory)` = 1/512 of it), rounded down to 2 MiB.
-pub(crate) fn available_vram(ctx: &Ctx<'_>, gpu: usize) -> u64 {
-    let used: u64 = ctx
-        .st
-        .processes
-        .values()
-        .filter_map(|p| p.kfd.as_ref())
-        .flat_map(|k| k.pdds.iter())
-        .filter(|pdd| pdd.gpu == gpu)
-        .map(|pdd| pdd.vram_usage)
-        .sum();
-    let reserve = ctx.sim.config.system_memory_bytes >> 9;
-    let avail = ctx.sim.gpus[gpu]
-        .info
-        .vram_bytes
-        .saturating_sub(used)
-        .saturating_sub(reserve);
-    avail & !((2 << 20) - 1)
-}
-
 fn available_memory(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
     let gpu_id = typed(buf, |a: &mut kfd_ioctl_get_available_memory_args| a.gpu_id);
     let p = proc_mut(ctx.st, pid)?;
     let pdd = p.pdd_by_user_id(gpu_id).ok_or(Errno(libc::EINVAL))?;
     let gpu = p.pdds[pdd].gpu;
-    let avail = available_vram(ctx, gpu);
+    let avail = mem_limit::available_vram(ctx.sim, &ctx.st.bos, gpu);
     typed(buf, |a: &mut kfd_ioctl_get_available_memory_args| {
         a.available = avail;
         Ok(0)
     })
 }
 
-fn now_ns(clock: libc::clockid_t) -> u64 {
+pub(crate) fn now_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

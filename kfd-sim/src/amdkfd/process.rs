@@ -80,13 +80,25 @@ impl Pdd {
 
     /// The lowest free IDR slot (`idr_alloc(…, 0, 0)`).
     pub(crate) fn free_slot(&self) -> Option<u32> {
-        let mut want = 0u32;
-        for &slot in self.idr.keys() {
-            if slot != want {
-                break;
+        // Slots 0..len all taken (the largest is len - 1): the next one,
+        // found without walking the IDR (kfdtest's MMapLarge allocates
+        // thousands of BOs in a row).
+        let dense = self
+            .idr
+            .last_key_value()
+            .is_none_or(|(&last, _)| last as usize + 1 == self.idr.len());
+        let want = if dense {
+            u32::try_from(self.idr.len()).ok()?
+        } else {
+            let mut want = 0u32;
+            for &slot in self.idr.keys() {
+                if slot != want {
+                    break;
+                }
+                want = want.checked_add(1)?;
             }
-            want = want.checked_add(1)?;
-        }
+            want
+        };
         (want < i32::MAX as u32).then_some(want)
     }
 }
@@ -177,6 +189,8 @@ pub(crate) struct KfdProcess {
     pub(crate) userptr_blocked: bool,
     /// Number of times RESUME ran (for observation).
     pub(crate) resumed: u32,
+    /// WAIT_EVENTS calls blocked on this process's events.
+    pub(crate) waits: super::event_wait::Waits,
 }
 
 impl KfdProcess {
@@ -211,6 +225,7 @@ impl KfdProcess {
             svm_pending: Vec::new(),
             userptr_blocked: false,
             resumed: 0,
+            waits: Default::default(),
         }
     }
 

@@ -4,10 +4,13 @@
 //! RESUME replays them as SET_ATTR (spec §1.3, §1.4).
 //!
 //! The request code of this ioctl carries the attribute array in its size
-//! (`sizeof(args) + nattr × 8`), as libhsakmt encodes it. The simulator does
-//! not model CPU VMAs, so the kernel's "range must be mapped on the CPU"
-//! check (`EFAULT`) is not made; overlap with a KFD allocation is
-//! `EADDRINUSE` as in the kernel. This module never migrates memory.
+//! (`sizeof(args) + nattr × 8`), as libhsakmt encodes it. Both operations
+//! first check the range as `svm_range_is_valid` does (`kfd_svm.c`): it
+//! must lie in CPU mappings that are not device mappings (`EFAULT`; made
+//! only for processes whose addresses are real CPU mappings, see
+//! `crate::sim::address_space`) and must not overlap a KFD allocation
+//! (`EADDRINUSE`). Unmapping CPU memory ends the SVM ranges there
+//! ([`unmap_from_cpu`]). This module never migrates memory.
 
 use std::ffi::c_int;
 
@@ -23,6 +26,19 @@ use crate::Errno;
 pub(crate) const DEFAULT_GRANULARITY: u32 = 9;
 const HEADER: usize = 24;
 
+/// `KFD_IOCTL_SVM_ATTR_GRANULARITY`'s largest value: later values are
+/// clamped to it (`svm_range_apply_attrs`, since the 2023 fix "drm/amdkfd:
+/// Fix shift out-of-bounds issue", 270c7a8375a9; kernels before it kept
+/// any value).
+pub(crate) const MAX_GRANULARITY: u32 = 0x3F;
+
+/// A new range's attributes (`svm_range_new`): no preferred or prefetch
+/// location, host access and coherent, 2 MiB granularity, and access from
+/// every GPU when XNACK is on (`bitmap_copy(prange->bitmap_access,
+/// svms->bitmap_supported)`), from none when it is off (a GPU then faults
+/// on an unmapped page instead of retrying, so nothing is mapped until the
+/// application asks). GET_ATTR of memory outside any range reports the
+/// same (`svm_range_get_attr`).
 fn default_range(p: &KfdProcess, start: u64, size: u64) -> SvmRange {
     SvmRange {
         start,
@@ -33,9 +49,9 @@ fn default_range(p: &KfdProcess, start: u64, size: u64) -> SvmRange {
         granularity: DEFAULT_GRANULARITY,
         access: vec![
             if p.xnack {
-                KFD_IOCTL_SVM_ATTR_NO_ACCESS
-            } else {
                 KFD_IOCTL_SVM_ATTR_ACCESS
+            } else {
+                KFD_IOCTL_SVM_ATTR_NO_ACCESS
             };
             p.pdds.len()
         ],
@@ -61,12 +77,10 @@ pub(crate) fn check_attrs(p: &KfdProcess, attrs: &[(u32, u32)]) -> Result<(), Er
                     return Err(Errno(libc::EINVAL));
                 }
             }
-            KFD_IOCTL_SVM_ATTR_SET_FLAGS | KFD_IOCTL_SVM_ATTR_CLR_FLAGS => {}
-            KFD_IOCTL_SVM_ATTR_GRANULARITY => {
-                if value > 0x3F {
-                    return Err(Errno(libc::EINVAL));
-                }
-            }
+            // Any granularity is accepted (and clamped when applied).
+            KFD_IOCTL_SVM_ATTR_SET_FLAGS
+            | KFD_IOCTL_SVM_ATTR_CLR_FLAGS
+            | KFD_IOCTL_SVM_ATTR_GRANULARITY => {}
             _ => return Err(Errno(libc::EINVAL)),
         }
     }
@@ -87,7 +101,7 @@ fn apply(p: &KfdProcess, r: &mut SvmRange, attrs: &[(u32, u32)]) {
             }
             KFD_IOCTL_SVM_ATTR_SET_FLAGS => r.flags |= value,
             KFD_IOCTL_SVM_ATTR_CLR_FLAGS => r.flags &= !value,
-            KFD_IOCTL_SVM_ATTR_GRANULARITY => r.granularity = value,
+            KFD_IOCTL_SVM_ATTR_GRANULARITY => r.granularity = value.min(MAX_GRANULARITY),
             _ => {}
         }
     }
@@ -245,22 +259,56 @@ pub(crate) fn svm(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, 
     let mut attrs: Vec<(u32, u32)> = (0..nattr)
         .map(|i| (rd32(buf, HEADER + 8 * i), rd32(buf, HEADER + 8 * i + 4)))
         .collect();
+    if op != KFD_IOCTL_SVM_OP_SET_ATTR && op != KFD_IOCTL_SVM_OP_GET_ATTR {
+        return Err(Errno(libc::EINVAL));
+    }
+    let real_mm = ctx.st.processes.get(&pid).is_some_and(|p| p.real_mm);
     let p = proc_mut(ctx.st, pid)?;
+    if op == KFD_IOCTL_SVM_OP_SET_ATTR {
+        check_attrs(p, &attrs)?;
+    }
+    // svm_range_is_valid.
+    if real_mm {
+        crate::sim::check_caller_mapped(start, size)?;
+    }
+    if overlaps_bo(p, start, start + size) {
+        return Err(Errno(libc::EADDRINUSE));
+    }
     match op {
-        KFD_IOCTL_SVM_OP_SET_ATTR => {
-            if overlaps_bo(p, start, start + size) {
-                return Err(Errno(libc::EADDRINUSE));
-            }
-            set_attr(p, start, size, &attrs)?;
-        }
-        KFD_IOCTL_SVM_OP_GET_ATTR => {
+        KFD_IOCTL_SVM_OP_SET_ATTR => set_attr(p, start, size, &attrs)?,
+        _ => {
             get_attr(p, start, size, &mut attrs)?;
             for (i, (t, v)) in attrs.iter().enumerate() {
                 buf[HEADER + 8 * i..HEADER + 8 * i + 4].copy_from_slice(&t.to_ne_bytes());
                 buf[HEADER + 8 * i + 4..HEADER + 8 * i + 8].copy_from_slice(&v.to_ne_bytes());
             }
         }
-        _ => return Err(Errno(libc::EINVAL)),
     }
     Ok(0)
+}
+
+/// `svm_range_unmap_from_cpu`: the CPU memory `[start, end)` is gone, and
+/// so is that part of every SVM range (a range it cuts keeps the parts
+/// outside, with its attributes).
+pub(crate) fn unmap_from_cpu(p: &mut KfdProcess, start: u64, end: u64) {
+    let mut out = Vec::new();
+    for r in std::mem::take(&mut p.svm) {
+        let r_end = r.start + r.size;
+        if r_end <= start || r.start >= end {
+            out.push(r);
+            continue;
+        }
+        if r.start < start {
+            let mut head = r.clone();
+            head.size = start - r.start;
+            out.push(head);
+        }
+        if r_end > end {
+            let mut tail = r;
+            tail.size = r_end - end;
+            tail.start = end;
+            out.push(tail);
+        }
+    }
+    p.svm = out;
 }

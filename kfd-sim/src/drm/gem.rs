@@ -230,7 +230,8 @@ pub(super) fn gem_mmap(call: &mut Call<'_>, buf: &mut [u8]) -> Result<Step, Errn
         return Err(Errno(libc::EPERM));
     }
     let addr_ptr = if gem.foreign_import {
-        call.device().import_offset(bo, &call.st.bos)?
+        let gpu = call.gpu;
+        call.st.bos.import_offset(gpu, gem.bo)?
     } else {
         bo.mmap_offset
     };

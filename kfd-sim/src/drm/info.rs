@@ -42,6 +42,33 @@ pub(crate) struct DeviceFacts {
     vram_bytes: u64,
     cpu_visible_vram_bytes: u64,
     fusion: bool,
+    /// The RAS blocks the driver enabled (`ras->features`), `None` without
+    /// RAS (see [`ras_features`]).
+    ras_features: Option<u64>,
+}
+
+/// `HSA_CAP_MEM_EDCSUPPORTED`, `HSA_CAP_RASEVENTNOTIFY`, `HSA_CAP_SRAM_EDCSUPPORTED`.
+const CAP_MEM_EDC: u64 = 0x10_0000;
+const CAP_RAS_EVENT_NOTIFY: u64 = 0x20_0000;
+const CAP_SRAM_EDC: u64 = 0x400_0000;
+
+/// The RAS state behind a GPU node's `capability`. `kfd_topology_add_device`
+/// (`kfd_topology.c`) sets SRAM_EDC when RAS covers the GFX block, MEM_EDC
+/// when it covers UMC (HBM ECC) and RASEVENTNOTIFY when any RAS is enabled:
+/// so those bits say which blocks `ras->features` holds. `None` when the
+/// node claims no RAS at all (the driver then has no RAS context).
+fn ras_features(capability: u64) -> Option<u64> {
+    if capability & (CAP_MEM_EDC | CAP_RAS_EVENT_NOTIFY | CAP_SRAM_EDC) == 0 {
+        return None;
+    }
+    let mut features = 0;
+    if capability & CAP_MEM_EDC != 0 {
+        features |= k::AMDGPU_INFO_RAS_ENABLED_UMC;
+    }
+    if capability & CAP_SRAM_EDC != 0 {
+        features |= k::AMDGPU_INFO_RAS_ENABLED_GFX;
+    }
+    Some(features)
 }
 
 fn prop32(node: &Node, key: &str) -> u32 {
@@ -73,6 +100,7 @@ impl DeviceFacts {
                 Some((_, false)) => vram_bytes.min(256 << 20),
             },
             fusion: node.kind() == NodeKind::Apu,
+            ras_features: ras_features(node.prop("capability")),
         }
     }
 }
@@ -209,6 +237,13 @@ fn answer(device: &DrmDevice, args: &k::drm_amdgpu_info, request: &[u8]) -> Resu
             let q: k::drm_amdgpu_info_read_mmr_reg = read_arg(request);
             read_mmr_reg(device, &q)
         }
+        // `ras_enabled << 32 | ras->features`; EINVAL without a RAS
+        // context (amdgpu_info_ioctl). The blocks enabled are the ones the
+        // hardware supports, the driver's default (`amdgpu_ras_mask` ~0).
+        k::AMDGPU_INFO_RAS_ENABLED_FEATURES => {
+            let features = device.facts.ras_features.ok_or(Errno(libc::EINVAL))?;
+            Ok(((features << 32) | features).to_ne_bytes().to_vec())
+        }
         k::AMDGPU_INFO_VRAM_GTT => {
             let vram = device.facts.vram_bytes;
             let out = k::drm_amdgpu_info_vram_gtt {
@@ -243,6 +278,11 @@ impl DrmDevice {
     /// the GFX9 `0x22014042` stands in (the value only feeds surface tiling
     /// in Mesa, never the compute stack or CRIU). Polaris and Carrizo
     /// (GFX8): `gfx_v8_0`'s golden `0x22011003` and `0x22010001`.
+    /// The kernel's `gfx.config.gb_addr_config` (see [`Self::register`]).
+    pub(crate) fn gb_addr_config(&self) -> u32 {
+        self.register(MM_GB_ADDR_CONFIG).unwrap_or(0)
+    }
+
     fn register(&self, reg: u32) -> Option<u32> {
         if reg != MM_GB_ADDR_CONFIG {
             return None;

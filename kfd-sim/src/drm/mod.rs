@@ -20,15 +20,20 @@
 //! KFD allocations live in a render file's VM (a compute VM).
 //!
 //! Not simulated (answered `EINVAL`, like an unknown command):
-//! GEM_METADATA, GEM_WAIT_IDLE, WAIT_FENCES, VM, FENCE_TO_HANDLE, the user
+//! GEM_WAIT_IDLE, WAIT_FENCES, VM, FENCE_TO_HANDLE, the user
 //! queue ioctls and every DRM core ioctl other than VERSION, GEM_CLOSE,
 //! PRIME and GEM_CHANGE_HANDLE; DRM core ioctls a render node may not use
 //! answer `EACCES`, as on a real render node.
 
+pub(crate) mod fdinfo;
 mod gem;
 mod info;
+mod metadata;
 mod submit;
 pub(crate) mod va;
+mod vm_snapshot;
+
+pub(crate) use vm_snapshot::{bo_memory, kfd_ranges, userptr_owner, vm_view, UserptrAccess};
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_int, c_void};
@@ -38,11 +43,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use amdgpu_topology::{GpuId, Node};
 use kfd_sys::{_IOC_DIR, _IOC_NR, _IOC_READ, _IOC_SIZE, _IOC_TYPE, _IOC_WRITE, DRM_IOCTL_BASE};
 
-use crate::bo::{Backing, BoId, BoStore, Domain};
-use crate::sdma::{
-    Deadline, Fence, GpuGeneration, JobError, RangeBacking, SdmaEngine, SdmaStats, UserMemory,
-    VmRange, VmView,
-};
+use crate::bo::{BoId, BoStore};
+use crate::sdma::{Deadline, Fence, GpuGeneration, JobError, SdmaEngine, SdmaStats};
 use crate::sim::{FileKey, OpenFile, Pid, Shared, State};
 use crate::{Errno, Sim};
 
@@ -87,35 +89,9 @@ pub(crate) struct DrmDevice {
     gem: Mutex<HashMap<BoId, GemInfo>>,
     /// GPU resets so far (a hung SDMA job resets the GPU).
     reset_counter: Arc<AtomicU64>,
-    /// Fake mmap offsets of BOs imported from another device's dma-buf.
-    imports: Mutex<ImportOffsets>,
     /// The most host memory live GEM userptr BOs of this device pinned at
     /// once (bytes): the high-water mark of SDMA staging memory.
     userptr_peak: AtomicU64,
-}
-
-/// Fake offsets this device gives foreign imports (a real import is a new
-/// GEM object with its own offset). They are handed out downward from the
-/// top of the offset window, so they never meet the BO store's, which grow
-/// upward from its start.
-#[derive(Debug)]
-struct ImportOffsets {
-    by_bo: HashMap<BoId, u64>,
-    next_top: u64,
-}
-
-impl Default for ImportOffsets {
-    fn default() -> Self {
-        ImportOffsets {
-            by_bo: HashMap::new(),
-            next_top: crate::bo::DRM_FILE_PAGE_OFFSET_START + crate::bo::DRM_FILE_PAGE_OFFSET_SIZE,
-        }
-    }
-}
-
-/// Bytes of fake-offset space a BO of `size` bytes takes (whole pages).
-fn offset_span(size: u64) -> u64 {
-    size.div_ceil(crate::bo::PAGE_SIZE).max(1) * crate::bo::PAGE_SIZE
 }
 
 impl DrmDevice {
@@ -133,7 +109,6 @@ impl DrmDevice {
             facts: info::DeviceFacts::from_node(node, vram_bytes),
             gem: Mutex::new(HashMap::new()),
             reset_counter: Arc::new(AtomicU64::new(0)),
-            imports: Mutex::new(ImportOffsets::default()),
             userptr_peak: AtomicU64::new(0),
         }
     }
@@ -151,41 +126,6 @@ impl DrmDevice {
             .sum();
         self.userptr_peak
             .fetch_max(pinned, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    fn import_table(&self) -> MutexGuard<'_, ImportOffsets> {
-        self.imports.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The fake offset of foreign-imported BO `bo` on this device.
-    pub(crate) fn import_offset(&self, bo: &crate::bo::Bo, bos: &BoStore) -> Result<u64, Errno> {
-        let mut table = self.import_table();
-        if let Some(offset) = table.by_bo.get(&bo.id) {
-            return Ok(*offset);
-        }
-        table.by_bo.retain(|id, _| bos.get(*id).is_some());
-        // Leave the lower half of the window to the BO store.
-        let floor =
-            crate::bo::DRM_FILE_PAGE_OFFSET_START + crate::bo::DRM_FILE_PAGE_OFFSET_SIZE / 2;
-        let offset = table
-            .next_top
-            .checked_sub(offset_span(bo.size))
-            .filter(|o| *o >= floor)
-            .ok_or(Errno(libc::ENOSPC))?;
-        table.next_top = offset;
-        table.by_bo.insert(bo.id, offset);
-        Ok(offset)
-    }
-
-    /// The foreign import whose fake-offset range holds `[offset,
-    /// offset+len)` on this device, with the start of that range (for the
-    /// render node's mmap).
-    pub(crate) fn import_at(&self, bos: &BoStore, offset: u64, len: u64) -> Option<(BoId, u64)> {
-        let end = offset.checked_add(len)?;
-        self.import_table().by_bo.iter().find_map(|(id, start)| {
-            let bo = bos.get(*id)?;
-            (*start <= offset && end <= start + offset_span(bo.size)).then_some((*id, *start))
-        })
     }
 
     fn gem_table(&self) -> MutexGuard<'_, HashMap<BoId, GemInfo>> {
@@ -374,151 +314,6 @@ pub(crate) fn release(bos: &mut BoStore, key: FileKey, mut file: DrmFile) {
     }
 }
 
-/// A KFD allocation mapped into a compute VM.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct KfdRange {
-    /// GPU VA.
-    pub(crate) va: u64,
-    /// Size in bytes.
-    pub(crate) size: u64,
-    /// The BO.
-    pub(crate) bo: BoId,
-    /// `KFD_IOC_ALLOC_MEM_FLAGS_*`.
-    pub(crate) flags: u32,
-}
-
-/// KFD allocations mapped (MAP_MEMORY_TO_GPU) into the VM of render file
-/// `key`: non-empty only when the file became a KFD process's compute VM.
-/// As in the kernel, an allocation occupies VA in the VM only while mapped
-/// (`kfd_mem_attach` at the first map, `amdgpu_vm_bo_unmap` at unmap).
-pub(crate) fn kfd_ranges(st: &State, key: FileKey) -> Vec<KfdRange> {
-    let mut out = Vec::new();
-    for process in st.processes.values() {
-        let Some(kfd) = process.kfd.as_ref() else {
-            continue;
-        };
-        for (this, pdd) in kfd.pdds.iter().enumerate() {
-            if pdd.drm_file != Some(key) {
-                continue;
-            }
-            for other in &kfd.pdds {
-                for mem in other.idr.values() {
-                    if mem.mapped.contains(&this) && mem.size != 0 {
-                        out.push(KfdRange {
-                            va: mem.va,
-                            size: mem.size,
-                            bo: mem.bo,
-                            flags: mem.flags,
-                        });
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
-/// The process whose memory userptr BO `bo` wraps: the creator of a GEM
-/// userptr, or the KFD process holding a KFD userptr allocation.
-pub(crate) fn userptr_owner(st: &State, device: &DrmDevice, bo: &crate::bo::Bo) -> Option<Pid> {
-    if bo.domain != Domain::UserPtr {
-        return None;
-    }
-    if let Some(owner) = device.gem_info(bo).userptr_owner {
-        return Some(owner);
-    }
-    st.processes
-        .iter()
-        .find(|(_, p)| {
-            p.kfd.as_ref().is_some_and(|k| {
-                k.pdds
-                    .iter()
-                    .any(|pdd| pdd.idr.values().any(|m| m.bo == bo.id))
-            })
-        })
-        .map(|(pid, _)| *pid)
-}
-
-/// The memory a BO shows to the engine, if it has any right now.
-fn bo_memory(bo: &crate::bo::Bo) -> Option<Arc<dyn crate::sdma::DeviceMemory>> {
-    match &bo.backing {
-        Backing::Memory(m) | Backing::Aperture(m) => {
-            Some(m.clone() as Arc<dyn crate::sdma::DeviceMemory>)
-        }
-        Backing::UserPtr {
-            addr,
-            valid: true,
-            space: crate::sim::Space::Local,
-        } => {
-            let addr = usize::try_from(*addr).ok()?;
-            let len = usize::try_from(bo.size).ok()?;
-            // SAFETY: a userptr BO's host range is the application's memory,
-            // which the kfd::Driver::ioctl contract keeps valid until the
-            // device is done with it (the submission that uses this view).
-            Some(Arc::new(unsafe { UserMemory::new(addr, len) }))
-        }
-        Backing::UserPtr {
-            addr,
-            valid: true,
-            space: crate::sim::Space::Remote(pid),
-        } => {
-            let len = usize::try_from(bo.size).ok()?;
-            Some(Arc::new(UserMemory::remote(*pid, *addr, len)))
-        }
-        Backing::UserPtr { valid: false, .. } => None,
-    }
-}
-
-/// Snapshot of render file `key`'s VM for an SDMA job.
-fn vm_view(st: &State, device: &DrmDevice, file: &DrmFile, key: FileKey) -> VmView {
-    let mut ranges = Vec::new();
-    for m in file.vm.iter() {
-        let readable = m.flags & kfd_sys::AMDGPU_VM_PAGE_READABLE != 0;
-        let mut writable = m.flags & kfd_sys::AMDGPU_VM_PAGE_WRITEABLE != 0;
-        let backing = match m.target {
-            VmTarget::Prt => RangeBacking::Prt,
-            VmTarget::Bo(id) => {
-                let Some(bo) = st.bos.get(id) else { continue };
-                let Some(memory) = bo_memory(bo) else {
-                    continue;
-                };
-                if bo.domain == Domain::UserPtr {
-                    let ro = device
-                        .gem_info(bo)
-                        .userptr_flags
-                        .is_some_and(|f| f & kfd_sys::AMDGPU_GEM_USERPTR_READONLY != 0);
-                    writable &= !ro;
-                }
-                RangeBacking::Memory {
-                    memory,
-                    offset: m.offset,
-                }
-            }
-        };
-        ranges.push(VmRange {
-            va: m.start,
-            len: m.size,
-            readable,
-            writable,
-            backing,
-        });
-    }
-    for r in kfd_ranges(st, key) {
-        let Some(bo) = st.bos.get(r.bo) else { continue };
-        let Some(memory) = bo_memory(bo) else {
-            continue;
-        };
-        ranges.push(VmRange {
-            va: r.va,
-            len: r.size.min(bo.size),
-            readable: true,
-            writable: r.flags & kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE != 0,
-            backing: RangeBacking::Memory { memory, offset: 0 },
-        });
-    }
-    VmView::new(ranges)
-}
-
 /// The state one DRM ioctl works on.
 pub(crate) struct Call<'a> {
     /// Immutable simulator parts (GPUs).
@@ -685,6 +480,12 @@ fn entry(nr: u8) -> Option<Entry> {
             w,
             size_of::<k::drm_amdgpu_info>(),
             info::info,
+        ),
+        n if n == amdgpu(k::DRM_AMDGPU_GEM_METADATA) => run(
+            "AMDGPU_GEM_METADATA",
+            rw,
+            size_of::<k::drm_amdgpu_gem_metadata>(),
+            metadata::gem_metadata,
         ),
         n if n == amdgpu(k::DRM_AMDGPU_GEM_VA) => run(
             "AMDGPU_GEM_VA",
@@ -873,10 +674,22 @@ impl Sim {
     }
 
     /// Limits every SDMA ring of every GPU to `bytes_per_second` (`None`:
-    /// unlimited, the default). For benchmarks of copy pipelines.
+    /// unlimited, the default): a GPU copying on two rings moves twice the
+    /// rate. For benchmarks of copy pipelines.
     pub fn set_sdma_bandwidth(&self, bytes_per_second: Option<u64>) {
         for gpu in &self.shared.gpus {
             gpu.drm.sdma.set_bandwidth(bytes_per_second);
+        }
+    }
+
+    /// Limits the SDMA rings of each GPU together to `bytes_per_second`
+    /// (`None`: unlimited, the default), whatever number of rings its copies
+    /// use; the per-ring limit ([`Sim::set_sdma_bandwidth`]) applies as
+    /// well. For benchmarks that compare copy strategies using different
+    /// numbers of rings at one GPU rate.
+    pub fn set_sdma_gpu_bandwidth(&self, bytes_per_second: Option<u64>) {
+        for gpu in &self.shared.gpus {
+            gpu.drm.sdma.set_gpu_bandwidth(bytes_per_second);
         }
     }
 }

@@ -426,7 +426,7 @@ pub(super) fn cs(call: &mut Call<'_>, buf: &mut [u8]) -> Result<Step, Errno> {
     let user_fence = match chunks.user_fence {
         Some((id, offset)) => {
             let bo = call.st.bos.get(id).ok_or(Errno(libc::EINVAL))?;
-            super::bo_memory(bo).map(|m| (m, offset))
+            super::bo_memory(bo, super::UserptrAccess::Direct).map(|m| (m, offset))
         }
         None => None,
     };
@@ -438,7 +438,13 @@ pub(super) fn cs(call: &mut Call<'_>, buf: &mut [u8]) -> Result<Step, Errno> {
             Some(crate::sim::OpenFile::Render(r)) => &r.drm,
             _ => return Err(Errno(libc::EBADF)),
         };
-        vm_view(st, &call.shared.gpus[call.gpu].drm, file, key)
+        vm_view(
+            st,
+            &call.shared.gpus[call.gpu].drm,
+            file,
+            key,
+            super::UserptrAccess::Direct,
+        )
     };
     let reset_counter = Arc::clone(&call.device().reset_counter);
     let file = call.file()?;

@@ -243,6 +243,15 @@ impl Driver for RemoteDriver {
         request: u64,
         arg: *mut c_void,
     ) -> io::Result<c_int> {
+        if request == u64::from(kfd_sys::AMDKFD_IOC_WAIT_EVENTS) {
+            // SAFETY: the Driver::ioctl contract: `arg` is the argument.
+            let sliced = unsafe {
+                crate::amdkfd::event_wait::in_slices(arg, |a| self.ioctl(fd, request, a))
+            };
+            if let Some(r) = sliced {
+                return r;
+            }
+        }
         let size = ioc_size(request);
         let mut w = Writer::new();
         w.u8(op::IOCTL);

@@ -7,13 +7,15 @@
 //! before a job exists) and never touches memory a job's VM does not map.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::copy::{CopyUnit, EnginePort, EngineShared, FaultTrack};
 use super::memory::{Access, Landing};
+use super::pace::EngineClock;
 use super::{decode_packet, Malformed, Packet, SdmaRules, VmView, IB_ADDRESS_ALIGNMENT};
 
 /// Why a job failed; what `WAIT_CS` returns for its fence.
@@ -60,7 +62,7 @@ impl JobError {
     }
 }
 
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -234,96 +236,13 @@ pub struct SdmaStats {
     pub faults: VmFaultLog,
 }
 
-/// State shared by a GPU's rings.
-#[derive(Debug, Default)]
-struct EngineShared {
-    /// Bytes per second per ring; 0 = unlimited.
-    bandwidth: AtomicU64,
-    stats: Mutex<SdmaStats>,
-}
-
-impl EngineShared {
-    fn record_fault(&self, fault: VmFault) {
-        let mut stats = lock(&self.stats);
-        stats.faults.count += 1;
-        stats.faults.first.get_or_insert(fault);
-        stats.faults.last = Some(fault);
-    }
-}
-
-/// A bandwidth limiter for one ring: a running deadline advanced by the
-/// time each chunk takes at the configured rate.
-struct Pacer {
-    next: Option<Instant>,
-}
-
-/// Smallest piece a throttled copy moves between rate checks.
-const THROTTLE_CHUNK: u64 = 64 << 10;
-/// Largest piece an unthrottled copy moves at once (the bounce buffer size).
-pub(super) const BOUNCE_BYTES: u64 = 1 << 20;
-
-impl Pacer {
-    /// Longest single sleep, so a bandwidth change takes effect promptly.
-    const SLICE: Duration = Duration::from_millis(10);
-
-    /// Account `bytes` moved and sleep until the configured rate allows the
-    /// next piece. Setting the bandwidth to unlimited ends a pending wait.
-    fn account(&mut self, bytes: u64, bandwidth: &AtomicU64) {
-        let rate = bandwidth.load(Ordering::Relaxed);
-        if rate == 0 || bytes == 0 {
-            self.next = None;
-            return;
-        }
-        let now = Instant::now();
-        // Keep the long-run rate: oversleeping is made up by the next piece,
-        // but a backlog older than one slice (a pause, a slow host) is dropped.
-        let start = match self.next {
-            Some(n) if n + Self::SLICE >= now => n,
-            _ => now,
-        };
-        let nanos = u128::from(bytes) * 1_000_000_000 / u128::from(rate);
-        let wait = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
-        let Some(next) = start.checked_add(wait) else {
-            self.next = None;
-            return;
-        };
-        self.next = Some(next);
-        while let Some(left) = next.checked_duration_since(Instant::now()) {
-            if left.is_zero() || bandwidth.load(Ordering::Relaxed) != rate {
-                break;
-            }
-            std::thread::sleep(left.min(Self::SLICE));
-        }
-    }
-}
-
 /// Executes jobs for one ring (runs on the ring's worker thread).
-struct Executor<'a> {
+struct Executor {
     rules: SdmaRules,
-    shared: &'a EngineShared,
-    pacer: Pacer,
-    bounce: Vec<u8>,
+    unit: CopyUnit,
 }
 
-/// Per-copy bookkeeping: the first fault, and whether the previous piece
-/// faulted (so a contiguous unmapped run counts once).
-#[derive(Default)]
-struct FaultTrack {
-    first: Option<VmFault>,
-    in_run: [bool; 2],
-}
-
-impl FaultTrack {
-    fn hit(&mut self, shared: &EngineShared, side: usize, fault: VmFault) {
-        if !self.in_run[side] {
-            shared.record_fault(fault);
-        }
-        self.in_run[side] = true;
-        self.first.get_or_insert(fault);
-    }
-}
-
-impl Executor<'_> {
+impl Executor {
     fn run(&mut self, job: &Job) -> Result<(), JobError> {
         let mut faults = FaultTrack::default();
         let mut short = job.short_dma;
@@ -338,13 +257,13 @@ impl Executor<'_> {
                 if let Packet::LinearCopy { src, dst, bytes } = packet {
                     if let Some(inject) = short.take() {
                         let moved = bytes / 2;
-                        self.copy(&job.vm, src, dst, moved, &mut faults);
+                        self.unit.copy(&job.vm, src, dst, moved, &mut faults);
                         return Err(JobError::ShortDma {
                             moved,
                             errno: inject.errno,
                         });
                     }
-                    self.copy(&job.vm, src, dst, bytes, &mut faults);
+                    self.unit.copy(&job.vm, src, dst, bytes, &mut faults);
                 }
                 at += used;
             }
@@ -373,7 +292,9 @@ impl Executor<'_> {
                 Landing::Fault => false,
             };
             if !fetched {
-                self.shared.record_fault(VmFault { va, write: false });
+                self.unit
+                    .shared()
+                    .record_fault(VmFault { va, write: false });
                 return Err(JobError::VmFault { va, access: "read" });
             }
             done += piece;
@@ -382,126 +303,6 @@ impl Executor<'_> {
             .chunks_exact(4)
             .map(|d| u32::from_le_bytes([d[0], d[1], d[2], d[3]]))
             .collect())
-    }
-
-    /// Move `bytes` bytes from GPU VA `src` to GPU VA `dst` piece by piece
-    /// through a bounded bounce buffer; pieces whose source or destination is
-    /// not mapped are dropped and recorded as faults.
-    fn copy(&mut self, vm: &VmView, src: u64, dst: u64, bytes: u64, faults: &mut FaultTrack) {
-        let mut done = 0u64;
-        let mut copied = 0u64;
-        faults.in_run = [false; 2];
-        while done < bytes {
-            let left = bytes - done;
-            let bandwidth = self.shared.bandwidth.load(Ordering::Relaxed);
-            let chunk = if bandwidth == 0 {
-                BOUNCE_BYTES
-            } else {
-                THROTTLE_CHUNK
-            };
-            let limit = left.min(chunk);
-            let s_va = src.wrapping_add(done);
-            let d_va = dst.wrapping_add(done);
-            let (from, s_len) = vm.resolve(s_va, limit, Access::Read);
-            let (to, d_len) = vm.resolve(d_va, limit, Access::Write);
-            let n = s_len.min(d_len);
-            let len = n as usize;
-            let (read_ok, write_ok) = self.move_piece(from, to, len);
-            if read_ok {
-                faults.in_run[0] = false;
-            } else {
-                faults.hit(
-                    self.shared,
-                    0,
-                    VmFault {
-                        va: s_va,
-                        write: false,
-                    },
-                );
-            }
-            if write_ok {
-                faults.in_run[1] = false;
-                if read_ok && matches!(to, Landing::Memory(..)) {
-                    copied += n;
-                }
-            } else {
-                faults.hit(
-                    self.shared,
-                    1,
-                    VmFault {
-                        va: d_va,
-                        write: true,
-                    },
-                );
-            }
-            done += n;
-            self.pacer.account(n, &self.shared.bandwidth);
-        }
-        if copied > 0 {
-            lock(&self.shared.stats).bytes_copied += copied;
-        }
-    }
-
-    /// Move one piece of `len` bytes between two landings; returns whether
-    /// the read and the write succeeded (a failed read drops the write, which
-    /// is then not a write fault). Host memory on either side is copied to
-    /// or from directly: one copy, no bounce buffer.
-    fn move_piece(&mut self, from: Landing<'_>, to: Landing<'_>, len: usize) -> (bool, bool) {
-        match (from, to) {
-            (Landing::Fault, Landing::Fault) => (false, false),
-            (Landing::Fault, _) => (false, true),
-            (_, Landing::Fault) => (true, false),
-            (_, Landing::Prt) => (true, true),
-            (Landing::Prt, Landing::Memory(dst, d_off)) => {
-                let ok = match dst.host_address() {
-                    Some(base) => {
-                        // SAFETY: `resolve` keeps `d_off..d_off+len` inside the
-                        // destination's size, and a host-address memory is
-                        // valid for writes over its whole size.
-                        unsafe {
-                            std::ptr::write_bytes((base + d_off as usize) as *mut u8, 0, len)
-                        };
-                        true
-                    }
-                    None => {
-                        let buf = self.bounce(len);
-                        buf.fill(0);
-                        dst.write_at(d_off, buf).is_ok()
-                    }
-                };
-                (true, ok)
-            }
-            (Landing::Memory(src, s_off), Landing::Memory(dst, d_off)) => {
-                if let Some(base) = dst.host_address() {
-                    // SAFETY: `resolve` keeps `d_off..d_off+len` inside the
-                    // destination, whose host memory is valid for writes
-                    // over its whole size (`UserMemory::new`'s contract).
-                    let ok =
-                        unsafe { src.read_to_host(s_off, (base + d_off as usize) as *mut u8, len) };
-                    (ok.is_ok(), true)
-                } else if let Some(base) = src.host_address() {
-                    // SAFETY: as above, for reads of the source.
-                    let ok = unsafe {
-                        dst.write_from_host(d_off, (base + s_off as usize) as *const u8, len)
-                    };
-                    (true, ok.is_ok())
-                } else {
-                    let buf = self.bounce(len);
-                    if src.read_at(s_off, buf).is_err() {
-                        return (false, true);
-                    }
-                    (true, dst.write_at(d_off, buf).is_ok())
-                }
-            }
-        }
-    }
-
-    /// The bounce buffer, at least `len` bytes long.
-    fn bounce(&mut self, len: usize) -> &mut [u8] {
-        if self.bounce.len() < len {
-            self.bounce.resize(len, 0);
-        }
-        &mut self.bounce[..len]
     }
 }
 
@@ -518,6 +319,9 @@ pub(crate) struct SdmaEngine {
     name: String,
     rules: SdmaRules,
     rings: Vec<Mutex<Option<RingWorker>>>,
+    /// One schedule per engine (ring), shared with the user-mode queues
+    /// KFD places on that engine.
+    clocks: Vec<Arc<EngineClock>>,
     shared: Arc<EngineShared>,
 }
 
@@ -528,6 +332,7 @@ impl SdmaEngine {
             name: name.into(),
             rules,
             rings: (0..rings).map(|_| Mutex::new(None)).collect(),
+            clocks: (0..rings.max(1)).map(|_| Arc::default()).collect(),
             shared: Arc::new(EngineShared::default()),
         }
     }
@@ -537,10 +342,28 @@ impl SdmaEngine {
         self.rings.len() as u32
     }
 
+    /// Engine `engine` (modulo the engine count) as a copier sees it.
+    pub(crate) fn port(&self, engine: u32) -> EnginePort {
+        let clocks = self.clocks.len().max(1);
+        EnginePort {
+            shared: Arc::clone(&self.shared),
+            clock: Arc::clone(&self.clocks[engine as usize % clocks]),
+        }
+    }
+
     /// Per-ring bandwidth in bytes/s (`None` = unlimited, the default).
     pub(crate) fn set_bandwidth(&self, bytes_per_second: Option<u64>) {
         self.shared
             .bandwidth
+            .store(bytes_per_second.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// Bandwidth in bytes/s of all rings together (`None` = unlimited, the
+    /// default); a per-ring limit applies as well.
+    pub(crate) fn set_gpu_bandwidth(&self, bytes_per_second: Option<u64>) {
+        self.shared.gpu_clock.reset();
+        self.shared
+            .gpu_bandwidth
             .store(bytes_per_second.unwrap_or(0), Ordering::Relaxed);
     }
 
@@ -576,8 +399,25 @@ impl SdmaEngine {
         }
     }
 
+    /// This process is the child of a `fork(2)`: the ring workers were the
+    /// parent's threads and do not exist here. Their handles are forgotten
+    /// (joining a thread that is not there would never return, and the
+    /// channel has no reader), so the next submission starts a worker of
+    /// this process. A ring whose slot a parent thread held at the fork
+    /// stays locked; nothing can release it in the child.
+    pub(crate) fn forget_workers_after_fork(&self) {
+        for slot in &self.rings {
+            if let Ok(mut slot) = slot.try_lock() {
+                if let Some(worker) = slot.take() {
+                    std::mem::forget(worker);
+                }
+            }
+        }
+    }
+
     fn spawn(&self, ring: u32) -> std::io::Result<RingWorker> {
         let (tx, rx) = mpsc::channel::<Job>();
+        let port = self.port(ring);
         let shared = Arc::clone(&self.shared);
         let rules = self.rules;
         let thread = std::thread::Builder::new()
@@ -585,9 +425,7 @@ impl SdmaEngine {
             .spawn(move || {
                 let mut exec = Executor {
                     rules,
-                    shared: &shared,
-                    pacer: Pacer { next: None },
-                    bounce: Vec::new(),
+                    unit: CopyUnit::new(port),
                 };
                 while let Ok(mut job) = rx.recv() {
                     for dependency in &job.dependencies {
@@ -619,6 +457,7 @@ impl Drop for SdmaEngine {
     fn drop(&mut self) {
         // Finish queued jobs quickly, then let the workers see the channel close.
         self.set_bandwidth(None);
+        self.set_gpu_bandwidth(None);
         for slot in &self.rings {
             if let Some(worker) = lock(slot).take() {
                 drop(worker.tx);

@@ -214,13 +214,30 @@ impl UserMemory {
         }
     }
 
+    /// Wrap `len` bytes at `addr` of this host process, reached like a
+    /// remote client's memory (`process_vm_readv`/`process_vm_writev` on
+    /// our own pid): an access to pages the application has unmapped since
+    /// is a device fault, never a crash of the simulator. For engines that
+    /// run on their own schedule (user-mode queues), where no ioctl
+    /// contract covers the memory's lifetime.
+    pub(crate) fn checked(addr: u64, len: usize) -> Self {
+        let me = libc::pid_t::try_from(std::process::id()).unwrap_or(0);
+        UserMemory::remote(me, addr, len)
+    }
+
+    /// Whether `pid` is this process (whose memory never goes away under a
+    /// served client's end).
+    fn is_self(pid: libc::pid_t) -> bool {
+        u32::try_from(pid).is_ok_and(|p| p == std::process::id())
+    }
+
     fn remote_read(
         &self,
         pid: libc::pid_t,
         start: usize,
         buf: &mut [u8],
     ) -> Result<(), MemoryError> {
-        if !crate::remote::client_alive(pid) {
+        if !Self::is_self(pid) && !crate::remote::client_alive(pid) {
             buf.fill(0);
             return Ok(());
         }
@@ -238,7 +255,7 @@ impl UserMemory {
     }
 
     fn remote_write(&self, pid: libc::pid_t, start: usize, data: &[u8]) -> Result<(), MemoryError> {
-        if !crate::remote::client_alive(pid) {
+        if !Self::is_self(pid) && !crate::remote::client_alive(pid) {
             return Ok(());
         }
         match crate::sim::remote_write(pid, (self.addr + start) as u64, data) {
@@ -398,6 +415,60 @@ impl VmView {
         ranges.retain(|r| r.len != 0);
         ranges.sort_by_key(|r| r.va);
         VmView { ranges }
+    }
+
+    /// Reads `buf.len()` bytes at GPU VA `va` (a PRT range reads zeros);
+    /// `Err` names the first VA that is not readable.
+    pub(crate) fn read(&self, va: u64, buf: &mut [u8]) -> Result<(), super::VmFault> {
+        let mut done = 0usize;
+        while done < buf.len() {
+            let at = va.wrapping_add(done as u64);
+            let left = (buf.len() - done) as u64;
+            let (landing, n) = self.resolve(at, left, Access::Read);
+            let piece = &mut buf[done..done + n as usize];
+            let ok = match landing {
+                Landing::Memory(memory, offset) => memory.read_at(offset, piece).is_ok(),
+                Landing::Prt => {
+                    piece.fill(0);
+                    true
+                }
+                Landing::Fault => false,
+            };
+            if !ok {
+                return Err(super::VmFault {
+                    va: at,
+                    write: false,
+                });
+            }
+            done += n as usize;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at GPU VA `va` (a PRT range swallows it); `Err` names
+    /// the first VA that is not writable (the pieces before it were
+    /// written, as a device's writes land until the fault).
+    pub(crate) fn write(&self, va: u64, data: &[u8]) -> Result<(), super::VmFault> {
+        let mut done = 0usize;
+        while done < data.len() {
+            let at = va.wrapping_add(done as u64);
+            let left = (data.len() - done) as u64;
+            let (landing, n) = self.resolve(at, left, Access::Write);
+            let piece = &data[done..done + n as usize];
+            let ok = match landing {
+                Landing::Memory(memory, offset) => memory.write_at(offset, piece).is_ok(),
+                Landing::Prt => true,
+                Landing::Fault => false,
+            };
+            if !ok {
+                return Err(super::VmFault {
+                    va: at,
+                    write: true,
+                });
+            }
+            done += n as usize;
+        }
+        Ok(())
     }
 
     /// Resolve the longest prefix (≤ `len`, ≥ 1 byte) of an access at `va`

@@ -41,15 +41,21 @@
 //! `memory` (the memory a job reads and writes through its VM snapshot)
 //! and `engine` (rings, jobs, fences and the executor).
 
+mod copy;
 mod engine;
 mod generation;
 mod memory;
+mod pace;
 mod packet;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use copy::{CopyUnit, EnginePort, FaultTrack};
 pub(crate) use engine::{Deadline, Fence, Ib, Job, JobError, SdmaEngine, ShortDma};
 pub use engine::{SdmaStats, VmFault, VmFaultLog};
 pub(crate) use generation::{GpuGeneration, SdmaRules};
 pub(crate) use memory::{DeviceMemory, RangeBacking, UserMemory, VmRange, VmView};
-pub(crate) use packet::{decode_packet, Malformed, Packet, IB_ADDRESS_ALIGNMENT};
+pub(crate) use packet::{
+    copy_bytes, decode_packet, Malformed, Packet, COPY_ENDIAN_SWAP_BITS,
+    COPY_UNSUPPORTED_HEADER_BITS, IB_ADDRESS_ALIGNMENT,
+};

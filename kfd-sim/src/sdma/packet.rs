@@ -17,10 +17,10 @@ use super::SdmaRules;
 /// GFX9+ COPY header bits the simulator refuses rather than ignores:
 /// encrypt (16), TMZ (18) and broadcast (27, a different packet layout).
 /// The opcodes, field masks and packet size come from [`kfd_sys::sdma`].
-const COPY_UNSUPPORTED_HEADER_BITS: u32 = (1 << 16) | (1 << 18) | (1 << 27);
+pub(crate) const COPY_UNSUPPORTED_HEADER_BITS: u32 = (1 << 16) | (1 << 18) | (1 << 27);
 /// Linear copy dword 2: the destination (17:16) and source (25:24) endian
 /// swap fields, which the simulator does not implement.
-const COPY_ENDIAN_SWAP_BITS: u32 = (0x3 << 16) | (0x3 << 24);
+pub(crate) const COPY_ENDIAN_SWAP_BITS: u32 = (0x3 << 16) | (0x3 << 24);
 /// The SDMA INDIRECT packet drops the low 5 bits of the IB address.
 pub(crate) const IB_ADDRESS_ALIGNMENT: u64 = SDMA_IB_ALIGNMENT;
 
@@ -98,6 +98,26 @@ pub(crate) enum Packet {
     },
 }
 
+/// The bytes a linear copy's COUNT dword asks for under `rules` (the
+/// packet's header at dword `dword`): COUNT + 1 from AI on, COUNT before,
+/// at most the family's `copy_max_bytes`.
+pub(crate) fn copy_bytes(count: u32, rules: SdmaRules, dword: usize) -> Result<u64, Malformed> {
+    let count = u64::from(count);
+    let bytes = if rules.count_is_bytes_minus_one {
+        count + 1
+    } else {
+        count
+    };
+    if bytes > rules.max_copy_bytes {
+        return Err(Malformed::CountTooLarge {
+            dword,
+            bytes,
+            max: rules.max_copy_bytes,
+        });
+    }
+    Ok(bytes)
+}
+
 /// Decode the packet starting at dword `at` of `ib`; returns the packet and
 /// the number of dwords it occupies.
 pub(crate) fn decode_packet(
@@ -137,19 +157,7 @@ pub(crate) fn decode_packet(
                     needed: SDMA_PKT_COPY_LINEAR_DWORDS,
                 });
             }
-            let count = u64::from(ib[at + 1]);
-            let bytes = if rules.count_is_bytes_minus_one {
-                count + 1
-            } else {
-                count
-            };
-            if bytes > rules.max_copy_bytes {
-                return Err(Malformed::CountTooLarge {
-                    dword: at,
-                    bytes,
-                    max: rules.max_copy_bytes,
-                });
-            }
+            let bytes = copy_bytes(ib[at + 1], rules, at)?;
             let parameters = ib[at + 2];
             if parameters & COPY_ENDIAN_SWAP_BITS != 0 {
                 return Err(Malformed::EndianSwap {

@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use kfd_sys::sdma::SDMA_OP_COPY;
 
-use super::engine::{lock, BOUNCE_BYTES};
+use super::copy::BOUNCE_BYTES;
+use super::engine::lock;
 use super::memory::MemoryError;
 use super::*;
 

@@ -81,6 +81,14 @@ pub struct ProcessConfig {
     /// device. `None`: the host's, `renderD<minor>` of every GPU at the
     /// minor the KFD topology reports.
     pub dev_dri: Option<Vec<DevDriNode>>,
+    /// Whether the process's user addresses are this host process's own
+    /// CPU mappings (an interposer running AMD's user space in this
+    /// process): the kernel's checks of CPU mappings then apply to it, as
+    /// to a remote host process. An SVM range must lie in mapped, non-device
+    /// memory (`EFAULT`), and unmapping CPU memory ([`crate::Sim::cpu_unmapped`])
+    /// ends the SVM ranges it covered. Default false: a simulated process
+    /// has no CPU mappings of its own, and those checks are not made.
+    pub host_address_space: bool,
 }
 
 /// A render node in a container's `/dev/dri` (see [`ProcessConfig::dev_dri`]).
@@ -102,6 +110,7 @@ impl Default for ProcessConfig {
             checkpoint_restore_capable: true,
             visible_gpus: None,
             dev_dri: None,
+            host_address_space: false,
         }
     }
 }

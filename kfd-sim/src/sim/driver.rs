@@ -163,13 +163,24 @@ impl SimDriver {
         };
         match owner {
             Some(owner) => {
-                let mut ctx = Ctx {
-                    sim: &self.sim.shared,
-                    st: &mut st,
-                    caller: self.pid,
-                };
-                // SAFETY: forwarded Driver::ioctl contract.
-                unsafe { crate::amdkfd::ioctl(&mut ctx, owner, request, arg) }
+                let shared = &*self.sim.shared;
+                let mut wait = None;
+                loop {
+                    let mut ctx = Ctx {
+                        sim: shared,
+                        st: &mut st,
+                        caller: self.pid,
+                        wait,
+                    };
+                    // SAFETY: forwarded Driver::ioctl contract.
+                    let r = unsafe { crate::amdkfd::ioctl(&mut ctx, owner, request, arg) };
+                    wait = ctx.wait;
+                    // A WAIT_EVENTS that must block sleeps without the lock.
+                    match (&r, &wait) {
+                        (Ok(_), Some(w)) => st = crate::amdkfd::event_wait::sleep(shared, st, w),
+                        _ => return r,
+                    }
+                }
             }
             // SAFETY: forwarded Driver::ioctl contract. The DRM half takes
             // the lock: fence waits happen without it.
@@ -190,10 +201,9 @@ impl SimDriver {
             }
             Some(OpenFile::Render(r)) => {
                 let gpu = r.gpu;
-                // A BO imported from another GPU has its offset on this one
-                // from the DRM half.
-                let drm = &self.sim.shared.gpus[gpu].drm;
-                let (id, base) = match drm.import_at(&st.bos, offset, len as u64) {
+                // A BO imported from another GPU has an offset of its own
+                // on this one.
+                let (id, base) = match st.bos.import_at(gpu, offset, len as u64) {
                     Some(found) => found,
                     None => {
                         let id = st
@@ -341,6 +351,24 @@ impl Driver for SimDriver {
         HostDriver.fd_kind(fd)
     }
 
+    /// The VFS's lines for the file, and for a render file amdgpu's
+    /// (as `amdgpu_show_fdinfo` prints them).
+    fn fdinfo(&self, fd: BorrowedFd<'_>) -> io::Result<String> {
+        let generic = HostDriver.fdinfo(fd)?;
+        let key = FileKey::of_raw(fd.as_raw_fd())?;
+        let st = self.sim.lock();
+        let Some(OpenFile::Render(file)) = st.files.get(&key) else {
+            return Ok(generic);
+        };
+        let pdev = self.sim.pci_address(file.gpu);
+        let ino = std::os::unix::fs::MetadataExt::ino(
+            &std::fs::File::from(fd.try_clone_to_owned()?).metadata()?,
+        );
+        Ok(crate::drm::fdinfo::render_fdinfo(
+            &st, key, file, &generic, &pdev, ino,
+        ))
+    }
+
     fn device_number(&self, path: &Path) -> io::Result<DeviceNumber> {
         let s = path
             .to_str()
@@ -369,6 +397,11 @@ impl Driver for SimDriver {
                 .into_iter()
                 .map(|(n, _, _)| n.into())
                 .collect());
+        }
+        if path == Path::new("/proc") {
+            // A directory per live process, named by its pid (the machine
+            // models no pid namespaces: every process sees them all).
+            return Ok(self.sim_pids().into_iter().map(Into::into).collect());
         }
         Err(io::Error::from_raw_os_error(libc::ENOENT))
     }

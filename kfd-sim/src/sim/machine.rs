@@ -5,7 +5,6 @@
 //! This module never interprets ioctl arguments; the KFD and DRM halves do.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ffi::c_int;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -19,8 +18,8 @@ use crate::fault::{FaultSpec, FaultTable};
 use crate::Errno;
 
 use super::{
-    CpuMapping, GpuInfo, HostMemorySnapshot, HostRegion, KfdState, Pid, Process, ProcessConfig,
-    SimConfig, SimDriver, SimError,
+    CpuMapping, GpuInfo, HostRegion, KfdState, Pid, Process, ProcessConfig, SimConfig, SimDriver,
+    SimError,
 };
 
 /// Static facts about one simulated GPU, derived from its topology node.
@@ -119,8 +118,9 @@ pub(crate) struct State {
     pub(crate) faults: FaultTable,
     pub(crate) cpu_maps: BTreeMap<usize, CpuMapping>,
     pub(crate) host_regions: BTreeMap<usize, HostRegion>,
-    /// Open pidfds (memfds standing in for them) and the process each names.
-    pub(crate) pidfds: HashMap<FileKey, Pid>,
+    /// Open pidfds (memfds standing in for them) and the process each names
+    /// (its pid and [`Process::instance`](super::process::Process)).
+    pub(crate) pidfds: HashMap<FileKey, (Pid, u64)>,
     /// Host pids of live remote client processes ([`crate::remote`]), with
     /// their connections: the fds open in them hold simulator files as this
     /// process's do.
@@ -129,6 +129,8 @@ pub(crate) struct State {
     /// address in the client.
     pub(crate) remote_maps: BTreeMap<(libc::pid_t, usize), CpuMapping>,
     next_pid: u32,
+    /// The next [`Process::instance`](super::process::Process).
+    next_instance: u64,
 }
 
 /// Immutable parts plus the state.
@@ -142,6 +144,11 @@ pub(crate) struct Shared {
     /// The KFD minor `GET_VERSION` reports now: `config.kfd_minor_version`
     /// until [`Sim::set_kfd_minor_version`] "updates the kernel".
     pub(crate) kfd_minor: std::sync::atomic::AtomicU32,
+    /// The user-mode queues' engines, interrupts and event waiters.
+    pub(crate) exec: crate::exec::QueueEngines,
+    /// System RAM the simulated kernel has (`si_meminfo`): the sum of the
+    /// CPU nodes' system-memory banks.
+    pub(crate) system_memory: u64,
 }
 
 /// The context of one call into the simulated kernel.
@@ -150,6 +157,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) st: &'a mut State,
     /// The calling process.
     pub(crate) caller: Pid,
+    /// A WAIT_EVENTS in progress across the lock's releases.
+    pub(crate) wait: Option<crate::amdkfd::event_wait::EventWait>,
 }
 
 /// One simulated machine. Cheap to clone (an `Arc`).
@@ -270,9 +279,12 @@ impl Sim {
             source,
         })?;
         let n = gpus.len();
+        let system_memory = crate::sysfs::system_memory_of(&system, config.system_memory_bytes);
         Ok(Sim {
-            shared: Arc::new(Shared {
+            shared: Arc::new_cyclic(|me| Shared {
+                exec: crate::exec::QueueEngines::new(me.clone()),
                 gpus,
+                system_memory,
                 kfd_minor: std::sync::atomic::AtomicU32::new(config.kfd_minor_version),
                 config,
                 system,
@@ -288,6 +300,7 @@ impl Sim {
                     host_regions: BTreeMap::new(),
                     pidfds: HashMap::new(),
                     next_pid: 1000,
+                    next_instance: 1,
                 }),
             }),
         })
@@ -447,17 +460,14 @@ impl Sim {
                 }
                 pid
             }
-            None => {
-                while st.processes.contains_key(&Pid(st.next_pid)) {
-                    st.next_pid += 1;
-                }
-                Pid(st.next_pid)
-            }
+            None => st.next_free_pid(),
         };
         st.next_pid = st.next_pid.max(pid.0 + 1);
+        let instance = st.take_instance();
         st.processes.insert(
             pid,
             Process {
+                instance,
                 capable: cfg.checkpoint_restore_capable,
                 ptrace_parent: None,
                 visible,
@@ -470,6 +480,7 @@ impl Sim {
                 frozen: None,
                 host,
                 ns_pid: None,
+                real_mm: host || cfg.host_address_space,
             },
         );
         Ok(pid)
@@ -532,6 +543,7 @@ impl Sim {
         if let Some(kfd) = proc_.kfd {
             kfd.teardown(&mut st, pid);
         }
+        crate::exec::sync_process(&self.shared, &mut st, pid);
         // The kernel's exit_ptrace(): every tracee is detached and a
         // stopped one runs on.
         for p in st.processes.values_mut() {
@@ -571,7 +583,7 @@ impl Sim {
     /// The GEM buffers of the render-node files process `pid` opened,
     /// as the files' handle tables hold them: for tests that check which
     /// files share a buffer (two handles of one buffer have one
-    /// [`RenderBuffer::buffer`]).
+    /// [`RenderBuffer::buffer`](crate::RenderBuffer::buffer)).
     pub fn render_buffers(&self, pid: Pid) -> Vec<super::RenderBuffer> {
         let st = self.lock();
         let mut out = Vec::new();
@@ -596,7 +608,7 @@ impl Sim {
     }
 
     /// `len` bytes at `offset` of buffer `buffer` (a
-    /// [`RenderBuffer::buffer`]) with VRAM or GTT memory.
+    /// [`RenderBuffer::buffer`](crate::RenderBuffer::buffer)) with VRAM or GTT memory.
     pub fn read_buffer(&self, buffer: u64, offset: u64, len: usize) -> Option<Vec<u8>> {
         let st = self.lock();
         let memory = st.bos.get(crate::bo::BoId(buffer))?.memory()?.clone();
@@ -609,109 +621,6 @@ impl Sim {
     /// Whether `pid` is a live process.
     pub fn process_alive(&self, pid: Pid) -> bool {
         self.lock().processes.contains_key(&pid)
-    }
-
-    /// Allocates `len` bytes (rounded up to pages) of zeroed host memory that
-    /// lives as long as the simulator: CPU memory of a simulated application,
-    /// e.g. the target of a USERPTR allocation. A process restored on this
-    /// simulator finds it at the same address without anyone carrying it,
-    /// standing in for CRIU's restore of CPU memory in place. Memory that
-    /// must follow a process to another simulator is allocated with
-    /// [`Sim::alloc_host_memory_for`].
-    pub fn alloc_host_memory(&self, len: usize) -> Result<u64, SimError> {
-        let len = len.max(1).div_ceil(4096) * 4096;
-        let region =
-            HostRegion::new(len, None).map_err(|e| SimError::HostMemory { len, errno: e })?;
-        let addr = region.addr();
-        self.lock().host_regions.insert(addr, region);
-        Ok(addr as u64)
-    }
-
-    /// Allocates `len` bytes (rounded up to pages) of zeroed host memory in
-    /// process `pid` (an anonymous `mmap` of that process): listed by
-    /// [`Sim::host_memory_of`] and unmapped when the process exits, so a
-    /// checkpoint must carry it ([`Sim::restore_host_memory`]) as CRIU's
-    /// pages dump carries a real process's memory.
-    pub fn alloc_host_memory_for(&self, pid: Pid, len: usize) -> Result<u64, SimError> {
-        let len = len.max(1).div_ceil(4096) * 4096;
-        let mut st = self.lock();
-        if !st.processes.contains_key(&pid) {
-            return Err(SimError::NoSuchProcess(pid));
-        }
-        let region =
-            HostRegion::new(len, Some(pid)).map_err(|e| SimError::HostMemory { len, errno: e })?;
-        let addr = region.addr();
-        st.host_regions.insert(addr, region);
-        Ok(addr as u64)
-    }
-
-    /// The host memory of process `pid` ([`Sim::alloc_host_memory_for`] and
-    /// [`Sim::restore_host_memory`] regions) with its current contents, in
-    /// address order: what CRIU's pages dump of the process captures. Empty
-    /// for a process without such memory or without a live process.
-    pub fn host_memory_of(&self, pid: Pid) -> Vec<HostMemorySnapshot> {
-        let st = self.lock();
-        st.host_regions
-            .values()
-            .filter(|r| r.owner == Some(pid))
-            .filter_map(|r| {
-                Some(HostMemorySnapshot {
-                    addr: r.addr() as u64,
-                    bytes: st.read_host(r.addr() as u64, r.len())?,
-                })
-            })
-            .collect()
-    }
-
-    /// Maps host memory for process `pid` at exactly `addr` (page aligned;
-    /// `bytes.len()` rounded up to pages, the rest zero) and fills it with
-    /// `bytes`, as CRIU's restorer maps a process's memory back in place
-    /// (`MAP_FIXED_NOREPLACE`: an error, never a replacement, when the range
-    /// is taken in the host process or by another region of this simulator).
-    /// The region belongs to `pid` as if allocated by
-    /// [`Sim::alloc_host_memory_for`].
-    pub fn restore_host_memory(&self, pid: Pid, addr: u64, bytes: &[u8]) -> Result<(), SimError> {
-        let len = bytes.len().div_ceil(4096) * 4096;
-        let at = |errno: c_int| SimError::HostMemoryAt {
-            addr,
-            len,
-            errno: Errno(errno),
-        };
-        let start = usize::try_from(addr).map_err(|_| at(libc::EINVAL))?;
-        if start == 0 || start % 4096 != 0 || len == 0 || start.checked_add(len).is_none() {
-            return Err(at(libc::EINVAL));
-        }
-        let mut st = self.lock();
-        if !st.processes.contains_key(&pid) {
-            return Err(SimError::NoSuchProcess(pid));
-        }
-        if st.host_regions.values().any(|r| r.overlaps(start, len)) {
-            return Err(at(libc::EEXIST));
-        }
-        let region = HostRegion::new_at(start, len, pid).map_err(|e| SimError::HostMemoryAt {
-            addr,
-            len,
-            errno: e,
-        })?;
-        st.host_regions.insert(start, region);
-        if !st.write_host(addr, bytes) {
-            // The region was just inserted over exactly this range.
-            st.host_regions.remove(&start);
-            return Err(at(libc::EFAULT));
-        }
-        Ok(())
-    }
-
-    /// Reads simulator-owned host memory; `None` when the range is not inside
-    /// one allocation of [`Sim::alloc_host_memory`].
-    pub fn read_host_memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
-        self.lock().read_host(addr, len)
-    }
-
-    /// Writes simulator-owned host memory; false when the range is not inside
-    /// one allocation of [`Sim::alloc_host_memory`].
-    pub fn write_host_memory(&self, addr: u64, data: &[u8]) -> bool {
-        self.lock().write_host(addr, data)
     }
 
     /// Arms a fault (see [`FaultSpec`]).
@@ -811,6 +720,24 @@ impl State {
         open
     }
 
+    /// The next pid no process uses (pids are handed out upward), taken.
+    pub(crate) fn next_free_pid(&mut self) -> Pid {
+        while self.processes.contains_key(&Pid(self.next_pid)) {
+            self.next_pid += 1;
+        }
+        let pid = Pid(self.next_pid);
+        self.next_pid += 1;
+        pid
+    }
+
+    /// A new [`Process::instance`](super::process::Process): no two
+    /// processes of this machine, alive or gone, share one.
+    pub(crate) fn take_instance(&mut self) -> u64 {
+        let instance = self.next_instance;
+        self.next_instance += 1;
+        instance
+    }
+
     /// The last reference to open file `key` went away.
     pub(crate) fn release_file(&mut self, key: FileKey) {
         let Some(file) = self.files.remove(&key) else {
@@ -888,34 +815,6 @@ impl State {
         for a in gone {
             self.host_regions.remove(&a);
         }
-    }
-
-    fn host_region(&self, addr: u64, len: usize) -> Option<&HostRegion> {
-        let a = usize::try_from(addr).ok()?;
-        let (_, r) = self.host_regions.range(..=a).next_back()?;
-        r.contains(addr, len).then_some(r)
-    }
-
-    /// Reads simulator-owned host memory (`None` outside every region).
-    pub(crate) fn read_host(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
-        self.host_region(addr, len)?;
-        let mut out = vec![0u8; len];
-        // SAFETY: `[addr, addr+len)` lies inside a live region mapped
-        // read-write by this simulator; `out` is a separate allocation.
-        unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, out.as_mut_ptr(), len) };
-        Some(out)
-    }
-
-    /// Writes simulator-owned host memory; false outside every region.
-    pub(crate) fn write_host(&self, addr: u64, data: &[u8]) -> bool {
-        if self.host_region(addr, data.len()).is_none() {
-            return false;
-        }
-        // SAFETY: as in read_host, the range is inside a live read-write region.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), addr as usize as *mut u8, data.len())
-        };
-        true
     }
 
     /// The render file `key`, if it is one.

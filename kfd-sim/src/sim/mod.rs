@@ -17,8 +17,11 @@
 //! (copying ioctl arguments from and to user memory) and `driver`
 //! ([`SimDriver`]).
 
+mod address_space;
 mod config;
 mod driver;
+mod fork;
+mod host_memory;
 mod machine;
 mod process;
 mod ptrace;
@@ -32,6 +35,7 @@ pub use driver::SimDriver;
 pub use machine::Sim;
 pub use process::HostMemorySnapshot;
 
+pub(crate) use address_space::check_caller_mapped;
 pub(crate) use machine::{Ctx, FileKey, Gpu, KfdFile, OpenFile, RenderFile, Shared, State};
 pub(crate) use process::{on_caller_thread, CpuMapping, HostRegion, Process};
 pub(crate) use uaccess::{

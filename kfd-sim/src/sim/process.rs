@@ -17,6 +17,9 @@ use super::Pid;
 /// A simulated process.
 #[derive(Debug)]
 pub(crate) struct Process {
+    /// Which process this is among all that ever held its pid (the
+    /// kernel's `struct pid`): a pidfd names it, not the pid number.
+    pub(crate) instance: u64,
     pub(crate) capable: bool,
     pub(crate) ptrace_parent: Option<Pid>,
     /// GPU indices the device cgroup allows, in topology order.
@@ -47,6 +50,10 @@ pub(crate) struct Process {
     /// simulator's pid (a host process in a container: `NSpid:`'s last
     /// field); what `PROCESS_INFO` reports and `/proc/PID/status` shows.
     pub(crate) ns_pid: Option<u32>,
+    /// Its user addresses are real CPU mappings of a host process (a host
+    /// process, or `ProcessConfig::host_address_space`): the kernel's
+    /// checks of CPU mappings apply (`super::address_space`).
+    pub(crate) real_mm: bool,
 }
 
 impl Process {
@@ -167,4 +174,34 @@ impl HostRegion {
 /// The errno of a failed host system call (`EIO` if it carries none).
 fn io_errno(err: &io::Error) -> Errno {
     Errno(err.raw_os_error().unwrap_or(libc::EIO))
+}
+
+impl super::State {
+    fn host_region(&self, addr: u64, len: usize) -> Option<&HostRegion> {
+        let a = usize::try_from(addr).ok()?;
+        let (_, r) = self.host_regions.range(..=a).next_back()?;
+        r.contains(addr, len).then_some(r)
+    }
+
+    /// Reads simulator-owned host memory (`None` outside every region).
+    pub(crate) fn read_host(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        self.host_region(addr, len)?;
+        let mut out = vec![0u8; len];
+        // SAFETY: `[addr, addr+len)` lies inside a live region mapped
+        // read-write by this simulator; `out` is a separate allocation.
+        unsafe { std::ptr::copy_nonoverlapping(addr as usize as *const u8, out.as_mut_ptr(), len) };
+        Some(out)
+    }
+
+    /// Writes simulator-owned host memory; false outside every region.
+    pub(crate) fn write_host(&self, addr: u64, data: &[u8]) -> bool {
+        if self.host_region(addr, data.len()).is_none() {
+            return false;
+        }
+        // SAFETY: as in read_host, the range is inside a live read-write region.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), addr as usize as *mut u8, data.len())
+        };
+        true
+    }
 }

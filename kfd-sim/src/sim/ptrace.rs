@@ -1,6 +1,7 @@
 //! Process control as the kernel does it, for one simulated caller:
 //! `PTRACE_SEIZE`/`INTERRUPT`/`DETACH`, `pidfd_open`, `pidfd_getfd`,
-//! `/proc/PID/status` and `/proc/PID/fd`, and the cgroup freezer.
+//! the pids `/proc` lists, `/proc/PID/status` and `/proc/PID/fd`, and the
+//! cgroup freezer.
 //!
 //! The rules (kernel/ptrace.c, kernel/pid.c):
 //! * SEIZE: `ESRCH` for no such process; `EPERM` for the caller itself, a
@@ -9,6 +10,9 @@
 //!   also needs the tracee in a ptrace stop. A process in a cgroup v1
 //!   freezer cannot stop (`ETIMEDOUT` after the wait).
 //! * A tracer's exit detaches its tracees (`Sim::exit_process`).
+//! * A pidfd names the process it was opened for, not its pid number: once
+//!   that process has exited, another holding the same pid is not reached
+//!   through it.
 //! * `pidfd_getfd`: `ESRCH` when the process has exited, `EPERM` without
 //!   ptrace access, `EBADF` when the fd is not open in the target. The fd
 //!   returned is a duplicate of the same open file, so the KFD file keeps
@@ -44,10 +48,10 @@ impl SimDriver {
     pub(super) fn sim_pidfd_open(&self, pid: u32) -> io::Result<OwnedFd> {
         let mut st = self.sim.lock();
         self.alive_io(&st)?;
-        Self::target(&st, pid)?;
+        let instance = Self::target(&st, pid)?.instance;
         let fd = memfd_create("kfd-sim-pidfd", true)?;
         let key = FileKey::of_raw(fd.as_raw_fd())?;
-        st.pidfds.insert(key, Pid(pid));
+        st.pidfds.insert(key, (Pid(pid), instance));
         Ok(fd)
     }
 
@@ -59,8 +63,13 @@ impl SimDriver {
         let key = FileKey::of_raw(pidfd.as_raw_fd())?;
         let st = self.sim.lock();
         self.alive_io(&st)?;
-        let pid = *st.pidfds.get(&key).ok_or_else(|| errno(libc::EBADF))?;
+        let (pid, instance) = *st.pidfds.get(&key).ok_or_else(|| errno(libc::EBADF))?;
         let target = Self::target(&st, pid.0)?;
+        // The process the pidfd was opened for exited; another holds its
+        // pid now.
+        if target.instance != instance {
+            return Err(errno(libc::ESRCH));
+        }
         if pid != self.pid && !target.ptrace_allowed && target.ptrace_parent != Some(self.pid) {
             return Err(errno(libc::EPERM));
         }
@@ -145,6 +154,12 @@ impl SimDriver {
             // host reports it.
             ns_pid: target.ns_pid,
         })
+    }
+
+    /// The pids of the live processes, as `/proc` lists them.
+    pub(super) fn sim_pids(&self) -> Vec<String> {
+        let st = self.sim.lock();
+        st.processes.keys().map(|pid| pid.0.to_string()).collect()
     }
 
     pub(super) fn sim_process_fds(&self, pid: u32) -> io::Result<Vec<RawFd>> {

@@ -51,6 +51,11 @@ impl Proc {
         Proc::in_pid(sim, pid)
     }
 
+    pub fn with_config(sim: &Sim, cfg: kfd_sim::ProcessConfig) -> Proc {
+        let pid = sim.spawn_process_with(cfg).unwrap();
+        Proc::in_pid(sim, pid)
+    }
+
     pub fn in_pid(sim: &Sim, pid: Pid) -> Proc {
         let drv = sim.driver(pid);
         let kfd = open(&drv, "/dev/kfd");
@@ -448,4 +453,50 @@ pub fn checkpoint_restore(
     let restored = restore(sim, new_pid, &d);
     resume(&tracer, new_pid).unwrap();
     (new_pid, desc, restored)
+}
+
+/// SVM ioctl arguments with room for four attributes.
+#[repr(C)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Svm4 {
+    pub head: kfd_ioctl_svm_args,
+    pub attrs: [kfd_ioctl_svm_attribute; 4],
+}
+
+/// An SVM ioctl with up to four attributes (the request code's size says
+/// how many); the attributes as copied back.
+pub fn svm_call(
+    p: &Proc,
+    op: u32,
+    start: u64,
+    size: u64,
+    attrs: &[(u32, u32)],
+) -> Result<Vec<(u32, u32)>, i32> {
+    let mut a = Svm4 {
+        head: kfd_ioctl_svm_args {
+            start_addr: start,
+            size,
+            op,
+            nattr: attrs.len() as u32,
+            attrs: [],
+        },
+        attrs: [kfd_ioctl_svm_attribute::default(); 4],
+    };
+    for (slot, &(t, v)) in a.attrs.iter_mut().zip(attrs) {
+        *slot = kfd_ioctl_svm_attribute {
+            r#type: t,
+            value: v,
+        };
+    }
+    let request = resized(AMDKFD_IOC_SVM, 24 + 8 * attrs.len());
+    p.ioctl(request, &mut a)?;
+    Ok(a.attrs[..attrs.len()]
+        .iter()
+        .map(|x| (x.r#type, x.value))
+        .collect())
+}
+
+/// SVM SET_ATTR.
+pub fn svm_set(p: &Proc, start: u64, size: u64, attrs: &[(u32, u32)]) -> Result<(), i32> {
+    svm_call(p, KFD_IOCTL_SVM_OP_SET_ATTR, start, size, attrs).map(|_| ())
 }

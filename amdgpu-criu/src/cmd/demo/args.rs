@@ -18,6 +18,7 @@ pub const DEFAULT_TOPOLOGY: &str = "builtin:mi210-8gpu-2hive";
 #[command(after_help = "Examples:
   amdgpu-criu demo
   amdgpu-criu demo --workload pytorch --size 1G
+  amdgpu-criu demo --workload rocr-copy
   amdgpu-criu demo --topology builtin:mi300x-64 --restore-topology builtin:mi300x-64 --json
   amdgpu-criu demo --dir ./ckpt --keep && amdgpu-criu verify ./ckpt
   amdgpu-criu demo --inject CRIU_OP:CHECKPOINT=EIO
@@ -42,8 +43,11 @@ pub struct Args {
     /// `tensorflow` (few large VRAM BOs), `multi` (three processes, one of
     /// each, checkpointed together), `data-parallel` (one process per GPU
     /// with identical weights and their own activations, as PyTorch DDP;
-    /// `KFD_DEDUP=1` writes the weights once) or `hsakmt` (AMD's own thunk
-    /// builds the process; needs libhsakmt-dev and kfd-sim-preload).
+    /// `KFD_DEDUP=1` writes the weights once), `hsakmt` (AMD's own thunk
+    /// builds the process; needs libhsakmt-dev and kfd-sim-preload) or
+    /// `rocr-copy` (AMD's ROCr copies through the simulated GPUs and is
+    /// checkpointed with copies in flight; needs libhsa-runtime-dev and
+    /// kfd-sim-preload).
     #[arg(long, value_enum, default_value_t = WorkloadKind::Tensorflow)]
     pub workload: WorkloadKind,
     /// Total bytes of the VRAM and GTT BOs the workload allocates, spread

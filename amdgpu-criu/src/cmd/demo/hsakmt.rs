@@ -35,7 +35,7 @@ const PROBE_SOURCE: &str = include_str!("hsakmt_probe.c");
 const KFD_ID: u32 = 1;
 
 /// Names another interposer library than the one next to this program.
-const PRELOAD_LIB_VAR: &str = "KFD_SIM_PRELOAD_LIB";
+pub(super) const PRELOAD_LIB_VAR: &str = "KFD_SIM_PRELOAD_LIB";
 
 /// Runs the hsakmt workload: 0 verified, 1 not verified, 2 usage errors.
 pub(super) fn run(args: &Args) -> ExitCode {
@@ -112,7 +112,7 @@ fn print(args: &Args, s: &Summary, error: Option<&str>) {
 
 /// `libkfd_sim_preload.so`: `KFD_SIM_PRELOAD_LIB`, or next to this program
 /// (cargo puts it in the same target directory).
-fn preload_lib() -> Option<PathBuf> {
+pub(super) fn preload_lib() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os(PRELOAD_LIB_VAR) {
         return Some(PathBuf::from(p));
     }
@@ -124,6 +124,44 @@ fn preload_lib() -> Option<PathBuf> {
     ]
     .into_iter()
     .find(|p| p.is_file())
+}
+
+/// [`preload_lib`], or why `--workload {workload}` cannot run without it.
+pub(super) fn preload_lib_for(workload: &str) -> Result<PathBuf, String> {
+    preload_lib().filter(|p| p.is_file()).ok_or_else(|| {
+        format!(
+            "--workload {workload} needs libkfd_sim_preload.so next to this program or named by {PRELOAD_LIB_VAR}: cargo build -p kfd-sim-preload"
+        )
+    })
+}
+
+/// Writes a workload's C program `name.c` into `dir` and compiles it
+/// against `library` (`-lhsakmt`, `-lhsa-runtime64`); the executable's path.
+pub(super) fn compile_probe(
+    dir: &Path,
+    name: &str,
+    source_text: &str,
+    library: &str,
+    workload: &str,
+) -> Result<PathBuf, String> {
+    let source = dir.join(format!("{name}.c"));
+    let probe = dir.join(name);
+    std::fs::write(&source, source_text)
+        .map_err(|e| format!("cannot write {}: {e}", source.display()))?;
+    let built = Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&probe)
+        .arg(&source)
+        .arg(library)
+        .output()
+        .map_err(|e| format!("--workload {workload} needs a C compiler (cc): {e}"))?;
+    if !built.status.success() {
+        return Err(format!(
+            "compiling the {workload} program failed:\n{}",
+            String::from_utf8_lossy(&built.stderr)
+        ));
+    }
+    Ok(probe)
 }
 
 fn usage(message: impl Into<String>) -> Failure {
@@ -151,11 +189,7 @@ fn execute(args: &Args) -> Result<Summary, Failure> {
             "--workload hsakmt needs AMD's thunk and its headers: apt-get install libhsakmt1 libhsakmt-dev",
         ));
     }
-    let lib = preload_lib().filter(|p| p.is_file()).ok_or_else(|| {
-        usage(format!(
-            "--workload hsakmt needs libkfd_sim_preload.so next to this program or named by {PRELOAD_LIB_VAR}: cargo build -p kfd-sim-preload"
-        ))
-    })?;
+    let lib = preload_lib_for("hsakmt").map_err(usage)?;
     let scratch = tempfile::Builder::new()
         .prefix("amdgpu-criu-demo-hsakmt")
         .tempdir()
@@ -187,23 +221,14 @@ fn execute(args: &Args) -> Result<Summary, Failure> {
             )));
         }
     }
-    let source = scratch.path().join("hsakmt_probe.c");
-    let probe = scratch.path().join("hsakmt_probe");
-    std::fs::write(&source, PROBE_SOURCE)
-        .map_err(|e| usage(format!("cannot write {}: {e}", source.display())))?;
-    let built = Command::new("cc")
-        .args(["-O1", "-o"])
-        .arg(&probe)
-        .arg(&source)
-        .arg("-lhsakmt")
-        .output()
-        .map_err(|e| usage(format!("--workload hsakmt needs a C compiler (cc): {e}")))?;
-    if !built.status.success() {
-        return Err(usage(format!(
-            "compiling the thunk's program failed:\n{}",
-            String::from_utf8_lossy(&built.stderr)
-        )));
-    }
+    let probe = compile_probe(
+        scratch.path(),
+        "hsakmt_probe",
+        PROBE_SOURCE,
+        "-lhsakmt",
+        "hsakmt",
+    )
+    .map_err(usage)?;
     let run = Command::new(&probe)
         .arg("checkpoint")
         .args([&first, &second, &restore_shm])
@@ -261,7 +286,7 @@ fn execute(args: &Args) -> Result<Summary, Failure> {
 }
 
 /// The `key=value` fields of one output line.
-fn record(line: &str) -> BTreeMap<String, String> {
+pub(super) fn record(line: &str) -> BTreeMap<String, String> {
     line.split_whitespace()
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_owned(), v.to_owned()))

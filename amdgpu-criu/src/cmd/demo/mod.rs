@@ -38,6 +38,7 @@ mod images;
 mod machine;
 mod progress;
 mod report;
+mod rocr_copy;
 mod round_trip;
 mod verification;
 mod workload;
@@ -71,6 +72,9 @@ enum Stop {
 pub fn run(args: Args) -> ExitCode {
     if args.workload == workload::WorkloadKind::Hsakmt {
         return hsakmt::run(&args);
+    }
+    if args.workload == workload::WorkloadKind::RocrCopy {
+        return rocr_copy::run(&args);
     }
     // Before any thread exists: they inherit the blocked signals.
     if let Err(e) = cleanup::install() {

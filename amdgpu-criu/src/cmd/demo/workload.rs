@@ -30,6 +30,10 @@ pub enum WorkloadKind {
     Hsakmt,
     /// One process per GPU, identical weights, own activations (DDP).
     DataParallel,
+    /// AMD's ROCr copies between host, VRAM and GPUs and is checkpointed
+    /// with the copies in flight (needs libhsa-runtime-dev and
+    /// kfd-sim-preload).
+    RocrCopy,
 }
 
 impl WorkloadKind {
@@ -41,6 +45,7 @@ impl WorkloadKind {
             WorkloadKind::Multi => "multi",
             WorkloadKind::Hsakmt => "hsakmt",
             WorkloadKind::DataParallel => "data-parallel",
+            WorkloadKind::RocrCopy => "rocr-copy",
         }
     }
 
@@ -57,7 +62,7 @@ impl WorkloadKind {
                     + WorkloadKind::Tensorflow.minimum_bytes(gpus)
             }
             // Run by `demo::hsakmt`, which allocates what the thunk does.
-            WorkloadKind::Hsakmt => 0,
+            WorkloadKind::Hsakmt | WorkloadKind::RocrCopy => 0,
             WorkloadKind::DataParallel => {
                 fixed_bytes(Fixed::DataParallel, gpus) + gpus * 2 * 4 * KIB
             }
@@ -141,6 +146,9 @@ impl WorkloadKind {
             }
             WorkloadKind::Hsakmt => {
                 return Err("the hsakmt workload is AMD's thunk, not a simulated profile".into())
+            }
+            WorkloadKind::RocrCopy => {
+                return Err("the rocr-copy workload is AMD's ROCr, not a simulated profile".into())
             }
         })
     }

@@ -1,0 +1,184 @@
+//! The classification kept in the repository (`kfd-sim-preload/kfdtest/`)
+//! and the verdict on a run against it.
+//!
+//! * `cannot-run.txt`: the tests that cannot run on this machine, each with
+//!   its kind and the reason: `assembles-shader` (reaches the SP3
+//!   assembler the source archive lacks; the run must end there),
+//!   `executes-shader` (needs a GPU that runs shader code), `hardware`
+//!   (needs a feature the simulated topology does not claim), `kernel`
+//!   (needs an interface only AMD's out-of-tree driver has, which mainline
+//!   amdkfd and so the simulated kernel lack) or `host` (acts on the
+//!   machine the tests run on: never started).
+//! * `expected/<machine>.txt`: every test of the suite with what it does
+//!   on that machine: `pass`, `skip` (kfdtest skips it there, in its own
+//!   words), `cannot-run` (the reason is in `cannot-run.txt`) or
+//!   `fail <why>` (a failure not yet fixed, with its cause).
+//!
+//! A regression is a `pass` that did not pass, a `skip` that did something
+//! else, a `cannot-run` test that passed (or, for `assembles-shader`, ended
+//! anywhere but at the assembler) and a `fail` that passed: the list then
+//! no longer tells the truth and must be updated.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::run::Outcome;
+
+/// Why a test cannot run here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CannotRun {
+    AssemblesShader,
+    ExecutesShader,
+    Hardware,
+    Kernel,
+    Host,
+}
+
+impl CannotRun {
+    fn parse(s: &str) -> Option<CannotRun> {
+        Some(match s {
+            "assembles-shader" => CannotRun::AssemblesShader,
+            "executes-shader" => CannotRun::ExecutesShader,
+            "hardware" => CannotRun::Hardware,
+            "kernel" => CannotRun::Kernel,
+            "host" => CannotRun::Host,
+            _ => return None,
+        })
+    }
+}
+
+/// What a machine's list expects of a test.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expected {
+    Pass,
+    Skip,
+    CannotRun,
+    Fail(String),
+}
+
+/// `(kind, reason)` per test, from `cannot-run.txt`.
+pub type CannotRunList = BTreeMap<String, (CannotRun, String)>;
+
+/// Lines that are not blank or `#` comments, with their numbers.
+fn entries(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+}
+
+/// Parses `cannot-run.txt`: `Test.Name kind: reason`.
+pub fn parse_cannot_run(text: &str, file: &Path) -> CannotRunList {
+    let mut out = BTreeMap::new();
+    for (n, line) in entries(text) {
+        let (test, rest) = line
+            .split_once(char::is_whitespace)
+            .unwrap_or_else(|| panic!("{}:{n}: no kind after the test name", file.display()));
+        let (kind, reason) = rest
+            .trim()
+            .split_once(':')
+            .unwrap_or_else(|| panic!("{}:{n}: expected `kind: reason`", file.display()));
+        let kind = CannotRun::parse(kind.trim()).unwrap_or_else(|| {
+            panic!(
+                "{}:{n}: unknown kind {kind:?} (assembles-shader, executes-shader, hardware, kernel, host)",
+                file.display()
+            )
+        });
+        let reason = reason.trim();
+        assert!(
+            !reason.is_empty(),
+            "{}:{n}: no reason given",
+            file.display()
+        );
+        let old = out.insert(test.to_owned(), (kind, reason.to_owned()));
+        assert!(
+            old.is_none(),
+            "{}:{n}: {test} is listed twice",
+            file.display()
+        );
+    }
+    out
+}
+
+/// Parses a machine's list: `Test.Name pass|skip|cannot-run|fail <why>`.
+pub fn parse_expected(text: &str, file: &Path) -> BTreeMap<String, Expected> {
+    let mut out = BTreeMap::new();
+    for (n, line) in entries(text) {
+        let mut words = line.splitn(3, char::is_whitespace);
+        let test = words.next().unwrap_or_default();
+        let what = words.next().unwrap_or_default();
+        let rest = words.next().unwrap_or_default().trim();
+        let expected = match what {
+            "pass" => Expected::Pass,
+            "skip" => Expected::Skip,
+            "cannot-run" => Expected::CannotRun,
+            "fail" if !rest.is_empty() => Expected::Fail(rest.to_owned()),
+            "fail" => panic!("{}:{n}: a failure needs its cause", file.display()),
+            other => panic!(
+                "{}:{n}: unknown expectation {other:?} (pass, skip, cannot-run, fail <why>)",
+                file.display()
+            ),
+        };
+        let old = out.insert(test.to_owned(), expected);
+        assert!(
+            old.is_none(),
+            "{}:{n}: {test} is listed twice",
+            file.display()
+        );
+    }
+    out
+}
+
+/// What is wrong with `outcome` for a test `expected` to do otherwise
+/// (`None`: it did what its list says).
+pub fn judge(
+    expected: &Expected,
+    cannot_run: Option<&(CannotRun, String)>,
+    outcome: &Outcome,
+) -> Option<String> {
+    let passed = *outcome == Outcome::Pass;
+    match expected {
+        Expected::Pass if passed => None,
+        Expected::Pass => Some("expected to pass (a regression)".into()),
+        Expected::Skip if matches!(outcome, Outcome::Skip(_)) => None,
+        Expected::Skip => Some("expected kfdtest to skip it".into()),
+        Expected::CannotRun => match cannot_run {
+            None => Some("listed cannot-run here but absent from cannot-run.txt".into()),
+            Some((CannotRun::AssemblesShader, _))
+                if !matches!(outcome, Outcome::NoAssembler | Outcome::Skip(_)) =>
+            {
+                Some("listed as assembling a shader but did not reach the assembler".into())
+            }
+            Some(_) if passed => Some("listed cannot-run but passed: list it as pass".into()),
+            Some(_) => None,
+        },
+        Expected::Fail(_) if passed => Some("listed as failing but passed: list it as pass".into()),
+        Expected::Fail(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_parse_and_judge() {
+        let f = Path::new("x");
+        let cr = parse_cannot_run(
+            "# c\nA.B assembles-shader: uses SP3\nA.C host: no suspend\n",
+            f,
+        );
+        assert_eq!(cr["A.B"].0, CannotRun::AssemblesShader);
+        let ex = parse_expected("A.A pass\nA.B cannot-run\nA.D fail queue execution\n", f);
+        assert_eq!(ex["A.D"], Expected::Fail("queue execution".into()));
+        let fail = Outcome::Fail("x".into());
+        assert!(judge(&ex["A.A"], None, &Outcome::Pass).is_none());
+        assert!(judge(&ex["A.A"], None, &fail).is_some());
+        assert!(judge(&ex["A.B"], cr.get("A.B"), &Outcome::NoAssembler).is_none());
+        assert!(judge(&ex["A.B"], cr.get("A.B"), &fail).is_some());
+        assert!(judge(&Expected::CannotRun, cr.get("A.C"), &fail).is_none());
+        assert!(judge(&Expected::CannotRun, cr.get("A.C"), &Outcome::Pass).is_some());
+        assert!(judge(&ex["A.D"], None, &Outcome::Hang(Default::default())).is_none());
+        assert!(judge(&ex["A.D"], None, &Outcome::Pass).is_some());
+    }
+}

@@ -1,0 +1,189 @@
+//! What an engine sees of a render file's GPU VM: the KFD allocations
+//! mapped into it (a compute VM), the owner of a userptr BO's memory, the
+//! memory each BO shows, and [`vm_view`], the snapshot an SDMA job or a
+//! user-mode queue reads and writes through.
+//!
+//! Reads state only: this module never changes a VM or a BO.
+
+use std::sync::Arc;
+
+use crate::bo::{Backing, BoId, Domain};
+use crate::sdma::{RangeBacking, UserMemory, VmRange, VmView};
+use crate::sim::{FileKey, Pid, State};
+
+use super::{DrmDevice, DrmFile, VmTarget};
+
+/// A KFD allocation mapped into a compute VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KfdRange {
+    /// GPU VA.
+    pub(crate) va: u64,
+    /// Size in bytes.
+    pub(crate) size: u64,
+    /// The BO.
+    pub(crate) bo: BoId,
+    /// `KFD_IOC_ALLOC_MEM_FLAGS_*`.
+    pub(crate) flags: u32,
+}
+
+/// KFD allocations mapped (MAP_MEMORY_TO_GPU) into the VM of render file
+/// `key`: non-empty only when the file became a KFD process's compute VM.
+/// As in the kernel, an allocation occupies VA in the VM only while mapped
+/// (`kfd_mem_attach` at the first map, `amdgpu_vm_bo_unmap` at unmap).
+pub(crate) fn kfd_ranges(st: &State, key: FileKey) -> Vec<KfdRange> {
+    let mut out = Vec::new();
+    for process in st.processes.values() {
+        let Some(kfd) = process.kfd.as_ref() else {
+            continue;
+        };
+        for (this, pdd) in kfd.pdds.iter().enumerate() {
+            if pdd.drm_file != Some(key) {
+                continue;
+            }
+            for other in &kfd.pdds {
+                for mem in other.idr.values() {
+                    if mem.mapped.contains(&this) && mem.size != 0 {
+                        out.push(KfdRange {
+                            va: mem.va,
+                            size: mem.size,
+                            bo: mem.bo,
+                            flags: mem.flags,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The process whose memory userptr BO `bo` wraps: the creator of a GEM
+/// userptr, or the KFD process holding a KFD userptr allocation.
+pub(crate) fn userptr_owner(st: &State, device: &DrmDevice, bo: &crate::bo::Bo) -> Option<Pid> {
+    if bo.domain != Domain::UserPtr {
+        return None;
+    }
+    if let Some(owner) = device.gem_info(bo).userptr_owner {
+        return Some(owner);
+    }
+    st.processes
+        .iter()
+        .find(|(_, p)| {
+            p.kfd.as_ref().is_some_and(|k| {
+                k.pdds
+                    .iter()
+                    .any(|pdd| pdd.idr.values().any(|m| m.bo == bo.id))
+            })
+        })
+        .map(|(pid, _)| *pid)
+}
+
+/// How an engine reaches the host memory of this process's userptr BOs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UserptrAccess {
+    /// Directly, under the ioctl contract that keeps it mapped for the
+    /// submission (command submission jobs).
+    Direct,
+    /// Through `process_vm_readv`/`writev` on this process, so memory the
+    /// application unmapped faults instead of crashing the simulator
+    /// (user-mode queues, which run on their own schedule).
+    Checked,
+}
+
+/// The memory a BO shows to the engine, if it has any right now.
+pub(crate) fn bo_memory(
+    bo: &crate::bo::Bo,
+    access: UserptrAccess,
+) -> Option<Arc<dyn crate::sdma::DeviceMemory>> {
+    match &bo.backing {
+        Backing::Memory(m) | Backing::Aperture(m) => {
+            Some(m.clone() as Arc<dyn crate::sdma::DeviceMemory>)
+        }
+        Backing::UserPtr {
+            addr,
+            valid: true,
+            space: crate::sim::Space::Local,
+        } if access == UserptrAccess::Checked => {
+            let len = usize::try_from(bo.size).ok()?;
+            Some(Arc::new(UserMemory::checked(*addr, len)))
+        }
+        Backing::UserPtr {
+            addr,
+            valid: true,
+            space: crate::sim::Space::Local,
+        } => {
+            let addr = usize::try_from(*addr).ok()?;
+            let len = usize::try_from(bo.size).ok()?;
+            // SAFETY: a userptr BO's host range is the application's memory,
+            // which the kfd::Driver::ioctl contract keeps valid until the
+            // device is done with it (the submission that uses this view).
+            Some(Arc::new(unsafe { UserMemory::new(addr, len) }))
+        }
+        Backing::UserPtr {
+            addr,
+            valid: true,
+            space: crate::sim::Space::Remote(pid),
+        } => {
+            let len = usize::try_from(bo.size).ok()?;
+            Some(Arc::new(UserMemory::remote(*pid, *addr, len)))
+        }
+        Backing::UserPtr { valid: false, .. } => None,
+    }
+}
+
+/// Snapshot of render file `key`'s VM for an engine: its GEM_VA mappings
+/// and the KFD allocations mapped into it.
+pub(crate) fn vm_view(
+    st: &State,
+    device: &DrmDevice,
+    file: &DrmFile,
+    key: FileKey,
+    access: UserptrAccess,
+) -> VmView {
+    let mut ranges = Vec::new();
+    for m in file.vm.iter() {
+        let readable = m.flags & kfd_sys::AMDGPU_VM_PAGE_READABLE != 0;
+        let mut writable = m.flags & kfd_sys::AMDGPU_VM_PAGE_WRITEABLE != 0;
+        let backing = match m.target {
+            VmTarget::Prt => RangeBacking::Prt,
+            VmTarget::Bo(id) => {
+                let Some(bo) = st.bos.get(id) else { continue };
+                let Some(memory) = bo_memory(bo, access) else {
+                    continue;
+                };
+                if bo.domain == Domain::UserPtr {
+                    let ro = device
+                        .gem_info(bo)
+                        .userptr_flags
+                        .is_some_and(|f| f & kfd_sys::AMDGPU_GEM_USERPTR_READONLY != 0);
+                    writable &= !ro;
+                }
+                RangeBacking::Memory {
+                    memory,
+                    offset: m.offset,
+                }
+            }
+        };
+        ranges.push(VmRange {
+            va: m.start,
+            len: m.size,
+            readable,
+            writable,
+            backing,
+        });
+    }
+    for r in kfd_ranges(st, key) {
+        let Some(bo) = st.bos.get(r.bo) else { continue };
+        let Some(memory) = bo_memory(bo, access) else {
+            continue;
+        };
+        ranges.push(VmRange {
+            va: r.va,
+            len: r.size.min(bo.size),
+            readable: true,
+            writable: r.flags & kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE != 0,
+            backing: RangeBacking::Memory { memory, offset: 0 },
+        });
+    }
+    VmView::new(ranges)
+}

@@ -1,0 +1,362 @@
+//! The simulated GPU's engines for user-mode queues: every SDMA, PM4 and
+//! AQL queue a process creates gets an engine that consumes its ring the
+//! way the hardware does.
+//!
+//! * The ring, the read pointer the engine reports and the write pointer
+//!   it loads live where the process put them (`kfd_ioctl_create_queue_args`
+//!   addresses in its GPU VM); the engine reaches them, and every address
+//!   a packet names, through a snapshot of the process's compute VM, so a
+//!   remote client's memory is read with `process_vm_readv` and BOs are the
+//!   simulator's memfds in either case.
+//! * Doorbells are noticed without the application's help: the engine
+//!   watches its slot of the process's doorbell page ([`doorbell`]).
+//! * The kernel's queue scheduling is [`sync_process`]: after every change
+//!   of a process's queues or eviction levels (CREATE/DESTROY/UPDATE_QUEUE,
+//!   the CRIU ops, the kernel's own evictions, exit) each queue runs when
+//!   its device's eviction level is 0 and it is active, and is otherwise
+//!   preempted: its engine finishes the packet it is in (the wait is
+//!   bounded by the kernel's default `queue_preemption_timeout_ms`, 9 s;
+//!   a queue that misses it is reset as hung) and its registers (read
+//!   pointer, latched write pointer, the IB position, a hang) go into the
+//!   MQD, which CRIU's checkpoint carries. A queue made to run again, on
+//!   this machine or restored on another, loads its read pointer from the
+//!   MQD and its write pointer from memory.
+//! * Copies take time: SDMA queues share their engine's schedule and
+//!   bandwidth with the kernel rings of the DRM half
+//!   ([`Sim::set_sdma_bandwidth`]).
+//! * Interrupts (SDMA TRAP, CP end-of-pipe, VM faults, hangs) go through
+//!   [`interrupt::InterruptRing`] to the event code, which fires events and
+//!   wakes WAIT_EVENTS.
+//! * A packet an engine cannot execute, a kernel dispatch among them (the
+//!   simulator has no shader cores), stops the queue: the reason is logged
+//!   on stderr, kept in [`crate::Sim::queue_status`], and the process's
+//!   HW_EXCEPTION events fire as after a GPU hang.
+//!
+//! Layout: `ring` (pointer rules and the registers in the MQD), `runner`
+//! (the engine thread and its control), `sdma`, `pm4`, `aql` (the packet
+//! sets), `doorbell`, `interrupt`, `trace`.
+//!
+//! This module never decides an ioctl's answer: the ioctl handlers do,
+//! then call [`sync_process`].
+
+mod api;
+mod aql;
+mod doorbell;
+pub(crate) mod interrupt;
+mod pm4;
+pub(crate) mod ring;
+mod runner;
+mod saved;
+mod sdma;
+mod trace;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::amdkfd::queue::{is_sdma, KFD_QUEUE_FORMAT_PM4};
+use crate::sim::{Pid, Shared, State};
+
+use self::doorbell::{DoorbellMap, Watcher};
+use self::interrupt::{Interrupt, InterruptRing};
+use self::ring::{Format, Geometry, Regs};
+use self::runner::{Config, QueueHw, Want};
+use self::trace::Trace;
+
+pub use self::saved::{saved_queues, SavedQueue};
+pub use self::trace::PacketRecord;
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// How long a preemption may take (`amdgpu.queue_preemption_timeout_ms`'s
+/// default).
+pub(crate) const PREEMPTION_TIMEOUT: Duration = Duration::from_millis(9000);
+
+/// What a queue's engine is doing (see [`crate::Sim::queue_status`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QueueState {
+    /// Running, the ring consumed up to the write pointer.
+    Idle,
+    /// Running packets.
+    Busy,
+    /// Its current packet waits on memory (a poll, a barrier, a packet
+    /// header not written yet).
+    Waiting,
+    /// Preempted (evicted: paused by CRIU, restored and not resumed, or
+    /// inactive).
+    Preempted,
+    /// Stopped on an error, as a hung engine; the reason names the packet.
+    Hung(String),
+}
+
+/// A queue's engine state (see [`crate::Sim::queue_status`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueStatus {
+    /// What it is doing.
+    pub state: QueueState,
+    /// Its read pointer (SDMA: bytes, PM4: dwords, AQL: packets; monotonic).
+    pub read_pointer: u64,
+    /// The write pointer it last latched.
+    pub write_pointer: u64,
+    /// Packets it executed.
+    pub packets: u64,
+    /// The doorbell holds a value the engine has not acted on yet.
+    pub doorbell_pending: bool,
+}
+
+impl QueueStatus {
+    /// Whether the queue has consumed everything it was given (or cannot
+    /// go on): nothing more will happen until new work comes.
+    pub fn settled(&self) -> bool {
+        match self.state {
+            QueueState::Hung(_) => true,
+            QueueState::Idle => self.read_pointer == self.write_pointer && !self.doorbell_pending,
+            _ => false,
+        }
+    }
+}
+
+struct Engine {
+    hw: Arc<QueueHw>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The engines of one simulated machine (held by its shared state).
+pub(crate) struct QueueEngines {
+    me: Weak<Shared>,
+    engines: Mutex<BTreeMap<(Pid, u32), Engine>>,
+    watcher: Arc<Watcher>,
+    pub(crate) interrupts: InterruptRing,
+    /// WAIT_EVENTS sleepers wait here (with the simulator's lock).
+    pub(crate) events: Condvar,
+    pub(crate) trace: Trace,
+}
+
+impl std::fmt::Debug for QueueEngines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueEngines")
+            .field("engines", &lock(&self.engines).len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl QueueEngines {
+    /// The engines of the machine whose shared state `me` will be.
+    pub(crate) fn new(me: Weak<Shared>) -> Self {
+        QueueEngines {
+            me,
+            engines: Mutex::new(BTreeMap::new()),
+            watcher: Arc::default(),
+            interrupts: InterruptRing::default(),
+            events: Condvar::new(),
+            trace: Trace::default(),
+        }
+    }
+
+    /// An engine raised an interrupt of process `pid`.
+    pub(crate) fn raise(&self, pid: Pid, irq: Interrupt) {
+        self.interrupts.push(pid, irq);
+        self.events.notify_all();
+    }
+}
+
+impl Drop for QueueEngines {
+    fn drop(&mut self) {
+        let engines = std::mem::take(&mut *lock(&self.engines));
+        for (_, e) in engines {
+            e.hw.halt(Want::Stop, Duration::ZERO);
+            if let Some(t) = e.thread {
+                // The last reference to the machine may be dropped by an
+                // engine thread itself.
+                if t.thread().id() != std::thread::current().id() {
+                    let _ = t.join();
+                }
+            }
+        }
+    }
+}
+
+/// The engine configuration of queue `q_id` of `pid` as the kernel state
+/// says now, and whether it may run; `None` when it cannot have an engine
+/// (no VM).
+fn desired(
+    sim: &Shared,
+    st: &mut State,
+    pid: Pid,
+    q_id: u32,
+) -> Option<(Config, Arc<crate::bo::Memfd>, bool)> {
+    let p = st.kfd_mut(pid)?;
+    let q = p.queues.get(&q_id)?.clone();
+    let pdd = q.pdd;
+    let drm_file = p.pdds.get(pdd)?.drm_file?;
+    let page = crate::amdkfd::doorbell_page(sim, p, pdd).ok()?;
+    let p = st.kfd(pid)?;
+    let gpu_idx = p.pdds[pdd].gpu;
+    let gpu = &sim.gpus[gpu_idx];
+    let soc15 = gpu.is_soc15();
+    let format = if is_sdma(q.ktype) {
+        Format::Sdma
+    } else if q.format == KFD_QUEUE_FORMAT_PM4 {
+        Format::Pm4
+    } else {
+        Format::Aql
+    };
+    let (slot, width) = if soc15 {
+        (u64::from(q.doorbell_id) * 8, 8)
+    } else {
+        (u64::from(q.q_id) * 4, 4)
+    };
+    let sdma = (format == Format::Sdma).then(|| {
+        (
+            gpu.drm.generation.sdma_rules(),
+            q.sdma_id % gpu.sdma_engines.max(1),
+        )
+    });
+    let cfg = Config {
+        pid,
+        q_id,
+        gpu: gpu_idx,
+        user_gpu_id: p.pdds[pdd].user_gpu_id,
+        geometry: Geometry {
+            format,
+            base: q.ring_base,
+            bytes: q.ring_size,
+            rptr_addr: q.read_ptr,
+            wptr_addr: q.write_ptr,
+            soc15,
+        },
+        sdma,
+        family: gpu.info.family,
+        drm_file,
+        doorbell_page: page.key(),
+        doorbell_slot: slot,
+        doorbell_width: width,
+    };
+    let runnable = p.queues_running(pdd) && q.is_active() && q.ring_size.is_power_of_two();
+    Some((cfg, page, runnable))
+}
+
+/// Brings the engines of `pid`'s queues in line with the kernel state
+/// (see the module docs): spawns engines for new queues, stops those of
+/// destroyed ones, preempts queues that may not run (saving their
+/// registers in their MQDs) and loads and runs those that may. Then
+/// delivers the process's pending interrupts. The caller holds the
+/// simulator's lock (`st`); engines never wait for it.
+pub(crate) fn sync_process(sim: &Shared, st: &mut State, pid: Pid) {
+    let exec = &sim.exec;
+    let q_ids: Vec<u32> = st
+        .kfd(pid)
+        .map(|p| p.queues.keys().copied().collect())
+        .unwrap_or_default();
+    let mut wanted = BTreeMap::new();
+    for &q_id in &q_ids {
+        if let Some(d) = desired(sim, st, pid, q_id) {
+            wanted.insert(q_id, d);
+        }
+    }
+    let mut engines = lock(&exec.engines);
+    // Engines of queues that are gone or changed shape stop first (their
+    // registers saved if the queue is still there).
+    let stale: Vec<(Pid, u32)> = engines
+        .range((pid, 0)..=(pid, u32::MAX))
+        .filter(|((_, q), e)| wanted.get(q).is_none_or(|(cfg, _, _)| *cfg != e.hw.cfg))
+        .map(|(k, _)| *k)
+        .collect();
+    for key in &stale {
+        if let Some(e) = engines.get(key) {
+            e.hw.halt(Want::Park, Duration::ZERO);
+        }
+    }
+    for key in stale {
+        let Some(mut e) = engines.remove(&key) else {
+            continue;
+        };
+        let (regs, _) = e.hw.halt(Want::Stop, PREEMPTION_TIMEOUT);
+        save_regs(st, key, &regs);
+        if let Some(t) = e.thread.take() {
+            let _ = t.join();
+        }
+    }
+    // New engines start parked.
+    for (&q_id, (cfg, page, _)) in &wanted {
+        if engines.contains_key(&(pid, q_id)) {
+            continue;
+        }
+        // A doorbell write is an event, not a value: the slot starts at a
+        // value no producer writes first (ROCr's first AQL doorbell is
+        // packet index 0), so the engine sees the first write change it.
+        let _ = page.write_at(cfg.doorbell_slot, &vec![0xFF; cfg.doorbell_width]);
+        let Ok(map) = DoorbellMap::new(page, cfg.doorbell_slot, cfg.doorbell_width) else {
+            continue;
+        };
+        let hw = QueueHw::new(cfg.clone(), map);
+        let port = cfg
+            .sdma
+            .map(|(_, engine)| sim.gpus[cfg.gpu].drm.sdma.port(engine));
+        let thread = runner::spawn(&hw, exec.me.clone(), port).ok();
+        if thread.is_none() {
+            continue;
+        }
+        exec.watcher.watch(&hw);
+        engines.insert((pid, q_id), Engine { hw, thread });
+    }
+    // Preempt what may not run (all at once, then wait for each).
+    let park: Vec<u32> = wanted
+        .iter()
+        .filter(|(q, (_, _, runnable))| {
+            !runnable && engines.get(&(pid, **q)).is_some_and(|e| !e.hw.parked())
+        })
+        .map(|(q, _)| *q)
+        .collect();
+    for q in &park {
+        engines[&(pid, *q)].hw.halt(Want::Park, Duration::ZERO);
+    }
+    let deadline = Instant::now() + PREEMPTION_TIMEOUT;
+    for q in &park {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (mut regs, in_time) = engines[&(pid, *q)].hw.halt(Want::Park, left);
+        if !in_time && regs.hang.is_none() {
+            regs.hang = Some(ring::Hang {
+                header: 0,
+                at: regs.rptr,
+                reason: format!(
+                    "preemption did not finish within {} ms",
+                    PREEMPTION_TIMEOUT.as_millis()
+                ),
+            });
+        }
+        save_regs(st, (pid, *q), &regs);
+    }
+    // Run what may run, from the registers in its MQD.
+    for (q_id, (_, _, runnable)) in &wanted {
+        let Some(e) = engines.get(&(pid, *q_id)) else {
+            continue;
+        };
+        if *runnable && e.hw.parked() {
+            let regs = st
+                .kfd(pid)
+                .and_then(|p| p.queues.get(q_id))
+                .map(|q| Regs::from_mqd(&q.mqd))
+                .unwrap_or_default();
+            e.hw.run_from(regs);
+        }
+    }
+    drop(engines);
+    if st.kfd(pid).is_some() {
+        exec.interrupts.drain(st, pid);
+    } else {
+        exec.interrupts.forget(pid);
+    }
+    exec.events.notify_all();
+}
+
+/// Saves `regs` into the MQD of queue `key` if it still exists.
+fn save_regs(st: &mut State, (pid, q_id): (Pid, u32), regs: &Regs) {
+    if let Some(q) = st.kfd_mut(pid).and_then(|p| p.queues.get_mut(&q_id)) {
+        regs.to_mqd(&mut q.mqd);
+    }
+}
