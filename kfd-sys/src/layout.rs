@@ -723,6 +723,7 @@ mod tests {
         ("ioctl", include_str!("ioctl.rs")),
         ("kfd", include_str!("kfd.rs")),
         ("sdma", include_str!("sdma.rs")),
+        ("pm4", include_str!("pm4.rs")),
     ];
     const LIB: &str = include_str!("lib.rs");
     const LAYOUT: &str = include_str!("layout.rs");

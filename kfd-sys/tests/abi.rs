@@ -732,6 +732,55 @@ const NOT_IN_INSTALLED_HEADERS: &[&str] = &[
     "SDMA_PKT_NOP_HEADER_COUNT",
     "sdma_pkt_copy_linear",
     "SDMA_PKT_COPY_LINEAR_DWORDS",
+    // sdma.rs: the packets user-mode SDMA queues carry (kfd-sim executes them).
+    "SDMA_ATOMIC_ADD64",
+    "SDMA_OP_ATOMIC",
+    "SDMA_OP_COND_EXE",
+    "SDMA_OP_CONST_FILL",
+    "SDMA_OP_FENCE",
+    "SDMA_OP_GCR",
+    "SDMA_OP_INDIRECT",
+    "SDMA_OP_POLL_REGMEM",
+    "SDMA_OP_PRE_EXE",
+    "SDMA_OP_PTEPDE",
+    "SDMA_OP_SEM",
+    "SDMA_OP_SRBM_WRITE",
+    "SDMA_OP_TIMESTAMP",
+    "SDMA_OP_TRAP",
+    "SDMA_OP_WRITE",
+    "SDMA_PKT_COPY_LINEAR_HEADER_broadcast_shift",
+    "SDMA_PKT_POLL_REGMEM_HEADER_func_shift",
+    "SDMA_PKT_POLL_REGMEM_HEADER_hdp_flush_shift",
+    "SDMA_PKT_POLL_REGMEM_HEADER_mem_poll_shift",
+    "SDMA_POLL_RETRY_FOREVER",
+    "SDMA_SUBOP_COPY_LINEAR_RECT",
+    "SDMA_SUBOP_TIMESTAMP_GET",
+    "SDMA_SUBOP_TIMESTAMP_GET_GLOBAL",
+    "SDMA_SUBOP_TIMESTAMP_SET",
+    "SDMA_SUBOP_USER_GCR",
+    "SDMA_SUBOP_WRITE_LINEAR",
+    // pm4.rs: amdkfd kfd_pm4_opcodes.h, amdgpu soc15d.h, kfdtest headers.
+    "EVENT_INDEX_CS_PARTIAL_FLUSH",
+    "EVENT_INDEX_END_OF_PIPE",
+    "IT_ACQUIRE_MEM",
+    "IT_DISPATCH_DIRECT",
+    "IT_DISPATCH_INDIRECT",
+    "IT_EVENT_WRITE",
+    "IT_EVENT_WRITE_EOP",
+    "IT_INDIRECT_BUFFER",
+    "IT_NOP",
+    "IT_RELEASE_MEM",
+    "IT_SET_SH_REG",
+    "IT_WAIT_REG_MEM",
+    "IT_WRITE_DATA",
+    "MMCOMPUTE_PGM_LO",
+    "PERSISTENT_SPACE_START",
+    "PM4_COUNT_MASK",
+    "PM4_COUNT_SHIFT",
+    "PM4_NOP_ONE_DWORD_COUNT",
+    "PM4_OPCODE_MASK",
+    "PM4_OPCODE_SHIFT",
+    "PM4_TYPE_SHIFT",
 ];
 
 /// Writes, compiles and runs the probe; returns one `(value, fits)` per check.
@@ -945,8 +994,17 @@ fn drm_headers_match_rust() {
 fn crate_items() -> BTreeSet<String> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut items = BTreeSet::new();
-    for file in ["kfd.rs", "drm.rs", "amdgpu_drm.rs", "sdma.rs", "ioctl.rs"] {
-        let text = std::fs::read_to_string(src.join(file)).unwrap();
+    // Every module of the crate but the crate root and the layout checks,
+    // so that a new module cannot go unchecked.
+    let mut files: Vec<_> = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .filter(|p| !["lib.rs", "layout.rs"].contains(&p.file_name().unwrap().to_str().unwrap()))
+        .collect();
+    files.sort();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
         for line in text.lines() {
             let line = line.trim_start();
             for prefix in [

@@ -7,6 +7,7 @@
 
 use core::mem::{offset_of, size_of};
 
+use kfd_sys::pm4::*;
 use kfd_sys::*;
 
 /// Compares `(name, crate value, spec value)` rows and fails listing every mismatch.
@@ -293,5 +294,70 @@ fn sdma_packet_matches_spec() {
         SI_DMA_COPY_MAX_BYTES => 0xF_FFF8u32,
         SDMA_IB_ALIGNMENT => 32,
         SDMA_IB_PAD_DWORDS => 8,
+    ]);
+}
+
+#[test]
+fn sdma_queue_packets_match_the_kernel_headers() {
+    // amdgpu's vega10_sdma_pkt_open.h (gfx9) and navi10_sdma_pkt_open.h
+    // (GCR, gfx10), kfdtest's sdma_pkt_struct.h, ROCr's SDMA_ATOMIC_ADD64
+    // (TC_OP_ATOMIC_ADD_RTN_64).
+    check(&rows![
+        SDMA_OP_WRITE => 2,
+        SDMA_OP_INDIRECT => 4,
+        SDMA_OP_FENCE => 5,
+        SDMA_OP_TRAP => 6,
+        SDMA_OP_SEM => 7,
+        SDMA_OP_POLL_REGMEM => 8,
+        SDMA_OP_COND_EXE => 9,
+        SDMA_OP_ATOMIC => 10,
+        SDMA_OP_CONST_FILL => 11,
+        SDMA_OP_PTEPDE => 12,
+        SDMA_OP_TIMESTAMP => 13,
+        SDMA_OP_SRBM_WRITE => 14,
+        SDMA_OP_PRE_EXE => 15,
+        SDMA_OP_GCR => 17,
+        SDMA_SUBOP_WRITE_LINEAR => 0,
+        SDMA_SUBOP_COPY_LINEAR_RECT => 4,
+        SDMA_SUBOP_TIMESTAMP_SET => 0,
+        SDMA_SUBOP_TIMESTAMP_GET => 1,
+        SDMA_SUBOP_TIMESTAMP_GET_GLOBAL => 2,
+        SDMA_SUBOP_USER_GCR => 1,
+        SDMA_ATOMIC_ADD64 => 47,
+        SDMA_PKT_POLL_REGMEM_HEADER_hdp_flush_shift => 26,
+        SDMA_PKT_POLL_REGMEM_HEADER_func_shift => 28,
+        SDMA_PKT_POLL_REGMEM_HEADER_mem_poll_shift => 31,
+        SDMA_POLL_RETRY_FOREVER => 0xFFF,
+        SDMA_PKT_COPY_LINEAR_HEADER_broadcast_shift => 27,
+    ]);
+}
+
+#[test]
+fn pm4_packets_match_the_kernel_headers() {
+    // amdkfd kfd_pm4_opcodes.h (= kfdtest's copy), kfdtest's
+    // pm4_pkt_struct_common.h (PM4_TYPE_3_HEADER: predicate bit 0, shader
+    // type bit 1, opcode 15:8, count 29:16, type 31:30) and
+    // pm4_pkt_struct_ai.h (event_index), gfx_7_2 register headers.
+    let header = (3 << PM4_TYPE_SHIFT)
+        | ((2 & PM4_COUNT_MASK) << PM4_COUNT_SHIFT)
+        | ((IT_WRITE_DATA & PM4_OPCODE_MASK) << PM4_OPCODE_SHIFT);
+    check(&rows![
+        header => 0xC002_3700u32,
+        PM4_NOP_ONE_DWORD_COUNT => 0x3FFF,
+        IT_NOP => 0x10,
+        IT_DISPATCH_DIRECT => 0x15,
+        IT_DISPATCH_INDIRECT => 0x16,
+        IT_WRITE_DATA => 0x37,
+        IT_WAIT_REG_MEM => 0x3C,
+        IT_INDIRECT_BUFFER => 0x3F,
+        IT_EVENT_WRITE => 0x46,
+        IT_EVENT_WRITE_EOP => 0x47,
+        IT_RELEASE_MEM => 0x49,
+        IT_ACQUIRE_MEM => 0x58,
+        IT_SET_SH_REG => 0x76,
+        EVENT_INDEX_END_OF_PIPE => 5,
+        EVENT_INDEX_CS_PARTIAL_FLUSH => 4,
+        PERSISTENT_SPACE_START => 0x2C00,
+        MMCOMPUTE_PGM_LO => 0x2E0C,
     ]);
 }
