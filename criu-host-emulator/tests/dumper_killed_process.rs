@@ -386,6 +386,32 @@ fn image_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
                     amdgpu_image::decode_message(&name, &bytes[amdgpu_image::HEADER_LEN..])
                         .expect("decode a KFD image");
                 assert_eq!(m.dump_id.take().map(|i| i.len()), Some(16));
+                // A userptr BO sits at the CPU address the application's
+                // process mapped it at, which differs between two launches
+                // of the workload in one test process, and so do the
+                // addresses in it the private data records (queue rings and
+                // pointers): each becomes its offset in the BO. The rest is
+                // the same.
+                let mut ranges = Vec::new();
+                for bo in &mut m.bo_entries {
+                    if bo.alloc_flags & kfd_sys::KFD_IOC_ALLOC_MEM_FLAGS_USERPTR != 0 {
+                        ranges.push((ranges.len() as u64, bo.addr, bo.size));
+                        bo.addr = 0;
+                    }
+                }
+                let mut at = 0;
+                while at + 8 <= m.priv_data.len() {
+                    let v = u64::from_le_bytes(m.priv_data[at..at + 8].try_into().unwrap());
+                    if let Some((i, base, _)) =
+                        ranges.iter().find(|(_, base, size)| (*base..*base + *size).contains(&v))
+                    {
+                        let relative = (i << 56) | (v - base);
+                        m.priv_data[at..at + 8].copy_from_slice(&relative.to_le_bytes());
+                        at += 8;
+                    } else {
+                        at += 4;
+                    }
+                }
                 return (name, format!("{m:?}").into_bytes());
             }
             if name.starts_with("amdgpu-renderD-") {
