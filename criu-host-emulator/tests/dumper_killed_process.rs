@@ -402,8 +402,9 @@ fn image_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
                 let mut at = 0;
                 while at + 8 <= m.priv_data.len() {
                     let v = u64::from_le_bytes(m.priv_data[at..at + 8].try_into().unwrap());
-                    if let Some((i, base, _)) =
-                        ranges.iter().find(|(_, base, size)| (*base..*base + *size).contains(&v))
+                    if let Some((i, base, _)) = ranges
+                        .iter()
+                        .find(|(_, base, size)| (*base..*base + *size).contains(&v))
                     {
                         let relative = (i << 56) | (v - base);
                         m.priv_data[at..at + 8].copy_from_slice(&relative.to_le_bytes());

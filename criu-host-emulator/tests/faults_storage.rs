@@ -25,14 +25,16 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use amdgpu_checkpoint::parallel::{Copier, ParallelFacts};
 use amdgpu_checkpoint::Error;
 use amdgpu_image::{DirStore, ImageName, ImageStore, ImageWriter, PagesSink};
 use criu_host_emulator::EmulatedHost;
 use criu_plugin_amdgpu::abi::PANIC_ERRNO;
-use criu_plugin_amdgpu::hooks::{CriuHost, NOT_MINE};
+use criu_plugin_amdgpu::hooks::{CriuHost, TaskFd, NOT_MINE};
 use criu_plugin_amdgpu::log::{Capture, Level};
 use kfd_sim::workload::{Profile, Workload};
 use kfd_sim::{Sim, SimConfig};
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 mod common;
 mod faults_common;
@@ -118,6 +120,41 @@ impl CriuHost for FaultyHost {
 
     fn current_pid(&self) -> Option<u32> {
         self.host.current_pid()
+    }
+
+    // Everything but the image store is the emulated host's: a method left
+    // to the trait's default would answer as a host without it (the fd
+    // store's ENOSYS), not as the host whose storage fails.
+    fn plugin_options(&self) -> io::Result<Option<Vec<String>>> {
+        self.host.plugin_options()
+    }
+
+    fn guardian_log_dir(&self) -> Option<PathBuf> {
+        self.host.guardian_log_dir()
+    }
+
+    fn guardian_driver(&self) -> amdgpu_checkpoint::guardian::GuardianDriver {
+        self.host.guardian_driver()
+    }
+
+    fn task_fd(&self, fd: BorrowedFd<'_>) -> Option<TaskFd> {
+        self.host.task_fd(fd)
+    }
+
+    fn fdstore_add(&self, fd: BorrowedFd<'_>) -> io::Result<i32> {
+        self.host.fdstore_add(fd)
+    }
+
+    fn fdstore_get(&self, id: i32) -> io::Result<OwnedFd> {
+        self.host.fdstore_get(id)
+    }
+
+    fn parallel_facts(&self) -> ParallelFacts {
+        self.host.parallel_facts()
+    }
+
+    fn copier(&self) -> Option<Copier> {
+        self.host.copier()
     }
 }
 
