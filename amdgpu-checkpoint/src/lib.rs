@@ -45,6 +45,7 @@
 mod drm_fdinfo;
 pub mod dump;
 pub mod error;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzz_support;
 pub mod guardian;

@@ -95,6 +95,7 @@ pub mod checksum;
 pub mod chunks;
 mod error;
 pub mod framing;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzz_support;
 pub mod messages;

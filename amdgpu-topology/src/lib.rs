@@ -58,6 +58,7 @@ pub mod builtin;
 pub mod checks;
 pub mod device_map;
 pub mod devices;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzz_support;
 pub mod gpu_id;
