@@ -123,7 +123,7 @@ pub fn map_timings(cases: &[MapCase], runs: usize) -> Vec<MapTiming> {
         .collect()
 }
 
-/// `topology_map_ms=<name>:<gpus>:accept=<ms>:refuse=<ms>` lines for the
+/// `topology_map_ms=<name>:gpus=<n>:accept=<ms>:refuse=<ms>` lines for the
 /// report binary.
 pub fn report_lines(timings: &[MapTiming]) -> Vec<String> {
     timings

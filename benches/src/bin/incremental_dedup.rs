@@ -16,7 +16,7 @@
 //!   hand-written 8-lane hash), XXH3-64 and XXH3-128 over one buffer in
 //!   memory, and the chunk digests (XXH3-128 per chunk) at 1, 2 and 4 MiB;
 //!   `hash_xxh3_128_sse2_*` is the same XXH3-128 from `xxhash-rust` built
-//!   for baseline x86-64 (the plugin's before session 7; it now uses
+//!   for baseline x86-64 (the plugin's until commit 4a17756; it now uses
 //!   `twox-hash`, which picks AVX2 at run time). `hash_*_staging_gibs`: the
 //!   same over one staging buffer (8 MiB) hashed again and again, so
 //!   cache-resident: the best case of the plugin hashing what the copy
@@ -184,7 +184,7 @@ fn hash_rates(len: usize, suffix: &str) {
     );
     // What the plugin uses (twox-hash: AVX2 picked at run time), and the
     // same algorithm as xxhash-rust builds it for baseline x86-64 (SSE2),
-    // which the plugin used before session 7.
+    // which the plugin used until commit 4a17756.
     line(
         "hash_xxh3_128_gibs",
         format!("{:.2}", best(&twox_hash::XxHash3_128::oneshot)),
