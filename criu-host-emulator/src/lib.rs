@@ -1,44 +1,4 @@
-//! A CRIU host emulator over `kfd-sim`: calls the plugin's hooks in the
-//! order and from the process roles CRIU uses, against a simulated machine,
-//! writing a real images directory.
-//!
-//! Dump ([`CriuEmulator::dump`]), in CRIU's dumper (a simulated process that
-//! ptrace-attaches the target): `init(DUMP)`, `HANDLE_DEVICE_VMA` per device
-//! mapping, `DUMP_EXT_FILE` per GPU fd in ascending fd order (on a `dup`, as
-//! CRIU drains fds through its parasite and closes them after the batch),
-//! `DUMP_DEVICES_LATE(root pid)` when the emulated CRIU has that hook, and
-//! `exit(DUMP, ret)`. Any hook failure fails the dump as in CRIU: `exit` runs
-//! with the error and the target keeps running. After a task's files and
-//! before `DUMP_DEVICES_LATE` (CRIU's `dump_one_task`, queues still paused),
-//! as CRIU's pages dump, each task's own CPU memory (the pages its USERPTR
-//! BOs point at, [`kfd_sim::Sim::host_memory_of`]) goes into
-//! `pages-<pid>.img`, an emulated CRIU core image ([`pages`]); restore maps
-//! it back at the same addresses before any task resumes, on whichever
-//! simulated machine restores.
-//!
-//! Restore ([`CriuEmulator::restore`]): in the main restorer `init(RESTORE)`
-//! and `RESTORE_INIT`; the task is forked ([`Plugin::forked_task`], the
-//! simulated process recreated under its old pid); `POST_FORKING` in the main
-//! restorer; in the task `RESTORE_EXT_FILE` per file in ascending fd order,
-//! then `UPDATE_VMA_MAP` per device mapping; back in the main restorer
-//! `RESUME_DEVICES_LATE(pid)` and `exit(RESTORE)`. The restored task keeps
-//! its plugin state, as the real restored process keeps the render fds the
-//! plugin opened.
-//!
-//! With `POST_FORKING` (CRIU v4.2 and later) and a single-process tree the
-//! plugin restores BO contents in parallel: the worker thread it starts in
-//! the main restorer serves the task's commands over a real abstract unix
-//! socket (all roles live in this one host process; the socket name is
-//! unique per run, so emulated restores may run concurrently).
-//!
-//! With [`EmulatorConfig::streamer`] the emulated CRIU runs with
-//! `--stream`: the plugin's images go through an emulated image streamer
-//! ([`streamer`]), one pipe per file, each file served once at restore.
-//!
-//! Which hooks exist follows the emulated CRIU's `max_hooks`
-//! ([`EmulatorConfig::max_hooks`]), so the fallbacks for older CRIU are
-//! exercised too. Test support only (`publish = false`): the plugin never
-//! depends on this crate, so the `.so` CRIU loads never contains it.
+#![doc = include_str!("../README.md")]
 
 use std::collections::BTreeSet;
 use std::ffi::c_int;
