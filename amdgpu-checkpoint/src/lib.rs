@@ -27,8 +27,9 @@
 //!    process's device mappings move ([`vma`]); [`restore::resume`]
 //!    restarts the queues once the process's memory is back.
 //!
-//! Options ([`options::Options`]) come from the environment
-//! (`KFD_*_CHECK`, `KFD_MAX_BUFFER_SIZE`) or from any name-to-value lookup.
+//! Options ([`options::Options`]) are read by [`options::Options::read`]
+//! from the environment (`KFD_*`, through any name-to-value lookup) and
+//! CRIU's plugin options, or set by the program that embeds the engine.
 //! The crate logs through the [`log`] facade; the embedding program picks
 //! the logger. Errors ([`Error`]) name the failed operation and map to an
 //! errno for hosts that speak errno.

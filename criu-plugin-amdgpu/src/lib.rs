@@ -42,11 +42,13 @@
 //!     "KFD_NUMA_CHECK" => Some("maybe".to_owned()),
 //!     _ => None,
 //! };
-//! let (options, invalid) = Options::from_lookup(env);
-//! assert!(!options.checks.fw_version);
-//! assert!(options.checks.numa, "an invalid value keeps the default");
+//! // No `--plugin-option amdgpu.*` entries on top here.
+//! let (options, invalid) = Options::default().read(env, &[])?;
+//! assert!(!options.checks().fw_version);
+//! assert!(options.checks().numa, "an invalid value keeps the default");
 //! assert_eq!(invalid.len(), 1);
-//! assert!(options.staging.total() <= 64 << 20);
+//! assert!(options.staging().total() <= 64 << 20);
+//! # Ok::<(), amdgpu_checkpoint::options::OptionError>(())
 //! ```
 
 #![deny(unsafe_code)]
