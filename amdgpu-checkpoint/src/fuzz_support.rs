@@ -4,11 +4,12 @@
 
 use std::collections::HashMap;
 
-use crate::options::{parse_buffer_size, Options};
+use crate::options::{parse_buffer_size, Options, OPTIONS};
 
 /// The `plugin_options` target: `NAME=value` lines through the options
-/// parser. Never panics; rejected values keep the default and are reported;
-/// the staging memory never exceeds the limit a valid `KFD_MAX_BUFFER_SIZE`
+/// parser. Never panics; rejected values of the C plugin's variables keep
+/// the default and are reported, those of the strict ones are errors; the
+/// staging memory never exceeds the limit a valid `KFD_MAX_BUFFER_SIZE`
 /// asked for.
 pub fn check_plugin_options(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
@@ -19,12 +20,31 @@ pub fn check_plugin_options(data: &[u8]) {
         }
         let _ = parse_buffer_size(line);
     }
-    let (options, invalid) = Options::from_lookup(|name| values.get(name).cloned());
+    // The C plugin's variables never fail a reading: a rejected value
+    // keeps the default and is reported.
+    let lenient = |name: &str| {
+        OPTIONS
+            .iter()
+            .any(|spec| spec.variable == name && !spec.strict)
+            .then(|| values.get(name).cloned())
+            .flatten()
+    };
+    let (options, invalid) = Options::default()
+        .read(lenient, &[])
+        .unwrap_or_else(|e| panic!("a lenient variable failed the reading: {e}"));
+    // Every variable, the strict ones too: options or an error.
+    let base = match Options::default().read(|name| values.get(name).cloned(), &[]) {
+        Ok((all, _)) => all,
+        Err(e) => {
+            let _ = e.to_string();
+            options.clone()
+        }
+    };
     // The same lines as CRIU's plugin options: never a panic; what is
     // accepted says it came from the command line.
     let argv: Vec<String> = text.lines().map(str::to_owned).collect();
-    match options.with_command_line(&argv) {
-        Ok(overridden) => {
+    match base.read(|_| None, &argv) {
+        Ok((overridden, _)) => {
             for line in &argv {
                 let Some(name) = line
                     .strip_prefix(crate::options::PLUGIN_PREFIX)
@@ -49,7 +69,7 @@ pub fn check_plugin_options(data: &[u8]) {
         let _ = bad.to_string();
     }
     let _ = options.describe();
-    let _ = options.staging.total();
+    let _ = options.staging().total();
     if let Some(Ok(limit)) = values
         .get("KFD_MAX_BUFFER_SIZE")
         .map(|v| parse_buffer_size(v))
@@ -60,9 +80,9 @@ pub fn check_plugin_options(data: &[u8]) {
                 .all(|i| !i.to_string().contains("KFD_MAX_BUFFER_SIZE"))
         {
             assert!(
-                options.staging.total() <= limit.max(options.staging.buffer_size),
+                options.staging().total() <= limit.max(options.staging().buffer_size),
                 "staging {} exceeds the limit {limit}",
-                options.staging.total()
+                options.staging().total()
             );
         }
     }

@@ -675,7 +675,7 @@ fn dump_gpu<D: Driver + Clone, S: ImageStore>(
         let mut pipe = Pipe::open(
             driver,
             target.render_minor,
-            options.staging.for_largest_bo(largest),
+            options.staging().for_largest_bo(largest),
             gpu,
             pool,
         )?;
@@ -873,7 +873,7 @@ fn restore_pages_from<'f, D: Driver + Clone, S: ImageStore>(
         let mut pipe = Pipe::open(
             driver,
             render_minor,
-            options.staging.for_largest_bo(largest),
+            options.staging().for_largest_bo(largest),
             gpu,
             None,
         )?;
@@ -922,7 +922,7 @@ pub fn dump_drm_bo<D: Driver + Clone, S: ImageStore>(
         let mut pipe = Pipe::open(
             driver,
             device.render_minor,
-            options.staging.for_largest_bo(size),
+            options.staging().for_largest_bo(size),
             device.gpu_id,
             pool,
         )?;
@@ -977,7 +977,7 @@ pub fn restore_drm_bo<D: Driver + Clone, S: ImageStore>(
         let mut pipe = Pipe::open(
             driver,
             device.render_minor,
-            options.staging.for_largest_bo(size),
+            options.staging().for_largest_bo(size),
             device.gpu_id,
             None,
         )?;

@@ -9,7 +9,6 @@
 mod chain_common;
 mod common;
 
-use amdgpu_checkpoint::options::Staging;
 use chain_common::{clean, logged, restore_tree_like_twins, Root};
 use common::{amdgpu_files, hook_errno};
 use criu_plugin_amdgpu::log::{Capture, Level};
@@ -61,8 +60,7 @@ fn a_tree_copies_in_the_background_one_transfer_per_gpu_within_the_staging_limit
     let dir = root.dir("tree", None);
     let tasks = common::tree_tasks(&sim, &apps);
     let emulator = root.emulator(&sim, &dir, |c| {
-        c.options.max_buffer_size = LIMIT;
-        c.options.staging = Staging::from_limit(LIMIT);
+        c.options = c.options.clone().with_max_buffer_size(LIMIT);
     });
     let capture = Capture::start();
     emulator.dump_tree(&tasks).expect("dump of the tree");

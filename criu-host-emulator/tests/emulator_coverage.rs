@@ -17,8 +17,9 @@ use kfd_sim::{Sim, SimConfig};
 
 /// The options with every check on except variable `off` set to `NO`.
 fn options_without(off: Option<&'static str>) -> Options {
-    let (options, invalid) =
-        Options::from_lookup(|name| (Some(name) == off).then(|| "NO".to_owned()));
+    let (options, invalid) = Options::default()
+        .read(|name| (Some(name) == off).then(|| "NO".to_owned()), &[])
+        .unwrap();
     assert!(invalid.is_empty(), "{invalid:?}");
     options
 }

@@ -56,12 +56,12 @@ fn dumped() -> Dumped {
 fn a_device_map_from_the_command_line_swaps_the_gpus_and_the_log_says_where_options_came_from() {
     let d = dumped();
     let vmas = vmas_of(&kfd_image(d.dirs.images.path()));
-    let (env, _) = Options::resolve(|name| match name {
+    let env = |name: &str| match name {
         "KFD_NUMA_CHECK" => Some("NO".to_owned()),
         "KFD_FW_VER_CHECK" => Some("NO".to_owned()),
         _ => None,
-    })
-    .unwrap();
+    };
+    let (env, _) = Options::default().read(env, &[]).unwrap();
     let map = format!(
         "{:#x}={},{}={:#x}",
         d.gpus[0], d.gpus[1], d.gpus[1], d.gpus[0]
@@ -103,10 +103,9 @@ fn a_device_map_from_the_command_line_swaps_the_gpus_and_the_log_says_where_opti
 fn without_criu_plugin_get_options_the_environment_alone_counts() {
     let d = dumped();
     let vmas = vmas_of(&kfd_image(d.dirs.images.path()));
-    let (env, _) = Options::resolve(|name| {
-        (name == "KFD_DEVICE_MAP").then(|| format!("{}={}", d.gpus[0], d.gpus[1]))
-    })
-    .unwrap();
+    let env =
+        |name: &str| (name == "KFD_DEVICE_MAP").then(|| format!("{}={}", d.gpus[0], d.gpus[1]));
+    let (env, _) = Options::default().read(env, &[]).unwrap();
     let emulator = d.dirs.emulator(&d.sim, |c| c.options = env);
     let capture = Capture::start();
     emulator.restore(d.pid, &d.ids, &vmas).expect("restore");

@@ -8,7 +8,6 @@ mod common;
 
 use std::os::fd::AsFd;
 
-use amdgpu_checkpoint::options::Staging;
 use common::{
     add_drm_bo, device_vmas, gpu_files, hook_errno, image_message, kfd_image, vmas_of, Dirs, DrmBo,
     KFD_ID,
@@ -151,8 +150,8 @@ fn a_single_page_of_staging_gives_the_same_result() {
     let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
     let app = launch(&sim, &Profile::Basic, 3);
     round_trip(&sim, app, &Dirs::new(), |c| {
-        c.options.staging = Staging::from_limit(4096);
-        assert_eq!(c.options.staging.buffers, 1);
+        c.options = c.options.clone().with_max_buffer_size(4096);
+        assert_eq!(c.options.staging().buffers, 1);
     });
 }
 
@@ -168,7 +167,7 @@ fn two_gpus_round_trip_with_small_double_buffers() {
     );
     let dirs = Dirs::new();
     round_trip(&sim, app, &dirs, |c| {
-        c.options.staging = Staging::from_limit(64 << 10);
+        c.options = c.options.clone().with_max_buffer_size(64 << 10);
     });
     let image = kfd_image(dirs.images.path());
     assert_eq!(image.num_of_gpus, 2);

@@ -211,7 +211,7 @@ fn a_streamed_dump_has_no_parent_and_says_it_is_full() {
     dump(
         &root.emulator(&sim, &second, |c| {
             c.streamer = Some(capture.clone());
-            c.options.dedup = true;
+            c.options = c.options.clone().with_dedup(true);
         }),
         &sim,
         &app,
@@ -260,7 +260,9 @@ fn dedup_of_a_data_parallel_tree_writes_the_weights_once() {
     let root = Root::new();
     let dir = root.dir("dedup", None);
     let tasks = common::tree_tasks(&sim, &apps);
-    let emulator = root.emulator(&sim, &dir, |c| c.options.dedup = true);
+    let emulator = root.emulator(&sim, &dir, |c| {
+        c.options = c.options.clone().with_dedup(true)
+    });
     emulator.dump_tree(&tasks).expect("dump of the tree");
     let (content, stored) = bytes_of(&dir);
     // Each process's step changed one or two chunks of its weights; the

@@ -236,7 +236,9 @@ fn dedup_writes_identical_drm_buffers_of_two_processes_once() {
         .collect();
     let root = Root::new();
     let dir = root.dir("dedup", None);
-    let emulator = root.emulator(&sim, &dir, |c| c.options.dedup = true);
+    let emulator = root.emulator(&sim, &dir, |c| {
+        c.options = c.options.clone().with_dedup(true)
+    });
     emulator.dump_tree(&tasks).expect("dump of the tree");
     let (content, stored) = drm_bytes_of(&dir);
     println!("DRM dedup: {content} bytes of DRM buffers in two processes, {stored} written");
@@ -293,7 +295,9 @@ fn dedup_references_drm_chunks_of_another_kfd_process() {
     let tasks = common::tree_tasks(&sim, &apps);
     let root = Root::new();
     let dir = root.dir("dedup", None);
-    let emulator = root.emulator(&sim, &dir, |c| c.options.dedup = true);
+    let emulator = root.emulator(&sim, &dir, |c| {
+        c.options = c.options.clone().with_dedup(true)
+    });
     emulator.dump_tree(&tasks).expect("dump of the tree");
     let total = 2 * (BOS * CHUNKS_PER_BO * CHUNK) as u64;
     assert_eq!(drm_bytes_of(&dir), (total, total / 2));

@@ -24,7 +24,7 @@ use amdgpu_checkpoint::dump::{discard_images, DumpConfig, Dumper};
 use amdgpu_checkpoint::guardian::GuardianDriver;
 use amdgpu_checkpoint::handles::HandleTable;
 use amdgpu_checkpoint::identify::{Devices, FdClass};
-use amdgpu_checkpoint::options::{Source, MAX_BUFFER_SIZE};
+use amdgpu_checkpoint::options::{Source, MAX_BUFFER_SIZE, OPTIONS};
 use amdgpu_checkpoint::parallel::{Copier, ParallelFacts, ParallelRestore, WorkerReport};
 use amdgpu_checkpoint::restore::{
     resume, shared_buffer_count, RestoreConfig, Restored, Restorer, Resume, Sharing, TaskIdentity,
@@ -291,7 +291,8 @@ fn fail(hook: &str, what: &str, err: &Error) -> c_int {
 
 impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
     /// `init(stage)`: probes `/dev/kfd`, applies the inventory gate at
-    /// restore, and takes the options.
+    /// restore, and takes the options: `options` (the environment's, read
+    /// by the caller) with the host's plugin options read over them.
     ///
     /// On a machine without `/dev/kfd` it logs one line here and one at
     /// `exit`; a restore the images do not need this plugin for logs one
@@ -318,8 +319,8 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
         // CRIU stops) wherever it would have mattered, never ignored.
         let (options, bad_options) = match host.plugin_options() {
             Ok(None) => (options, false),
-            Ok(Some(argv)) => match options.with_command_line(&argv) {
-                Ok(options) => {
+            Ok(Some(argv)) => match options.read(|_| None, &argv) {
+                Ok((options, _)) => {
                     let ours: Vec<&String> = argv
                         .iter()
                         .filter(|e| e.starts_with(amdgpu_checkpoint::options::PLUGIN_PREFIX))
@@ -382,9 +383,11 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
             if stage != Stage::Restore {
                 // Options that shape only a restore, set for a dump: said
                 // once, so a user sees they had no effect here.
-                for (name, source) in &options.sources {
-                    if *source == Source::CommandLine && *name != "max-buffer-size" {
-                        log_info!("param: amdgpu.{name} matters only at restore");
+                for spec in OPTIONS {
+                    if options.source(spec.name) == Source::CommandLine
+                        && spec.variable != MAX_BUFFER_SIZE
+                    {
+                        log_info!("param: amdgpu.{} matters only at restore", spec.name);
                     }
                 }
             }

@@ -220,7 +220,8 @@ pub fn init(raw_stage: c_int) -> c_int {
             crate::abi::HOOK_SLOTS
         );
     }
-    let (options, invalid) = match Options::resolve_env() {
+    // CRIU's plugin options come on top in `Plugin::init`, from the host.
+    let (options, invalid) = match Options::default().read(|name| std::env::var(name).ok(), &[]) {
         Ok(resolved) => resolved,
         Err(e) => {
             log_error!("{e}");

@@ -230,7 +230,7 @@ impl<D: Driver + Clone> Dumper<D> {
         if let Some(plan) = &self.plan {
             return Ok(Arc::clone(plan));
         }
-        let plan = Arc::new(ChunkPlan::for_store(store, self.config.options.dedup)?);
+        let plan = Arc::new(ChunkPlan::for_store(store, self.config.options.dedup())?);
         self.plan = Some(Arc::clone(&plan));
         Ok(plan)
     }

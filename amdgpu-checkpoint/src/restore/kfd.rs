@@ -71,7 +71,7 @@ impl<D: Driver + Clone> Restorer<D> {
 
         let checkpointed = checkpointed_topology(&msg.device_entries);
         let local = local_topology(&self.config.topology_root, &self.driver)?;
-        let device_map = &self.config.options.device_map;
+        let device_map = self.config.options.device_map();
         let pins = device_map
             .resolve(&checkpointed, &local)
             .map_err(|e| Error::Incompatible {
@@ -87,7 +87,7 @@ impl<D: Driver + Clone> Restorer<D> {
             );
         }
         let mapping =
-            map_topologies_pinned(&checkpointed, &local, &self.config.options.checks, &pins)
+            map_topologies_pinned(&checkpointed, &local, self.config.options.checks(), &pins)
                 .map_err(|e| Error::Incompatible {
                     reasons: e.to_string(),
                 })?

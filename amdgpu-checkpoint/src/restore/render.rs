@@ -128,7 +128,7 @@ impl<D: Driver + Clone> Restorer<D> {
             ),
         })?;
         let taken: BTreeSet<u32> = self.render_only.values().copied().collect();
-        let candidates = render_only_candidates(device, &local, &self.config.options.checks);
+        let candidates = render_only_candidates(device, &local, self.config.options.checks());
         let compatible: Vec<_> = candidates
             .as_ref()
             .map(|ids| {
@@ -145,7 +145,7 @@ impl<D: Driver + Clone> Restorer<D> {
         let pinned = match self
             .config
             .options
-            .device_map
+            .device_map()
             .pin_of(&device_node(device), &local)
         {
             None => None,
@@ -160,7 +160,7 @@ impl<D: Driver + Clone> Restorer<D> {
             if !free.iter().any(|n| n.gpu_id == gpu) {
                 let why = match local.gpus().find(|n| n.gpu_id == gpu) {
                     Some(node) if !compatible.iter().any(|c| c.gpu_id == gpu) => {
-                        device_mismatches(&device_node(device), node, &self.config.options.checks)
+                        device_mismatches(&device_node(device), node, self.config.options.checks())
                             .iter()
                             .map(ToString::to_string)
                             .collect::<Vec<_>>()

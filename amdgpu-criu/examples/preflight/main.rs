@@ -21,6 +21,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use amdgpu_checkpoint::options::{check_flags, CheckOptions, Options};
+
 mod preflight;
 
 use preflight::{preflight, read_checkpoint, Machine, Report, Verdict};
@@ -42,7 +44,22 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let (options, invalid) = amdgpu_checkpoint::options::checks_from_env();
+    // The KFD_*_CHECK switches only, read as the plugin reads them: an
+    // invalid value keeps its check on and is reported.
+    let checks = check_flags(&CheckOptions::all()).map(|(variable, _)| variable);
+    let env = |name: &str| {
+        checks
+            .contains(&name)
+            .then(|| std::env::var(name).ok())
+            .flatten()
+    };
+    let (options, invalid) = match Options::default().read(env, &[]) {
+        Ok((options, invalid)) => (*options.checks(), invalid),
+        Err(e) => {
+            eprintln!("preflight: {e}");
+            return ExitCode::from(2);
+        }
+    };
     for warning in invalid {
         eprintln!("preflight: warning: {warning}");
     }

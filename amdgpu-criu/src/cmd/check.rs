@@ -121,7 +121,13 @@ pub(crate) struct RenderOnlyVerdict {
 /// Runs `check`: 0 when every image can be restored, 1 when one cannot, 2
 /// when the images or the topology cannot be read.
 pub fn run(args: Args) -> ExitCode {
-    let (options, invalid) = amdgpu_checkpoint::options::checks_from_env();
+    let (options, invalid) = match map::checks_from_env() {
+        Ok(read) => read,
+        Err(message) => {
+            eprintln!("amdgpu-criu check: {message}");
+            return ExitCode::from(2);
+        }
+    };
     for warning in &invalid {
         eprintln!("amdgpu-criu check: warning: {warning}");
     }

@@ -12,6 +12,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use amdgpu_checkpoint::options::{check_flags, InvalidOption, Options};
 use amdgpu_topology::checks::Reason;
 use amdgpu_topology::device_map::DeviceMap;
 use amdgpu_topology::devices::DeviceTopology;
@@ -52,6 +53,24 @@ pub struct Args {
     pub device_map: Option<String>,
 }
 
+/// The `KFD_*_CHECK` switches of the environment, read as the plugin reads
+/// them: an invalid value keeps its check on and is returned. The plugin's
+/// other variables are not read (they shape a dump or restore, not the
+/// checks; the device map has `device_map`).
+pub(crate) fn checks_from_env() -> Result<(CheckOptions, Vec<InvalidOption>), String> {
+    let checks = check_flags(&CheckOptions::all()).map(|(variable, _)| variable);
+    let env = |name: &str| {
+        checks
+            .contains(&name)
+            .then(|| std::env::var(name).ok())
+            .flatten()
+    };
+    let (options, invalid) = Options::default()
+        .read(env, &[])
+        .map_err(|e| e.to_string())?;
+    Ok((*options.checks(), invalid))
+}
+
 /// The device map of `--device-map`, else of `KFD_DEVICE_MAP`, else none.
 pub(crate) fn device_map(flag: Option<&str>) -> Result<DeviceMap, String> {
     let from_env = std::env::var(amdgpu_checkpoint::options::DEVICE_MAP).ok();
@@ -77,7 +96,13 @@ pub(crate) fn map_with(
 /// Runs `map`: 0 when compatible, 1 when not, 2 when a topology cannot be
 /// read or no answer could be reached.
 pub fn run(args: Args) -> ExitCode {
-    let (options, invalid) = amdgpu_checkpoint::options::checks_from_env();
+    let (options, invalid) = match checks_from_env() {
+        Ok(read) => read,
+        Err(message) => {
+            eprintln!("amdgpu-criu map: {message}");
+            return ExitCode::from(2);
+        }
+    };
     for warning in &invalid {
         eprintln!("amdgpu-criu map: warning: {warning}");
     }
@@ -166,7 +191,7 @@ pub(crate) fn print_text(
     to: &DeviceTopology,
     options: &CheckOptions,
 ) {
-    let off: Vec<&str> = amdgpu_checkpoint::options::check_flags(options)
+    let off: Vec<&str> = check_flags(options)
         .iter()
         .filter(|(_, on)| !on)
         .map(|(name, _)| *name)

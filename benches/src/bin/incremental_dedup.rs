@@ -473,10 +473,7 @@ fn emulator_hooks(
     if let Some(max) = max_hooks {
         config.max_hooks = max;
     }
-    config.options = Options {
-        dedup,
-        ..Options::default()
-    };
+    config.options = Options::default().with_dedup(dedup);
     CriuEmulator::new(sim.clone(), dir, config)
 }
 

@@ -6,7 +6,7 @@ use std::fs::File;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use amdgpu_checkpoint::options::Options;
+use amdgpu_checkpoint::options::{parse_buffer_size, Options};
 use amdgpu_image::{CriuKfd, DirStore, ImageName, ImageStore, ReadLimits};
 use criu_host_emulator::{CriuEmulator, DeviceVma, EmulatorConfig, TaskFile};
 use kfd_sim::workload::Workload;
@@ -153,10 +153,7 @@ pub fn plugin_run(machine: Machine, dir: &Path, run: RunOptions) -> Result<Plugi
 /// The plugin options for a `KFD_MAX_BUFFER_SIZE` value (`None`: unset),
 /// parsed as the plugin parses its environment.
 pub fn options_with_max_buffer(value: Option<&str>) -> Options {
-    let (options, _invalid) = Options::from_lookup(|name| {
-        (name == "KFD_MAX_BUFFER_SIZE")
-            .then(|| value.map(str::to_owned))
-            .flatten()
-    });
-    options
+    // As the plugin takes the variable: a bad value keeps the default.
+    let limit = value.and_then(|v| parse_buffer_size(v).ok()).unwrap_or(0);
+    Options::default().with_max_buffer_size(limit)
 }

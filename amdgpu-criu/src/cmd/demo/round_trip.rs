@@ -80,7 +80,10 @@ fn dump_tree<'a>(
 }
 
 pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Result<(), Stop> {
-    let (options, invalid) = Options::from_env();
+    // As the plugin reads them: a bad KFD_DEVICE_MAP or KFD_DEDUP stops.
+    let (options, invalid) = Options::default()
+        .read(|name| std::env::var(name).ok(), &[])
+        .map_err(|e| Stop::Usage(e.to_string()))?;
     for warning in &invalid {
         eprintln!("amdgpu-criu demo: warning: {warning}");
     }
@@ -267,7 +270,7 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
         .map_err(|e| Stop::Usage(format!("{restore_label}: {e}")))?;
     let checkpointed = check::read_checkpointed(&restore_dir).map_err(Stop::Failed)?;
     let verdicts =
-        check::check(&checkpointed, &local, &config.options.checks).map_err(Stop::Failed)?;
+        check::check(&checkpointed, &local, config.options.checks()).map_err(Stop::Failed)?;
     for v in verdicts.iter().filter(|v| !v.result.compatible) {
         report.reasons.extend(map::reason_lines(&v.result.reasons));
         report
