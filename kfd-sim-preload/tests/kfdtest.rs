@@ -255,10 +255,11 @@ fn kfdtest_on_simulated_machines() {
         Some(n) => (n.max(1) as usize, n.max(1) as usize),
         None => (BUSY_WORKERS, WAITING_WORKERS),
     };
-    // Tests that would act on the host itself are classified, never run.
+    // Tests that would act on the host itself, or never end by design,
+    // are classified, never run.
     let never_run: BTreeMap<&str, String> = cannot_run
         .iter()
-        .filter(|(_, (kind, _))| *kind == lists::CannotRun::Host)
+        .filter(|(_, (kind, _))| matches!(kind, lists::CannotRun::Host | lists::CannotRun::Endless))
         .map(|(t, (_, why))| (t.as_str(), why.clone()))
         .collect();
     let temp_before = run::kfdtest_temp_files();

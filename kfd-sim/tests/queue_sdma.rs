@@ -270,3 +270,94 @@ fn a_doorbell_rung_before_the_engine_ran_survives_an_eviction() {
         assert_eq!(q.peek(MISC + 576, 4), 0xC0DEu32.to_le_bytes());
     }
 }
+
+/// An SVM range is mapped on the GPUs given access to it, at its CPU
+/// address, and shows the process's memory there (`kfd_svm.c`,
+/// `svm_range_validate_and_map`; kfdtest's `KFDSVMRangeTest.MigrateTest`
+/// copies between SVM ranges with SDMA); `KFD_IOCTL_SVM_FLAG_GPU_RO` maps
+/// it read-only.
+#[test]
+fn svm_ranges_show_the_process_memory_to_the_gpus_given_access() {
+    let sim = sim();
+    let mut q = QueueProc::new(&sim, Kind::Sdma);
+    const LEN: u64 = 2 << 20;
+    let svm = sim.alloc_host_memory_for(q.pid(), LEN as usize).unwrap();
+    svm_set(
+        &q.p,
+        svm,
+        LEN,
+        &[
+            (KFD_IOCTL_SVM_ATTR_SET_FLAGS, KFD_IOCTL_SVM_FLAG_HOST_ACCESS),
+            (KFD_IOCTL_SVM_ATTR_ACCESS, q.gpu),
+        ],
+    )
+    .unwrap();
+    let data = pattern(1 << 20, 3);
+    q.poke(SCRATCH, &data);
+    // Host buffer -> SVM, a fill of the SVM range's second half, and the
+    // first half back out into the host buffer after the fill.
+    q.place(&sdma_pkt::copy(q.mem + SCRATCH, svm, 1 << 20));
+    q.place(&sdma_pkt::fill(svm + (1 << 20), 0xA5A5_5A5A, 1 << 18));
+    q.place(&sdma_pkt::copy(svm, q.mem + SCRATCH + (1 << 20), 1 << 20));
+    q.submit();
+    let s = q.settle();
+    assert_eq!(s.state, QueueState::Idle, "{s}");
+    assert_eq!(sim.read_host_memory(svm, 1 << 20).unwrap(), data);
+    assert!(sim
+        .read_host_memory(svm + (1 << 20), 1 << 20)
+        .unwrap()
+        .chunks(4)
+        .all(|d| d == 0xA5A5_5A5Au32.to_le_bytes()));
+    assert_eq!(q.peek(SCRATCH + (1 << 20), 1 << 20), data);
+
+    // Read-only for the GPU: reads still land, the first write faults.
+    svm_set(
+        &q.p,
+        svm,
+        LEN,
+        &[(KFD_IOCTL_SVM_ATTR_SET_FLAGS, KFD_IOCTL_SVM_FLAG_GPU_RO)],
+    )
+    .unwrap();
+    q.place(&sdma_pkt::copy(svm, q.mem + SCRATCH, 4096));
+    q.push(&sdma_pkt::fence(svm, 1));
+    let s = q.settle();
+    let QueueState::Hung(reason) = &s.state else {
+        panic!("a write to a GPU read-only SVM range did not fault: {s}")
+    };
+    assert!(
+        reason.contains(&format!("vm fault at {svm:#x}")),
+        "{reason}"
+    );
+}
+
+/// With XNACK off (the default) a new SVM range gives no GPU access, so the
+/// GPU faults on it until the application grants access (`svm_range_new`
+/// leaves `bitmap_access` empty; `svm_range_restore_pages` refuses a GPU
+/// outside it).
+#[test]
+fn an_svm_range_without_gpu_access_faults() {
+    let sim = sim();
+    let mut q = QueueProc::new(&sim, Kind::Sdma);
+    let svm = sim.alloc_host_memory_for(q.pid(), 1 << 20).unwrap();
+    svm_set(
+        &q.p,
+        svm,
+        1 << 20,
+        &[(KFD_IOCTL_SVM_ATTR_SET_FLAGS, KFD_IOCTL_SVM_FLAG_HOST_ACCESS)],
+    )
+    .unwrap();
+    q.push(&sdma_pkt::fill(svm, 7, 16));
+    let s = q.settle();
+    let QueueState::Hung(reason) = &s.state else {
+        panic!("a GPU without access wrote an SVM range: {s}")
+    };
+    assert!(
+        reason.contains(&format!("vm fault at {svm:#x}")),
+        "{reason}"
+    );
+    assert!(sim
+        .read_host_memory(svm, 64)
+        .unwrap()
+        .iter()
+        .all(|&b| b == 0));
+}

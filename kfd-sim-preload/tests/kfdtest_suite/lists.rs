@@ -7,17 +7,25 @@
 //!   `executes-shader` (needs a GPU that runs shader code), `hardware`
 //!   (needs a feature the simulated topology does not claim), `kernel`
 //!   (needs an interface only AMD's out-of-tree driver has, which mainline
-//!   amdkfd and so the simulated kernel lack) or `host` (acts on the
-//!   machine the tests run on: never started).
+//!   amdkfd and so the simulated kernel lack), `host` (acts on the
+//!   machine the tests run on: never started) or `endless` (loops until
+//!   killed on any GPU, by design: never started).
 //! * `expected/<machine>.txt`: every test of the suite with what it does
 //!   on that machine: `pass`, `skip` (kfdtest skips it there, in its own
-//!   words), `cannot-run` (the reason is in `cannot-run.txt`) or
-//!   `fail <why>` (a failure not yet fixed, with its cause).
+//!   words), `cannot-run` (the reason is in `cannot-run.txt`),
+//!   `fail <why>` (a failure not yet fixed, with its cause) or
+//!   `timing <why>` (passes alone, but within kfdtest's own waits or the
+//!   run's time limit only when the machine is not loaded: a pass, a
+//!   failure and a hang are all taken, anything else is not) or
+//!   `intermittent <why>` (passes, but was seen to fail or hang now and
+//!   then for a cause not found yet, which the reason names; taken like
+//!   `timing`).
 //!
 //! A regression is a `pass` that did not pass, a `skip` that did something
 //! else, a `cannot-run` test that passed (or, for `assembles-shader`, ended
-//! anywhere but at the assembler) and a `fail` that passed: the list then
-//! no longer tells the truth and must be updated.
+//! anywhere but at the assembler), a `fail` that passed and a `timing`
+//! test that crashed or was skipped: the list then no longer tells the
+//! truth and must be updated.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -32,6 +40,7 @@ pub enum CannotRun {
     Hardware,
     Kernel,
     Host,
+    Endless,
 }
 
 impl CannotRun {
@@ -42,6 +51,7 @@ impl CannotRun {
             "hardware" => CannotRun::Hardware,
             "kernel" => CannotRun::Kernel,
             "host" => CannotRun::Host,
+            "endless" => CannotRun::Endless,
             _ => return None,
         })
     }
@@ -54,6 +64,8 @@ pub enum Expected {
     Skip,
     CannotRun,
     Fail(String),
+    Timing(String),
+    Intermittent(String),
 }
 
 /// `(kind, reason)` per test, from `cannot-run.txt`.
@@ -80,7 +92,7 @@ pub fn parse_cannot_run(text: &str, file: &Path) -> CannotRunList {
             .unwrap_or_else(|| panic!("{}:{n}: expected `kind: reason`", file.display()));
         let kind = CannotRun::parse(kind.trim()).unwrap_or_else(|| {
             panic!(
-                "{}:{n}: unknown kind {kind:?} (assembles-shader, executes-shader, hardware, kernel, host)",
+                "{}:{n}: unknown kind {kind:?} (assembles-shader, executes-shader, hardware, kernel, host, endless)",
                 file.display()
             )
         });
@@ -100,7 +112,7 @@ pub fn parse_cannot_run(text: &str, file: &Path) -> CannotRunList {
     out
 }
 
-/// Parses a machine's list: `Test.Name pass|skip|cannot-run|fail <why>`.
+/// Parses a machine's list: `Test.Name pass|skip|cannot-run|fail <why>|timing <why>|intermittent <why>`.
 pub fn parse_expected(text: &str, file: &Path) -> BTreeMap<String, Expected> {
     let mut out = BTreeMap::new();
     for (n, line) in entries(text) {
@@ -114,8 +126,12 @@ pub fn parse_expected(text: &str, file: &Path) -> BTreeMap<String, Expected> {
             "cannot-run" => Expected::CannotRun,
             "fail" if !rest.is_empty() => Expected::Fail(rest.to_owned()),
             "fail" => panic!("{}:{n}: a failure needs its cause", file.display()),
+            "timing" if !rest.is_empty() => Expected::Timing(rest.to_owned()),
+            "timing" => panic!("{}:{n}: a timing-bound test needs its cause", file.display()),
+            "intermittent" if !rest.is_empty() => Expected::Intermittent(rest.to_owned()),
+            "intermittent" => panic!("{}:{n}: an intermittent failure needs its cause", file.display()),
             other => panic!(
-                "{}:{n}: unknown expectation {other:?} (pass, skip, cannot-run, fail <why>)",
+                "{}:{n}: unknown expectation {other:?} (pass, skip, cannot-run, fail <why>, timing <why>, intermittent <why>)",
                 file.display()
             ),
         };
@@ -154,6 +170,13 @@ pub fn judge(
         },
         Expected::Fail(_) if passed => Some("listed as failing but passed: list it as pass".into()),
         Expected::Fail(_) => None,
+        Expected::Timing(_) | Expected::Intermittent(_) => match outcome {
+            Outcome::Pass | Outcome::Fail(_) | Outcome::Hang(_) => None,
+            _ => Some(
+                "listed as timing-bound or intermittent, but neither passed, failed nor hung"
+                    .into(),
+            ),
+        },
     }
 }
 
@@ -165,10 +188,11 @@ mod tests {
     fn lists_parse_and_judge() {
         let f = Path::new("x");
         let cr = parse_cannot_run(
-            "# c\nA.B assembles-shader: uses SP3\nA.C host: no suspend\n",
+            "# c\nA.B assembles-shader: uses SP3\nA.C host: no suspend\nA.E endless: loops\n",
             f,
         );
         assert_eq!(cr["A.B"].0, CannotRun::AssemblesShader);
+        assert_eq!(cr["A.E"].0, CannotRun::Endless);
         let ex = parse_expected("A.A pass\nA.B cannot-run\nA.D fail queue execution\n", f);
         assert_eq!(ex["A.D"], Expected::Fail("queue execution".into()));
         let fail = Outcome::Fail("x".into());
@@ -180,5 +204,15 @@ mod tests {
         assert!(judge(&Expected::CannotRun, cr.get("A.C"), &Outcome::Pass).is_some());
         assert!(judge(&ex["A.D"], None, &Outcome::Hang(Default::default())).is_none());
         assert!(judge(&ex["A.D"], None, &Outcome::Pass).is_some());
+        let ex = parse_expected("A.T timing 2 s wait\n", f);
+        assert_eq!(ex["A.T"], Expected::Timing("2 s wait".into()));
+        assert!(judge(&ex["A.T"], None, &Outcome::Pass).is_none());
+        assert!(judge(&ex["A.T"], None, &fail).is_none());
+        assert!(judge(&ex["A.T"], None, &Outcome::Hang(Default::default())).is_none());
+        assert!(judge(&ex["A.T"], None, &Outcome::NoAssembler).is_some());
+        let ex = parse_expected("A.I intermittent a race\n", f);
+        assert!(judge(&ex["A.I"], None, &Outcome::Pass).is_none());
+        assert!(judge(&ex["A.I"], None, &Outcome::Hang(Default::default())).is_none());
+        assert!(judge(&ex["A.I"], None, &Outcome::Skip("x".into())).is_some());
     }
 }

@@ -191,6 +191,10 @@ pub(crate) struct KfdProcess {
     pub(crate) resumed: u32,
     /// WAIT_EVENTS calls blocked on this process's events.
     pub(crate) waits: super::event_wait::Waits,
+    /// The address space its user addresses name (the caller's when it
+    /// opened `/dev/kfd`): where a GPU reaches the memory of its SVM
+    /// ranges.
+    pub(crate) space: crate::sim::Space,
 }
 
 impl KfdProcess {
@@ -226,6 +230,7 @@ impl KfdProcess {
             userptr_blocked: false,
             resumed: 0,
             waits: Default::default(),
+            space: crate::sim::current_space(),
         }
     }
 

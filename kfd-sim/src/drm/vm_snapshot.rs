@@ -102,33 +102,82 @@ pub(crate) fn bo_memory(
         Backing::UserPtr {
             addr,
             valid: true,
-            space: crate::sim::Space::Local,
-        } if access == UserptrAccess::Checked => {
-            let len = usize::try_from(bo.size).ok()?;
-            Some(Arc::new(UserMemory::checked(*addr, len)))
-        }
-        Backing::UserPtr {
-            addr,
-            valid: true,
-            space: crate::sim::Space::Local,
-        } => {
-            let addr = usize::try_from(*addr).ok()?;
-            let len = usize::try_from(bo.size).ok()?;
-            // SAFETY: a userptr BO's host range is the application's memory,
-            // which the kfd::Driver::ioctl contract keeps valid until the
-            // device is done with it (the submission that uses this view).
-            Some(Arc::new(unsafe { UserMemory::new(addr, len) }))
-        }
-        Backing::UserPtr {
-            addr,
-            valid: true,
-            space: crate::sim::Space::Remote(pid),
-        } => {
-            let len = usize::try_from(bo.size).ok()?;
-            Some(Arc::new(UserMemory::remote(*pid, *addr, len)))
-        }
+            space,
+        } => host_memory(*space, *addr, bo.size, access),
         Backing::UserPtr { valid: false, .. } => None,
     }
+}
+
+/// `len` bytes of host memory at `addr` of `space`, as an engine reaches
+/// them (a userptr BO's pages, an SVM range's).
+fn host_memory(
+    space: crate::sim::Space,
+    addr: u64,
+    len: u64,
+    access: UserptrAccess,
+) -> Option<Arc<dyn crate::sdma::DeviceMemory>> {
+    let len = usize::try_from(len).ok()?;
+    Some(match space {
+        crate::sim::Space::Local if access == UserptrAccess::Checked => {
+            Arc::new(UserMemory::checked(addr, len))
+        }
+        crate::sim::Space::Local => {
+            let addr = usize::try_from(addr).ok()?;
+            // SAFETY: the host range is the application's memory, which the
+            // kfd::Driver::ioctl contract keeps valid until the device is
+            // done with it (the submission that uses this view).
+            Arc::new(unsafe { UserMemory::new(addr, len) })
+        }
+        crate::sim::Space::Remote(pid) => Arc::new(UserMemory::remote(pid, addr, len)),
+    })
+}
+
+/// The SVM ranges of the KFD process whose compute VM is render file
+/// `key`, as the GPU sees them: every range the GPU was given access to
+/// (`KFD_IOCTL_SVM_ATTR_ACCESS` or `ACCESS_IN_PLACE`; XNACK on gives every
+/// GPU access by default) is mapped at its CPU address, and shows the
+/// process's memory there. The kernel maps such a range on the GPUs of its
+/// access bitmaps (`svm_range_validate_and_map`, `kfd_svm.c`), read-only
+/// with `KFD_IOCTL_SVM_FLAG_GPU_RO`; a GPU outside them faults
+/// (`svm_range_restore_pages`: "GPU doesn't have access"). Where the range
+/// lives (system memory or migrated to VRAM) does not change what it
+/// shows: CPU faults migrate it back, so the simulator keeps its pages in
+/// the process's memory. It is always reached checked: an SVM range of a
+/// simulated process need not be a real mapping of this host process.
+fn svm_ranges(st: &State, key: FileKey) -> Vec<VmRange> {
+    let mut out = Vec::new();
+    for process in st.processes.values() {
+        let Some(kfd) = process.kfd.as_ref() else {
+            continue;
+        };
+        for (this, pdd) in kfd.pdds.iter().enumerate() {
+            if pdd.drm_file != Some(key) {
+                continue;
+            }
+            for range in &kfd.svm {
+                let granted = range.access.get(this).is_some_and(|&a| {
+                    a == kfd_sys::KFD_IOCTL_SVM_ATTR_ACCESS
+                        || a == kfd_sys::KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE
+                });
+                if !granted {
+                    continue;
+                }
+                let Some(memory) =
+                    host_memory(kfd.space, range.start, range.size, UserptrAccess::Checked)
+                else {
+                    continue;
+                };
+                out.push(VmRange {
+                    va: range.start,
+                    len: range.size,
+                    readable: true,
+                    writable: range.flags & kfd_sys::KFD_IOCTL_SVM_FLAG_GPU_RO == 0,
+                    backing: RangeBacking::Memory { memory, offset: 0 },
+                });
+            }
+        }
+    }
+    out
 }
 
 /// Snapshot of render file `key`'s VM for an engine: its GEM_VA mappings
@@ -185,5 +234,6 @@ pub(crate) fn vm_view(
             backing: RangeBacking::Memory { memory, offset: 0 },
         });
     }
+    ranges.extend(svm_ranges(st, key));
     VmView::new(ranges)
 }

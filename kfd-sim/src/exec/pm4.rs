@@ -123,7 +123,7 @@ pub(crate) fn step(e: &mut Engine<'_>) -> Step {
     if len as u64 > avail {
         return Step::Idle;
     }
-    let p = match g.read(e.view, e.regs.rptr, len * 4) {
+    let p = match e.ring_read(e.regs.rptr, len * 4) {
         Ok(b) => dwords(&b),
         Err(f) => return Step::Fault(f, "the pm4 ring".into()),
     };
@@ -154,11 +154,9 @@ fn trace(e: &Engine<'_>, p: &[u32]) {
 }
 
 /// The length of the packet at the ring's read pointer.
-fn ring_packet_len(e: &Engine<'_>) -> Result<usize, Step> {
+fn ring_packet_len(e: &mut Engine<'_>) -> Result<usize, Step> {
     let b = e
-        .cfg
-        .geometry
-        .read(e.view, e.regs.rptr, 4)
+        .ring_read(e.regs.rptr, 4)
         .map_err(|f| Step::Fault(f, "the pm4 ring".into()))?;
     let header = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     length(header).map_err(|r| e.hang(header, r))

@@ -259,12 +259,57 @@ pub(crate) struct Engine<'a> {
     pub(crate) shared: &'a Shared,
     /// Persistent shader registers a PM4 queue set (for a dispatch's report).
     pub(crate) sh: &'a mut [u32; 2],
+    /// Interrupts the packet raised, delivered once its read pointer is
+    /// reported (see [`Engine::interrupt`]).
+    pub(crate) irqs: Vec<Interrupt>,
+    /// What the engine fetched of its ring ([`Engine::ring_read`]).
+    pub(crate) window: &'a mut RingWindow,
 }
 
 impl Engine<'_> {
-    /// Raises an interrupt of the queue's process.
-    pub(crate) fn interrupt(&self, irq: Interrupt) {
-        self.shared.exec.raise(self.cfg.pid, irq);
+    /// Reads `len` bytes of the ring `units` pointer units from its start,
+    /// through the fetched-ahead window when they lie in it.
+    pub(crate) fn ring_read(&mut self, units: u64, len: usize) -> Result<Vec<u8>, VmFault> {
+        let g = self.cfg.geometry;
+        let unit = g.format.unit();
+        if let Some(off) = units.checked_sub(self.window.start) {
+            let off = off.saturating_mul(unit);
+            if off.saturating_add(len as u64) <= self.window.bytes.len() as u64 {
+                let off = off as usize;
+                return Ok(self.window.bytes[off..off + len].to_vec());
+            }
+        }
+        let committed = self
+            .regs
+            .wptr
+            .saturating_sub(units)
+            .saturating_mul(unit)
+            .min(g.bytes)
+            .min(READ_AHEAD);
+        if (len as u64) > committed {
+            // Past what the producer committed: read it as it is now, and
+            // keep none of it.
+            return g.read(self.view, units, len);
+        }
+        match g.read(self.view, units, committed as usize) {
+            Ok(bytes) => {
+                self.window.start = units;
+                self.window.bytes = bytes;
+                Ok(self.window.bytes[..len].to_vec())
+            }
+            // The fault may lie past the bytes asked for.
+            Err(_) => g.read(self.view, units, len),
+        }
+    }
+
+    /// Raises an interrupt of the queue's process once the packet is done
+    /// and the queue's read pointer reported past it: the CP fetches ahead
+    /// of what it executes, so when an end-of-pipe interrupt reaches the
+    /// kernel the read pointer already covers its packet, and a runtime
+    /// woken by the event sees the ring space the packet freed (kfdtest's
+    /// `QueueLatency` places a ring's worth of packets after such a wait).
+    pub(crate) fn interrupt(&mut self, irq: Interrupt) {
+        self.irqs.push(irq);
     }
 
     /// Records an executed packet in the trace (when tracing).
@@ -299,6 +344,7 @@ pub(crate) fn spawn(
                 copier: port.map(CopyUnit::new),
                 view: None,
                 sh: [0; 2],
+                window: RingWindow::default(),
             };
             // A bug in an executor must not leave the kernel half waiting
             // for a preemption that never comes: the queue hangs instead.
@@ -326,7 +372,24 @@ struct Thread<'a> {
     copier: Option<CopyUnit>,
     view: Option<Arc<VmView>>,
     sh: [u32; 2],
+    window: RingWindow,
 }
+
+/// Ring bytes the engine fetched ahead of its read pointer, as a CP or
+/// SDMA engine fetches ahead: one read of the committed part of the ring
+/// (up to the latched write pointer, which the producer wrote before
+/// moving it) serves the packets in it, instead of a read of the header
+/// and another of the packet each. Emptied whenever the queue's registers
+/// are loaded or its view of the VM changes.
+#[derive(Debug, Default)]
+pub(crate) struct RingWindow {
+    /// Pointer units of the first byte held.
+    start: u64,
+    bytes: Vec<u8>,
+}
+
+/// The most ring bytes fetched ahead at once.
+const READ_AHEAD: u64 = 64 << 10;
 
 impl Thread<'_> {
     fn run(&mut self) {
@@ -347,6 +410,7 @@ impl Thread<'_> {
                 return;
             };
             if self.view.is_none() || load {
+                self.window = RingWindow::default();
                 match snapshot(&shared, &self.hw.cfg) {
                     Some(v) => self.view = Some(v),
                     None => {
@@ -400,7 +464,7 @@ impl Thread<'_> {
             idle = POLL_MIN;
             // Observers see the latched write pointer before the packet runs.
             drop(self.hw.publish(&self.regs, Phase::Busy));
-            let step = {
+            let (step, irqs) = {
                 let mut engine = Engine {
                     cfg: &self.hw.cfg,
                     view: &view,
@@ -408,19 +472,27 @@ impl Thread<'_> {
                     copier: self.copier.as_mut(),
                     shared: &shared,
                     sh: &mut self.sh,
+                    irqs: Vec::new(),
+                    window: &mut self.window,
                 };
-                match g.format {
+                let step = match g.format {
                     Format::Sdma => super::sdma::step(&mut engine),
                     Format::Pm4 => super::pm4::step(&mut engine),
                     Format::Aql => super::aql::step(&mut engine),
-                }
+                };
+                (step, engine.irqs)
             };
+            if let Step::Progress = step {
+                self.regs.packets += 1;
+                let _ = g.report_rptr(&view, self.regs.rptr);
+            }
+            for irq in irqs {
+                shared.exec.raise(self.hw.cfg.pid, irq);
+            }
             match step {
                 Step::Progress => {
                     retried_fault = false;
                     poll = POLL_MIN;
-                    self.regs.packets += 1;
-                    let _ = g.report_rptr(&view, self.regs.rptr);
                 }
                 Step::Wait | Step::Idle => {
                     drop(shared);
@@ -433,6 +505,7 @@ impl Thread<'_> {
                     // fresh one.
                     retried_fault = true;
                     self.view = None;
+                    self.window = RingWindow::default();
                 }
                 Step::Fault(fault, packet) => {
                     let access = if fault.write { "write" } else { "read" };
@@ -530,6 +603,7 @@ impl Thread<'_> {
         // New work may use memory mapped since the last snapshot.
         if let Some(v) = snapshot(shared, &self.hw.cfg) {
             self.view = Some(v);
+            self.window = RingWindow::default();
         }
         Ok(())
     }

@@ -91,7 +91,7 @@ pub(crate) fn step(e: &mut Engine<'_>) -> Step {
     if avail < 4 {
         return Step::Idle;
     }
-    let header = match g.read(e.view, e.regs.rptr, 4) {
+    let header = match e.ring_read(e.regs.rptr, 4) {
         Ok(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
         Err(f) => return Step::Fault(f, "the sdma ring".into()),
     };
@@ -126,7 +126,7 @@ pub(crate) fn step(e: &mut Engine<'_>) -> Step {
     };
     // WRITE carries its data after a fixed part: its length is in dword 3.
     let dwords = if op == SDMA_OP_WRITE {
-        let count = match g.read(e.view, e.regs.rptr + 12, 4) {
+        let count = match e.ring_read(e.regs.rptr + 12, 4) {
             Ok(b) => {
                 u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & SDMA_PKT_COPY_LINEAR_COUNT_count_mask
             }
@@ -154,7 +154,7 @@ pub(crate) fn step(e: &mut Engine<'_>) -> Step {
         // Not all of it written yet.
         return Step::Idle;
     }
-    let bytes = match g.read(e.view, e.regs.rptr, (dwords * 4) as usize) {
+    let bytes = match e.ring_read(e.regs.rptr, (dwords * 4) as usize) {
         Ok(b) => b,
         Err(f) => return Step::Fault(f, "the sdma ring".into()),
     };
@@ -367,14 +367,16 @@ fn fill(e: &mut Engine<'_>, p: &[u32], rules: crate::sdma::SdmaRules) -> Step {
             ),
         );
     }
+    // One piece of the pattern, built once: a piece is a whole number of
+    // patterns (1 MiB of 1- or 4-byte patterns), so every piece starts
+    // where the pattern does.
     const PIECE: u64 = 1 << 20;
-    let mut buf = Vec::new();
+    let piece_len = bytes.min(PIECE) as usize;
+    let buf: Vec<u8> = pattern.iter().copied().cycle().take(piece_len).collect();
     let mut done = 0u64;
     while done < bytes {
         let n = (bytes - done).min(PIECE);
-        buf.clear();
-        buf.extend(pattern.iter().copied().cycle().take(n as usize));
-        if let Err(f) = e.view.write(dst.wrapping_add(done), &buf) {
+        if let Err(f) = e.view.write(dst.wrapping_add(done), &buf[..n as usize]) {
             return Step::Fault(
                 f,
                 format!("sdma CONST_FILL of {bytes:#x} bytes at {dst:#x}"),

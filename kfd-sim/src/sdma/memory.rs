@@ -183,6 +183,10 @@ pub(crate) struct UserMemory {
     len: usize,
     /// The client process whose memory this is (`None`: this process's).
     remote: Option<libc::pid_t>,
+    /// `remote` is this process, as it was when the view was made (its
+    /// memory never goes away under a served client's end): checked once
+    /// here, not with a `getpid` per access.
+    own: bool,
 }
 
 impl UserMemory {
@@ -198,6 +202,7 @@ impl UserMemory {
             addr,
             len,
             remote: None,
+            own: true,
         }
     }
 
@@ -211,6 +216,7 @@ impl UserMemory {
             addr: addr as usize,
             len,
             remote: Some(pid),
+            own: u32::try_from(pid).is_ok_and(|p| p == std::process::id()),
         }
     }
 
@@ -225,19 +231,13 @@ impl UserMemory {
         UserMemory::remote(me, addr, len)
     }
 
-    /// Whether `pid` is this process (whose memory never goes away under a
-    /// served client's end).
-    fn is_self(pid: libc::pid_t) -> bool {
-        u32::try_from(pid).is_ok_and(|p| p == std::process::id())
-    }
-
     fn remote_read(
         &self,
         pid: libc::pid_t,
         start: usize,
         buf: &mut [u8],
     ) -> Result<(), MemoryError> {
-        if !Self::is_self(pid) && !crate::remote::client_alive(pid) {
+        if !self.own && !crate::remote::client_alive(pid) {
             buf.fill(0);
             return Ok(());
         }
@@ -255,7 +255,7 @@ impl UserMemory {
     }
 
     fn remote_write(&self, pid: libc::pid_t, start: usize, data: &[u8]) -> Result<(), MemoryError> {
-        if !Self::is_self(pid) && !crate::remote::client_alive(pid) {
+        if !self.own && !crate::remote::client_alive(pid) {
             return Ok(());
         }
         match crate::sim::remote_write(pid, (self.addr + start) as u64, data) {
