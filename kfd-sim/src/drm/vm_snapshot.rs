@@ -32,29 +32,39 @@ pub(crate) struct KfdRange {
 /// (`kfd_mem_attach` at the first map, `amdgpu_vm_bo_unmap` at unmap).
 pub(crate) fn kfd_ranges(st: &State, key: FileKey) -> Vec<KfdRange> {
     let mut out = Vec::new();
-    for process in st.processes.values() {
-        let Some(kfd) = process.kfd.as_ref() else {
-            continue;
-        };
-        for (this, pdd) in kfd.pdds.iter().enumerate() {
-            if pdd.drm_file != Some(key) {
-                continue;
-            }
-            for other in &kfd.pdds {
-                for mem in other.idr.values() {
-                    if mem.mapped.contains(&this) && mem.size != 0 {
-                        out.push(KfdRange {
-                            va: mem.va,
-                            size: mem.size,
-                            bo: mem.bo,
-                            flags: mem.flags,
-                        });
-                    }
+    for (kfd, this) in compute_vm_of(st, key) {
+        for other in &kfd.pdds {
+            for mem in other.idr.values() {
+                if mem.mapped.contains(&this) && mem.size != 0 {
+                    out.push(KfdRange {
+                        va: mem.va,
+                        size: mem.size,
+                        bo: mem.bo,
+                        flags: mem.flags,
+                    });
                 }
             }
         }
     }
     out
+}
+
+/// The KFD processes whose compute VM render file `key` became, each with
+/// the index of its pdd on that file.
+fn compute_vm_of(
+    st: &State,
+    key: FileKey,
+) -> impl Iterator<Item = (&crate::amdkfd::process::KfdProcess, usize)> + '_ {
+    st.processes
+        .values()
+        .filter_map(|process| process.kfd.as_ref())
+        .flat_map(move |kfd| {
+            kfd.pdds
+                .iter()
+                .enumerate()
+                .filter(move |(_, pdd)| pdd.drm_file == Some(key))
+                .map(move |(this, _)| (kfd, this))
+        })
 }
 
 /// The process whose memory userptr BO `bo` wraps: the creator of a GEM
@@ -146,35 +156,27 @@ fn host_memory(
 /// simulated process need not be a real mapping of this host process.
 fn svm_ranges(st: &State, key: FileKey) -> Vec<VmRange> {
     let mut out = Vec::new();
-    for process in st.processes.values() {
-        let Some(kfd) = process.kfd.as_ref() else {
-            continue;
-        };
-        for (this, pdd) in kfd.pdds.iter().enumerate() {
-            if pdd.drm_file != Some(key) {
+    for (kfd, this) in compute_vm_of(st, key) {
+        for range in &kfd.svm {
+            let granted = range.access.get(this).is_some_and(|&a| {
+                a == kfd_sys::KFD_IOCTL_SVM_ATTR_ACCESS
+                    || a == kfd_sys::KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE
+            });
+            if !granted {
                 continue;
             }
-            for range in &kfd.svm {
-                let granted = range.access.get(this).is_some_and(|&a| {
-                    a == kfd_sys::KFD_IOCTL_SVM_ATTR_ACCESS
-                        || a == kfd_sys::KFD_IOCTL_SVM_ATTR_ACCESS_IN_PLACE
-                });
-                if !granted {
-                    continue;
-                }
-                let Some(memory) =
-                    host_memory(kfd.space, range.start, range.size, UserptrAccess::Checked)
-                else {
-                    continue;
-                };
-                out.push(VmRange {
-                    va: range.start,
-                    len: range.size,
-                    readable: true,
-                    writable: range.flags & kfd_sys::KFD_IOCTL_SVM_FLAG_GPU_RO == 0,
-                    backing: RangeBacking::Memory { memory, offset: 0 },
-                });
-            }
+            let Some(memory) =
+                host_memory(kfd.space, range.start, range.size, UserptrAccess::Checked)
+            else {
+                continue;
+            };
+            out.push(VmRange {
+                va: range.start,
+                len: range.size,
+                readable: true,
+                writable: range.flags & kfd_sys::KFD_IOCTL_SVM_FLAG_GPU_RO == 0,
+                backing: RangeBacking::Memory { memory, offset: 0 },
+            });
         }
     }
     out
