@@ -37,10 +37,10 @@
 //!   four 8 MiB buffers hold half the memory (every dumper and restorer
 //!   faults it in fresh: a CRIU process per dump, a task per restore) and
 //!   keep three copies in flight while one is written out (the A/B is in
-//!   `benches/README.md`). A buffer fits a last-level cache, but with
-//!   three copies landing behind it, its bytes are mostly out of cache by
-//!   the time they are hashed (a profile of the dump's hashing: 16 GiB/s,
-//!   against 40 on a cache-resident buffer).
+//!   `CHANGELOG.md`, performance history, 2026-12-02). A buffer fits a
+//!   last-level cache, but with three copies landing behind it, its bytes
+//!   are mostly out of cache by the time they are hashed (a profile of the
+//!   dump's hashing: 16 GiB/s, against 40 on a cache-resident buffer).
 //! - set: the total staging memory per GPU is at most the value, rounded
 //!   down to 4 KiB pages, minimum one page. With room for two pages or more
 //!   it is split into two equal page-aligned buffers; with a single page
