@@ -128,6 +128,21 @@ pub fn check_flags(options: &CheckOptions) -> [(&'static str, bool); 7] {
     ]
 }
 
+/// `lookup` seen through the seven `KFD_*_CHECK` variables only: for a
+/// tool that answers whether a restore's device checks pass and must not
+/// read (or fail on) the variables that shape a dump or restore. The
+/// result goes to [`Options::read`]; with it nothing strict is read, so
+/// the reading never fails on the environment.
+pub fn checks_only(lookup: impl Fn(&str) -> Option<String>) -> impl Fn(&str) -> Option<String> {
+    move |name| {
+        check_flags(&CheckOptions::all())
+            .iter()
+            .any(|(variable, _)| *variable == name)
+            .then(|| lookup(name))
+            .flatten()
+    }
+}
+
 /// Everything the options configure. Built by [`Options::read`] (the
 /// environment and CRIU's plugin options) or by a program through
 /// [`Options::default`] and the `with_*` setters.
@@ -335,6 +350,25 @@ pub enum OptionError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checks_only_hides_every_variable_but_the_checks() {
+        let env = |name: &str| match name {
+            NUMA_CHECK => Some("NO".to_owned()),
+            DEVICE_MAP => Some("not a map".to_owned()),
+            MAX_BUFFER_SIZE => Some("1M".to_owned()),
+            _ => None,
+        };
+        assert!(
+            Options::default().read(env, &[]).is_err(),
+            "the map is strict"
+        );
+        let (options, invalid) = Options::default().read(checks_only(env), &[]).unwrap();
+        assert!(!options.checks().numa);
+        assert!(invalid.is_empty());
+        assert_eq!(options.max_buffer_size(), 0, "KFD_MAX_BUFFER_SIZE not read");
+        assert!(options.device_map().is_empty());
+    }
 
     fn lookup<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |name| {

@@ -21,7 +21,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use amdgpu_checkpoint::options::{check_flags, CheckOptions, Options};
+use amdgpu_checkpoint::options::{checks_only, Options};
 
 mod preflight;
 
@@ -46,13 +46,7 @@ fn main() -> ExitCode {
     };
     // The KFD_*_CHECK switches only, read as the plugin reads them: an
     // invalid value keeps its check on and is reported.
-    let checks = check_flags(&CheckOptions::all()).map(|(variable, _)| variable);
-    let env = |name: &str| {
-        checks
-            .contains(&name)
-            .then(|| std::env::var(name).ok())
-            .flatten()
-    };
+    let env = checks_only(|name| std::env::var(name).ok());
     let (options, invalid) = match Options::default().read(env, &[]) {
         Ok((options, invalid)) => (*options.checks(), invalid),
         Err(e) => {

@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use amdgpu_checkpoint::options::{check_flags, InvalidOption, Options};
+use amdgpu_checkpoint::options::{check_flags, checks_only, InvalidOption, Options};
 use amdgpu_topology::checks::Reason;
 use amdgpu_topology::device_map::DeviceMap;
 use amdgpu_topology::devices::DeviceTopology;
@@ -58,15 +58,8 @@ pub struct Args {
 /// other variables are not read (they shape a dump or restore, not the
 /// checks; the device map has `device_map`).
 pub(crate) fn checks_from_env() -> Result<(CheckOptions, Vec<InvalidOption>), String> {
-    let checks = check_flags(&CheckOptions::all()).map(|(variable, _)| variable);
-    let env = |name: &str| {
-        checks
-            .contains(&name)
-            .then(|| std::env::var(name).ok())
-            .flatten()
-    };
     let (options, invalid) = Options::default()
-        .read(env, &[])
+        .read(checks_only(|name| std::env::var(name).ok()), &[])
         .map_err(|e| e.to_string())?;
     Ok((*options.checks(), invalid))
 }

@@ -64,8 +64,8 @@ pub enum Expected {
     Skip,
     CannotRun,
     Fail(String),
-    Timing(String),
-    Intermittent(String),
+    /// `timing` or `intermittent`, with the kind before the cause.
+    Unsteady(String),
 }
 
 /// `(kind, reason)` per test, from `cannot-run.txt`.
@@ -124,12 +124,11 @@ pub fn parse_expected(text: &str, file: &Path) -> BTreeMap<String, Expected> {
             "pass" => Expected::Pass,
             "skip" => Expected::Skip,
             "cannot-run" => Expected::CannotRun,
-            "fail" if !rest.is_empty() => Expected::Fail(rest.to_owned()),
-            "fail" => panic!("{}:{n}: a failure needs its cause", file.display()),
-            "timing" if !rest.is_empty() => Expected::Timing(rest.to_owned()),
-            "timing" => panic!("{}:{n}: a timing-bound test needs its cause", file.display()),
-            "intermittent" if !rest.is_empty() => Expected::Intermittent(rest.to_owned()),
-            "intermittent" => panic!("{}:{n}: an intermittent failure needs its cause", file.display()),
+            "fail" | "timing" | "intermittent" if rest.is_empty() => {
+                panic!("{}:{n}: `{what}` needs its cause", file.display())
+            }
+            "fail" => Expected::Fail(rest.to_owned()),
+            "timing" | "intermittent" => Expected::Unsteady(format!("{what}: {rest}")),
             other => panic!(
                 "{}:{n}: unknown expectation {other:?} (pass, skip, cannot-run, fail <why>, timing <why>, intermittent <why>)",
                 file.display()
@@ -170,7 +169,7 @@ pub fn judge(
         },
         Expected::Fail(_) if passed => Some("listed as failing but passed: list it as pass".into()),
         Expected::Fail(_) => None,
-        Expected::Timing(_) | Expected::Intermittent(_) => match outcome {
+        Expected::Unsteady(_) => match outcome {
             Outcome::Pass | Outcome::Fail(_) | Outcome::Hang(_) => None,
             _ => Some(
                 "listed as timing-bound or intermittent, but neither passed, failed nor hung"
@@ -205,7 +204,7 @@ mod tests {
         assert!(judge(&ex["A.D"], None, &Outcome::Hang(Default::default())).is_none());
         assert!(judge(&ex["A.D"], None, &Outcome::Pass).is_some());
         let ex = parse_expected("A.T timing 2 s wait\n", f);
-        assert_eq!(ex["A.T"], Expected::Timing("2 s wait".into()));
+        assert_eq!(ex["A.T"], Expected::Unsteady("timing: 2 s wait".into()));
         assert!(judge(&ex["A.T"], None, &Outcome::Pass).is_none());
         assert!(judge(&ex["A.T"], None, &fail).is_none());
         assert!(judge(&ex["A.T"], None, &Outcome::Hang(Default::default())).is_none());

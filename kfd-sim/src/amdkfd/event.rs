@@ -204,17 +204,9 @@ pub(crate) fn reset_event(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result
     Ok(0)
 }
 
-/// Reads slot `id` of the process's signal page (`None`: no page).
-fn read_slot(st: &State, p: &KfdProcess, id: u32) -> Option<u64> {
-    let (page, base) = page_of(st, p)?;
-    let mut b = [0u8; 8];
-    page.read_at(base + u64::from(id) * 8, &mut b).ok()?;
-    Some(u64::from_le_bytes(b))
-}
-
 /// Every slot of the process's signal page (as much of
-/// `KFD_SIGNAL_EVENT_LIMIT` slots as the page holds), or `None` when it
-/// cannot be read in one piece.
+/// `KFD_SIGNAL_EVENT_LIMIT` slots as the page holds); `None`: no page, or
+/// it cannot be read.
 fn read_slots(st: &State, p: &KfdProcess) -> Option<Vec<u8>> {
     let (page, base) = page_of(st, p)?;
     let len = page
@@ -247,32 +239,28 @@ fn set_from_interrupt(st: &mut State, pid: Pid, id: u32) {
 /// event whose slot was.
 fn signal_interrupt(st: &mut State, pid: Pid, partial_id: u32, valid_bits: u32) {
     let Some(p) = st.kfd(pid) else { return };
-    if p.signal_page.is_none() {
-        return;
-    }
     // The slots are read once per interrupt, as the kernel reads its
     // mapping of the page, instead of one file read per event looked at
     // (the slow path looks at every event: 4,095 of them in kfdtest's
-    // SignalInvalidEvent).
-    let slots = read_slots(st, p);
-    let written = |st: &State, p: &KfdProcess, id: u32| {
+    // SignalInvalidEvent). No page (or an unreadable one): no slot written.
+    let Some(slots) = read_slots(st, p) else {
+        return;
+    };
+    let written = |id: u32| {
         let at = id as usize * 8;
-        match slots.as_ref() {
-            Some(slots) => slots.get(at..at + 8).is_some_and(|b| {
-                u64::from_le_bytes(b.try_into().unwrap_or_default()) != UNSIGNALED_EVENT_SLOT
-            }),
-            None => read_slot(st, p, id).is_some_and(|v| v != UNSIGNALED_EVENT_SLOT),
-        }
+        slots
+            .get(at..at + 8)
+            .and_then(|b| b.try_into().ok())
+            .is_some_and(|b| u64::from_le_bytes(b) != UNSIGNALED_EVENT_SLOT)
     };
     let mut hit = None;
     if valid_bits > 0 && partial_id < KFD_SIGNAL_EVENT_LIMIT {
         if valid_bits > 31 || (1u64 << valid_bits) >= u64::from(KFD_SIGNAL_EVENT_LIMIT) {
-            hit = (written(st, p, partial_id) && p.events.contains_key(&partial_id))
-                .then_some(partial_id);
+            hit = (written(partial_id) && p.events.contains_key(&partial_id)).then_some(partial_id);
         } else {
             let mut id = partial_id;
             while id < KFD_SIGNAL_EVENT_LIMIT && hit.is_none() {
-                if written(st, p, id) && p.events.contains_key(&id) {
+                if written(id) && p.events.contains_key(&id) {
                     hit = Some(id);
                 }
                 id += 1 << valid_bits;
@@ -285,7 +273,7 @@ fn signal_interrupt(st: &mut State, pid: Pid, partial_id: u32, valid_bits: u32) 
             .events
             .keys()
             .copied()
-            .filter(|&id| id < KFD_SIGNAL_EVENT_LIMIT && written(st, p, id))
+            .filter(|&id| id < KFD_SIGNAL_EVENT_LIMIT && written(id))
             .collect(),
     };
     for id in ids {
