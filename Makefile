@@ -5,6 +5,8 @@
 #   make install DESTDIR=/tmp/pkg PREFIX=/usr   staged install (packaging)
 #   sudo make uninstall PREFIX=/usr       removes exactly what install wrote
 #   make deb                              Debian package in target/debian
+#   make sim                              also what `amdgpu-criu sim` runs programs with
+#   make criu [CRIU_SRC=DIR|ARCHIVE] [CRIU_REF=v4.2]   a CRIU for `amdgpu-criu sim`
 #
 # PREFIX defaults to /usr/local. CRIU looks for plugins in /usr/lib/criu
 # (its compile-time default) unless given --libdir DIR or CRIU_LIBS_DIR=DIR;
@@ -90,7 +92,7 @@ else
 CARGO_PROFILE_FLAG := --profile $(PROFILE)
 endif
 
-.PHONY: all build test install uninstall deb
+.PHONY: all build test install uninstall deb sim criu
 
 all: build
 
@@ -99,6 +101,21 @@ build:
 
 test:
 	$(CARGO) test --workspace
+
+# `amdgpu-criu sim` finds its companions next to itself: the interposer
+# (libkfd_sim_preload.so) and the CRIU plugin that carries a program's
+# connection to its simulated machine (libkfd_sim_remote_plugin.so), beside
+# the tool and this project's plugin. Test support: `install` leaves them out.
+sim:
+	$(CARGO) build $(CARGO_PROFILE_FLAG) -p amdgpu-criu -p criu-plugin-amdgpu \
+		-p kfd-sim-preload -p kfd-sim-remote-plugin
+
+# A CRIU binary in $$CRIU_BUILDS/NAME/criu (default ~/.cache/criu-builds),
+# where `amdgpu-criu sim` looks after `criu` on PATH: from CRIU's git
+# (CRIU_REF, default criu-dev) or a source tree or archive (CRIU_SRC). See
+# packaging/criu/build.sh.
+criu:
+	CRIU_SRC="$(CRIU_SRC)" CRIU_REF="$(CRIU_REF)" bash packaging/criu/build.sh
 
 # mkd DIR: create DIR under DESTDIR one component at a time, recording each
 # component created (as "d PATH") in the manifest being written.

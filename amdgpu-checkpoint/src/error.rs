@@ -93,6 +93,24 @@ pub enum Error {
         /// What was asked for.
         what: String,
     },
+    /// A render node was written as a render-only image into CRIU's image
+    /// stream (a CRIU without `DUMP_DEVICES_LATE`, where it could not
+    /// wait for the dump's end), and a KFD file dumped later names its GPU:
+    /// a stream takes an image once, so the image cannot be renamed.
+    #[error(
+        "renderD{minor} (file {id}) was streamed as a render-only image before a KFD file named \
+         its GPU {gpu_id:#x}, and an image stream cannot take that image again: dump into an \
+         image directory (no --stream), or use a CRIU with DUMP_DEVICES_LATE (newer than 4.2), \
+         which writes render-only images once every file is dumped"
+    )]
+    StreamedRenderOnly {
+        /// CRIU's file id of the render node.
+        id: u32,
+        /// Its render minor.
+        minor: u32,
+        /// The user gpu_id the KFD file gives its GPU.
+        gpu_id: u32,
+    },
     /// Moving BO contents between the GPU and an image failed.
     #[error("GPU {gpu_id:#x}: {step}: {reason}")]
     Transfer {
@@ -144,6 +162,7 @@ impl Error {
             Error::Inconsistent(_) => libc::EINVAL,
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             Error::Transfer { .. } => libc::EIO,
+            Error::StreamedRenderOnly { .. } => libc::ESPIPE,
         };
         if errno == libc::ENOTSUP || errno <= 0 {
             -libc::EIO

@@ -4,8 +4,9 @@
 //! ([`crate::handles`]): creating hsakmt's named semaphore
 //! (`sem_open`), blocking signals in the calling thread while it
 //! spawns another (`pthread_sigmask`), telling two open files apart
-//! (`kcmp`), and the dump guardian's process (`pipe2`, the double `fork`
-//! of `spawn_orphan`, `poll`).
+//! (`kcmp`), giving a thread a filesystem context of its own
+//! (`unshare(CLONE_FS)`), and the dump guardian's process (`pipe2`, the
+//! double `fork` of `spawn_orphan`, `poll`).
 //!
 //! Small wrappers, each `unsafe` block with its proof; nothing else. The
 //! rest of the crate denies `unsafe_code`. This module never decides
@@ -44,6 +45,23 @@ pub fn thread_cpu_time() -> std::time::Duration {
 /// A close-on-exec duplicate of `fd` numbered `floor` or higher.
 pub(crate) fn dup_at_least(fd: BorrowedFd<'_>, floor: i32) -> io::Result<OwnedFd> {
     Ok(rustix::io::fcntl_dupfd_cloexec(fd, floor.max(0))?)
+}
+
+/// `unshare(CLONE_FS)`: the calling thread gets its own copy of the root,
+/// working directory and umask it shared with the other threads of its
+/// process. The kernel lets a process join another mount namespace
+/// (`setns(CLONE_NEWNS)`) only while no other thread shares its
+/// filesystem context, so a helper thread that calls this leaves its
+/// process free to do so.
+pub(crate) fn unshare_fs() -> io::Result<()> {
+    // SAFETY: unshare(2) with CLONE_FS alone takes no pointer and touches
+    // no memory of this process; it replaces the calling thread's
+    // fs_struct (root, cwd, umask) by a copy, which no Rust invariant
+    // depends on (file descriptors stay shared).
+    if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// `sem_open(name, O_CREAT, 0666, 1)` then `sem_close`: makes sure the named

@@ -1,8 +1,9 @@
 //! One way to name a machine, for every command that takes one: a sysfs
-//! topology tree (`DIR`, the directory holding `nodes/`) or a built-in
-//! synthetic machine, `builtin:NAME` (`topology --sysfs`, `check --sysfs`,
-//! `map --from/--to`, `demo --topology/--restore-topology`, `doctor
-//! --sysfs`). A bare NAME that is no directory but a built-in name is taken
+//! topology tree (`DIR`, the directory holding `nodes/`), a topology file
+//! (`FILE`, what `topology --export` writes or `topology --json` prints) or
+//! a built-in synthetic machine, `builtin:NAME` (`topology --sysfs`, `check
+//! --sysfs`, `map --from/--to`, `demo --topology/--restore-topology`,
+//! `doctor --simulate`, `ps --simulate`, `sim run|restore --machine`). A bare NAME that is no directory but a built-in name is taken
 //! for `builtin:NAME`, with a hint on stderr; a path that does not exist
 //! gets a hint listing the built-in names. Completion scripts offer the
 //! `builtin:` names ([`MachineParser`]).
@@ -22,6 +23,8 @@ pub enum Machine {
     Builtin(String),
     /// A sysfs topology tree.
     Dir(PathBuf),
+    /// A topology file ([`topology_file`](crate::topology_file)).
+    File(PathBuf),
 }
 
 impl Machine {
@@ -53,24 +56,66 @@ impl Machine {
                 known().join(", ")
             ));
         }
-        Ok(Machine::Dir(path.to_path_buf()))
+        if path.is_dir() {
+            Ok(Machine::Dir(path.to_path_buf()))
+        } else {
+            Ok(Machine::File(path.to_path_buf()))
+        }
     }
 
-    /// The built-in machine's topology, if this is one.
-    pub fn builtin_system(&self) -> Option<System> {
+    /// The topology of a built-in machine or a topology file; None for a
+    /// sysfs tree, which the caller parses (and reports what it skipped).
+    pub fn system(&self) -> Result<Option<System>, String> {
         match self {
-            Machine::Builtin(name) => builtin(name),
-            Machine::Dir(_) => None,
+            Machine::Builtin(name) => Ok(builtin(name)),
+            Machine::File(path) => crate::topology_file::read(path).map(Some),
+            Machine::Dir(_) => Ok(None),
         }
+    }
+
+    /// A `kfd-sim` simulator of this machine (a partial sysfs capture
+    /// completed as the simulator completes it).
+    pub fn simulate(&self) -> Result<kfd_sim::Sim, String> {
+        let config = kfd_sim::SimConfig::default();
+        let sim = match self {
+            Machine::Builtin(name) => kfd_sim::Sim::builtin(name, config),
+            Machine::Dir(dir) => kfd_sim::Sim::from_sysfs(dir, config),
+            Machine::File(_) => match self.system()? {
+                Some(system) => kfd_sim::Sim::new(system, config),
+                None => unreachable!("a topology file always has a model"),
+            },
+        };
+        sim.map_err(|e| format!("{}: {e}", self.label()))
     }
 
     /// How output names this machine.
     pub fn label(&self) -> String {
         match self {
             Machine::Builtin(name) => format!("{PREFIX}{name}"),
-            Machine::Dir(path) => path.display().to_string(),
+            Machine::Dir(path) | Machine::File(path) => path.display().to_string(),
         }
     }
+}
+
+/// Why no process on `system` can be checkpointed, if a node holds both
+/// CPU cores and GPU SIMDs (the layout 2017-era kernels gave APUs such as
+/// Carrizo and Bristol Ridge): a CRIU amdgpu image keeps each node as either
+/// a CPU or a GPU device entry, and the plugin's own reader rejects a GPU
+/// entry with CPU cores, so no checkpoint taken there could be restored.
+pub fn combined_node(system: &System) -> Option<String> {
+    let node = system
+        .nodes
+        .iter()
+        .find(|n| n.prop("cpu_cores_count") > 0 && n.prop("simd_count") > 0)?;
+    Some(format!(
+        "node {} holds both CPU cores ({}) and GPU SIMDs ({}), the layout kernels of 2017 \
+         gave APUs; a CRIU amdgpu image records every node as either a CPU or a GPU, so a \
+         process on this machine cannot be checkpointed (a kernel that lists the APU's GPU \
+         as a node of its own can)",
+        node.id,
+        node.prop("cpu_cores_count"),
+        node.prop("simd_count")
+    ))
 }
 
 /// Every built-in machine, as `builtin:NAME`.

@@ -33,8 +33,10 @@ macro_rules! eprintln {
 }
 
 mod cmd;
+mod json64;
 mod machine;
 mod out;
+mod topology_file;
 
 #[derive(Parser)]
 #[command(name = "amdgpu-criu", version, about, long_about = None)]
@@ -84,6 +86,9 @@ enum Command {
     /// Write a standalone, C-plugin-compatible copy of an incremental or
     /// deduplicated image set.
     Flatten(cmd::flatten::Args),
+    /// Run a ROCm program on a simulated machine; checkpoint and restore it
+    /// with real CRIU.
+    Sim(cmd::sim::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::Args),
 }
@@ -123,6 +128,7 @@ fn main() -> ExitCode {
         Command::Decode(args) => cmd::decode::run_decode(args),
         Command::Encode(args) => cmd::decode::run_encode(args),
         Command::Flatten(args) => cmd::flatten::run(args),
+        Command::Sim(args) => cmd::sim::run(args),
         Command::Completions(args) => cmd::completions::run(args, Cli::command()),
     }
 }

@@ -14,10 +14,14 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
 
 static QUIET: AtomicBool = AtomicBool::new(false);
 static VERBOSE: AtomicU8 = AtomicU8::new(0);
 static LOG: OnceLock<Mutex<File>> = OnceLock::new();
+/// When the command started: `--log` lines carry the time since, as
+/// CRIU's `-o` log does.
+static STARTED: OnceLock<Instant> = OnceLock::new();
 
 /// Applies the global `-v`, `--quiet` and `--log FILE` options: `-v` shows
 /// the plugin's and engine's log lines down to debug (CRIU's `-v4`),
@@ -27,6 +31,7 @@ static LOG: OnceLock<Mutex<File>> = OnceLock::new();
 pub fn configure(verbose: u8, quiet: bool, log: Option<&Path>) -> io::Result<()> {
     QUIET.store(quiet, Ordering::Relaxed);
     VERBOSE.store(verbose, Ordering::Relaxed);
+    let _ = STARTED.set(Instant::now());
     if let Some(path) = log {
         let file = OpenOptions::new().create(true).append(true).open(path)?;
         let _ = LOG.set(Mutex::new(file));
@@ -44,14 +49,20 @@ pub fn quiet() -> bool {
     QUIET.load(Ordering::Relaxed)
 }
 
-/// Appends `text` and a newline to the `--log` file, if there is one.
+/// Appends `text` and a newline to the `--log` file, if there is one, each
+/// line after the seconds since the command started, as CRIU's `-o` log
+/// writes them: `(00.012345) text`.
 pub fn log_only(text: &str) {
     if let Some(file) = LOG.get() {
+        let since = STARTED.get().map(Instant::elapsed).unwrap_or_default();
+        let stamp = format!("({:02}.{:06})", since.as_secs(), since.subsec_micros());
         let mut f = file
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Best effort: a full disk must not end the command.
-        let _ = writeln!(f, "{text}");
+        for line in text.lines() {
+            let _ = writeln!(f, "{stamp} {line}");
+        }
     }
 }
 
@@ -104,6 +115,45 @@ pub fn plural(count: impl Into<u64>, word: &str) -> String {
 /// image file names (`amdgpu-pages-1-0237.img` is gpu `0x0237`).
 pub fn gpu_id(id: u32) -> String {
     format!("{id:#06x}")
+}
+
+/// A gpu_id as typed or printed: hex with `0x` (as every command shows
+/// it) or decimal (as the kernel's sysfs and older output give it).
+pub fn parse_gpu_id(text: &str) -> Option<u32> {
+    let t = text.trim();
+    match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16).ok(),
+        None => t.parse().ok(),
+    }
+}
+
+/// An I/O error as the tool words it: `no such file` for a path that is
+/// not there, else the system's text without its `(os error N)`.
+pub fn io_error(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::NotFound => "no such file or directory".to_owned(),
+        io::ErrorKind::PermissionDenied => {
+            "permission denied (run as a user who may read it, or as root)".to_owned()
+        }
+        _ => {
+            let text = e.to_string();
+            match text.rfind(" (os error") {
+                Some(i) => text[..i].to_owned(),
+                None => text,
+            }
+        }
+    }
+}
+
+/// `error` about image `file`, naming the file once: errors of the image
+/// crate start with the file's name already.
+pub fn about(file: impl fmt::Display, error: impl fmt::Display) -> String {
+    let (file, error) = (file.to_string(), error.to_string());
+    if error.starts_with(&format!("{file}:")) {
+        error
+    } else {
+        format!("{file}: {error}")
+    }
 }
 
 /// `bytes` for people: `512 B`, `4.0 KiB`, `1.5 GiB`.

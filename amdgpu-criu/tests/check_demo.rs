@@ -50,12 +50,20 @@ fn demo_verified(args: &[&str]) -> Value {
     v
 }
 
+/// A gpu_id as the JSON gives it: a hex string.
+fn hex_id(text: &str) -> u64 {
+    let digits = text
+        .strip_prefix("0x")
+        .unwrap_or_else(|| panic!("{text:?} is not a hex gpu_id"));
+    u64::from_str_radix(digits, 16).unwrap()
+}
+
 fn gpu_map(v: &Value) -> Vec<(u64, u64)> {
     v["gpu_map"]
         .as_object()
         .unwrap()
         .iter()
-        .map(|(k, v)| (k.parse().unwrap(), v.as_u64().unwrap()))
+        .map(|(k, v)| (hex_id(k), hex_id(v.as_str().unwrap())))
         .collect()
 }
 
@@ -149,7 +157,7 @@ fn multi_holds_three_processes() {
 }
 
 #[test]
-fn an_incompatible_restore_machine_fails_with_reasons() {
+fn an_incompatible_restore_machine_is_refused_before_anything_runs() {
     let out = run(&[
         "demo",
         "--json",
@@ -160,11 +168,13 @@ fn an_incompatible_restore_machine_fails_with_reasons() {
         "--restore-topology",
         "single-gpu",
     ]);
-    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
     let v = json(&out);
     assert_eq!(v["verified"], false);
-    assert!(v["checkpoint"]["bos"].as_u64().unwrap() > 0, "{v:#}");
+    // Refused before the checkpoint: nothing was checkpointed or kept.
+    assert!(v["checkpoint"].is_null(), "{v:#}");
     assert!(v["restore"].is_null(), "{v:#}");
+    assert!(v["image_dir"].is_null(), "{v:#}");
     // The reasons in the shape `map --json` and `check --json` give them.
     let reasons = v["reasons"].as_array().unwrap();
     assert!(
@@ -176,20 +186,31 @@ fn an_incompatible_restore_machine_fails_with_reasons() {
     assert_eq!(v["workload"], "tensorflow");
     assert_eq!(v["topologies"]["checkpoint"], "builtin:pcie-2gpu");
     assert_eq!(v["topologies"]["restore"], "builtin:single-gpu");
-    assert!(v["image_dir"].is_string(), "{v:#}");
     // A bare built-in name is taken, with a hint at the one form.
+    let err = stderr(&out);
     assert!(
-        stderr(&out).contains("hint: \"pcie-2gpu\" is read as builtin:pcie-2gpu"),
-        "{}",
-        stderr(&out)
+        err.contains("hint: \"pcie-2gpu\" is read as builtin:pcie-2gpu"),
+        "{err}"
     );
-    assert!(v["error"].as_str().unwrap().contains("RESTORE_EXT_FILE"));
-    // The plugin's own refusal is shown too.
-    assert!(stderr(&out).contains("amdgpu_plugin: "), "{}", stderr(&out));
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("builtin:single-gpu cannot restore a checkpoint taken on builtin:pcie-2gpu"),
+        "{v:#}"
+    );
+    // Each reason once: no plugin ran to refuse it a second time.
+    assert_eq!(
+        err.matches("number of GPUs mismatch: 2 checkpointed, 1 local")
+            .count(),
+        1,
+        "{err}"
+    );
+    assert!(!err.contains("amdgpu_plugin: "), "{err}");
 }
 
 #[test]
-fn other_hardware_is_refused() {
+fn other_hardware_is_refused_with_every_reason() {
     let out = run(&[
         "demo",
         "--size",
@@ -199,9 +220,13 @@ fn other_hardware_is_refused() {
         "--restore-topology",
         "mi250x-8",
     ]);
-    assert_eq!(code(&out), 1, "{}{}", stdout(&out), stderr(&out));
-    assert!(stdout(&out).contains("restore failed"), "{}", stdout(&out));
+    assert_eq!(code(&out), 2, "{}{}", stdout(&out), stderr(&out));
     assert!(!stdout(&out).contains("verified:"), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("number of GPUs mismatch: 2 checkpointed, 8 local"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -377,12 +402,22 @@ fn demo_images(dir: &Path) {
         "--size",
         "16M",
         "--topology",
-        "pcie-2gpu",
-        "--keep",
+        "builtin:pcie-2gpu",
         "--dir",
         dir.to_str().unwrap(),
     ]);
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+}
+
+#[test]
+fn keep_and_dir_are_one_or_the_other() {
+    let out = run(&["demo", "--keep", "--dir", "/nonexistent/images"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("'--keep' cannot be used with '--dir <DIR>'"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -534,11 +569,12 @@ fn check_and_show_name_the_dump_hosts_kfd_version_and_check_takes_a_device_map()
     // A device map swapping the two GPUs is followed; one naming a GPU the
     // images lack is an error.
     let v = json(&run(&["check", images, "--builtin", "pcie-2gpu", "--json"]));
-    let pairs: Vec<(String, u64)> = v["gpu_map"]
+    // gpu_ids in hex, as everywhere.
+    let pairs: Vec<(String, String)> = v["gpu_map"]
         .as_object()
         .unwrap()
         .iter()
-        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
         .collect();
     assert_eq!(pairs.len(), 2);
     let map = format!(
@@ -556,11 +592,7 @@ fn check_and_show_name_the_dump_hosts_kfd_version_and_check_takes_a_device_map()
     ]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let v = json(&out);
-    assert_eq!(
-        v["gpu_map"][&pairs[0].0].as_u64(),
-        Some(pairs[1].1),
-        "{v:#}"
-    );
+    assert_eq!(v["gpu_map"][&pairs[0].0], pairs[1].1.as_str(), "{v:#}");
     let out = run(&[
         "check",
         images,
@@ -571,7 +603,7 @@ fn check_and_show_name_the_dump_hosts_kfd_version_and_check_takes_a_device_map()
     ]);
     assert_eq!(code(&out), 2);
     assert!(
-        stderr(&out).contains("no checkpointed GPU is 1"),
+        stderr(&out).contains("no checkpointed GPU is 0x0001"),
         "{}",
         stderr(&out)
     );

@@ -44,7 +44,7 @@ fn check_answers_for_a_render_only_checkpoint() {
     assert_eq!(v["compatible"], true);
     let r = &v["render_only"][0];
     assert_eq!(r["file"], "amdgpu-renderD-4.img");
-    assert_eq!(r["gpu_id"], gpu);
+    assert_eq!(r["gpu_id"], format!("{gpu:#06x}"));
     assert_eq!(r["candidates"].as_array().unwrap().len(), 1);
 
     let out = run(&["check", dir, "--builtin", "pcie-2gpu"]);
@@ -52,7 +52,7 @@ fn check_answers_for_a_render_only_checkpoint() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
         text.starts_with(&format!(
-            "amdgpu-renderD-4.img (render-only, renderD128, GPU {gpu}): not compatible\n"
+            "amdgpu-renderD-4.img (render-only, renderD128, GPU {gpu:#06x}): not compatible\n"
         )),
         "{text}"
     );

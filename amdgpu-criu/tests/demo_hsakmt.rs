@@ -22,8 +22,20 @@ fn the_thunk_built_process_is_checkpointed_restored_and_verified() {
         skip("libkfd_sim_preload.so is not built (cargo build -p kfd-sim-preload, or test the workspace)");
         return;
     };
+    // The images where --dir says, as with every workload.
+    let kept = tempfile::tempdir().unwrap();
+    let dir = kept.path().join("hk");
     let out = Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"))
-        .args(["demo", "--workload", "hsakmt", "--json", "--seed", "3"])
+        .args([
+            "demo",
+            "--workload",
+            "hsakmt",
+            "--json",
+            "--seed",
+            "3",
+            "--dir",
+        ])
+        .arg(&dir)
         .env("KFD_SIM_PRELOAD_LIB", &lib)
         .output()
         .expect("running amdgpu-criu");
@@ -45,12 +57,40 @@ fn the_thunk_built_process_is_checkpointed_restored_and_verified() {
         report["checkpoint"]["content_bytes"].as_u64().unwrap() > 0,
         "{report}"
     );
-    // The default machine's eight GPUs, each with a new gpu_id.
+    // The default machine's eight GPUs, each with a new gpu_id, in hex.
     let map = report["gpu_map"].as_object().expect("a gpu map");
     assert_eq!(map.len(), 8, "{report}");
     assert!(map
         .iter()
         .all(|(from, to)| Some(from.as_str()) != to.as_str()));
+    assert!(
+        map.iter()
+            .all(|(from, to)| from.starts_with("0x") && to.as_str().unwrap().starts_with("0x")),
+        "{report}"
+    );
+    assert_eq!(report["image_dir"], dir.to_str().unwrap(), "{report}");
+    assert_eq!(
+        report["restored_image_dir"],
+        dir.join("restored").to_str().unwrap(),
+        "{report}"
+    );
+    for set in [dir.clone(), dir.join("restored")] {
+        for command in ["show", "verify"] {
+            let out = Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"))
+                .arg(command)
+                .arg(&set)
+                .output()
+                .unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{command} {}: {}{}",
+                set.display(),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
 
     // What does not apply is refused as a usage error.
     let refused = Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"))

@@ -22,8 +22,20 @@ fn rocr_copies_in_flight_are_checkpointed_restored_and_finish() {
         skip("libkfd_sim_preload.so is not built (cargo build -p kfd-sim-preload, or test the workspace)");
         return;
     };
+    // The images where --dir says, as with every workload.
+    let kept = tempfile::tempdir().unwrap();
+    let dir = kept.path().join("rc");
     let out = Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"))
-        .args(["demo", "--workload", "rocr-copy", "--json", "--seed", "4"])
+        .args([
+            "demo",
+            "--workload",
+            "rocr-copy",
+            "--json",
+            "--seed",
+            "4",
+            "--dir",
+        ])
+        .arg(&dir)
         .env("KFD_SIM_PRELOAD_LIB", &lib)
         .output()
         .expect("running amdgpu-criu");
@@ -37,7 +49,9 @@ fn rocr_copies_in_flight_are_checkpointed_restored_and_finish() {
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
     assert_eq!(report["verified"], true, "{report}");
     assert_eq!(report["workload"], "rocr-copy");
-    let paused = report["checkpoint"].as_array().expect("the saved queues");
+    let paused = report["checkpoint"]["queues"]
+        .as_array()
+        .expect("the saved queues");
     assert!(!paused.is_empty(), "{report}");
     assert!(paused
         .iter()
@@ -46,6 +60,22 @@ fn rocr_copies_in_flight_are_checkpointed_restored_and_finish() {
     assert!(map
         .iter()
         .all(|(from, to)| Some(from.as_str()) != to.as_str()));
+    assert!(map.keys().all(|id| id.starts_with("0x")), "{report}");
+    assert_eq!(report["image_dir"], dir.to_str().unwrap(), "{report}");
+    for command in ["show", "verify"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"))
+            .arg(command)
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{command}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 
     let refused = Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"))
         .args(["demo", "--workload", "rocr-copy", "--size", "1G"])

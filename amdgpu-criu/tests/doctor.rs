@@ -7,27 +7,36 @@ mod cli;
 use cli::{run, run_with};
 
 /// A vendored CRIU build (`../shared/vendor/criu/build.sh`), or `None`
-/// with the reason printed; under CI its absence is a failure.
+/// with the reason given to `test_env::skip` (a failure under CI).
 fn vendored_criu(name: &str) -> Option<PathBuf> {
-    let cache = std::env::var_os("CRIU_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/criu-builds")))?;
-    let criu = cache.join(name).join("criu");
-    if criu.is_file() {
-        return Some(criu);
-    }
-    test_env::skip(format!(
-        "{} is absent (build it with ../shared/vendor/criu/build.sh {name}; .ci/run does)",
-        criu.display()
-    ));
-    None
+    built(
+        Path::new(name).join("criu"),
+        &format!("../shared/vendor/criu/build.sh {name}"),
+    )
 }
 
-/// The C plugin built beside the vendored CRIUs.
+/// The C plugin built beside the vendored CRIUs (`.ci/build-c-plugin.sh`),
+/// or `None` with the reason given to `test_env::skip`.
 fn c_plugin() -> Option<PathBuf> {
-    let criu = vendored_criu("head")?;
-    let so = criu.parent()?.parent()?.join("c-plugin/amdgpu_plugin.so");
-    so.is_file().then_some(so)
+    built(
+        Path::new("c-plugin").join("amdgpu_plugin.so"),
+        ".ci/build-c-plugin.sh",
+    )
+}
+
+/// `path` among the CRIU builds ([`test_env::criu_builds`]) when it was
+/// built (by `script`, which `.ci/run` runs), else `None` after saying so
+/// through `test_env::skip`.
+fn built(path: PathBuf, script: &str) -> Option<PathBuf> {
+    let path = test_env::criu_builds().join(path);
+    if path.is_file() {
+        return Some(path);
+    }
+    test_env::skip(format!(
+        "{} is absent (build it with {script}; .ci/run does)",
+        path.display()
+    ));
+    None
 }
 
 /// This project's plugin, when `cargo test --workspace` built it (in the
@@ -116,7 +125,11 @@ fn a_simulated_8_gpu_machine() {
     }
     assert_eq!(
         status(&v, "criu"),
-        ("fail", "the --criu binary does not exist")
+        (
+            "fail",
+            "--criu /nonexistent/criu: no such file (give the path of a criu binary, e.g. \
+             /usr/sbin/criu)"
+        )
     );
     assert_eq!(status(&v, "plugin").0, "skip");
 }
@@ -160,7 +173,6 @@ fn a_simulated_machine_with_a_real_criu_and_our_plugin() {
 
     // Both plugins in the directory: CRIU would load both.
     let Some(c) = c_plugin() else {
-        println!("skipped: the vendored C plugin is absent");
         return;
     };
     std::fs::copy(&c, dir.path().join("amdgpu_plugin_c.so")).unwrap();
@@ -185,7 +197,6 @@ fn an_older_criu_and_the_c_plugin() {
         return;
     };
     let Some(c) = c_plugin() else {
-        println!("skipped: the vendored C plugin is absent");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

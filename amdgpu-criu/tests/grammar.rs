@@ -89,6 +89,19 @@ fn log_and_verbose() {
     assert_eq!(out.status.code(), Some(2));
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("hint: \"single-gpu\""), "{text}");
+    // Each line after the seconds since the start, as CRIU's -o log.
+    for line in text.lines() {
+        let stamp = line.get(..12).unwrap_or_default();
+        assert!(
+            stamp.len() == 12
+                && stamp.starts_with('(')
+                && stamp.ends_with(") ")
+                && stamp[1..3].chars().all(|c| c.is_ascii_digit())
+                && &stamp[3..4] == "."
+                && stamp[4..10].chars().all(|c| c.is_ascii_digit()),
+            "{line:?}"
+        );
+    }
     assert!(
         text.contains("no built-in machine \"builtin:nope\""),
         "{text}"

@@ -12,7 +12,7 @@
 use std::path::Path;
 
 use amdgpu_image::fuzz_support::{write_sample_set, SampleSpec};
-use amdgpu_image::{encode_message, CriuRenderNode, DirStore, ImageName};
+use amdgpu_image::{DirStore, ImageName};
 
 mod cli;
 use cli::run;
@@ -112,6 +112,29 @@ fn set_len(path: &Path, len: u64) {
         .unwrap();
 }
 
+/// Edits the message of image `path` as a user crafting a damaged image
+/// would: `decode`, change the JSON, `encode --no-validate` (which writes
+/// what validation refuses, sealed afresh, with a warning).
+fn edit_message(path: &Path, f: impl Fn(&mut serde_json::Value)) {
+    let file = path.to_str().unwrap();
+    let out = run(&["decode", file]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let mut value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    f(&mut value["content"]);
+    let json = path.with_extension("json");
+    std::fs::write(&json, value.to_string()).unwrap();
+    let out = run(&[
+        "encode",
+        "--no-validate",
+        "-i",
+        json.to_str().unwrap(),
+        "-o",
+        file,
+    ]);
+    std::fs::remove_file(&json).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
 fn edit(path: &Path, f: impl Fn(&mut Vec<u8>)) {
     let mut bytes = std::fs::read(path).unwrap();
     f(&mut bytes);
@@ -192,14 +215,14 @@ fn verify_names_the_damaged_file_of_each_hostile_set() {
             "render node on a gpu_id that does not exist",
             &render,
             Box::new(|d| {
-                edit(&d.join(&render), |b| {
-                    let mut m: CriuRenderNode =
-                        amdgpu_image::decode_message("render", &b[8..]).unwrap();
-                    m.gpu_id = 0xdead;
-                    let payload = encode_message(&m);
-                    *b = (payload.len() as u64).to_le_bytes().to_vec();
-                    b.extend_from_slice(&payload);
-                })
+                edit_message(&d.join(&render), |m| m["gpu_id"] = "0xdead".into());
+            }),
+        ),
+        (
+            "kfd image counting more BOs than it holds",
+            &kfd,
+            Box::new(|d| {
+                edit_message(&d.join(&kfd), |m| m["num_of_bos"] = "99".into());
             }),
         ),
     ];
@@ -228,4 +251,33 @@ fn verify_names_the_damaged_file_of_each_hostile_set() {
         }
     }
     assert!(bad.is_empty(), "{}", bad.join("\n\n"));
+}
+
+#[test]
+fn encode_writes_a_message_restore_refuses_only_when_told() {
+    let dir = tempfile::tempdir().unwrap();
+    sample(dir.path());
+    let kfd = dir.path().join(ImageName::Kfd { id: 1 }.to_string());
+    let before = std::fs::read(&kfd).unwrap();
+    let out = run(&["decode", kfd.to_str().unwrap()]);
+    let mut value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    value["content"]["num_of_bos"] = "99".into();
+    let json = dir.path().join("kfd.json");
+    std::fs::write(&json, value.to_string()).unwrap();
+    let (input, output) = (json.to_str().unwrap(), kfd.to_str().unwrap());
+
+    let out = run(&["encode", "-i", input, "-o", output]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--no-validate writes it anyway"));
+    assert_eq!(std::fs::read(&kfd).unwrap(), before, "nothing written");
+
+    let out = run(&["encode", "--no-validate", "-i", input, "-o", output]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("amdgpu-criu encode: warning: "), "{err}");
+    assert!(err.contains("restore will refuse it"), "{err}");
+    assert_ne!(std::fs::read(&kfd).unwrap(), before);
+    std::fs::remove_file(&json).unwrap();
+    let out = run(&["verify", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
 }

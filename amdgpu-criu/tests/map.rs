@@ -66,12 +66,14 @@ fn a_machine_maps_onto_itself_by_identity() {
     assert_eq!(v["reasons"], serde_json::json!([]));
     let gpu_map = v["gpu_map"].as_object().unwrap();
     assert_eq!(gpu_map.len(), 32);
-    // keys are the decimal gpu_ids of the sysfs files, mapped to themselves
+    // keys are the gpu_ids of the sysfs files (decimal there), in hex,
+    // mapped to themselves
     let node2 = fs::read_to_string(Path::new(&dir).join("nodes/2/gpu_id")).unwrap();
-    let node2 = node2.trim();
-    assert_eq!(gpu_map[node2], node2.parse::<u64>().unwrap());
+    let node2 = format!("{:#06x}", node2.trim().parse::<u32>().unwrap());
+    assert_eq!(gpu_map[&node2], node2.as_str());
     for (from, to) in gpu_map {
-        assert_eq!(from.parse::<u64>().unwrap(), to.as_u64().unwrap());
+        assert!(from.starts_with("0x"), "{from}");
+        assert_eq!(from, to.as_str().unwrap());
     }
     assert_eq!(v["cpu_map"], serde_json::json!({"0": 0, "1": 1}));
 
@@ -79,7 +81,7 @@ fn a_machine_maps_onto_itself_by_identity() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.starts_with("compatible\n"), "{text}");
     // In text, gpu_ids are hex as in image file names.
-    let hex = format!("{:#06x}", node2.parse::<u32>().unwrap());
+    let hex = &node2;
     assert!(
         text.contains(&format!("  {hex} -> {hex}  (node 2 -> node 2)")),
         "{text}"
@@ -103,9 +105,12 @@ fn a_gpu_count_mismatch_is_refused_with_exit_1() {
     let out = run(&["map", "--from", &big, "--to", &small], &[]);
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8(out.stdout).unwrap();
+    // The reason, and what to restore on instead.
     assert_eq!(
         text,
-        "not compatible:\n  number of GPUs mismatch: 32 checkpointed, 1 local\n"
+        "not compatible:\n  number of GPUs mismatch: 32 checkpointed, 1 local (restore where the \
+         process sees 32 GPUs: a machine with 32, or a container that exposes 32 of the \
+         machine's GPUs to it)\n"
     );
 }
 
@@ -135,7 +140,7 @@ fn less_vram_is_refused_unless_the_check_is_off() {
         .unwrap();
     assert_eq!(
         json(&out)["reasons"],
-        serde_json::json!([{"gpu": gpu_id, "check": "vram_size", "checkpointed": 17163091968u64, "local": 8581545984u64, "local_gpu": gpu_id}])
+        serde_json::json!([{"gpu": format!("{gpu_id:#06x}"), "check": "vram_size", "checkpointed": 17163091968u64, "local": 8581545984u64, "local_gpu": format!("{gpu_id:#06x}")}])
     );
 
     let out = run(
@@ -209,7 +214,8 @@ fn builtin_machines_map_onto_themselves() {
     let gpu_map = v["gpu_map"].as_object().unwrap();
     assert_eq!(gpu_map.len(), 64);
     for (from, to) in gpu_map {
-        assert_eq!(from.parse::<u64>().unwrap(), to.as_u64().unwrap());
+        assert!(from.starts_with("0x"), "{from}");
+        assert_eq!(from, to.as_str().unwrap());
     }
 
     let out = run(
@@ -321,7 +327,8 @@ fn a_device_map_pins_gpus_and_a_broken_one_says_why() {
         .map(|h| {
             h.nodes
                 .iter()
-                .map(|&n| system.node(n).unwrap().gpu_id.unwrap().to_string())
+                // gpu_ids in hex, as the JSON gives them.
+                .map(|&n| format!("{:#06x}", system.node(n).unwrap().gpu_id.unwrap()))
                 .collect()
         })
         .collect();
@@ -344,14 +351,15 @@ fn a_device_map_pins_gpus_and_a_broken_one_says_why() {
         (out.status.code(), json(&out))
     };
     // A GPU pinned into the other hive: its hive follows it.
-    let (code, v) = map_json(
-        &format!("{}=0x{:x}", a[0], b[2].parse::<u32>().unwrap()),
-        &[],
-    );
+    let decimal = u32::from_str_radix(&b[2][2..], 16).unwrap();
+    let (code, v) = map_json(&format!("{}={decimal}", a[0]), &[]);
     assert_eq!(code, Some(0), "{v}");
-    assert_eq!(v["gpu_map"][&a[0]].to_string(), b[2]);
+    assert_eq!(v["gpu_map"][&a[0]], b[2].as_str());
     for g in &a[1..] {
-        assert!(b.contains(&v["gpu_map"][g].to_string()), "{v}");
+        assert!(
+            b.contains(&v["gpu_map"][g].as_str().unwrap().to_owned()),
+            "{v}"
+        );
     }
 
     // Two GPUs of one hive pinned into different hives: refused, the
@@ -388,7 +396,7 @@ fn a_device_map_pins_gpus_and_a_broken_one_says_why() {
         &["map", "--from", &dir, "--to", &dir, "--json"],
         &[("KFD_DEVICE_MAP", &map)],
     );
-    assert_eq!(json(&out)["gpu_map"][&a[0]].to_string(), b[1]);
+    assert_eq!(json(&out)["gpu_map"][&a[0]], b[1].as_str());
     let (_, v) = map_json("", &[("KFD_DEVICE_MAP", &map)]);
-    assert_eq!(v["gpu_map"][&a[0]].to_string(), a[0]);
+    assert_eq!(v["gpu_map"][&a[0]], a[0].as_str());
 }

@@ -81,7 +81,8 @@ fn multi_process_sets_show_and_verify_render_nodes_drm_pages_and_dma_bufs() {
             } else {
                 importers.push(f["file"].as_str().unwrap().to_owned());
             }
-            assert_eq!(bo["size"], 1 << 20);
+            // 64-bit fields as strings (decimal for sizes).
+            assert_eq!(bo["size"], (1u64 << 20).to_string());
             assert_eq!(bo["vm_entries"].as_array().unwrap().len(), 1);
         }
     }

@@ -40,15 +40,16 @@ fn show_json_uses_proto_field_names() {
     assert_eq!(k["message"], "criu_kfd");
     let c = &k["content"];
     assert_eq!(c["pid"], 4242);
-    assert_eq!(c["num_of_bos"], kfd.num_of_bos);
+    // 64-bit fields as strings, ids and checksums in hex (as decode).
+    assert_eq!(c["num_of_bos"], kfd.num_of_bos.to_string());
     assert_eq!(
         c["device_entries"][1]["gpu_id"],
-        kfd.device_entries[1].gpu_id
+        format!("{:#06x}", kfd.device_entries[1].gpu_id)
     );
     assert_eq!(c["device_entries"][0]["iolinks"][0]["type"], 2);
     assert_eq!(
         c["bo_entries"][0]["content_checksum"],
-        kfd.bo_entries[0].content_checksum.unwrap()
+        format!("{:#x}", kfd.bo_entries[0].content_checksum.unwrap())
     );
     assert_eq!(c["priv_data"]["len"], 64);
     assert_eq!(
@@ -66,7 +67,10 @@ fn show_json_uses_proto_field_names() {
         .iter()
         .find(|f| f["file"] == "amdgpu-renderD-2.img")
         .unwrap();
-    assert_eq!(r["content"]["bo_entries"][0]["vm_entries"][0]["flags"], 0xe);
+    assert_eq!(
+        r["content"]["bo_entries"][0]["vm_entries"][0]["flags"],
+        "0xe"
+    );
     let d = files
         .iter()
         .find(|f| f["file"] == "amdgpu-dmabuf_3.img")
@@ -111,7 +115,7 @@ fn show_reports_unreadable_files_and_bad_paths() {
         [5, 0, 0, 0, 0, 0, 0, 0, 1],
     )
     .unwrap();
-    let out = run(&["show", dir.path().to_str().unwrap()]);
+    let out = run(&["show", "--details", dir.path().to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8(out.stdout).unwrap();
     let err = String::from_utf8(out.stderr).unwrap();
@@ -326,8 +330,8 @@ fn show_and_verify_a_render_only_set() {
         .iter()
         .find(|f| f["file"] == "amdgpu-renderD-5.img")
         .unwrap();
-    assert_eq!(r["content"]["gpu_id"], 0);
-    assert_eq!(r["content"]["device"]["gpu_id"], 0xbeef);
+    assert_eq!(r["content"]["gpu_id"], "0x0000");
+    assert_eq!(r["content"]["device"]["gpu_id"], "0xbeef");
     assert_eq!(r["content"]["device"]["drm_render_minor"], 129);
     assert_eq!(r["content"]["device"]["iolinks"][0]["node_to_id"], 0);
 
@@ -363,4 +367,42 @@ fn verify_names_a_device_entry_of_another_render_node() {
         ),
         "{text}"
     );
+}
+
+#[test]
+fn show_reads_the_contents_and_fails_on_a_damaged_pages_file() {
+    let (dir, _) = sample_dir();
+    let set = dir.path().to_str().unwrap();
+    let out = run(&["show", set]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    // A summary by default; every message only on request.
+    assert!(text.contains("\ncontents: "), "{text}");
+    assert!(text.contains(": sound\n"), "{text}");
+    assert!(!text.contains("bo_entries:"), "{text}");
+    assert!(text.contains("--details"), "{text}");
+    let out = run(&["show", "--details", set]);
+    let details = String::from_utf8(out.stdout).unwrap();
+    assert!(details.contains("  bo_entries: 8 entries\n"), "{details}");
+
+    // One flipped byte in a pages file: the messages are sound, the set is not.
+    let pages = path(
+        dir.path(),
+        ImageName::Pages {
+            id: 1,
+            gpu_id: 0x1000,
+        },
+    );
+    let mut bytes = fs::read(&pages).unwrap();
+    bytes[8 + 100] ^= 0x01;
+    fs::write(&pages, bytes).unwrap();
+    let out = run(&["show", set]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.starts_with("amdgpu-criu show: amdgpu-pages-1-1000.img: "),
+        "{err}"
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("1 problem (see the errors)"), "{text}");
 }

@@ -45,7 +45,7 @@ fn text_for_a_fixture() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);
     assert!(
-        text.contains("10 nodes: 2 CPU, 8 GPU; 2 XGMI hives"),
+        text.contains("10 nodes: 2 CPUs, 8 GPUs; 2 XGMI hives"),
         "{text}"
     );
     assert!(
@@ -129,7 +129,14 @@ fn json_for_a_builtin() {
 fn builtin_list_and_unknown_builtin() {
     let out = run(&["--builtin", "list"]);
     assert_eq!(out.status.code(), Some(0));
-    assert!(stdout(&out).lines().any(|l| l == "mi300x-64"));
+    // Each machine with its GPU count and model.
+    assert!(
+        stdout(&out)
+            .lines()
+            .any(|l| l.starts_with("builtin:mi300x-64 ") && l.contains("64 x ")),
+        "{}",
+        stdout(&out)
+    );
     let out = run(&["--builtin", "mi999"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(

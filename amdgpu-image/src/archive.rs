@@ -2,7 +2,7 @@
 //! `archive`): `podman container checkpoint --export` (and CRI-O's
 //! checkpoint) writes a tar of the container's checkpoint, CRIU's images in
 //! `checkpoint/` among them, zstd-compressed by default (`--compress none`:
-//! a plain tar; `gzip` is refused with what to do instead).
+//! a plain tar; `--compress gzip`: gzip).
 //!
 //! Files are found by their names (any directory); everything else is
 //! skipped. A message image is read whole (up to [`ReadLimits`]); a pages
@@ -22,10 +22,6 @@ use crate::{ImageName, ReadLimits, HEADER_LEN};
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
-const GZIP_REFUSED: &str = "a gzip-compressed archive: not supported; export with `podman \
-     container checkpoint --export FILE --compress zstd` (the default) or `--compress none`, or \
-     decompress it with `gunzip`";
-
 /// What an archive's first bytes say it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArchiveKind {
@@ -33,8 +29,25 @@ pub enum ArchiveKind {
     Tar,
     /// A zstd stream (holding a tar).
     Zstd,
-    /// A gzip stream: not read.
+    /// A gzip stream (holding a tar).
     Gzip,
+}
+
+/// The tar stream of an archive of `kind` whose bytes `stream` yields.
+fn tar_stream<'a>(
+    kind: Option<ArchiveKind>,
+    stream: impl Read + 'a,
+) -> Result<Box<dyn Read + 'a>, String> {
+    match kind {
+        Some(ArchiveKind::Tar) => Ok(Box::new(stream)),
+        Some(ArchiveKind::Zstd) => Ok(Box::new(
+            ruzstd::decoding::StreamingDecoder::new(stream)
+                .map_err(|e| format!("not a zstd stream: {e}"))?,
+        )),
+        // Several members, as pigz writes them, are one stream.
+        Some(ArchiveKind::Gzip) => Ok(Box::new(flate2::read::MultiGzDecoder::new(stream))),
+        None => Err("not a tar archive (nor a zstd- or gzip-compressed one)".into()),
+    }
 }
 
 /// The kind of archive starting with `head` (its first 512 bytes, or all
@@ -73,16 +86,7 @@ pub fn read_archive<R: Read>(mut src: R, limits: ReadLimits) -> Result<Vec<Archi
         .read_to_end(&mut head)
         .map_err(|e| format!("read archive: {e}"))?;
     let stream = io::Cursor::new(head.clone()).chain(src);
-    match kind(&head) {
-        Some(ArchiveKind::Tar) => read_tar(stream, limits),
-        Some(ArchiveKind::Zstd) => {
-            let decoder = ruzstd::decoding::StreamingDecoder::new(stream)
-                .map_err(|e| format!("not a zstd stream: {e}"))?;
-            read_tar(decoder, limits)
-        }
-        Some(ArchiveKind::Gzip) => Err(GZIP_REFUSED.into()),
-        None => Err("not a tar archive (nor a zstd-compressed one)".into()),
-    }
+    read_tar(tar_stream(kind(&head), stream)?, limits)
 }
 
 /// Reads a tar stream; see the module docs.
@@ -168,16 +172,7 @@ pub fn extract_images<R: Read>(
         }
         Ok(())
     };
-    match kind(&head) {
-        Some(ArchiveKind::Tar) => walk_tar(stream, limits, &mut visit)?,
-        Some(ArchiveKind::Zstd) => {
-            let decoder = ruzstd::decoding::StreamingDecoder::new(stream)
-                .map_err(|e| format!("not a zstd stream: {e}"))?;
-            walk_tar(decoder, limits, &mut visit)?
-        }
-        Some(ArchiveKind::Gzip) => return Err(GZIP_REFUSED.into()),
-        None => return Err("not a tar archive (nor a zstd-compressed one)".into()),
-    }
+    walk_tar(tar_stream(kind(&head), stream)?, limits, &mut visit)?;
     Ok(written)
 }
 

@@ -62,7 +62,10 @@ pub enum Error {
         limit: u64,
     },
     /// The protobuf payload does not decode.
-    #[error("{file}: {message}: {source}")]
+    #[error(
+        "{file}: damaged: its {message} message does not decode ({source}); copy the image set \
+         again from where it was written, or run `amdgpu-criu verify` on it to see every problem"
+    )]
     Decode {
         /// Image file name.
         file: String,

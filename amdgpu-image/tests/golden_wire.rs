@@ -456,9 +456,12 @@ fn malformed_payloads_are_decode_errors() {
     for bad in [&[0x08][..], &[0x0a, 0x05, 0x01], &[0xff; 11], &[0x0b]] {
         let err = decode_message::<CriuKfd>("amdgpu-kfd-1.img", bad).unwrap_err();
         assert!(matches!(err, Error::Decode { .. }), "{bad:?}: {err}");
+        // Named damaged, with what to do about it.
+        let text = err.to_string();
         assert!(
-            err.to_string().starts_with("amdgpu-kfd-1.img: criu_kfd: "),
-            "{err}"
+            text.starts_with("amdgpu-kfd-1.img: damaged: its criu_kfd message does not decode (")
+                && text.ends_with("or run `amdgpu-criu verify` on it to see every problem"),
+            "{text}"
         );
     }
 }

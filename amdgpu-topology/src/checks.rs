@@ -235,6 +235,10 @@ impl fmt::Display for Reason {
             None => "local".to_owned(),
         };
         match (self.check, comparison(self.check)) {
+            // PCI ids read as lspci and `amdgpu-criu topology` print them.
+            (check @ ("device_id" | "vendor_id"), Some(Comparison::Equal)) => {
+                write!(f, "{check} {c:#06x}, {local_gpu} has {l:#06x} (must be equal)")
+            }
             (check, Some(Comparison::Equal)) => {
                 write!(f, "{check} {c}, {local_gpu} has {l} (must be equal)")
             }
@@ -281,13 +285,13 @@ impl fmt::Display for Reason {
             ),
             (rule::PIN_SPLITS_HIVE, None) => write!(
                 f,
-                "the device map splits its XGMI hive: it shares a hive with checkpointed GPU {c}, \
-                 but they are pinned to {local_gpu} and local GPU {l}, which are not in one hive"
+                "the device map splits its XGMI hive: it shares a hive with checkpointed GPU {c:#06x}, \
+                 but they are pinned to {local_gpu} and local GPU {l:#06x}, which are not in one hive"
             ),
             (rule::PIN_MERGES_HIVES, None) => write!(
                 f,
-                "the device map merges XGMI hives: it and checkpointed GPU {c} are in different \
-                 hives, but they are pinned to {local_gpu} and local GPU {l}, which share one"
+                "the device map merges XGMI hives: it and checkpointed GPU {c:#06x} are in different \
+                 hives, but they are pinned to {local_gpu} and local GPU {l:#06x}, which share one"
             ),
             (rule::PIN_HIVE_SIZE, None) if l == 0 => write!(
                 f,

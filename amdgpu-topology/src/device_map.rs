@@ -76,7 +76,8 @@ impl GpuSelector {
 impl fmt::Display for GpuSelector {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            GpuSelector::Number(n) => write!(f, "{n}"),
+            // gpu_ids and unique_ids are shown in hex wherever they appear.
+            GpuSelector::Number(n) => write!(f, "{n:#06x}"),
             GpuSelector::Pci {
                 domain,
                 bus,
@@ -144,7 +145,7 @@ pub enum DeviceMapError {
     },
     /// One GPU appears in two pins.
     #[error(
-        "device map names {side} GPU {gpu} twice ({first} and {second}); a GPU can be pinned once"
+        "device map names {side} GPU {gpu:#06x} twice ({first} and {second}); a GPU can be pinned once"
     )]
     NamedTwice {
         /// Which topology.
@@ -293,12 +294,12 @@ fn describe_gpus(topology: &DeviceTopology) -> String {
     }
     gpus.iter()
         .map(|n| {
-            let mut text = format!("gpu_id {} ({:#x})", n.gpu_id, n.gpu_id);
+            let mut text = format!("gpu_id {:#06x}", n.gpu_id);
             if let Some(pci) = pci_address(n) {
                 text.push_str(&format!(" at {pci}"));
             }
             if n.props.unique_id != 0 {
-                text.push_str(&format!(" unique_id {}", n.props.unique_id));
+                text.push_str(&format!(" unique_id {:#x}", n.props.unique_id));
             }
             text
         })
@@ -326,7 +327,7 @@ fn resolve_one(
             count: matches.len(),
             matches: matches
                 .iter()
-                .map(|n| n.gpu_id.to_string())
+                .map(|n| format!("{:#06x}", n.gpu_id))
                 .collect::<Vec<_>>()
                 .join(", "),
         }),
@@ -447,7 +448,7 @@ mod tests {
     fn maps_parse_and_print_back() {
         let map: DeviceMap = "0x1111=0000:c2:00.0, 77=4369".parse().unwrap();
         assert_eq!(map.pins.len(), 2);
-        assert_eq!(map.to_string(), "4369=0000:c2:00.0,77=4369");
+        assert_eq!(map.to_string(), "0x1111=0000:c2:00.0,0x004d=0x1111");
         assert!("".parse::<DeviceMap>().unwrap().is_empty());
         for bad in ["1", "1=2=3", "1=2,", "=2", "1=x"] {
             let err = bad.parse::<DeviceMap>().unwrap_err().to_string();
@@ -477,9 +478,9 @@ mod tests {
             .unwrap()
             .resolve(&t, &t);
         let text = err.unwrap_err().to_string();
-        assert!(text.contains("no checkpointed GPU is 13107"), "{text}");
+        assert!(text.contains("no checkpointed GPU is 0x3333"), "{text}");
         assert!(
-            text.contains("0000:c1:00.0") && text.contains("unique_id 77"),
+            text.contains("0000:c1:00.0") && text.contains("unique_id 0x4d"),
             "{text}"
         );
 
@@ -502,7 +503,7 @@ mod tests {
             .resolve(&t, &t)
             .unwrap_err();
         assert!(
-            err.to_string().contains("names local GPU 4369 twice"),
+            err.to_string().contains("names local GPU 0x1111 twice"),
             "{err}"
         );
 

@@ -154,7 +154,7 @@ pub enum MapError {
         node: u32,
     },
     /// Two GPU nodes share a gpu_id.
-    #[error("{side} topology: gpu_id {gpu} appears twice")]
+    #[error("{side} topology: gpu_id {gpu:#06x} appears twice")]
     DuplicateGpuId {
         /// Which topology.
         side: Side,
@@ -172,7 +172,7 @@ pub enum MapError {
         max: usize,
     },
     /// A pin names a gpu_id the topology does not have.
-    #[error("device map: {side} topology has no GPU {gpu}")]
+    #[error("device map: {side} topology has no GPU {gpu:#06x}")]
     PinnedGpuMissing {
         /// Which topology.
         side: Side,
@@ -180,7 +180,7 @@ pub enum MapError {
         gpu: GpuId,
     },
     /// Two pins name one GPU.
-    #[error("device map names {side} GPU {gpu} twice; a GPU can be pinned once")]
+    #[error("device map names {side} GPU {gpu:#06x} twice; a GPU can be pinned once")]
     PinnedTwice {
         /// Which topology.
         side: Side,
@@ -245,15 +245,15 @@ pub fn map_topologies_pinned(
             local_gpu: None,
         }]));
     }
-    if src.hives.len() > dst.hives.len() {
-        return Ok(MapResult::refused(vec![Reason {
-            gpu: None,
-            check: rule::XGMI_HIVE_COUNT,
-            checkpointed: src.hives.len() as u64,
-            local: dst.hives.len() as u64,
-            local_gpu: None,
-        }]));
-    }
+    // Too few local hives refuses the mapping, but every GPU that nothing
+    // could stand in for is a reason too: all of them are given.
+    let hive_reason = (src.hives.len() > dst.hives.len()).then_some(Reason {
+        gpu: None,
+        check: rule::XGMI_HIVE_COUNT,
+        checkpointed: src.hives.len() as u64,
+        local: dst.hives.len() as u64,
+        local_gpu: None,
+    });
 
     let class_ok: Vec<Vec<bool>> = src
         .pair_class_reps
@@ -275,7 +275,9 @@ pub fn map_topologies_pinned(
         let positions = pin_positions(&src, &dst, pins)?;
         let reasons = pin_reasons(&src, &dst, &positions, options);
         if !reasons.is_empty() {
-            return Ok(MapResult::refused(reasons));
+            return Ok(MapResult::refused(
+                hive_reason.into_iter().chain(reasons).collect(),
+            ));
         }
         for &(pi, pj) in &positions {
             for k in 0..n {
@@ -299,8 +301,10 @@ pub fn map_topologies_pinned(
         let candidates = dst.pair_class_reps.iter().copied();
         reasons.extend(closest_mismatches(&src, i, &dst, candidates, options));
     }
-    if !reasons.is_empty() {
-        return Ok(MapResult::refused(reasons));
+    if hive_reason.is_some() || !reasons.is_empty() {
+        return Ok(MapResult::refused(
+            hive_reason.into_iter().chain(reasons).collect(),
+        ));
     }
 
     // Counting: a maximum matching ignoring hives and CPU placement.

@@ -113,8 +113,9 @@ fn a_pin_that_splits_a_hive_is_refused_with_the_reason() {
     assert_eq!(reason.local_gpu, Some(d[0]));
     let text = reason.to_string();
     assert!(text.contains("splits its XGMI hive"), "{text}");
+    // gpu_ids in hex, as everywhere.
     assert!(
-        text.contains(&s[1].to_string()) && text.contains(&d[1].to_string()),
+        text.contains(&format!("{:#06x}", s[1])) && text.contains(&format!("{:#06x}", d[1])),
         "{text}"
     );
 }

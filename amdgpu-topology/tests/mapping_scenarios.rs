@@ -287,15 +287,36 @@ fn more_hives_than_local_is_refused() {
         .finish();
     let r = map_with(&src, &dst, CheckOptions::none());
     assert_eq!(
-        r.reasons,
-        [Reason {
+        r.reasons[0],
+        Reason {
             gpu: None,
             check: rule::XGMI_HIVE_COUNT,
             checkpointed: 2,
             local: 1,
             local_gpu: None,
-        }]
+        }
     );
+    // And what follows from the hives' sizes: each GPU of a 4-GPU hive has
+    // other io links than any of an 8-GPU hive.
+    assert_eq!(r.reasons.len(), 9, "{:?}", r.reasons);
+    assert!(r.reasons[1..].iter().all(|r| r.check == "io_links_count"));
+}
+
+#[test]
+fn too_few_hives_and_other_gpus_give_every_reason() {
+    let src = two_sockets(1000, model_a(), model_a())
+        .hive(&[2, 3, 4, 5])
+        .hive(&[6, 7, 8, 9])
+        .finish();
+    let dst = two_sockets(1000, model_b(), model_b())
+        .hive(&[2, 3, 4, 5, 6, 7, 8, 9])
+        .finish();
+    let r = map_with(&src, &dst, CheckOptions::default());
+    let checks: Vec<&str> = r.reasons.iter().map(|r| r.check).collect();
+    assert_eq!(checks[0], rule::XGMI_HIVE_COUNT, "{:?}", r.reasons);
+    for other in ["simd_count", "device_id"] {
+        assert!(checks.contains(&other), "{other} missing: {:?}", r.reasons);
+    }
 }
 
 #[test]

@@ -166,7 +166,7 @@ fn a_device_map_that_cannot_hold_is_refused_with_the_reason() {
     let unknown = format!("amdgpu.device-map={}=0x9", d.gpus[0]);
     for (entry, expected) in [
         (twice.as_str(), "names local GPU"),
-        (unknown.as_str(), "no local GPU is 9"),
+        (unknown.as_str(), "no local GPU is 0x0009"),
     ] {
         let emulator = d
             .dirs

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::os::fd::AsFd;
 use std::path::Path;
 
-use amdgpu_image::{verify_set, DirStore, ReadLimits};
+use amdgpu_image::{verify_set, CriuRenderNode, DirStore, ImageName, ImageStore, ReadLimits};
 use common::{device_vmas, gpu_files, kfd_image, vmas_of, Dirs};
 use criu_host_emulator::{ImageStreamer, TaskFile};
 use kfd_sim::workload::render_only::RenderOnly;
@@ -212,4 +212,106 @@ fn a_render_only_process_restores_from_a_stream() {
     RenderOnly::verify(&sim, pid, &fds, &expected).expect("bit-identical BOs");
     no_repeats(&serve.opened());
     assert_eq!(serve.files(), BTreeMap::new(), "every file was read");
+}
+
+/// CRIU v4.2's hook table: no `DUMP_DEVICES_LATE`, so the dump is done
+/// after the last `DUMP_EXT_FILE`.
+const CRIU_V4_2_HOOKS: u32 = criu_plugin_amdgpu::abi::hook::POST_FORKING as u32 + 1;
+
+/// On a CRIU without `DUMP_DEVICES_LATE`, a render-only node is streamed
+/// at its own `DUMP_EXT_FILE`: a failed write fails the dump there,
+/// instead of being logged at the plugin's exit after CRIU called the dump
+/// a success.
+#[test]
+fn a_render_only_image_the_stream_refuses_fails_the_dump_without_dump_devices_late() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let gpu = sim.gpus()[0].gpu_id;
+    let app = RenderOnly::launch(&sim, &[gpu], 3).expect("launch");
+    let files = vec![TaskFile {
+        fd: app.render_fds()[0],
+        id: 3,
+    }];
+    let dirs = Dirs::new();
+    let capture = ImageStreamer::capture();
+    // The stream takes a file once: this name is taken already, so the
+    // plugin's write of it fails.
+    drop(
+        capture
+            .open("amdgpu-renderD-3.img", amdgpu_image::StreamMode::Dump)
+            .unwrap(),
+    );
+    let result = dirs
+        .emulator(&sim, |c| {
+            c.max_hooks = CRIU_V4_2_HOOKS;
+            c.streamer = Some(capture.clone());
+        })
+        .dump(app.pid(), &files, &device_vmas(&sim));
+    match result {
+        Err(criu_host_emulator::EmulatorError::Hook { hook, object, .. }) => {
+            assert_eq!(hook, "DUMP_EXT_FILE");
+            assert!(object.contains('3'), "{object}");
+        }
+        other => panic!("the dump must fail at the render node's DUMP_EXT_FILE: {other:?}"),
+    }
+    let _ = capture.finish();
+    drop(files);
+    app.exit().unwrap();
+}
+
+/// On a CRIU without `DUMP_DEVICES_LATE`, under `--stream`: a render node
+/// offered before any KFD file names its GPU is streamed render-only; the
+/// stream cannot take it again with the GPU named, so the KFD file's dump
+/// fails, saying why, rather than leave an image that restores the node
+/// apart from its KFD process's VM. Into a directory the same dump
+/// renames the image and succeeds.
+#[test]
+fn a_kfd_file_after_its_streamed_render_node_fails_without_dump_devices_late() {
+    let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+    let mut app = Workload::launch(&sim, &Profile::Basic).expect("launch");
+    app.step().unwrap();
+    let pid = app.pid();
+    let (mut files, _) = gpu_files(&app);
+    files.reverse();
+    let streamed = Dirs::new();
+    let capture = ImageStreamer::capture();
+    let result = streamed
+        .emulator(&sim, |c| {
+            c.max_hooks = CRIU_V4_2_HOOKS;
+            c.streamer = Some(capture.clone());
+        })
+        .dump(pid, &files, &device_vmas(&sim));
+    match result {
+        Err(criu_host_emulator::EmulatorError::Hook { hook, errno, .. }) => {
+            assert_eq!(hook, "DUMP_EXT_FILE");
+            assert_eq!(errno, -libc::ESPIPE, "the KFD file's answer");
+        }
+        other => panic!("the KFD file's dump must fail: {other:?}"),
+    }
+    let _ = capture.finish();
+
+    let in_dir = Dirs::new();
+    in_dir
+        .emulator(&sim, |c| c.max_hooks = CRIU_V4_2_HOOKS)
+        .dump(pid, &files, &device_vmas(&sim))
+        .expect("into a directory the render-only image is renamed");
+    let store = DirStore::open_dir(in_dir.images.path()).unwrap();
+    let nodes: Vec<_> = store
+        .list()
+        .unwrap()
+        .into_iter()
+        .filter(|n| matches!(n, ImageName::RenderNode { .. }))
+        .map(|n| {
+            store
+                .read_message::<CriuRenderNode>(&n, ReadLimits::default())
+                .unwrap()
+                .expect("the render-node image")
+        })
+        .collect();
+    assert!(!nodes.is_empty());
+    assert!(
+        nodes.iter().all(|n| !n.is_render_only()),
+        "the KFD file named the GPU of every render node: {nodes:?}"
+    );
+    drop(files);
+    app.exit().unwrap();
 }

@@ -525,7 +525,8 @@ fn a_render_only_process_next_to_a_kfd_process_on_its_gpu() {
 }
 
 /// CRIU v4.0 (no `DUMP_DEVICES_LATE`, no retry protocol): the render-only
-/// node is written at `exit`, and restores without waiting for anything.
+/// node is written at its own `DUMP_EXT_FILE` (CRIU calls the dump done
+/// after the last one), and restores without waiting for anything.
 #[test]
 fn a_render_only_process_on_criu_without_dump_devices_late() {
     let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
@@ -543,7 +544,10 @@ fn a_render_only_process_on_criu_without_dump_devices_late() {
         .dump(app.pid(), &files, &device_vmas(&sim))
         .expect("dump on CRIU 4.0");
     assert_eq!(report.late_answer, None);
-    assert!(render_image(&dirs, 9).is_render_only(), "written at exit");
+    assert!(
+        render_image(&dirs, 9).is_render_only(),
+        "written at DUMP_EXT_FILE"
+    );
     let pid = app.pid();
     drop(files);
     app.exit().unwrap();

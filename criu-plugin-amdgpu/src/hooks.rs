@@ -393,7 +393,9 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
             }
         }
         let parallel = if stage == Stage::Restore && !disabled && !refused && devices.is_some() {
-            ParallelRestore::plan(&host.parallel_facts())
+            let mut facts = host.parallel_facts();
+            facts.turned_off |= !options.parallel_restore();
+            ParallelRestore::plan(&facts)
         } else {
             None
         };
@@ -856,7 +858,8 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
                 if let (Some(table), Some(pid)) = (sharing.table, host.current_pid()) {
                     if !table.add_waiter(pid) {
                         log_warn!(
-                            "RESTORE_EXT_FILE: {name}: no room to wait for its buffer's                              creator; CRIU wakes the task with its next file"
+                            "RESTORE_EXT_FILE: {name}: no room to wait for its buffer's \
+                             creator; CRIU wakes the task with its next file"
                         );
                     }
                     result = restorer.restore_file(&store, id as u32, &task, &sharing);

@@ -137,10 +137,8 @@ impl CriuHost for CriuServices {
             single_process: services.root_has_children().map(|children| !children),
             streaming: services.streaming(false),
             run_id: services.run_id(),
-            turned_off: matches!(
-                std::env::var("AMDGPU_PLUGIN_PARALLEL_RESTORE").as_deref(),
-                Ok("0") | Ok("no") | Ok("NO")
-            ),
+            // The options say (`Plugin::init` sets it from them).
+            turned_off: false,
         }
     }
 

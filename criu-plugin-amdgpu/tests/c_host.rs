@@ -440,3 +440,168 @@ fn a_machine_without_gpus_hears_two_lines_per_run() {
     assert_eq!(lines.len(), 6, "{lines:#?}");
     assert!(!run.stdout.contains("_CHECK"), "{}", run.stdout);
 }
+
+/// `tests/c_host/sibling.c`: the other device plugin of the dispatch
+/// scenario.
+fn build_sibling(dir: &Path) -> Option<PathBuf> {
+    let Some(cc) = c_compiler() else {
+        test_env::skip("no C compiler (set CC or install cc)");
+        return None;
+    };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c_host/sibling.c");
+    let so = dir.join("sibling.so");
+    let out = Command::new(cc)
+        .args([
+            "-std=gnu11",
+            "-Wall",
+            "-Werror",
+            "-O1",
+            "-shared",
+            "-fPIC",
+            "-o",
+        ])
+        .arg(&so)
+        .arg(&src)
+        .output()
+        .expect("run the C compiler");
+    assert!(
+        out.status.success(),
+        "compiling the sibling plugin failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(so)
+}
+
+/// One handler call of the dispatch scenario: (plugin, hook, arg, answer).
+type HookCall = (String, u32, i32, i32);
+
+fn hook_calls(stdout: &str) -> Vec<HookCall> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("CALL "))
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(w.len(), 5, "{l}");
+            (
+                w[0].to_owned(),
+                w[1].parse().unwrap(),
+                w[2].parse().unwrap(),
+                w[4].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// CRIU's hook changes of 2026, through the C host's model of CRIU's hook
+/// chains with another device plugin loaded before or after ours, on this
+/// machine and (when the interposer is built) on a simulated GPU machine:
+/// criu#3105's pid -1 call after the per-task loops of
+/// `CHECKPOINT_DEVICES` (which the plugin does not register) and
+/// `RESUME_DEVICES_LATE` is answered `-ENOTSUP`, so the plugin after ours
+/// hears it; 66fe7a1dd's broadcast `DUMP_DEVICES_LATE`, `RESTORE_INIT`
+/// and `POST_FORKING` run ours once each, answered 0 or `-ENOTSUP` when
+/// nothing is ours, and CRIU goes on.
+#[test]
+fn criu_2026_sentinel_and_broadcast_hooks_beside_another_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(sibling) = build_sibling(dir.path()) else {
+        return;
+    };
+    let Some(host) = build_host(
+        dir.path(),
+        "dispatch",
+        &[
+            "-DHOOK_MAX=16",
+            "-DINVENTORY",
+            "-DINVENTORY_OLD",
+            "-DDISPATCH",
+        ],
+    ) else {
+        return;
+    };
+    let shm = dir.path().join("shm");
+    std::fs::create_dir(&shm).unwrap();
+    let mut machines = vec![("this machine", Vec::new())];
+    if !Path::new("/dev/kfd").exists() {
+        let Some(preload) = preload_lib() else {
+            test_env::skip("libkfd_sim_preload.so is not built (test the workspace)");
+            return;
+        };
+        machines.push((
+            "a simulated GPU machine",
+            vec![
+                ("LD_PRELOAD", preload.display().to_string()),
+                ("KFD_SIM_MACHINE", "single-gpu".to_owned()),
+                ("KFD_SIM_SHM_DIR", shm.display().to_string()),
+            ],
+        ));
+    }
+    const RESUME_DEVICES_LATE: u32 = 9;
+    const CHECKPOINT_DEVICES: u32 = 11;
+    const BROADCAST: [u32; 3] = [12, 13, 14];
+    let enotsup = -libc::ENOTSUP;
+    for (machine, env) in &machines {
+        for sibling_first in [false, true] {
+            let what = format!(
+                "{machine}, the other plugin loaded {}",
+                if sibling_first { "first" } else { "last" }
+            );
+            let mut vars: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let sibling_path = sibling.display().to_string();
+            vars.push(("HOST_SIBLING", &sibling_path));
+            vars.push(("HOST_SIBLING_FIRST", if sibling_first { "1" } else { "0" }));
+            let run = run_host(&host, 16, &vars);
+            let calls = hook_calls(&run.stdout);
+            let ours = |hook: u32, arg: Option<i32>| -> Vec<i32> {
+                calls
+                    .iter()
+                    .filter(|(p, h, a, _)| {
+                        p == "amdgpu_plugin" && *h == hook && arg.is_none_or(|x| x == *a)
+                    })
+                    .map(|c| c.3)
+                    .collect()
+            };
+            let sibling_heard = |hook: u32, arg: i32| {
+                run.stdout
+                    .lines()
+                    .filter(|l| *l == format!("SIBLING {hook} {arg}"))
+                    .count()
+            };
+            // The plugin registers no CHECKPOINT_DEVICES: the other plugin
+            // hears every call, the sentinel too.
+            assert!(ours(CHECKPOINT_DEVICES, None).is_empty(), "{what}");
+            assert_eq!(sibling_heard(CHECKPOINT_DEVICES, -1), 1, "{what}");
+            // The sentinel of RESUME_DEVICES_LATE: not ours.
+            let sentinel = ours(RESUME_DEVICES_LATE, Some(-1));
+            assert!(
+                sentinel.iter().all(|&r| r == enotsup),
+                "{what}: {sentinel:?}"
+            );
+            if !sibling_first {
+                assert_eq!(sentinel, [enotsup], "{what}: ours is asked first");
+                assert_eq!(
+                    sibling_heard(RESUME_DEVICES_LATE, -1),
+                    1,
+                    "{what}: the plugin after ours hears the pid -1 call:\n{}",
+                    run.stdout
+                );
+            }
+            // Broadcasts: ours runs once each, answering 0 or -ENOTSUP
+            // (nothing here is its own), and the other plugin runs too.
+            for hook in BROADCAST {
+                let answers = ours(hook, None);
+                assert_eq!(answers.len(), 1, "{what}: hook {hook}: {answers:?}");
+                assert!(
+                    answers.iter().all(|&r| r == 0 || r == enotsup),
+                    "{what}: hook {hook}: {answers:?}"
+                );
+                assert!(
+                    run.stdout
+                        .lines()
+                        .any(|l| l.starts_with(&format!("SIBLING {hook} "))),
+                    "{what}: hook {hook} reached the other plugin"
+                );
+            }
+        }
+    }
+}

@@ -14,9 +14,11 @@
 #
 # The binary lands in $KFDTEST_CACHE/<stamp>/kfdtest (default
 # ~/.cache/kfdtest-build), the stamp hashing the archive, the patch and this
-# script: a second call costs nothing. Debian's cmake, make, g++, pkg-config,
-# libdrm-dev, libnuma-dev and libhsakmt-dev are installed when missing (as
-# root). kfdtest brings its own googletest (1.6.0).
+# script: a second call costs nothing. It needs Debian's cmake, make, g++,
+# pkg-config, libdrm-dev, libnuma-dev and libhsakmt-dev, and installs
+# nothing itself (.ci/run installs them): when one is missing it says which
+# and how to install them, and exits with status 2. kfdtest brings its own
+# googletest (1.6.0).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -29,13 +31,9 @@ deps=(cmake make g++ pkg-config libdrm-dev libnuma-dev libhsakmt-dev)
 missing=()
 for p in "${deps[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
-    if [ "$(id -u)" -ne 0 ]; then
-        echo "build.sh: missing Debian packages (install as root): ${missing[*]}" >&2
-        exit 1
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    echo "build.sh: kfdtest needs Debian packages that are not installed: ${missing[*]}" \
+        "(apt-get install --no-install-recommends ${missing[*]}; .ci/run installs them)" >&2
+    exit 2
 fi
 
 stamp=$(sha256sum "$archive" "$here/no-sp3.patch" "$here/build.sh" | sha256sum | cut -c1-16)

@@ -8,10 +8,11 @@
 //! memory (its USERPTR BOs point at the same pages), so the two must not
 //! run at once: the kernel's own eviction (`Sim::evict_queues`) holds this
 //! process's queues still while CRIU dumps it and while the restored queues
-//! run; what the restored run wrote into the shared memory is put back as
-//! it was at the checkpoint before this process's queues are let go, so
-//! each run sees only its own writes. Everything goes to the simulator
-//! through its API or to files; nothing passes the hooks.
+//! run, and is taken back however that ends, a panic included
+//! ([`with_queues_held`]); what the restored run wrote into the shared
+//! memory is put back as it was at the checkpoint before this process's
+//! queues are let go, so each run sees only its own writes. Everything goes
+//! to the simulator through its API or to files; nothing passes the hooks.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::fmt::Write;
@@ -22,6 +23,7 @@ use crate::checkpoint::{
     answer, c_path, dump_here, may_checkpoint, read_kfd_image, renumbered_machine, restore_there,
 };
 use crate::machine::Machine;
+use kfd_sim::{Pid, Sim};
 
 /// How long the restored queues may take to finish what the checkpoint
 /// left in their rings.
@@ -62,6 +64,57 @@ fn own_memory(addr: u64, len: usize, write: Option<&[u8]>) -> Option<Vec<u8>> {
     (n == len as isize).then_some(buf)
 }
 
+/// One eviction level on `pid`'s queues, held while the value lives:
+/// dropping it takes the level back, on every way out of the scope that
+/// holds it (a panic's unwinding included).
+struct HeldQueues<'a> {
+    sim: &'a Sim,
+    pid: Pid,
+    held: bool,
+}
+
+impl<'a> HeldQueues<'a> {
+    fn hold(sim: &'a Sim, pid: Pid) -> Result<HeldQueues<'a>, String> {
+        sim.evict_queues(pid)
+            .map_err(|e| format!("holding the queues: {e}"))?;
+        Ok(HeldQueues {
+            sim,
+            pid,
+            held: true,
+        })
+    }
+
+    /// Takes the level back, saying whether that worked.
+    fn release(mut self) -> Result<(), String> {
+        self.held = false;
+        self.sim
+            .restore_queues(self.pid)
+            .map_err(|e| format!("letting the queues go: {e}"))
+    }
+}
+
+impl Drop for HeldQueues<'_> {
+    fn drop(&mut self) {
+        if self.held {
+            let _ = self.sim.restore_queues(self.pid);
+        }
+    }
+}
+
+/// Runs `body` with `pid`'s queues held still by a kernel eviction level,
+/// taken back however `body` ends: its result, or the failure to let the
+/// queues go.
+fn with_queues_held<T>(
+    sim: &Sim,
+    pid: Pid,
+    body: impl FnOnce() -> Result<T, String>,
+) -> Result<T, String> {
+    let held = HeldQueues::hold(sim, pid)?;
+    let result = body();
+    held.release()?;
+    result
+}
+
 fn run(
     m: &Machine,
     first: &Path,
@@ -71,10 +124,7 @@ fn run(
     may_checkpoint(m)?;
     let pid = m.driver().pid();
     let mut out = String::new();
-    m.sim
-        .evict_queues(pid)
-        .map_err(|e| format!("holding the queues: {e}"))?;
-    let result = (|| {
+    with_queues_held(&m.sim, pid, || {
         let ids = dump_here(m, first, &mut out)?;
         let image = read_kfd_image(first)?;
         let devices = image
@@ -175,11 +225,8 @@ fn run(
         }
         let _ = writeln!(out, "busy step=restored-run-undone");
         Ok::<(), String>(())
-    })();
-    m.sim
-        .restore_queues(pid)
-        .map_err(|e| format!("letting the queues go: {e}"))?;
-    result.map(|()| out)
+    })?;
+    Ok(out)
 }
 
 /// Checkpoints this process while its queues are busy into `first`,
@@ -224,4 +271,37 @@ pub unsafe extern "C" fn kfd_sim_preload_checkpoint_busy(
         };
         answer(fd, outcome)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kfd_sim::workload::{Profile, Workload};
+    use kfd_sim::SimConfig;
+
+    #[test]
+    fn the_queues_are_let_go_however_the_held_run_ends() {
+        let sim = Sim::synthetic(1, SimConfig::default()).unwrap();
+        let w = Workload::launch(&sim, &Profile::Basic).unwrap();
+        let pid = w.pid();
+        let levels = || sim.kfd_state(pid).unwrap().eviction_levels;
+        let before = levels();
+        assert!(sim.kfd_state(pid).unwrap().queues_running());
+
+        let failed = with_queues_held(&sim, pid, || -> Result<(), String> {
+            assert_ne!(levels(), before, "held while the body runs");
+            Err("a failed dump".into())
+        });
+        assert_eq!(failed, Err("a failed dump".into()));
+        assert_eq!(levels(), before, "let go after an error");
+
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            with_queues_held(&sim, pid, || -> Result<(), String> {
+                panic!("a bug while the queues are held")
+            })
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(levels(), before, "let go after a panic");
+        assert!(sim.kfd_state(pid).unwrap().queues_running());
+    }
 }

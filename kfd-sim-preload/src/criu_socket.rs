@@ -6,7 +6,9 @@
 //! (`RESTORE_UNIX_SK`, in the restored task).
 //!
 //! The plugin is a few lines of C beside the test that loads it
-//! (`tests/real_criu_restore/remote_sk_plugin.c`): this library exports
+//! (`tests/real_criu_restore/remote_sk_plugin.c`), and the same as a Rust
+//! cdylib, `kfd-sim-remote-plugin`, which `amdgpu-criu sim` gives CRIU:
+//! this library exports
 //! no `CR_PLUGIN_DESC` of its own (see `build.rs`), so the plugin finds
 //! these two functions with `dlsym` in the CRIU process it is loaded into,
 //! which runs with this library preloaded. A restored task's connection is

@@ -153,6 +153,10 @@ enum Target {
     Host,
     /// Call the C library with this path instead.
     Redirect(std::ffi::CString),
+    /// This path instead, a KFD topology file of a GPU the process's device
+    /// cgroup hides ([`Machine::hides`]): it exists (`stat`, listings), but
+    /// amdkfd answers its reads `EPERM`.
+    Hidden(std::ffi::CString),
     /// A simulated device.
     Device(&'static Machine, PathClass<'static>),
     /// Fail with this errno.
@@ -170,19 +174,27 @@ fn target(path: &CStr) -> Target {
         Err(0) => return Target::Host,
         Err(e) => return Target::Fail(e),
     };
+    let remote = m.remote.is_some();
     match class {
         PathClass::Kfd => Target::Device(m, PathClass::Kfd),
-        PathClass::Render(minor) => match m.device_at(class) {
-            Some(_) => Target::Device(m, PathClass::Render(minor)),
-            None => Target::Fail(libc::ENOENT),
-        },
-        PathClass::OtherDri(rest) if rest.is_empty() || rest == b"/" => {
-            Target::Redirect(m.dri_dir())
+        PathClass::Render(named) => {
+            let name = bytes.strip_prefix(b"/dev/dri/").unwrap_or_default();
+            match m.render_minor(name, named) {
+                Some(minor) => Target::Device(m, PathClass::Render(minor)),
+                None => Target::Fail(libc::ENOENT),
+            }
         }
+        // A served machine's client lists its own /dev/dri: the stand-ins
+        // its mount namespace holds (a container's).
+        PathClass::OtherDri(rest) if rest.is_empty() || rest == b"/" => match remote {
+            true => Target::Host,
+            false => Target::Redirect(m.dri_dir()),
+        },
         // The simulated machine has no primary nodes: a real one is never
         // reached from here.
         PathClass::OtherDri(_) => Target::Fail(libc::ENOENT),
         PathClass::Mapped => match m.redirect(bytes) {
+            Some(p) if m.hides(bytes) => Target::Hidden(p),
             Some(p) => Target::Redirect(p),
             None => Target::Fail(libc::ENOENT),
         },
@@ -218,6 +230,18 @@ unsafe fn open_any(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t
         }
         // SAFETY: `np` is a NUL-terminated path that outlives the call.
         Target::Redirect(np) => unsafe { real::openat(dirfd, np.as_ptr(), flags, mode) },
+        // amdkfd fails the read; here the open fails, which readers of the
+        // file alone (amdgpu-topology's parser) take alike. A directory
+        // opens, as it lists. Streams read as the kernel answers
+        // (`fopen_any`).
+        Target::Hidden(np) if flags & libc::O_DIRECTORY != 0 => {
+            // SAFETY: `np` is a NUL-terminated path that outlives the call.
+            unsafe { real::openat(dirfd, np.as_ptr(), flags, mode) }
+        }
+        Target::Hidden(_) => {
+            set_errno(libc::EPERM);
+            -1
+        }
         Target::Device(m, _) => m.open_device(p, flags).unwrap_or_else(|e| {
             set_errno(e);
             -1
@@ -321,6 +345,14 @@ unsafe fn fopen_any(path: *const c_char, mode: *const c_char) -> *mut FILE {
         }
         // SAFETY: `np` is a NUL-terminated path that outlives the call.
         Target::Redirect(np) => unsafe { real::fopen(np.as_ptr(), mode) },
+        Target::Hidden(_) if writing => {
+            set_errno(libc::EACCES);
+            std::ptr::null_mut()
+        }
+        // The stream opens and every read fails with EPERM, as amdkfd
+        // answers a reader its device cgroup denies the GPU (libhsakmt then
+        // skips the node).
+        Target::Hidden(_) => eperm_stream(mode),
         // No user space streams a device file; refuse rather than open a
         // real device.
         Target::Device(..) => {
@@ -332,6 +364,41 @@ unsafe fn fopen_any(path: *const c_char, mode: *const c_char) -> *mut FILE {
             std::ptr::null_mut()
         }
     })
+}
+
+/// glibc's `cookie_io_functions_t` (`<stdio.h>`, `_GNU_SOURCE`).
+#[repr(C)]
+struct CookieIo {
+    read: Option<extern "C" fn(*mut c_void, *mut c_char, size_t) -> libc::ssize_t>,
+    write: Option<extern "C" fn(*mut c_void, *const c_char, size_t) -> libc::ssize_t>,
+    seek: Option<extern "C" fn(*mut c_void, *mut libc::off64_t, c_int) -> c_int>,
+    close: Option<extern "C" fn(*mut c_void) -> c_int>,
+}
+
+extern "C" {
+    /// glibc's `fopencookie(3)`: a stream whose I/O `io` performs.
+    fn fopencookie(cookie: *mut c_void, mode: *const c_char, io: CookieIo) -> *mut FILE;
+}
+
+/// A stream whose every read fails with `EPERM` (`fopencookie`).
+fn eperm_stream(mode: *const c_char) -> *mut FILE {
+    extern "C" fn read(_: *mut c_void, _: *mut c_char, _: size_t) -> libc::ssize_t {
+        set_errno(libc::EPERM);
+        -1
+    }
+    extern "C" fn close(_: *mut c_void) -> c_int {
+        0
+    }
+    let io = CookieIo {
+        read: Some(read),
+        write: None,
+        seek: None,
+        close: Some(close),
+    };
+    // SAFETY: `mode` is the caller's C string (fopen's contract); the
+    // cookie is never dereferenced (the functions ignore it) and the
+    // functions are plain `extern "C"` ones that live for the program.
+    unsafe { fopencookie(std::ptr::null_mut(), mode, io) }
 }
 
 /// Interposes `fopen(3)`.
@@ -369,7 +436,7 @@ pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
     guarded(pass, std::ptr::null_mut(), || match target(p) {
         Target::Host => pass(),
         // SAFETY: `np` is a NUL-terminated path that outlives the call.
-        Target::Redirect(np) => unsafe { real::opendir(np.as_ptr()) },
+        Target::Redirect(np) | Target::Hidden(np) => unsafe { real::opendir(np.as_ptr()) },
         Target::Device(..) => {
             set_errno(libc::ENOTDIR);
             std::ptr::null_mut()
@@ -412,7 +479,7 @@ unsafe fn stat_any(path: *const c_char, buf: *mut libc::stat, follow: bool) -> c
         -1,
         || match target(p) {
             Target::Host => pass(path),
-            Target::Redirect(np) => pass(np.as_ptr()),
+            Target::Redirect(np) | Target::Hidden(np) => pass(np.as_ptr()),
             Target::Device(m, class) => match m.device_at(class) {
                 Some(node) if !buf.is_null() => {
                     // SAFETY: `buf` points to a writable struct stat (the
@@ -637,7 +704,7 @@ pub unsafe extern "C" fn statx(
         -1,
         || match target(p) {
             Target::Host => pass(path),
-            Target::Redirect(np) => pass(np.as_ptr()),
+            Target::Redirect(np) | Target::Hidden(np) => pass(np.as_ptr()),
             Target::Device(m, class) => {
                 // A real file's statx for the rest of the fields: the
                 // device's stand-in in the /dev/dri directory.
@@ -675,7 +742,7 @@ pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
         -1,
         || match target(p) {
             Target::Host => pass(path),
-            Target::Redirect(np) => pass(np.as_ptr()),
+            Target::Redirect(np) | Target::Hidden(np) => pass(np.as_ptr()),
             Target::Device(m, class) => match m.device_at(class) {
                 Some(_) if mode & libc::X_OK == 0 => 0,
                 Some(_) => {
@@ -736,7 +803,7 @@ pub unsafe extern "C" fn readlink(
         -1,
         || match target(p) {
             Target::Host => pass(path),
-            Target::Redirect(np) => pass(np.as_ptr()),
+            Target::Redirect(np) | Target::Hidden(np) => pass(np.as_ptr()),
             Target::Device(..) => {
                 set_errno(libc::EINVAL);
                 -1
@@ -766,7 +833,7 @@ unsafe fn realpath_any(path: *const c_char, resolved: *mut c_char) -> *mut c_cha
         std::ptr::null_mut(),
         || match target(p) {
             Target::Host => pass(path),
-            Target::Redirect(np) => pass(np.as_ptr()),
+            Target::Redirect(np) | Target::Hidden(np) => pass(np.as_ptr()),
             Target::Device(..) => {
                 let bytes = p.to_bytes_with_nul();
                 let out = if resolved.is_null() {

@@ -29,7 +29,13 @@
 //! stand-in for real and the server pairs that open file with the
 //! simulator's; `fstat`, `ioctl` and `mmap` of a file with the stand-in's
 //! numbers ask the server what it stands for. `KFD_SIM_MACHINE` still names
-//! the machine (for the sysfs trees written here). Each process (a fork
+//! the machine (for the sysfs trees written here). A process sees the GPUs
+//! its `/dev/dri` stand-ins stand for, under their names there
+//! ([`kfd_sim::remote::stand_in_renders`]: a container's view, its device
+//! cgroup as engines set it): `/dev/dri` lists its own entries, a render
+//! node exists only as a stand-in there, and the KFD topology files of
+//! other GPUs answer
+//! `EPERM` (streams on read, as amdkfd does; `open` itself here). Each process (a fork
 //! too: CRIU's dump guardian) connects on its first device call as the
 //! simulated process of its own pid; its connection sits above every fd it
 //! has open then, so a CRIU restoring a task's files at chosen numbers never
@@ -39,6 +45,11 @@
 //! `mmap` of a character device. `kfd_sim_preload_checkpoint` is refused
 //! and the report shows no kernel state in this mode: the machine's owner
 //! has both.
+//!
+//! A process that forks while other threads are in the machine (its own,
+//! or the simulator's engine threads) gives its child the machine with no
+//! lock taken: `pthread_atfork` handlers hold them all across the fork
+//! (the `fork` module).
 //!
 //! Through real CRIU a process's connection is a unix socket whose peer is
 //! outside the dumped tree: a CRIU plugin of the tests
@@ -148,6 +159,7 @@ mod busy;
 mod checkpoint;
 mod criu_socket;
 mod engines;
+mod fork;
 mod hooks;
 mod machine;
 mod real;

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 use kfd::Driver;
+use kfd_sim::remote::StandInRender;
 use kfd_sim::{Sim, SimConfig, SimDriver, DRM_MAJOR, KFD_MAJOR};
 
 /// The environment variable naming the machine: a built-in topology name
@@ -134,7 +135,16 @@ pub(crate) struct Remote {
     /// The device number of the stand-in nodes.
     stand_in: u64,
     link: Mutex<Option<Link>>,
+    /// The stand-in render nodes of this process's `/dev/dri`, with the
+    /// mount namespace and the directory's change time they were read in
+    /// (a restored task joins its container's namespace after its copy of
+    /// this library read CRIU's).
+    view: Mutex<Option<(ViewKey, Vec<StandInRender>)>>,
 }
+
+/// What a [`Remote::view`] was read for: the mount namespace's inode and
+/// `/dev/dri`'s change time.
+type ViewKey = (u64, i64, i64);
 
 /// This process's connection: made by the process `pid`, the socket
 /// `identity` at the driver's fd number then.
@@ -227,6 +237,27 @@ impl Remote {
         self.driver()?.connection()
     }
 
+    /// The stand-in render nodes of this process's `/dev/dri`
+    /// ([`kfd_sim::remote::stand_in_renders`], the view the served machine
+    /// gives this process): the GPUs it sees, under their names there.
+    fn view(&self) -> Vec<StandInRender> {
+        use std::os::unix::fs::MetadataExt;
+        let key = |path: &str| std::fs::metadata(path).ok();
+        let (Some(ns), Some(dri)) = (key("/proc/self/ns/mnt"), key("/dev/dri")) else {
+            return Vec::new();
+        };
+        let now = (ns.ino(), dri.ctime(), dri.ctime_nsec());
+        let mut view = self.view.lock().unwrap_or_else(|e| e.into_inner());
+        match &*view {
+            Some((at, nodes)) if *at == now => nodes.clone(),
+            _ => {
+                let nodes = kfd_sim::remote::stand_in_renders(Path::new("/")).unwrap_or_default();
+                *view = Some((now, nodes.clone()));
+                nodes
+            }
+        }
+    }
+
     /// The simulated device a stand-in fd stands for (the server's answer).
     fn device_of(&self, fd: RawFd) -> Option<DeviceNode> {
         let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
@@ -255,6 +286,20 @@ impl Remote {
     }
 }
 
+/// Every lock of a [`Machine`] held (see [`Machine::hold_for_fork`]).
+#[allow(dead_code)] // the guards are held, never read
+pub(crate) struct MachineHold<'a> {
+    link: Option<(
+        std::sync::MutexGuard<'a, Option<Link>>,
+        std::sync::MutexGuard<'a, String>,
+    )>,
+    local: std::sync::MutexGuard<'a, (u32, SimDriver)>,
+    devices: std::sync::MutexGuard<'a, HashMap<(u64, u64), DeviceNode>>,
+    mappings: std::sync::MutexGuard<'a, std::collections::BTreeMap<usize, usize>>,
+    tally: crate::report::TallyHold<'a>,
+    sim: Option<kfd_sim::ForkHold<'a>>,
+}
+
 /// The stand-in nodes' device number (`st_rdev` of `/dev/kfd`).
 fn stand_in_device() -> Result<u64, String> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -280,8 +325,9 @@ pub(crate) fn existing() -> Option<&'static Machine> {
 pub(crate) fn get() -> Result<&'static Machine, &'static str> {
     let m = MACHINE.get_or_init(|| {
         let built = Machine::build();
-        if let Err(e) = &built {
-            eprintln!("kfd-sim-preload: no simulated machine: {e}");
+        match &built {
+            Ok(_) => crate::fork::register(),
+            Err(e) => eprintln!("kfd-sim-preload: no simulated machine: {e}"),
         }
         built
     });
@@ -323,6 +369,7 @@ impl Machine {
                 address: Mutex::new(address),
                 stand_in: stand_in_device()?,
                 link: Mutex::new(None),
+                view: Mutex::new(None),
             }),
             Err(std::env::VarError::NotPresent) => None,
             Err(e) => return Err(format!("{REMOTE_VAR}: {e}")),
@@ -385,6 +432,28 @@ impl Machine {
             }
         }
         local.1.clone()
+    }
+
+    /// Takes every lock of the machine, in the order its calls nest them
+    /// (the served machine's connection, this process's driver, the file
+    /// and mapping tables, the report's tally, then the simulator's own,
+    /// [`Sim::hold_for_fork`]), and holds them until the result is dropped:
+    /// see [`crate::fork`].
+    pub(crate) fn hold_for_fork(&self) -> MachineHold<'_> {
+        let link = self.remote.as_ref().map(|r| {
+            (
+                r.link.lock().unwrap_or_else(|e| e.into_inner()),
+                r.address.lock().unwrap_or_else(|e| e.into_inner()),
+            )
+        });
+        MachineHold {
+            link,
+            local: self.local.lock().unwrap_or_else(|e| e.into_inner()),
+            devices: self.lock_devices(),
+            mappings: self.lock_mappings(),
+            tally: self.tally.hold(),
+            sim: self.remote.is_none().then(|| self.sim.hold_for_fork()),
+        }
     }
 
     /// The file a `Mapped` path stands for (`None`: no such file).
@@ -453,6 +522,66 @@ impl Machine {
         }
         let key = file_key(fd)?;
         self.lock_devices().get(&key).copied()
+    }
+
+    /// The render minor the render node at `/dev/dri/<name>` stands for
+    /// (`named`: the one its name says, for `renderD<minor>`), when it is
+    /// one of this machine's: with `KFD_SIM_REMOTE`, only a stand-in of
+    /// that name in this process's `/dev/dri` stands for one.
+    pub(crate) fn render_minor(&self, name: &[u8], named: u32) -> Option<u32> {
+        let minor = match &self.remote {
+            Some(remote) => {
+                remote
+                    .view()
+                    .into_iter()
+                    .find(|n| n.name.as_bytes() == name)?
+                    .minor
+            }
+            None => named,
+        };
+        self.sim
+            .gpus()
+            .iter()
+            .any(|g| g.render_minor == minor)
+            .then_some(minor)
+    }
+
+    /// Whether `path` is a file of the KFD topology node of a GPU this
+    /// process's device cgroup hides: with `KFD_SIM_REMOTE`, a GPU none of
+    /// whose render nodes is in its `/dev/dri` (a container's, see
+    /// [`kfd_sim::remote::stand_in_renders`]); amdkfd answers `EPERM` for
+    /// those.
+    pub(crate) fn hides(&self, path: &[u8]) -> bool {
+        let Some(remote) = &self.remote else {
+            return false;
+        };
+        let Some(rest) = SYS_KFD
+            .iter()
+            .find_map(|p| below(path, p))
+            .and_then(|rest| rest.strip_prefix(b"/kfd/topology/nodes/"))
+        else {
+            return false;
+        };
+        // A file below nodes/N/ (the directory itself lists as before).
+        let Some(at) = rest.iter().position(|&b| b == b'/') else {
+            return false;
+        };
+        let (id, file) = (&rest[..at], &rest[at + 1..]);
+        if file.is_empty() {
+            return false;
+        }
+        let Some(node) = std::str::from_utf8(id)
+            .ok()
+            .and_then(|id| id.parse::<u32>().ok())
+            .and_then(|id| self.sim.topology().node(id))
+        else {
+            return false;
+        };
+        let minor = node.prop("drm_render_minor");
+        if node.gpu_id.unwrap_or(0) == 0 || minor == 0 {
+            return false;
+        }
+        !remote.view().iter().any(|n| u64::from(n.minor) == minor)
     }
 
     /// The device node `/dev/kfd` or render node `path` names on this

@@ -35,7 +35,21 @@ pub(crate) struct Tally {
     acquired: Mutex<Vec<u32>>,
 }
 
+/// [`Tally`]'s locks held (see [`crate::fork`]).
+pub(crate) type TallyHold<'a> = (
+    std::sync::MutexGuard<'a, Vec<u32>>,
+    std::sync::MutexGuard<'a, BTreeMap<String, Answers>>,
+);
+
 impl Tally {
+    /// Holds both locks, in the order [`render`] takes them.
+    pub(crate) fn hold(&self) -> TallyHold<'_> {
+        (
+            self.acquired.lock().unwrap_or_else(|e| e.into_inner()),
+            self.by_name.lock().unwrap_or_else(|e| e.into_inner()),
+        )
+    }
+
     /// Notes a VM acquired for `gpu_id`.
     pub(crate) fn acquired(&self, gpu_id: u32) {
         self.acquired

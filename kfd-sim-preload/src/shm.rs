@@ -66,6 +66,20 @@ pub(crate) fn path_redirect(path: &[u8]) -> Option<CString> {
 /// Semaphores this module mapped (address), for `sem_close`.
 static SEMS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
+/// This module's locks held (see [`crate::fork`]).
+pub(crate) type ShmHold = (
+    std::sync::MutexGuard<'static, Option<Option<PathBuf>>>,
+    std::sync::MutexGuard<'static, Vec<usize>>,
+);
+
+/// Holds this module's locks until the result is dropped.
+pub(crate) fn hold() -> ShmHold {
+    (
+        DIR.lock().unwrap_or_else(|e| e.into_inner()),
+        SEMS.lock().unwrap_or_else(|e| e.into_inner()),
+    )
+}
+
 /// `<dir>/<prefix><name without its leading '/'>`, `None` when the
 /// directory is not set or the name is not a single path component.
 fn path_for(name: &CStr, prefix: &str) -> Option<Result<CString, c_int>> {

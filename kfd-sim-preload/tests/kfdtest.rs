@@ -330,3 +330,52 @@ fn kfdtest_on_simulated_machines() {
         );
     }
 }
+
+/// `kfdtest/build.sh`, run by this test, installs nothing (`.ci/run`
+/// does): with a package missing it names it and how to install it, and
+/// exits with status 2, which this test reports as its reason to skip.
+/// Here `dpkg` answers that cmake is not installed and an `apt-get` on
+/// `PATH` records any call.
+#[test]
+fn build_sh_installs_nothing_and_names_what_is_missing() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let called = dir.path().join("apt-get-called");
+    let script = |name: &str, body: String| {
+        let path = bin.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    script(
+        "dpkg",
+        "for a; do [ \"$a\" = cmake ] && exit 1; done; exit 0".to_owned(),
+    );
+    script(
+        "apt-get",
+        format!("echo \"$@\" >> '{}'; exit 0", called.display()),
+    );
+    let archive = dir.path().join("archive.tar.gz");
+    std::fs::write(&archive, b"").unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("bash")
+        .arg(suite_dir().join("build.sh"))
+        .env("PATH", path)
+        .env("KFDTEST_ARCHIVE", &archive)
+        .env("KFDTEST_CACHE", dir.path().join("cache"))
+        .output()
+        .expect("running kfdtest/build.sh");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("not installed: cmake") && stderr.contains("apt-get install"),
+        "{stderr}"
+    );
+    assert!(!called.exists(), "build.sh ran apt-get: {stderr}");
+    assert!(!dir.path().join("cache").exists(), "nothing was built");
+}

@@ -1,14 +1,16 @@
 //! A GPU container checkpointed, exported, imported and restored by Podman
-//! (Debian's podman, conmon and runc), on simulated GPUs: the libhsakmt
-//! program of `real_criu_restore.rs` runs in a container whose `/dev/kfd`
-//! and render nodes are stand-in nodes (`--device /dev/fuse:/dev/kfd`),
-//! talking to a machine the test serves on a socket file in a directory
-//! the container mounts (its network namespace cannot reach an abstract
-//! socket), as pid 1 of its own pid namespace (the served machine knows it
-//! by its host pid and `PROCESS_INFO` reports 1, as the kernel does).
-//! runc runs `criu` from `PATH`: a wrapper that starts CRIU criu-dev under
-//! the interposer, configured through `/etc/criu/runc.conf` (see
-//! `podman/engine.rs`: nothing on the host changes).
+//! (Debian's podman and conmon, with runc, and with crun built with
+//! libcriu), on simulated GPUs: the libhsakmt program of
+//! `real_criu_restore.rs` runs in a container whose `/dev/kfd` and render
+//! nodes are stand-in nodes (`--device /dev/fuse:/dev/kfd`), talking to a
+//! machine the test serves on a socket file in a directory the container
+//! mounts (its network namespace cannot reach an abstract socket), as pid
+//! 1 of its own pid namespace (the served machine knows it by its host pid
+//! and `PROCESS_INFO` reports 1, as the kernel does). The runtime runs
+//! `criu` from `PATH`: a wrapper that starts CRIU criu-dev under the
+//! interposer, configured through `/etc/criu/runc.conf` and
+//! `default.conf` (see `containers/engine.rs`: nothing on the host
+//! changes). The plugin runs with its defaults: parallel restore on.
 //!
 //! * `podman container checkpoint --leave-running --export` keeps the
 //!   container running, GPU queues unpaused; `amdgpu-criu show`, `verify`
@@ -16,161 +18,56 @@
 //!   checkpoint API writes through CRI-O and containerd).
 //! * `podman container checkpoint --export` then `podman container
 //!   restore --import` on the same machine and onto a machine with other
-//!   gpu_ids: the program runs on, its BOs are bit-identical (as the
-//!   simulator reads them and as the program reads them), its queues run,
-//!   its mappings are the simulator's memory again.
+//!   gpu_ids: the program goes on from where it was (its beat counter
+//!   counts on), its BOs are bit-identical (as the simulator reads them and
+//!   as the program reads them), its queues run, its mappings are the
+//!   simulator's memory again. The container's task, in a network
+//!   namespace of its own, cannot reach the plugin's parallel restore
+//!   worker in CRIU's: it restores its BOs itself and the log says why,
+//!   while CRIU still joins the container's mount namespace with the worker
+//!   running.
+//! * A container in the host's network namespace has its BOs copied by
+//!   that worker (parallel restore inside a container restore).
 //! * A machine whose GPU differs refuses the restore before the container
 //!   starts, naming the GPU and the check, and keeps nothing of it.
+//! * A container given the host's `/dev/dri` is restored on a machine
+//!   whose render nodes have other names and minors (criu#2888).
+//! * A container given one GPU of two sees, checkpoints and is restored on
+//!   that one; restored where the GPU of its render node differs, it is
+//!   refused naming the GPU and the check, though the machine's other GPU
+//!   would fit (criu#2888: the GPUs the container sees count).
 //! * CRIU killed in the middle of the dump (at its first device call after
 //!   the pause, as an engine's timeout would): `podman container
 //!   checkpoint` fails, and the plugin's guardian has the container's GPU
 //!   queues running again.
-//! * crun: Debian 12's crun 1.8.1 is built without libcriu; Podman refuses
-//!   to checkpoint a container it runs, and the container runs on.
+//! * crun: with libcriu (`.ci/build-crun.sh` builds Debian's crun source
+//!   against the vendored CRIU's libcriu) the same route as runc; Debian 12's
+//!   own crun 1.8.1 is built without it, and Podman refuses to checkpoint a
+//!   container it runs, which runs on.
 //!
-//! Needs root, Podman, runc and conmon (`.ci/run` installs them), and what
-//! `real_criu_restore.rs` needs. Without them it says why and skips; with
-//! `CI` set a skip is a failure.
+//! Needs root, Podman, runc, conmon and crun (`.ci/run` installs them and
+//! builds crun with libcriu), and what `real_criu_restore.rs` needs.
+//! Without them it says why and skips; with `CI` set a skip is a failure.
 
 mod common;
 #[path = "real_criu_restore/driver.rs"]
 mod driver;
-#[path = "podman/engine.rs"]
+#[path = "containers/engine.rs"]
 mod engine;
+#[path = "containers/gpu.rs"]
+mod gpu;
 #[path = "../../criu-plugin-amdgpu/tests/real_criu/harness.rs"]
 mod harness;
 
-use std::fs;
-use std::path::Path;
-use std::process::Command;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use driver::*;
-use engine::Engine;
-use kfd_sim::remote::{RemoteCall, RemoteOp, Server, Verdict};
-use kfd_sim::{Pid, Sim, SimConfig};
-
-/// The setup and the engine, or `None` after saying why not.
-fn setup() -> Option<(Setup, Engine)> {
-    let found = driver::setup(&[harness::HEAD], false, common::preload_lib()).and_then(|setup| {
-        if let Some(why) = engine::missing() {
-            return Err(why);
-        }
-        let (_, criu) = &setup.criu[0];
-        // Every machine of the tests has single-gpu's render minor.
-        let minor = single_gpu()
-            .nodes
-            .iter()
-            .map(|n| n.prop("drm_render_minor"))
-            .find(|&m| m != 0)
-            .expect("the GPU's render minor");
-        let engine = Engine::new(
-            criu,
-            setup.plugins.path(),
-            &setup.app,
-            &setup.preload,
-            &minor.to_string(),
-        )?;
-        Ok((setup, engine))
-    });
-    match found {
-        Ok(found) => Some(found),
-        Err(why) => {
-            common::skip(&why);
-            None
-        }
-    }
-}
-
-/// A machine served on a socket file in the shared directory, its
-/// topology beside it as `topo-LABEL`.
-fn serve(engine: &Engine, label: &str, system: amdgpu_topology::System) -> Served {
-    serve_observed(engine, label, system, Arc::new(|_| Verdict::Run))
-}
-
-fn serve_observed(
-    engine: &Engine,
-    label: &str,
-    system: amdgpu_topology::System,
-    observer: kfd_sim::remote::Observer,
-) -> Served {
-    let sim = Sim::new(system, SimConfig::default()).expect("the simulated machine");
-    let server = Server::new_in(&sim, &engine.share).expect("serve the machine");
-    let topo = engine.share.join(format!("topo-{label}"));
-    amdgpu_topology::write(sim.topology(), &topo).expect("write the topology");
-    let served = Served::observed(sim, server, observer);
-    let name = Path::new(served.server.address()).file_name().unwrap();
-    fs::rename(
-        engine.share.join(name),
-        engine.share.join(format!("machine-{label}")),
-    )
-    .expect("name the socket");
-    served
-}
-
-/// Makes `label`'s machine the one the shared directory's links name.
-fn switch(engine: &Engine, label: &str) {
-    engine.point("machine", &format!("machine-{label}"));
-    engine.point("topology", &format!("topo-{label}"));
-}
-
-fn single_gpu() -> amdgpu_topology::System {
-    amdgpu_topology::builtin("single-gpu").expect("a built-in machine")
-}
-
-/// Gives the GPU of a renumbered `single-gpu` its render minor back.
-fn keep_minor(system: &mut amdgpu_topology::System) {
-    let minor = single_gpu()
-        .nodes
-        .iter()
-        .map(|n| n.prop("drm_render_minor"))
-        .find(|&m| m != 0)
-        .expect("the GPU's render minor");
-    for node in &mut system.nodes {
-        if node.prop("drm_render_minor") != 0 {
-            node.properties.set("drm_render_minor", minor);
-        }
-    }
-}
-
-/// The application as `ready` lists it, known by its host pid.
-fn proc_of(engine: &Engine, name: &str, records: &Path) -> Proc {
-    let mut p = Proc::parse(records);
-    assert_eq!(p.pid, 1, "the program is pid 1 of its container");
-    p.pid = engine.host_pid(name).expect("the container runs");
-    p
-}
-
-fn amdgpu_criu(args: &[&str]) -> (Option<i32>, String) {
-    let cli = harness::workspace_root().join("target/release/amdgpu-criu");
-    let cli = if cli.is_file() {
-        cli
-    } else {
-        harness::workspace_root().join("target/debug/amdgpu-criu")
-    };
-    let out = Command::new(&cli)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", cli.display()));
-    (
-        out.status.code(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
-/// The queues of host process `pid` run and are not paused.
-fn queues_run(served: &Served, pid: u32) -> bool {
-    served
-        .sim
-        .kfd_state(Pid(pid))
-        .is_some_and(|s| !s.queues_paused && s.queues_running())
-}
+use driver::{check_process, Served};
+use engine::{Engine, Kind};
+use gpu::*;
+use kfd_sim::Pid;
 
 /// The whole route with runc, on the same machine and onto a renumbered
 /// one, the archive read by amdgpu-criu, and a machine that refuses.
@@ -179,46 +76,81 @@ fn a_gpu_container_is_checkpointed_exported_and_restored_by_podman() {
     let _serial = harness::SERIAL
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
-    let Some((_setup, engine)) = setup() else {
+    let Some((_setup, engine)) = engine_for(Kind::Podman) else {
         return;
     };
-    // CRIU joins the restored container's mount namespace from its main
-    // process to clean up link-remap files (setns(CLONE_NEWNS), which the
-    // kernel refuses to a process of more than one thread): the plugin's
-    // parallel-restore worker thread there makes that fail ("Can't switch:
-    // Invalid argument", the restore with it). A container's task cannot
-    // reach that worker anyway (its own network namespace), so it is off.
-    engine.set_criu_env("AMDGPU_PLUGIN_PARALLEL_RESTORE=0");
-    let here = serve(&engine, "a", single_gpu());
-    let there_system = {
-        // Other gpu_ids and node order; the container's render node keeps
-        // its name, so the minor stays.
-        let mut system = amdgpu_topology::renumbered(&single_gpu(), 11);
-        keep_minor(&mut system);
-        system
-    };
-    let there = serve(&engine, "b", there_system);
-    let odd_system = {
-        // A GPU with half the SIMDs: no counterpart for the checkpointed one.
-        let mut system = amdgpu_topology::renumbered(&single_gpu(), 12);
-        keep_minor(&mut system);
-        for node in &mut system.nodes {
-            let simds = node.prop("simd_count");
-            if simds != 0 {
-                node.properties.set("simd_count", simds / 2);
-            }
+    route(&engine, &[], "runc");
+}
+
+/// The same with crun built with libcriu.
+#[test]
+fn a_gpu_container_is_checkpointed_exported_and_restored_by_podman_with_crun() {
+    let _serial = harness::SERIAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let crun = match crun_with_criu() {
+        Ok(crun) => crun,
+        Err(why) => {
+            common::skip(&why);
+            return;
         }
+    };
+    let Some((_setup, engine)) = engine_for(Kind::Podman) else {
+        return;
+    };
+    let version = engine
+        .run_in_namespace(&[crun.to_str().unwrap(), "--version"])
+        .expect("crun --version");
+    assert!(version.contains("+CRIU"), "{version}");
+    println!("{}", version.lines().next().unwrap_or_default());
+    route(&engine, &["--runtime", crun.to_str().unwrap()], "crun");
+}
+
+/// crun built with libcriu by `.ci/build-crun.sh`.
+fn crun_with_criu() -> Result<PathBuf, String> {
+    let crun = harness::builds_dir().join("crun/crun");
+    if !crun.is_file() {
+        return Err(format!(
+            "no crun with libcriu at {} (build it with .ci/build-crun.sh)",
+            crun.display()
+        ));
+    }
+    Ok(crun)
+}
+
+/// The restore log of container `name` (in Podman's storage).
+fn restore_log(engine: &Engine, name: &str) -> String {
+    engine
+        .read_in_namespace(&format!(
+            "{}/restore.log",
+            engine.inspect(name, "{{.StaticDir}}")
+        ))
+        .unwrap_or_default()
+}
+
+fn route(engine: &Engine, runtime: &[&str], what: &str) {
+    let here = serve(engine, "a", single_gpu());
+    // Other gpu_ids and node order; the render minor stays (the archive
+    // names the container's devices as they were).
+    let there = serve(
+        engine,
+        "b",
+        renumbered(&single_gpu(), 11, single_gpu_minor()),
+    );
+    let odd_system = {
+        let mut system = renumbered(&single_gpu(), 12, single_gpu_minor());
+        halve_simds(&mut system);
         system
     };
-    let odd = serve(&engine, "c", odd_system);
-    switch(&engine, "a");
+    let odd = serve(engine, "c", odd_system);
+    switch(engine, "a");
     let minor = here.sim.gpus()[0].render_minor;
-    let devices = [format!("/dev/dri/renderD{minor}")];
+    let devices = [engine::render_device(minor)];
     let started = Instant::now();
-    let records = engine.run_app("gpu", 1, 4, &devices);
-    let app = proc_of(&engine, "gpu", &records);
+    let records = engine.run_app_with("gpu", 1, 4, &devices, runtime);
+    let app = proc_of(engine, "gpu", &records);
     println!(
-        "container started in {:.1} s",
+        "{what}: container started in {:.1} s",
         started.elapsed().as_secs_f64()
     );
     assert!(queues_run(&here, app.pid), "the container's GPU queues run");
@@ -226,7 +158,7 @@ fn a_gpu_container_is_checkpointed_exported_and_restored_by_podman() {
     // --leave-running: the container runs on, unpaused.
     let ck = engine.scratch.path().join("running.tar");
     let t = Instant::now();
-    engine.podman_ok(&[
+    engine.cli_ok(&[
         "container",
         "checkpoint",
         "--leave-running",
@@ -236,10 +168,10 @@ fn a_gpu_container_is_checkpointed_exported_and_restored_by_podman() {
         "gpu",
     ]);
     println!(
-        "checkpoint --leave-running --export: {:.1} s",
+        "{what}: checkpoint --leave-running --export: {:.1} s",
         t.elapsed().as_secs_f64()
     );
-    assert_eq!(engine.inspect("gpu", "{{.State.Running}}"), "true");
+    assert!(engine.running("gpu"));
     assert_eq!(
         engine.host_pid("gpu"),
         Some(app.pid),
@@ -281,39 +213,80 @@ fn a_gpu_container_is_checkpointed_exported_and_restored_by_podman() {
         text.contains("simd_count"),
         "check names the property: {text}"
     );
-    println!("amdgpu-criu show, verify and check read the archive");
+    println!("{what}: amdgpu-criu show, verify and check read the archive");
 
     // Checkpoint (the container stops), restore on the same machine.
     let ck = engine.scratch.path().join("gpu.tar");
     let t = Instant::now();
-    engine.podman_ok(&[
+    engine.cli_ok(&[
         "container",
         "checkpoint",
         "--export",
         ck.to_str().unwrap(),
         "gpu",
     ]);
-    println!("checkpoint --export: {:.1} s", t.elapsed().as_secs_f64());
-    assert_eq!(engine.inspect("gpu", "{{.State.Running}}"), "false");
+    println!(
+        "{what}: checkpoint --export: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(!engine.running("gpu"));
     here.assert_empty("after the checkpoint");
-    engine.podman_ok(&["rm", "gpu"]);
-    let restore = |served: &Served, what: &str| {
+    let stopped_at = beats(&app);
+    engine.cli_ok(&["rm", "gpu"]);
+    let restore = |served: &Served, which: &str| {
         let t = Instant::now();
-        engine.podman_ok(&["container", "restore", "--import", ck.to_str().unwrap()]);
+        engine.cli_ok(&[
+            "container",
+            "restore",
+            "--keep",
+            "--import",
+            ck.to_str().unwrap(),
+        ]);
         println!(
-            "restore --import ({what}): {:.1} s",
+            "{what}: restore --import ({which}): {:.1} s",
             t.elapsed().as_secs_f64()
         );
-        let restored = proc_of(&engine, "gpu", &records);
-        check_process(served, &restored, what);
+        let restored = proc_of(engine, "gpu", &records);
+        if let Err(e) = resumed(&restored, stopped_at) {
+            panic!("{which}: {e}");
+        }
+        check_process(served, &restored, which);
+        if let Some(runtime) = runtime.get(1) {
+            // The archive names the runtime; the restore used it again.
+            assert_eq!(engine.inspect("gpu", "{{.OCIRuntime}}"), *runtime);
+        }
         restored
     };
     restore(&here, "restored on the same machine");
-    engine.podman_ok(&["rm", "--force", "--time", "0", "gpu"]);
+    // The task, in the container's network namespace, could not reach the
+    // worker in CRIU's, and restored its BOs itself; CRIU joined the
+    // container's mount namespace with the worker running.
+    let log = restore_log(engine, "gpu");
+    assert!(
+        log.contains("parallel restore enabled"),
+        "the plugin's default, parallel restore, was on:\n{}",
+        engine::tail(&log, 40)
+    );
+    let fallback = log
+        .lines()
+        .find(|l| l.contains("CRIU's main process is out of reach"))
+        .unwrap_or_else(|| {
+            panic!(
+                "the task says why it restored its BOs itself:\n{}",
+                engine::tail(&log, 40)
+            )
+        });
+    assert!(
+        log.contains("Restore finished successfully"),
+        "{}",
+        engine::tail(&log, 40)
+    );
+    println!("{what}: {}", fallback.trim());
+    engine.cli_ok(&["rm", "--force", "--time", "0", "gpu"]);
     here.assert_empty("after the restored container's end");
 
     // Onto the renumbered machine.
-    switch(&engine, "b");
+    switch(engine, "b");
     let restored = restore(&there, "restored on the renumbered machine");
     let mut map = there.sim.kfd_state(Pid(restored.pid)).unwrap().gpu_ids;
     map.sort_unstable();
@@ -324,25 +297,19 @@ fn a_gpu_container_is_checkpointed_exported_and_restored_by_podman() {
         vec![(old, new)],
         "it sees its gpu_id, runs on the local one"
     );
-    println!("  GPU map {old:#x} -> {new:#x}");
-    engine.podman_ok(&["rm", "--force", "--time", "0", "gpu"]);
+    println!("{what}: GPU map {old:#x} -> {new:#x}");
+    engine.cli_ok(&["rm", "--force", "--time", "0", "gpu"]);
     there.assert_empty("after the renumbered container's end");
 
     // A machine that cannot take the GPU refuses before the container runs.
-    switch(&engine, "c");
-    let out = engine.podman(&["container", "restore", "--import", ck.to_str().unwrap()]);
+    switch(engine, "c");
+    let out = engine.cli(&["container", "restore", "--import", ck.to_str().unwrap()]);
     assert!(
         !out.status.success(),
         "the half-SIMD machine restored the container"
     );
-    let running = engine.podman(&["inspect", "-f", "{{.State.Running}}", "gpu"]);
-    assert_ne!(String::from_utf8_lossy(&running.stdout).trim(), "true");
-    let log = engine
-        .read_in_namespace(&format!(
-            "{}/restore.log",
-            engine.inspect("gpu", "{{.StaticDir}}")
-        ))
-        .unwrap_or_default();
+    assert!(!engine.running("gpu"));
+    let log = restore_log(engine, "gpu");
     let reason = log
         .lines()
         .find(|l| l.contains("amdgpu_plugin: ") && l.contains("Error ("))
@@ -353,7 +320,181 @@ fn a_gpu_container_is_checkpointed_exported_and_restored_by_podman() {
     );
     assert!(reason.contains("simd_count"), "and the check: {reason}");
     odd.assert_empty("after the refused restore");
-    println!("  refused: {reason}");
+    println!("{what}: refused: {reason}");
+    engine.cli_ok(&["rm", "--force", "--time", "0", "gpu"]);
+
+    // In the host's network namespace the task reaches the worker, which
+    // copies its BOs while CRIU goes on (and joins the container's mount
+    // namespace).
+    switch(engine, "a");
+    let mut options = runtime.to_vec();
+    options.extend(["--network", "host"]);
+    let (args, records) = engine.app_args("gpu-host-net", 1, 4, &devices, &options);
+    let mut run = vec!["run", "-d"];
+    run.extend(args.iter().map(String::as_str));
+    engine.cli_ok(&run);
+    engine.wait_ready("gpu-host-net", &records);
+    let app = proc_of(engine, "gpu-host-net", &records);
+    let ck = engine.scratch.path().join("host-net.tar");
+    engine.cli_ok(&[
+        "container",
+        "checkpoint",
+        "--export",
+        ck.to_str().unwrap(),
+        "gpu-host-net",
+    ]);
+    let stopped_at = beats(&app);
+    engine.cli_ok(&["rm", "gpu-host-net"]);
+    engine.cli_ok(&[
+        "container",
+        "restore",
+        "--keep",
+        "--import",
+        ck.to_str().unwrap(),
+    ]);
+    let restored = proc_of(engine, "gpu-host-net", &records);
+    if let Err(e) = resumed(&restored, stopped_at) {
+        panic!("restored in the host's network namespace: {e}");
+    }
+    check_process(&here, &restored, "restored in the host's network namespace");
+    let log = restore_log(engine, "gpu-host-net");
+    let copied = log
+        .lines()
+        .find(|l| l.contains("parallel restore: file ") && l.contains("bytes of"))
+        .unwrap_or_else(|| {
+            panic!(
+                "CRIU's main process copied the BOs:\n{}",
+                engine::tail(&log, 40)
+            )
+        });
+    println!("{what}: host network: {}", copied.trim());
+    engine.cli_ok(&["rm", "--force", "--time", "0", "gpu-host-net"]);
+    here.assert_empty("after the host-network container's end");
+}
+
+/// A container given one GPU of two (pcie-2gpu's second, its device cgroup
+/// and `/dev/dri` holding that GPU alone): the program sees one GPU, the
+/// checkpoint holds one, and it is restored on that GPU; on a machine whose
+/// GPU at that render node differs (half the SIMDs; the machine's other GPU
+/// would fit, but the container is not given it), the restore is refused
+/// before the container starts, naming the GPU and the check (criu#2888:
+/// the restore considers the GPUs the container sees, not the host's).
+#[test]
+fn a_container_given_one_gpu_of_two_is_restored_on_it_and_refused_another() {
+    let _serial = harness::SERIAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let Some((_setup, engine)) = engine_for(Kind::Podman) else {
+        return;
+    };
+    let minors = render_minors(&pcie_2gpu());
+    let (first, second) = (minors[0], minors[1]);
+    let here = serve(&engine, "a", pcie_2gpu());
+    let wrong = {
+        let mut system = renumbered(&pcie_2gpu(), 13, first);
+        halve_simds_at(&mut system, second);
+        serve(&engine, "e", system)
+    };
+    switch(&engine, "a");
+    let records = engine.run_app("gpu", 1, 4, &[engine::render_device(second)]);
+    let app = proc_of(&engine, "gpu", &records);
+    let given = gpu_at(&here, second);
+    assert_eq!(
+        gpu_map(&here, app.pid),
+        vec![(given, given)],
+        "the program's KFD process has the container's GPU alone"
+    );
+    let ck = engine.scratch.path().join("one-of-two.tar");
+    engine.cli_ok(&[
+        "container",
+        "checkpoint",
+        "--export",
+        ck.to_str().unwrap(),
+        "gpu",
+    ]);
+    let stopped_at = beats(&app);
+    engine.cli_ok(&["rm", "gpu"]);
+    let (code, text) = amdgpu_criu(&["show", ck.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "show: {text}");
+    assert!(
+        text.contains(&format!("{given:#x}")),
+        "the image holds the container's GPU: {text}"
+    );
+
+    engine.cli_ok(&[
+        "container",
+        "restore",
+        "--keep",
+        "--import",
+        ck.to_str().unwrap(),
+    ]);
+    let restored = proc_of(&engine, "gpu", &records);
+    if let Err(e) = resumed(&restored, stopped_at) {
+        panic!("restored on its GPU: {e}");
+    }
+    check_process(&here, &restored, "restored on its GPU");
+    assert_eq!(gpu_map(&here, restored.pid), vec![(given, given)]);
+    println!("one GPU of two: restored on GPU {given:#x} (renderD{second})");
+    engine.cli_ok(&["rm", "--force", "--time", "0", "gpu"]);
+    here.assert_empty("after the restored container's end");
+
+    switch(&engine, "e");
+    let out = engine.cli(&["container", "restore", "--import", ck.to_str().unwrap()]);
+    assert!(!out.status.success(), "the wrong GPU took the container");
+    assert!(!engine.running("gpu"));
+    let reason = refusal(&restore_log(&engine, "gpu"), given, "simd_count");
+    wrong.assert_empty("after the refused restore");
+    println!("the wrong GPU: {reason}");
+}
+
+/// A container given the host's `/dev/dri` (bind-mounted, not device
+/// nodes of its own), checkpointed on a machine whose GPUs are renderD128
+/// and renderD129 and restored on one whose same GPUs are renderD144 and
+/// renderD145 (criu#2888: the restored container's render nodes have other
+/// names and minors than at the checkpoint): the restore finds the local
+/// GPUs' nodes and the program goes on there.
+#[test]
+fn a_container_with_the_host_s_dri_is_restored_on_other_render_nodes() {
+    let _serial = harness::SERIAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let Some((_setup, engine)) = engine_for(Kind::Podman) else {
+        return;
+    };
+    let first = render_minors(&pcie_2gpu())[0];
+    let here = serve(&engine, "a", pcie_2gpu());
+    let there = serve(&engine, "b", renumbered(&pcie_2gpu(), 16, first + 16));
+    switch(&engine, "a");
+    let volume = engine::host_dri_volume();
+    let records = engine.run_app_with("gpu", 1, 4, &[], &["-v", &volume]);
+    let app = proc_of(&engine, "gpu", &records);
+    let ck = engine.scratch.path().join("host-dri.tar");
+    engine.cli_ok(&[
+        "container",
+        "checkpoint",
+        "--export",
+        ck.to_str().unwrap(),
+        "gpu",
+    ]);
+    let stopped_at = beats(&app);
+    engine.cli_ok(&["rm", "gpu"]);
+    switch(&engine, "b");
+    engine.cli_ok(&[
+        "container",
+        "restore",
+        "--keep",
+        "--import",
+        ck.to_str().unwrap(),
+    ]);
+    let restored = proc_of(&engine, "gpu", &records);
+    if let Err(e) = resumed(&restored, stopped_at) {
+        panic!("restored on other render nodes: {e}");
+    }
+    check_process(&there, &restored, "restored on other render nodes");
+    let moved = moved_to_other_render_nodes(&here, &there, restored.pid);
+    println!("render nodes at the checkpoint -> after the restore: {moved:?}");
+    engine.cli_ok(&["rm", "--force", "--time", "0", "gpu"]);
+    there.assert_empty("after the restored container's end");
 }
 
 /// CRIU killed in the middle of `podman container checkpoint` (at its
@@ -366,86 +507,38 @@ fn a_killed_checkpoint_leaves_the_container_s_gpu_queues_running() {
     let _serial = harness::SERIAL
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
-    let Some((_setup, engine)) = setup() else {
+    let Some((_setup, engine)) = engine_for(Kind::Podman) else {
         return;
     };
     let armed = Arc::new(AtomicBool::new(false));
-    let paused_by = Arc::new(Mutex::new(None::<Pid>));
-    let killed = Arc::new(Mutex::new(None::<(Pid, Instant)>));
-    let observer = {
-        let (armed, paused_by, killed) = (armed.clone(), paused_by.clone(), killed.clone());
-        Arc::new(move |call: &RemoteCall<'_>| {
-            if !armed.load(Ordering::SeqCst) {
-                return Verdict::Run;
-            }
-            let criu_op = match call.op {
-                RemoteOp::Ioctl(r) if r == u64::from(kfd_sys::AMDKFD_IOC_CRIU_OP) => {
-                    let at = std::mem::offset_of!(kfd_sys::kfd_ioctl_criu_args, op);
-                    call.arg
-                        .get(at..at + 4)
-                        .map(|b| u32::from_ne_bytes(b.try_into().unwrap()))
-                }
-                _ => None,
-            };
-            let mut paused = paused_by.lock().unwrap_or_else(PoisonError::into_inner);
-            if criu_op == Some(kfd_sys::KFD_CRIU_OP_PROCESS_INFO) && paused.is_none() {
-                *paused = Some(call.pid);
-                return Verdict::Run;
-            }
-            let mut k = killed.lock().unwrap_or_else(PoisonError::into_inner);
-            if k.is_none() && *paused == Some(call.pid) {
-                *k = Some((call.pid, Instant::now()));
-                return Verdict::Kill;
-            }
-            Verdict::Run
-        })
-    };
-    let here = serve_observed(&engine, "a", single_gpu(), observer);
+    let record = Arc::new(Mutex::new(KillRecord::default()));
+    let here = serve_observed(
+        &engine,
+        "a",
+        single_gpu(),
+        kill_criu_after_pause(armed.clone(), record.clone()),
+    );
     switch(&engine, "a");
     let minor = here.sim.gpus()[0].render_minor;
-    let records = engine.run_app("gpu", 1, 4, &[format!("/dev/dri/renderD{minor}")]);
+    let records = engine.run_app("gpu", 1, 4, &[engine::render_device(minor)]);
     let app = proc_of(&engine, "gpu", &records);
     armed.store(true, Ordering::SeqCst);
     let ck = engine.scratch.path().join("gpu.tar");
-    let out = engine.podman(&[
+    let out = engine.cli(&[
         "container",
         "checkpoint",
         "--export",
         ck.to_str().unwrap(),
         "gpu",
     ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "the checkpoint of a killed CRIU succeeded"
-    );
-    let (criu, at) = killed
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .expect("CRIU was killed after the pause");
-    assert_ne!(criu.0, app.pid, "the one killed is CRIU, not the container");
-    let unpaused = wait_for(Duration::from_secs(20), || queues_run(&here, app.pid));
-    assert!(
-        unpaused,
-        "the container's GPU queues stay paused after CRIU's death: {:?}\n{err}",
-        here.sim.kfd_state(Pid(app.pid))
-    );
-    println!(
-        "CRIU (pid {}) killed mid-dump; the container's GPU queues run again {:.0} ms later",
-        criu.0,
-        at.elapsed().as_secs_f64() * 1000.0
-    );
-    assert_eq!(engine.inspect("gpu", "{{.State.Running}}"), "true");
-    assert_eq!(engine.host_pid("gpu"), Some(app.pid));
-    println!("podman: {}", err.lines().last().unwrap_or_default());
-    app.assert_beats_on("after the killed checkpoint");
+    assert_guardian_recovered(&engine, &here, "gpu", &app, &record, &out);
 }
 
 /// Debian 12's crun (1.8.1) is built without libcriu: Podman refuses to
 /// checkpoint a container crun runs, and the container runs on with its
 /// GPU queues untouched.
 #[test]
-fn crun_without_libcriu_refuses_and_the_container_runs_on() {
+fn debian_crun_without_libcriu_refuses_and_the_container_runs_on() {
     let _serial = harness::SERIAL
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
@@ -453,7 +546,7 @@ fn crun_without_libcriu_refuses_and_the_container_runs_on() {
         common::skip("crun is not installed (Debian package crun)");
         return;
     }
-    let Some((_setup, engine)) = setup() else {
+    let Some((_setup, engine)) = engine_for(Kind::Podman) else {
         return;
     };
     let here = serve(&engine, "a", single_gpu());
@@ -463,14 +556,14 @@ fn crun_without_libcriu_refuses_and_the_container_runs_on() {
         "gpu",
         1,
         4,
-        &[format!("/dev/dri/renderD{minor}")],
+        &[engine::render_device(minor)],
         &["--runtime", "crun"],
     );
     let app = proc_of(&engine, "gpu", &records);
     let version = engine
         .run_in_namespace(&["crun", "--version"])
         .expect("crun --version");
-    let out = engine.podman(&["container", "checkpoint", "--leave-running", "gpu"]);
+    let out = engine.cli(&["container", "checkpoint", "--leave-running", "gpu"]);
     let err = String::from_utf8_lossy(&out.stderr);
     if version.contains("+CRIU") {
         panic!("this crun has CRIU support ({version}): the test should checkpoint with it");
@@ -480,7 +573,7 @@ fn crun_without_libcriu_refuses_and_the_container_runs_on() {
         err.contains("does not support checkpoint"),
         "Podman says why: {err}"
     );
-    assert_eq!(engine.inspect("gpu", "{{.State.Running}}"), "true");
+    assert!(engine.running("gpu"));
     assert!(queues_run(&here, app.pid));
     app.assert_beats_on("after crun's refusal");
     println!("crun refused: {}", err.trim());

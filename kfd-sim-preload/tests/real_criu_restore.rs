@@ -19,8 +19,15 @@
 //! simulator reads them and as the process reads them through its own
 //! mappings; those mappings are the simulator's memory again (a write by
 //! the process is seen by the simulator and one by the simulator by the
-//! process); its queues run; and once it is killed the simulator holds
-//! nothing of it.
+//! process); its queues resume where the checkpoint stopped them: the SDMA
+//! and AQL work the application queued before the dump, held at gates the
+//! test opens only after the restore, completes without running again what
+//! ran before the dump, a wait on a KFD event that only that work signals
+//! ends (CRIU issue 2663's shape), and new SDMA copies and AQL and PM4
+//! packets the restored process submits run, their bytes checked by the
+//! process (`driver::check_queues`, bounded); and once it is killed the
+//! simulator holds nothing of it. A restore that fails half-way leaves no
+//! process behind either.
 //!
 //! What real CRIU does not exercise here: this kernel cannot make a device
 //! mapping (no CUSE, DRM, udmabuf or modules), so the application maps its
@@ -61,6 +68,18 @@ fn setup(releases: &[harness::Release], with_c_plugin: bool) -> Option<Setup> {
     }
 }
 
+/// Dumps as `step` says (CRIU kills the application): the application's
+/// processes are gone and the served machine holds nothing of them.
+fn dumped(step: &Step<'_>, served: &Served, what: &str) -> App {
+    let app = dump(step);
+    assert!(
+        wait_for(Duration::from_secs(10), || app.all_gone()),
+        "{what}: CRIU left the dumped application running"
+    );
+    served.assert_empty(&format!("{what}, after the dump"));
+    app
+}
+
 /// One process on `machine`'s first `gpus` GPUs, dumped and restored on the
 /// same machine by every release.
 fn dump_and_restore(machine: &str, gpus: u32) {
@@ -87,13 +106,7 @@ fn dump_and_restore(machine: &str, gpus: u32) {
             mode: AppMode::Plain,
             args: &[],
         };
-        let mut app = dump(&step);
-        assert!(
-            wait_for(Duration::from_secs(10), || app.all_gone()),
-            "{what}: CRIU left the dumped application running"
-        );
-        app.running = false;
-        served.assert_empty(&format!("{what}, after the dump"));
+        let mut app = dumped(&step, &served, &what);
         let pid = app.pid();
         let restored =
             restore(&mut app, "restore", &step).unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -153,13 +166,7 @@ fn the_c_plugins_images_restore_with_ours_and_ours_with_the_c_plugin() {
             mode: AppMode::Plain,
             args: &[],
         };
-        let mut app = dump(&step);
-        assert!(
-            wait_for(Duration::from_secs(10), || app.all_gone()),
-            "{what}: CRIU left the dumped application running"
-        );
-        app.running = false;
-        served.assert_empty(&format!("{what}, after the dump"));
+        let mut app = dumped(&step, &served, what);
         if dumper == c_plugins {
             list_c_plugin_in_inventory(&app);
         }
@@ -190,13 +197,7 @@ fn the_c_plugins_images_restore_with_ours_and_ours_with_the_c_plugin() {
         mode: AppMode::Plain,
         args: &[],
     };
-    let mut app = dump(&step);
-    assert!(
-        wait_for(Duration::from_secs(10), || app.all_gone()),
-        "{what}: CRIU left the dumped application running"
-    );
-    app.running = false;
-    served.assert_empty(&format!("{what}, after the dump"));
+    let mut app = dumped(&step, &served, what);
     step.plugins = c_plugins;
     let restored = restore(&mut app, "restore", &step);
     let log = app.read("restore.log");
@@ -208,7 +209,6 @@ fn the_c_plugins_images_restore_with_ours_and_ours_with_the_c_plugin() {
     match restored {
         // Copying in the task, the C plugin fails the restore.
         Err(_) => {
-            app.running = false;
             assert!(app.all_gone(), "{what}: no half-restored process is left");
         }
         // Its parallel restore (one process) fails RESUME_DEVICES_LATE,
@@ -285,7 +285,6 @@ fn two_gpu_process_restores_on_a_renumbered_machine() {
             wait_for(Duration::from_secs(10), || app.all_gone()),
             "{what}: CRIU left the dumped application running"
         );
-        app.running = false;
         here.assert_empty(&format!("{what}, after the dump"));
 
         // As the plugin maps the GPUs.
@@ -328,7 +327,6 @@ fn two_gpu_process_restores_on_a_renumbered_machine() {
         // A machine that cannot take both GPUs refuses, naming why.
         let small = Served::builtin("single-gpu");
         let refused = restore(&mut app, "restore-small", &step(&setup, criu, &small, ""));
-        app.running = false;
         let Err(why) = refused else {
             panic!("{what}: a one-GPU machine restored a two-GPU process");
         };
@@ -389,7 +387,6 @@ fn incremental_dump_restores_from_its_chain_on_every_release() {
             wait_for(Duration::from_secs(10), || app.all_gone()),
             "{what}: CRIU left the dumped application running"
         );
-        app.running = false;
         served.assert_empty(&format!("{what}, after the dump"));
         let (parent, child) = (
             gpu_pages_bytes(&app.path("parent")),
@@ -449,13 +446,7 @@ fn a_process_in_its_own_network_namespace_restores_on_every_release() {
             mode: AppMode::Plain,
             args: &[],
         };
-        let mut app = dump(&step);
-        assert!(
-            wait_for(Duration::from_secs(10), || app.all_gone()),
-            "{what}: CRIU left the dumped application running"
-        );
-        app.running = false;
-        served.assert_empty(&format!("{what}, after the dump"));
+        let mut app = dumped(&step, &served, &what);
         restore(&mut app, "restore", &step).unwrap_or_else(|e| panic!("{what}: {e}"));
         let netns = |pid: u32| fs::read_link(format!("/proc/{pid}/ns/net")).ok();
         assert_ne!(
@@ -512,11 +503,241 @@ fn a_process_tree_sharing_a_buffer_restores_on_every_release() {
             wait_for(Duration::from_secs(10), || app.all_gone()),
             "{what}: CRIU left the dumped tree running"
         );
-        app.running = false;
         served.assert_empty(&format!("{what}, after the dump"));
         restore(&mut app, "restore", &step).unwrap_or_else(|e| panic!("{what}: {e}"));
         check_restored(&served, &app, &what);
         finish(&served, &mut app, &what);
         println!("  both processes restored, one shared buffer, nothing left");
+    }
+}
+
+/// CRIU's plugin hook changes of 2026 on a CRIU built with them
+/// (`.ci/build-criu-2026-hooks.sh`), with another device plugin beside ours
+/// (`criu-plugin-amdgpu/tests/c_host/sibling.c`, which batches: it acts
+/// on the pid -1 call ending each per-task loop, and has global work in
+/// the broadcast hooks). One GPU process is dumped and restored as on
+/// every release; then:
+/// * criu#3105: the other plugin hears `CHECKPOINT_DEVICES(-1)` (ours
+///   registers no `CHECKPOINT_DEVICES`) and `RESUME_DEVICES_LATE(-1)`,
+///   which CRIU's chain gives it only when every plugin before it answered
+///   `-ENOTSUP`, ours included when ours comes first;
+/// * 66fe7a1dd: `DUMP_DEVICES_LATE`, `RESTORE_INIT` and `POST_FORKING` run
+///   both plugins whatever either answers;
+/// * ours does its work once: the dumped process is unpaused once, its
+///   queues resumed once, and no line of ours is an error.
+#[test]
+fn criu_2026_hooks_beside_another_plugin() {
+    let _serial = harness::SERIAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let Some(setup) = setup(&[harness::HEAD_2026_HOOKS], false) else {
+        return;
+    };
+    let (_, criu) = &setup.criu[0];
+    let plugins = tempfile::Builder::new()
+        .prefix("real-criu-sibling")
+        .tempdir()
+        .unwrap();
+    for entry in fs::read_dir(setup.plugins.path()).unwrap() {
+        let entry = entry.unwrap();
+        fs::copy(entry.path(), plugins.path().join(entry.file_name())).unwrap();
+    }
+    compile(
+        "../criu-plugin-amdgpu/tests/c_host/sibling.c",
+        &plugins.path().join("sibling.so"),
+        &["-shared", "-fPIC"],
+    )
+    .unwrap_or_else(|e| panic!("the sibling plugin: {e}"));
+    let record = tempfile::NamedTempFile::new().unwrap();
+    let env = format!("SIBLING_LOG={}", record.path().display());
+    let what = "CRIU with the 2026 hook changes, another plugin beside ours";
+    println!("{what}:");
+    let served = Served::builtin("single-gpu");
+    let step = Step {
+        setup: &setup,
+        plugins: plugins.path(),
+        criu,
+        served: &served,
+        gpus: 1,
+        mib: 4,
+        env: &env,
+        parent: false,
+        netns: false,
+        mode: AppMode::Plain,
+        args: &[],
+    };
+    let mut app = dumped(&step, &served, what);
+    let pid = app.pid();
+    let restored = restore(&mut app, "restore", &step).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(restored, pid, "{what}: CRIU restores the pid");
+    check_restored(&served, &app, what);
+    finish(&served, &mut app, what);
+
+    let heard = fs::read_to_string(record.path()).unwrap();
+    let dump_log = app.read("dump.log");
+    let restore_log = app.read("restore.log");
+    for call in [
+        "SIBLING 11 -1".to_owned(),
+        format!("SIBLING 14 {pid}"),
+        "SIBLING 13 0".to_owned(),
+        "SIBLING 12 0".to_owned(),
+        "SIBLING 9 -1".to_owned(),
+    ] {
+        assert!(
+            heard.lines().any(|l| l == call),
+            "{what}: the other plugin did not hear `{call}`:\n{heard}"
+        );
+    }
+    // Which plugin CRIU's chain asks first (its readdir order): the first
+    // of CRIU's "plugin: `NAME' hook 9" lines of the restore.
+    let first_asked = restore_log
+        .lines()
+        .find_map(|l| {
+            let name = l.split("plugin: `").nth(1)?.split('\'').next()?;
+            let hook = l.split("' hook ").nth(1)?.split_whitespace().next()?;
+            (hook == "9" && (name == "amdgpu_plugin" || name == "sibling")).then_some(name)
+        })
+        .unwrap_or_else(|| panic!("{what}: no RESUME_DEVICES_LATE in the log:\n{restore_log}"));
+    println!("  RESUME_DEVICES_LATE asks {first_asked} first");
+    let ours = |log: &str, needle: &str| {
+        log.lines()
+            .filter(|l| l.contains("amdgpu_plugin: ") && l.contains(needle))
+            .count()
+    };
+    assert_eq!(
+        ours(&dump_log, &format!("pid {pid} unpaused")),
+        1,
+        "{what}: the dumped process is unpaused once:\n{dump_log}"
+    );
+    assert_eq!(
+        ours(&restore_log, &format!("pid {pid}: GPU queues resumed")),
+        1,
+        "{what}: the queues are resumed once:\n{restore_log}"
+    );
+    for (name, log) in [("dump", &dump_log), ("restore", &restore_log)] {
+        assert!(
+            !log.lines()
+                .any(|l| l.starts_with("Error") && l.contains("amdgpu_plugin: ")),
+            "{what}: our {name} logged an error:\n{log}"
+        );
+        assert!(
+            !log.contains("external plugin failed"),
+            "{what}: CRIU saw a plugin fail its late hook:\n{log}"
+        );
+    }
+    println!("  the other plugin heard every pid -1 call and every broadcast; ours worked once");
+}
+
+/// A restore whose CRIU is killed half-way, at `RESUME_DEVICES_LATE` (the
+/// restored tree stopped at its last step, which goes on without CRIU),
+/// leaves no process of the application behind once the test lets go of
+/// it, and the simulator then holds nothing of it.
+#[test]
+fn a_restore_whose_criu_is_killed_half_way_leaves_no_process_behind() {
+    use kfd_sim::remote::{RemoteCall, RemoteOp, Server, Verdict};
+    use kfd_sim::{Sim, SimConfig};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let _serial = harness::SERIAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let Some(setup) = setup(&[harness::HEAD], false) else {
+        return;
+    };
+    let (_, criu) = &setup.criu[0];
+    let what = "CRIU killed at RESUME_DEVICES_LATE";
+    println!("{what}:");
+    let killed = Arc::new(AtomicBool::new(false));
+    let seen = killed.clone();
+    let observer = Arc::new(move |call: &RemoteCall<'_>| {
+        let at = std::mem::offset_of!(kfd_sys::kfd_ioctl_criu_args, op);
+        let op = call
+            .arg
+            .get(at..at + 4)
+            .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+        let resume = matches!(call.op, RemoteOp::Ioctl(r) if r == u64::from(kfd_sys::AMDKFD_IOC_CRIU_OP))
+            && op == Some(kfd_sys::KFD_CRIU_OP_RESUME);
+        if resume && !seen.swap(true, Ordering::SeqCst) {
+            return Verdict::Kill;
+        }
+        Verdict::Run
+    });
+    let sim = Sim::builtin("single-gpu", SimConfig::default()).expect("the simulated machine");
+    let server = Server::new(&sim).expect("serve the machine");
+    let served = Served::observed(sim, server, observer);
+    let step = Step {
+        setup: &setup,
+        plugins: setup.plugins.path(),
+        criu,
+        served: &served,
+        gpus: 1,
+        mib: 4,
+        env: "",
+        parent: false,
+        netns: false,
+        mode: AppMode::Plain,
+        args: &[],
+    };
+    let app = dump(&step);
+    assert!(
+        wait_for(Duration::from_secs(10), || app.all_gone()),
+        "{what}: CRIU left the dumped application running"
+    );
+    served.assert_empty(&format!("{what}, after the dump"));
+    let mut app = app;
+    let restored = restore(&mut app, "restore", &step);
+    assert!(
+        killed.load(Ordering::SeqCst),
+        "{what}: CRIU never resumed the process: {restored:?}"
+    );
+    assert!(restored.is_err(), "{what}: the restore succeeded");
+    let pids: Vec<u32> = app.procs.iter().map(|p| p.pid).collect();
+    let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+    println!("  restore failed; left half-restored: {left:?}");
+    drop(app);
+    assert!(
+        pids.iter().all(|&p| !alive(p)),
+        "{what}: a half-restored process outlives the application: {:?}",
+        pids.iter().filter(|&&p| alive(p)).collect::<Vec<_>>()
+    );
+    served.assert_empty(&format!("{what}, after the application's end"));
+    println!("  nothing left");
+}
+
+/// Two processes sharing a buffer must both list it: a tree whose record
+/// lacks it fails the check rather than passing it unchecked.
+#[test]
+fn the_sharing_check_fails_when_a_process_lists_no_shared_buffer() {
+    let served = Served::builtin("single-gpu");
+    let proc_ = |pid: u32, shared: Option<SharedBo>| Proc {
+        dir: std::path::PathBuf::new(),
+        pid,
+        queues: 0,
+        events: 0,
+        bos: Vec::new(),
+        mailbox: 0,
+        shared,
+        gates: Vec::new(),
+        held: None,
+    };
+    let bo = SharedBo {
+        minor: 128,
+        handle: 1,
+        size: 4096,
+    };
+    for (parent, child) in [(None, Some(bo)), (Some(bo), None), (None, None)] {
+        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            check_sharing(&served, &proc_(1, parent), &proc_(2, child), "a tree");
+        }));
+        let message = checked
+            .expect_err("the check passed a tree without its records")
+            .downcast::<String>()
+            .map(|m| *m)
+            .unwrap_or_default();
+        assert!(
+            message.contains("lists no shared buffer"),
+            "the check names what is missing: {message}"
+        );
     }
 }

@@ -21,8 +21,8 @@ pub use accounting::Accounting;
 pub use exec::{saved_queues, PacketRecord, QueueState, QueueStatus, SavedQueue};
 pub use fault::{FaultKind, FaultParseError, FaultSpec};
 pub use sim::{
-    DevDriNode, GpuInfo, HostMemorySnapshot, KfdState, Pid, ProcessConfig, RenderBuffer, Sim,
-    SimConfig, SimDriver, SimError, DRM_MAJOR, KFD_MAJOR,
+    DevDriNode, ForkHold, GpuInfo, HostMemorySnapshot, KfdState, Pid, ProcessConfig, RenderBuffer,
+    Sim, SimConfig, SimDriver, SimError, DRM_MAJOR, KFD_MAJOR,
 };
 pub use sysfs::{
     complete_cpu_memory, complete_gpu_caches, complete_kernel_properties,

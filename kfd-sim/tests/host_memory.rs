@@ -122,6 +122,78 @@ fn memory_moves_to_another_machine_at_the_same_address() {
     assert_eq!(target.read_host_memory(first, 1), None);
 }
 
+/// The `Rss:` of the `/proc/self/smaps` entry holding `addr`, in KiB.
+fn resident_kib(addr: u64) -> Option<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut inside = false;
+    for line in smaps.lines() {
+        let range = line
+            .split_whitespace()
+            .next()
+            .and_then(|r| r.split_once('-'))
+            .and_then(|(a, b)| {
+                Some((
+                    u64::from_str_radix(a, 16).ok()?,
+                    u64::from_str_radix(b, 16).ok()?,
+                ))
+            });
+        if let Some((start, end)) = range {
+            inside = (start..end).contains(&addr);
+        } else if inside {
+            if let Some(kib) = line.strip_prefix("Rss:") {
+                return kib.trim().trim_end_matches("kB").trim().parse().ok();
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn an_exited_process_leaves_its_range_to_the_restore_not_to_the_host() {
+    let _serial = serial();
+    let origin = sim();
+    let target = Sim::synthetic(2, SimConfig::default()).unwrap();
+    let pid = origin.spawn_process().unwrap();
+    let addr = origin.alloc_host_memory_for(pid, 4 * PAGE).unwrap();
+    assert!(origin.write_host_memory(addr, &[0x5a; 4 * PAGE]));
+    let dumped = origin.host_memory_of(pid);
+    origin.exit_process(pid).unwrap();
+
+    // Between the exit and the restore, another thread of the host process
+    // maps memory (a new thread's signal stack, a malloc arena): the kernel
+    // must not give it the checkpointed process's range, or the restore at
+    // that address fails with EEXIST. Asking for exactly that range shows it.
+    let squatted = std::thread::spawn(move || {
+        kfd::AnonymousOptions::new(kfd::Sharing::Private)
+            .fixed_at(addr as usize)
+            .map(4 * PAGE)
+    })
+    .join()
+    .unwrap();
+    match squatted {
+        Ok(_) => panic!("the host process mapped {addr:#x} after the process's exit"),
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EEXIST), "reserved: {e}"),
+    }
+    assert_eq!(
+        resident_kib(addr),
+        Some(0),
+        "an exited process's pages are freed"
+    );
+    assert_eq!(
+        origin.read_host_memory(addr, 1),
+        None,
+        "not the simulator's any more"
+    );
+
+    // The machine goes too; the restore elsewhere maps the memory back.
+    drop(origin);
+    let restored = spawn_as(&target, pid);
+    target
+        .restore_host_memory(restored, addr, &dumped[0].bytes)
+        .unwrap();
+    assert_eq!(target.host_memory_of(restored), dumped);
+}
+
 #[test]
 fn a_short_restore_fills_the_rest_of_the_page_with_zeros() {
     let _serial = serial();

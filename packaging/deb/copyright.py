@@ -32,6 +32,8 @@ LICENSE_FILES = {
     "Apache-2.0 with LLVM exception": "Apache-2.0-with-LLVM-exception",
     "BSD-2-Clause": "BSD-2-Clause",
     "Unlicense": "Unlicense",
+    "Zlib": "Zlib",
+    "0BSD": "0BSD",
 }
 NOTICE_FILE = re.compile(r"^(LICEN[CS]E|COPYING|COPYRIGHT|UNLICENSE|NOTICE)", re.IGNORECASE)
 # "Copyright (c) 2014 The Rust Project Developers", not the Apache

@@ -6,6 +6,7 @@ pub mod unprivileged;
 use std::cell::RefCell;
 use std::ffi::OsStr;
 use std::fmt::Display;
+use std::path::{Path, PathBuf};
 
 /// Whether the tests run under CI, from the `CI` environment variable (see
 /// [`ci_value`] for the values).
@@ -27,6 +28,22 @@ pub fn ci_value(value: Option<&OsStr>) -> bool {
         || ["0", "false", "no", "off"]
             .iter()
             .any(|v| value.eq_ignore_ascii_case(v)))
+}
+
+/// Where the vendored CRIU builds are (`../shared/vendor/criu/build.sh`
+/// and `.ci/build-c-plugin.sh` put them there, `.ci/run` exports it):
+/// `CRIU_BUILDS`, else `$XDG_CACHE_HOME/criu-builds`, else
+/// `~/.cache/criu-builds`, as the scripts choose it.
+pub fn criu_builds() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CRIU_BUILDS").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
+        .unwrap_or_default();
+    cache.join("criu-builds")
 }
 
 thread_local! {

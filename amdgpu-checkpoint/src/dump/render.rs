@@ -26,7 +26,10 @@ pub(super) struct PendingRender {
     pub(super) id: u32,
     /// The image written already, render-only, on a host without
     /// `DUMP_DEVICES_LATE` (whose end cannot fail the dump any more): a KFD
-    /// file naming its GPU later renames it instead of writing it anew.
+    /// file naming its GPU later renames it instead of writing it anew
+    /// (into an images directory; a stream takes an image once, so there
+    /// that KFD file's dump fails instead, see
+    /// [`Error::StreamedRenderOnly`]).
     pub(super) written: Option<CriuRenderNode>,
 }
 
@@ -70,10 +73,11 @@ impl<D: Driver + Clone> Dumper<D> {
             }
             // A host without DUMP_DEVICES_LATE reports the dump a success
             // after its last DUMP_EXT_FILE: the image is written now, as
-            // render-only, so a failure fails this file (an image
-            // directory only: a stream cannot take an image twice, should
-            // a KFD file name the GPU later).
-            None if self.config.unpause_early && store.as_dir().is_some() => {
+            // render-only, so a failure fails this file, into an images
+            // directory and into a stream alike. Should a KFD file name
+            // the GPU later, the image is renamed in a directory; a stream
+            // cannot take it twice, and that KFD file's dump fails.
+            None if self.config.unpause_early => {
                 let copy = own
                     .try_clone()
                     .map_err(Error::io("duplicating the render-node fd"))?;
@@ -403,6 +407,13 @@ impl<D: Driver + Clone> Dumper<D> {
                 .write_render_node(store, render.fd, render.minor, render.id, gpu_id)
                 .map(|(dump, _)| dump);
         };
+        if store.as_dir().is_none() {
+            return Err(Error::StreamedRenderOnly {
+                id: render.id,
+                minor: render.minor,
+                gpu_id,
+            });
+        }
         self.name_render_gpu(&mut msg, gpu_id);
         store
             .write_message(&ImageName::RenderNode { id: render.id }, &msg)

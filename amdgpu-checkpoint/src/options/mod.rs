@@ -1,7 +1,8 @@
 //! The engine's options: the seven `KFD_*_CHECK` switches of the device
 //! checks (the switches themselves are `amdgpu-topology`'s
 //! [`CheckOptions`]), the staging bound `KFD_MAX_BUFFER_SIZE`, the device
-//! map `KFD_DEVICE_MAP` and `KFD_DEDUP`.
+//! map `KFD_DEVICE_MAP`, `KFD_DEDUP` and the parallel restore switch
+//! `AMDGPU_PLUGIN_PARALLEL_RESTORE`.
 //!
 //! # Two sources, one reader
 //!
@@ -20,8 +21,8 @@
 //! Entries of other plugins (`cuda.device-map=...`) are not ours and are
 //! left alone.
 //!
-//! In the environment the seven checks and `KFD_MAX_BUFFER_SIZE` keep the
-//! C plugin's leniency: an invalid value keeps the default and yields an
+//! In the environment the seven checks, `KFD_MAX_BUFFER_SIZE` and
+//! `AMDGPU_PLUGIN_PARALLEL_RESTORE` keep their first readers' leniency: an invalid value keeps the default and yields an
 //! [`InvalidOption`] for the caller to log (deployments that set them for
 //! the C plugin keep working). `KFD_DEVICE_MAP` and `KFD_DEDUP` are new and
 //! strict: a value that does not parse is an [`OptionError`] wherever it
@@ -89,6 +90,11 @@ pub const DEVICE_MAP: &str = "KFD_DEVICE_MAP";
 /// a deduplicated set needs this plugin to restore; plugin option
 /// `amdgpu.dedup`).
 pub const DEDUP: &str = "KFD_DEDUP";
+/// `AMDGPU_PLUGIN_PARALLEL_RESTORE`: whether CRIU's main process may copy
+/// the BO contents of a single-process tree while the task restores (on by
+/// default; plugin option `amdgpu.parallel-restore`; see
+/// [`crate::parallel`]).
+pub const PARALLEL_RESTORE: &str = "AMDGPU_PLUGIN_PARALLEL_RESTORE";
 
 /// An environment variable whose value was not understood; the default was kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,7 +152,7 @@ pub fn checks_only(lookup: impl Fn(&str) -> Option<String>) -> impl Fn(&str) -> 
 /// Everything the options configure. Built by [`Options::read`] (the
 /// environment and CRIU's plugin options) or by a program through
 /// [`Options::default`] and the `with_*` setters.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
     /// Device compatibility checks for restore.
     checks: CheckOptions,
@@ -158,9 +164,28 @@ pub struct Options {
     /// `KFD_DEDUP`: chunks already written for another BO, GPU or process
     /// of the same dump are referenced instead of written again.
     dedup: bool,
+    /// `AMDGPU_PLUGIN_PARALLEL_RESTORE`: whether CRIU's main process may
+    /// copy BO contents while the task restores (where
+    /// [`crate::parallel::ParallelFacts`] allow it).
+    parallel_restore: bool,
     /// Where each value came from, by option name ([`OptionSpec::name`]);
     /// an option not listed has its default.
     sources: BTreeMap<&'static str, Source>,
+}
+
+impl Default for Options {
+    /// Every device check on, the default staging, no device map, no
+    /// deduplication, parallel restore allowed.
+    fn default() -> Options {
+        Options {
+            checks: CheckOptions::default(),
+            max_buffer_size: 0,
+            device_map: DeviceMap::default(),
+            dedup: false,
+            parallel_restore: true,
+            sources: BTreeMap::new(),
+        }
+    }
 }
 
 impl Options {
@@ -247,6 +272,12 @@ impl Options {
         self
     }
 
+    /// These options with parallel restore allowed or not.
+    pub fn with_parallel_restore(mut self, allowed: bool) -> Options {
+        self.parallel_restore = allowed;
+        self
+    }
+
     /// Device compatibility checks for restore.
     pub fn checks(&self) -> &CheckOptions {
         &self.checks
@@ -272,6 +303,13 @@ impl Options {
     /// process of the same dump are referenced instead of written again.
     pub fn dedup(&self) -> bool {
         self.dedup
+    }
+
+    /// `AMDGPU_PLUGIN_PARALLEL_RESTORE` / `amdgpu.parallel-restore`:
+    /// whether CRIU's main process may copy BO contents while the task
+    /// restores (it still does only where CRIU's facts allow it).
+    pub fn parallel_restore(&self) -> bool {
+        self.parallel_restore
     }
 
     /// Where the value of option `name` ([`OptionSpec::name`]) came from.
@@ -405,6 +443,48 @@ mod tests {
             .read(|_| None, &["amdgpu.dedup=1".to_owned()])
             .unwrap();
         assert!(cli.dedup() && cli.source("dedup") == Source::CommandLine);
+    }
+
+    #[test]
+    fn parallel_restore_is_allowed_by_default_and_turned_off_either_way() {
+        assert!(from_env(|_| None).0.parallel_restore());
+        for off in ["0", "no", "NO"] {
+            let (options, invalid) = from_env(lookup(&[(PARALLEL_RESTORE, off)]));
+            assert!(!options.parallel_restore() && invalid.is_empty(), "{off}");
+            assert_eq!(options.source("parallel-restore"), Source::Environment);
+        }
+        // As before it was an option: a value it does not understand is
+        // logged and leaves parallel restore allowed.
+        let (options, invalid) = from_env(lookup(&[(PARALLEL_RESTORE, "sometimes")]));
+        assert!(options.parallel_restore());
+        assert_eq!(invalid.len(), 1);
+        assert!(invalid[0].to_string().contains(PARALLEL_RESTORE));
+        // The command line overrides the environment, both ways.
+        let (cli, _) = Options::default()
+            .read(
+                lookup(&[(PARALLEL_RESTORE, "1")]),
+                &["amdgpu.parallel-restore=no".to_owned()],
+            )
+            .unwrap();
+        assert!(!cli.parallel_restore());
+        assert!(cli.describe().contains(
+            &"param: amdgpu.parallel-restore (AMDGPU_PLUGIN_PARALLEL_RESTORE) = NO (command line)"
+                .to_owned()
+        ));
+        let (cli, _) = Options::default()
+            .read(
+                lookup(&[(PARALLEL_RESTORE, "0")]),
+                &["amdgpu.parallel-restore=yes".to_owned()],
+            )
+            .unwrap();
+        assert!(cli.parallel_restore());
+        let err = Options::default()
+            .read(|_| None, &["amdgpu.parallel-restore=maybe".to_owned()])
+            .unwrap_err();
+        assert!(err.to_string().contains("amdgpu.parallel-restore"), "{err}");
+        assert!(!Options::default()
+            .with_parallel_restore(false)
+            .parallel_restore());
     }
 
     #[test]

@@ -5,8 +5,8 @@
 
 use super::{
     parse_buffer_size, OptionError, Options, CACHES_COUNT_CHECK, CAPABILITY_CHECK, DEDUP,
-    DEVICE_MAP, FW_VERSION_CHECK, MAX_BUFFER_SIZE, NUMA_CHECK, NUM_GWS_CHECK, PLUGIN_PREFIX,
-    SDMA_FW_VERSION_CHECK, VRAM_SIZE_CHECK,
+    DEVICE_MAP, FW_VERSION_CHECK, MAX_BUFFER_SIZE, NUMA_CHECK, NUM_GWS_CHECK, PARALLEL_RESTORE,
+    PLUGIN_PREFIX, SDMA_FW_VERSION_CHECK, VRAM_SIZE_CHECK,
 };
 
 /// One option: its names, what it accepts and how it sets [`Options`].
@@ -115,6 +115,19 @@ pub static OPTIONS: &[OptionSpec] = &[
         },
         show: |o| yes_no(o.dedup),
     },
+    OptionSpec {
+        name: "parallel-restore",
+        variable: PARALLEL_RESTORE,
+        accepted: BOOLEAN,
+        // As the plugin read it before it was an option: a value it does
+        // not understand leaves parallel restore allowed.
+        strict: false,
+        apply: |o, v| {
+            o.parallel_restore = parse_bool(v).ok_or_else(|| "not a boolean".to_owned())?;
+            Ok(())
+        },
+        show: |o| yes_no(o.parallel_restore),
+    },
 ];
 
 /// This plugin's entries among CRIU's plugin options, in order: each
@@ -172,11 +185,16 @@ mod tests {
                 "capability-check",
                 "max-buffer-size",
                 "device-map",
-                "dedup"
+                "dedup",
+                "parallel-restore"
             ]
         );
         for spec in OPTIONS {
-            assert!(spec.variable.starts_with("KFD_"), "{}", spec.name);
+            assert!(
+                spec.variable.starts_with("KFD_") || spec.variable.starts_with("AMDGPU_PLUGIN_"),
+                "{}",
+                spec.name
+            );
         }
     }
 }

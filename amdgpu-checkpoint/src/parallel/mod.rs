@@ -39,9 +39,13 @@
 //!   connection that stalls times out instead of hanging the restore.
 //!
 //! Caveat: the name is abstract, so it lives in CRIU's network namespace. A
-//! task restored into a new network namespace cannot reach it; such restores
-//! must not use parallel restore (CRIU creates the task's namespaces before
-//! `RESTORE_EXT_FILE`; the plugin cannot tell from the pstree).
+//! task restored into a new network namespace (a container's) cannot reach
+//! it: its connect fails and it restores its BO contents itself, logging
+//! why (`restore::kfd`). The worker is a thread of CRIU's main process,
+//! which joins the restored tree's mount namespace while it runs; the
+//! thread therefore takes a filesystem context of its own first
+//! (`worker::spawn_worker`), as the kernel lets a process join a mount
+//! namespace only when no other thread shares its context.
 //!
 //! This module never decides whether the images are compatible or how BOs
 //! are re-created: the task has done that before it hands off. It never
@@ -92,7 +96,8 @@ pub struct ParallelFacts {
     /// CRIU's `criu_run_id`, when it has one.
     pub run_id: Option<String>,
     /// The user turned parallel restore off
-    /// (`AMDGPU_PLUGIN_PARALLEL_RESTORE=0`).
+    /// ([`Options::parallel_restore`]: `amdgpu.parallel-restore=no` or
+    /// `AMDGPU_PLUGIN_PARALLEL_RESTORE=0`).
     pub turned_off: bool,
 }
 
@@ -100,7 +105,7 @@ impl ParallelFacts {
     /// Why parallel restore cannot be used, or `None` when it can.
     pub fn refusal(&self) -> Option<&'static str> {
         if self.turned_off {
-            Some("turned off by AMDGPU_PLUGIN_PARALLEL_RESTORE=0")
+            Some("turned off (amdgpu.parallel-restore=no or AMDGPU_PLUGIN_PARALLEL_RESTORE=0)")
         } else if !self.calls_post_forking {
             Some("this CRIU has no POST_FORKING hook (needs CRIU v4.2 or later)")
         } else if self.single_process != Some(true) {

@@ -8,7 +8,9 @@
 //! ([`crate::transfer::restore_pages`], checksums verified). Every outcome is
 //! kept for [`WorkerReport`]; only the quit command ends the worker. The
 //! thread starts with asynchronous signals blocked, so CRIU handles them
-//! (above all the restored tasks' `SIGCHLD`) on its own thread.
+//! (above all the restored tasks' `SIGCHLD`) on its own thread, and with a
+//! filesystem context of its own, so CRIU's main process can still join
+//! the restored mount namespace while it runs.
 //!
 //! This module never decides whether parallel restore is used and never
 //! resumes a process: [`super::ParallelRestore`] reports, the caller
@@ -211,15 +213,55 @@ fn worker_loop(listener: UnixListener, copier: Copier, options: Options) -> Work
 
 /// Starts the worker thread on `listener`, with the asynchronous signals
 /// blocked (the calling thread's mask is restored once it is spawned).
+///
+/// Returns once the thread has a filesystem context of its own
+/// (`unshare(CLONE_FS)`): while it runs, CRIU's main process joins the
+/// restored tasks' mount namespace (`setns(CLONE_NEWNS)`, to clean up
+/// link-remap files and its roots yard, as it does for every container),
+/// which the kernel refuses (`EINVAL`) to a process whose threads share
+/// one. A thread that cannot get its own is an error: CRIU would fail
+/// later, at a step that does not name the plugin.
 pub(super) fn spawn_worker(
     listener: UnixListener,
     copier: Copier,
     options: Options,
 ) -> io::Result<JoinHandle<WorkerReport>> {
+    let (ready, own_context) = std::sync::mpsc::sync_channel(1);
     let blocked = sys::block_signals_except(&sys::SYNCHRONOUS_SIGNALS)?;
     let spawned = std::thread::Builder::new()
         .name("amdgpu-parallel".into())
-        .spawn(move || worker_loop(listener, copier, options));
+        .spawn(move || {
+            let unshared = sys::unshare_fs();
+            let ok = unshared.is_ok();
+            // The receiver waits for this message; it is gone only if
+            // `spawn_worker` itself is, and then nobody needs the answer.
+            let _ = ready.send(unshared);
+            if !ok {
+                return WorkerReport::default();
+            }
+            worker_loop(listener, copier, options)
+        });
     drop(blocked);
-    spawned
+    let worker = spawned?;
+    match own_context.recv() {
+        Ok(Ok(())) => Ok(worker),
+        Ok(Err(e)) => {
+            let _ = worker.join();
+            Err(io::Error::new(
+                e.kind(),
+                format!(
+                    "the worker thread cannot get a filesystem context of its own \
+                     (unshare(CLONE_FS): {e}), without which CRIU's main process cannot join \
+                     the restored mount namespace; restore with \
+                     --plugin-option amdgpu.parallel-restore=no"
+                ),
+            ))
+        }
+        Err(_) => {
+            let _ = worker.join();
+            Err(io::Error::other(
+                "the worker thread ended before it started serving",
+            ))
+        }
+    }
 }

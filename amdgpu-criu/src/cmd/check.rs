@@ -41,7 +41,7 @@ use super::map;
   amdgpu-criu check /var/lib/ckpt --sysfs builtin:mi210-8gpu-2hive --json
   KFD_VRAM_SIZE_CHECK=0 amdgpu-criu check /var/lib/ckpt --sysfs ./topology-of-node2
   amdgpu-criu check /var/lib/ckpt --device-map 0x1a2b=0000:c1:00.0
-  amdgpu-criu check checkpoint-POD_NS-CONTAINER-TIME.tar --sysfs ./topology-of-node2
+  amdgpu-criu check --sysfs ./topology-of-node2 /var/lib/kubelet/checkpoints/checkpoint-POD_NAMESPACE-CONTAINER-TIMESTAMP.tar
 
 Exit status: 0 compatible, 1 not compatible, 2 unreadable images, topology or device map")]
 pub struct Args {
@@ -50,9 +50,10 @@ pub struct Args {
     /// kubelet's checkpoint API).
     pub images: PathBuf,
     /// Restore onto a copy of a topology tree (the directory holding
-    /// `nodes/`) or a built-in synthetic machine `builtin:NAME`, instead of
-    /// this machine's `/sys/class/kfd/kfd/topology`.
-    #[arg(long, value_name = "DIR|builtin:NAME", conflicts_with = "builtin", value_parser = crate::machine::MachineParser, hide_possible_values = true)]
+    /// `nodes/`), a topology file (what `topology --export FILE` writes) or a built-in
+    /// synthetic machine `builtin:NAME`, instead of this machine's
+    /// `/sys/class/kfd/kfd/topology`.
+    #[arg(long, value_name = "DIR|FILE|builtin:NAME", conflicts_with = "builtin", value_parser = crate::machine::MachineParser, hide_possible_values = true)]
     pub sysfs: Option<String>,
     /// The same as `--sysfs builtin:NAME` (kept for scripts).
     #[arg(long, value_name = "NAME", hide = true)]
@@ -172,6 +173,7 @@ pub fn run(args: Args) -> ExitCode {
                 value["compatible"] = compatible.into();
                 value["render_only"] = serde_json::to_value(&render_verdicts)?;
             }
+            crate::json64::gpu_ids_to_hex(&mut value);
             serde_json::to_string_pretty(&value)
         });
         match text {
@@ -199,12 +201,16 @@ pub fn run(args: Args) -> ExitCode {
             map::print_text(&verdict.result, &verdict.checkpointed, &local, &options);
         }
         for verdict in &render_verdicts {
-            let gpus: Vec<String> = verdict.candidates.iter().map(|g| g.to_string()).collect();
+            let gpus: Vec<String> = verdict
+                .candidates
+                .iter()
+                .map(|g| crate::out::gpu_id(*g))
+                .collect();
             println!(
                 "{} (render-only, renderD{}, GPU {}): {}",
                 verdict.file,
                 verdict.drm_render_minor,
-                verdict.gpu_id,
+                crate::out::gpu_id(verdict.gpu_id),
                 if verdict.compatible {
                     format!("compatible with local GPU {}", gpus.join(" or "))
                 } else {
@@ -270,7 +276,7 @@ pub(crate) fn read_render_only(dir: &Path) -> Result<Vec<RenderOnlyImage>, Strin
         };
         let msg: CriuRenderNode = read_listed(&store, dir, &name)?;
         let image = ValidatedRenderNode::new(id, msg)
-            .map_err(|e| format!("{}: {name}: {e}", dir.display()))?;
+            .map_err(|e| format!("{}: {}", dir.display(), crate::out::about(name, e)))?;
         let msg = image.into_message();
         if let (true, Some(device)) = (msg.is_render_only(), msg.device) {
             images.push(RenderOnlyImage { id, device });
@@ -326,7 +332,7 @@ fn read_listed<M: ImageMessage>(
 ) -> Result<M, String> {
     store
         .read_message::<M>(name, ReadLimits::default())
-        .map_err(|e| format!("{}: {name}: {e}", dir.display()))?
+        .map_err(|e| format!("{}: {}", dir.display(), crate::out::about(name, e)))?
         .ok_or_else(|| format!("{}: {name} vanished while reading", dir.display()))
 }
 
@@ -365,8 +371,8 @@ fn read_kfd_images(dir: &Path) -> Result<Vec<Checkpointed>, String> {
             continue;
         };
         let msg: CriuKfd = read_listed(&store, dir, &name)?;
-        let image =
-            ValidatedKfd::new(id, msg).map_err(|e| format!("{}: {name}: {e}", dir.display()))?;
+        let image = ValidatedKfd::new(id, msg)
+            .map_err(|e| format!("{}: {}", dir.display(), crate::out::about(name, e)))?;
         images.push(Checkpointed {
             id,
             topology: checkpointed_topology(&image.message().device_entries),

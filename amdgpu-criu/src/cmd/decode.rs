@@ -28,8 +28,8 @@ use serde_json::{json, Value};
 /// Arguments of `decode`.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
-  amdgpu-criu decode /var/lib/ckpt/amdgpu-kfd-7.img > kfd.json
-  amdgpu-criu decode amdgpu-renderD-8.img | jq .content.bo_entries
+  amdgpu-criu decode /var/lib/ckpt/amdgpu-kfd-1.img > kfd.json
+  amdgpu-criu decode /var/lib/ckpt/amdgpu-renderD-2.img | jq .content.device.hive_id
 
 Exit status: 0 decoded, 1 decoded but the message checksum does not match, 2 unreadable")]
 pub struct DecodeArgs {
@@ -40,11 +40,12 @@ pub struct DecodeArgs {
 /// Arguments of `encode`.
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
-  amdgpu-criu decode amdgpu-kfd-7.img > kfd.json
+  amdgpu-criu decode /var/lib/ckpt/amdgpu-kfd-1.img > kfd.json
   $EDITOR kfd.json
-  amdgpu-criu encode -i kfd.json -o ckpt/amdgpu-kfd-7.img && amdgpu-criu verify ckpt
+  amdgpu-criu encode -i kfd.json -o /var/lib/ckpt/amdgpu-kfd-1.img && amdgpu-criu verify /var/lib/ckpt
+  amdgpu-criu encode --no-validate -i kfd.json -o /tmp/test-set/amdgpu-kfd-1.img   # a test image
 
-Exit status: 0 written, 1 the message is invalid (nothing written), 2 unreadable input")]
+Exit status: 0 written, 1 the message is invalid (nothing written; --no-validate writes it with a warning), 2 unreadable input")]
 pub struct EncodeArgs {
     /// The JSON `decode` wrote (`-` or absent: standard input).
     #[arg(short, long, value_name = "JSON")]
@@ -54,6 +55,11 @@ pub struct EncodeArgs {
     /// `amdgpu-dmabuf_<id>.img`).
     #[arg(short, long, value_name = "FILE")]
     pub output: PathBuf,
+    /// Write the message even when restore would refuse it, warning about
+    /// each problem (as `crit encode` writes what it is given): for
+    /// crafting a damaged image to test with, never for a real checkpoint.
+    #[arg(long)]
+    pub no_validate: bool,
 }
 
 fn name_of(path: &Path) -> Result<ImageName, String> {
@@ -72,13 +78,25 @@ fn name_of(path: &Path) -> Result<ImageName, String> {
     Ok(name)
 }
 
-/// The message as JSON with every byte of every `bytes` field.
+/// The message as JSON with every byte of every `bytes` field, ids and
+/// 64-bit values as strings ([`json64`](crate::json64)).
 fn full<M: Serialize>(msg: &M) -> Value {
-    with_every_byte(|| serde_json::to_value(msg)).unwrap_or(Value::Null)
+    let mut value = with_every_byte(|| serde_json::to_value(msg)).unwrap_or(Value::Null);
+    crate::json64::message_to_strings(&mut value);
+    value
 }
 
 /// Runs `decode`.
 pub fn run_decode(args: DecodeArgs) -> ExitCode {
+    // A file that is not there is that, whatever its name.
+    if let Err(e) = std::fs::metadata(&args.file) {
+        eprintln!(
+            "amdgpu-criu decode: {}: {}",
+            args.file.display(),
+            crate::out::io_error(&e)
+        );
+        return ExitCode::from(2);
+    }
     let name = match name_of(&args.file) {
         Ok(n) => n,
         Err(e) => {
@@ -155,11 +173,19 @@ fn parse<M: ImageMessage + serde::de::DeserializeOwned>(
     if let Some(map) = content.as_object_mut() {
         map.remove("message_checksum");
     }
+    crate::json64::message_from_strings(&mut content)
+        .map_err(|e| Refusal::Input(format!("{file}: {}: {e}", M::PROTO_NAME)))?;
     serde_json::from_value::<M>(content)
         .map_err(|e| Refusal::Input(format!("{file}: {}: {e}", M::PROTO_NAME)))
 }
 
-fn encode(json_text: &str, out: &Path) -> Result<ImageName, Refusal> {
+/// Writes the message `json_text` holds into `out`; with `validate` off,
+/// what validation finds goes into the returned warnings instead.
+fn encode(
+    json_text: &str,
+    out: &Path,
+    validate: bool,
+) -> Result<(ImageName, Vec<String>), Refusal> {
     let name = name_of(out).map_err(Refusal::Input)?;
     let file = name.to_string();
     let v: Value = serde_json::from_str(json_text)
@@ -184,13 +210,16 @@ fn encode(json_text: &str, out: &Path) -> Result<ImageName, Refusal> {
         None => PathBuf::from("."),
     };
     let store = DirStore::open_dir(&dir).map_err(|e| Refusal::Input(e.to_string()))?;
-    let problems = |ps: Vec<amdgpu_image::Problem>| -> Result<(), Refusal> {
-        if ps.is_empty() {
+    let mut warnings = Vec::new();
+    let mut problems = |ps: Vec<amdgpu_image::Problem>| -> Result<(), Refusal> {
+        let found: Vec<String> = ps.iter().map(ToString::to_string).collect();
+        if found.is_empty() {
             Ok(())
+        } else if validate {
+            Err(Refusal::Invalid(found))
         } else {
-            Err(Refusal::Invalid(
-                ps.iter().map(ToString::to_string).collect(),
-            ))
+            warnings.extend(found);
+            Ok(())
         }
     };
     let written = match name.kind() {
@@ -210,7 +239,7 @@ fn encode(json_text: &str, out: &Path) -> Result<ImageName, Refusal> {
         }
     };
     written.map_err(|e| Refusal::Input(e.to_string()))?;
-    Ok(name)
+    Ok((name, warnings))
 }
 
 /// Runs `encode`.
@@ -229,8 +258,18 @@ pub fn run_encode(args: EncodeArgs) -> ExitCode {
         eprintln!("amdgpu-criu encode: {input}: {e}");
         return ExitCode::from(2);
     }
-    match encode(&text, &args.output) {
-        Ok(name) => {
+    match encode(&text, &args.output, !args.no_validate) {
+        Ok((name, warnings)) => {
+            for w in &warnings {
+                eprintln!("amdgpu-criu encode: warning: {w}");
+            }
+            if !warnings.is_empty() {
+                eprintln!(
+                    "amdgpu-criu encode: warning: {} written as given (--no-validate): restore \
+                     will refuse it",
+                    args.output.display()
+                );
+            }
             println!("wrote {} ({name})", args.output.display());
             ExitCode::SUCCESS
         }
@@ -243,7 +282,8 @@ pub fn run_encode(args: EncodeArgs) -> ExitCode {
                 eprintln!("amdgpu-criu encode: {p}");
             }
             eprintln!(
-                "amdgpu-criu encode: {} not written: restore would refuse it",
+                "amdgpu-criu encode: {} not written: restore would refuse it (--no-validate \
+                 writes it anyway, to craft a damaged image for a test)",
                 args.output.display()
             );
             ExitCode::from(1)

@@ -50,10 +50,10 @@ pub struct Args {
     /// The `criu` binary to examine (default: `criu` on PATH).
     #[arg(long, value_name = "PATH")]
     pub criu: Option<PathBuf>,
-    /// Examine a simulated machine (`builtin:NAME` or a sysfs tree, run by
-    /// kfd-sim) instead of this machine's kernel; the CRIU checks still
-    /// look at this machine.
-    #[arg(long, value_name = "builtin:NAME|DIR", value_parser = crate::machine::MachineParser, hide_possible_values = true)]
+    /// Examine a simulated machine (`builtin:NAME`, a sysfs tree or a
+    /// topology file, run by kfd-sim) instead of this machine's kernel; the
+    /// CRIU checks still look at this machine.
+    #[arg(long, value_name = "builtin:NAME|DIR|FILE", value_parser = crate::machine::MachineParser, hide_possible_values = true)]
     pub simulate: Option<String>,
     /// Print one JSON object (`ok`, `machine`, `checks`).
     #[arg(long)]
@@ -110,6 +110,9 @@ pub struct Env<'a> {
     pub driver: &'a dyn Driver,
     /// The KFD topology directory (`/sys/class/kfd/kfd/topology`).
     pub sysfs_root: PathBuf,
+    /// How the report names the topology (a simulated machine's name, not
+    /// the temporary tree it is served from); None: `sysfs_root`.
+    pub topology_name: Option<String>,
     /// Effective capabilities of this process, when known (`CapEff`).
     pub cap_eff: Option<u64>,
     /// The `criu` binary, if one was found or given.
@@ -267,11 +270,13 @@ fn kernel_checks(env: &Env<'_>, out: &mut Vec<Check>) {
     }
 
     // The topology and the GPUs' checks against themselves.
+    let root = env.sysfs_root.display().to_string();
+    let name = env.topology_name.clone().unwrap_or_else(|| root.clone());
     let topology = match amdgpu_topology::parse(&env.sysfs_root) {
         Ok(parsed) => Some(parsed.system),
         Err(e) => {
-            let root = env.sysfs_root.display().to_string();
-            let text = e.to_string();
+            let text = e.to_string().replace(&root, &name);
+            let root = &name;
             out.push(check(
                 "topology",
                 if kfd.is_none() {
@@ -279,7 +284,7 @@ fn kernel_checks(env: &Env<'_>, out: &mut Vec<Check>) {
                 } else {
                     Status::Fail
                 },
-                if text.contains(&root) {
+                if text.contains(root.as_str()) {
                     text
                 } else {
                     format!("{root}: {text}")
@@ -288,8 +293,13 @@ fn kernel_checks(env: &Env<'_>, out: &mut Vec<Check>) {
             None
         }
     };
+    let combined = topology.as_ref().and_then(crate::machine::combined_node);
+    if let Some(why) = &combined {
+        out.push(check("topology", Status::Fail, format!("{name}: {why}")));
+    }
     let devices = topology
         .as_ref()
+        .filter(|_| combined.is_none())
         .and_then(|system| match DeviceTopology::from_system(system) {
             Ok(t) => {
                 let gpus = t.gpus().count();
@@ -302,8 +312,7 @@ fn kernel_checks(env: &Env<'_>, out: &mut Vec<Check>) {
                     "topology",
                     if gpus == 0 { Status::Fail } else { Status::Ok },
                     format!(
-                        "{}: {}, {}, {}",
-                        env.sysfs_root.display(),
+                        "{name}: {}, {}, {}",
                         plural(t.nodes.len() as u64, "node"),
                         plural(gpus as u64, "GPU"),
                         plural(hives.len() as u64, "XGMI hive")
@@ -312,11 +321,7 @@ fn kernel_checks(env: &Env<'_>, out: &mut Vec<Check>) {
                 Some(t)
             }
             Err(e) => {
-                out.push(check(
-                    "topology",
-                    Status::Fail,
-                    format!("{}: {e}", env.sysfs_root.display()),
-                ));
+                out.push(check("topology", Status::Fail, format!("{name}: {e}")));
                 None
             }
         });
@@ -369,6 +374,7 @@ fn kernel_checks(env: &Env<'_>, out: &mut Vec<Check>) {
     let mut found = Vec::new();
     let mut missing = Vec::new();
     let mut opened = None;
+    let mut families = Vec::new();
     for g in t.gpus() {
         let minor = g.props.drm_render_minor;
         let path = PathBuf::from(format!("/dev/dri/renderD{minor}"));
@@ -387,6 +393,7 @@ fn kernel_checks(env: &Env<'_>, out: &mut Vec<Check>) {
                     "renderD{minor} -> gpu {} ({version})",
                     gpu_id(g.gpu_id)
                 ));
+                families.push((g.gpu_id, node.device_info().map(|i| i.family)));
                 if opened.is_none() {
                     opened = Some((minor, node));
                 }
@@ -408,6 +415,7 @@ fn kernel_checks(env: &Env<'_>, out: &mut Vec<Check>) {
             ),
         ));
     }
+    out.push(gpu_families(&families));
     match opened {
         None => out.push(check(
             "gem mapping info",
@@ -416,6 +424,80 @@ fn kernel_checks(env: &Env<'_>, out: &mut Vec<Check>) {
         )),
         Some((minor, node)) => out.push(mapping_info(minor, &node)),
     }
+}
+
+/// "GPU 0x1 is", "GPUs 0x1, 0x2 are".
+fn gpus_are(ids: &[String]) -> String {
+    match ids {
+        [one] => format!("GPU {one} is"),
+        many => format!("GPUs {} are", many.join(", ")),
+    }
+}
+
+/// The GPUs' families (`AMDGPU_INFO_DEV_INFO`) against what a checkpoint
+/// was tried on: gfx9 and later are; CI and VI (gfx7, gfx8) have the SDMA
+/// copy encoding and nothing else was tried on them; SI and older cannot
+/// be copied from at all.
+fn gpu_families(families: &[(u32, kfd::Result<u32>)]) -> Check {
+    use kfd_sys::amdgpu_drm::{AMDGPU_FAMILY_AI, AMDGPU_FAMILY_CI};
+    if families.is_empty() {
+        return check("gpu family", Status::Skip, "needs a render node");
+    }
+    let ids = |keep: &dyn Fn(u32) -> bool| -> Vec<String> {
+        families
+            .iter()
+            .filter(|(_, f)| f.as_ref().is_ok_and(|f| keep(*f)))
+            .map(|(id, _)| gpu_id(*id))
+            .collect()
+    };
+    let unknown: Vec<String> = families
+        .iter()
+        .filter_map(|(id, f)| {
+            f.as_ref()
+                .err()
+                .map(|e| format!("gpu {}: {e}", gpu_id(*id)))
+        })
+        .collect();
+    let too_old = ids(&|f| f < AMDGPU_FAMILY_CI);
+    let untested = ids(&|f| (AMDGPU_FAMILY_CI..AMDGPU_FAMILY_AI).contains(&f));
+    if !too_old.is_empty() {
+        return check(
+            "gpu family",
+            Status::Fail,
+            format!(
+                "{} SI or older: their DMA engine has no copy packet the plugin can \
+                 encode, so their memory cannot be checkpointed",
+                gpus_are(&too_old)
+            ),
+        );
+    }
+    if !unknown.is_empty() {
+        return check(
+            "gpu family",
+            Status::Warn,
+            format!("AMDGPU_INFO_DEV_INFO failed: {}", unknown.join("; ")),
+        );
+    }
+    if !untested.is_empty() {
+        return check(
+            "gpu family",
+            Status::Warn,
+            format!(
+                "{} CI or VI (gfx7, gfx8): the plugin encodes their SDMA copies, but \
+                 checkpoints were tried on gfx9 and later only; rehearse with `amdgpu-criu \
+                 demo --topology` on a capture of this machine before relying on it",
+                gpus_are(&untested)
+            ),
+        );
+    }
+    check(
+        "gpu family",
+        Status::Ok,
+        format!(
+            "{} of gfx9 or later, as checkpoints were tried on",
+            plural(families.len() as u64, "GPU")
+        ),
+    )
 }
 
 /// Probes `AMDGPU_GEM_OP_GET_MAPPING_INFO` on a 4 KiB scratch BO.
@@ -458,11 +540,25 @@ fn mapping_info<D: Driver>(minor: u32, node: &RenderNode<D>) -> Check {
 }
 
 fn criu_checks(env: &Env<'_>, out: &mut Vec<Check>) {
-    let Some(criu) = &env.criu else {
+    let missing = env.criu.as_ref().filter(|p| !p.is_file()).map(|p| {
+        let why = if p.exists() {
+            "not a file"
+        } else {
+            "no such file"
+        };
+        format!(
+            "--criu {}: {why} (give the path of a criu binary, e.g. /usr/sbin/criu)",
+            p.display()
+        )
+    });
+    let criu = env.criu.as_ref().filter(|p| p.is_file());
+    let Some(criu) = criu else {
         out.push(check(
             "criu",
             Status::Fail,
-            if env.criu_given {
+            if let Some(why) = missing {
+                why
+            } else if env.criu_given {
                 "the --criu binary does not exist".to_owned()
             } else {
                 "no criu on PATH: install CRIU 3.17 or later (or pass --criu PATH)".to_owned()
@@ -799,7 +895,7 @@ fn host_cap_eff() -> Option<u64> {
 /// Runs `doctor`.
 pub fn run_cmd(args: Args) -> ExitCode {
     let (criu, criu_given) = match &args.criu {
-        Some(p) => (p.is_file().then(|| p.clone()), true),
+        Some(p) => (Some(p.clone()), true),
         None => (criu_on_path(), false),
     };
     let libs_dir_env = std::env::var_os("CRIU_LIBS_DIR")
@@ -810,6 +906,7 @@ pub fn run_cmd(args: Args) -> ExitCode {
             let env = Env {
                 driver: &kfd::HostDriver,
                 sysfs_root: PathBuf::from(amdgpu_topology::parse::DEFAULT_ROOT),
+                topology_name: None,
                 cap_eff: host_cap_eff(),
                 criu,
                 criu_given,
@@ -836,6 +933,7 @@ pub fn run_cmd(args: Args) -> ExitCode {
             let env = Env {
                 driver: &driver,
                 sysfs_root: sim.0.sysfs_root(),
+                topology_name: Some(sim.1.clone()),
                 cap_eff: None,
                 criu,
                 criu_given,
@@ -845,13 +943,19 @@ pub fn run_cmd(args: Args) -> ExitCode {
         }
     };
     let ok = checks.iter().all(|c| c.status != Status::Fail);
+    // For a report: the kernel this runs on (a simulated machine's KFD is
+    // kfd-sim's, its CRIU this machine's).
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|r| format!("Linux {}", r.trim()))
+        .unwrap_or_else(|_| "unknown".to_owned());
     if args.json {
         println!(
             "{:#}",
-            json!({ "ok": ok, "machine": machine, "checks": checks })
+            json!({ "ok": ok, "machine": machine, "kernel": kernel, "checks": checks })
         );
     } else {
         println!("amdgpu-criu doctor: {machine}");
+        println!("     {:<17} {kernel}", "kernel");
         for c in &checks {
             println!("{} {:<17} {}", c.status.tag(), c.name, c.detail);
         }
@@ -875,12 +979,7 @@ pub fn run_cmd(args: Args) -> ExitCode {
 fn simulated(spec: &str) -> Result<(kfd_sim::Sim, String), String> {
     let machine = Machine::parse("doctor", spec)?;
     let label = machine.label();
-    let sim = match &machine {
-        Machine::Builtin(name) => kfd_sim::Sim::builtin(name, kfd_sim::SimConfig::default()),
-        Machine::Dir(dir) => kfd_sim::Sim::from_sysfs(dir, kfd_sim::SimConfig::default()),
-    }
-    .map_err(|e| format!("{label}: {e}"))?;
-    Ok((sim, label))
+    Ok((machine.simulate()?, label))
 }
 
 #[cfg(test)]

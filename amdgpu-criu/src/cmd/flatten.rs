@@ -36,18 +36,53 @@ prev-images-dir option) still need: flattening those is CRIU's business.
 
 A directory without amdgpu files (processes without GPU state) is copied.
 
+DST is created when it does not exist (its parent must).
+
 Exit status: 0 written and verified, 1 DST does not verify, 2 unreadable
 input, a damaged chain, an unfinished dump, no image files at all, or DST
-not an empty directory")]
+not an empty directory (nor one that can be created)")]
 pub struct Args {
     /// The image directory to flatten (its `parent` link is followed).
     pub src: PathBuf,
-    /// An existing, empty directory for the standalone set.
+    /// An empty directory for the standalone set (created when it does
+    /// not exist and its parent does).
     pub dst: PathBuf,
 }
 
 /// Runs `flatten`.
 pub fn run(args: Args) -> ExitCode {
+    let created = match std::fs::create_dir(&args.dst) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+        Err(e) => {
+            let parent = args
+                .dst
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty() && !p.exists());
+            match parent {
+                Some(parent) => eprintln!(
+                    "amdgpu-criu flatten: {}: cannot create it, {} does not exist (create it \
+                     first, or give another DST)",
+                    args.dst.display(),
+                    parent.display()
+                ),
+                None => eprintln!(
+                    "amdgpu-criu flatten: {}: cannot create it: {e}",
+                    args.dst.display()
+                ),
+            }
+            return ExitCode::from(2);
+        }
+    };
+    let code = flatten_into(&args);
+    if created && code != ExitCode::SUCCESS {
+        // Only if nothing was written into it: never remove what was made.
+        let _ = std::fs::remove_dir(&args.dst);
+    }
+    code
+}
+
+fn flatten_into(args: &Args) -> ExitCode {
     match std::fs::read_dir(&args.dst).map(|mut d| d.next().is_none()) {
         Ok(true) => {}
         Ok(false) => {

@@ -26,17 +26,19 @@ use amdgpu_topology::{parse, synthesize_missing, GpuId};
   amdgpu-criu map --from builtin:mi210-8gpu-2hive --to builtin:mi250x-8
   amdgpu-criu map --from ./topology-of-node1 --to /sys/class/kfd/kfd/topology
   KFD_FW_VER_CHECK=0 amdgpu-criu map --from ./node1 --to ./node2 --json
-  amdgpu-criu map --from ./node1 --to ./node2 --device-map 0000:c1:00.0=0000:43:00.0
+  amdgpu-criu map --from ./node1 --to ./node2 --device-map 0000:05:00.0=0000:25:00.0
+  amdgpu-criu topology --export node1.json && amdgpu-criu map --from node1.json --to ./node2
 
 Exit status: 0 compatible, 1 not compatible, 2 unreadable topology or device map")]
 pub struct Args {
     /// The checkpointed machine's topology: a copy of
-    /// `/sys/class/kfd/kfd/topology` (the directory holding `nodes/`), or
-    /// `builtin:NAME` for a built-in machine.
-    #[arg(long, value_name = "DIR|builtin:NAME", value_parser = crate::machine::MachineParser, hide_possible_values = true)]
+    /// `/sys/class/kfd/kfd/topology` (the directory holding `nodes/`), a
+    /// topology file (what `topology --export FILE` writes), or `builtin:NAME` for a
+    /// built-in machine.
+    #[arg(long, value_name = "DIR|FILE|builtin:NAME", value_parser = crate::machine::MachineParser, hide_possible_values = true)]
     pub from: String,
     /// The restoring machine's topology, same forms.
-    #[arg(long, value_name = "DIR|builtin:NAME", value_parser = crate::machine::MachineParser, hide_possible_values = true)]
+    #[arg(long, value_name = "DIR|FILE|builtin:NAME", value_parser = crate::machine::MachineParser, hide_possible_values = true)]
     pub to: String,
     /// Fill in what partial captures lack (gpu_ids, VRAM banks, render
     /// minors) as the simulator does, and note it on stderr.
@@ -123,7 +125,11 @@ pub fn run(args: Args) -> ExitCode {
         }
     };
     if args.json {
-        match serde_json::to_string_pretty(&result) {
+        let text = serde_json::to_value(&result).and_then(|mut value| {
+            crate::json64::gpu_ids_to_hex(&mut value);
+            serde_json::to_string_pretty(&value)
+        });
+        match text {
             Ok(text) => println!("{text}"),
             Err(e) => {
                 eprintln!("amdgpu-criu map: cannot format the result as JSON: {e}");
@@ -145,7 +151,7 @@ pub fn run(args: Args) -> ExitCode {
 /// each line prefixed with the subcommand's name.
 pub(crate) fn load(command: &str, spec: &str, complete: bool) -> Result<DeviceTopology, String> {
     let machine = crate::machine::Machine::parse(command, spec)?;
-    let mut system = if let Some(system) = machine.builtin_system() {
+    let mut system = if let Some(system) = machine.system()? {
         system
     } else {
         let parsed = parse(Path::new(spec)).map_err(|e| format!("{spec}: {e}"))?;
@@ -200,7 +206,7 @@ pub(crate) fn print_text(
         return;
     }
     println!("compatible");
-    println!("GPUs (checkpointed gpu_id -> local gpu_id):");
+    println!("GPU map (checkpointed gpu_id -> local gpu_id):");
     for (src, dst) in &result.gpu_map {
         println!(
             "  {} -> {}  (node {} -> node {})",
@@ -216,6 +222,22 @@ pub(crate) fn print_text(
             println!("  {src} -> {dst}");
         }
     }
+}
+
+/// The `KFD_*_CHECK` variable that switches off the check behind a reason,
+/// if it can be switched off (as the plugin reads it).
+fn switch_of(check: &str) -> Option<&'static str> {
+    use amdgpu_checkpoint::options as o;
+    Some(match check {
+        "fw_version" => o::FW_VERSION_CHECK,
+        "sdma_fw_version" => o::SDMA_FW_VERSION_CHECK,
+        "caches_count" => o::CACHES_COUNT_CHECK,
+        "num_gws" => o::NUM_GWS_CHECK,
+        "vram_size" => o::VRAM_SIZE_CHECK,
+        "capability" => o::CAPABILITY_CHECK,
+        amdgpu_topology::checks::rule::NUMA => o::NUMA_CHECK,
+        _ => return None,
+    })
 }
 
 /// One line per reason, except that pair reasons (a checkpointed GPU against
@@ -245,7 +267,19 @@ pub(crate) fn reason_lines(reasons: &[Reason]) -> Vec<String> {
         .into_iter()
         .filter_map(|(reason, gpus)| {
             let reason = reason?;
-            Some(match gpus.as_slice() {
+            let switch = match (switch_of(reason.check), reason.check) {
+                (Some(name), _) => format!(" ({name}=0 switches this check off)"),
+                // The count is of the GPUs the process sees: a container's
+                // device cgroup decides it.
+                (None, amdgpu_topology::checks::rule::GPU_COUNT) => format!(
+                    " (restore where the process sees {n} GPU{s}: a machine with {n}, or a \
+                     container that exposes {n} of the machine's GPUs to it)",
+                    n = reason.checkpointed,
+                    s = if reason.checkpointed == 1 { "" } else { "s" }
+                ),
+                (None, _) => String::new(),
+            };
+            let line = match gpus.as_slice() {
                 [] => reason.to_string(),
                 [gpu] => Reason {
                     gpu: Some(*gpu),
@@ -256,7 +290,8 @@ pub(crate) fn reason_lines(reasons: &[Reason]) -> Vec<String> {
                     let ids: Vec<String> = many.iter().map(|g| crate::out::gpu_id(*g)).collect();
                     format!("checkpointed GPUs {}: {reason}", ids.join(", "))
                 }
-            })
+            };
+            Some(line + &switch)
         })
         .collect()
 }

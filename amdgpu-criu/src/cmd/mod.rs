@@ -9,6 +9,7 @@ pub mod flatten;
 pub mod map;
 pub mod ps;
 pub mod show;
+pub mod sim;
 pub mod topology;
 pub mod unpacked;
 pub mod unpause;

@@ -44,10 +44,10 @@ pub struct Args {
     /// binary units (`2G`, `500M`, `1.5GiB/s`).
     #[arg(long, default_value = "2G", value_name = "RATE")]
     pub rate: String,
-    /// List the processes of a simulated machine instead (`builtin:NAME`
-    /// or a sysfs tree, run by kfd-sim with a TensorFlow-like and a basic
-    /// workload).
-    #[arg(long, value_name = "builtin:NAME|DIR", value_parser = crate::machine::MachineParser, hide_possible_values = true)]
+    /// List the processes of a simulated machine instead (`builtin:NAME`,
+    /// a sysfs tree or a topology file, run by kfd-sim with a
+    /// TensorFlow-like and a basic workload).
+    #[arg(long, value_name = "builtin:NAME|DIR|FILE", value_parser = crate::machine::MachineParser, hide_possible_values = true)]
     pub simulate: Option<String>,
     /// Print one JSON object (`rate_bytes_per_second`, `processes`).
     #[arg(long)]
@@ -68,6 +68,7 @@ pub struct Roots {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct GpuUse {
     /// The GPU's id.
+    #[serde(serialize_with = "crate::json64::serialize_gpu_id")]
     pub gpu_id: u32,
     /// Its render minor, when the topology names it.
     pub render_minor: Option<u32>,
@@ -79,6 +80,16 @@ pub struct GpuUse {
     pub queues: u32,
 }
 
+/// Whether a checkpoint of the process can start now, and why not.
+#[derive(Clone, Debug, Serialize)]
+pub struct Verdict {
+    /// Whether CRIU can take it now (the machine's own checks are
+    /// `doctor`'s).
+    pub checkpointable: bool,
+    /// Why, in words.
+    pub why: String,
+}
+
 /// One ROCm process.
 #[derive(Clone, Debug, Serialize)]
 pub struct RocmProcess {
@@ -86,6 +97,26 @@ pub struct RocmProcess {
     pub pid: u32,
     /// `comm`.
     pub name: String,
+    /// Its owner (`/proc/PID/status` Uid, named from `/etc/passwd`), when
+    /// readable.
+    pub user: Option<String>,
+    /// `/proc/PID/cmdline`, arguments joined by spaces, when readable.
+    pub cmdline: Option<String>,
+    /// Its cgroup (the v2 path, else the first v1 hierarchy's).
+    pub cgroup: Option<String>,
+    /// The container (64-hex id of Docker, Podman, containerd, CRI-O) or
+    /// Kubernetes pod (`pod<uid>`) its cgroup names.
+    pub container: Option<String>,
+    /// What it is doing: `running`, `stopped`, `traced by PID (NAME)`,
+    /// `being checkpointed by criu (pid N)`, `exiting`.
+    pub state: String,
+    /// Whether its GPU queues are paused: true while a CRIU dump holds it
+    /// (the dump pauses them and resumes them at its end); null when the
+    /// kernel does not say (it shows no pause flag: after a dump killed
+    /// without its guardian, `amdgpu-criu unpause --pid` resumes them).
+    pub queues_paused: Option<bool>,
+    /// Whether a checkpoint can start now.
+    pub verdict: Verdict,
     /// Per GPU, by gpu_id.
     pub gpus: Vec<GpuUse>,
     /// All its queues.
@@ -253,13 +284,251 @@ fn process(roots: &Roots, dir: &Path, pid: u32, minors: &BTreeMap<u32, u32>) -> 
     // In render-node order, as the topology numbers the GPUs.
     let mut gpus: Vec<GpuUse> = gpus.into_values().collect();
     gpus.sort_by_key(|g| (g.render_minor.is_none(), g.render_minor, g.gpu_id));
+    let name = read_trimmed(&pid_dir.join("comm")).unwrap_or_else(|| "?".into());
+    let task = Task::read(&roots.proc, pid);
+    let cgroup = std::fs::read_to_string(pid_dir.join("cgroup"))
+        .ok()
+        .and_then(|text| cgroup_path(&text));
+    let container = cgroup.as_deref().and_then(container_of);
+    let (state, queues_paused, verdict) = task.judge(&roots.proc, complete);
     RocmProcess {
         pid,
-        name: read_trimmed(&pid_dir.join("comm")).unwrap_or_else(|| "?".into()),
+        name,
+        user: task.user(),
+        cmdline: std::fs::read(pid_dir.join("cmdline")).ok().and_then(|raw| {
+            let args: Vec<String> = raw
+                .split(|&b| b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            (!args.is_empty()).then(|| args.join(" "))
+        }),
+        cgroup,
+        container,
+        state,
+        queues_paused,
+        verdict,
         gpus,
         queues,
         checkpoint_bytes,
         complete,
+    }
+}
+
+/// What `/proc/PID/status` says of a process.
+#[derive(Default)]
+struct Task {
+    /// The `State:` letter (`R`, `S`, `T`, `t`, `Z`, ...).
+    state: Option<char>,
+    /// `Uid:` (real).
+    uid: Option<u32>,
+    /// `TracerPid:`, when not 0.
+    tracer: Option<u32>,
+}
+
+impl Task {
+    fn read(proc: &Path, pid: u32) -> Task {
+        let Ok(status) = std::fs::read_to_string(proc.join(pid.to_string()).join("status")) else {
+            return Task::default();
+        };
+        let field = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .map(str::trim)
+        };
+        Task {
+            state: field("State:").and_then(|s| s.chars().next()),
+            uid: field("Uid:").and_then(|s| s.split_whitespace().next()?.parse().ok()),
+            tracer: field("TracerPid:")
+                .and_then(|s| s.parse().ok())
+                .filter(|&t| t != 0),
+        }
+    }
+
+    /// The owner's name from `/etc/passwd`, else the uid.
+    fn user(&self) -> Option<String> {
+        let uid = self.uid?;
+        let named = std::fs::read_to_string("/etc/passwd")
+            .ok()
+            .and_then(|passwd| {
+                passwd.lines().find_map(|l| {
+                    let mut f = l.split(':');
+                    let name = f.next()?;
+                    (f.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_owned())
+                })
+            });
+        Some(named.unwrap_or_else(|| uid.to_string()))
+    }
+
+    /// Its state in words, whether its queues are known to be paused, and
+    /// whether a checkpoint can start now.
+    fn judge(&self, proc: &Path, complete: bool) -> (String, Option<bool>, Verdict) {
+        let lower_bound = if complete {
+            ""
+        } else {
+            " (its GTT could not be read: the size is a lower bound; run as root)"
+        };
+        if let Some(tracer) = self.tracer {
+            let name = read_trimmed(&proc.join(tracer.to_string()).join("comm"))
+                .unwrap_or_else(|| "?".into());
+            if name == "criu" {
+                return (
+                    format!("being checkpointed by criu (pid {tracer})"),
+                    Some(true),
+                    Verdict {
+                        checkpointable: false,
+                        why: format!(
+                            "criu (pid {tracer}) is checkpointing it now; its GPU queues are \
+                             paused until the dump ends"
+                        ),
+                    },
+                );
+            }
+            return (
+                format!("traced by {tracer} ({name})"),
+                None,
+                Verdict {
+                    checkpointable: false,
+                    why: format!(
+                        "{name} (pid {tracer}) traces it, and CRIU cannot seize a traced \
+                         process: detach {name} first"
+                    ),
+                },
+            );
+        }
+        match self.state {
+            Some('Z' | 'X') => (
+                "exiting".into(),
+                None,
+                Verdict {
+                    checkpointable: false,
+                    why: "it is exiting".into(),
+                },
+            ),
+            Some(state) => (
+                if matches!(state, 'T' | 't') {
+                    "stopped".into()
+                } else {
+                    "running".into()
+                },
+                None,
+                Verdict {
+                    checkpointable: true,
+                    why: format!("nothing holds it{lower_bound}"),
+                },
+            ),
+            None => (
+                "unknown".into(),
+                None,
+                Verdict {
+                    checkpointable: true,
+                    why: format!(
+                        "its status is not readable here (another user's process: run as \
+                         root to know more){lower_bound}"
+                    ),
+                },
+            ),
+        }
+    }
+}
+
+/// The cgroup path of a `/proc/PID/cgroup` text: the v2 one (`0::PATH`),
+/// else the first hierarchy's.
+fn cgroup_path(text: &str) -> Option<String> {
+    let paths: Vec<(&str, &str)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (id, _, path) = (f.next()?, f.next()?, f.next()?);
+            Some((id, path))
+        })
+        .collect();
+    paths
+        .iter()
+        .find(|(id, _)| *id == "0")
+        .or_else(|| paths.first())
+        .map(|(_, p)| (*p).to_owned())
+}
+
+/// The container id (the last 64-hex run: `docker-<id>.scope`,
+/// `libpod-<id>`, `cri-containerd-<id>`, `crio-<id>`) or the Kubernetes
+/// pod (`pod<uid>`) a cgroup path names.
+fn container_of(path: &str) -> Option<String> {
+    let hex64 = path
+        .split(|c: char| !c.is_ascii_hexdigit())
+        .rfind(|run| run.len() == 64)
+        .map(str::to_owned);
+    hex64.or_else(|| {
+        path.split('/').rev().find_map(|part| {
+            let part = part.strip_suffix(".slice").unwrap_or(part);
+            let pod = part.rsplit('-').next()?;
+            pod.starts_with("pod").then(|| pod.replace('_', "-"))
+        })
+    })
+}
+
+#[cfg(test)]
+mod identity_tests {
+    use super::*;
+
+    #[test]
+    fn cgroups_name_their_container_or_pod() {
+        let docker = format!("0::/system.slice/docker-{}.scope\n", "ab".repeat(32));
+        let path = cgroup_path(&docker).unwrap();
+        assert_eq!(container_of(&path), Some("ab".repeat(32)));
+        let pod = "0::/kubepods.slice/kubepods-besteffort.slice/\
+                   kubepods-besteffort-pod1c2d_33e4.slice/cri-containerd-x.scope\n";
+        assert_eq!(
+            container_of(&cgroup_path(pod).unwrap()),
+            Some("pod1c2d-33e4".to_owned())
+        );
+        let v1 = "12:pids:/user.slice\n11:memory:/user.slice\n";
+        assert_eq!(cgroup_path(v1).as_deref(), Some("/user.slice"));
+        assert_eq!(container_of("/user.slice"), None);
+    }
+
+    fn fake_proc(pid: u32, status: &str) -> tempfile::TempDir {
+        let proc = tempfile::tempdir().unwrap();
+        let dir = proc.path().join(pid.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("status"), status).unwrap();
+        proc
+    }
+
+    #[test]
+    fn a_process_criu_traces_is_being_checkpointed_with_its_queues_paused() {
+        let proc = fake_proc(
+            10,
+            "State:\tt (tracing stop)\nUid:\t0\t0\t0\t0\nTracerPid:\t77\n",
+        );
+        std::fs::create_dir_all(proc.path().join("77")).unwrap();
+        std::fs::write(proc.path().join("77/comm"), "criu\n").unwrap();
+        let (state, paused, verdict) = Task::read(proc.path(), 10).judge(proc.path(), true);
+        assert_eq!(state, "being checkpointed by criu (pid 77)");
+        assert_eq!(paused, Some(true));
+        assert!(!verdict.checkpointable);
+
+        std::fs::write(proc.path().join("77/comm"), "gdb\n").unwrap();
+        let (state, paused, verdict) = Task::read(proc.path(), 10).judge(proc.path(), true);
+        assert_eq!(state, "traced by 77 (gdb)");
+        assert_eq!(paused, None);
+        assert!(verdict.why.contains("detach gdb first"), "{}", verdict.why);
+    }
+
+    #[test]
+    fn a_running_process_is_checkpointable_and_its_owner_named() {
+        let proc = fake_proc(
+            10,
+            "State:\tS (sleeping)\nUid:\t0\t0\t0\t0\nTracerPid:\t0\n",
+        );
+        let task = Task::read(proc.path(), 10);
+        assert_eq!(task.user().as_deref(), Some("root"));
+        let (state, paused, verdict) = task.judge(proc.path(), false);
+        assert_eq!(state, "running");
+        assert_eq!(paused, None);
+        assert!(verdict.checkpointable);
+        assert!(verdict.why.contains("lower bound"), "{}", verdict.why);
     }
 }
 
@@ -328,6 +597,37 @@ fn print(processes: &[RocmProcess], rate: f64, rate_text: &str) {
             rate_text
         );
         println!(
+            "  {}: {}",
+            if p.verdict.checkpointable {
+                "checkpointable"
+            } else {
+                "not checkpointable now"
+            },
+            p.verdict.why
+        );
+        println!(
+            "  state {}, GPU queues {}",
+            p.state,
+            match p.queues_paused {
+                Some(true) => "paused",
+                Some(false) => "running",
+                None => "not shown by the kernel",
+            }
+        );
+        let unknown = || "?".to_owned();
+        println!(
+            "  user {}, cgroup {}{}",
+            p.user.clone().unwrap_or_else(unknown),
+            p.cgroup.clone().unwrap_or_else(unknown),
+            p.container
+                .as_ref()
+                .map(|c| format!(" (container {})", &c[..c.len().min(12)]))
+                .unwrap_or_default()
+        );
+        if let Some(cmdline) = &p.cmdline {
+            println!("  {cmdline}");
+        }
+        println!(
             "  {:<8} {:<10} {:>10} {:>10} {:>6}",
             "gpu_id", "render", "VRAM", "GTT", "queues"
         );
@@ -395,6 +695,14 @@ pub fn run(args: Args) -> ExitCode {
         print(&processes, rate, &rate_text);
     }
     match args.pid {
+        Some(pid)
+            if processes.is_empty()
+                && args.simulate.is_none()
+                && !Path::new(&format!("/proc/{pid}")).exists() =>
+        {
+            eprintln!("amdgpu-criu ps: no process {pid}");
+            ExitCode::from(1)
+        }
         Some(pid) if processes.is_empty() => {
             eprintln!("amdgpu-criu ps: pid {pid} holds no /dev/kfd (not a ROCm process)");
             ExitCode::from(1)
@@ -409,15 +717,7 @@ fn simulated(spec: &str, only: Option<u32>) -> Result<Vec<RocmProcess>, String> 
     use kfd_sim::workload::{Profile, Workload};
     let machine = crate::machine::Machine::parse("ps", spec)?;
     let label = machine.label();
-    let sim = match &machine {
-        crate::machine::Machine::Builtin(n) => {
-            kfd_sim::Sim::builtin(n, kfd_sim::SimConfig::default())
-        }
-        crate::machine::Machine::Dir(d) => {
-            kfd_sim::Sim::from_sysfs(d, kfd_sim::SimConfig::default())
-        }
-    }
-    .map_err(|e| format!("{label}: {e}"))?;
+    let sim = machine.simulate()?;
     let mut apps = Vec::new();
     for profile in [
         Profile::TensorFlowLike { bo_bytes: 4 << 20 },

@@ -27,12 +27,16 @@ use serde::Serialize;
   amdgpu-criu topology --sysfs builtin:list           # the built-in machines
   amdgpu-criu topology --sysfs builtin:mi210-8gpu-2hive
   amdgpu-criu topology --sysfs ./copy-of-topology --complete
-  amdgpu-criu topology --json > topology.json           # attach to bug reports")]
+  amdgpu-criu topology --json > topology.json           # attach to bug reports
+  amdgpu-criu topology --export node1.json              # then: map --from node1.json ...
+
+Exit status: 0 printed (or written), 2 the topology cannot be read or FILE written")]
 pub struct Args {
-    /// Read a copy of a topology tree (the directory holding `nodes/`), or
-    /// a built-in synthetic machine `builtin:NAME` (`builtin:list` lists
-    /// them), instead of this machine's `/sys/class/kfd/kfd/topology`.
-    #[arg(long, value_name = "DIR|builtin:NAME", conflicts_with = "builtin", value_parser = crate::machine::MachineParser, hide_possible_values = true)]
+    /// Read a copy of a topology tree (the directory holding `nodes/`), a
+    /// topology file (`--export`), or a built-in synthetic machine
+    /// `builtin:NAME` (`builtin:list` lists them), instead of this
+    /// machine's `/sys/class/kfd/kfd/topology`.
+    #[arg(long, value_name = "DIR|FILE|builtin:NAME", conflicts_with = "builtin", value_parser = crate::machine::MachineParser, hide_possible_values = true)]
     pub sysfs: Option<String>,
     /// The same as `--sysfs builtin:NAME` (kept for scripts).
     #[arg(long, value_name = "NAME", hide = true)]
@@ -45,6 +49,11 @@ pub struct Args {
     /// `synthesized`, `system`) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Write the topology into FILE (the JSON of `--json`), a machine every
+    /// command reads back: `map --from FILE`, `check --sysfs FILE`, `demo
+    /// --topology FILE`.
+    #[arg(long, value_name = "FILE")]
+    pub export: Option<PathBuf>,
 }
 
 /// Where the topology came from and what was learnt reading it.
@@ -61,6 +70,7 @@ pub fn run(mut args: Args) -> ExitCode {
         args.sysfs = None;
         args.builtin = Some("list".into());
     }
+    let mut file = None;
     if let Some(spec) = args.sysfs.clone() {
         match crate::machine::Machine::parse("topology", &spec) {
             Ok(crate::machine::Machine::Builtin(name)) => {
@@ -68,6 +78,7 @@ pub fn run(mut args: Args) -> ExitCode {
                 args.builtin = Some(name);
             }
             Ok(crate::machine::Machine::Dir(_)) => {}
+            Ok(machine @ crate::machine::Machine::File(_)) => file = Some(machine),
             Err(e) => {
                 eprintln!("amdgpu-criu topology: {e}");
                 return ExitCode::from(2);
@@ -75,11 +86,18 @@ pub fn run(mut args: Args) -> ExitCode {
         }
     }
     if args.builtin.as_deref() == Some("list") {
-        let mut text = builtin_names().join("\n");
-        text.push('\n');
-        return emit(&text);
+        return emit(&builtin_list(args.json));
     }
-    let mut loaded = match load(&args) {
+    let loaded = match &file {
+        Some(machine) => machine.system().map(|system| Loaded {
+            source: machine.label(),
+            system: system.unwrap_or_default(),
+            skipped: Vec::new(),
+            notes: Vec::new(),
+        }),
+        None => load(&args),
+    };
+    let mut loaded = match loaded {
         Ok(loaded) => loaded,
         Err(message) => {
             eprintln!("amdgpu-criu topology: {message}");
@@ -91,6 +109,9 @@ pub fn run(mut args: Args) -> ExitCode {
     } else {
         Vec::new()
     };
+    if let Some(path) = &args.export {
+        return export(path, &loaded, &synthesized);
+    }
     let text = if args.json {
         match serde_json::to_string_pretty(&Report::new(&loaded, &synthesized)) {
             Ok(mut text) => {
@@ -106,6 +127,87 @@ pub fn run(mut args: Args) -> ExitCode {
         render_text(&loaded, &synthesized)
     };
     emit(&text)
+}
+
+/// The built-in machines, each with its GPU model and count: one per line,
+/// or a JSON array.
+fn builtin_list(json: bool) -> String {
+    let machines: Vec<serde_json::Value> = builtin_names()
+        .iter()
+        .filter_map(|name| {
+            let system = builtin(name)?;
+            let first = system.gpus().next()?;
+            let hives = system.hives().len();
+            Some(serde_json::json!({
+                "name": format!("{}{name}", crate::machine::PREFIX),
+                "gpus": system.gpus().count(),
+                "model": first.name.clone().unwrap_or_default(),
+                "gfx_target": gfx_target(first.prop("gfx_target_version")),
+                "device_id": format!("{:#06x}", first.prop("device_id")),
+                "vram_bytes": first.vram().map(|(bytes, _)| bytes),
+                "xgmi_hives": hives,
+            }))
+        })
+        .collect();
+    if json {
+        return format!("{:#}\n", serde_json::Value::Array(machines));
+    }
+    let mut out = String::new();
+    for m in &machines {
+        let _ = writeln!(
+            out,
+            "{:<26} {:>3} x {} {} ({}, {}){}",
+            m["name"].as_str().unwrap_or_default(),
+            m["gpus"],
+            m["model"].as_str().unwrap_or_default(),
+            m["gfx_target"].as_str().unwrap_or("-"),
+            m["device_id"].as_str().unwrap_or_default(),
+            m["vram_bytes"].as_u64().map_or("-".to_owned(), human_bytes),
+            match m["xgmi_hives"].as_u64() {
+                Some(0) | None => String::new(),
+                Some(n) => format!(", {}", crate::out::plural(n, "XGMI hive")),
+            }
+        );
+    }
+    out
+}
+
+/// `--export FILE`: the JSON of `--json`, written whole or not at all.
+fn export(path: &Path, loaded: &Loaded, synthesized: &[Synthesized]) -> ExitCode {
+    let text = match serde_json::to_string_pretty(&Report::new(loaded, synthesized)) {
+        Ok(text) => text + "\n",
+        Err(e) => {
+            eprintln!("amdgpu-criu topology: cannot format the topology as JSON: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let dir = match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(dir) => dir.to_path_buf(),
+        None => PathBuf::from("."),
+    };
+    let written = tempfile::NamedTempFile::new_in(&dir)
+        .and_then(|mut f| f.write_all(text.as_bytes()).map(|()| f))
+        .and_then(|f| f.persist(path).map_err(|e| e.error));
+    match written {
+        Ok(_) => {
+            println!(
+                "wrote {}: {} ({}, {}); `amdgpu-criu map --from {0} ...` and `check --sysfs {0}` \
+                 read it",
+                path.display(),
+                loaded.source,
+                crate::out::plural(loaded.system.nodes.len() as u64, "node"),
+                crate::out::plural(loaded.system.gpus().count() as u64, "GPU"),
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!(
+                "amdgpu-criu topology: --export {}: {e} (give a path in a writable directory)",
+                path.display()
+            );
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// Writes `text` to stdout. A reader that went away (`| head`) is not an
@@ -321,10 +423,10 @@ fn render_text(loaded: &Loaded, synthesized: &[Synthesized]) -> String {
     let hives = s.hives();
     let _ = writeln!(
         out,
-        "{} nodes: {} CPU, {} GPU; {}",
-        s.nodes.len(),
-        s.cpus().count(),
-        s.gpus().count(),
+        "{}: {}, {}; {}",
+        crate::out::plural(s.nodes.len() as u64, "node"),
+        crate::out::plural(s.cpus().count() as u64, "CPU"),
+        crate::out::plural(s.gpus().count() as u64, "GPU"),
         crate::out::plural(hives.len() as u64, "XGMI hive")
     );
     let _ = writeln!(
@@ -334,13 +436,11 @@ fn render_text(loaded: &Loaded, synthesized: &[Synthesized]) -> String {
     );
     for node in &s.nodes {
         // gpu_ids in hex, as image file names and every command show them.
-        let gpu_id = node.gpu_id.map_or("-".to_owned(), |id| {
-            if id == 0 {
-                "0".to_owned()
-            } else {
-                crate::out::gpu_id(id)
-            }
-        });
+        // A CPU node's gpu_id 0 is no id.
+        let gpu_id = node
+            .gpu_id
+            .filter(|&id| id != 0)
+            .map_or("-".to_owned(), crate::out::gpu_id);
         let name = node.name.clone().unwrap_or_else(|| "-".to_owned());
         if node.kind() == NodeKind::Cpu {
             let _ = writeln!(

@@ -29,6 +29,8 @@ impl Unpacked {
     /// (pages files too when `pages`) in a new temporary directory.
     pub fn open(path: &Path, pages: bool) -> Result<Unpacked, String> {
         let shown = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+        std::fs::metadata(path)
+            .map_err(|e| format!("{}: {}", path.display(), crate::out::io_error(&e)))?;
         if path.is_dir() || !is_archive(path).map_err(|e| shown(&e))? {
             return Ok(Unpacked {
                 dir: path.to_path_buf(),

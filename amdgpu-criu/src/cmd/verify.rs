@@ -10,8 +10,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use amdgpu_image::{verify_set, DirStore, ReadLimits, SetReport};
-use serde_json::json;
+use amdgpu_image::{
+    verify_set, CriuKfd, CriuRenderNode, DirStore, ImageKind, ImageName, ImageStore, Problem,
+    ReadLimits, SetReport,
+};
+use serde_json::{json, Value};
 
 use crate::out::plural;
 
@@ -21,14 +24,15 @@ use crate::out::plural;
   amdgpu-criu verify /var/lib/ckpt
   amdgpu-criu verify /var/lib/ckpt && criu restore -D /var/lib/ckpt
   amdgpu-criu verify --json /var/lib/ckpt | jq .problems
-  amdgpu-criu verify /var/lib/kubelet/checkpoints/checkpoint-POD_NS-CONTAINER-TIME.tar
+  amdgpu-criu verify /var/lib/kubelet/checkpoints/checkpoint-POD_NAMESPACE-CONTAINER-TIMESTAMP.tar
 
 Exit status: 0 clean, 1 problems found, 2 unreadable or no amdgpu images")]
 pub struct Args {
     /// The image directory, or a container checkpoint archive (`podman
     /// container checkpoint --export`, the kubelet's checkpoint API).
     pub dir: PathBuf,
-    /// Print one JSON object (`clean`, `problems`, counts, `not_covered`).
+    /// Print one JSON object (`clean`, `problems` each with `file`, `path`
+    /// and `message`, the counts, `messages_not_covered`, `unfinished`).
     #[arg(long)]
     pub json: bool,
 }
@@ -43,9 +47,11 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let report = match DirStore::open_dir(unpacked.dir())
-        .and_then(|store| verify_set(&store, ReadLimits::default()))
-    {
+    let report = match DirStore::open_dir(unpacked.dir()).and_then(|store| {
+        let mut report = verify_set(&store, ReadLimits::default())?;
+        report.problems.extend(device_mismatches(&store));
+        Ok(report)
+    }) {
         Ok(report) => report,
         Err(e) => {
             eprintln!("amdgpu-criu verify: {e}");
@@ -76,6 +82,91 @@ pub fn run(args: Args) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+/// Where a render-node image's GPU (its `device`, the checkpointing
+/// machine's description of the GPU) differs from the KFD image's entry for
+/// the same GPU (the one its `gpu_id` names): both were written from one
+/// topology by one dump, so a difference is damage the checksums did not
+/// see (an image edited through a JSON reader that rounds large numbers,
+/// then encoded again). Images that cannot be read are `verify_set`'s to
+/// report.
+pub(crate) fn device_mismatches(store: &DirStore) -> Vec<Problem> {
+    let Ok(names) = store.list() else {
+        return Vec::new();
+    };
+    let read = |name: &ImageName| -> Option<Value> {
+        let value = match name.kind() {
+            ImageKind::Kfd => serde_json::to_value(
+                store
+                    .read_message::<CriuKfd>(name, ReadLimits::default())
+                    .ok()??,
+            ),
+            ImageKind::RenderNode => serde_json::to_value(
+                store
+                    .read_message::<CriuRenderNode>(name, ReadLimits::default())
+                    .ok()??,
+            ),
+            _ => return None,
+        };
+        value.ok()
+    };
+    let kfd: Vec<(ImageName, Value)> = names
+        .iter()
+        .filter(|n| n.kind() == ImageKind::Kfd)
+        .filter_map(|n| Some((*n, read(n)?)))
+        .collect();
+    let mut problems = Vec::new();
+    for name in names.iter().filter(|n| n.kind() == ImageKind::RenderNode) {
+        let Some(render) = read(name) else { continue };
+        let (Some(gpu), Some(device)) = (render["gpu_id"].as_u64(), render.get("device")) else {
+            continue;
+        };
+        if gpu == 0 {
+            continue; // render-only: no KFD image describes its GPU
+        }
+        for (kfd_name, image) in &kfd {
+            let Some(entry) = image["device_entries"]
+                .as_array()
+                .and_then(|all| all.iter().find(|e| e["gpu_id"].as_u64() == Some(gpu)))
+            else {
+                continue;
+            };
+            let Some(fields) = device.as_object() else {
+                continue;
+            };
+            for (field, value) in fields {
+                if matches!(field.as_str(), "node_id" | "gpu_id") || entry.get(field) == Some(value)
+                {
+                    continue;
+                }
+                let theirs = entry.get(field).cloned().unwrap_or(Value::Null);
+                problems.push(Problem::new(
+                    name,
+                    format!("device.{field}"),
+                    format!(
+                        "{} here, {} in {kfd_name}'s entry for GPU {}: the two images were \
+                         written together and must agree; the set was edited or damaged \
+                         after the dump (re-copy it from where it was written)",
+                        shown(field, value),
+                        shown(field, &theirs),
+                        crate::out::gpu_id(gpu as u32),
+                    ),
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// Message field `field`'s value as `decode` shows it (ids in hex).
+fn shown(field: &str, value: &Value) -> String {
+    let mut one = json!({ field: value });
+    crate::json64::message_to_strings(&mut one);
+    match &one[field] {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
     }
 }
 
@@ -156,7 +247,8 @@ fn to_json(
         "unfinished": unfinished,
         "problems": report.problems.iter().map(|p| json!({
             "file": p.file,
-            "path": p.path,
+            // The field inside the file's message; null for the file as a whole.
+            "path": (!p.path.is_empty()).then_some(&p.path),
             "message": p.message,
         })).collect::<Vec<_>>(),
     })

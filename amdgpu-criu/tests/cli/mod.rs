@@ -8,7 +8,7 @@ use std::io::Read;
 use std::process::{Command, Output, Stdio};
 
 /// Every variable the tool or the plugin code it runs reads.
-const VARIABLES: [&str; 10] = [
+pub const VARIABLES: [&str; 10] = [
     "KFD_FW_VER_CHECK",
     "KFD_SDMA_FW_VER_CHECK",
     "KFD_CACHES_COUNT_CHECK",

@@ -242,7 +242,6 @@ fn round(
         "{}: CRIU left the dumped application running",
         peer.name()
     );
-    app.running = false;
     served.assert_empty("after the dump");
     if peer == Peer::CPlugin {
         driver::list_c_plugin_in_inventory(&app);

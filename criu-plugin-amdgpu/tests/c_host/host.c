@@ -15,6 +15,12 @@
  *                  entries of $HOST_PLUGIN_OPTIONS (one per line); the host
  *                  checks the plugin left CRIU's array untouched. With
  *                  $HOST_EXPECT_INIT_FAIL=1 every init must fail (bad options).
+ *   DISPATCH       instead of calling each hook directly, load a second
+ *                  plugin ($HOST_SIBLING, loaded first with
+ *                  $HOST_SIBLING_FIRST=1, as CRIU's readdir order may) and
+ *                  dispatch a dump and a restore through CRIU's hook chains
+ *                  as CRIU does with its hook changes of 2026 (see
+ *                  dispatch_scenario).
  * Like CRIU, a descriptor whose max_hooks exceeds HOOK_MAX is refused as a
  * "Corrupted plugin".
  * Usage: host <plugin.so> <expected max_hooks> <images dir>
@@ -33,16 +39,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SLOTS 16
-
-typedef struct {
-	const char *name;
-	int (*init)(int stage);
-	void (*exit)(int stage, int ret);
-	unsigned int version;
-	unsigned int max_hooks;
-	void *hooks[SLOTS];
-} desc_t;
+#include "plugin_desc.h"
 
 struct list_head {
 	struct list_head *next, *prev;
@@ -164,6 +161,121 @@ typedef int (*update_vma_t)(const char *, uint64_t, uint64_t, uint64_t *, int *)
 typedef int (*int_t)(int);
 typedef int (*void_t)(void);
 
+#ifdef DISPATCH
+/*
+ * CRIU's hook chains with two plugins, ours and a sibling, in load order.
+ * criu/include/plugin.h's run_plugins walks a hook's chain and stops at the
+ * first answer other than -ENOTSUP. With the hook changes of 2026:
+ *   criu#3105 calls CHECKPOINT_DEVICES (seize.c, checkpoint_devices) and
+ *   RESUME_DEVICES_LATE (cr-restore.c, restore_root_task) once more with
+ *   pid -1 after the per-task loop, through run_plugins: a plugin the call
+ *   is not for answers -ENOTSUP and the next one hears it;
+ *   66fe7a1dd (criu#3076) makes DUMP_DEVICES_LATE, RESTORE_INIT and
+ *   POST_FORKING broadcasts: every plugin's handler runs, and the first
+ *   error (an answer other than 0 and -ENOTSUP) is returned after all ran.
+ * Each handler call prints "CALL <plugin> <hook> <arg> = <answer>", each
+ * dispatch "DISPATCH <chain|broadcast> <hook> <arg> = <result>".
+ */
+#define NO_ARG 0x7fffffff
+
+static desc_t *loaded[2];
+
+static bool on_chain(const desc_t *p, int hook)
+{
+	return hook < (int)p->max_hooks && p->hooks[hook];
+}
+
+static int call_hook(desc_t *p, int hook, int arg)
+{
+	int ret = arg == NO_ARG ? ((void_t)p->hooks[hook])() : ((int_t)p->hooks[hook])(arg);
+
+	printf("CALL %s %d %d = %d\n", p->name, hook, arg == NO_ARG ? 0 : arg, ret);
+	fflush(stdout);
+	return ret;
+}
+
+static int run_chain(int hook, int arg)
+{
+	int i, ret = -ENOTSUP;
+
+	for (i = 0; i < 2; i++) {
+		if (!on_chain(loaded[i], hook))
+			continue;
+		ret = call_hook(loaded[i], hook, arg);
+		if (ret == -ENOTSUP)
+			continue;
+		break;
+	}
+	printf("DISPATCH chain %d %d = %d\n", hook, arg == NO_ARG ? 0 : arg, ret);
+	return ret;
+}
+
+static int run_broadcast(int hook, int arg)
+{
+	int i, ret, result = -ENOTSUP, first_error = 0;
+
+	for (i = 0; i < 2; i++) {
+		if (!on_chain(loaded[i], hook))
+			continue;
+		ret = call_hook(loaded[i], hook, arg);
+		if (ret == 0)
+			result = 0;
+		else if (ret != -ENOTSUP && !first_error)
+			first_error = ret;
+	}
+	if (first_error)
+		result = first_error;
+	printf("DISPATCH broadcast %d %d = %d\n", hook, arg == NO_ARG ? 0 : arg, result);
+	return result;
+}
+
+/* What CRIU's call sites take as success. */
+static bool criu_goes_on(int ret)
+{
+	return !(ret < 0 && ret != -ENOTSUP);
+}
+
+static void dispatch_scenario(desc_t *ours)
+{
+	const char *path = getenv("HOST_SIBLING");
+	const char *first = getenv("HOST_SIBLING_FIRST");
+	desc_t *sibling;
+	void *h;
+	int stage, i, pid = getpid();
+
+	h = path ? dlopen(path, RTLD_LAZY) : NULL;
+	sibling = h ? dlsym(h, "CR_PLUGIN_DESC") : NULL;
+	if (!sibling) {
+		fprintf(stderr, "FAIL no sibling plugin at $HOST_SIBLING: %s\n", path ? dlerror() : "unset");
+		exit(1);
+	}
+	if (first && strcmp(first, "1") == 0) {
+		loaded[0] = sibling;
+		loaded[1] = ours;
+	} else {
+		loaded[0] = ours;
+		loaded[1] = sibling;
+	}
+	for (stage = 0; stage <= 2; stage += 2) {
+		for (i = 0; i < 2; i++)
+			EXPECT(loaded[i]->init(stage) == 0, "init(%d) of %s", stage, loaded[i]->name);
+		if (stage == 0) {
+			EXPECT(criu_goes_on(run_chain(11, pid)), "CHECKPOINT_DEVICES(%d)", pid);
+			EXPECT(criu_goes_on(run_chain(11, -1)), "CHECKPOINT_DEVICES(-1)");
+			EXPECT(criu_goes_on(run_broadcast(14, pid)), "DUMP_DEVICES_LATE");
+		} else {
+			EXPECT(criu_goes_on(run_broadcast(13, NO_ARG)), "RESTORE_INIT");
+			EXPECT(criu_goes_on(run_broadcast(12, NO_ARG)), "POST_FORKING");
+			EXPECT(criu_goes_on(run_chain(9, pid)), "RESUME_DEVICES_LATE(%d)", pid);
+			EXPECT(criu_goes_on(run_chain(9, -1)), "RESUME_DEVICES_LATE(-1)");
+		}
+		for (i = 0; i < 2; i++)
+			loaded[i]->exit(stage, 0);
+	}
+	dlclose(h);
+}
+#endif
+
 int main(int argc, char **argv)
 {
 	void *h;
@@ -219,6 +331,16 @@ int main(int argc, char **argv)
 			EXPECT((d->hooks[i] != NULL) == want[i], "hook slot %d", i);
 	}
 
+#ifdef DISPATCH
+	dispatch_scenario(d);
+	(void)pipefd;
+	(void)null_fd;
+	(void)st;
+	(void)stage;
+	(void)ret;
+	(void)have_kfd;
+	goto done;
+#endif
 	EXPECT(pipe(pipefd) == 0, "pipe");
 	null_fd = open("/dev/null", O_RDWR);
 	EXPECT(null_fd >= 0 && fstat(null_fd, &st) == 0, "/dev/null");
@@ -292,6 +414,9 @@ int main(int argc, char **argv)
 		d->exit(stage, 0);
 	}
 
+#ifdef DISPATCH
+done:
+#endif
 #ifdef GET_OPTIONS
 	EXPECT(options_argc == 0 || options_calls > 0, "criu_plugin_get_options never called");
 	for (i = 0; i < options_argc; i++)

@@ -16,33 +16,50 @@ use std::time::{Duration, Instant, SystemTime};
 /// the two cores CI has.
 pub static SERIAL: Mutex<()> = Mutex::new(());
 
-/// A CRIU build of `build.sh` and the hooks its `CR_PLUGIN_HOOK__MAX` offers.
+/// A CRIU build, the hooks its `CR_PLUGIN_HOOK__MAX` offers and the script
+/// that builds it.
 #[derive(Debug, Clone, Copy)]
 pub struct Release {
     pub name: &'static str,
     pub hooks: u32,
+    pub built_by: &'static str,
 }
+
+const BUILD_SH: &str = "../shared/vendor/criu/build.sh";
 
 pub const RELEASES: [Release; 4] = [
     Release {
         name: "head",
         hooks: 15,
+        built_by: BUILD_SH,
     },
     Release {
         name: "v4.2",
         hooks: 13,
+        built_by: BUILD_SH,
     },
     Release {
         name: "v4.1.1",
         hooks: 12,
+        built_by: BUILD_SH,
     },
     Release {
         name: "v3.19",
         hooks: 10,
+        built_by: BUILD_SH,
     },
 ];
 
 pub const HEAD: Release = RELEASES[0];
+
+/// criu-dev with CRIU's plugin hook changes of 2026 (criu#3105's pid -1
+/// calls, 66fe7a1dd's broadcast hooks), built by
+/// `.ci/build-criu-2026-hooks.sh`.
+pub const HEAD_2026_HOOKS: Release = Release {
+    name: "head-2026-hooks",
+    hooks: 15,
+    built_by: ".ci/build-criu-2026-hooks.sh",
+};
 
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -175,13 +192,9 @@ pub fn plugin_build(profiles: &[&str], rebuild: &str) -> Result<PathBuf, String>
     Ok(so)
 }
 
-/// Where `build.sh` put its CRIU builds (`CRIU_BUILDS`, else
-/// `~/.cache/criu-builds`).
+/// Where `build.sh` put its CRIU builds ([`test_env::criu_builds`]).
 pub fn builds_dir() -> PathBuf {
-    std::env::var_os("CRIU_BUILDS")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/criu-builds")))
-        .unwrap_or_default()
+    test_env::criu_builds()
 }
 
 /// The CRIU binary of `release` in `builds`, refused when it is missing or
@@ -190,9 +203,10 @@ pub fn criu_build(builds: &Path, release: Release) -> Result<PathBuf, String> {
     let criu = builds.join(release.name).join("criu");
     if !criu.is_file() {
         return Err(format!(
-            "no CRIU {} at {} (run ../shared/vendor/criu/build.sh and set CRIU_BUILDS)",
+            "no CRIU {} at {} (run {} and set CRIU_BUILDS)",
             release.name,
-            criu.display()
+            criu.display(),
+            release.built_by
         ));
     }
     let check = Command::new(&criu)

@@ -19,13 +19,17 @@
 //!   failure and a hang are all taken, anything else is not) or
 //!   `intermittent <why>` (passes, but was seen to fail or hang now and
 //!   then for a cause not found yet, which the reason names; taken like
-//!   `timing`).
+//!   `timing`) or `crash <SIGNAL> <why>` (ends by that signal, for the
+//!   reason given: kfdtest's own defect on this machine).
 //!
-//! A regression is a `pass` that did not pass, a `skip` that did something
-//! else, a `cannot-run` test that passed (or, for `assembles-shader`, ended
-//! anywhere but at the assembler), a `fail` that passed and a `timing`
-//! test that crashed or was skipped: the list then no longer tells the
-//! truth and must be updated.
+//! A crash is never an accepted outcome of any other entry: a test that
+//! ends by a signal is taken only when its entry names that signal and
+//! why. A regression is a `pass` that did not pass, a `skip` that did
+//! something else, a `cannot-run` test that passed (or, for
+//! `assembles-shader`, ended anywhere but at the assembler), a `fail` that
+//! passed, a `timing` test that was skipped, a `crash` that ended
+//! otherwise, and a crash not listed as one: the list then no longer tells
+//! the truth and must be updated.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -66,7 +70,19 @@ pub enum Expected {
     Fail(String),
     /// `timing` or `intermittent`, with the kind before the cause.
     Unsteady(String),
+    /// Ends by this signal, for the reason given.
+    Crash(i32, String),
 }
+
+/// The signals a `crash` entry may name.
+const SIGNALS: [(&str, i32); 6] = [
+    ("SIGSEGV", libc::SIGSEGV),
+    ("SIGABRT", libc::SIGABRT),
+    ("SIGBUS", libc::SIGBUS),
+    ("SIGFPE", libc::SIGFPE),
+    ("SIGILL", libc::SIGILL),
+    ("SIGTRAP", libc::SIGTRAP),
+];
 
 /// `(kind, reason)` per test, from `cannot-run.txt`.
 pub type CannotRunList = BTreeMap<String, (CannotRun, String)>;
@@ -112,7 +128,7 @@ pub fn parse_cannot_run(text: &str, file: &Path) -> CannotRunList {
     out
 }
 
-/// Parses a machine's list: `Test.Name pass|skip|cannot-run|fail <why>|timing <why>|intermittent <why>`.
+/// Parses a machine's list: `Test.Name pass|skip|cannot-run|fail <why>|timing <why>|intermittent <why>|crash <SIGNAL> <why>`.
 pub fn parse_expected(text: &str, file: &Path) -> BTreeMap<String, Expected> {
     let mut out = BTreeMap::new();
     for (n, line) in entries(text) {
@@ -124,13 +140,29 @@ pub fn parse_expected(text: &str, file: &Path) -> BTreeMap<String, Expected> {
             "pass" => Expected::Pass,
             "skip" => Expected::Skip,
             "cannot-run" => Expected::CannotRun,
-            "fail" | "timing" | "intermittent" if rest.is_empty() => {
+            "fail" | "timing" | "intermittent" | "crash" if rest.is_empty() => {
                 panic!("{}:{n}: `{what}` needs its cause", file.display())
             }
             "fail" => Expected::Fail(rest.to_owned()),
             "timing" | "intermittent" => Expected::Unsteady(format!("{what}: {rest}")),
+            "crash" => {
+                let (signal, why) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+                let Some(&(_, number)) = SIGNALS.iter().find(|(name, _)| *name == signal) else {
+                    panic!(
+                        "{}:{n}: `crash` names its signal first ({}), not {signal:?}",
+                        file.display(),
+                        SIGNALS.map(|(name, _)| name).join(", ")
+                    )
+                };
+                assert!(
+                    !why.trim().is_empty(),
+                    "{}:{n}: `crash {signal}` needs its cause",
+                    file.display()
+                );
+                Expected::Crash(number, why.trim().to_owned())
+            }
             other => panic!(
-                "{}:{n}: unknown expectation {other:?} (pass, skip, cannot-run, fail <why>, timing <why>, intermittent <why>)",
+                "{}:{n}: unknown expectation {other:?} (pass, skip, cannot-run, fail <why>, timing <why>, intermittent <why>, crash <SIGNAL> <why>)",
                 file.display()
             ),
         };
@@ -152,6 +184,17 @@ pub fn judge(
     outcome: &Outcome,
 ) -> Option<String> {
     let passed = *outcome == Outcome::Pass;
+    if let Outcome::Crash(signal) = outcome {
+        return match expected {
+            Expected::Crash(listed, _) if listed == signal => None,
+            Expected::Crash(_, _) => Some("crashed by another signal than its entry names".into()),
+            _ => Some(
+                "crashed, which no entry but `crash <SIGNAL> <why>` accepts: fix the cause, or \
+                 list the crash and why it happens"
+                    .into(),
+            ),
+        };
+    }
     match expected {
         Expected::Pass if passed => None,
         Expected::Pass => Some("expected to pass (a regression)".into()),
@@ -176,6 +219,10 @@ pub fn judge(
                     .into(),
             ),
         },
+        Expected::Crash(_, _) if passed => {
+            Some("listed as crashing but passed: list it as pass".into())
+        }
+        Expected::Crash(_, _) => Some("listed as crashing but did not crash".into()),
     }
 }
 
@@ -213,5 +260,43 @@ mod tests {
         assert!(judge(&ex["A.I"], None, &Outcome::Pass).is_none());
         assert!(judge(&ex["A.I"], None, &Outcome::Hang(Default::default())).is_none());
         assert!(judge(&ex["A.I"], None, &Outcome::Skip("x".into())).is_some());
+    }
+
+    #[test]
+    fn a_crash_is_taken_only_from_an_entry_naming_it() {
+        let f = Path::new("x");
+        let cr = parse_cannot_run("A.C hardware: no ECC\nA.S assembles-shader: SP3\n", f);
+        let segv = Outcome::Crash(libc::SIGSEGV);
+        let abrt = Outcome::Crash(libc::SIGABRT);
+        // No other entry takes a crash: not failing, not cannot-run, not
+        // unsteady.
+        for (entry, listed) in [
+            ("A.F fail a cause", None),
+            ("A.C cannot-run", cr.get("A.C")),
+            ("A.S cannot-run", cr.get("A.S")),
+            ("A.T timing a wait", None),
+            ("A.P pass", None),
+        ] {
+            let ex = parse_expected(entry, f);
+            let (_, e) = ex.iter().next().unwrap();
+            assert!(judge(e, listed, &segv).is_some(), "{entry} took a crash");
+        }
+        let ex = parse_expected("A.X crash SIGABRT kfdtest rethrows outside a handler\n", f);
+        assert_eq!(
+            ex["A.X"],
+            Expected::Crash(libc::SIGABRT, "kfdtest rethrows outside a handler".into())
+        );
+        assert!(judge(&ex["A.X"], None, &abrt).is_none());
+        assert!(judge(&ex["A.X"], None, &segv).is_some());
+        assert!(judge(&ex["A.X"], None, &Outcome::Pass).is_some());
+        assert!(judge(&ex["A.X"], None, &Outcome::Fail("x".into())).is_some());
+        for bad in [
+            "A.X crash\n",
+            "A.X crash SIGABRT\n",
+            "A.X crash 6 a cause\n",
+        ] {
+            let parsed = std::panic::catch_unwind(|| parse_expected(bad, f));
+            assert!(parsed.is_err(), "{bad:?} was accepted");
+        }
     }
 }

@@ -3,7 +3,8 @@
 //! served to host processes ([`Served`]), the application of `app.c`
 //! started, dumped and restored by real CRIU in private mount namespaces
 //! with stand-in device nodes ([`dump`], [`restore`], the `SCRIPT`), and
-//! the checks a restored application must pass ([`check_restored`]).
+//! the checks a restored application must pass ([`check_restored`]), its
+//! queues' work in flight among them ([`check_queues`]).
 //!
 //! The including crate provides `harness` (the real-CRIU harness of
 //! `criu-plugin-amdgpu/tests/real_criu/harness.rs`) at its root.
@@ -245,18 +246,24 @@ start() {
     n=0
     until [ -s "$1/ready" ]; do
         n=$((n + 1))
-        if [ "$n" -gt 3000 ]; then echo "the application never got ready" >&2; exit 3; fi
+        if [ "$n" -gt 3000 ]; then echo "the application never got ready" >&2; give_up; fi
         sleep 0.02
     done
-    if grep -q fail "$1/ready"; then cat "$1/ready" >&2; exit 3; fi
+    if grep -q fail "$1/ready"; then cat "$1/ready" >&2; give_up; fi
     if [ "$share" = share ]; then
         until [ -s "$1/child/ready" ]; do
             n=$((n + 1))
-            if [ "$n" -gt 3000 ]; then echo "the child never got ready" >&2; exit 3; fi
+            if [ "$n" -gt 3000 ]; then echo "the child never got ready" >&2; give_up; fi
             sleep 0.02
         done
-        if grep -q fail "$1/child/ready"; then cat "$1/child/ready" >&2; exit 3; fi
+        if grep -q fail "$1/child/ready"; then cat "$1/child/ready" >&2; give_up; fi
     fi
+}
+# give_up: the application started last (its process group: setsid made it
+# the leader of one, its child is in it) is killed, then the step fails.
+give_up() {
+    kill -KILL "-$pid" 2>/dev/null || true
+    exit 3
 }
 if [ "$step" = dump ]; then
     if [ "$parent" = yes ]; then
@@ -272,7 +279,9 @@ if [ "$step" = dump ]; then
             -o "$scratch/parent.log" -L "$plugins" --link-remap \
             </dev/null >"$scratch/parent.out" 2>&1 || status=$?
         echo "$status" > "$scratch/parent.status"
-        [ "$status" = 0 ] || { echo "$status" > "$scratch/dump.status"; exit 0; }
+        # The other run is none of the test's records: a failed dump that
+        # left it running has it killed here.
+        [ "$status" = 0 ] || { kill -KILL "-$pid" 2>/dev/null || true; echo "$status" > "$scratch/dump.status"; exit 0; }
         set -- --prev-images-dir ../parent "$@"
     fi
     start "$scratch"
@@ -432,6 +441,16 @@ pub fn hex(v: &str) -> u64 {
     u64::from_str_radix(v.trim_start_matches("0x"), 16).expect("a hex number")
 }
 
+/// A gate the application's queue work waits at before the dump (see
+/// `app.c`): writing `value` (`size` bytes, little endian) at GPU VA `va`
+/// opens it.
+#[derive(Debug, Clone, Copy)]
+pub struct Gate {
+    pub va: u64,
+    pub size: usize,
+    pub value: u64,
+}
+
 /// A buffer two processes share through a dma-buf (the `share` mode): its
 /// GEM handle in this process's render-node file.
 #[derive(Debug, Clone, Copy)]
@@ -452,6 +471,10 @@ pub struct Proc {
     pub bos: Vec<FilledBo>,
     pub mailbox: u64,
     pub shared: Option<SharedBo>,
+    /// The gates its queue work waits at (none without queues).
+    pub gates: Vec<Gate>,
+    /// The read pointers its SDMA and AQL queues stood at, at the gates.
+    pub held: Option<(u64, u64)>,
 }
 
 impl Proc {
@@ -486,6 +509,21 @@ impl Proc {
                 handle: field(l, "handle").unwrap().parse().unwrap(),
                 size: field(l, "size").unwrap().parse().unwrap(),
             }),
+            gates: ready
+                .lines()
+                .filter(|l| l.starts_with("gate "))
+                .map(|l| Gate {
+                    va: hex(field(l, "va").unwrap()),
+                    size: field(l, "size").unwrap().parse().unwrap(),
+                    value: field(l, "value").unwrap().parse().unwrap(),
+                })
+                .collect(),
+            held: line("held ").map(|l| {
+                (
+                    field(l, "sdma").unwrap().parse().unwrap(),
+                    field(l, "aql").unwrap().parse().unwrap(),
+                )
+            }),
         }
     }
 
@@ -512,13 +550,13 @@ impl Proc {
     }
 }
 
-/// One application's life: its scratch directory (images, logs), its
-/// processes (the root first), and whether they run.
+/// One application's life: its scratch directory (images, logs) and its
+/// processes (the root first). Whatever of them is still there when it
+/// goes, this process's descendants by those pids (a tree a failed restore
+/// left half-restored among them), is killed.
 pub struct App {
     pub scratch: tempfile::TempDir,
     pub procs: Vec<Proc>,
-    /// Whether processes of those pids are ours to kill on drop.
-    pub running: bool,
 }
 
 impl App {
@@ -542,20 +580,58 @@ impl App {
 
 impl Drop for App {
     fn drop(&mut self) {
-        if self.running {
-            for p in &self.procs {
-                kill(p.pid);
-            }
+        for p in &self.procs {
+            kill(p.pid);
+        }
+        if !wait_for(Duration::from_secs(10), || self.all_gone()) {
+            eprintln!(
+                "processes of the application outlive it: {:?}",
+                self.procs.iter().map(|p| p.pid).collect::<Vec<_>>()
+            );
         }
     }
 }
 
+/// Kills `pid` when it is this process's descendant: one the test started
+/// or CRIU restored under it (this process adopts CRIU's orphans), never a
+/// stranger that took the number of one gone.
 pub fn kill(pid: u32) {
+    if !descends_from_us(pid) {
+        return;
+    }
     if let Ok(pid) = libc::pid_t::try_from(pid) {
         // SAFETY: kill(2) sends a signal; no memory involved. The pid is a
-        // process this test started or restored and has not reaped.
+        // live descendant of this process, which has not reaped it.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
+}
+
+/// Whether `pid` is a live descendant of this process (its parents, read
+/// from `/proc/PID/stat`, lead here).
+pub fn descends_from_us(pid: u32) -> bool {
+    let me = std::process::id();
+    let mut at = pid;
+    // Bounded: a chain of parents is short, and one that changes under the
+    // walk must not keep it going.
+    for _ in 0..64 {
+        if at <= 1 {
+            return false;
+        }
+        let Ok(stat) = fs::read_to_string(format!("/proc/{at}/stat")) else {
+            return false;
+        };
+        // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses.
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        match parent {
+            Some(p) if p == me => return true,
+            Some(p) => at = p,
+            None => return false,
+        }
+    }
+    false
 }
 
 /// Whether `pid` still exists; a zombie child of this process is reaped
@@ -697,11 +773,7 @@ pub fn dump_in(scratch: tempfile::TempDir, s: &Step<'_>) -> App {
     if scratch.path().join("child/ready").exists() {
         procs.push(Proc::parse(&scratch.path().join("child")));
     }
-    let app = App {
-        scratch,
-        procs,
-        running: true,
-    };
+    let app = App { scratch, procs };
     assert_eq!(
         status,
         Some(0),
@@ -762,7 +834,6 @@ pub fn restore(app: &mut App, name: &str, s: &Step<'_>) -> Result<u32, String> {
         .parse()
         .map_err(|e| format!("no pid file: {e}"))?;
     // CRIU restores every pid; the pid file names the root.
-    app.running = true;
     if pid != app.pid() {
         return Err(format!(
             "CRIU restored the root as pid {pid}, not {}",
@@ -781,6 +852,127 @@ pub fn check_restored(served: &Served, app: &App, what: &str) {
     }
     if let [parent, child] = &app.procs[..] {
         check_sharing(served, parent, child, what);
+    }
+    for p in &app.procs {
+        let what = format!("{what}, pid {}", p.pid);
+        check_saved_queues(served, app, p, &what);
+        check_queues(served, p, &what);
+    }
+}
+
+/// The checkpoint holds `p`'s queues where the GPU stood at the dump: in
+/// the middle of their rings, at the read pointers of the gates (as the
+/// simulator reads the private data of the process's KFD image).
+pub fn check_saved_queues(served: &Served, app: &App, p: &Proc, what: &str) {
+    let Some((sdma, aql)) = p.held else {
+        return;
+    };
+    let store = amdgpu_image::DirStore::open_dir(app.path("images")).expect("the images");
+    let image = amdgpu_image::ImageStore::list(&store)
+        .expect("list the images")
+        .iter()
+        .filter(|n| matches!(n, amdgpu_image::ImageName::Kfd { .. }))
+        .filter_map(|n| {
+            amdgpu_image::ImageStore::read_message::<amdgpu_image::CriuKfd>(
+                &store,
+                n,
+                amdgpu_image::ReadLimits::default(),
+            )
+            .ok()
+            .flatten()
+        })
+        .find(|k| k.pid == p.pid)
+        .unwrap_or_else(|| panic!("{what}: no KFD image of pid {}", p.pid));
+    let devices = image
+        .device_entries
+        .iter()
+        .filter(|d| d.gpu_id != 0)
+        .count();
+    let saved = kfd_sim::saved_queues(
+        &image.priv_data,
+        devices,
+        image.bo_entries.len(),
+        image.num_of_objects as usize,
+        served.sim.config().max_gpu_instance,
+    )
+    .unwrap_or_else(|e| panic!("{what}: the image's queues: {e}"));
+    // Kernel queue types: 0 compute, 1 SDMA.
+    let at = |ty: u32| {
+        saved
+            .iter()
+            .find(|q| q.queue_type == ty)
+            .unwrap_or_else(|| panic!("{what}: no queue of type {ty} saved: {saved:?}"))
+    };
+    let (s, a) = (at(1), at(0));
+    assert!(
+        s.read_pointer == sdma && s.mid_ring() && a.read_pointer == aql && a.mid_ring(),
+        "{what}: the checkpoint holds the queues at their gates (sdma {sdma}, aql {aql}): {saved:?}"
+    );
+}
+
+/// How long the restored process may take over its queue checks: longer
+/// than its own bound on each wait (`app.c`'s `WAIT_MS`, four waits), so a
+/// queue that never resumes is the process's verdict, and a process that
+/// hangs fails the test here (the [`App`] then kills it).
+const QUEUE_CHECKS_BOUND: Duration = Duration::from_secs(90);
+
+/// The queue work `p` held at its gates before the dump finishes after the
+/// restore, from the read pointers the checkpoint saved, and new work the
+/// restored process submits runs (see `app.c`): the test asks the process
+/// to check through mailbox word 2, waits until the process waits on its
+/// SDMA event (the wait of CRIU issue 2663's shape: it ends only if the
+/// queue resumes where it stopped and the event is delivered), opens the
+/// gates through the simulator and waits for the process's verdict. Every
+/// wait is bounded.
+pub fn check_queues(served: &Served, p: &Proc, what: &str) {
+    if p.gates.is_empty() {
+        return;
+    }
+    let pid = Pid(p.pid);
+    let workload = Workload::attach(&served.sim, pid);
+    let described = workload.describe().expect("describe the restored process");
+    let bo_at = |va: u64, len: u64| {
+        described
+            .bos
+            .iter()
+            .find(|d| d.va <= va && va + len <= d.va + d.size)
+            .unwrap_or_else(|| panic!("{what}: no BO holds {len} bytes at {va:#x}"))
+    };
+    let mailbox = bo_at(p.mailbox, 24);
+    workload
+        .write_bo(mailbox.handle, 16, &1u64.to_le_bytes())
+        .unwrap();
+    let queues = p.dir.join("queues");
+    let verdict = || fs::read_to_string(&queues).unwrap_or_default();
+    assert!(
+        wait_for(Duration::from_secs(20), || !verdict().is_empty()),
+        "{what}: the process never took up the request to check its queues\n{}",
+        fs::read_to_string(p.dir.join("app.out")).unwrap_or_default()
+    );
+    for gate in &p.gates {
+        let bo = bo_at(gate.va, gate.size as u64);
+        workload
+            .write_bo(
+                bo.handle,
+                gate.va - bo.va,
+                &gate.value.to_le_bytes()[..gate.size],
+            )
+            .unwrap();
+    }
+    let done = wait_for(QUEUE_CHECKS_BOUND, || verdict().starts_with("done"));
+    let said = verdict();
+    assert!(
+        done && said.trim() == "done ok",
+        "{what}: the restored queues, as the process found them: {:?} (within {} s); the engines: {:?}",
+        said.trim(),
+        QUEUE_CHECKS_BOUND.as_secs(),
+        served.sim.queue_statuses(pid)
+    );
+    if let Some((sdma, aql)) = p.held {
+        println!(
+            "  queues resumed at their saved read pointers (sdma {sdma}, aql {aql}): held work done, \
+             its event delivered, new SDMA copies and AQL/PM4 packets done"
+        );
     }
 }
 
@@ -881,7 +1073,10 @@ pub fn shared_buffer(served: &Served, pid: u32, shared: SharedBo, what: &str) ->
 /// which holds what the parent wrote.
 pub fn check_sharing(served: &Served, parent: &Proc, child: &Proc, what: &str) {
     let (Some(ps), Some(cs)) = (parent.shared, child.shared) else {
-        return;
+        panic!(
+            "{what}: a process of the tree lists no shared buffer (parent {}: {:?}, child {}: {:?})",
+            parent.pid, parent.shared, child.pid, child.shared
+        );
     };
     let seed = parent
         .bos
@@ -913,7 +1108,6 @@ pub fn finish(served: &Served, app: &mut App, what: &str) {
     for p in &app.procs {
         kill(p.pid);
     }
-    app.running = false;
     assert!(
         wait_for(Duration::from_secs(10), || app.all_gone()),
         "{what}: the application does not die"

@@ -131,6 +131,26 @@ impl Watcher {
         }
     }
 
+    /// Holds the list of watched queues, which the watcher thread takes
+    /// (see [`crate::Sim::hold_for_fork`]).
+    pub(crate) fn hold(&self) -> std::sync::MutexGuard<'_, Vec<Weak<QueueHw>>> {
+        lock(&self.queues)
+    }
+
+    /// In the child of a host `fork(2)`: the watcher thread and the queues
+    /// it watched (whose engine threads) were the parent's, so both are
+    /// forgotten, and the child's first queue starts a watcher of its own.
+    pub(crate) fn forget_after_fork(&self) {
+        if let Ok(mut queues) = self.queues.try_lock() {
+            queues.clear();
+        }
+        if let Ok(mut thread) = self.thread.try_lock() {
+            if let Some(parents) = thread.take() {
+                std::mem::forget(parents);
+            }
+        }
+    }
+
     fn run(me: &Weak<Watcher>, stop: &AtomicBool) {
         let mut last_moved = Instant::now();
         while !stop.load(Ordering::Relaxed) {

@@ -71,6 +71,12 @@ impl InterruptRing {
         }
     }
 
+    /// Holds the pending interrupts, which engine threads push (see
+    /// [`crate::Sim::hold_for_fork`]).
+    pub(crate) fn hold(&self) -> std::sync::MutexGuard<'_, VecDeque<(Pid, Interrupt)>> {
+        lock(&self.pending)
+    }
+
     /// Drops the pending interrupts of `pid` (its process is gone).
     pub(crate) fn forget(&self, pid: Pid) {
         lock(&self.pending).retain(|(p, _)| *p != pid);

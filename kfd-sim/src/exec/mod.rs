@@ -20,7 +20,10 @@
 //!   pointer, latched write pointer, the IB position, a hang) go into the
 //!   MQD, which CRIU's checkpoint carries. A queue made to run again, on
 //!   this machine or restored on another, loads its read pointer from the
-//!   MQD and its write pointer from memory.
+//!   MQD and its write pointer from memory. Only an engine that loaded
+//!   registers from the MQD writes any back: one stopped or replaced
+//!   before it first ran (a restored queue whose memory RESUME swapped for
+//!   CRIU's copies) leaves the MQD as the restore wrote it.
 //! * Copies take time: SDMA queues share their engine's schedule and
 //!   bandwidth with the kernel rings of the DRM half
 //!   ([`Sim::set_sdma_bandwidth`]).
@@ -157,6 +160,21 @@ impl QueueEngines {
         }
     }
 
+    /// Holds the locks the engine and watcher threads take, and the engine
+    /// table, until `held` is dropped (see [`crate::Sim::hold_for_fork`]).
+    pub(crate) fn hold_for_fork<'a>(&'a self, held: &mut Vec<Box<dyn crate::sim::Held + 'a>>) {
+        held.push(Box::new(lock(&self.engines)));
+        held.push(Box::new(self.watcher.hold()));
+        held.push(Box::new(self.interrupts.hold()));
+        held.push(Box::new(self.trace.hold()));
+    }
+
+    /// In the child of a host `fork(2)`: the doorbell watcher was the
+    /// parent's thread (see [`Watcher::forget_after_fork`]).
+    pub(crate) fn after_host_fork(&self) {
+        self.watcher.forget_after_fork();
+    }
+
     /// An engine raised an interrupt of process `pid`.
     pub(crate) fn raise(&self, pid: Pid, irq: Interrupt) {
         self.interrupts.push(pid, irq);
@@ -260,7 +278,9 @@ pub(crate) fn sync_process(sim: &Shared, st: &mut State, pid: Pid) {
     }
     let mut engines = lock(&exec.engines);
     // Engines of queues that are gone or changed shape stop first (their
-    // registers saved if the queue is still there).
+    // registers saved if the queue is still there and the engine loaded
+    // any: one parked since its creation, e.g. a restored queue's before
+    // RESUME, leaves the MQD the restore wrote for the next engine).
     let stale: Vec<(Pid, u32)> = engines
         .range((pid, 0)..=(pid, u32::MAX))
         .filter(|((_, q), e)| wanted.get(q).is_none_or(|(cfg, _, _)| *cfg != e.hw.cfg))
@@ -275,8 +295,9 @@ pub(crate) fn sync_process(sim: &Shared, st: &mut State, pid: Pid) {
         let Some(mut e) = engines.remove(&key) else {
             continue;
         };
-        let (regs, _) = e.hw.halt(Want::Stop, PREEMPTION_TIMEOUT);
-        save_regs(st, key, &regs);
+        if let (Some(regs), _) = e.hw.halt(Want::Stop, PREEMPTION_TIMEOUT) {
+            save_regs(st, key, &regs);
+        }
         if let Some(t) = e.thread.take() {
             let _ = t.join();
         }
@@ -318,7 +339,11 @@ pub(crate) fn sync_process(sim: &Shared, st: &mut State, pid: Pid) {
     let deadline = Instant::now() + PREEMPTION_TIMEOUT;
     for q in &park {
         let left = deadline.saturating_duration_since(Instant::now());
-        let (mut regs, in_time) = engines[&(pid, *q)].hw.halt(Want::Park, left);
+        let (regs, in_time) = engines[&(pid, *q)].hw.halt(Want::Park, left);
+        // An engine without registers of its own was parked already.
+        let Some(mut regs) = regs else {
+            continue;
+        };
         if !in_time && regs.hang.is_none() {
             regs.hang = Some(ring::Hang {
                 header: 0,

@@ -7,9 +7,11 @@
 //! The control side ([`QueueHw`]) is what the kernel half holds: it asks
 //! the engine to run, to park (preemption: the engine finishes the packet
 //! it is in, then hands back its registers for the MQD) or to stop
-//! (destruction), and loads saved registers before a run. The engine never
-//! waits for the simulator's lock: it builds its VM snapshot with
-//! `try_lock` and reports interrupts through the interrupt ring, so a
+//! (destruction), and loads saved registers before a run. An engine that
+//! never loaded registers from an MQD has none to hand back: the MQD
+//! (fresh, or what a restore put there) stays the queue's state. The
+//! engine never waits for the simulator's lock: it builds its VM snapshot
+//! with `try_lock` and reports interrupts through the interrupt ring, so a
 //! kernel path may hold the lock while it waits for a preemption.
 //!
 //! This module never decodes a packet (the `sdma`, `pm4` and `aql` modules
@@ -79,10 +81,20 @@ enum Phase {
 struct Control {
     want: Want,
     phase: Phase,
-    /// The registers as of the last packet boundary.
-    published: Regs,
+    /// The registers as of the last packet boundary; `None` until the
+    /// engine first loaded registers from an MQD.
+    published: Option<Regs>,
     /// Registers to load at the next run.
     load: Option<Regs>,
+}
+
+impl Control {
+    /// The queue's registers as the engine holds them: those it was told
+    /// to load and has not taken up yet, else its own; `None` when it
+    /// never held any (the MQD is the queue's state).
+    fn registers(&self) -> Option<Regs> {
+        self.load.clone().or_else(|| self.published.clone())
+    }
 }
 
 /// The kernel half's handle on one queue's engine.
@@ -114,7 +126,7 @@ impl QueueHw {
             control: Mutex::new(Control {
                 want: Want::Park,
                 phase: Phase::Parked,
-                published: Regs::default(),
+                published: None,
                 load: None,
             }),
             cv: Condvar::new(),
@@ -158,9 +170,10 @@ impl QueueHw {
     }
 
     /// Asks the engine to park or stop and waits up to `timeout` for it
-    /// to reach a packet boundary. Returns the registers there, and whether
-    /// it got there in time (else the last published ones).
-    pub(crate) fn halt(&self, want: Want, timeout: Duration) -> (Regs, bool) {
+    /// to reach a packet boundary. Returns the registers there (else the
+    /// last published ones; `None`: the engine never held any, so the MQD
+    /// stays as it is), and whether it got there in time.
+    pub(crate) fn halt(&self, want: Want, timeout: Duration) -> (Option<Regs>, bool) {
         let deadline = Instant::now() + timeout;
         let mut c = lock(&self.control);
         c.want = want;
@@ -176,10 +189,10 @@ impl QueueHw {
                     // between is work the queue holds all the same.
                     self.latch_doorbell(load);
                 }
-                return (c.load.clone().unwrap_or_else(|| c.published.clone()), true);
+                return (c.registers(), true);
             }
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-                return (c.published.clone(), false);
+                return (c.registers(), false);
             };
             c = self
                 .cv
@@ -200,7 +213,8 @@ impl QueueHw {
     /// What the queue is doing.
     pub(crate) fn status(&self) -> QueueStatus {
         let c = lock(&self.control);
-        let regs = c.load.as_ref().unwrap_or(&c.published);
+        let none = Regs::default();
+        let regs = c.load.as_ref().or(c.published.as_ref()).unwrap_or(&none);
         let state = match (&regs.hang, c.phase) {
             (Some(h), _) => QueueState::Hung(h.reason.clone()),
             (None, Phase::Parked | Phase::Stopped) => QueueState::Preempted,
@@ -220,7 +234,7 @@ impl QueueHw {
 
     fn publish(&self, regs: &Regs, phase: Phase) -> MutexGuard<'_, Control> {
         let mut c = lock(&self.control);
-        c.published.clone_from(regs);
+        c.published = Some(regs.clone());
         if !matches!(c.phase, Phase::Parked | Phase::Stopped) {
             c.phase = phase;
         }
@@ -341,6 +355,7 @@ pub(crate) fn spawn(
                 hw: &hw,
                 shared,
                 regs: Regs::default(),
+                loaded: false,
                 copier: port.map(CopyUnit::new),
                 view: None,
                 sh: [0; 2],
@@ -349,17 +364,22 @@ pub(crate) fn spawn(
             // A bug in an executor must not leave the kernel half waiting
             // for a preemption that never comes: the queue hangs instead.
             let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| thread.run()));
-            let mut regs = thread.regs.clone();
-            if ended.is_err() {
-                regs.hang = Some(Hang {
-                    header: 0,
-                    at: regs.rptr,
-                    reason: "the simulated engine failed".to_owned(),
-                });
-            }
             let mut c = lock(&hw.control);
-            c.published = regs;
-            c.load = None;
+            // Only registers the engine loaded are the queue's: an engine
+            // stopped before it ran leaves the MQD's (and a load it never
+            // took up) as they are.
+            if thread.loaded {
+                let mut regs = thread.regs.clone();
+                if ended.is_err() {
+                    regs.hang = Some(Hang {
+                        header: 0,
+                        at: regs.rptr,
+                        reason: "the simulated engine failed".to_owned(),
+                    });
+                }
+                c.published = Some(regs);
+                c.load = None;
+            }
             c.phase = Phase::Stopped;
             hw.cv.notify_all();
         })
@@ -369,6 +389,8 @@ struct Thread<'a> {
     hw: &'a QueueHw,
     shared: Weak<Shared>,
     regs: Regs,
+    /// Whether `regs` were loaded from an MQD (else they are nobody's).
+    loaded: bool,
     copier: Option<CopyUnit>,
     view: Option<Arc<VmView>>,
     sh: [u32; 2],
@@ -545,7 +567,7 @@ impl Thread<'_> {
                         // A doorbell rung before the preemption is work the
                         // queue holds: its write pointer goes into the MQD.
                         self.latch_doorbell();
-                        c.published.clone_from(&self.regs);
+                        c.published = Some(self.regs.clone());
                         c.load = None;
                         c.phase = Phase::Parked;
                         self.hw.cv.notify_all();
@@ -561,8 +583,9 @@ impl Thread<'_> {
                     if c.phase == Phase::Parked {
                         if let Some(regs) = c.load.take() {
                             self.regs = regs;
+                            self.loaded = true;
                         }
-                        c.published.clone_from(&self.regs);
+                        c.published = Some(self.regs.clone());
                         c.phase = Phase::Busy;
                         loaded = true;
                     }
@@ -647,4 +670,84 @@ fn snapshot(shared: &Shared, cfg: &Config) -> Option<Arc<VmView>> {
         cfg.drm_file,
         crate::drm::UserptrAccess::Checked,
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bo::Memfd;
+
+    /// A parked SDMA engine on a doorbell page of its own (no machine: its
+    /// thread, once told to run, finds none and ends).
+    fn engine() -> (Arc<QueueHw>, Memfd) {
+        let page = Memfd::new("kfd-sim-test-doorbells", 4096).unwrap();
+        let cfg = Config {
+            pid: Pid(1),
+            q_id: 1,
+            gpu: 0,
+            user_gpu_id: 1,
+            geometry: Geometry {
+                format: Format::Sdma,
+                base: 0x1000,
+                bytes: 4096,
+                rptr_addr: 0x2000,
+                wptr_addr: 0x2008,
+                soc15: true,
+            },
+            sdma: None,
+            family: 0,
+            drm_file: page.key(),
+            doorbell_page: page.key(),
+            doorbell_slot: 0,
+            doorbell_width: 8,
+        };
+        let map = DoorbellMap::new(&page, 0, 8).unwrap();
+        (QueueHw::new(cfg, map), page)
+    }
+
+    fn restored() -> Regs {
+        Regs {
+            rptr: 0x40,
+            wptr: 0x80,
+            packets: 3,
+            ..Regs::default()
+        }
+    }
+
+    #[test]
+    fn an_engine_that_never_ran_has_no_registers_to_save() {
+        let (hw, _page) = engine();
+        let thread = spawn(&hw, Weak::new(), None).unwrap();
+        assert_eq!(hw.halt(Want::Park, Duration::ZERO), (None, true));
+        assert_eq!(hw.halt(Want::Stop, Duration::from_secs(10)), (None, true));
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn an_engine_stopped_before_it_took_up_its_load_hands_the_load_back() {
+        let (hw, _page) = engine();
+        hw.run_from(restored());
+        // Stopped before its thread ever looked at the request.
+        let (regs, _) = hw.halt(Want::Stop, Duration::ZERO);
+        assert_eq!(regs, Some(restored()));
+        let thread = spawn(&hw, Weak::new(), None).unwrap();
+        assert_eq!(
+            hw.halt(Want::Stop, Duration::from_secs(10)),
+            (Some(restored()), true)
+        );
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn an_engine_that_loaded_hands_its_registers_back() {
+        let (hw, _page) = engine();
+        let thread = spawn(&hw, Weak::new(), None).unwrap();
+        hw.run_from(restored());
+        // The thread takes the load up, finds no machine and ends.
+        thread.join().unwrap();
+        assert_eq!(
+            hw.halt(Want::Stop, Duration::from_secs(10)),
+            (Some(restored()), true)
+        );
+    }
 }

@@ -47,6 +47,12 @@ impl Trace {
         self.on.store(on, Ordering::Relaxed);
     }
 
+    /// Holds the trace buffer, which engine threads write (see
+    /// [`crate::Sim::hold_for_fork`]).
+    pub(crate) fn hold(&self) -> std::sync::MutexGuard<'_, VecDeque<PacketRecord>> {
+        lock(&self.records)
+    }
+
     /// Records a packet of the queue `cfg` describes.
     pub(crate) fn record(&self, cfg: &Config, name: &str, at: u64, dwords: &[u32]) {
         if !self.on.load(Ordering::Relaxed) {

@@ -131,8 +131,7 @@ impl RemoteDriver {
     ) -> io::Result<(Vec<u8>, Option<OwnedFd>)> {
         let mut link = self.lock();
         let Link { conn, inbox } = &mut *link;
-        socket::send(conn.as_fd(), msg, fd.as_slice())?;
-        let (reply, mut fds) = reply(conn.as_fd(), inbox)?;
+        let (reply, mut fds) = exchange(conn.as_fd(), inbox, msg, fd.as_slice())?;
         drop(link);
         let mut r = Reader::new(&reply);
         match r.u8()? {
@@ -203,17 +202,61 @@ fn answer_callback(conn: BorrowedFd<'_>, msg: &[u8], mut fds: Vec<OwnedFd>) -> i
     }
 }
 
-/// Receives the reply to a request, answering the server's callbacks
-/// meanwhile.
-fn reply(conn: BorrowedFd<'_>, inbox: &mut Inbox) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+/// How long a request waits for its reply before it checks whether its
+/// connection is still the one it was sent on.
+const REPLACED_CHECK: Duration = Duration::from_millis(100);
+
+/// Sends a request and receives its reply, answering the server's
+/// callbacks meanwhile.
+///
+/// A process real CRIU dumps in the middle of a call (ROCr's event thread
+/// sits in WAIT_EVENTS, slice after slice) is restored with the call's
+/// receive to be restarted, on the fd number CRIU gave a new connection:
+/// the request went to the old machine and no reply will come. The kernel
+/// restarts such a system call; so does the client: a reply that takes
+/// longer than [`REPLACED_CHECK`] makes it look at the socket its number
+/// names, and when that is no longer the one the request was sent on, it
+/// sends the request again there. (A call whose reply was already on its
+/// way when the process was frozen runs twice: the old run's effect is in
+/// the checkpoint the new machine restored. Only a dump in the instant
+/// between the server's reply and its receipt does that.)
+fn exchange(
+    conn: BorrowedFd<'_>,
+    inbox: &mut Inbox,
+    msg: &[u8],
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
     loop {
+        let sent_on = socket::identity(conn)?;
+        socket::send(conn, msg, fds)?;
+        if let Some(reply) = reply(conn, inbox, sent_on)? {
+            return Ok(reply);
+        }
+    }
+}
+
+/// Receives the reply to a request sent on the socket `sent_on`,
+/// answering the server's callbacks meanwhile; `None` when `conn` names
+/// another socket by now (see [`exchange`]).
+fn reply(
+    conn: BorrowedFd<'_>,
+    inbox: &mut Inbox,
+    sent_on: (u64, u64),
+) -> io::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
+    loop {
+        if !socket::readable(conn, REPLACED_CHECK)? {
+            if socket::identity(conn)? != sent_on {
+                return Ok(None);
+            }
+            continue;
+        }
         let (msg, fds) = inbox.recv(conn)?.ok_or_else(|| errno(libc::ECONNRESET))?;
         if msg.first().is_some_and(|&c| c >= op::CB_INSTALL) {
             let msg = msg.to_vec();
             answer_callback(conn, &msg, fds)?;
             continue;
         }
-        return Ok((msg.to_vec(), fds));
+        return Ok(Some((msg.to_vec(), fds)));
     }
 }
 
@@ -272,8 +315,7 @@ impl Driver for RemoteDriver {
         w.u32(u32::try_from(tid).unwrap_or(0));
         let mut link = self.lock();
         let Link { conn, inbox } = &mut *link;
-        socket::send(conn.as_fd(), &w.0, &[fd])?;
-        let (reply, _) = reply(conn.as_fd(), inbox)?;
+        let (reply, _) = exchange(conn.as_fd(), inbox, &w.0, &[fd])?;
         drop(link);
         let mut r = Reader::new(&reply);
         match r.u8()? {

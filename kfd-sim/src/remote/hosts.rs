@@ -24,6 +24,7 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::path::Path;
 use std::sync::Mutex;
 use std::thread::JoinHandle;
 
@@ -409,6 +410,11 @@ fn instance_of(sim: &Sim, server: u64, peer: libc::pid_t, own: u32) -> io::Resul
     }
     let pid = Pid(u32::try_from(peer).map_err(|_| errno(libc::EPERM))?);
     sim.host_process(pid).map_err(io::Error::other)?;
+    // The GPUs of its mount namespace's /dev (a container's), before it
+    // opens /dev/kfd (see `super::view`).
+    if let Some(nodes) = super::view::stand_in_renders(Path::new(&format!("/proc/{peer}/root"))) {
+        sim.give_dri_view(pid, &nodes);
+    }
     if let Some(p) = sim.lock().processes.get_mut(&pid) {
         p.ns_pid = (own != pid.0).then_some(own);
     }

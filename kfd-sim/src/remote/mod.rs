@@ -10,6 +10,7 @@
 //! | `server` | [`Server`], one serving thread per connection |
 //! | `hosts` | host processes as clients: identity, lifetime, stand-in files |
 //! | `adopt` | a restored process's mappings become its BOs' memory again |
+//! | `view` | the GPUs and render nodes a host client's mount namespace shows |
 //! | `client` | [`RemoteDriver`] |
 //!
 //! One connection serves one simulated process:
@@ -73,6 +74,11 @@
 //!   pid, the lead thread's pid in its own namespace, as the kernel does
 //!   (a `RESUME`'s pid is looked up as the served machine numbers it,
 //!   CRIU's main process being there);
+//! * a client whose `/dev/kfd` is a stand-in sees the GPUs its `/dev/dri`
+//!   stand-ins stand for, under their names there, as a container's device
+//!   cgroup and device nodes show it the GPUs it was given ([`stand_in_renders`]:
+//!   topology nodes of other GPUs answer `EPERM`, its KFD process has a pdd
+//!   for each of its GPUs only);
 //! * a client is one instance of a pid (pid and start time), and its
 //!   simulated process lives until that process exits, however many
 //!   connections it makes and closes meanwhile; a pid reused by a new
@@ -99,6 +105,7 @@ mod hosts;
 mod probe;
 mod server;
 mod socket;
+mod view;
 mod wire;
 
 pub(crate) use adopt::adopt_restored_mappings;
@@ -108,3 +115,4 @@ pub use hosts::HostService;
 pub use probe::child_memory_reachable;
 pub(crate) use server::{client_close, client_fd, client_install};
 pub use server::{Connection, Observer, RemoteCall, RemoteOp, Server, Verdict};
+pub use view::{stand_in_minor, stand_in_renders, StandInRender};

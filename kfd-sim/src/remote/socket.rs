@@ -184,6 +184,18 @@ pub(super) fn above_open_fds(fd: OwnedFd) -> io::Result<OwnedFd> {
     Ok(moved)
 }
 
+/// Whether `sock` has something to read (a message, or its peer's end)
+/// within `timeout`.
+pub(super) fn readable(sock: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<bool> {
+    let mut pfd = [rustix::event::PollFd::new(
+        &sock,
+        rustix::event::PollFlags::IN,
+    )];
+    let timeout = rustix::event::Timespec::try_from(timeout).ok();
+    let n = retry_on_intr(|| rustix::event::poll(&mut pfd, timeout.as_ref()))?;
+    Ok(n > 0)
+}
+
 /// Whether `fd`, an fd of this process, is a socket.
 pub(crate) fn is_socket(fd: BorrowedFd<'_>) -> bool {
     rustix::fs::fstat(fd).is_ok_and(|st| {

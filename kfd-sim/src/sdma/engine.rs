@@ -415,6 +415,17 @@ impl SdmaEngine {
         }
     }
 
+    /// Holds the locks the engine's threads take (the engines' and the
+    /// GPU's schedules, the statistics) until `held` is dropped (see
+    /// [`crate::Sim::hold_for_fork`]).
+    pub(crate) fn hold_for_fork<'a>(&'a self, held: &mut Vec<Box<dyn crate::sim::Held + 'a>>) {
+        for clock in &self.clocks {
+            held.push(Box::new(clock.hold()));
+        }
+        held.push(Box::new(self.shared.gpu_clock.hold()));
+        held.push(Box::new(lock(&self.shared.stats)));
+    }
+
     fn spawn(&self, ring: u32) -> std::io::Result<RingWorker> {
         let (tx, rx) = mpsc::channel::<Job>();
         let port = self.port(ring);

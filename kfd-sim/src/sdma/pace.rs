@@ -7,7 +7,7 @@
 //! Pure timekeeping: this module never touches memory or decodes packets.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::engine::lock;
@@ -24,6 +24,11 @@ pub(crate) struct EngineClock {
 impl EngineClock {
     /// Longest single sleep, so a bandwidth change takes effect promptly.
     const SLICE: Duration = Duration::from_millis(10);
+
+    /// Holds the schedule's lock (see [`crate::Sim::hold_for_fork`]).
+    pub(crate) fn hold(&self) -> MutexGuard<'_, Option<Instant>> {
+        lock(&self.next)
+    }
 
     /// Forgets the schedule (a new limit starts from now).
     pub(crate) fn reset(&self) {

@@ -15,8 +15,32 @@
 //!
 //! This module never copies KFD or DRM state from the parent: the child
 //! starts with the fork-inherited attributes only.
+//!
+//! A host process that runs a simulator inside itself and forks
+//! ([`Sim::hold_for_fork`], [`Sim::after_host_fork`]) gives its child a copy
+//! of the simulator's memory but none of its threads: a lock one of them
+//! held at the fork would stay taken in the child for good.
 
 use super::{Pid, Process, Sim, SimError};
+
+/// A held lock guard, whatever it guards (see [`ForkHold`]).
+pub(crate) trait Held {}
+impl<T> Held for T {}
+
+/// Every lock of a simulator that its own threads (queue engines, the
+/// doorbell watcher, SDMA workers) or a caller outside the simulator's
+/// state lock may take, held until dropped: [`Sim::hold_for_fork`].
+pub struct ForkHold<'a> {
+    _held: Vec<Box<dyn Held + 'a>>,
+}
+
+impl std::fmt::Debug for ForkHold<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForkHold")
+            .field("locks", &self._held.len())
+            .finish()
+    }
+}
 
 impl Sim {
     /// Creates the child of a `fork(2)` of `parent` and returns its pid.
@@ -62,14 +86,34 @@ impl Sim {
         Ok(pid)
     }
 
+    /// Takes every lock of the simulator that its threads, or callers of
+    /// it, may hold (the state lock first, as the simulator nests them)
+    /// and holds them until the result is dropped: for a host process
+    /// about to `fork(2)` (a `pthread_atfork` prepare handler), so the
+    /// child's copy of the simulator has none of them taken by a thread
+    /// the child does not have. Drop it in the parent and in the child
+    /// (the child then calls [`Sim::after_host_fork`]). Waits for the
+    /// simulator's calls in progress to end; never call it while a
+    /// simulator call is in progress on this thread.
+    pub fn hold_for_fork(&self) -> ForkHold<'_> {
+        let mut held: Vec<Box<dyn Held + '_>> = vec![Box::new(self.lock())];
+        self.shared.exec.hold_for_fork(&mut held);
+        for gpu in &self.shared.gpus {
+            gpu.drm.sdma.hold_for_fork(&mut held);
+        }
+        ForkHold { _held: held }
+    }
+
     /// This host process is the child of a `fork(2)` of the process that
     /// built the simulator (an interposer's copy of the machine): the
-    /// parent's SDMA ring workers are not threads of this process, so they
-    /// are forgotten and the next submission starts new ones. Call it once
-    /// in the child, before any other call.
+    /// parent's SDMA ring workers and doorbell watcher are not threads of
+    /// this process, so they are forgotten and the next submission or
+    /// queue starts new ones. Call it once in the child, before any other
+    /// call.
     pub fn after_host_fork(&self) {
         for gpu in &self.shared.gpus {
             gpu.drm.sdma.forget_workers_after_fork();
         }
+        self.shared.exec.after_host_fork();
     }
 }

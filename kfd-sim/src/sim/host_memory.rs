@@ -69,8 +69,9 @@ impl Sim {
     /// `bytes`, as CRIU's restorer maps a process's memory back in place
     /// (`MAP_FIXED_NOREPLACE`: an error, never a replacement, when the range
     /// is taken in the host process or by another region of this simulator).
-    /// The region belongs to `pid` as if allocated by
-    /// [`Sim::alloc_host_memory_for`].
+    /// The range an exited process's memory left reserved is free for it,
+    /// on this simulator or another one of the host process. The region
+    /// belongs to `pid` as if allocated by [`Sim::alloc_host_memory_for`].
     pub fn restore_host_memory(&self, pid: Pid, addr: u64, bytes: &[u8]) -> Result<(), SimError> {
         let len = bytes.len().div_ceil(4096) * 4096;
         let at = |errno: c_int| SimError::HostMemoryAt {

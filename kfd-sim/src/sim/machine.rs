@@ -771,7 +771,8 @@ impl State {
         self.files.insert(key, file);
     }
 
-    /// Unmaps the host memory owned by `pid` (its exit). USERPTR BOs still
+    /// Releases the host memory owned by `pid` (its exit; the ranges stay
+    /// reserved for a restore, see `sim::retired`). USERPTR BOs still
     /// pinning those pages (held through another process or an open render
     /// file) are invalidated first, as the kernel's MMU notifier does on
     /// `munmap`, so the device never touches the unmapped range.
@@ -813,7 +814,9 @@ impl State {
             }
         }
         for a in gone {
-            self.host_regions.remove(&a);
+            if let Some(region) = self.host_regions.remove(&a) {
+                region.retire();
+            }
         }
     }
 

@@ -25,6 +25,7 @@ mod host_memory;
 mod machine;
 mod process;
 mod ptrace;
+mod retired;
 mod uaccess;
 
 pub use config::{
@@ -36,6 +37,8 @@ pub use machine::Sim;
 pub use process::HostMemorySnapshot;
 
 pub(crate) use address_space::check_caller_mapped;
+pub use fork::ForkHold;
+pub(crate) use fork::Held;
 pub(crate) use machine::{Ctx, FileKey, Gpu, KfdFile, OpenFile, RenderFile, Shared, State};
 pub(crate) use process::{on_caller_thread, CpuMapping, HostRegion, Process};
 pub(crate) use uaccess::{

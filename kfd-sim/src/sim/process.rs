@@ -3,7 +3,8 @@
 //! snapshot CRIU's pages dump would take ([`HostMemorySnapshot`]).
 //!
 //! This module never maps memory except through [`AnonymousMapping`] and
-//! never replaces an existing mapping.
+//! never replaces an existing mapping; an exited process's memory is
+//! retired, not unmapped ([`retired`](super::retired)).
 
 use std::io;
 
@@ -136,8 +137,15 @@ impl HostRegion {
 
     /// Maps `len` bytes at exactly `addr` (page aligned, `len` a whole
     /// number of pages); `EEXIST` when anything in the host process is
-    /// mapped there already.
+    /// mapped there already. A range an exited process's memory left
+    /// reserved ([`retired`](super::retired)) is taken back.
     pub(super) fn new_at(addr: usize, len: usize, owner: Pid) -> Result<HostRegion, Errno> {
+        if let Some(map) = super::retired::take(addr, len) {
+            return Ok(HostRegion {
+                map,
+                owner: Some(owner),
+            });
+        }
         let map = AnonymousOptions::new(Sharing::Private)
             .fixed_at(addr)
             .map(len)
@@ -146,6 +154,12 @@ impl HostRegion {
             map,
             owner: Some(owner),
         })
+    }
+
+    /// Ends the region with its process's exit: the pages are freed, the
+    /// range stays reserved for a restore ([`retired`](super::retired)).
+    pub(super) fn retire(self) {
+        super::retired::keep(self.map);
     }
 
     pub(super) fn addr(&self) -> usize {

@@ -17,26 +17,29 @@ pub const DEFAULT_TOPOLOGY: &str = "builtin:mi210-8gpu-2hive";
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   amdgpu-criu demo
-  amdgpu-criu demo --workload pytorch --size 1G
+  amdgpu-criu demo --workload pytorch --size 64M
   amdgpu-criu demo --workload rocr-copy
-  amdgpu-criu demo --topology builtin:mi300x-64 --restore-topology builtin:mi300x-64 --json
-  amdgpu-criu demo --dir ./ckpt --keep && amdgpu-criu verify ./ckpt
+  amdgpu-criu demo --workload basic --topology builtin:mi300x-64 --restore-topology builtin:mi300x-64 --json
+  amdgpu-criu demo --dir ./ckpt && amdgpu-criu verify ./ckpt
+  amdgpu-criu demo --keep --workload basic
   amdgpu-criu demo --inject CRIU_OP:CHECKPOINT=EIO
-  amdgpu-criu demo --incremental 2 --size 512M
-  KFD_DEDUP=1 amdgpu-criu demo --workload data-parallel --topology mi210-8gpu-2hive
+  amdgpu-criu demo --incremental 2 --size 64M
+  KFD_DEDUP=1 amdgpu-criu demo --workload data-parallel --topology builtin:mi210-8gpu-2hive
 
-Exit status: 0 verified, 1 not verified (or the rehearsed failure), 2 usage errors")]
+Exit status: 0 verified, 1 not verified (or the rehearsed failure), 2 usage errors (and a
+--restore-topology that cannot take the checkpoint, refused before anything runs)")]
 pub struct Args {
-    /// The machine to checkpoint on: a built-in machine `builtin:NAME` or a
+    /// The machine to checkpoint on: a built-in machine `builtin:NAME`, a
     /// sysfs tree (the directory holding `nodes/`; what a partial capture
-    /// lacks is filled in as the simulator does).
-    #[arg(long, value_name = "DIR|builtin:NAME", default_value = DEFAULT_TOPOLOGY, value_parser = crate::machine::MachineParser, hide_possible_values = true)]
+    /// lacks is filled in as the simulator does) or a topology file
+    /// (what `topology --export FILE` writes).
+    #[arg(long, value_name = "DIR|FILE|builtin:NAME", default_value = DEFAULT_TOPOLOGY, value_parser = crate::machine::MachineParser, hide_possible_values = true)]
     pub topology: String,
     /// The machine to restore on, same forms. Default: the same model as
     /// another host numbers it (new gpu_ids, node order, render minors and
     /// hive ids). The same value as --topology restores on the very machine
     /// the process was checkpointed on.
-    #[arg(long, value_name = "DIR|builtin:NAME", value_parser = crate::machine::MachineParser, hide_possible_values = true)]
+    #[arg(long, value_name = "DIR|FILE|builtin:NAME", value_parser = crate::machine::MachineParser, hide_possible_values = true)]
     pub restore_topology: Option<String>,
     /// The application: `basic` (a few small BOs of every type per GPU),
     /// `pytorch` (many BOs of mixed sizes, USERPTR staging, SVM),
@@ -69,12 +72,14 @@ pub struct Args {
     /// images) and keep them, instead of in a temporary directory.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// Keep the temporary image directory and print where it is.
-    #[arg(long)]
+    /// Keep the temporary image directory and print where it is (--dir
+    /// keeps the images already).
+    #[arg(long, conflicts_with = "dir")]
     pub keep: bool,
-    /// Print one JSON object (`checkpoint`, `restore`, `gpu_map`,
-    /// `verified`, plus `error`, `reasons` and `problems` when something failed) instead
-    /// of text, and no progress bar.
+    /// Print one JSON object (`workload`, `topologies`, `image_dir`,
+    /// `checkpoint`, `restore`, `gpu_map`, `verified`, plus `error`,
+    /// `reasons` and `problems` when something failed) instead of text, and
+    /// no progress bar.
     #[arg(long)]
     pub json: bool,
     // Make the Nth call of a kernel operation fail, to rehearse a failure;

@@ -34,6 +34,10 @@ const PROBE_SOURCE: &str = include_str!("hsakmt_probe.c");
 /// The CRIU file id the checkpoint gives `/dev/kfd`.
 const KFD_ID: u32 = 1;
 
+/// Where, inside the images directory, the restored process's checkpoint
+/// goes.
+const RESTORED_DIR: &str = "restored";
+
 /// Names another interposer library than the one next to this program.
 pub(super) const PRELOAD_LIB_VAR: &str = "KFD_SIM_PRELOAD_LIB";
 
@@ -64,50 +68,132 @@ enum Failure {
 /// What the run found, for the report.
 #[derive(Default)]
 struct Summary {
-    machine: String,
-    images: String,
+    machines: Machines,
     bos: usize,
     bos_with_contents: usize,
     content_bytes: u64,
     objects: u32,
-    gpu_map: BTreeMap<String, String>,
+    gpu_map: BTreeMap<u32, u32>,
     steps: Vec<String>,
 }
 
-fn print(args: &Args, s: &Summary, error: Option<&str>) {
-    if args.json {
+/// What the workloads run by AMD's user space report alike: the machines,
+/// where the images are and the GPU map.
+#[derive(Default)]
+pub(super) struct Machines {
+    /// The checkpointing machine, as given.
+    pub(super) checkpoint: String,
+    /// The restoring machine: the same model as another host numbers it.
+    pub(super) restore: String,
+    /// The image set, when it is kept (`--dir`, `--keep`).
+    pub(super) images: Option<PathBuf>,
+}
+
+impl Machines {
+    pub(super) fn of(args: &Args) -> Machines {
+        Machines {
+            checkpoint: args.topology.clone(),
+            restore: format!("{} renumbered (seed {})", args.topology, args.seed),
+            images: None,
+        }
+    }
+
+    /// The JSON keys every workload's report has.
+    pub(super) fn json(
+        &self,
+        workload: &str,
+        gpu_map: &BTreeMap<u32, u32>,
+        error: Option<&str>,
+    ) -> serde_json::Map<String, serde_json::Value> {
         let value = serde_json::json!({
-            "workload": "hsakmt",
-            "machine": s.machine,
-            "images": s.images,
-            "checkpoint": {
+            "workload": workload,
+            "topologies": { "checkpoint": self.checkpoint, "restore": self.restore },
+            "image_dir": self.images.as_ref().map(|p| p.display().to_string()),
+            "gpu_map": gpu_map,
+            "verified": error.is_none(),
+            "error": error,
+        });
+        match value {
+            serde_json::Value::Object(map) => map,
+            _ => serde_json::Map::new(),
+        }
+    }
+
+    /// The first lines of the text report.
+    pub(super) fn print_head(&self, workload: &str) {
+        println!(
+            "checkpoint on {}, restore on {}",
+            self.checkpoint, self.restore
+        );
+        println!("workload: {workload}");
+    }
+
+    /// The GPU map and where the images are, as the other workloads print them.
+    pub(super) fn print_tail(&self, gpu_map: &BTreeMap<u32, u32>, also: &str) {
+        println!("{}", super::report::gpu_map_text(gpu_map));
+        match &self.images {
+            Some(dir) => println!("images: {}{also}", dir.display()),
+            None => {
+                println!("images: removed when the demo ended (--keep or --dir DIR keeps them)")
+            }
+        }
+    }
+}
+
+/// The `gpu_id=A renumbered_gpu_id=B` pairs of the programs' lines.
+pub(super) fn gpu_pair(fields: &BTreeMap<String, String>) -> Option<(u32, u32)> {
+    let id = |k: &str| fields.get(k).and_then(|v| crate::out::parse_gpu_id(v));
+    Some((id("gpu_id")?, id("renumbered_gpu_id")?))
+}
+
+fn print(args: &Args, s: &Summary, error: Option<&str>) {
+    let restored = s
+        .machines
+        .images
+        .as_ref()
+        .map(|d| d.join(RESTORED_DIR).display().to_string());
+    if args.json {
+        let mut value = s.machines.json("hsakmt", &s.gpu_map, error);
+        value.insert(
+            "checkpoint".into(),
+            serde_json::json!({
                 "bos": s.bos,
                 "bos_with_contents": s.bos_with_contents,
                 "content_bytes": s.content_bytes,
                 "queues_and_events": s.objects,
-            },
-            "gpu_map": s.gpu_map,
-            "steps": s.steps,
-            "verified": error.is_none(),
-            "error": error,
-        });
+            }),
+        );
+        value.insert("restored_image_dir".into(), serde_json::json!(restored));
+        value.insert("steps".into(), serde_json::json!(s.steps));
+        let mut value = serde_json::Value::Object(value);
+        crate::json64::gpu_ids_to_hex(&mut value);
         println!("{value}");
         return;
     }
-    println!("workload:   hsakmt (AMD's libhsakmt on kfd-sim)");
-    println!("machine:    {}", s.machine);
-    println!("images:     {}", s.images);
+    s.machines
+        .print_head("hsakmt (AMD's libhsakmt on kfd-sim), 1 process");
     println!(
-        "checkpoint: {} BOs ({} with contents, {} bytes), {} queues and events",
-        s.bos, s.bos_with_contents, s.content_bytes, s.objects
+        "checkpoint: {} BOs ({} with contents, {}), {} queues and events",
+        s.bos,
+        s.bos_with_contents,
+        crate::out::human_bytes(s.content_bytes),
+        s.objects
     );
-    for (from, to) in &s.gpu_map {
-        println!("gpu map:    {from} -> {to}");
-    }
     for step in &s.steps {
-        println!("            {step}");
+        println!("  {step}");
     }
-    println!("verified:   {}", if error.is_none() { "yes" } else { "no" });
+    let also = restored
+        .map(|r| format!(" (the restored process's checkpoint: {r})"))
+        .unwrap_or_default();
+    s.machines.print_tail(&s.gpu_map, &also);
+    println!(
+        "verified: {}",
+        if error.is_none() {
+            "same BOs, contents, queues and events after the restore"
+        } else {
+            "no"
+        }
+    );
 }
 
 /// `libkfd_sim_preload.so`: `KFD_SIM_PRELOAD_LIB`, or next to this program
@@ -194,32 +280,29 @@ fn execute(args: &Args) -> Result<Summary, Failure> {
         .prefix("amdgpu-criu-demo-hsakmt")
         .tempdir()
         .map_err(|e| usage(format!("cannot create a temporary directory: {e}")))?;
+    // The checkpoint is the image set at --dir (as every workload keeps
+    // it); the checkpoint of the restored process goes beside it, in
+    // `restored/`, a set of its own.
     let images_root = match &args.dir {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| usage(format!("cannot create {}: {e}", dir.display())))?;
-            dir.clone()
-        }
+        Some(dir) => super::images::given_dir(dir).map_err(usage)?,
         None => scratch.path().join("images"),
     };
-    let first = images_root.join("checkpoint");
-    let second = images_root.join("restored-checkpoint");
+    let first = images_root.clone();
+    let second = images_root.join(RESTORED_DIR);
     let thunk_shm = scratch.path().join("shm");
     let restore_shm = scratch.path().join("restore-shm");
     for d in [&first, &second, &thunk_shm, &restore_shm] {
         std::fs::create_dir_all(d)
             .map_err(|e| usage(format!("cannot create {}: {e}", d.display())))?;
     }
-    for d in [&first, &second] {
-        if std::fs::read_dir(d)
-            .map(|mut r| r.next().is_some())
-            .unwrap_or(false)
-        {
-            return Err(usage(format!(
-                "{} is not empty: give --dir a new or empty directory",
-                d.display()
-            )));
-        }
+    if std::fs::read_dir(&second)
+        .map(|mut r| r.next().is_some())
+        .unwrap_or(false)
+    {
+        return Err(usage(format!(
+            "{} is not empty: give --dir a new or empty directory",
+            second.display()
+        )));
     }
     let probe = compile_probe(
         scratch.path(),
@@ -240,26 +323,18 @@ fn execute(args: &Args) -> Result<Summary, Failure> {
         .map_err(|e| usage(format!("running {}: {e}", probe.display())))?;
     let out = String::from_utf8_lossy(&run.stdout).into_owned();
     let mut summary = Summary {
-        machine: args.topology.clone(),
-        images: if args.dir.is_some() || args.keep {
-            images_root.display().to_string()
-        } else {
-            "(temporary, removed)".to_owned()
-        },
+        machines: Machines::of(args),
         ..Summary::default()
     };
-    let kept = if args.keep && args.dir.is_none() {
-        Some(scratch.keep())
-    } else {
-        None
+    summary.machines.images = match (&args.dir, args.keep) {
+        (Some(_), _) => Some(images_root.clone()),
+        (None, true) => Some(scratch.keep().join("images")),
+        (None, false) => None,
     };
-    if let Some(dir) = &kept {
-        summary.images = dir.join("images").display().to_string();
-    }
     for line in out.lines().filter(|l| l.starts_with("checkpoint ")) {
         let fields = record(line);
-        if let (Some(a), Some(b)) = (fields.get("gpu_id"), fields.get("renumbered_gpu_id")) {
-            summary.gpu_map.insert(a.clone(), b.clone());
+        if let Some((from, to)) = gpu_pair(&fields) {
+            summary.gpu_map.insert(from, to);
         }
         if let Some(step) = fields.get("step") {
             summary.steps.push(format!("{step}: done"));

@@ -25,6 +25,14 @@ impl ImagesDir {
         }
     }
 
+    /// Where the images stay after the demo; None when they are removed.
+    pub(super) fn kept(&self) -> Option<&Path> {
+        match self {
+            ImagesDir::Given(p) | ImagesDir::Kept(p) => Some(p),
+            ImagesDir::Temp(_) => None,
+        }
+    }
+
     /// Where the images are, for the summary.
     pub(super) fn describe(&self) -> String {
         let path = self.path().display();
@@ -32,7 +40,7 @@ impl ImagesDir {
             ImagesDir::Given(_) => format!("images: {path}"),
             ImagesDir::Kept(_) => format!("images: {path} (kept)"),
             ImagesDir::Temp(_) => {
-                format!("images: {path} (removed; --keep or --dir DIR keeps them)")
+                "images: removed when the demo ended (--keep or --dir DIR keeps them)".to_owned()
             }
         }
     }
@@ -53,19 +61,24 @@ pub(super) fn images_dir(args: &Args) -> Result<ImagesDir, Stop> {
             ImagesDir::Temp(temp)
         });
     };
-    std::fs::create_dir_all(dir)
-        .map_err(|e| Stop::Usage(format!("{}: cannot create: {e}", dir.display())))?;
+    given_dir(dir).map(ImagesDir::Given).map_err(Stop::Usage)
+}
+
+/// `--dir DIR`, created if needed, when it holds no amdgpu images yet:
+/// where every workload writes its checkpoint.
+pub(super) fn given_dir(dir: &Path) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: cannot create: {e}", dir.display()))?;
     let existing = DirStore::open_dir(dir)
         .and_then(|s| s.list())
-        .map_err(|e| Stop::Usage(format!("{}: {e}", dir.display())))?;
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
     if !existing.is_empty() {
-        return Err(Stop::Usage(format!(
+        return Err(format!(
             "{}: already holds {} amdgpu image files; give an empty directory",
             dir.display(),
             existing.len()
-        )));
+        ));
     }
-    Ok(ImagesDir::Given(dir.clone()))
+    Ok(dir.to_path_buf())
 }
 
 pub(super) fn read_kfd_images(dir: &Path) -> Result<Vec<(u32, CriuKfd)>, Stop> {
@@ -75,7 +88,7 @@ pub(super) fn read_kfd_images(dir: &Path) -> Result<Vec<(u32, CriuKfd)>, Stop> {
     for name in names.iter().filter(|n| n.kind() == ImageKind::Kfd) {
         let msg = store
             .read_message::<CriuKfd>(name, ReadLimits::default())
-            .map_err(|e| Stop::Failed(format!("{name}: {e}")))?
+            .map_err(|e| Stop::Failed(crate::out::about(name, e)))?
             .ok_or_else(|| Stop::Failed(format!("{name} vanished")))?;
         out.push((name.id(), msg));
     }

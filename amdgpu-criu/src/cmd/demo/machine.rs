@@ -18,22 +18,25 @@ pub(super) struct Machine {
 /// completes partial captures.
 pub(super) fn resolve(spec: &str) -> Result<Machine, Stop> {
     let machine = crate::machine::Machine::parse("demo", spec).map_err(Stop::Usage)?;
-    if let Some(system) = machine.builtin_system() {
-        return Ok(Machine {
-            label: machine.label(),
-            system,
-        });
+    if let crate::machine::Machine::Builtin(_) = machine {
+        if let Some(system) = machine.system().map_err(Stop::Usage)? {
+            return Ok(Machine {
+                label: machine.label(),
+                system,
+            });
+        }
     }
-    let dir = Path::new(spec);
-    if !dir.is_dir() {
-        return Err(Stop::Usage(format!(
-            "{spec}: not a directory (a sysfs topology tree), nor a built-in machine ({})",
-            crate::machine::known().join(", ")
-        )));
+    let mut system = match machine.system().map_err(Stop::Usage)? {
+        Some(system) => system,
+        None => {
+            parse(Path::new(spec))
+                .map_err(|e| Stop::Usage(format!("{spec}: {e}")))?
+                .system
+        }
+    };
+    if let Some(why) = crate::machine::combined_node(&system) {
+        return Err(Stop::Usage(format!("{spec}: {why}")));
     }
-    let parsed = parse(dir).map_err(|e| Stop::Usage(format!("{spec}: {e}")))?;
-    let mut system = parsed.system;
-    refuse_combined_nodes(spec, &system)?;
     let filled = synthesize_missing(&mut system);
     if !filled.is_empty() {
         crate::out::note(&format!(
@@ -52,30 +55,6 @@ pub(super) fn resolve(spec: &str) -> Result<Machine, Stop> {
         label: spec.to_owned(),
         system,
     })
-}
-
-/// Refuses a topology whose node holds both CPU cores and GPU SIMDs (the
-/// layout 2017-era kernels gave APUs such as Carrizo): a CRIU amdgpu image
-/// keeps each node as either a CPU or a GPU device entry, and the plugin's
-/// own reader rejects a GPU entry with CPU cores, so no checkpoint taken on
-/// such a machine could be restored.
-fn refuse_combined_nodes(spec: &str, system: &System) -> Result<(), Stop> {
-    match system
-        .nodes
-        .iter()
-        .find(|n| n.prop("cpu_cores_count") > 0 && n.prop("simd_count") > 0)
-    {
-        Some(node) => Err(Stop::Usage(format!(
-            "{spec}: node {} holds both CPU cores ({}) and GPU SIMDs ({}), the layout \
-             kernels of 2017 gave APUs; a CRIU amdgpu image records every node as either \
-             a CPU or a GPU, so a process on this machine cannot be checkpointed (a kernel \
-             that lists the APU's GPU as a node of its own can)",
-            node.id,
-            node.prop("cpu_cores_count"),
-            node.prop("simd_count")
-        ))),
-        None => Ok(()),
-    }
 }
 
 pub(super) fn simulate(machine: &Machine) -> Result<Sim, Stop> {

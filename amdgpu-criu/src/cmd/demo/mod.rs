@@ -65,6 +65,10 @@ enum Stop {
     /// The checkpoint or restore failed, or verification found differences:
     /// exit 1 with the report so far.
     Failed(String),
+    /// The restore machine cannot take a checkpoint of the checkpointing
+    /// one, known before anything ran: exit 2 with the report (its
+    /// `reasons`).
+    Refused(String),
 }
 
 /// Runs `demo`: 0 when verified, 1 when a step failed or the result differs,
@@ -122,6 +126,11 @@ pub fn run(args: Args) -> ExitCode {
             report.verified = false;
             report.error = Some(message);
             ExitCode::from(1)
+        }
+        Err(Stop::Refused(message)) => {
+            report.verified = false;
+            report.error = Some(message);
+            ExitCode::from(2)
         }
     };
     if let Err(e) = report.print(args.json) {

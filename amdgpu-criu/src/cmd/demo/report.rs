@@ -63,8 +63,7 @@ pub(super) struct Report {
     /// The checkpointing and restoring machines.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) topologies: Option<Topologies>,
-    /// Where the images are (kept or not).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Where the images are; null when they were removed at the end.
     pub(super) image_dir: Option<String>,
     pub(super) checkpoint: Option<Phase>,
     /// `--incremental`: the second checkpoint, against the first.
@@ -98,7 +97,9 @@ impl Report {
     /// summary lines and where the images are.
     pub(super) fn print(&self, json: bool) -> serde_json::Result<()> {
         if json {
-            let text = serde_json::to_string_pretty(self)?;
+            let mut value = serde_json::to_value(self)?;
+            crate::json64::gpu_ids_to_hex(&mut value);
+            let text = serde_json::to_string_pretty(&value)?;
             println!("{text}");
         } else {
             for line in &self.lines {
@@ -110,6 +111,21 @@ impl Report {
         }
         Ok(())
     }
+}
+
+/// A GPU map as the text report prints it.
+pub(super) fn gpu_map_text(map: &BTreeMap<u32, u32>) -> String {
+    use std::fmt::Write as _;
+    let mut text = String::from("GPU map (checkpointed gpu_id -> local gpu_id):");
+    for (from, to) in map {
+        let _ = write!(
+            text,
+            "\n  {} -> {}",
+            crate::out::gpu_id(*from),
+            crate::out::gpu_id(*to)
+        );
+    }
+    text
 }
 
 /// Bytes the pages files of `dir` occupy (allocated blocks, so the holes

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, ExitCode};
 
-use super::hsakmt::{compile_probe, preload_lib_for, record};
+use super::hsakmt::{compile_probe, gpu_pair, preload_lib_for, record, Machines};
 use super::Args;
 
 /// The ROCr program.
@@ -38,8 +38,8 @@ const RATE: &str = "64M";
 /// What the run found, for the report.
 #[derive(Default)]
 struct Summary {
-    machine: String,
-    gpu_map: BTreeMap<String, String>,
+    machines: Machines,
+    gpu_map: BTreeMap<u32, u32>,
     saved: Vec<String>,
     restored: Vec<String>,
     results: Vec<String>,
@@ -48,7 +48,7 @@ struct Summary {
 /// Runs the rocr-copy workload: 0 verified, 1 not verified, 2 usage errors.
 pub(super) fn run(args: &Args) -> ExitCode {
     let mut summary = Summary {
-        machine: args.topology.clone(),
+        machines: Machines::of(args),
         ..Summary::default()
     };
     match execute(args, &mut summary) {
@@ -75,34 +75,41 @@ enum Failure {
 
 fn print(args: &Args, s: &Summary, error: Option<&str>) {
     if args.json {
-        let value = serde_json::json!({
-            "workload": "rocr-copy",
-            "machine": s.machine,
-            "gpu_map": s.gpu_map,
-            "checkpoint": s.saved,
-            "restored": s.restored,
-            "results": s.results,
-            "verified": error.is_none(),
-            "error": error,
-        });
+        let mut value = s.machines.json("rocr-copy", &s.gpu_map, error);
+        value.insert(
+            "checkpoint".into(),
+            serde_json::json!({ "queues": s.saved }),
+        );
+        value.insert(
+            "restore".into(),
+            serde_json::json!({ "queues": s.restored, "results": s.results }),
+        );
+        let mut value = serde_json::Value::Object(value);
+        crate::json64::gpu_ids_to_hex(&mut value);
         println!("{value}");
         return;
     }
-    println!("workload:   rocr-copy (AMD's ROCr on kfd-sim, copies in flight at the checkpoint)");
-    println!("machine:    {}", s.machine);
+    s.machines.print_head(
+        "rocr-copy (AMD's ROCr on kfd-sim, copies in flight at the checkpoint), 1 process",
+    );
     for line in &s.saved {
         println!("checkpoint: {line}");
-    }
-    for (from, to) in &s.gpu_map {
-        println!("gpu map:    {from} -> {to}");
     }
     for line in &s.restored {
         println!("restored:   {line}");
     }
     for line in &s.results {
-        println!("            {line}");
+        println!("  {line}");
     }
-    println!("verified:   {}", if error.is_none() { "yes" } else { "no" });
+    s.machines.print_tail(&s.gpu_map, "");
+    println!(
+        "verified: {}",
+        if error.is_none() {
+            "the copies finish after the restore with the source's bytes"
+        } else {
+            "no"
+        }
+    );
 }
 
 fn usage(message: impl Into<String>) -> Failure {
@@ -125,9 +132,19 @@ fn execute(args: &Args, summary: &mut Summary) -> Result<(), Failure> {
         .prefix("amdgpu-criu-demo-rocr")
         .tempdir()
         .map_err(|e| usage(format!("cannot create a temporary directory: {e}")))?;
-    let dirs: Vec<_> = ["checkpoint", "unused", "shm", "restore-shm"]
-        .iter()
-        .map(|d| scratch.path().join(d))
+    // The checkpoint is the image set at --dir (or kept with --keep), as
+    // every workload keeps it.
+    let images = match &args.dir {
+        Some(dir) => super::images::given_dir(dir).map_err(usage)?,
+        None => scratch.path().join("checkpoint"),
+    };
+    let dirs: Vec<_> = [images.clone()]
+        .into_iter()
+        .chain(
+            ["unused", "shm", "restore-shm"]
+                .iter()
+                .map(|d| scratch.path().join(d)),
+        )
         .collect();
     for d in &dirs {
         std::fs::create_dir_all(d)
@@ -153,6 +170,11 @@ fn execute(args: &Args, summary: &mut Summary) -> Result<(), Failure> {
         .output()
         .map_err(|e| usage(format!("running {}: {e}", probe.display())))?;
     let out = String::from_utf8_lossy(&run.stdout).into_owned();
+    summary.machines.images = match (&args.dir, args.keep) {
+        (Some(_), _) => Some(images),
+        (None, true) => Some(scratch.keep().join("checkpoint")),
+        (None, false) => None,
+    };
     if !run.status.success() || !out.contains("checkpoint-end status=0") {
         let why = out
             .lines()
@@ -179,9 +201,9 @@ fn verify(out: &str, summary: &mut Summary) -> Result<(), String> {
     };
     let get = |r: &BTreeMap<String, String>, k: &str| r.get(k).cloned().unwrap_or_default();
     for r in lines("checkpoint machine") {
-        summary
-            .gpu_map
-            .insert(get(&r, "gpu_id"), get(&r, "renumbered_gpu_id"));
+        if let Some((from, to)) = gpu_pair(&r) {
+            summary.gpu_map.insert(from, to);
+        }
     }
     let source = lines("source")
         .first()

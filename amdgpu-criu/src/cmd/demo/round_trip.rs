@@ -3,7 +3,6 @@
 //! check the restore machine, restore the tree and hand the restored
 //! processes to verification, writing every outcome into the [`Report`].
 
-use std::fmt::Write as _;
 use std::os::fd::AsFd;
 use std::time::Instant;
 
@@ -79,6 +78,40 @@ fn dump_tree<'a>(
     Ok(tree)
 }
 
+/// Stops with every reason when `target` cannot restore a process that
+/// uses every GPU of `origin` (the checks the plugin's restore makes, with
+/// the `KFD_*_CHECK` switches of the environment).
+fn refuse_early(
+    origin: &kfd_sim::Sim,
+    origin_label: &str,
+    target: &kfd_sim::Sim,
+    target_label: &str,
+    checks: &amdgpu_topology::options::CheckOptions,
+    report: &mut Report,
+) -> Result<(), Stop> {
+    let from = DeviceTopology::from_system(origin.topology())
+        .map_err(|e| Stop::Usage(format!("{origin_label}: {e}")))?;
+    let to = DeviceTopology::from_system(target.topology())
+        .map_err(|e| Stop::Usage(format!("{target_label}: {e}")))?;
+    let result = map::map_with(&from, &to, checks, &Default::default()).map_err(Stop::Usage)?;
+    if result.compatible {
+        return Ok(());
+    }
+    report.topologies = Some(super::report::Topologies {
+        checkpoint: origin_label.to_owned(),
+        restore: target_label.to_owned(),
+    });
+    report.reasons = map::reason_lines(&result.reasons);
+    report.reason_details = result.reasons;
+    report.images.clear();
+    Err(Stop::Refused(format!(
+        "{target_label} cannot restore a checkpoint taken on {origin_label} ({}), so nothing \
+         ran; give another --restore-topology (`amdgpu-criu map --from {origin_label} --to \
+         {target_label}` shows the same answer)",
+        crate::out::plural(report.reasons.len() as u64, "reason")
+    )))
+}
+
 pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Result<(), Stop> {
     // As the plugin reads them: a bad KFD_DEVICE_MAP or KFD_DEDUP stops.
     let (options, invalid) = Options::default()
@@ -87,6 +120,7 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
     for warning in &invalid {
         eprintln!("amdgpu-criu demo: warning: {warning}");
     }
+    report.workload = args.workload.name().to_owned();
     let origin = resolve(&args.topology)?;
     let same_machine = args.restore_topology.as_deref() == Some(args.topology.as_str());
     let target = match &args.restore_topology {
@@ -99,7 +133,7 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
     };
     let images = images_dir(args)?;
     report.images = images.describe();
-    report.image_dir = Some(images.path().display().to_string());
+    report.image_dir = images.kept().map(|p| p.display().to_string());
     let shm = tempfile::tempdir()
         .map_err(|e| Stop::Usage(format!("cannot create a temporary directory: {e}")))?;
     super::cleanup::remove_on_signal(shm.path());
@@ -120,6 +154,25 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
     budget::judge(&budget::measure(planned, gpus, same_machine, images.path()))
         .map_err(Stop::Usage)?;
 
+    let target_sim = match &target {
+        Some(machine) => Some(simulate(machine)?),
+        None => None,
+    };
+    if let (Some(sim), Some(machine)) = (&target_sim, &target) {
+        remove_sysfs_on_signal(sim);
+        // The workload's processes see every GPU, so their images record
+        // the whole machine: whether the restore machine can take them is
+        // known now, before anything runs.
+        refuse_early(
+            &origin_sim,
+            &origin.label,
+            sim,
+            &machine.label,
+            options.checks(),
+            report,
+        )?;
+    }
+
     stage(bar, "launching the workload");
     let mut processes = launch(&origin_sim, &profiles)?;
     // Several processes exchange a DRM buffer by dma-buf, as a DDP group
@@ -129,13 +182,6 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
     } else {
         None
     };
-    let target_sim = match &target {
-        Some(machine) => Some(simulate(machine)?),
-        None => None,
-    };
-    if let Some(sim) = &target_sim {
-        remove_sysfs_on_signal(sim);
-    }
     let restore_sim = &target_sim.clone().unwrap_or_else(|| origin_sim.clone());
     let restore_label = target.as_ref().map_or_else(
         || format!("{} (the same machine)", origin.label),
@@ -148,7 +194,6 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
         restore_label,
         crate::out::plural(restore_sim.gpus().len() as u64, "GPU")
     ));
-    report.workload = args.workload.name().to_owned();
     report.topologies = Some(super::report::Topologies {
         checkpoint: origin.label.clone(),
         restore: restore_label.clone(),
@@ -199,11 +244,13 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
     drop(dumper);
     if let Err(e) = dumped {
         let error = e.to_string();
+        let fired = super::verification::fired(&args.inject, &origin_sim.pending_faults());
         return Err(checkpoint_failed(
             &error,
             &mut processes,
             images.path(),
             report,
+            &fired,
         ));
     }
     let mut kfd_images = read_kfd_images(images.path())?;
@@ -245,7 +292,14 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
         drop(dumper);
         if let Err(e) = dumped {
             let error = format!("incremental checkpoint: {e}");
-            return Err(checkpoint_failed(&error, &mut processes, &dir, report));
+            let fired = super::verification::fired(&args.inject, &origin_sim.pending_faults());
+            return Err(checkpoint_failed(
+                &error,
+                &mut processes,
+                &dir,
+                report,
+                &fired,
+            ));
         }
         kfd_images = read_kfd_images(&dir)?;
         let phase = checkpoint_phase(&kfd_images, &dir, time);
@@ -295,9 +349,9 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
         .collect();
     // The checkpointed processes run on for a few steps (as with `criu dump
     // --leave-running`), which says where a restored process must arrive,
-    // then end, their memory with them. Right before the restore: the
-    // restore maps that memory back at the same addresses in this host
-    // process, and nothing else should be mapped there in between.
+    // then end, their memory with them (kfd-sim keeps its addresses
+    // reserved, out of this host process's other threads' hands, until the
+    // restore maps it back at the same addresses).
     for p in &mut processes {
         if let Some(mut app) = p.app.take() {
             let ran_on = (0..STEPS_AFTER)
@@ -355,9 +409,17 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
                     left.join(", ")
                 )
             };
+            let e = super::verification::named_errnos(&e.to_string());
             report
                 .lines
                 .push(format!("restore failed: {e}{incompatible}; {left}"));
+            let pending = restore_sim.pending_faults();
+            for spec in args.inject.iter().filter(|s| !pending.contains(s)) {
+                report.lines.push(format!(
+                    "injected fault {spec} fired: that call failed with {}, as rehearsed",
+                    spec.errno
+                ));
+            }
             return Err(Stop::Failed(format!("restore failed: {e}")));
         }
     };
@@ -373,15 +435,7 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
             }
         }
     }
-    let mut map = String::from("GPU map (checkpointed gpu_id -> local gpu_id):");
-    for (from, to) in &report.gpu_map {
-        let _ = write!(
-            map,
-            "\n  {} -> {}",
-            crate::out::gpu_id(*from),
-            crate::out::gpu_id(*to)
-        );
-    }
+    let map = super::report::gpu_map_text(&report.gpu_map);
     report.lines.push(map);
 
     stage(bar, "resuming");

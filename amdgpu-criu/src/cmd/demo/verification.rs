@@ -94,18 +94,71 @@ pub(super) fn image_set(images: &Path) -> Result<String, Vec<String>> {
     }
 }
 
+/// `text` with every `errno N` of a hook's failure named: `errno 5` reads
+/// `EIO (errno 5)`.
+pub(super) fn named_errnos(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("errno ") {
+        let (before, after) = rest.split_at(i + "errno ".len());
+        let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+        let name = digits.parse().ok().and_then(|n| kfd_sim::Errno(n).name());
+        match name {
+            Some(name) => {
+                out.push_str(&before[..i]);
+                out.push_str(&format!("{name} (errno {digits})"));
+            }
+            None => {
+                out.push_str(before);
+                out.push_str(&digits);
+            }
+        }
+        rest = &after[digits.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The lines saying which injected faults fired (those `pending` no longer
+/// holds): the rehearsal's own cause, named with its errno.
+pub(super) fn fired(
+    injected: &[kfd_sim::FaultSpec],
+    pending: &[kfd_sim::FaultSpec],
+) -> Vec<kfd_sim::FaultSpec> {
+    injected
+        .iter()
+        .filter(|spec| !pending.contains(spec))
+        .cloned()
+        .collect()
+}
+
 /// After a failed dump: was the application left running, and what does
-/// `verify` make of what is in the images directory?
+/// `verify` make of what is in the images directory? `fired` are the
+/// injected faults that fired.
 pub(super) fn checkpoint_failed(
     error: &str,
     processes: &mut [Process],
     images: &Path,
     report: &mut Report,
+    fired: &[kfd_sim::FaultSpec],
 ) -> Stop {
+    let error = named_errnos(error);
     report.lines.push(format!("checkpoint failed: {error}"));
+    for spec in fired {
+        report.lines.push(format!(
+            "injected fault {spec} fired: that call failed with {}, as rehearsed",
+            spec.errno
+        ));
+    }
+    let unpause_failed = fired.iter().any(|s| s.op == "CRIU_OP:UNPAUSE");
     for p in processes.iter_mut() {
         let Some(app) = p.app.as_mut() else { continue };
         match app.step() {
+            Ok(()) if unpause_failed => report.lines.push(format!(
+                "application pid {}: unpaused when UNPAUSE was retried (the first attempt \
+                 failed, the injected fault), it keeps running",
+                p.pid
+            )),
             Ok(()) => report.lines.push(format!(
                 "application pid {}: unpaused, it keeps running",
                 p.pid

@@ -5,6 +5,7 @@ fn env<'a>(driver: &'a dyn Driver, sim: &Sim) -> Env<'a> {
     Env {
         driver,
         sysfs_root: sim.sysfs_root(),
+        topology_name: None,
         cap_eff: None,
         criu: None,
         criu_given: false,
@@ -114,6 +115,7 @@ fn no_kfd_is_no_amd_gpu_driver() {
     let checks = diagnose(&Env {
         driver: &NoKfd,
         sysfs_root: PathBuf::from("/nonexistent/topology"),
+        topology_name: None,
         cap_eff: Some(1 << CAP_SYS_ADMIN),
         criu: None,
         criu_given: false,

@@ -98,6 +98,8 @@ const HEX_FIELDS: &[&str] = &[
     "gem_handle",
     "share_handle",
     "hive_id",
+    "unique_id",
+    "referencing_gpu_id",
     "capability",
     "flags",
     "shared_mem_magic",

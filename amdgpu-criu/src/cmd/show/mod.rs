@@ -1,14 +1,17 @@
-//! `amdgpu-criu show PATH [--json]`: what an image set holds, for people.
+//! `amdgpu-criu show PATH [--json] [--details]`: what an image set holds,
+//! for people.
 //!
 //! PATH is an image directory (CRIU's own images beside ours are skipped),
 //! one amdgpu image file, or a Podman/CRI-O checkpoint archive (a tar,
-//! plain or zstd-compressed; not gzip). For a set the text starts with a
-//! summary (processes, GPUs with gpu_id and hive, BOs by domain with bytes,
-//! queues, events, pages files and their real size on disk), then every
-//! message in its own field order with ids in hex and flags decoded. Each
-//! problem goes once to stderr. Exit 0 when everything was shown and
-//! sound, 1 when a file is damaged (or a directory has no images), 2 when
-//! PATH cannot be read at all. `--json` prints everything, machine readable.
+//! plain, zstd- or gzip-compressed). For a set the text is a summary
+//! (processes, GPUs with gpu_id and hive, BOs by domain with bytes, queues,
+//! events, pages files and their real size on disk, the BO contents read
+//! back against their digests as `verify` reads them); `--details` adds
+//! every message in its own field order with ids in hex and flags decoded
+//! (one file is always shown so). Each problem goes once to stderr. Exit 0
+//! when everything was shown and sound, 1 when a file is damaged (or a
+//! directory has no images), 2 when PATH cannot be read at all. `--json`
+//! prints everything, machine readable.
 
 mod archive;
 mod detail;
@@ -36,19 +39,25 @@ use detail::Context;
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
   amdgpu-criu show /var/lib/ckpt
-  amdgpu-criu show /var/lib/ckpt | less
-  amdgpu-criu show /var/lib/ckpt/amdgpu-kfd-7.img
+  amdgpu-criu show --details /var/lib/ckpt | less
+  amdgpu-criu show /var/lib/ckpt/amdgpu-kfd-1.img
   amdgpu-criu show checkpoint.tar.zst            # podman container checkpoint --export
+  amdgpu-criu show checkpoint.tar.gz             # ... --compress gzip
   amdgpu-criu show --json /var/lib/ckpt > images.json   # attach to bug reports
 
-Exit status: 0 shown, 1 a damaged file or no amdgpu images, 2 PATH unreadable")]
+Exit status: 0 shown and sound, 1 a damaged file (contents included) or no amdgpu images,
+2 PATH unreadable")]
 pub struct Args {
     /// An image directory, one amdgpu image file, or a Podman/CRI-O
-    /// checkpoint archive (tar, optionally zstd-compressed).
+    /// checkpoint archive (tar, plain, zstd- or gzip-compressed).
     pub path: PathBuf,
     /// Print JSON (`{"summary": {...}, "files": [...], "problems": [...]}`).
     #[arg(long)]
     pub json: bool,
+    /// After a set's summary, print every message field by field (every
+    /// BO, every device entry); one file is always shown in full.
+    #[arg(long)]
+    pub details: bool,
 }
 
 /// What one file holds.
@@ -95,8 +104,24 @@ pub fn run(args: Args) -> ExitCode {
         .into_iter()
         .map(|(name, blob)| load(name, blob))
         .collect();
-    let problems = problems(&entries);
+    let mut problems = problems(&entries);
     let single = where_.is_none();
+    // A set's BO contents are read and checked against their digests, as
+    // `verify` does: exit 0 says every file is sound.
+    let checked_contents = if single || entries.is_empty() {
+        None
+    } else {
+        match contents(&args.path, &problems) {
+            Ok((checked, found)) => {
+                problems.extend(found);
+                Some(checked)
+            }
+            Err(e) => {
+                problems.push(e);
+                None
+            }
+        }
+    };
     let summary = summary::Summary::of(&entries);
     if args.json {
         let files: Vec<Value> = entries.iter().map(to_json).collect();
@@ -117,12 +142,20 @@ pub fn run(args: Args) -> ExitCode {
                 where_.as_deref().unwrap_or_default(),
                 entries.len(),
             );
-            if !entries.is_empty() {
+            if let Some(checked) = checked_contents {
+                text.push_str(&format!("{checked}\n"));
+            }
+            if !entries.is_empty() && !args.details {
+                text.push_str("(every message field by field: --details)\n");
+            }
+            if !entries.is_empty() && args.details {
                 text.push_str("\ndetails\n");
             }
         }
-        for e in &entries {
-            print_entry(&mut text, e);
+        if single || args.details {
+            for e in &entries {
+                print_entry(&mut text, e);
+            }
         }
         print_lines(&text);
     }
@@ -153,7 +186,8 @@ fn print_lines(text: &str) {
 /// The image files at `path` and, for a set, how to name where they are.
 #[allow(clippy::type_complexity)]
 fn collect(path: &Path) -> Result<(Vec<(ImageName, Blob)>, Option<String>), String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("{}: {}", path.display(), crate::out::io_error(&e)))?;
     if meta.is_dir() {
         let mut names = Vec::new();
         for entry in std::fs::read_dir(path).map_err(|e| format!("{}: {e}", path.display()))? {
@@ -187,6 +221,40 @@ fn collect(path: &Path) -> Result<(Vec<(ImageName, Blob)>, Option<String>), Stri
         )
     })?;
     Ok((vec![(name, Blob::Path(path.to_path_buf()))], None))
+}
+
+/// The set at `path` read through, BO contents against their digests and
+/// render-node GPUs against the KFD images, as `verify` reads it: a line
+/// saying what was checked, and the problems of files `shown` does not
+/// already name.
+fn contents(path: &Path, shown: &[String]) -> Result<(String, Vec<String>), String> {
+    let unpacked = super::unpacked::Unpacked::open(path, true)?;
+    let store = amdgpu_image::DirStore::open_dir(unpacked.dir()).map_err(|e| e.to_string())?;
+    let mut report = amdgpu_image::verify_set(&store, ReadLimits::default())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    report
+        .problems
+        .extend(super::verify::device_mismatches(&store));
+    let found: Vec<String> = report
+        .problems
+        .iter()
+        .filter(|p| !shown.iter().any(|s| s.starts_with(&format!("{}:", p.file))))
+        .map(ToString::to_string)
+        .collect();
+    let checked = format!(
+        "contents: {} verified, {} read: {}",
+        crate::out::plural(report.checksums_verified as u64, "BO checksum"),
+        crate::out::human_bytes(report.bytes_read),
+        if report.problems.is_empty() {
+            "sound".to_owned()
+        } else {
+            format!(
+                "{} (see the errors)",
+                crate::out::plural(report.problems.len() as u64, "problem")
+            )
+        }
+    );
+    Ok((checked, found))
 }
 
 /// A short file's explanation, or None when it is long enough to hold a header.
@@ -372,7 +440,9 @@ fn print_entry(out: &mut String, e: &Entry) {
 }
 
 fn content<M: Serialize>(m: &M) -> Value {
-    serde_json::to_value(m).unwrap_or(Value::Null)
+    let mut value = serde_json::to_value(m).unwrap_or(Value::Null);
+    crate::json64::message_to_strings(&mut value);
+    value
 }
 
 fn to_json(e: &Entry) -> Value {

@@ -295,6 +295,23 @@ impl Summary {
     }
 
     pub(super) fn to_json(&self) -> Value {
+        // Ids and 64-bit values as the messages show them (strings, ids in hex).
+        let gpus: Vec<Value> = self
+            .gpus
+            .values()
+            .map(|g| {
+                let mut gpu = json!({
+                    "gpu_id": g.gpu_id,
+                    "node_id": g.node_id,
+                    "drm_render_minor": g.render_minor,
+                    "device_id": g.device_id,
+                    "vram_size": g.vram_size,
+                    "hive_id": g.hive_id,
+                });
+                crate::json64::message_to_strings(&mut gpu);
+                gpu
+            })
+            .collect();
         json!({
             "processes": self.processes.iter().map(|p| json!({
                 "file": p.file,
@@ -306,16 +323,7 @@ impl Summary {
                 "events": p.objects.as_ref().map(|o| o.events),
                 "svm_ranges": p.objects.as_ref().map(|o| o.svm_ranges),
             })).collect::<Vec<_>>(),
-            "gpus": self.gpus.values().map(|g| json!({
-                "gpu_id": g.gpu_id,
-                "gpu_id_hex": gpu_id(g.gpu_id),
-                "node_id": g.node_id,
-                "drm_render_minor": g.render_minor,
-                "device_id": g.device_id,
-                "vram_size": g.vram_size,
-                "hive_id": g.hive_id,
-                "hive_id_hex": format!("{:#x}", g.hive_id),
-            })).collect::<Vec<_>>(),
+            "gpus": gpus,
             "bos_by_domain": self.domains.iter().map(|(d, (count, bytes))| {
                 (d.to_string(), json!({ "count": count, "bytes": bytes }))
             }).collect::<serde_json::Map<_, _>>(),
