@@ -6,7 +6,8 @@
 //! the same page read-only ([`DoorbellMap`]) and reads the slot with an
 //! atomic load; one watcher thread per simulator ([`Watcher`]) looks at
 //! every queue's slot and wakes the queue's engine when the value moved,
-//! fast while queues are busy and more slowly once everything is idle.
+//! once per new value (a parked or hung engine does not take it up), fast
+//! while queues are busy and more slowly once everything is idle.
 //!
 //! Slot placement follows the thunk (`hsaKmtCreateQueue`): on SOC15 the
 //! slot is the queue's doorbell id times 8 bytes, a 64-bit doorbell;
@@ -161,7 +162,10 @@ impl Watcher {
                 .collect();
             drop(watcher);
             for q in &queues {
-                if q.doorbell_moved() {
+                // Once per value: a parked or hung queue leaves a rung
+                // doorbell unread, and waking it at every scan would keep
+                // this thread scanning fast and the engine awake.
+                if q.rung_anew() {
                     last_moved = Instant::now();
                     q.wake();
                 }

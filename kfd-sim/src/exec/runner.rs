@@ -104,6 +104,12 @@ pub(crate) struct QueueHw {
     doorbell: DoorbellMap,
     /// The doorbell value the engine last acted on.
     seen: AtomicU64,
+    /// The doorbell value the watcher last woke the engine for: a queue
+    /// that does not take a rung value up (parked, hung) is woken once per
+    /// value, not at every scan.
+    noticed: AtomicU64,
+    /// How often the engine was woken (a doorbell, or a request).
+    wakes: AtomicU64,
     control: Mutex<Control>,
     cv: Condvar,
 }
@@ -118,11 +124,13 @@ const POLL_MAX: Duration = Duration::from_millis(2);
 impl QueueHw {
     /// A parked engine for `cfg` ringing at `doorbell`.
     pub(crate) fn new(cfg: Config, doorbell: DoorbellMap) -> Arc<QueueHw> {
-        let seen = AtomicU64::new(doorbell.read());
+        let bell = doorbell.read();
         Arc::new(QueueHw {
             cfg,
             doorbell,
-            seen,
+            seen: AtomicU64::new(bell),
+            noticed: AtomicU64::new(bell),
+            wakes: AtomicU64::new(0),
             control: Mutex::new(Control {
                 want: Want::Park,
                 phase: Phase::Parked,
@@ -153,9 +161,18 @@ impl QueueHw {
         self.doorbell.read() != self.seen.load(Ordering::Acquire)
     }
 
+    /// Whether the doorbell holds a value the engine has not acted on and
+    /// the watcher has not yet woken it for; the value counts as noticed.
+    pub(crate) fn rung_anew(&self) -> bool {
+        let bell = self.doorbell.read();
+        bell != self.seen.load(Ordering::Acquire)
+            && self.noticed.swap(bell, Ordering::AcqRel) != bell
+    }
+
     /// Wakes the engine (a doorbell moved, or a request is waiting).
     pub(crate) fn wake(&self) {
         let _c = lock(&self.control);
+        self.wakes.fetch_add(1, Ordering::Relaxed);
         self.cv.notify_all();
     }
 
@@ -244,6 +261,16 @@ impl QueueHw {
     /// Sleeps up to `pause` unless a request or a doorbell is pending.
     fn pause(&self, c: MutexGuard<'_, Control>, pause: Duration) {
         if c.want == Want::Run && !self.doorbell_moved() {
+            let _ = self.cv.wait_timeout(c, pause);
+        }
+    }
+
+    /// Sleeps up to `pause` unless a request is pending: a hung engine
+    /// executes nothing whatever its doorbell holds, so a rung doorbell
+    /// does not keep it awake (it would loop at once, for as long as the
+    /// queue stays hung).
+    fn sleep_hung(&self, c: MutexGuard<'_, Control>, pause: Duration) {
+        if c.want == Want::Run {
             let _ = self.cv.wait_timeout(c, pause);
         }
     }
@@ -425,7 +452,7 @@ impl Thread<'_> {
             };
             if self.regs.hang.is_some() {
                 let c = self.hw.publish(&self.regs, Phase::Hung);
-                self.hw.pause(c, IDLE_SLEEP);
+                self.hw.sleep_hung(c, IDLE_SLEEP);
                 continue;
             }
             let Some(shared) = self.shared.upgrade() else {
@@ -736,6 +763,40 @@ mod tests {
             (Some(restored()), true)
         );
         thread.join().unwrap();
+    }
+
+    /// Stores `value` into the engine's 64-bit doorbell slot, as the
+    /// application does.
+    fn ring(page: &Memfd, value: u64) {
+        use std::os::unix::fs::FileExt;
+        page.file().write_all_at(&value.to_le_bytes(), 0).unwrap();
+    }
+
+    /// Waits (bounded) until the engine was woken `n` times, then lets the
+    /// watcher scan many more times and returns the count.
+    fn wakes_after(hw: &QueueHw, n: u64) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while hw.wakes.load(Ordering::Relaxed) < n && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The watcher scans every 500 us while a doorbell moved recently.
+        std::thread::sleep(Duration::from_millis(100));
+        hw.wakes.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn a_doorbell_rung_on_a_parked_queue_wakes_its_engine_once_per_value() {
+        let (hw, page) = engine();
+        let watcher = Arc::new(super::super::doorbell::Watcher::default());
+        watcher.watch(&hw);
+        assert!(!hw.rung_anew(), "nothing was rung");
+        // Parked: nothing takes the value up, so the doorbell stays moved.
+        ring(&page, 0x100);
+        assert_eq!(wakes_after(&hw, 1), 1, "one value, one wake");
+        assert!(hw.doorbell_moved(), "the parked engine took the value up");
+        ring(&page, 0x180);
+        assert_eq!(wakes_after(&hw, 2), 2, "a second value, a second wake");
+        drop(watcher);
     }
 
     #[test]
