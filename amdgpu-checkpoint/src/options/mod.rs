@@ -799,7 +799,7 @@ mod command_line_tests {
         let (options, _) = Options::default()
             .read(env(&[("KFD_DEVICE_MAP", "0x1=0x2")]), &[])
             .unwrap();
-        assert_eq!(options.device_map().to_string(), "1=2");
+        assert_eq!(options.device_map().to_string(), "0x0001=0x0002");
         assert_eq!(options.source("device-map"), Source::Environment);
         // The C plugin's variables stay lenient.
         let (options, invalid) = Options::default()
