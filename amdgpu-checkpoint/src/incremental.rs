@@ -289,7 +289,7 @@ fn take_image(
     name: &amdgpu_image::ImageName,
     id: &Option<Vec<u8>>,
     chunk_size: Option<u64>,
-    bos: Vec<Result<Option<BoChunks>, String>>,
+    bos: Vec<Result<Option<BoChunks>, amdgpu_image::ChunkFieldError>>,
 ) -> Result<bool, Error> {
     let Some(id) = id.clone().filter(|id| id.len() == 16) else {
         return Ok(false);

@@ -128,7 +128,7 @@ fn decode_header(bytes: &[u8; HEADER_LEN]) -> Result<Header, Error> {
     let fds = u32_at(bytes, 20);
     let chunk_size = u64_at(bytes, 24);
     if chunk_size != 0 {
-        amdgpu_image::chunks::check_chunk_size(chunk_size).map_err(protocol)?;
+        amdgpu_image::chunks::check_chunk_size(chunk_size).map_err(|e| protocol(e.to_string()))?;
     }
     if gpus > MAX_GPUS {
         return Err(protocol(format!("{gpus} GPUs (at most {MAX_GPUS})")));
