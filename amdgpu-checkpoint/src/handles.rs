@@ -62,7 +62,7 @@ pub const WAITER_SLOTS: usize = 64;
 /// Why a key could not be published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub(crate) enum TableError {
+pub enum TableError {
     /// The table holds as many keys as it was made for.
     #[error("the shared buffer handle table is full ({capacity} buffers)")]
     Full {

@@ -193,11 +193,8 @@ pub fn resolver_for<S: ImageStore>(
     if !references {
         return Ok(None);
     }
-    let dir = store.as_dir().ok_or_else(|| {
-        Error::Inconsistent(format!(
-            "{what}: the image references chunks of its parent or of other images, which only \
-             an image directory can resolve (not a stream)"
-        ))
+    let dir = store.as_dir().ok_or_else(|| Error::ChunksNeedDirectory {
+        image: what.to_owned(),
     })?;
     ChunkResolver::new(dir, ReadLimits::default())
         .map(Some)
@@ -276,7 +273,7 @@ fn read_parent_image<M: amdgpu_image::ImageMessage>(
     parent
         .read_message(name, ReadLimits::default())
         .map_err(Error::image("reading a parent image"))?
-        .ok_or_else(|| Error::Inconsistent(format!("parent {name} vanished")))
+        .ok_or(Error::ParentVanished { name: *name })
 }
 
 /// Adds the chunks of one parent image (`bos`, each entry's recorded
@@ -289,7 +286,7 @@ fn take_image(
     name: &amdgpu_image::ImageName,
     id: &Option<Vec<u8>>,
     chunk_size: Option<u64>,
-    bos: Vec<Result<Option<BoChunks>, String>>,
+    bos: Vec<Result<Option<BoChunks>, amdgpu_image::ChunkFieldError>>,
 ) -> Result<bool, Error> {
     let Some(id) = id.clone().filter(|id| id.len() == 16) else {
         return Ok(false);
@@ -298,13 +295,14 @@ fn take_image(
         return Ok(false);
     }
     if dump_id.get_or_insert_with(|| id.clone()) != &id {
-        return Err(Error::Inconsistent(format!(
-            "parent {name} belongs to another dump than the other parent images"
-        )));
+        return Err(Error::ParentOfOtherDump { name: *name });
     }
     for (i, parsed) in bos.into_iter().enumerate() {
-        let parsed =
-            parsed.map_err(|e| Error::Inconsistent(format!("parent {name}: bo entry {i}: {e}")))?;
+        let parsed = parsed.map_err(|source| Error::ParentChunks {
+            name: *name,
+            entry: i,
+            source,
+        })?;
         if let Some(c) = parsed {
             insert_chunks(chunks, &c);
         }

@@ -421,10 +421,12 @@ impl<'p, D: Driver + Clone> Pipe<'p, D> {
         if imported.size() < size {
             let have = imported.size();
             let _ = self.engine.release_bo(imported);
-            return Err(Error::Inconsistent(format!(
-                "{what} on GPU {:#x}: the dma-buf has {have:#x} bytes, {size:#x} are expected",
-                self.gpu
-            )));
+            return Err(Error::DmabufTooSmall {
+                bo: what.to_owned(),
+                gpu_id: self.gpu,
+                have,
+                size,
+            });
         }
         Ok(imported)
     }
@@ -680,10 +682,10 @@ fn dump_gpu<D: Driver + Clone, S: ImageStore>(
             pool,
         )?;
         for (entry, bo) in bos {
-            let dmabuf = bo.dmabuf.as_ref().ok_or_else(|| {
-                Error::Inconsistent(format!(
-                    "BO {entry} on GPU {gpu:#x} has contents but the kernel exported no dma-buf"
-                ))
+            let dmabuf = bo.dmabuf.as_ref().ok_or(Error::BoWithoutDmabuf {
+                gpu_id: gpu,
+                entry: *entry,
+                missing: "the kernel exported no dma-buf",
             })?;
             pipe.read_bo(
                 dmabuf.as_fd(),
@@ -878,10 +880,10 @@ fn restore_pages_from<'f, D: Driver + Clone, S: ImageStore>(
             None,
         )?;
         for &(entry, size) in &bos {
-            let dmabuf = dmabuf_of(entry).ok_or_else(|| {
-                Error::Inconsistent(format!(
-                    "BO {entry} on GPU {gpu:#x} has contents but no dma-buf to fill"
-                ))
+            let dmabuf = dmabuf_of(entry).ok_or(Error::BoWithoutDmabuf {
+                gpu_id: gpu,
+                entry,
+                missing: "no dma-buf to fill",
             })?;
             pipe.write_bo(dmabuf, entry, size, reader.as_mut(), name)?;
         }
@@ -913,7 +915,10 @@ pub fn dump_drm_bo<D: Driver + Clone, S: ImageStore>(
 ) -> Result<ContentReport, Error> {
     let layout = PagesLayout::from_sizes([size])
         .map(dump_layout)
-        .ok_or_else(|| Error::Inconsistent(format!("{name}: a BO of {size:#x} bytes")))?;
+        .ok_or_else(|| Error::BoTooLarge {
+            file: name.to_string(),
+            size,
+        })?;
     let mut writer = store
         .create_pages(name, layout)
         .map_err(Error::image("creating a DRM pages file"))?;
@@ -952,7 +957,9 @@ pub fn restore_drm_bo<D: Driver + Clone, S: ImageStore>(
     let own = store
         .open_pages(name, layout)
         .map_err(Error::image("reading a DRM pages file"))?
-        .ok_or_else(|| Error::Inconsistent(format!("{name} is missing")))?;
+        .ok_or_else(|| Error::PagesFileMissing {
+            file: name.to_string(),
+        })?;
     let (entry, size, mut reader): (usize, u64, Box<dyn PieceSource + '_>) = match chained {
         Some((resolver, chunks)) => {
             let (entry, size) = (chunks.entry, chunks.size);
@@ -961,9 +968,14 @@ pub fn restore_drm_bo<D: Driver + Clone, S: ImageStore>(
             (entry, size, Box::new(reader))
         }
         None => {
-            let bo = own.layout().bos().first().copied().ok_or_else(|| {
-                Error::Inconsistent(format!("{name}: a DRM pages layout without its BO"))
-            })?;
+            let bo = own
+                .layout()
+                .bos()
+                .first()
+                .copied()
+                .ok_or_else(|| Error::EmptyDrmLayout {
+                    file: name.to_string(),
+                })?;
             if bo.size == 0 {
                 // Nothing to copy: the file's end is checked.
                 own.verify_all(&mut [])

@@ -73,27 +73,28 @@ struct Level {
 
 impl Level {
     /// Takes the `dump_id` and `parent_dump_id` of one more image of the
-    /// level (`first`: none taken yet); what differs from the others is
-    /// said.
+    /// level, `file` (`first`: none taken yet); what differs from the
+    /// others is said.
     fn note_ids(
         &mut self,
+        file: String,
         first: &mut bool,
         dump_id: &Option<Vec<u8>>,
         parent_dump_id: &Option<Vec<u8>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         if *first {
             self.dump_id = dump_id.clone();
             *first = false;
         } else if self.dump_id != *dump_id {
-            return Err(format!(
-                "dump_id {} differs from the other images' {} (images of two dumps mixed)",
-                hex_id(dump_id.as_deref()),
-                hex_id(self.dump_id.as_deref())
-            ));
+            return Err(Error::MixedDumps {
+                file,
+                dump_id: dump_id.as_deref().map(Box::from),
+                others: self.dump_id.as_deref().map(Box::from),
+            });
         }
         if parent_dump_id.is_some() {
             if self.parent_dump_id.is_some() && self.parent_dump_id != *parent_dump_id {
-                return Err("names another parent than the other images".into());
+                return Err(Error::MixedParents { file });
             }
             self.parent_dump_id = parent_dump_id.clone();
         }
@@ -325,8 +326,12 @@ fn index_level(
             .ok_or_else(|| at("listed but cannot be opened".into()))?;
         let image = ValidatedKfd::new(name.id(), msg)?;
         let msg = image.message();
-        out.note_ids(&mut first, &msg.dump_id, &msg.parent_dump_id)
-            .map_err(at)?;
+        out.note_ids(
+            shown_file(name),
+            &mut first,
+            &msg.dump_id,
+            &msg.parent_dump_id,
+        )?;
         for gpu in image.gpus().map(|d| d.gpu_id).collect::<Vec<_>>() {
             let chunks = image.bo_chunks(gpu);
             if chunks.is_empty() {
@@ -367,8 +372,12 @@ fn index_level(
         let image = ValidatedRenderNode::new(name.id(), msg)?;
         let msg = image.message();
         if msg.dump_id.is_some() || msg.parent_dump_id.is_some() {
-            out.note_ids(&mut first, &msg.dump_id, &msg.parent_dump_id)
-                .map_err(at)?;
+            out.note_ids(
+                shown_file(name),
+                &mut first,
+                &msg.dump_id,
+                &msg.parent_dump_id,
+            )?;
         }
         for index in 0..msg.bo_entries.len() {
             let (Some(chunks), Some((pages, layout))) =

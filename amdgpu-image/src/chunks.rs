@@ -390,51 +390,48 @@ pub struct BoChunks {
 
 impl BoChunks {
     /// Reads tags 130/131 of a BO entry: `Ok(None)` without digests, an
-    /// error text naming what is wrong when they do not fit the BO.
+    /// error naming what is wrong when they do not fit the BO.
     pub fn from_fields(
         entry: usize,
         size: u64,
         chunk_size: Option<u64>,
         digests: Option<&[u8]>,
         sources: Option<&[u8]>,
-    ) -> Result<Option<Self>, String> {
+    ) -> Result<Option<Self>, ChunkFieldError> {
         let Some(digests) = digests else {
             if sources.is_some() {
-                return Err("chunk_sources without chunk_digests".into());
+                return Err(ChunkFieldError::SourcesWithoutDigests);
             }
             return Ok(None);
         };
-        let chunk_size = chunk_size.ok_or("chunk_digests without the image's chunk_size")?;
+        let chunk_size = chunk_size.ok_or(ChunkFieldError::DigestsWithoutChunkSize)?;
         check_chunk_size(chunk_size)?;
-        let digests = decode_digests(digests).ok_or_else(|| {
-            format!(
-                "{} bytes of chunk_digests are not a whole number of {DIGEST_BYTES}-byte digests",
-                digests.len()
-            )
-        })?;
+        let digests =
+            decode_digests(digests).ok_or(ChunkFieldError::PartialDigest { len: digests.len() })?;
         let count = chunk_count(size, chunk_size);
         if digests.len() as u64 != count {
-            return Err(format!(
-                "{} chunk digests for a bo of {size:#x} bytes in {count} chunks of {chunk_size:#x}",
-                digests.len()
-            ));
+            return Err(ChunkFieldError::DigestCount {
+                digests: digests.len(),
+                size,
+                count,
+                chunk_size,
+            });
         }
         let sources = match sources {
             None => vec![ChunkSource::Here; digests.len()],
             Some(bytes) => {
                 if bytes.len() != digests.len() {
-                    return Err(format!(
-                        "{} chunk sources for {} chunks",
-                        bytes.len(),
-                        digests.len()
-                    ));
+                    return Err(ChunkFieldError::SourceCount {
+                        sources: bytes.len(),
+                        chunks: digests.len(),
+                    });
                 }
                 bytes
                     .iter()
                     .enumerate()
-                    .map(|(i, &b)| {
-                        ChunkSource::from_byte(b)
-                            .ok_or_else(|| format!("chunk {i} has unknown source {b}"))
+                    .map(|(chunk, &byte)| {
+                        ChunkSource::from_byte(byte)
+                            .ok_or(ChunkFieldError::UnknownSource { chunk, byte })
                     })
                     .collect::<Result<_, _>>()?
             }
@@ -470,14 +467,73 @@ impl BoChunks {
 }
 
 /// Checks a recorded chunk size.
-pub fn check_chunk_size(chunk_size: u64) -> Result<(), String> {
+pub fn check_chunk_size(chunk_size: u64) -> Result<(), ChunkFieldError> {
     let (lo, hi) = CHUNK_SIZE_RANGE;
     if !chunk_size.is_power_of_two() || chunk_size < lo || chunk_size > hi {
-        return Err(format!(
-            "chunk_size {chunk_size:#x} is not a power of two in {lo:#x}..={hi:#x}"
-        ));
+        return Err(ChunkFieldError::ChunkSize { chunk_size });
     }
     Ok(())
+}
+
+/// Why a BO entry's recorded chunk fields (tags 130/131/150) or an image's
+/// `chunk_size` do not fit ([`BoChunks::from_fields`], [`check_chunk_size`]).
+/// The messages name the field, not the file: callers add the file and
+/// entry.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChunkFieldError {
+    /// `chunk_sources` recorded without `chunk_digests`.
+    #[error("chunk_sources without chunk_digests")]
+    SourcesWithoutDigests,
+    /// `chunk_digests` recorded in an image without a `chunk_size`.
+    #[error("chunk_digests without the image's chunk_size")]
+    DigestsWithoutChunkSize,
+    /// A chunk size that is not a power of two in [`CHUNK_SIZE_RANGE`].
+    #[error(
+        "chunk_size {chunk_size:#x} is not a power of two in {lo:#x}..={hi:#x}",
+        lo = CHUNK_SIZE_RANGE.0,
+        hi = CHUNK_SIZE_RANGE.1
+    )]
+    ChunkSize {
+        /// The recorded chunk size.
+        chunk_size: u64,
+    },
+    /// `chunk_digests` whose length is not a multiple of [`DIGEST_BYTES`].
+    #[error("{len} bytes of chunk_digests are not a whole number of {DIGEST_BYTES}-byte digests")]
+    PartialDigest {
+        /// The field's length in bytes.
+        len: usize,
+    },
+    /// Another number of digests than the BO has chunks.
+    #[error(
+        "{digests} chunk digests for a bo of {size:#x} bytes in {count} chunks of {chunk_size:#x}"
+    )]
+    DigestCount {
+        /// Digests recorded.
+        digests: usize,
+        /// The BO's size.
+        size: u64,
+        /// Chunks the BO has.
+        count: u64,
+        /// The image's chunk size.
+        chunk_size: u64,
+    },
+    /// Another number of sources than digests.
+    #[error("{sources} chunk sources for {chunks} chunks")]
+    SourceCount {
+        /// Sources recorded.
+        sources: usize,
+        /// Digests recorded.
+        chunks: usize,
+    },
+    /// A source byte that names no [`ChunkSource`].
+    #[error("chunk {chunk} has unknown source {byte}")]
+    UnknownSource {
+        /// The chunk's index.
+        chunk: usize,
+        /// The recorded byte.
+        byte: u8,
+    },
 }
 
 #[cfg(test)]
@@ -577,7 +633,9 @@ mod tests {
         assert!(ok.has_references());
         assert_eq!(ok.chunk_len(1), 1);
         let err = |size, cs, d: &[u8], s: Option<&[u8]>| {
-            BoChunks::from_fields(0, size, cs, Some(d), s).unwrap_err()
+            BoChunks::from_fields(0, size, cs, Some(d), s)
+                .unwrap_err()
+                .to_string()
         };
         assert!(err(8192, Some(4096), &two[..17], None).contains("whole number"));
         assert!(err(3 * 4096, Some(4096), &two, None).contains("2 chunk digests"));
@@ -585,7 +643,18 @@ mod tests {
         assert!(err(8192, Some(4096), &two, Some(&[0, 9])).contains("unknown source 9"));
         assert!(err(8192, Some(3000), &two, None).contains("power of two"));
         assert!(err(8192, None, &two, None).contains("chunk_size"));
-        assert!(BoChunks::from_fields(0, 1, None, None, Some(&[0])).is_err());
+        assert_eq!(
+            BoChunks::from_fields(0, 1, None, None, Some(&[0])),
+            Err(ChunkFieldError::SourcesWithoutDigests)
+        );
+        assert_eq!(
+            BoChunks::from_fields(0, 8192, Some(4096), Some(&two), Some(&[0, 9])),
+            Err(ChunkFieldError::UnknownSource { chunk: 1, byte: 9 })
+        );
+        assert_eq!(
+            check_chunk_size(3000),
+            Err(ChunkFieldError::ChunkSize { chunk_size: 3000 })
+        );
         assert_eq!(BoChunks::from_fields(0, 1, None, None, None), Ok(None));
     }
 }

@@ -157,6 +157,27 @@ pub enum Error {
         /// What is wrong, naming the parent where it concerns one.
         what: String,
     },
+    /// An image of a set whose `dump_id` differs from its other images':
+    /// images of two dumps mixed in one directory.
+    #[error(
+        "{file}: dump_id {} differs from the other images' {} (images of two dumps mixed)",
+        HexId(.dump_id.as_deref()),
+        HexId(.others.as_deref())
+    )]
+    MixedDumps {
+        /// The image.
+        file: String,
+        /// Its `dump_id` (`None`: absent).
+        dump_id: Option<Box<[u8]>>,
+        /// The `dump_id` of the set's other images.
+        others: Option<Box<[u8]>>,
+    },
+    /// An image of a set names another parent dump than its other images.
+    #[error("{file}: names another parent than the other images")]
+    MixedParents {
+        /// The image.
+        file: String,
+    },
     /// A parent chain that comes back to an image set it already read: a
     /// `parent` link to the set itself or to one of its children, or a
     /// copy of a set among its own ancestors. Followed, it would never end.
@@ -195,6 +216,18 @@ pub enum Error {
     /// A message or image set failed validation.
     #[error("{}", Problems(.0))]
     Invalid(Vec<Problem>),
+}
+
+/// A dump id in hex, `absent` for none.
+struct HexId<'a>(Option<&'a [u8]>);
+
+impl fmt::Display for HexId<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            None => f.write_str("absent"),
+            Some(bytes) => bytes.iter().try_for_each(|b| write!(f, "{b:02x}")),
+        }
+    }
 }
 
 struct Problems<'a>(&'a [Problem]);

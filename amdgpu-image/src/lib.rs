@@ -25,7 +25,7 @@ pub mod validate;
 
 pub use chain::{ChainReader, ChunkResolver, PieceSource};
 pub use checksum::{content_checksum, ContentHasher};
-pub use chunks::{BoChunks, ChecksumAlgo, ChunkSource, Digest, CHUNK_SIZE};
+pub use chunks::{BoChunks, ChecksumAlgo, ChunkFieldError, ChunkSource, Digest, CHUNK_SIZE};
 pub use error::{Error, Problem};
 pub use framing::{
     decode_message, decode_message_covered, decode_message_unchecked, encode_for_writing,

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use crate::chunks::{check_chunk_size, BoChunks, ChecksumAlgo, ChunkSource};
+use crate::chunks::{check_chunk_size, BoChunks, ChecksumAlgo, ChunkFieldError, ChunkSource};
 use crate::framing::ReadLimits;
 use crate::messages::{
     flags, CriuDmabufNode, CriuKfd, CriuRenderNode, DrmBoEntry, KfdBoEntry, FORMAT_VERSION,
@@ -103,7 +103,7 @@ impl ValidatedKfd {
             );
         }
         if let Some(Err(e)) = msg.chunk_size.map(check_chunk_size) {
-            p("criu_kfd.chunk_size".into(), e);
+            p("criu_kfd.chunk_size".into(), e.to_string());
         }
         for (field, id) in [
             ("dump_id", &msg.dump_id),
@@ -223,7 +223,7 @@ impl ValidatedKfd {
                     "set on a bo whose contents are not saved".into(),
                 );
             } else if let Err(e) = bo.chunks(i, msg.chunk_size) {
-                p(at("chunk_digests"), e);
+                p(at("chunk_digests"), e.to_string());
             } else if let Ok(Some(chunks)) = bo.chunks(i, msg.chunk_size) {
                 if chunks.sources.contains(&ChunkSource::Parent) && msg.parent_dump_id.is_none() {
                     p(
@@ -339,12 +339,12 @@ impl ValidatedKfd {
 impl KfdBoEntry {
     /// The chunks this entry (index `entry` of its image, whose chunk size
     /// is `chunk_size`) records in tags 130/131: `Ok(None)` without
-    /// digests, an error text naming what does not fit the BO.
+    /// digests, an error naming what does not fit the BO.
     pub fn chunks(
         &self,
         entry: usize,
         chunk_size: Option<u64>,
-    ) -> Result<Option<BoChunks>, String> {
+    ) -> Result<Option<BoChunks>, ChunkFieldError> {
         BoChunks::from_fields(
             entry,
             self.size,
@@ -362,7 +362,7 @@ impl DrmBoEntry {
         &self,
         entry: usize,
         chunk_size: Option<u64>,
-    ) -> Result<Option<BoChunks>, String> {
+    ) -> Result<Option<BoChunks>, ChunkFieldError> {
         BoChunks::from_fields(
             entry,
             self.size,
@@ -469,7 +469,10 @@ impl ValidatedRenderNode {
         let mut references_parent = false;
         for (i, bo) in msg.bo_entries.iter().enumerate() {
             match bo.chunks(i, msg.chunk_size) {
-                Err(e) => p(format!("criu_render_node.bo_entries[{i}].chunk_digests"), e),
+                Err(e) => p(
+                    format!("criu_render_node.bo_entries[{i}].chunk_digests"),
+                    e.to_string(),
+                ),
                 Ok(Some(c)) => {
                     references |= c.has_references();
                     references_parent |= c.sources.contains(&ChunkSource::Parent);
@@ -553,7 +556,7 @@ impl ValidatedRenderNode {
             );
         }
         if let Some(Err(e)) = msg.chunk_size.map(check_chunk_size) {
-            p("criu_render_node.chunk_size".into(), e);
+            p("criu_render_node.chunk_size".into(), e.to_string());
         }
         for (i, bo) in msg.bo_entries.iter().enumerate() {
             let at = |f: &str| format!("criu_render_node.bo_entries[{i}].{f}");

@@ -696,3 +696,39 @@ fn a_chain_deeper_than_the_bound_is_refused() {
     let below = root.path().join((levels - 2).to_string());
     assert_eq!(read_back(&below, 0).unwrap(), contents[0]);
 }
+
+#[test]
+fn images_of_two_dumps_in_one_set_are_refused_naming_both_dump_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    write_set(dir.path(), &[vec![bytes(1, 8192)]], None, [0x11; 16], None);
+    let store = DirStore::open_dir(dir.path()).unwrap();
+    // A second process's image, of another dump, in the same directory.
+    let mut msg: CriuKfd = store
+        .read_message(&ImageName::Kfd { id: ID }, ReadLimits::default())
+        .unwrap()
+        .unwrap();
+    msg.dump_id = Some(vec![0x22; 16]);
+    store
+        .write_message(&ImageName::Kfd { id: ID + 1 }, &msg)
+        .unwrap();
+    let err = ChunkResolver::new(&store, ReadLimits::default()).unwrap_err();
+    let Error::MixedDumps {
+        file,
+        dump_id,
+        others,
+    } = &err
+    else {
+        panic!("not MixedDumps: {err:?}");
+    };
+    assert!(file.ends_with("amdgpu-kfd-8.img"), "{file}");
+    assert_eq!(dump_id.as_deref(), Some(&[0x22; 16][..]));
+    assert_eq!(others.as_deref(), Some(&[0x11; 16][..]));
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{file}: dump_id {} differs from the other images' {} (images of two dumps mixed)",
+            "22".repeat(16),
+            "11".repeat(16)
+        )
+    );
+}

@@ -49,9 +49,7 @@ impl CriuHost for CriuServices {
         let own = services()
             .image_dir()
             .map_err(Error::io("duplicating CRIU's images directory fd"))?
-            .ok_or_else(|| {
-                Error::Inconsistent("CRIU offers no images directory (criu_get_image_dir)".into())
-            })?;
+            .ok_or(Error::NoImagesDirectory)?;
         DirStore::from_dir_fd(own)
             .map(HostStore::Dir)
             .map_err(Error::image("opening the images directory"))

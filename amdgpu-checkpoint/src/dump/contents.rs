@@ -55,11 +55,10 @@ impl<D: Driver + Clone> Dumper<D> {
         let mut first_error = None;
         for transfer in std::mem::take(&mut self.transfers) {
             let (id, pid) = (transfer.id, transfer.pid);
-            let result = transfer.worker.join().unwrap_or_else(|_| {
-                Err(Error::Inconsistent(format!(
-                    "file {id}: the transfer thread panicked; its image is not written"
-                )))
-            });
+            let result = transfer
+                .worker
+                .join()
+                .unwrap_or(Err(Error::TransferPanicked { id }));
             match result {
                 Ok(copied) => log::info!(
                     "file {id}: pid {pid}: {} content bytes copied, {} stored",
@@ -144,18 +143,19 @@ fn attach_contents(
     contents: &transfer::ContentReport,
 ) -> Result<bool, Error> {
     let count = entries.len();
-    let mismatch = |what: String| {
-        Error::Inconsistent(format!(
-            "the BO contents and the image disagree: {what} (the image has {count} bo entries)"
-        ))
+    let mismatch = |what: &'static str, entry: usize, twice: bool| Error::ContentsMismatch {
+        what,
+        entry,
+        twice,
+        count,
     };
     let mut seen = vec![[false; 3]; count];
-    let mut entry_of = |entry: usize, list: usize, name: &str| {
+    let mut entry_of = |entry: usize, list: usize, name: &'static str| {
         let Some(bo_seen) = seen.get_mut(entry) else {
-            return Err(mismatch(format!("{name} of bo entry {entry}")));
+            return Err(mismatch(name, entry, false));
         };
         if std::mem::replace(&mut bo_seen[list], true) {
-            return Err(mismatch(format!("{name} of bo entry {entry} twice")));
+            return Err(mismatch(name, entry, true));
         }
         Ok(entry)
     };
@@ -209,11 +209,35 @@ pub(super) mod tests {
         let mut entries = vec![KfdBoEntry::default(); 3];
         let err = attach_contents(&mut entries, &report(&[0, 3])).unwrap_err();
         assert!(
-            err.to_string().contains("bo entry 3") && err.to_string().contains("3 bo entries"),
-            "{err}"
+            matches!(
+                err,
+                Error::ContentsMismatch {
+                    what: "a checksum",
+                    entry: 3,
+                    twice: false,
+                    count: 3,
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "the BO contents and the image disagree: a checksum of bo entry 3 (the image has 3 \
+             bo entries)"
         );
         // The same entry twice.
         let err = attach_contents(&mut entries, &report(&[1, 1])).unwrap_err();
-        assert!(err.to_string().contains("twice"), "{err}");
+        assert!(
+            matches!(
+                err,
+                Error::ContentsMismatch {
+                    entry: 1,
+                    twice: true,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("bo entry 1 twice"), "{err}");
     }
 }

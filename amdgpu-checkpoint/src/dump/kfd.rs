@@ -296,11 +296,10 @@ impl<D: Driver + Clone> Dumper<D> {
         let mut user_of: BTreeMap<u32, u32> = BTreeMap::new();
         for dev in &checkpoint.devices {
             if local.gpus().all(|n| n.gpu_id != dev.actual_gpu_id) {
-                return Err(Error::Inconsistent(format!(
-                    "the process uses GPU {:#x}, which the topology at {} does not list",
-                    dev.actual_gpu_id,
-                    self.config.topology_root.display()
-                )));
+                return Err(Error::GpuNotInTopology {
+                    gpu_id: dev.actual_gpu_id,
+                    root: self.config.topology_root.clone(),
+                });
             }
             user_of.insert(dev.actual_gpu_id, dev.user_gpu_id);
         }

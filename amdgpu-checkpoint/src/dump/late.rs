@@ -44,39 +44,25 @@ impl<D: Driver + Clone> Dumper<D> {
             first_error = Some(e);
         }
         if first_error.is_none() && !self.pending_dmabufs.is_empty() {
-            let files: Vec<String> = self
-                .pending_dmabufs
-                .drain(..)
-                .map(|(_, id)| format!("file {id}"))
-                .collect();
-            first_error = Some(Error::Inconsistent(format!(
-                "amdgpu dma-bufs of no buffer of a dumped KFD or render-node file: {}",
-                files.join(", ")
-            )));
+            let files = self.pending_dmabufs.drain(..).map(|(_, id)| id).collect();
+            first_error = Some(Error::OrphanDmabufs { files });
         }
-        let orphans: Vec<String> = self
+        let orphans: Vec<(u32, u32)> = self
             .imported
             .iter()
             .filter(|(key, ..)| !self.created.contains(key))
-            .map(|(_, id, handle)| format!("BO {handle} of file {id}"))
+            .map(|&(_, id, handle)| (id, handle))
             .collect();
         if first_error.is_none() && !orphans.is_empty() {
-            first_error = Some(Error::Inconsistent(format!(
-                "DRM BOs imported from a buffer no dumped process holds (its exporter is \
-                 outside the dump): {}",
-                orphans.join(", ")
-            )));
+            first_error = Some(Error::ImportsFromOutside { bos: orphans });
         }
         if first_error.is_none() && !self.pending_renders.is_empty() {
-            let files: Vec<String> = self
+            let files = self
                 .pending_renders
                 .drain(..)
-                .map(|r| format!("file {} (renderD{})", r.id, r.minor))
+                .map(|r| (r.id, r.minor))
                 .collect();
-            first_error = Some(Error::Inconsistent(format!(
-                "render nodes never written (the dump ended before they were): {}",
-                files.join(", ")
-            )));
+            first_error = Some(Error::RenderNodesUnwritten { files });
         }
         match first_error {
             Some(e) => Err(e),

@@ -157,10 +157,7 @@ impl<D: Driver + Clone> Dumper<D> {
         let node = topology
             .gpus()
             .find(|n| n.props.drm_render_minor == minor)
-            .ok_or_else(|| Error::Topology {
-                root,
-                reason: format!("no GPU has render minor {minor} (renderD{minor})"),
-            })?;
+            .ok_or(Error::NoGpuOfRenderMinor { root, minor })?;
         Ok(device_entry(node, node.gpu_id, topology))
     }
 
@@ -264,11 +261,11 @@ impl<D: Driver + Clone> Dumper<D> {
                 }
                 (true, Some(key)) => self.imported.push((key, id, listed.gem_handle)),
                 (true, None) => {
-                    return Err(Error::Inconsistent(format!(
-                        "the imported DRM BO {} of renderD{minor} (file {id}) cannot be \
-                         exported, so its buffer cannot be named",
-                        listed.gem_handle
-                    )))
+                    return Err(Error::ImportUnexportable {
+                        id,
+                        minor,
+                        handle: listed.gem_handle,
+                    })
                 }
                 (false, None) => {}
             }
@@ -564,13 +561,11 @@ struct RenderChunks {
 /// holds that one BO (entry 0): anything else is an error, never a
 /// checksum of 0 that restore would then refuse as a damaged file.
 fn render_chunks(bo: transfer::ContentReport) -> Result<RenderChunks, Error> {
-    fn only<T>(list: Vec<(usize, T)>, what: &str) -> Result<T, Error> {
+    fn only<T>(list: Vec<(usize, T)>, what: &'static str) -> Result<T, Error> {
         let mut list = list.into_iter();
         match (list.next(), list.next()) {
             (Some((0, item)), None) => Ok(item),
-            _ => Err(Error::Inconsistent(format!(
-                "a DRM BO's contents were dumped without exactly one {what}"
-            ))),
+            _ => Err(Error::DrmContents { what }),
         }
     }
     let checksum = only(bo.checksums, "checksum")?;

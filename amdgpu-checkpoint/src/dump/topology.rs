@@ -58,7 +58,7 @@ pub fn local_topology<D: Driver>(root: &Path, driver: &D) -> Result<DeviceTopolo
     let parsed =
         amdgpu_topology::parse::parse_with(&ReadAs(driver), root).map_err(|e| Error::Topology {
             root: root.display().to_string(),
-            reason: e.to_string(),
+            source: Box::new(e.into()),
         })?;
     for skipped in &parsed.skipped {
         // A container's hidden GPUs are expected; anything else is odd.
@@ -70,6 +70,6 @@ pub fn local_topology<D: Driver>(root: &Path, driver: &D) -> Result<DeviceTopolo
     }
     DeviceTopology::from_system(&parsed.system).map_err(|e| Error::Topology {
         root: root.display().to_string(),
-        reason: e.to_string(),
+        source: Box::new(e.into()),
     })
 }

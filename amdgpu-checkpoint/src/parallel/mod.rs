@@ -73,8 +73,8 @@ use kfd::{Driver, RestoredBo};
 
 pub use self::fdpass::{recv_fds, send_fds, FDS_PER_MESSAGE};
 pub use self::protocol::{
-    build_command, connect, send_command, send_command_on, Command, Entry, GpuRoute, MAX_ENTRIES,
-    MAX_GPUS,
+    build_command, connect, send_command, send_command_on, Command, CommandError, Entry, GpuRoute,
+    MAX_ENTRIES, MAX_GPUS,
 };
 pub use self::worker::{copy_command, CommandOutcome, WorkerReport, COMMAND_TIMEOUT};
 
@@ -289,9 +289,7 @@ impl ParallelRestore {
 
     /// At `POST_FORKING`: starts the worker.
     pub fn start(&mut self, copier: Copier, options: Options) -> Result<(), Error> {
-        let listener = self.listener.take().ok_or_else(|| {
-            Error::Inconsistent("the parallel restore worker was already started".into())
-        })?;
+        let listener = self.listener.take().ok_or(Error::WorkerStarted)?;
         let worker = worker::spawn_worker(listener, copier, options)
             .map_err(Error::io("starting the parallel restore worker"))?;
         self.worker = Some(worker);

@@ -82,8 +82,113 @@ pub struct Command {
     pub chunk_size: u64,
 }
 
-pub(super) fn protocol(what: impl Into<String>) -> Error {
-    Error::Inconsistent(format!("parallel restore command: {}", what.into()))
+/// Why a parallel restore command is malformed or does not fit what came
+/// with it ([`Error::ParallelCommand`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommandError {
+    /// Fewer bytes than a header.
+    #[error("{len} bytes, shorter than a header")]
+    Short {
+        /// Bytes received.
+        len: usize,
+    },
+    /// A header without the protocol's magic.
+    #[error("bad magic {magic:#x}")]
+    BadMagic {
+        /// The magic received.
+        magic: u32,
+    },
+    /// A header of another protocol version.
+    #[error("version {version}, expected {VERSION}")]
+    Version {
+        /// The version received.
+        version: u32,
+    },
+    /// A chunk size no image records.
+    #[error("{0}")]
+    ChunkSize(amdgpu_image::ChunkFieldError),
+    /// More GPUs than a command carries.
+    #[error("{gpus} GPUs (at most {MAX_GPUS})")]
+    TooManyGpus {
+        /// GPUs announced.
+        gpus: usize,
+    },
+    /// More BOs or fds than a command carries.
+    #[error("{entries} BOs and {fds} fds (at most {MAX_ENTRIES})")]
+    TooManyEntries {
+        /// BOs announced.
+        entries: usize,
+        /// Fds announced.
+        fds: u32,
+    },
+    /// A body of another length than its header announces.
+    #[error("{len} body bytes, the header announces {want}")]
+    BodyLength {
+        /// Body bytes received.
+        len: usize,
+        /// Body bytes announced.
+        want: usize,
+    },
+    /// A GPU listed twice.
+    #[error("GPU {gpu_id:#x} listed twice")]
+    GpuTwice {
+        /// The user gpu_id.
+        gpu_id: u32,
+    },
+    /// A BO on a GPU the command does not list.
+    #[error("BO {bo} is on GPU {gpu_id:#x}, which the command does not list")]
+    UnlistedGpu {
+        /// The bo entry index.
+        bo: u32,
+        /// The user gpu_id.
+        gpu_id: u32,
+    },
+    /// A BO whose fd index is beyond the fds of the command.
+    #[error("BO {bo} uses fd {fd} of {count}")]
+    FdIndex {
+        /// The bo entry index.
+        bo: u32,
+        /// Its fd index.
+        fd: u32,
+        /// The command's fd count.
+        count: u32,
+    },
+    /// A BO listed twice.
+    #[error("BO {bo} listed twice")]
+    BoTwice {
+        /// The bo entry index.
+        bo: u32,
+    },
+    /// BO sizes of one GPU whose sum overflows.
+    #[error("the BO sizes of GPU {gpu_id:#x} overflow 64 bits")]
+    SizeOverflow {
+        /// The user gpu_id.
+        gpu_id: u32,
+    },
+    /// A BO at another offset than its pages file holds it at.
+    #[error(
+        "BO {bo} of GPU {gpu_id:#x} at offset {offset:#x} of its pages file, which holds it at \
+         {expected:#x}"
+    )]
+    Offset {
+        /// The bo entry index.
+        bo: u32,
+        /// The user gpu_id.
+        gpu_id: u32,
+        /// The offset the command gives.
+        offset: u64,
+        /// The offset the pages file holds it at.
+        expected: u64,
+    },
+    /// Another number of fds than the command announces.
+    #[error("{received} fds received, {announced} announced")]
+    FdCount {
+        /// Fds received.
+        received: usize,
+        /// Fds announced.
+        announced: u32,
+    },
 }
 
 fn u32_at(bytes: &[u8], at: usize) -> u32 {
@@ -117,10 +222,10 @@ fn decode_header(bytes: &[u8; HEADER_LEN]) -> Result<Header, Error> {
     }
     let (magic, version) = (u32_at(bytes, 0), u32_at(bytes, 4));
     if magic != MAGIC {
-        return Err(protocol(format!("bad magic {magic:#x}")));
+        return Err(CommandError::BadMagic { magic }.into());
     }
     if version != VERSION {
-        return Err(protocol(format!("version {version}, expected {VERSION}")));
+        return Err(CommandError::Version { version }.into());
     }
     let id = u32_at(bytes, 8);
     let gpus = u32_at(bytes, 12) as usize;
@@ -128,15 +233,13 @@ fn decode_header(bytes: &[u8; HEADER_LEN]) -> Result<Header, Error> {
     let fds = u32_at(bytes, 20);
     let chunk_size = u64_at(bytes, 24);
     if chunk_size != 0 {
-        amdgpu_image::chunks::check_chunk_size(chunk_size).map_err(protocol)?;
+        amdgpu_image::chunks::check_chunk_size(chunk_size).map_err(CommandError::ChunkSize)?;
     }
     if gpus > MAX_GPUS {
-        return Err(protocol(format!("{gpus} GPUs (at most {MAX_GPUS})")));
+        return Err(CommandError::TooManyGpus { gpus }.into());
     }
     if entries > MAX_ENTRIES || fds as usize > MAX_ENTRIES {
-        return Err(protocol(format!(
-            "{entries} BOs and {fds} fds (at most {MAX_ENTRIES})"
-        )));
+        return Err(CommandError::TooManyEntries { entries, fds }.into());
     }
     Ok(Header::Command {
         id,
@@ -191,7 +294,7 @@ impl Command {
         let header: &[u8; HEADER_LEN] = bytes
             .get(..HEADER_LEN)
             .and_then(|h| h.try_into().ok())
-            .ok_or_else(|| protocol(format!("{} bytes, shorter than a header", bytes.len())))?;
+            .ok_or(CommandError::Short { len: bytes.len() })?;
         let Header::Command {
             id,
             gpus,
@@ -205,10 +308,11 @@ impl Command {
         let body = &bytes[HEADER_LEN..];
         let want = gpus * GPU_LEN + entries * ENTRY_LEN;
         if body.len() != want {
-            return Err(protocol(format!(
-                "{} body bytes, the header announces {want}",
-                body.len()
-            )));
+            return Err(CommandError::BodyLength {
+                len: body.len(),
+                want,
+            }
+            .into());
         }
         Command::decode_body(id, gpus, entries, fds, chunk_size, body).map(Some)
     }
@@ -259,25 +363,31 @@ impl Command {
         let mut gpus = BTreeSet::new();
         for gpu in &self.gpus {
             if !gpus.insert(gpu.user_gpu_id) {
-                return Err(protocol(format!("GPU {:#x} listed twice", gpu.user_gpu_id)));
+                return Err(CommandError::GpuTwice {
+                    gpu_id: gpu.user_gpu_id,
+                }
+                .into());
             }
         }
         let mut bos = BTreeSet::new();
         for e in &self.entries {
             if !gpus.contains(&e.gpu_id) {
-                return Err(protocol(format!(
-                    "BO {} is on GPU {:#x}, which the command does not list",
-                    e.bo_index, e.gpu_id
-                )));
+                return Err(CommandError::UnlistedGpu {
+                    bo: e.bo_index,
+                    gpu_id: e.gpu_id,
+                }
+                .into());
             }
             if e.fd_index >= self.fd_count {
-                return Err(protocol(format!(
-                    "BO {} uses fd {} of {}",
-                    e.bo_index, e.fd_index, self.fd_count
-                )));
+                return Err(CommandError::FdIndex {
+                    bo: e.bo_index,
+                    fd: e.fd_index,
+                    count: self.fd_count,
+                }
+                .into());
             }
             if !bos.insert(e.bo_index) {
-                return Err(protocol(format!("BO {} listed twice", e.bo_index)));
+                return Err(CommandError::BoTwice { bo: e.bo_index }.into());
             }
         }
         Ok(())
@@ -297,7 +407,7 @@ impl Command {
                 })
                 .collect(),
         )
-        .ok_or_else(|| protocol(format!("the BO sizes of GPU {gpu:#x} overflow 64 bits")))?;
+        .ok_or(CommandError::SizeOverflow { gpu_id: gpu })?;
         let algo = if self.chunk_size == 0 {
             amdgpu_image::ChecksumAlgo::V1
         } else {
@@ -310,12 +420,13 @@ impl Command {
         for (k, e) in mine.iter().enumerate() {
             let expected = layout.offset_of(k);
             if expected != Some(e.offset) {
-                return Err(protocol(format!(
-                    "BO {} of GPU {gpu:#x} at offset {:#x} of its pages file, which holds it at {:#x}",
-                    e.bo_index,
-                    e.offset,
-                    expected.unwrap_or(0)
-                )));
+                return Err(CommandError::Offset {
+                    bo: e.bo_index,
+                    gpu_id: gpu,
+                    offset: e.offset,
+                    expected: expected.unwrap_or(0),
+                }
+                .into());
             }
         }
         let fds = mine
@@ -355,21 +466,20 @@ pub fn build_command<'a>(
             let dmabuf = restored
                 .get(bo.entry)
                 .and_then(|r| r.dmabuf.as_ref())
-                .ok_or_else(|| {
-                    Error::Inconsistent(format!(
-                        "BO {} on GPU {:#x} has contents but RESTORE returned no dma-buf",
-                        bo.entry, gpu.user_gpu_id
-                    ))
+                .ok_or(Error::BoWithoutDmabuf {
+                    gpu_id: gpu.user_gpu_id,
+                    entry: bo.entry,
+                    missing: "RESTORE returned no dma-buf",
                 })?;
             let (Ok(bo_index), Ok(fd_index), Some(offset)) = (
                 u32::try_from(bo.entry),
                 u32::try_from(fds.len()),
                 layout.offset_of(k),
             ) else {
-                return Err(Error::Inconsistent(format!(
-                    "BO {} on GPU {:#x} cannot be described to the main process",
-                    bo.entry, gpu.user_gpu_id
-                )));
+                return Err(Error::BoUndescribable {
+                    gpu_id: gpu.user_gpu_id,
+                    entry: bo.entry,
+                });
             };
             command.entries.push(Entry {
                 gpu_id: gpu.user_gpu_id,
@@ -384,11 +494,10 @@ pub fn build_command<'a>(
     }
     command.fd_count = fds.len() as u32;
     if command.entries.len() > MAX_ENTRIES || command.gpus.len() > MAX_GPUS {
-        return Err(Error::Inconsistent(format!(
-            "{} BOs on {} GPUs are more than one command carries",
-            command.entries.len(),
-            command.gpus.len()
-        )));
+        return Err(Error::CommandTooLarge {
+            entries: command.entries.len(),
+            gpus: command.gpus.len(),
+        });
     }
     Ok((command, fds))
 }
@@ -573,8 +682,25 @@ mod tests {
         // The C plugin's running sum across GPUs.
         let mut bad = sample();
         bad.entries[2].offset = 4096 + (1 << 33);
-        let err = bad.layout_of(0x2222).unwrap_err().to_string();
-        assert!(err.contains("BO 3 of GPU 0x2222"), "{err}");
+        let err = bad.layout_of(0x2222).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::ParallelCommand(CommandError::Offset {
+                    bo: 3,
+                    gpu_id: 0x2222,
+                    offset: 0x2_0000_1000,
+                    expected: 0,
+                    ..
+                })
+            ),
+            "{err:?}"
+        );
+        let err = err.to_string();
+        assert!(
+            err.starts_with("parallel restore command: BO 3 of GPU 0x2222"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -585,7 +711,10 @@ mod tests {
         }
         let mut bad_magic = good.clone();
         bad_magic[0] ^= 1;
-        assert!(Command::decode(&bad_magic).is_err());
+        assert!(matches!(
+            Command::decode(&bad_magic),
+            Err(Error::ParallelCommand(CommandError::BadMagic { magic })) if magic == MAGIC ^ 1
+        ));
         let mut huge = good.clone();
         huge[16..20].copy_from_slice(&u32::MAX.to_ne_bytes());
         assert!(Command::decode(&huge).is_err());

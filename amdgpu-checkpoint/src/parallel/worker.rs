@@ -25,7 +25,7 @@ use std::time::Duration;
 use amdgpu_image::ImageName;
 
 use super::fdpass::peer_uid;
-use super::protocol::{protocol, read_command, Command};
+use super::protocol::{read_command, Command, CommandError};
 use super::Copier;
 use crate::error::Error;
 use crate::options::Options;
@@ -108,11 +108,11 @@ pub fn copy_command(
     options: &Options,
 ) -> Result<u64, Error> {
     if fds.len() != command.fd_count as usize {
-        return Err(protocol(format!(
-            "{} fds received, {} announced",
-            fds.len(),
-            command.fd_count
-        )));
+        return Err(CommandError::FdCount {
+            received: fds.len(),
+            announced: command.fd_count,
+        }
+        .into());
     }
     command.validate()?;
     let mut plans = Vec::with_capacity(command.gpus.len());

@@ -22,7 +22,7 @@ use kfd_sys::{kfd_criu_bo_bucket, kfd_criu_device_bucket, KFD_INVALID_FD};
 use super::sharing::{publish, uses_shared_buffers};
 use super::{KfdRestore, Restorer, Sharing};
 use crate::dump::{local_topology, HSAKMT_SHM};
-use crate::error::Error;
+use crate::error::{Error, Incompatibility};
 use crate::transfer;
 use crate::vma::Translation;
 
@@ -75,7 +75,7 @@ impl<D: Driver + Clone> Restorer<D> {
         let pins = device_map
             .resolve(&checkpointed, &local)
             .map_err(|e| Error::Incompatible {
-                reasons: e.to_string(),
+                problems: vec![e.into()],
             })?;
         if !pins.is_empty() {
             log::info!(
@@ -89,31 +89,26 @@ impl<D: Driver + Clone> Restorer<D> {
         let mapping =
             map_topologies_pinned(&checkpointed, &local, self.config.options.checks(), &pins)
                 .map_err(|e| Error::Incompatible {
-                    reasons: e.to_string(),
+                    problems: vec![e.into()],
                 })?
                 .into_mapping()
                 .map_err(|reasons| Error::Incompatible {
-                    reasons: reasons
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join("; "),
+                    problems: reasons.into_iter().map(Incompatibility::Mismatch).collect(),
                 })?;
 
         let mut devices = Vec::new();
         let mut gpus = Vec::new();
         for entry in image.gpus() {
-            let local_id = *mapping.gpu_map.get(&entry.gpu_id).ok_or_else(|| {
-                Error::Inconsistent(format!(
-                    "the GPU mapping has no local GPU for checkpointed GPU {:#x}",
-                    entry.gpu_id
-                ))
-            })?;
-            let node = local.gpus().find(|n| n.gpu_id == local_id).ok_or_else(|| {
-                Error::Inconsistent(format!(
-                    "local GPU {local_id:#x} vanished from the topology"
-                ))
-            })?;
+            let local_id = *mapping
+                .gpu_map
+                .get(&entry.gpu_id)
+                .ok_or(Error::GpuUnmapped {
+                    gpu_id: entry.gpu_id,
+                })?;
+            let node = local
+                .gpus()
+                .find(|n| n.gpu_id == local_id)
+                .ok_or(Error::LocalGpuVanished { gpu_id: local_id })?;
             let minor = node.props.drm_render_minor;
             let pci = amdgpu_topology::device_map::pci_address(node);
             let file = self.render_file(local_id, minor, pci.as_deref())?;
@@ -150,11 +145,10 @@ impl<D: Driver + Clone> Restorer<D> {
             .restore(&devices, &buckets, &msg.priv_data, msg.num_of_objects)
             .map_err(Error::kfd("re-creating the process (CRIU_OP RESTORE)"))?;
         if restored.len() != buckets.len() {
-            return Err(Error::Inconsistent(format!(
-                "CRIU_OP RESTORE returned {} BOs for {} in the image",
-                restored.len(),
-                buckets.len()
-            )));
+            return Err(Error::RestoredBoCount {
+                restored: restored.len(),
+                expected: buckets.len(),
+            });
         }
 
         // With parallel restore CRIU's main process copies the contents

@@ -27,7 +27,7 @@ use kfd_sys::{
 use super::sharing::{publish, uses_shared_buffers};
 use super::{Restored, Restorer, Sharing, TaskIdentity};
 use crate::dump::local_topology;
-use crate::error::Error;
+use crate::error::{Error, Incompatibility};
 use crate::transfer;
 use crate::vma::Translation;
 
@@ -121,11 +121,7 @@ impl<D: Driver + Clone> Restorer<D> {
             }
         }
         let device = msg.device.as_ref().ok_or_else(|| Error::Incompatible {
-            reasons: format!(
-                "render-node file {id} (renderD{minor}) belongs to a task without a KFD image \
-                 and records no device entry (an image of the C plugin), so no local GPU can \
-                 be chosen for it"
-            ),
+            problems: vec![Incompatibility::RenderWithoutDevice { id, minor }],
         })?;
         let taken: BTreeSet<u32> = self.render_only.values().copied().collect();
         let candidates = render_only_candidates(device, &local, self.config.options.checks());
@@ -150,32 +146,37 @@ impl<D: Driver + Clone> Restorer<D> {
         {
             None => None,
             Some(Ok(gpu)) => Some(gpu),
-            Some(Err(e)) => {
+            Some(Err(source)) => {
                 return Err(Error::Incompatible {
-                    reasons: format!("render-node file {id} (renderD{minor}): {e}"),
+                    problems: vec![Incompatibility::RenderDeviceMap { id, minor, source }],
                 })
             }
         };
         if let Some(gpu) = pinned {
             if !free.iter().any(|n| n.gpu_id == gpu) {
-                let why = match local.gpus().find(|n| n.gpu_id == gpu) {
+                let problem = match local.gpus().find(|n| n.gpu_id == gpu) {
                     Some(node) if !compatible.iter().any(|c| c.gpu_id == gpu) => {
-                        device_mismatches(&device_node(device), node, self.config.options.checks())
-                            .iter()
-                            .map(ToString::to_string)
-                            .collect::<Vec<_>>()
-                            .join("; ")
+                        Incompatibility::PinnedMismatch {
+                            id,
+                            minor,
+                            gpu_id: device.gpu_id,
+                            local_gpu: gpu,
+                            mismatches: device_mismatches(
+                                &device_node(device),
+                                node,
+                                self.config.options.checks(),
+                            ),
+                        }
                     }
-                    _ => {
-                        "it already stands in for another checkpointed GPU of this task".to_owned()
-                    }
+                    _ => Incompatibility::PinnedTaken {
+                        id,
+                        minor,
+                        gpu_id: device.gpu_id,
+                        local_gpu: gpu,
+                    },
                 };
                 return Err(Error::Incompatible {
-                    reasons: format!(
-                        "render-node file {id}: the device map pins renderD{minor} (GPU {:#x}) to \
-                         local GPU {gpu:#x}, which cannot take it: {why}",
-                        device.gpu_id
-                    ),
+                    problems: vec![problem],
                 });
             }
         }
@@ -192,35 +193,23 @@ impl<D: Driver + Clone> Restorer<D> {
             })
             .or_else(|| free.first().filter(|_| pinned.is_none()));
         let Some(node) = chosen else {
-            let reasons = if let Err(closest) = &candidates {
-                let why = closest
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                format!(
-                    "render-node file {id}: no local GPU can stand in for renderD{minor} \
-                     (GPU {:#x}, device {:#x}){}",
-                    device.gpu_id,
-                    device.device_id,
-                    if why.is_empty() {
-                        " (no local GPU)".to_owned()
-                    } else {
-                        format!(": {why}")
-                    }
-                )
-            } else {
-                format!(
-                    "render-node file {id}: every local GPU compatible with renderD{minor} \
-                     ({}) already stands in for another checkpointed GPU of this task",
-                    compatible
-                        .iter()
-                        .map(|n| format!("{:#x}", n.gpu_id))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
+            let problem = match &candidates {
+                Err(closest) => Incompatibility::NoStandIn {
+                    id,
+                    minor,
+                    gpu_id: device.gpu_id,
+                    device_id: device.device_id,
+                    closest: closest.clone(),
+                },
+                Ok(_) => Incompatibility::AllTaken {
+                    id,
+                    minor,
+                    compatible: compatible.iter().map(|n| n.gpu_id).collect(),
+                },
             };
-            return Err(Error::Incompatible { reasons });
+            return Err(Error::Incompatible {
+                problems: vec![problem],
+            });
         };
         log::info!(
             "render-node file {id}: renderD{minor} (GPU {:#x}, no KFD process) restored on \
@@ -253,19 +242,17 @@ impl<D: Driver + Clone> Restorer<D> {
                     self.render_files.get(&local_id).cloned(),
                     self.render_minors.get(&local_id),
                 ) else {
-                    return Err(Error::Inconsistent(format!(
-                        "no render file for local GPU {local_id:#x}"
-                    )));
+                    return Err(Error::NoRenderFile { gpu_id: local_id });
                 };
                 (local_id, file, local_minor)
             }
             None if self.has_kfd_image(store, msg, task)? => {
                 if !self.restored.is_empty() {
-                    return Err(Error::Inconsistent(format!(
-                        "render-node file {id}: the task's KFD file is restored but has no \
-                         GPU {:#x} (renderD{})",
-                        msg.gpu_id, msg.drm_render_minor
-                    )));
+                    return Err(Error::RenderGpuNotRestored {
+                        id,
+                        gpu_id: msg.gpu_id,
+                        minor: msg.drm_render_minor,
+                    });
                 }
                 log::debug!(
                     "render-node file {id} (GPU {:#x}) waits for the task's KFD file",
@@ -428,14 +415,12 @@ impl<D: Driver + Clone> Restorer<D> {
                 }
             }
             if bo.restore_needs_contents() {
-                let (name, layout) = image.drm_pages(index).ok_or_else(|| {
-                    Error::Inconsistent(format!(
-                        "render-node file {id}: BO {index} has no pages file name"
-                    ))
-                })?;
-                let dmabuf = dmabuf.as_ref().ok_or_else(|| {
-                    Error::Inconsistent(format!("render-node file {id}: BO {index} not exported"))
-                })?;
+                let (name, layout) = image
+                    .drm_pages(index)
+                    .ok_or(Error::DrmBoNoPagesFile { id, bo: index })?;
+                let dmabuf = dmabuf
+                    .as_ref()
+                    .ok_or(Error::DrmBoNotExported { id, bo: index })?;
                 let chained = resolver.as_ref().and_then(|r| {
                     image
                         .bo_chunks(index)

@@ -149,7 +149,7 @@ pub(super) fn publish(
     )))?;
     table
         .publish(key, store_id)
-        .map_err(|e| Error::Inconsistent(format!("publishing buffer {key}: {e}")))?;
+        .map_err(|source| Error::Publish { key, source })?;
     Ok(())
 }
 

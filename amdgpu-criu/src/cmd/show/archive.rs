@@ -20,7 +20,8 @@ pub fn is_archive(path: &Path) -> io::Result<bool> {
 /// The amdgpu image files of the archive at `path`, in name order.
 pub(super) fn image_files(path: &Path) -> Result<Vec<(ImageName, Blob)>, String> {
     let file = BufReader::new(File::open(path).map_err(|e| e.to_string())?);
-    Ok(archive::read_archive(file, ReadLimits::default())?
+    Ok(archive::read_archive(file, ReadLimits::default())
+        .map_err(|e| e.to_string())?
         .into_iter()
         .map(|f| {
             (
