@@ -330,6 +330,43 @@ fn process_info_fails_with_etime_when_a_queue_misses_its_preemption_deadline() {
     assert_eq!(sim.kfd_state(q.pid()).unwrap().eviction_levels, vec![0]);
 }
 
+/// SDMA ATOMIC is an atomic instruction on the memory
+/// (`TC_OP_ATOMIC_ADD_RTN_64`), as ROCr's signals need: the runtime
+/// updates the same words with the CPU's atomics while the engines do. A
+/// CPU thread adding to the word the engine's ATOMIC packets add to, all
+/// the while they run, loses no update of either side.
+#[test]
+fn sdma_atomics_and_cpu_atomics_on_one_word_lose_no_update() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const WORD_VA: u64 = 0x7F20_0000_0000;
+    // 32 bytes each: they fit the 64 KiB ring without wrapping.
+    const PACKETS: u64 = 2000;
+    let sim = sim();
+    let mut q = QueueProc::new(&sim, Kind::Sdma);
+    let map = q.gtt_page(WORD_VA);
+    // SAFETY: the mapping is page aligned, readable and writable until the
+    // munmap below, after the last use of `word`; the test only accesses
+    // it atomically.
+    let word = unsafe { AtomicU64::from_ptr(map.as_ptr().cast::<u64>()) };
+    let cpu_adds = with_cpu_adds(word, || {
+        for _ in 0..PACKETS {
+            q.place(&sdma_pkt::atomic_add64(WORD_VA, 1));
+        }
+        q.submit();
+        let s = q.settle();
+        assert_eq!(s.state, QueueState::Idle, "{s}");
+        assert_eq!(s.read_pointer, q.wptr, "{s}");
+    });
+    let value = word.load(Ordering::SeqCst);
+    assert_eq!(
+        (value & 0xFFFF_FFFF, value >> 32),
+        (PACKETS, cpu_adds),
+        "(engine adds, cpu adds) that landed"
+    );
+    // SAFETY: the mapping made above; `word` is not used past this point.
+    unsafe { ::kfd::Driver::munmap(&q.p.drv, map, 4096) }.unwrap();
+}
+
 /// An SVM range is mapped on the GPUs given access to it, at its CPU
 /// address, and shows the process's memory there (`kfd_svm.c`,
 /// `svm_range_validate_and_map`; kfdtest's `KFDSVMRangeTest.MigrateTest`
