@@ -15,8 +15,10 @@
 //!   the CRIU ops, the kernel's own evictions, exit) each queue runs when
 //!   its device's eviction level is 0 and it is active, and is otherwise
 //!   preempted: its engine finishes the packet it is in (the wait is
-//!   bounded by the kernel's default `queue_preemption_timeout_ms`, 9 s;
-//!   a queue that misses it is reset as hung) and its registers (read
+//!   bounded by `queue_preemption_timeout_ms`, 9 s by default; a queue
+//!   that misses it fails CRIU's PROCESS_INFO with `ETIME` and runs on
+//!   ([`preempt_device`]), and is reset as hung on the other paths) and
+//!   its registers (read
 //!   pointer, latched write pointer, the IB position, a hang) go into the
 //!   MQD, which CRIU's checkpoint carries. A queue made to run again, on
 //!   this machine or restored on another, loads its read pointer from the
