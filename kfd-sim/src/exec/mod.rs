@@ -455,18 +455,23 @@ pub(crate) fn preempt_device(
                 .collect()
         })
         .unwrap_or_default();
+    let wanted: Vec<(u32, Option<Config>)> = q_ids
+        .into_iter()
+        .map(|q_id| {
+            let runs = desired(sim, st, pid, q_id).and_then(|(cfg, _, run)| run.then_some(cfg));
+            (q_id, runs)
+        })
+        .collect();
     let engines = lock(&sim.exec.engines);
-    let mut park = Vec::new();
-    for q_id in q_ids {
-        let Some(e) = engines.get(&(pid, q_id)) else {
-            continue;
-        };
-        let runs_on = desired(sim, st, pid, q_id)
-            .is_some_and(|(cfg, _, runnable)| runnable && cfg == e.hw.cfg);
-        if !runs_on && !e.hw.parked() {
-            park.push(q_id);
-        }
-    }
+    let park: Vec<u32> = wanted
+        .into_iter()
+        .filter(|(q_id, runs)| {
+            engines
+                .get(&(pid, *q_id))
+                .is_some_and(|e| runs.as_ref().is_none_or(|cfg| *cfg != e.hw.cfg) && !e.hw.parked())
+        })
+        .map(|(q_id, _)| q_id)
+        .collect();
     let timeout = sim.exec.preemption_timeout();
     let late = park_all(&engines, st, pid, &park, timeout);
     for (q_id, _) in &late {
