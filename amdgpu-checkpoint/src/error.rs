@@ -27,6 +27,22 @@ pub enum Error {
         #[source]
         source: kfd::Error,
     },
+    /// `PROCESS_INFO` could not pause the process: the kernel's eviction
+    /// of its queues gave up waiting for a queue to be preempted (`ETIME`
+    /// from `unmap_queues_cpsch`) and was rolled back, so the process was
+    /// never paused and runs on.
+    #[error(
+        "pausing the process (CRIU_OP PROCESS_INFO): a GPU queue could not be \
+         preempted in time (it did not reach a packet boundary within the kernel's \
+         amdgpu.queue_preemption_timeout_ms: {source}); the process was not paused and keeps \
+         running, and nothing of it was dumped: retry the dump, and look in the kernel log for \
+         an unsuccessful queues preemption (the kernel may reset the GPU after one)"
+    )]
+    QueuePreemptionTimeout {
+        /// The failed PROCESS_INFO, with its errno.
+        #[source]
+        source: kfd::Error,
+    },
     /// The KFD interface is too old for checkpoint/restore.
     #[error("KFD interface {major}.{minor} does not support checkpoint/restore (need 1.8 or newer); update the kernel")]
     KfdTooOld {
@@ -570,7 +586,9 @@ impl Error {
     pub fn errno(&self) -> c_int {
         let errno = match self {
             Error::Unsupported { .. } => return -libc::ENOTSUP,
-            Error::Kfd { source, .. } => source.errno(),
+            Error::Kfd { source, .. } | Error::QueuePreemptionTimeout { source, .. } => {
+                source.errno()
+            }
             Error::KfdTooOld { .. } => libc::EPROTONOSUPPORT,
             Error::KfdVersion { .. } => libc::EPROTONOSUPPORT,
             Error::RenderNodeMissing { .. } => libc::ENOENT,

@@ -18,10 +18,10 @@
 use std::time::Duration;
 
 use amdgpu_image::{DirStore, ImageName, ImageStore};
-use criu_host_emulator::TaskFile;
-use criu_plugin_amdgpu::log::Capture;
+use criu_host_emulator::{EmulatorError, TaskFile};
+use criu_plugin_amdgpu::log::{Capture, Level};
 use kfd_sim::workload::copy_stream::{CopyOp, CopyStream, CopyStreamConfig, CopyStreamError};
-use kfd_sim::{saved_queues, synthetic_system, Sim, SimConfig};
+use kfd_sim::{saved_queues, synthetic_system, QueueState, Sim, SimConfig};
 
 mod common;
 
@@ -234,6 +234,80 @@ fn hang_case(tamper: bool) -> Result<(), CopyStreamError> {
     drop(task);
     restored.exit().unwrap();
     outcome
+}
+
+/// A queue caught inside a copy longer than the kernel's preemption
+/// timeout cannot be paused: PROCESS_INFO fails with `ETIME` and the kernel
+/// rolls its eviction back. The dump fails with an error naming the cause,
+/// and the process is left running: not paused, no eviction level, and
+/// its copies finish.
+#[test]
+fn a_queue_that_cannot_be_preempted_in_time_fails_the_dump_and_the_process_runs_on() {
+    let log = serial();
+    let sim = machine(None);
+    // A 4 MiB copy at 4 MiB/s keeps its engine inside one packet for a
+    // second, the dump's steps before PROCESS_INFO included; the kernel
+    // waits 50 ms for a preemption.
+    sim.set_sdma_bandwidth(Some(4 << 20));
+    sim.set_queue_preemption_timeout(Duration::from_millis(50));
+    let dirs = Dirs::new();
+    let app = launch(&sim);
+    let ticket = app
+        .copy(CopyOp::HostToDevice {
+            gpu: 0,
+            bytes: BUFFER,
+        })
+        .unwrap();
+    // Inside the copy: a queue busy at one read pointer for 20 ms, which
+    // none of the short packets around the copy is.
+    let busy = std::time::Instant::now() + BOUND;
+    let in_copy = |q: u32| {
+        let before = sim.queue_status(app.pid(), q).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let after = sim.queue_status(app.pid(), q).unwrap();
+        before.state == QueueState::Busy
+            && after.state == QueueState::Busy
+            && after.read_pointer == before.read_pointer
+            && after.write_pointer > after.read_pointer
+    };
+    while !app.queues().into_iter().any(in_copy) {
+        assert!(std::time::Instant::now() < busy, "the copy never started");
+    }
+    let (f, _) = files(&app);
+    let err = dirs
+        .emulator(&sim, |_| {})
+        .dump(app.pid(), &f, &device_vmas(&sim))
+        .expect_err("the dump cannot pause the process");
+    drop(f);
+    assert!(
+        matches!(err, EmulatorError::Hook { errno, .. } if errno == -libc::ETIME),
+        "{err}"
+    );
+    assert!(
+        log.lines()
+            .iter()
+            .any(|(level, line)| *level == Level::Error
+                && line.contains("CRIU_OP PROCESS_INFO")
+                && line.contains("a GPU queue could not be preempted in time")),
+        "{:#?}",
+        log.lines()
+    );
+    let k = sim.kfd_state(app.pid()).unwrap();
+    assert!(!k.queues_paused, "the process was left paused");
+    assert!(
+        k.eviction_levels.iter().all(|&l| l == 0),
+        "an eviction level was left: {:?}",
+        k.eviction_levels
+    );
+    app.wait(ticket, BOUND)
+        .expect("the copy the dump could not preempt finishes");
+    sim.wait_queues_settled(app.pid(), BOUND)
+        .expect("the queues consume their rings");
+    for q in app.queues() {
+        let s = sim.queue_status(app.pid(), q).unwrap();
+        assert_eq!(s.state, QueueState::Idle, "queue {q}: {s}");
+    }
+    app.exit().unwrap();
 }
 
 #[test]

@@ -154,6 +154,41 @@ fn aql_barriers_signal_completion_and_release_slots() {
     assert_eq!(q.peek(RING + 64, 2), 1u16.to_le_bytes());
 }
 
+/// A completion signal's decrement is an atomic instruction, as the CP's:
+/// ROCr's CPU side updates the same signal (`hsa_signal_add`, a wait's
+/// store) while queues complete packets on it, and no update is lost.
+#[test]
+fn aql_signal_decrements_and_cpu_atomics_on_one_signal_lose_no_update() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const SIGNAL_VA: u64 = 0x7F20_0000_0000;
+    // One ring's worth of packets but one slot: no wrap.
+    const PACKETS: u64 = RING_BYTES / 64 - 1;
+    let sim = sim();
+    let mut q = QueueProc::new(&sim, Kind::Aql);
+    let map = q.gtt_page(SIGNAL_VA);
+    // SAFETY: the mapping is page aligned, readable and writable until the
+    // munmap below, after the last use of `value`; the signal's value is
+    // the second word, only accessed atomically by the test.
+    let value = unsafe { AtomicU64::from_ptr(map.as_ptr().cast::<u64>().add(1)) };
+    value.store(PACKETS, Ordering::SeqCst);
+    let cpu_adds = with_cpu_adds(value, || {
+        for _ in 0..PACKETS {
+            q.place(&barrier(true, &[], SIGNAL_VA));
+        }
+        q.submit();
+        let s = q.settle();
+        assert_eq!(s.read_pointer, q.wptr, "{s}");
+    });
+    let v = value.load(Ordering::SeqCst);
+    assert_eq!(
+        (v & 0xFFFF_FFFF, v >> 32),
+        (0, cpu_adds),
+        "(signal value left by the decrements, cpu adds that landed)"
+    );
+    // SAFETY: the mapping made above; `value` is not used past this point.
+    unsafe { ::kfd::Driver::munmap(&q.p.drv, map, 4096) }.unwrap();
+}
+
 #[test]
 fn aql_waits_for_a_header_written_last() {
     let sim = sim();

@@ -271,6 +271,102 @@ fn a_doorbell_rung_before_the_engine_ran_survives_an_eviction() {
     }
 }
 
+/// CRIU's PROCESS_INFO evicts the process's queues, and an eviction whose
+/// preemption does not finish within `queue_preemption_timeout_ms` fails
+/// (`unmap_queues_cpsch` answers `amdkfd_fence_wait_timeout`'s `-ETIME`,
+/// `kfd_process_evict_queues` returns it, and PROCESS_INFO's error path
+/// runs the queue restore and clears the pause): the call fails with
+/// `ETIME`, no eviction level is left, and the queue, caught inside a
+/// long copy, runs on to the end of its ring instead of being reset.
+#[test]
+fn process_info_fails_with_etime_when_a_queue_misses_its_preemption_deadline() {
+    use std::os::fd::AsFd;
+    let sim = sim();
+    // 2 MiB at 4 MiB/s: the engine stays inside one packet for 500 ms.
+    sim.set_sdma_bandwidth(Some(4 << 20));
+    sim.set_queue_preemption_timeout(Duration::from_millis(50));
+    let mut q = QueueProc::new(&sim, Kind::Sdma);
+    q.push(&sdma_pkt::copy(q.mem + SCRATCH, VRAM_VA, 2 << 20));
+    q.push(&sdma_pkt::fence(q.mem + MISC + 576, 0xC0DE));
+    // Inside the copy: busy at one read pointer for 20 ms, which the
+    // fence after it never is.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let before = q.status();
+        std::thread::sleep(Duration::from_millis(20));
+        let after = q.status();
+        if before.state == QueueState::Busy
+            && after.state == QueueState::Busy
+            && after.read_pointer == before.read_pointer
+            && after.write_pointer > after.read_pointer
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the copy never started: {after}");
+    }
+    let kfd = q.p.kfd.as_fd();
+    assert_eq!(
+        process_info(&q.p.drv, kfd).map(|_| ()),
+        Err(libc::ETIME),
+        "the eviction's preemption timed out"
+    );
+    let k = sim.kfd_state(q.pid()).unwrap();
+    assert!(!k.queues_paused, "not paused");
+    assert_eq!(k.eviction_levels, vec![0], "no eviction level left");
+    assert_eq!(
+        unpause(&q.p.drv, kfd),
+        Err(libc::EINVAL),
+        "nothing to unpause"
+    );
+    // The queue was not reset: the copy and the fence after it complete.
+    let s = q.settle();
+    assert_eq!(s.state, QueueState::Idle, "{s}");
+    assert_eq!(s.read_pointer, q.wptr, "{s}");
+    assert_eq!(q.peek(MISC + 576, 4), 0xC0DEu32.to_le_bytes());
+    // With the engine idle, the next PROCESS_INFO preempts it in time.
+    process_info(&q.p.drv, kfd).unwrap();
+    assert_eq!(q.status().state, QueueState::Preempted);
+    unpause(&q.p.drv, kfd).unwrap();
+    assert_eq!(sim.kfd_state(q.pid()).unwrap().eviction_levels, vec![0]);
+}
+
+/// SDMA ATOMIC is an atomic instruction on the memory
+/// (`TC_OP_ATOMIC_ADD_RTN_64`), as ROCr's signals need: the runtime
+/// updates the same words with the CPU's atomics while the engines do. A
+/// CPU thread adding to the word the engine's ATOMIC packets add to, all
+/// the while they run, loses no update of either side.
+#[test]
+fn sdma_atomics_and_cpu_atomics_on_one_word_lose_no_update() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const WORD_VA: u64 = 0x7F20_0000_0000;
+    // 32 bytes each: they fit the 64 KiB ring without wrapping.
+    const PACKETS: u64 = 2000;
+    let sim = sim();
+    let mut q = QueueProc::new(&sim, Kind::Sdma);
+    let map = q.gtt_page(WORD_VA);
+    // SAFETY: the mapping is page aligned, readable and writable until the
+    // munmap below, after the last use of `word`; the test only accesses
+    // it atomically.
+    let word = unsafe { AtomicU64::from_ptr(map.as_ptr().cast::<u64>()) };
+    let cpu_adds = with_cpu_adds(word, || {
+        for _ in 0..PACKETS {
+            q.place(&sdma_pkt::atomic_add64(WORD_VA, 1));
+        }
+        q.submit();
+        let s = q.settle();
+        assert_eq!(s.state, QueueState::Idle, "{s}");
+        assert_eq!(s.read_pointer, q.wptr, "{s}");
+    });
+    let value = word.load(Ordering::SeqCst);
+    assert_eq!(
+        (value & 0xFFFF_FFFF, value >> 32),
+        (PACKETS, cpu_adds),
+        "(engine adds, cpu adds) that landed"
+    );
+    // SAFETY: the mapping made above; `word` is not used past this point.
+    unsafe { ::kfd::Driver::munmap(&q.p.drv, map, 4096) }.unwrap();
+}
+
 /// An SVM range is mapped on the GPUs given access to it, at its CPU
 /// address, and shows the process's memory there (`kfd_svm.c`,
 /// `svm_range_validate_and_map`; kfdtest's `KFDSVMRangeTest.MigrateTest`

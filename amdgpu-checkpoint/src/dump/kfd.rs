@@ -134,9 +134,14 @@ impl<D: Driver + Clone> Dumper<D> {
         }
         // Before the pause, so that no moment of it goes unmarked.
         let in_progress = mark_in_progress(store, id);
-        let info = target
-            .process_info()
-            .map_err(Error::kfd("pausing the process (CRIU_OP PROCESS_INFO)"))?;
+        let info = target.process_info().map_err(|source| {
+            if source.errno() == libc::ETIME {
+                // The kernel rolled its eviction back: nothing to unpause.
+                Error::QueuePreemptionTimeout { source }
+            } else {
+                Error::kfd("pausing the process (CRIU_OP PROCESS_INFO)")(source)
+            }
+        })?;
         if holder.is_none() {
             // Nobody could name the file's process before the pause (no
             // traced process found holding it): refused now, later than it

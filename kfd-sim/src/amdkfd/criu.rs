@@ -112,23 +112,42 @@ fn restore_once(p: &mut KfdProcess) {
     }
 }
 
-/// Evicts the queues of every pdd one level (`kfd_process_evict_queues`).
-/// Each device's eviction is a fault point `EVICT`: an injected `EIO` is
-/// tolerated (the device counts as evicted, as after a GPU hang); any other
-/// error rolls back the devices this call evicted and is returned.
-fn evict_all(st: &mut State, pid: Pid) -> Result<(), Errno> {
-    let n = proc_mut(st, pid)?.pdds.len();
+/// Evicts the queues of every pdd one level (`kfd_process_evict_queues`),
+/// preempting each device's queues once its level is raised
+/// ([`crate::exec::preempt_device`]: a queue that misses the preemption
+/// timeout fails the device's eviction with `ETIME`). Each device's
+/// eviction is also a fault point `EVICT`: an injected `EIO` is tolerated
+/// (the device counts as evicted, as after a GPU hang); any other error
+/// rolls back the devices this call evicted and is returned.
+fn evict_all(ctx: &mut Ctx<'_>, pid: Pid) -> Result<(), Errno> {
+    let n = proc_mut(ctx.st, pid)?.pdds.len();
     for i in 0..n {
-        if let Err(e) = crate::fault::check(st, "EVICT") {
-            if e.0 != libc::EIO {
-                let p = proc_mut(st, pid)?;
-                for pdd in &mut p.pdds[..i] {
-                    pdd.eviction = pdd.eviction.saturating_sub(1);
-                }
-                return Err(e);
+        let evicted = match crate::fault::check(ctx.st, "EVICT") {
+            Err(e) if e.0 == libc::EIO => {
+                proc_mut(ctx.st, pid)?.pdds[i].eviction += 1;
+                Ok(())
             }
+            Err(e) => Err(e),
+            Ok(()) => {
+                proc_mut(ctx.st, pid)?.pdds[i].eviction += 1;
+                crate::exec::preempt_device(ctx.sim, ctx.st, pid, i).inspect_err(|_| {
+                    // The kernel keeps this device's raised level and its
+                    // error path's queue restore takes it back: the same
+                    // end, as the device was at level 0 (else nothing of it
+                    // ran to preempt).
+                    if let Ok(p) = proc_mut(ctx.st, pid) {
+                        p.pdds[i].eviction = p.pdds[i].eviction.saturating_sub(1);
+                    }
+                })
+            }
+        };
+        if let Err(e) = evicted {
+            let p = proc_mut(ctx.st, pid)?;
+            for pdd in &mut p.pdds[..i] {
+                pdd.eviction = pdd.eviction.saturating_sub(1);
+            }
+            return Err(e);
         }
-        proc_mut(st, pid)?.pdds[i].eviction += 1;
     }
     Ok(())
 }
@@ -148,7 +167,7 @@ fn process_info(ctx: &mut Ctx<'_>, pid: Pid, a: &mut kfd_ioctl_criu_args) -> Res
         if proc_mut(ctx.st, pid)?.pdds.is_empty() {
             return Err(Errno(libc::ENODEV));
         }
-        evict_all(ctx.st, pid)?;
+        evict_all(ctx, pid)?;
         let p = proc_mut(ctx.st, pid)?;
         p.queues_paused = true;
         counts(max_gpu, p)
@@ -379,7 +398,7 @@ fn restore(ctx: &mut Ctx<'_>, pid: Pid, a: &mut kfd_ioctl_criu_args) -> Result<(
         return Err(Errno(libc::EINVAL));
     }
     // 1. Evict; the RESUME worker brings the queues back.
-    evict_all(ctx.st, pid)?;
+    evict_all(ctx, pid)?;
     let mut r = UserReader::new(a.priv_data, a.priv_data_size);
     // 2. Process record.
     let rec = r.take(PROCESS_RECORD)?;

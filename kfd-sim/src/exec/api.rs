@@ -57,6 +57,15 @@ impl Sim {
         }
     }
 
+    /// Sets how long the kernel waits for a queue to reach a packet
+    /// boundary when it preempts it (`amdgpu.queue_preemption_timeout_ms`,
+    /// 9000 ms by default, at least 1 ms). An eviction for CRIU's
+    /// PROCESS_INFO whose queue misses it fails with `ETIME`; other
+    /// preemptions reset such a queue as hung.
+    pub fn set_queue_preemption_timeout(&self, timeout: Duration) {
+        self.shared.exec.set_preemption_timeout(timeout);
+    }
+
     /// Starts (`true`) or stops recording the packets user-mode queues
     /// execute ([`Sim::packet_trace`]); off by default.
     pub fn trace_packets(&self, on: bool) {

@@ -6,7 +6,8 @@
 //!   must not process a packet of this type"): the processor waits for the
 //!   producer, which writes the header last;
 //! * when a packet is done the processor decrements its completion
-//!   signal's value (`amd_signal_t.value`, 8 bytes into the signal), and
+//!   signal's value (`amd_signal_t.value`, 8 bytes into the signal) with
+//!   an atomic instruction (`VmView::fetch_add_u64`), and
 //!   for a signal with an event mailbox writes the signal's event id there
 //!   and raises an end-of-pipe interrupt with that id; then it sets the
 //!   header back to INVALID and advances `read_dispatch_id`, which releases
@@ -170,13 +171,9 @@ pub(crate) fn step(e: &mut Engine<'_>) -> Step {
 fn complete(e: &mut Engine<'_>, slot: &[u8]) -> Step {
     let signal = u64_at(slot, COMPLETION_SIGNAL);
     if signal != 0 {
-        let at = signal + SIGNAL_VALUE;
-        let mut v = [0u8; 8];
-        if let Err(f) = e.view.read(at, &mut v) {
-            return Step::Fault(f, format!("aql completion signal {signal:#x}"));
-        }
-        let value = i64::from_le_bytes(v).wrapping_sub(1);
-        if let Err(f) = e.view.write(at, &value.to_le_bytes()) {
+        // An atomic decrement, as the CP's: the runtime and other queues
+        // update the same signal.
+        if let Err(f) = e.view.fetch_add_u64(signal + SIGNAL_VALUE, u64::MAX) {
             return Step::Fault(f, format!("aql completion signal {signal:#x}"));
         }
         let mut mailbox = [0u8; 8];

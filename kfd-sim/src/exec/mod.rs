@@ -15,8 +15,10 @@
 //!   the CRIU ops, the kernel's own evictions, exit) each queue runs when
 //!   its device's eviction level is 0 and it is active, and is otherwise
 //!   preempted: its engine finishes the packet it is in (the wait is
-//!   bounded by the kernel's default `queue_preemption_timeout_ms`, 9 s;
-//!   a queue that misses it is reset as hung) and its registers (read
+//!   bounded by `queue_preemption_timeout_ms`, 9 s by default; a queue
+//!   that misses it fails CRIU's PROCESS_INFO with `ETIME` and runs on
+//!   ([`preempt_device`]), and is reset as hung on the other paths) and
+//!   its registers (read
 //!   pointer, latched write pointer, the IB position, a hang) go into the
 //!   MQD, which CRIU's checkpoint carries. A queue made to run again, on
 //!   this machine or restored on another, loads its read pointer from the
@@ -54,12 +56,14 @@ mod sdma;
 mod trace;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::amdkfd::queue::{is_sdma, KFD_QUEUE_FORMAT_PM4};
 use crate::sim::{Pid, Shared, State};
+use crate::Errno;
 
 use self::doorbell::{DoorbellMap, Watcher};
 use self::interrupt::{Interrupt, InterruptRing};
@@ -75,7 +79,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// How long a preemption may take (`amdgpu.queue_preemption_timeout_ms`'s
-/// default).
+/// default; see [`crate::Sim::set_queue_preemption_timeout`]).
 pub(crate) const PREEMPTION_TIMEOUT: Duration = Duration::from_millis(9000);
 
 /// What a queue's engine is doing (see [`crate::Sim::queue_status`]).
@@ -137,6 +141,8 @@ pub(crate) struct QueueEngines {
     /// WAIT_EVENTS sleepers wait here (with the simulator's lock).
     pub(crate) events: Condvar,
     pub(crate) trace: Trace,
+    /// How long a preemption may take, in milliseconds.
+    preemption_timeout_ms: AtomicU64,
 }
 
 impl std::fmt::Debug for QueueEngines {
@@ -157,7 +163,22 @@ impl QueueEngines {
             interrupts: InterruptRing::default(),
             events: Condvar::new(),
             trace: Trace::default(),
+            preemption_timeout_ms: AtomicU64::new(PREEMPTION_TIMEOUT.as_millis() as u64),
         }
+    }
+
+    /// How long a preemption may take.
+    pub(crate) fn preemption_timeout(&self) -> Duration {
+        Duration::from_millis(self.preemption_timeout_ms.load(Ordering::Relaxed))
+    }
+
+    /// Sets how long a preemption may take (at least 1 ms, as the module
+    /// parameter's minimum).
+    pub(crate) fn set_preemption_timeout(&self, timeout: Duration) {
+        let ms = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        self.preemption_timeout_ms.store(ms, Ordering::Relaxed);
     }
 
     /// Holds the locks the engine and watcher threads take, and the engine
@@ -291,11 +312,12 @@ pub(crate) fn sync_process(sim: &Shared, st: &mut State, pid: Pid) {
             e.hw.halt(Want::Park, Duration::ZERO);
         }
     }
+    let timeout = exec.preemption_timeout();
     for key in stale {
         let Some(mut e) = engines.remove(&key) else {
             continue;
         };
-        if let (Some(regs), _) = e.hw.halt(Want::Stop, PREEMPTION_TIMEOUT) {
+        if let (Some(regs), _) = e.hw.halt(Want::Stop, timeout) {
             save_regs(st, key, &regs);
         }
         if let Some(t) = e.thread.take() {
@@ -325,7 +347,8 @@ pub(crate) fn sync_process(sim: &Shared, st: &mut State, pid: Pid) {
         exec.watcher.watch(&hw);
         engines.insert((pid, q_id), Engine { hw, thread });
     }
-    // Preempt what may not run (all at once, then wait for each).
+    // Preempt what may not run; a queue that misses the deadline is reset
+    // as hung (with its last registers).
     let park: Vec<u32> = wanted
         .iter()
         .filter(|(q, (_, _, runnable))| {
@@ -333,28 +356,21 @@ pub(crate) fn sync_process(sim: &Shared, st: &mut State, pid: Pid) {
         })
         .map(|(q, _)| *q)
         .collect();
-    for q in &park {
-        engines[&(pid, *q)].hw.halt(Want::Park, Duration::ZERO);
-    }
-    let deadline = Instant::now() + PREEMPTION_TIMEOUT;
-    for q in &park {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let (regs, in_time) = engines[&(pid, *q)].hw.halt(Want::Park, left);
-        // An engine without registers of its own was parked already.
+    for (q, regs) in park_all(&engines, st, pid, &park, timeout) {
         let Some(mut regs) = regs else {
             continue;
         };
-        if !in_time && regs.hang.is_none() {
+        if regs.hang.is_none() {
             regs.hang = Some(ring::Hang {
                 header: 0,
                 at: regs.rptr,
                 reason: format!(
                     "preemption did not finish within {} ms",
-                    PREEMPTION_TIMEOUT.as_millis()
+                    timeout.as_millis()
                 ),
             });
         }
-        save_regs(st, (pid, *q), &regs);
+        save_regs(st, (pid, q), &regs);
     }
     // Run what may run, from the registers in its MQD.
     for (q_id, (_, _, runnable)) in &wanted {
@@ -377,6 +393,105 @@ pub(crate) fn sync_process(sim: &Shared, st: &mut State, pid: Pid) {
         exec.interrupts.forget(pid);
     }
     exec.events.notify_all();
+}
+
+/// Asks the engines of `queues` of `pid` to park, all at once, then waits
+/// for each until `timeout` after the start, saving the registers of
+/// those that reached a packet boundary into their MQDs. Returns the
+/// queues that missed the deadline, with their last published registers
+/// (`None`: the engine never held any).
+fn park_all(
+    engines: &BTreeMap<(Pid, u32), Engine>,
+    st: &mut State,
+    pid: Pid,
+    queues: &[u32],
+    timeout: Duration,
+) -> Vec<(u32, Option<Regs>)> {
+    for q in queues {
+        if let Some(e) = engines.get(&(pid, *q)) {
+            e.hw.halt(Want::Park, Duration::ZERO);
+        }
+    }
+    let deadline = Instant::now() + timeout;
+    let mut late = Vec::new();
+    for q in queues {
+        let Some(e) = engines.get(&(pid, *q)) else {
+            continue;
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        match e.hw.halt(Want::Park, left) {
+            // An engine without registers of its own was parked already.
+            (None, true) => {}
+            (Some(regs), true) => save_regs(st, (pid, *q), &regs),
+            (regs, false) => late.push((*q, regs)),
+        }
+    }
+    late
+}
+
+/// The preemption step of an eviction of device `pdd` of `pid`
+/// (`evict_process_queues_cpsch`, whose runlist update waits for the
+/// unmap in `unmap_queues_cpsch`): the caller raised the device's eviction
+/// level; its queues that may no longer run are preempted, their
+/// registers saved into their MQDs. A queue that does not reach a packet
+/// boundary within the preemption timeout fails the eviction with
+/// `ETIME` (`amdkfd_fence_wait_timeout`) and is told to run on from where
+/// it is: its MQD keeps what it held, and the caller's error path takes
+/// the eviction level back. The real kernel also marks the scheduler hung
+/// and schedules a GPU reset; the simulator does not model the reset.
+pub(crate) fn preempt_device(
+    sim: &Shared,
+    st: &mut State,
+    pid: Pid,
+    pdd: usize,
+) -> Result<(), Errno> {
+    let q_ids: Vec<u32> = st
+        .kfd(pid)
+        .map(|p| {
+            p.queues
+                .iter()
+                .filter(|(_, q)| q.pdd == pdd)
+                .map(|(id, _)| *id)
+                .collect()
+        })
+        .unwrap_or_default();
+    let wanted: Vec<(u32, Option<Config>)> = q_ids
+        .into_iter()
+        .map(|q_id| {
+            let runs = desired(sim, st, pid, q_id).and_then(|(cfg, _, run)| run.then_some(cfg));
+            (q_id, runs)
+        })
+        .collect();
+    let engines = lock(&sim.exec.engines);
+    let park: Vec<u32> = wanted
+        .into_iter()
+        .filter(|(q_id, runs)| {
+            engines
+                .get(&(pid, *q_id))
+                .is_some_and(|e| runs.as_ref().is_none_or(|cfg| *cfg != e.hw.cfg) && !e.hw.parked())
+        })
+        .map(|(q_id, _)| q_id)
+        .collect();
+    let timeout = sim.exec.preemption_timeout();
+    let late = park_all(&engines, st, pid, &park, timeout);
+    for (q_id, _) in &late {
+        let e = &engines[&(pid, *q_id)];
+        e.hw.run_on();
+        eprintln!(
+            "kfd-sim: gpu {:#x}: {} queue {} of process {} did not reach a packet boundary \
+             within {} ms: unsuccessful queues preemption, eviction failed (ETIME)",
+            e.hw.cfg.user_gpu_id,
+            e.hw.cfg.geometry.format.name(),
+            q_id,
+            pid,
+            timeout.as_millis()
+        );
+    }
+    if late.is_empty() {
+        Ok(())
+    } else {
+        Err(Errno(libc::ETIME))
+    }
 }
 
 /// Saves `regs` into the MQD of queue `key` if it still exists.

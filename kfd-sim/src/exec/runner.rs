@@ -219,6 +219,18 @@ impl QueueHw {
         }
     }
 
+    /// Takes back a park request (a preemption that missed its deadline):
+    /// the engine runs on from its own registers, whether it is still in
+    /// its packet or parked since (nobody took the registers it handed
+    /// back there, so it keeps them).
+    pub(crate) fn run_on(&self) {
+        let mut c = lock(&self.control);
+        if c.want == Want::Park {
+            c.want = Want::Run;
+            self.cv.notify_all();
+        }
+    }
+
     /// Whether the engine is parked (or gone) and was not asked to run: a
     /// queue told to run that its thread has not taken up yet is running
     /// as far as a preemption is concerned (else it would start after it).

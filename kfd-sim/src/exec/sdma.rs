@@ -11,7 +11,7 @@
 //! | 5 | FENCE | 4 | write the 32-bit data |
 //! | 6 | TRAP | 2 | interrupt with 28 bits of context (`SOC15_INTSRC_SDMA_TRAP`) |
 //! | 8 | POLL_REGMEM | 6 | wait until `(*addr & mask) func value` (memory), or an HDP flush / an always-true register poll |
-//! | 10 | ATOMIC | 8 | `TC_OP_ATOMIC_ADD_RTN_64` (ROCr's signal decrement) |
+//! | 10 | ATOMIC | 8 | `TC_OP_ATOMIC_ADD_RTN_64` (ROCr's signal decrement), atomic with the CPU's updates |
 //! | 11 | CONSTANT_FILL | 5 | fill with the dword (fillsize 2) or its low byte (fillsize 0) |
 //! | 13 | TIMESTAMP GET / GET_GLOBAL | 3 | write the 64-bit GPU clock |
 //! | 17/1 | GCR | 5 | cache control (SDMA 5+: a no-op without caches) |
@@ -257,13 +257,9 @@ fn execute(e: &mut Engine<'_>, p: &[u32], rules: crate::sdma::SdmaRules) -> Step
                 );
             }
             let at = addr(p[1], p[2]);
-            let mut old = [0u8; 8];
-            if let Err(f) = e.view.read(at, &mut old) {
-                return Step::Fault(f, format!("sdma ATOMIC ADD64 at {at:#x}"));
-            }
-            let new = u64::from_le_bytes(old).wrapping_add(addr(p[3], p[4]));
-            match e.view.write(at, &new.to_le_bytes()) {
-                Ok(()) => Step::Progress,
+            // Atomic with the CPU's and other engines' updates of the word.
+            match e.view.fetch_add_u64(at, addr(p[3], p[4])) {
+                Ok(_) => Step::Progress,
                 Err(f) => Step::Fault(f, format!("sdma ATOMIC ADD64 at {at:#x}")),
             }
         }

@@ -2,11 +2,67 @@
 //! memory behind [`DeviceMemory`], and the job's snapshot of its GPU VM
 //! ([`VmView`]) that turns GPU virtual addresses into those backings.
 //!
+//! Atomic packets (SDMA ATOMIC, an AQL completion signal's decrement) use
+//! [`VmView::fetch_add_u64`]: a real atomic instruction on the word where
+//! the memory is mapped shared in this process (a BO's memfd, this
+//! process's own pinned pages), so an update by the CPU or another engine
+//! is never lost; memory reached only by copying (another process's, or
+//! pages reached through `process_vm_readv`) is updated under one
+//! process-wide lock, atomic with respect to every engine but not to the
+//! CPU of the process owning it.
+//!
 //! This module never touches memory outside the ranges a [`VmView`] maps,
 //! and never decodes packets or schedules jobs.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Serializes the read-modify-write of atomic packets on memory reached
+/// only by copying: every engine of every simulated machine in this
+/// process takes it (see the module docs).
+static COPIED_ATOMICS: Mutex<()> = Mutex::new(());
+
+/// Runs `rmw`, a read-modify-write by copies, under [`COPIED_ATOMICS`].
+fn copied_atomic<T>(rmw: impl FnOnce() -> T) -> T {
+    let _held = COPIED_ATOMICS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    rmw()
+}
+
+/// The read-modify-write of an atomic add on `memory` by copies, under
+/// [`COPIED_ATOMICS`]; the previous value.
+fn copied_fetch_add<M: DeviceMemory + ?Sized>(
+    memory: &M,
+    offset: u64,
+    delta: u64,
+) -> Result<u64, MemoryError> {
+    copied_atomic(|| {
+        let mut old = [0u8; 8];
+        memory.read_at(offset, &mut old)?;
+        let old = u64::from_le_bytes(old);
+        memory.write_at(offset, &old.wrapping_add(delta).to_le_bytes())?;
+        Ok(old)
+    })
+}
+
+/// Adds `delta` to the 64-bit word at host address `addr`, atomically, and
+/// returns its previous value.
+///
+/// # Safety
+/// `addr` must be 8-byte aligned and valid for reads and writes of 8 bytes
+/// for the duration of the call.
+unsafe fn host_fetch_add(addr: usize, delta: u64) -> u64 {
+    // SAFETY: the caller guarantees alignment and validity for the call's
+    // duration, which is the only time the reference lives. The word is
+    // shared memory that others (the application, other engines) access
+    // with atomic instructions of the same size, as they must for the
+    // device's atomics; a non-atomic access of theirs is their race, as
+    // it is with a real GPU's.
+    let word = unsafe { AtomicU64::from_ptr(addr as *mut u64) };
+    word.fetch_add(delta, Ordering::SeqCst)
+}
 
 /// Memory the engine can reach through a VM mapping: a BO's backing memfd
 /// or host memory pinned by a userptr BO. Accesses go through `read_at` /
@@ -18,6 +74,14 @@ pub(crate) trait DeviceMemory: Send + Sync + fmt::Debug {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), MemoryError>;
     /// Write `data` at `offset` (inside `size`).
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), MemoryError>;
+
+    /// Adds `delta` to the little-endian 64-bit word at `offset` (inside
+    /// `size`) and returns its previous value, atomically with respect to
+    /// every engine (see the module docs; memory mapped in this process
+    /// also with respect to the CPU).
+    fn fetch_add_u64(&self, offset: u64, delta: u64) -> Result<u64, MemoryError> {
+        copied_fetch_add(self, offset, delta)
+    }
 
     /// The host address of byte 0 when this memory is host memory of this
     /// process that the engine may copy to and from directly (the pages of
@@ -112,6 +176,58 @@ pub(crate) struct MemoryError {
 impl DeviceMemory for crate::bo::Memfd {
     fn size(&self) -> u64 {
         crate::bo::Memfd::size(self)
+    }
+    fn fetch_add_u64(&self, offset: u64, delta: u64) -> Result<u64, MemoryError> {
+        let err = MemoryError { offset, len: 8 };
+        if offset
+            .checked_add(8)
+            .is_none_or(|end| end > crate::bo::Memfd::size(self))
+        {
+            return Err(err);
+        }
+        if !offset.is_multiple_of(8) {
+            // No instruction updates a word across its alignment; the
+            // hardware's atomics need it aligned too.
+            return copied_fetch_add(self, offset, delta);
+        }
+        // SAFETY: sysconf has no preconditions.
+        let host_page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let page = u64::try_from(host_page)
+            .ok()
+            .filter(|p| p.is_power_of_two())
+            .unwrap_or(crate::bo::PAGE_SIZE);
+        let start = offset & !(page - 1);
+        let len = page.min(crate::bo::Memfd::size(self) - start) as usize;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(self.file());
+        // SAFETY: a new shared mapping of the page of our own file that
+        // holds the word, at an address the kernel picks; no existing
+        // memory is affected.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                start as libc::off_t,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            // No mapping to be had (a read-only memfd, the map count):
+            // atomic with respect to the engines only.
+            return copied_fetch_add(self, offset, delta);
+        }
+        // SAFETY: the mapping is page aligned and `offset - start` is a
+        // multiple of 8 below `len - 7` (the word lies inside the file,
+        // whose size is sealed), so the word is aligned and mapped,
+        // readable and writable, until the munmap below. Every other
+        // mapping of the memfd (the application's, a dma-buf's) shows the
+        // same page, so the CPU's atomics and this one exclude each other.
+        let old = unsafe { host_fetch_add(map as usize + (offset - start) as usize, delta) };
+        // SAFETY: the mapping made above, unmapped once; nothing refers to
+        // it any more.
+        unsafe { libc::munmap(map, len) };
+        Ok(old)
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
         crate::bo::Memfd::read_at(self, offset, buf).map_err(|_| MemoryError {
@@ -312,6 +428,19 @@ impl DeviceMemory for UserMemory {
         };
         Ok(())
     }
+    fn fetch_add_u64(&self, offset: u64, delta: u64) -> Result<u64, MemoryError> {
+        let start = self.check(offset, 8)?;
+        let addr = self.addr + start;
+        if self.remote.is_some() || !addr.is_multiple_of(8) {
+            // Reached by copying (or not a word the hardware updates
+            // atomically): serialized with every engine's.
+            return copied_fetch_add(self, offset, delta);
+        }
+        // SAFETY: `check` keeps the word inside `addr..addr+len`, which
+        // `UserMemory::new`'s contract keeps valid for reads and writes
+        // while `self` lives; it is 8-byte aligned (checked above).
+        Ok(unsafe { host_fetch_add(addr, delta) })
+    }
     fn host_address(&self) -> Option<usize> {
         // Another process's memory is never this process's address.
         self.remote.is_none().then_some(self.addr)
@@ -469,6 +598,32 @@ impl VmView {
             done += n as usize;
         }
         Ok(())
+    }
+
+    /// Adds `delta` to the little-endian 64-bit word at GPU VA `va` and
+    /// returns its previous value, atomically as [`DeviceMemory::fetch_add_u64`]
+    /// makes it (a PRT range reads zero and swallows the update); `Err`
+    /// names the first VA that is not readable and writable.
+    pub(crate) fn fetch_add_u64(&self, va: u64, delta: u64) -> Result<u64, super::VmFault> {
+        let (landing, n) = self.resolve(va, 8, Access::Write);
+        let readable = self.resolve(va, 8, Access::Read);
+        let fault = |write| super::VmFault { va, write };
+        match (landing, readable.0) {
+            (_, Landing::Fault) => Err(fault(false)),
+            (Landing::Fault, _) => Err(fault(true)),
+            (Landing::Prt, _) if n == 8 => Ok(0),
+            (Landing::Memory(memory, offset), _) if n == 8 => {
+                memory.fetch_add_u64(offset, delta).map_err(|_| fault(true))
+            }
+            // Across two ranges: no one instruction reaches both.
+            _ => copied_atomic(|| {
+                let mut old = [0u8; 8];
+                self.read(va, &mut old)?;
+                let old = u64::from_le_bytes(old);
+                self.write(va, &old.wrapping_add(delta).to_le_bytes())?;
+                Ok(old)
+            }),
+        }
     }
 
     /// Resolve the longest prefix (≤ `len`, ≥ 1 byte) of an access at `va`

@@ -248,6 +248,36 @@ impl QueueProc {
             .map(|_| w.wait_result)
     }
 
+    /// A 4 KiB GTT BO of the process mapped on its GPU at `va` and in the
+    /// CPU through the VM-owning render fd, as libhsakmt maps the system
+    /// memory ROCr keeps signals in; the CPU mapping (unmap it with
+    /// `self.p.drv`).
+    pub fn gtt_page(&self, va: u64) -> NonNull<libc::c_void> {
+        let bo = self
+            .p
+            .alloc(
+                self.gpu,
+                va,
+                4096,
+                KFD_IOC_ALLOC_MEM_FLAGS_GTT | KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE,
+                0,
+            )
+            .unwrap();
+        assert_eq!(self.p.map(bo.handle, &[self.gpu], 0).0, Ok(0));
+        // SAFETY: no MAP_FIXED; unmapped by the caller.
+        unsafe {
+            self.p.drv.mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                self.p.renders[0].as_fd(),
+                bo.mmap_offset,
+            )
+        }
+        .unwrap()
+    }
+
     /// The signal page slot of the queue's event.
     pub fn event_slot(&self) -> u64 {
         EVENTS_VA + u64::from(self.event.event_id) * 8
@@ -259,6 +289,33 @@ impl Drop for QueueProc {
         // SAFETY: the doorbell mapping made in `new`, unmapped once.
         let _ = unsafe { self.p.drv.munmap(self.doorbell, self.doorbell_len) };
     }
+}
+
+/// Runs `engine` (which makes the GPU update `word` and waits until it is
+/// done) while a CPU thread adds `1 << 32` to `word` with atomic
+/// instructions, from before the engine starts until after it ends; the
+/// number of CPU adds.
+pub fn with_cpu_adds(word: &AtomicU64, engine: impl FnOnce()) -> u64 {
+    use std::sync::atomic::AtomicBool;
+    let started = AtomicBool::new(false);
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let cpu = scope.spawn(|| {
+            let mut adds = 0u64;
+            while !done.load(Ordering::Acquire) {
+                word.fetch_add(1 << 32, Ordering::SeqCst);
+                adds += 1;
+                started.store(true, Ordering::Release);
+            }
+            adds
+        });
+        while !started.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        engine();
+        done.store(true, Ordering::Release);
+        cpu.join().unwrap()
+    })
 }
 
 /// Maps the doorbell slice `offset` names (its low bits are the slot).
