@@ -36,6 +36,7 @@ mod cmd;
 mod json64;
 mod machine;
 mod out;
+mod signals;
 mod topology_file;
 
 #[derive(Parser)]

@@ -608,3 +608,55 @@ fn check_and_show_name_the_dump_hosts_kfd_version_and_check_takes_a_device_map()
         stderr(&out)
     );
 }
+
+/// SIGTERM and SIGHUP in the middle of a demo: it removes the temporary
+/// directories it made and exits with 128 + the signal, as a shell reports
+/// a death by that signal.
+#[test]
+fn a_signal_ends_the_demo_and_removes_its_temporary_directories() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    for (signal, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_amdgpu-criu"));
+        command
+            .args([
+                "demo",
+                "--workload",
+                "data-parallel",
+                "--size",
+                "512M",
+                "--topology",
+                "builtin:pcie-2gpu",
+            ])
+            .env("TMPDIR", tmp.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for name in cli::VARIABLES {
+            command.env_remove(name);
+        }
+        let mut child = command.spawn().unwrap();
+        // The demo made its first temporary directory: it takes signals.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while fs::read_dir(tmp.path()).unwrap().next().is_none() {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the demo ended before it made a temporary directory"
+            );
+            assert!(Instant::now() < deadline, "no temporary directory in 60 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // SAFETY: kill(2) on our own child's pid, which it still is (not
+        // yet waited for).
+        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+        let out = child.wait_with_output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(128 + signal), "{name}: {err}");
+        assert!(err.contains(&format!("stopped by {name}")), "{name}: {err}");
+        let left: Vec<_> = fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert!(left.is_empty(), "{name}: left behind {left:?}");
+    }
+}

@@ -31,6 +31,7 @@ use amdgpu_topology::mapping::map_topologies;
 use amdgpu_topology::options::CheckOptions;
 use kfd::render::{GemCreate, RenderNode};
 use kfd::{Driver, Kfd};
+use kfd_sim_host::companion::{plugin_kind, PluginKind};
 use serde::Serialize;
 use serde_json::json;
 
@@ -691,26 +692,6 @@ fn run<const N: usize>(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// Which amdgpu plugin a shared object is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PluginKind {
-    Ours,
-    CPlugin,
-    Other,
-}
-
-fn plugin_kind(path: &Path) -> io::Result<PluginKind> {
-    let bytes = std::fs::read(path)?;
-    let has = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
-    Ok(if has(b"amdgpu-criu-rs") {
-        PluginKind::Ours
-    } else if has(b"amdgpu_plugin") && has(b"CR_PLUGIN_DESC") {
-        PluginKind::CPlugin
-    } else {
-        PluginKind::Other
-    })
 }
 
 /// The plugin directory compiled into `criu` (`CR_PLUGIN_DEFAULT`): the

@@ -27,8 +27,9 @@ use serde::{Deserialize, Serialize};
 
 use super::control::{self, ServedProcess};
 use super::registry::{self, MachineRecord};
-use super::{procs, require_root, signals, Failure};
+use super::{procs, require_root, Failure};
 use crate::out::{human_bytes, plural};
+use crate::signals;
 
 /// Arguments of `sim checkpoint`.
 #[derive(clap::Args)]

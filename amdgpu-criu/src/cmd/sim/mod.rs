@@ -33,7 +33,6 @@ mod registry;
 mod restore;
 mod run;
 mod server;
-mod signals;
 
 /// Arguments of `sim`.
 #[derive(clap::Args)]

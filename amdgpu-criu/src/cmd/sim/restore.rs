@@ -25,8 +25,9 @@ use super::checkpoint::CheckpointRecord;
 use super::registry::StartedFor;
 use super::run::{report_once, start_server};
 use super::server::{ExitStatus, Host, Report, Request, RestoreJob, Restored};
-use super::{procs, require_root, signals, Failure};
+use super::{procs, require_root, Failure};
 use crate::out::{gpu_id, plural};
+use crate::signals;
 
 /// Arguments of `sim restore`.
 #[derive(clap::Args)]

@@ -23,7 +23,8 @@ use kfd_sim_host::Interposer;
 
 use super::registry::StartedFor;
 use super::server::{Ending, ExitStatus, Host, Report, Request, RunRequest, Started};
-use super::{signals, Failure};
+use super::Failure;
+use crate::signals;
 
 /// The machine `run` serves unless told.
 pub const DEFAULT_MACHINE: &str = "builtin:single-gpu";

@@ -190,7 +190,7 @@ impl ExitStatus {
 
 impl Host {
     /// Serves `machine` for `started_for` (see the module docs); signals
-    /// must already be blocked ([`super::signals::block`]).
+    /// must already be blocked ([`crate::signals::block`]).
     pub fn open(
         machine: &str,
         renumber: Option<u64>,

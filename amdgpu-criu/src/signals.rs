@@ -3,8 +3,9 @@
 //! which must be the main thread before any other thread exists (threads
 //! inherit the mask; the processes it starts do not, std resets the mask),
 //! and a thread takes them with `sigwait` and sends each to the returned
-//! channel. So every `sim` command that owns something (a served machine,
-//! a CRIU run, a plugin directory) removes it on Ctrl-C.
+//! channel. So every command that owns something (`sim`'s served machine,
+//! CRIU run and plugin directory, the demo's temporary directories)
+//! removes it on Ctrl-C.
 
 #![allow(unsafe_code)]
 
@@ -36,7 +37,7 @@ pub fn block(also: Option<Sender<i32>>) -> Result<Receiver<i32>, String> {
     let ret = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
     if ret != 0 {
         return Err(format!(
-            "cannot block SIGINT and SIGTERM: {}",
+            "cannot block SIGINT, SIGTERM and SIGHUP: {}",
             std::io::Error::from_raw_os_error(ret)
         ));
     }
