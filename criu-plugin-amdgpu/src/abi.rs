@@ -130,6 +130,7 @@ extern "C" fn detect_host_at_load() {
 /// Runs a hook body, turning a panic into a logged [`PANIC_ERRNO`].
 fn guarded(hook: &str, body: impl FnOnce() -> c_int) -> c_int {
     crate::log::install();
+    crate::log::set_sink(|level, start, text| crate::criu::services().print(level, start, text));
     let body = || {
         #[cfg(test)]
         test_support::maybe_panic(hook);
