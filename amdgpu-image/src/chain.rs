@@ -36,7 +36,7 @@ use crate::framing::ReadLimits;
 use crate::messages::{CriuKfd, CriuRenderNode};
 use crate::pages::{PagesChunk, PagesFile, PagesReader};
 use crate::store::{DirStore, ImageStore};
-use crate::validate::{ValidatedKfd, ValidatedRenderNode};
+use crate::validated::{ValidatedKfd, ValidatedRenderNode};
 use crate::{Error, ImageKind, ImageName};
 
 /// Where a chunk is stored: a pages file of one level of the chain.

@@ -22,6 +22,7 @@ pub mod store;
 #[cfg(feature = "topology")]
 pub mod topology;
 pub mod validate;
+mod validated;
 
 pub use chain::{ChainReader, ChunkResolver, PieceSource};
 pub use checksum::{content_checksum, ContentHasher};

@@ -764,3 +764,48 @@ pub fn full_hex(bytes: &[u8]) -> String {
     }
     hex
 }
+
+/// The required fields and sub-messages of each message, for
+/// [`presence`](crate::presence)'s check on the wire bytes.
+macro_rules! schema {
+    ($static:ident, $ty:ty, $name:literal, [$($tag:literal => $field:literal),* $(,)?], [$($ctag:literal => $cfield:literal : $cschema:ident),* $(,)?]) => {
+        static $static: crate::presence::Schema = crate::presence::Schema {
+            name: $name,
+            required: &[$(($tag, $field)),*],
+            children: &[$(($ctag, $cfield, &$cschema)),*],
+        };
+        impl crate::presence::Checked for $ty {
+            const SCHEMA: &'static crate::presence::Schema = &$static;
+        }
+    };
+}
+
+schema!(DEV_IOLINK, DevIolink, "dev_iolink", [1 => "type", 2 => "node_to_id"], []);
+schema!(KFD_DEVICE_ENTRY, KfdDeviceEntry, "kfd_device_entry", [
+    1 => "node_id", 2 => "gpu_id", 3 => "cpu_cores_count", 4 => "simd_count",
+    5 => "mem_banks_count", 6 => "caches_count", 7 => "io_links_count",
+    8 => "max_waves_per_simd", 9 => "lds_size_in_kb", 10 => "gds_size_in_kb",
+    11 => "num_gws", 12 => "wave_front_size", 13 => "array_count",
+    14 => "simd_arrays_per_engine", 15 => "cu_per_simd_array", 16 => "simd_per_cu",
+    17 => "max_slots_scratch_cu", 18 => "vendor_id", 19 => "device_id", 20 => "domain",
+    21 => "drm_render_minor", 22 => "hive_id", 23 => "num_sdma_engines",
+    24 => "num_sdma_xgmi_engines", 25 => "num_sdma_queues_per_engine", 26 => "num_cp_queues",
+    27 => "fw_version", 28 => "capability", 29 => "sdma_fw_version", 30 => "vram_public",
+    31 => "vram_size",
+], [32 => "iolinks": DEV_IOLINK]);
+schema!(KFD_BO_ENTRY, KfdBoEntry, "kfd_bo_entry", [
+    1 => "addr", 2 => "size", 3 => "offset", 4 => "alloc_flags", 5 => "gpu_id", 6 => "handle",
+], []);
+schema!(CRIU_KFD, CriuKfd, "criu_kfd", [
+    1 => "pid", 2 => "num_of_gpus", 3 => "num_of_cpus", 5 => "num_of_bos",
+    7 => "num_of_objects", 8 => "shared_mem_size", 9 => "shared_mem_magic", 10 => "priv_data",
+], [4 => "device_entries": KFD_DEVICE_ENTRY, 6 => "bo_entries": KFD_BO_ENTRY]);
+schema!(DRM_VM_ENTRY, DrmVmEntry, "drm_vm_entry", [1 => "addr", 2 => "size", 3 => "offset", 4 => "flags"], []);
+schema!(DRM_BO_ENTRY, DrmBoEntry, "drm_bo_entry", [
+    1 => "addr", 2 => "size", 3 => "offset", 4 => "alloc_flags", 5 => "alignment",
+    6 => "preferred_domains", 7 => "handle", 8 => "is_import", 9 => "num_of_vms",
+], [10 => "vm_entries": DRM_VM_ENTRY]);
+schema!(CRIU_RENDER_NODE, CriuRenderNode, "criu_render_node", [
+    1 => "gpu_id", 2 => "id", 3 => "drm_render_minor", 4 => "num_of_bos",
+], [5 => "bo_entries": DRM_BO_ENTRY, 102 => "device": KFD_DEVICE_ENTRY]);
+schema!(CRIU_DMABUF_NODE, CriuDmabufNode, "criu_dmabuf_node", [1 => "gem_handle"], []);

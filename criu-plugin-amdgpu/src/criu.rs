@@ -52,6 +52,32 @@ pub(crate) fn lookup(name: &CStr) -> Option<*mut c_void> {
     (!ptr.is_null()).then_some(ptr)
 }
 
+/// `RTLD_DL_SYMENT` of glibc's `dladdr1`.
+const RTLD_DL_SYMENT: c_int = 1;
+
+#[cfg(target_pointer_width = "64")]
+type ElfSym = libc::Elf64_Sym;
+#[cfg(target_pointer_width = "32")]
+type ElfSym = libc::Elf32_Sym;
+
+/// The ELF symbol size of CRIU's `cr_plugin_ctl`, if the process has one.
+pub(crate) fn hook_table_size() -> Option<u64> {
+    let addr = lookup(c"cr_plugin_ctl")?;
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::uninit();
+    let mut sym: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `info` is writable storage for a Dl_info and `sym` for one
+    // pointer, which is what dladdr1 fills with RTLD_DL_SYMENT.
+    let found = unsafe { libc::dladdr1(addr, info.as_mut_ptr(), &mut sym, RTLD_DL_SYMENT) };
+    if found == 0 || sym.is_null() {
+        return None;
+    }
+    // SAFETY: with RTLD_DL_SYMENT a successful dladdr1 stores a pointer to
+    // the symbol's entry in the object's (read-only, mapped) symbol table.
+    let sym = unsafe { &*sym.cast::<ElfSym>() };
+    #[allow(clippy::useless_conversion)] // u32 on 32-bit targets
+    Some(u64::from(sym.st_size))
+}
+
 macro_rules! resolve {
     ($name:literal as $ty:ty) => {
         lookup($name).map(|ptr| {

@@ -33,8 +33,8 @@ use amdgpu_checkpoint::vma::VmaAnswer;
 use amdgpu_checkpoint::{Error, Options};
 use amdgpu_image::ImageStore;
 
-use crate::abi::Stage;
 pub use crate::criu::InventoryGate;
+use crate::host::Stage;
 use crate::{log_debug, log_error, log_info, log_warn};
 
 /// `-ENOTSUP`: "not mine", the next plugin in CRIU's chain is asked.

@@ -8,6 +8,7 @@ pub mod abi;
 #[allow(unsafe_code)]
 pub mod criu;
 pub mod hooks;
+pub mod host;
 pub mod log;
 #[cfg(test)]
 #[allow(unsafe_code)]

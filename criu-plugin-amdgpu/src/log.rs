@@ -1,8 +1,9 @@
 //! Log lines of the plugin.
 //!
 //! Inside CRIU every line goes to CRIU's log through its `print_on_level`
-//! service (looked up at run time, see [`crate::criu`]) in the form CRIU's
-//! own `pr_err`/`pr_warn`/`pr_info` macros give the C plugin's lines:
+//! service, the [`Sink`] the hook trampolines set before a hook's body runs
+//! ([`set_sink`]), in the form CRIU's own `pr_err`/`pr_warn`/`pr_info` macros
+//! give the C plugin's lines:
 //!
 //! ```text
 //! Error (criu-plugin-amdgpu/src/hooks.rs:412): amdgpu_plugin: DUMP_EXT_FILE: ...
@@ -174,6 +175,19 @@ fn stderr_level() -> Level {
     })
 }
 
+/// Where lines go when no [`Capture`] is active: prints a line's start
+/// ([`line_start`]) and its text, and answers whether it could (`false`
+/// sends the line to stderr instead).
+pub type Sink = fn(Level, &str, &str) -> bool;
+
+static SINK: OnceLock<Sink> = OnceLock::new();
+
+/// Sends every later line that no [`Capture`] takes to `sink` (CRIU's log).
+/// The first sink set stays for the life of the process.
+pub fn set_sink(sink: Sink) {
+    let _ = SINK.set(sink);
+}
+
 /// Emits one line at `level`, without a source location (error and warning
 /// tags then name the plugin instead of a file).
 pub fn log(level: Level, args: fmt::Arguments<'_>) {
@@ -196,7 +210,7 @@ pub fn log_at(level: Level, origin: Option<Origin<'_>>, args: fmt::Arguments<'_>
         return;
     }
     let start = line_start(level, origin);
-    if crate::criu::services().print(level, &start, &text) {
+    if SINK.get().is_some_and(|sink| sink(level, &start, &text)) {
         return;
     }
     if level <= stderr_level() {

@@ -22,10 +22,10 @@ use amdgpu_image::{DirStore, StreamStore};
 use amdgpu_topology::parse::DEFAULT_ROOT;
 use kfd::{DeviceNumber, HostDriver};
 
-use crate::abi::{host_profile, ProfileBasis, Stage, PLUGIN_NAME};
 use crate::criu::services;
 use crate::hooks::{CriuHost, InventoryGate, Plugin, PluginConfig, TaskFd};
 pub use crate::hooks::{VmaUpdate, NOT_MINE};
+use crate::host::{host_profile, ProfileBasis, Stage, PLUGIN_NAME};
 use crate::store::{open_stream, HostStore, StreamOpen};
 use crate::{log_debug, log_error};
 
@@ -212,8 +212,8 @@ pub fn init(raw_stage: c_int) -> c_int {
     if let Some(value) = &profile.rejected_override {
         log_error!(
             "ignoring AMDGPU_PLUGIN_MAX_HOOKS={value:?}: expecting a number from {} to {}",
-            crate::abi::MIN_MAX_HOOKS,
-            crate::abi::HOOK_SLOTS
+            crate::host::MIN_MAX_HOOKS,
+            crate::host::HOOK_SLOTS
         );
     }
     // CRIU's plugin options come on top in `Plugin::init`, from the host.

@@ -1194,7 +1194,8 @@ pub unsafe extern "C" fn kfd_sim_preload_report(fd: c_int) -> c_int {
                 set_errno(libc::ENOENT);
                 return -1;
             };
-            let text = crate::report::render(m);
+            let pid = m.driver().pid();
+            let text = crate::report::render(&m.sim, pid, m.remote.is_some(), &m.tally);
             if write_all(fd, text.as_bytes()) {
                 0
             } else {

@@ -461,7 +461,7 @@ impl Machine {
         let mut out = None;
         for prefix in SYS_KFD {
             if let Some(rest) = below(path, prefix) {
-                out = Some(join(&self.kfd_class, rest));
+                out = Some(crate::tree::join(&self.kfd_class, rest));
             }
         }
         if out.is_none() {
@@ -665,13 +665,6 @@ impl Machine {
     fn lock_devices(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, u64), DeviceNode>> {
         self.devices.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
-
-/// `base` followed by `rest` (which is empty or starts with `/`).
-pub(crate) fn join(base: &Path, rest: &[u8]) -> Vec<u8> {
-    let mut v = base.as_os_str().as_bytes().to_vec();
-    v.extend_from_slice(rest);
-    v
 }
 
 /// The (device, inode) of open fd `fd`, through the C library's fstat.

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
 
-use crate::machine::Machine;
+use kfd_sim::{Pid, Sim};
 
 /// One ioctl's answers: successes, and failures by errno.
 type Answers = (u64, BTreeMap<i32, u64>);
@@ -78,28 +78,29 @@ fn join<T: ToString>(items: impl IntoIterator<Item = T>) -> String {
         .join(",")
 }
 
-/// The report for machine `m`.
-pub(crate) fn render(m: &Machine) -> String {
+/// The report for simulated process `pid` of `sim`, with the answers
+/// `tally` counted; `served` when the machine is another process's
+/// (`KFD_SIM_REMOTE`), whose kernel state is its owner's to report.
+pub(crate) fn render(sim: &Sim, pid: Pid, served: bool, tally: &Tally) -> String {
     let mut out = String::new();
-    let pid = m.driver().pid();
-    if m.remote.is_some() {
+    if served {
         // The served machine's state is its owner's to report.
         out.push_str("state remote\n");
     } else {
-        local_state(&mut out, m, pid);
-        packets(&mut out, m);
+        local_state(&mut out, sim, pid);
+        packets(&mut out, sim, pid);
     }
-    for g in m.sim.gpus() {
+    for g in sim.gpus() {
         let _ = writeln!(
             out,
             "gpu node={} gpu_id={} render_minor={}",
             g.node_id, g.gpu_id, g.render_minor
         );
     }
-    let acquired = m.tally.acquired.lock().unwrap_or_else(|e| e.into_inner());
+    let acquired = tally.acquired.lock().unwrap_or_else(|e| e.into_inner());
     let _ = writeln!(out, "acquired gpu_ids={}", join(acquired.iter()));
     drop(acquired);
-    let t = m.tally.by_name.lock().unwrap_or_else(|e| e.into_inner());
+    let t = tally.by_name.lock().unwrap_or_else(|e| e.into_inner());
     for (name, (ok, errors)) in t.iter() {
         let _ = writeln!(
             out,
@@ -115,8 +116,8 @@ pub(crate) fn render(m: &Machine) -> String {
 }
 
 /// What the in-process simulator holds for this process.
-fn local_state(out: &mut String, m: &Machine, pid: kfd_sim::Pid) {
-    match m.sim.kfd_state(pid) {
+fn local_state(out: &mut String, sim: &Sim, pid: Pid) {
+    match sim.kfd_state(pid) {
         Some(s) => {
             let _ = writeln!(
                 out,
@@ -133,7 +134,7 @@ fn local_state(out: &mut String, m: &Machine, pid: kfd_sim::Pid) {
         }
         None => out.push_str("state none\n"),
     }
-    let a = m.sim.accounting();
+    let a = sim.accounting();
     let _ = writeln!(
         out,
         "accounting kfd_fds={} render_fds={} dmabuf_fds={} live_bos={} live_bo_bytes={} pinned_userptr_pages={} cpu_mappings={} kfd_processes={} queues={} events={}",
@@ -152,8 +153,8 @@ fn local_state(out: &mut String, m: &Machine, pid: kfd_sim::Pid) {
 
 /// The packets the process's queues executed since the last report (when
 /// `KFD_SIM_PACKET_TRACE` is set), and each queue's engine state.
-fn packets(out: &mut String, m: &Machine) {
-    for (q, status) in m.sim.queue_statuses(m.driver().pid()) {
+fn packets(out: &mut String, sim: &Sim, pid: Pid) {
+    for (q, status) in sim.queue_statuses(pid) {
         let state = match &status.state {
             kfd_sim::QueueState::Hung(reason) => {
                 format!("hung reason={}", reason.replace(' ', "_"))
@@ -166,7 +167,7 @@ fn packets(out: &mut String, m: &Machine) {
             status.read_pointer, status.write_pointer, status.packets
         );
     }
-    for p in m.sim.packet_trace() {
+    for p in sim.packet_trace() {
         let _ = writeln!(
             out,
             "packet queue={} format={} name={} at={} dwords={}",

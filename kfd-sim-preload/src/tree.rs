@@ -42,8 +42,6 @@ use std::path::{Path, PathBuf};
 use kfd_sim::{Sim, DRM_MAJOR};
 use tempfile::TempDir;
 
-use crate::machine::join;
-
 /// The tree (removed when dropped, or with the run directory at exit).
 pub(crate) struct Tree {
     dir: TempDir,
@@ -336,6 +334,13 @@ pub(crate) fn numa_node_of(path: &[u8]) -> Option<u32> {
     let rest = path.strip_prefix(b"/sys/devices/system/node/node")?;
     let end = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
     std::str::from_utf8(&rest[..end]).ok()?.parse().ok()
+}
+
+/// `base` followed by `rest` (which is empty or starts with `/`).
+pub(crate) fn join(base: &Path, rest: &[u8]) -> Vec<u8> {
+    let mut v = base.as_os_str().as_bytes().to_vec();
+    v.extend_from_slice(rest);
+    v
 }
 
 #[cfg(test)]
