@@ -285,6 +285,9 @@ fn compile(dir: &Path, source: &str) -> Option<PathBuf> {
         ])
         .arg(&exe)
         .arg(&src)
+        // clang's offload driver leaves an empty `kernels-XXXXXX` directory
+        // per target in TMPDIR: keep them in the test's own directory.
+        .env("TMPDIR", dir)
         .output()
     {
         Ok(out) => out,
