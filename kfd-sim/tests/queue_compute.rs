@@ -57,8 +57,7 @@ fn pm4_wait_reg_mem_blocks_until_memory_matches() {
     q.place(&pm4_pkt::wait_mem_eq(q.mem + MISC, 5));
     q.place(&pm4_pkt::write_data(q.mem + MISC + 8, &[9]));
     q.submit();
-    std::thread::sleep(Duration::from_millis(30));
-    assert_eq!(q.status().state, QueueState::Waiting);
+    q.reach(QueueState::Waiting);
     q.poke(MISC, &5u32.to_le_bytes());
     q.settle();
     assert_eq!(q.peek(MISC + 8, 4), 9u32.to_le_bytes());
@@ -125,8 +124,7 @@ fn aql_barriers_signal_completion_and_release_slots() {
     q.place(&barrier(true, &[dep, 0], done_and));
     q.place(&barrier(false, &[dep, done_and], done_or));
     q.submit();
-    std::thread::sleep(Duration::from_millis(30));
-    let s = q.status();
+    let s = q.reach(QueueState::Waiting);
     assert_eq!(
         (s.state.clone(), s.read_pointer),
         (QueueState::Waiting, 0),

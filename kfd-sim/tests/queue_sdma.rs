@@ -142,9 +142,7 @@ fn poll_regmem_waits_for_memory() {
     q.place(&sdma_pkt::poll_eq(q.mem + MISC, 1));
     q.place(&sdma_pkt::fence(q.mem + MISC + 8, 77));
     q.submit();
-    std::thread::sleep(Duration::from_millis(30));
-    let s = q.status();
-    assert_eq!(s.state, QueueState::Waiting, "{s}");
+    let s = q.reach(QueueState::Waiting);
     assert_eq!(s.read_pointer, 0, "blocked at the poll");
     assert_eq!(q.peek(MISC + 8, 4), [0; 4]);
     q.poke(MISC, &1u32.to_le_bytes());

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ::kfd::Driver;
-use kfd_sim::{Pid, QueueStatus, Sim};
+use kfd_sim::{Pid, QueueState, QueueStatus, Sim};
 use kfd_sys::*;
 
 #[path = "../kfd_support/mod.rs"]
@@ -220,6 +220,25 @@ impl QueueProc {
         self.sim
             .queue_status(self.pid(), self.queue.queue_id)
             .unwrap()
+    }
+
+    /// Waits (bounded) until the queue is in `state`, and returns its
+    /// status then: an engine reaches a wait some time after the doorbell,
+    /// later on a loaded machine, so a test polls instead of sleeping a
+    /// fixed time.
+    pub fn reach(&self, state: QueueState) -> QueueStatus {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = self.status();
+            if s.state == state {
+                return s;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the queue did not reach {state:?} in 30 s: {s}"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     /// Waits until the queue settled (bounded).
