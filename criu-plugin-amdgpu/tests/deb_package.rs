@@ -28,8 +28,7 @@
 //! cargo's scratch directory for integration tests (`CARGO_TARGET_TMPDIR`),
 //! nothing is left in /tmp.
 
-#[path = "real_criu/harness.rs"]
-mod harness;
+use real_criu_harness as harness;
 
 use std::collections::BTreeSet;
 use std::fs;

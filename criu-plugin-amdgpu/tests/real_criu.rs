@@ -21,8 +21,7 @@
 //! directories are removed when dropped) and kill every process they
 //! started, also when an assertion fails.
 
-#[path = "real_criu/harness.rs"]
-mod harness;
+use real_criu_harness as harness;
 
 use std::fs;
 use std::io::Read;

@@ -22,8 +22,7 @@
 //! under `CI`), plus the `amdgpu-criu` binary `make` built beside the
 //! plugin.
 
-#[path = "real_criu/harness.rs"]
-mod harness;
+use real_criu_harness as harness;
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;

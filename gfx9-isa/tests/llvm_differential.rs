@@ -285,8 +285,9 @@ fn compile(dir: &Path, source: &str) -> Option<PathBuf> {
         ])
         .arg(&exe)
         .arg(&src)
-        // clang's offload driver leaves an empty `kernels-XXXXXX` directory
-        // per target in TMPDIR: keep them in the test's own directory.
+        // clang's offload driver leaves an empty directory per target in
+        // TMPDIR (`kernels-` and six random characters): keep them in the
+        // test's own directory, removed with it.
         .env("TMPDIR", dir)
         .output()
     {

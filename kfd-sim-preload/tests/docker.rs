@@ -48,8 +48,7 @@ mod driver;
 mod engine;
 #[path = "containers/gpu.rs"]
 mod gpu;
-#[path = "../../criu-plugin-amdgpu/tests/real_criu/harness.rs"]
-mod harness;
+use real_criu_harness as harness;
 
 use std::fs;
 use std::path::{Path, PathBuf};

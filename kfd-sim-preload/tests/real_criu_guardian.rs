@@ -44,8 +44,7 @@
 //! `CI` set a skip is a failure.
 
 mod common;
-#[path = "../../criu-plugin-amdgpu/tests/real_criu/harness.rs"]
-mod harness;
+use real_criu_harness as harness;
 
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};

@@ -45,8 +45,7 @@
 mod common;
 #[path = "real_criu_restore/driver.rs"]
 mod driver;
-#[path = "../../criu-plugin-amdgpu/tests/real_criu/harness.rs"]
-mod harness;
+use real_criu_harness as harness;
 
 use std::fs;
 use std::path::Path;

@@ -27,8 +27,7 @@
 
 #[path = "../../../kfd-sim-preload/tests/real_criu_restore/driver.rs"]
 mod driver;
-#[path = "../../../criu-plugin-amdgpu/tests/real_criu/harness.rs"]
-mod harness;
+use real_criu_harness as harness;
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -6,8 +6,8 @@
 //! the checks a restored application must pass ([`check_restored`]), its
 //! queues' work in flight among them ([`check_queues`]).
 //!
-//! The including crate provides `harness` (the real-CRIU harness of
-//! `criu-plugin-amdgpu/tests/real_criu/harness.rs`) at its root.
+//! The including crate names the `real-criu-harness` crate `harness` at its
+//! root (`use real_criu_harness as harness;`).
 
 #![allow(dead_code)] // each includer uses a different subset
 

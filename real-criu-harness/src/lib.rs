@@ -1,10 +1,10 @@
-//! The harness of the real-CRIU tests (`real_criu.rs`,
-//! `real_criu_incremental.rs`): the CRIU builds of `build.sh`, the shipped
-//! plugin installed as users get it, the workload tree, and CRIU runs with
-//! their logs. See `real_criu.rs` for what the tests need and how they
-//! skip.
-
-#![allow(dead_code)] // each test binary uses a different subset
+//! The harness of the workspace's real-CRIU tests and benchmarks
+//! (`criu-plugin-amdgpu/tests/real_criu.rs` and `real_criu_incremental.rs`,
+//! kfd-sim-preload's real-CRIU and container tests, `benches`'
+//! `real_criu_peer`): the CRIU builds of `build.sh`, the shipped plugin
+//! installed as users get it, the workload tree, and CRIU runs with their
+//! logs. See `criu-plugin-amdgpu/tests/real_criu.rs` for what the tests need
+//! and how they skip.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -20,13 +20,17 @@ pub static SERIAL: Mutex<()> = Mutex::new(());
 /// that builds it.
 #[derive(Debug, Clone, Copy)]
 pub struct Release {
+    /// The build's directory under the builds directory (`head`, `v4.2`, ...).
     pub name: &'static str,
+    /// `CR_PLUGIN_HOOK__MAX` of the release: how many hooks it offers a plugin.
     pub hooks: u32,
+    /// The script that builds it.
     pub built_by: &'static str,
 }
 
 const BUILD_SH: &str = "../shared/vendor/criu/build.sh";
 
+/// The CRIU releases the tests run, newest first.
 pub const RELEASES: [Release; 4] = [
     Release {
         name: "head",
@@ -50,6 +54,7 @@ pub const RELEASES: [Release; 4] = [
     },
 ];
 
+/// criu-dev, the newest release.
 pub const HEAD: Release = RELEASES[0];
 
 /// criu-dev with CRIU's plugin hook changes of 2026 (criu#3105's pid -1
@@ -61,6 +66,7 @@ pub const HEAD_2026_HOOKS: Release = Release {
     built_by: ".ci/build-criu-2026-hooks.sh",
 };
 
+/// The workspace's root directory.
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -77,16 +83,21 @@ pub fn unavailable(why: &str) -> Option<Setup> {
 /// What every test needs: the builds, the shipped `.so` in a plugin
 /// directory, the workload script.
 pub struct Setup {
+    /// The directory of the CRIU builds (`CRIU_BUILDS`).
     pub builds: PathBuf,
+    /// A staged `make install` of the shipped plugin.
     pub plugins: tempfile::TempDir,
+    /// The workload tree's script (`criu-plugin-amdgpu/tests/real_criu/workload.py`).
     pub workload: PathBuf,
 }
 
 impl Setup {
+    /// The `criu` binary of `release`.
     pub fn criu(&self, release: Release) -> PathBuf {
         self.builds.join(release.name).join("criu")
     }
 
+    /// The image streamer's binary.
     pub fn streamer(&self) -> PathBuf {
         self.builds.join("streamer/criu-image-streamer")
     }
@@ -98,6 +109,7 @@ impl Setup {
     }
 }
 
+/// Whether this process runs as root (effective uid 0).
 pub fn is_root() -> bool {
     fs::read_to_string("/proc/self/status").is_ok_and(|status| {
         status
@@ -108,6 +120,7 @@ pub fn is_root() -> bool {
     })
 }
 
+/// Whether `program arg` runs and exits with status 0.
 pub fn runs(program: &str, arg: &str) -> bool {
     Command::new(program)
         .arg(arg)
@@ -223,6 +236,8 @@ pub fn criu_build(builds: &Path, release: Release) -> Result<PathBuf, String> {
     Ok(criu)
 }
 
+/// What the tests need for `releases`, or `None` after saying (through
+/// `test_env::skip`) why they cannot run.
 pub fn setup(releases: &[Release]) -> Option<Setup> {
     if !is_root() {
         return unavailable("CRIU needs root");
@@ -267,7 +282,7 @@ pub fn setup(releases: &[Release]) -> Option<Setup> {
     let setup = Setup {
         builds,
         plugins,
-        workload: Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/real_criu/workload.py"),
+        workload: workspace_root().join("criu-plugin-amdgpu/tests/real_criu/workload.py"),
     };
     for release in releases {
         if let Err(why) = criu_build(&setup.builds, *release) {
@@ -280,8 +295,11 @@ pub fn setup(releases: &[Release]) -> Option<Setup> {
 /// The pids of a tree, killed on drop (the original tree, its restored
 /// copy, or both).
 pub struct Tree {
+    /// The tree's scratch directory: its logs and its `pids` file.
     pub scratch: PathBuf,
+    /// The root process while this harness is its parent.
     pub child: Option<Child>,
+    /// The tree's pids, the root's first.
     pub pids: Vec<u32>,
 }
 
@@ -316,6 +334,7 @@ impl Tree {
         tree
     }
 
+    /// Waits (20 s at most) until the tree wrote its three pids and beat twice.
     pub fn wait_for_pids(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -338,6 +357,7 @@ impl Tree {
         }
     }
 
+    /// The root's pid.
     pub fn root(&self) -> u32 {
         self.pids[0]
     }
@@ -401,27 +421,34 @@ impl Drop for Tree {
     }
 }
 
+/// The log files the tree's processes append to.
 pub const LOGS: [&str; 3] = ["heartbeat", "child1", "child2"];
 
+/// How many lines `file` of `scratch` holds (0 when it is missing).
 pub fn lines(scratch: &Path, file: &str) -> usize {
     fs::read_to_string(scratch.join(file)).map_or(0, |t| t.lines().count())
 }
 
+/// How many heartbeats the tree's root logged.
 pub fn beats(scratch: &Path) -> usize {
     lines(scratch, "heartbeat")
 }
 
 /// One CRIU run's result and log.
 pub struct Run {
+    /// The exit status and output of `criu`.
     pub output: Output,
+    /// CRIU's log file, read after the run.
     pub log: String,
 }
 
 impl Run {
+    /// Whether CRIU exited with status 0.
     pub fn ok(&self) -> bool {
         self.output.status.success()
     }
 
+    /// The status, standard error and log, for a failure message.
     pub fn describe(&self) -> String {
         format!(
             "status {:?}\nstderr:\n{}\nlog:\n{}",
@@ -431,6 +458,7 @@ impl Run {
         )
     }
 
+    /// Panics with the run's description unless it succeeded.
     pub fn assert_ok(&self, what: &str) {
         assert!(self.ok(), "{what} failed: {}", self.describe());
     }
@@ -482,6 +510,8 @@ impl Run {
     }
 }
 
+/// Runs `criu ARGS` of `release` at log level 4 into `log`, with the
+/// plugin directory of `setup`.
 pub fn criu(setup: &Setup, release: Release, log: &Path, args: &[&str]) -> Run {
     let output = Command::new(setup.criu(release))
         .args(args)
@@ -507,6 +537,7 @@ pub fn scratch() -> tempfile::TempDir {
     dir
 }
 
+/// `p` as text (the tests' paths are UTF-8).
 pub fn path(p: &Path) -> &str {
     p.to_str().expect("UTF-8 path")
 }
