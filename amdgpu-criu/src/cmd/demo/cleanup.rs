@@ -11,17 +11,38 @@
 //! reports a death by that signal. This module never removes a path it was
 //! not given.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 /// Directories to remove if a signal ends the run.
 static TEMPORARY: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
-/// Removes `path` (a directory the demo created) if a signal ends the run.
-pub(super) fn remove_on_signal(path: &Path) {
-    if let Ok(mut paths) = TEMPORARY.lock() {
-        paths.push(path.to_owned());
+/// Runs `create` and registers the directory `path` finds in what it
+/// made for removal if a signal ends the run, both under the lock the
+/// signal thread takes: a signal that arrives while the directory is being
+/// made waits until it is registered, so no directory exists unregistered.
+pub(super) fn removed_on_signal<T, E>(
+    create: impl FnOnce() -> Result<T, E>,
+    path: impl FnOnce(&T) -> Option<PathBuf>,
+) -> Result<T, E> {
+    let mut paths = TEMPORARY
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let made = create()?;
+    if let Some(dir) = path(&made) {
+        paths.push(dir);
     }
+    Ok(made)
+}
+
+/// A temporary directory named `prefix` + random characters, removed if a
+/// signal ends the run (and when dropped).
+pub(super) fn temporary_dir(prefix: &str) -> Result<tempfile::TempDir, String> {
+    removed_on_signal(
+        || tempfile::Builder::new().prefix(prefix).tempdir(),
+        |dir| Some(dir.path().to_owned()),
+    )
+    .map_err(|e| format!("cannot create a temporary directory: {e}"))
 }
 
 /// Takes SIGINT, SIGTERM and SIGHUP away from their default action (see
@@ -32,10 +53,11 @@ pub(super) fn install() -> Result<(), String> {
         .name("demo-cleanup".into())
         .spawn(move || {
             let Ok(signal) = signals.recv() else { return };
+            // Held until the exit: no directory is made after the list
+            // is read.
             let paths = TEMPORARY
                 .lock()
-                .map(|p| p.clone())
-                .unwrap_or_else(|poisoned| poisoned.into_inner().clone());
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
             let removed = paths
                 .iter()
                 .filter(|p| std::fs::remove_dir_all(p).is_ok())

@@ -276,10 +276,7 @@ fn execute(args: &Args) -> Result<Summary, Failure> {
         ));
     }
     let lib = preload_lib_for("hsakmt").map_err(usage)?;
-    let scratch = tempfile::Builder::new()
-        .prefix("amdgpu-criu-demo-hsakmt")
-        .tempdir()
-        .map_err(|e| usage(format!("cannot create a temporary directory: {e}")))?;
+    let scratch = super::cleanup::temporary_dir("amdgpu-criu-demo-hsakmt").map_err(usage)?;
     // The checkpoint is the image set at --dir (as every workload keeps
     // it); the checkpoint of the restored process goes beside it, in
     // `restored/`, a set of its own.

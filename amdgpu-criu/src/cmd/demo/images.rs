@@ -48,13 +48,9 @@ impl ImagesDir {
 
 pub(super) fn images_dir(args: &Args) -> Result<ImagesDir, Stop> {
     let Some(dir) = &args.dir else {
-        let temp = tempfile::Builder::new()
-            .prefix("amdgpu-criu-demo.")
-            .tempdir()
-            .map_err(|e| Stop::Usage(format!("cannot create a temporary directory: {e}")))?;
         // A temporary directory, kept or not, is removed if a signal stops
         // the run: what it holds then is no checkpoint.
-        super::cleanup::remove_on_signal(temp.path());
+        let temp = super::cleanup::temporary_dir("amdgpu-criu-demo.").map_err(Stop::Usage)?;
         return Ok(if args.keep {
             ImagesDir::Kept(temp.keep())
         } else {

@@ -128,10 +128,7 @@ fn execute(args: &Args, summary: &mut Summary) -> Result<(), Failure> {
         ));
     }
     let lib = preload_lib_for("rocr-copy").map_err(usage)?;
-    let scratch = tempfile::Builder::new()
-        .prefix("amdgpu-criu-demo-rocr")
-        .tempdir()
-        .map_err(|e| usage(format!("cannot create a temporary directory: {e}")))?;
+    let scratch = super::cleanup::temporary_dir("amdgpu-criu-demo-rocr").map_err(usage)?;
     // The checkpoint is the image set at --dir (or kept with --keep), as
     // every workload keeps it.
     let images = match &args.dir {

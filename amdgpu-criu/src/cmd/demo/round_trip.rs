@@ -27,18 +27,20 @@ use super::workload::{launch, WorkloadKind, DEFAULT_SIZE};
 use super::{Stop, STEPS_AFTER, STEPS_BEFORE};
 use crate::cmd::{check, map};
 
-/// Registers a simulator's temporary sysfs tree (the directory above its
-/// `sys/class/kfd/kfd/topology`) for removal if a signal stops the run.
-fn remove_sysfs_on_signal(sim: &kfd_sim::Sim) {
-    let topology = sim.sysfs_root();
-    if let Some(root) = topology.ancestors().nth(5) {
-        if root
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("kfd-sim-sysfs"))
-        {
-            super::cleanup::remove_on_signal(root);
-        }
-    }
+/// Builds the simulated `machine`, its temporary sysfs tree (the directory
+/// above its `sys/class/kfd/kfd/topology`) registered for removal if a
+/// signal stops the run.
+fn simulate_removed_on_signal(machine: &Machine) -> Result<kfd_sim::Sim, Stop> {
+    super::cleanup::removed_on_signal(
+        || simulate(machine),
+        |sim| {
+            let root = sim.sysfs_root().ancestors().nth(5)?.to_owned();
+            root.file_name()?
+                .to_string_lossy()
+                .starts_with("kfd-sim-sysfs")
+                .then_some(root)
+        },
+    )
 }
 
 /// The tasks of one `criu dump` of the whole tree, the first process the
@@ -134,13 +136,10 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
     let images = images_dir(args)?;
     report.images = images.describe();
     report.image_dir = images.kept().map(|p| p.display().to_string());
-    let shm = tempfile::tempdir()
-        .map_err(|e| Stop::Usage(format!("cannot create a temporary directory: {e}")))?;
-    super::cleanup::remove_on_signal(shm.path());
+    let shm = super::cleanup::temporary_dir(".tmp").map_err(Stop::Usage)?;
 
     bar.set_message("building the simulated machines");
-    let origin_sim = simulate(&origin)?;
-    remove_sysfs_on_signal(&origin_sim);
+    let origin_sim = simulate_removed_on_signal(&origin)?;
     let gpus = origin_sim.gpus().len() as u64;
     let profiles = args
         .workload
@@ -155,11 +154,10 @@ pub(super) fn execute(args: &Args, bar: &ProgressBar, report: &mut Report) -> Re
         .map_err(Stop::Usage)?;
 
     let target_sim = match &target {
-        Some(machine) => Some(simulate(machine)?),
+        Some(machine) => Some(simulate_removed_on_signal(machine)?),
         None => None,
     };
     if let (Some(sim), Some(machine)) = (&target_sim, &target) {
-        remove_sysfs_on_signal(sim);
         // The workload's processes see every GPU, so their images record
         // the whole machine: whether the restore machine can take them is
         // known now, before anything runs.
