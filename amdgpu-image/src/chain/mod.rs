@@ -23,7 +23,7 @@
 //! run out.
 //! [`ChainReader`] delivers one GPU's BOs in file order like a
 //! [`PagesReader`], each chunk from wherever it is stored, every chunk
-//! verified. Apart from [`flatten`], which writes a standalone copy, this
+//! verified. Apart from [`flatten()`], which writes a standalone copy, this
 //! module only reads.
 //!
 //! [`ChunkSource::Here`]: crate::chunks::ChunkSource::Here

@@ -11,7 +11,7 @@ pub(super) struct Extent {
     pub(super) end: u64,
 }
 
-/// How a [`PagesReader`] learns and skips the holes of its source.
+/// How a [`PagesReader`](super::PagesReader) learns and skips the holes of its source.
 #[derive(Debug)]
 pub(super) struct Holes<R> {
     /// The run containing file offset `pos`, leaving the source at `pos`.

@@ -255,7 +255,7 @@ impl<S: PagesSink> PagesWriter<S> {
 
     /// Hashes `data` (bytes of the current BO) and writes it, zero blocks
     /// as holes where the sink can skip. Zero blocks are hashed without a
-    /// second pass over their memory ([`ContentHasher::update_zeros`]), in
+    /// second pass over their memory ([`ContentHasher::update_zeros`](crate::ContentHasher::update_zeros)), in
     /// byte order with the data around them.
     fn emit(&mut self, mut data: &[u8], hash: bool) -> io::Result<()> {
         if !self.can_skip {
