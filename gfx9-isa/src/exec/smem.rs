@@ -1,0 +1,160 @@
+//! Scalar memory: SMEM loads, stores, atomics, the clocks and cache
+//! controls (Vega ISA 4 "Scalar Memory Operations", 12.6).
+
+use super::memory::AtomicOp;
+use super::operands::Ty;
+use super::step::Ctx;
+use super::wave::Wave;
+use super::{Exec, Fail};
+use crate::inst::{Smem, SmemOffset};
+use crate::opcodes::Opcode as O;
+use crate::operand::Operand;
+
+fn dwords(op: O) -> usize {
+    let name = op.name();
+    if name.ends_with("x16") {
+        16
+    } else if name.ends_with("x8") {
+        8
+    } else if name.ends_with("x4") {
+        4
+    } else if name.ends_with("x2") {
+        2
+    } else {
+        1
+    }
+}
+
+fn atomic_op(name: &str) -> Option<AtomicOp> {
+    let base = name.trim_end_matches("_x2");
+    let tail = base.rsplit("atomic_").next()?;
+    Some(match tail {
+        "swap" => AtomicOp::Swap,
+        "cmpswap" => AtomicOp::CmpSwap,
+        "add" => AtomicOp::Add,
+        "sub" => AtomicOp::Sub,
+        "smin" => AtomicOp::Smin,
+        "umin" => AtomicOp::Umin,
+        "smax" => AtomicOp::Smax,
+        "umax" => AtomicOp::Umax,
+        "and" => AtomicOp::And,
+        "or" => AtomicOp::Or,
+        "xor" => AtomicOp::Xor,
+        "inc" => AtomicOp::Inc,
+        "dec" => AtomicOp::Dec,
+        _ => return None,
+    })
+}
+
+/// The address of an SMEM access: SBASE plus the offset, dword aligned
+/// (Vega ISA 4.3: the two low bits are ignored). A buffer resource's
+/// base is its low 48 bits; `None` when the offset lies past
+/// NUM_RECORDS (the access is out of range: loads return zero).
+fn address(w: &Wave, i: &Smem, buffer: bool) -> Exec<Option<u64>> {
+    let sbase = i
+        .sbase
+        .as_ref()
+        .ok_or(Fail::Unimplemented("SMEM without base"))?;
+    let offset = match i.offset {
+        // 21-bit immediate, signed for the non-buffer loads on gfx9
+        // (LLVM AMDGPUBaseInfo `isLegalSMRDEncodedSignedOffset`).
+        SmemOffset::Imm(v) if !buffer => ((v << 11) as i32 >> 11) as i64 as u64,
+        SmemOffset::Imm(v) => v as u64,
+        SmemOffset::Sgpr(op) => w.read_scalar(&op, Ty::B32)?,
+    };
+    if buffer {
+        let Some(Operand::Sgpr(r)) = Some(*sbase) else {
+            unreachable!()
+        };
+        let at = w
+            .sreg_index(&Operand::Sgpr(r))?
+            .ok_or(Fail::Unimplemented("buffer resource"))?;
+        let base = w.sreg64(at) & 0xffff_ffff_ffff;
+        let num_records = w.sregs[at + 2] as u64;
+        let len = dwords(i.op.opcode) as u64 * 4;
+        if offset + len > num_records {
+            return Ok(None);
+        }
+        return Ok(Some(base.wrapping_add(offset) & !3));
+    }
+    let base = w.read_scalar(sbase, Ty::B64)?;
+    Ok(Some(base.wrapping_add(offset) & !3))
+}
+
+/// SMEM (Vega ISA 12.6).
+pub(crate) fn smem(w: &mut Wave, i: &Smem, ctx: &mut Ctx<'_>) -> Exec {
+    let op = i.op.opcode;
+    let name = op.name();
+    match op {
+        O::SDcacheInv | O::SDcacheWb | O::SDcacheInvVol | O::SDcacheWbVol => return Ok(()),
+        O::SMemtime | O::SMemrealtime => {
+            let t = if op == O::SMemtime {
+                ctx.clock.memtime()
+            } else {
+                ctx.clock.memrealtime()
+            };
+            let d = i
+                .sdata
+                .as_ref()
+                .ok_or(Fail::Unimplemented("no destination"))?;
+            return w.write_scalar(d, t, true);
+        }
+        _ => {}
+    }
+    let data = i.sdata.ok_or(Fail::Unimplemented("SMEM without data"))?;
+    let at = w
+        .sreg_index(&data)?
+        .ok_or(Fail::Unimplemented("SMEM data not in the scalar file"))?;
+    let n = dwords(op);
+    if name.starts_with("s_load") || name.starts_with("s_buffer_load") {
+        let addr = address(w, i, name.starts_with("s_buffer"))?;
+        let mut buf = [0u8; 64];
+        if let Some(addr) = addr {
+            ctx.mem.read(addr, &mut buf[..n * 4])?;
+        }
+        if at + n > 128 {
+            return Err(Fail::Register {
+                reg: (at + n) as u32,
+                file: "sgprs",
+            });
+        }
+        for k in 0..n {
+            w.sregs[at + k] = u32::from_le_bytes(buf[k * 4..k * 4 + 4].try_into().unwrap());
+        }
+        return Ok(());
+    }
+    if name.starts_with("s_store") || name.starts_with("s_buffer_store") {
+        let Some(addr) = address(w, i, name.starts_with("s_buffer"))? else {
+            return Ok(());
+        };
+        let mut buf = [0u8; 16];
+        for k in 0..n {
+            buf[k * 4..k * 4 + 4].copy_from_slice(&w.sregs[at + k].to_le_bytes());
+        }
+        ctx.mem.write(addr, &buf[..n * 4])?;
+        return Ok(());
+    }
+    if name.starts_with("s_atomic") || name.starts_with("s_buffer_atomic") {
+        let aop = atomic_op(name).ok_or(Fail::Unimplemented("scalar atomic"))?;
+        let Some(addr) = address(w, i, name.starts_with("s_buffer"))? else {
+            return Ok(());
+        };
+        let wide = name.ends_with("_x2");
+        let old = if wide {
+            let (src, cmp) = (w.sreg64(at), w.sreg64(at + 2));
+            ctx.mem.atomic64(addr & !7, aop, src, cmp)?
+        } else {
+            let (src, cmp) = (w.sregs[at], w.sregs[at + 1]);
+            ctx.mem.atomic32(addr, aop, src, cmp)? as u64
+        };
+        // GLC returns the old value in SDATA (Vega ISA 12.6).
+        if i.glc {
+            w.sregs[at] = old as u32;
+            if wide {
+                w.sregs[at + 1] = (old >> 32) as u32;
+            }
+        }
+        return Ok(());
+    }
+    Err(Fail::Unimplemented("SMEM opcode"))
+}
