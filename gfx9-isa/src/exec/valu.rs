@@ -174,6 +174,18 @@ fn ext_omod(ext: &VopExt) -> u8 {
     }
 }
 
+/// The float semantics implemented are MODE's round to nearest even with
+/// denormals kept (MODE[7:0] = 0xf0, what HIP kernels run with); other
+/// modes stop the wave by name rather than round or flush wrongly.
+pub(crate) fn check_float_mode(w: &Wave) -> Exec {
+    if w.mode & 0xff != 0xf0 {
+        return Err(Fail::Unimplemented(
+            "float MODE other than round to nearest even with denormals kept",
+        ));
+    }
+    Ok(())
+}
+
 fn is_float(ty: Ty) -> bool {
     matches!(ty, Ty::F16 | Ty::F32 | Ty::F64)
 }
@@ -457,6 +469,9 @@ fn exec(w: &mut Wave, v: &Vop) -> Exec {
             f,
             float,
         } => {
+            if float || src[..n].iter().any(|&t| is_float(t)) {
+                check_float_mode(w)?;
+            }
             if (v.clamp || v.omod != 0) && !float {
                 return Err(Fail::Unimplemented("CLAMP/OMOD on an integer result"));
             }
@@ -540,6 +555,9 @@ fn exec(w: &mut Wave, v: &Vop) -> Exec {
             Ok(())
         }
         Kind::Cmp { ty, src1, f, x } => {
+            if is_float(ty) {
+                check_float_mode(w)?;
+            }
             let tys = [ty, src1, Ty::B32];
             let resolved = resolve(w, v, &tys, 2)?;
             let reader = LaneReader {

@@ -9,7 +9,7 @@
 
 use super::float::{self as fl, exp32, exp64, f16_to_f32, f32_to_f16, fma_f16, frexp};
 use super::operands::{lanes, Src, Ty};
-use super::valu::{apply_mods, Kind, LaneFn, LaneReader, Vop};
+use super::valu::{apply_mods, check_float_mode, Kind, LaneFn, LaneReader, Vop};
 use super::wave::Wave;
 use super::{Exec, Fail};
 use crate::inst::{SrcMods, Vop3p};
@@ -362,6 +362,7 @@ pub(crate) fn kind(op: O) -> Option<Kind> {
 /// `v_div_scale` passes S0 through with VCC clear, and `v_div_fmas` with
 /// VCC clear is a plain FMA.
 pub(crate) fn div_special(w: &mut Wave, v: &Vop, r: LaneReader, exec: u64) -> Exec {
+    check_float_mode(w)?;
     let op = v.op.opcode;
     let wide = matches!(op, O::VDivScaleF64 | O::VDivFmasF64);
     let dst = w.vdst(
@@ -525,6 +526,9 @@ pub(crate) fn vop3p(w: &mut Wave, i: &Vop3p) -> Exec {
     if !float && (i.neg_lo != 0 || i.neg_hi != 0) && op != O::VPkMovB32 {
         return Err(Fail::Unimplemented("NEG on packed integers"));
     }
+    if float {
+        check_float_mode(w)?;
+    }
     let wide = bits == 32;
     let ty = if wide { Ty::B64 } else { Ty::B32 };
     let mut srcs = [Src::Uniform(0); 3];
@@ -532,8 +536,15 @@ pub(crate) fn vop3p(w: &mut Wave, i: &Vop3p) -> Exec {
         let o = i.src[k].ok_or(Fail::Unimplemented("missing source"))?;
         if matches!(o, Operand::Int(_) | Operand::Float(_) | Operand::Literal(_)) {
             // Which half a constant fills is not modelled: only a use
-            // that reads the low half for both results is executed.
-            if (i.op_sel >> k) & 1 != 0 || (i.op_sel_hi >> k) & 1 != 0 {
+            // that reads its low half is executed. `v_pk_mov_b32` reads
+            // halves by OP_SEL alone; an integer inline constant's low half
+            // is the constant.
+            let reads_high = if op == O::VPkMovB32 {
+                (i.op_sel >> k) & 1 != 0 || !matches!(o, Operand::Int(_))
+            } else {
+                (i.op_sel >> k) & 1 != 0 || (i.op_sel_hi >> k) & 1 != 0
+            };
+            if reads_high {
                 return Err(Fail::Unimplemented(
                     "constant in the high half of a packed operand",
                 ));
