@@ -130,8 +130,9 @@ pub(crate) fn ds(w: &mut Wave, i: &Ds, ctx: &mut Ctx<'_>) -> Exec {
         }
         O::DsSwizzleB32 => {
             // Vega ISA 12.13 DS_SWIZZLE_B32: offset[15] selects the quad
-            // permute mode, else the and/or/xor masks within 32 lanes.
-            let data = w.vdst(&i.data0.ok_or(missing)?, 1)?;
+            // permute mode, else the and/or/xor masks within 32 lanes. The
+            // data comes in the ADDR field.
+            let data = w.vdst(&i.addr.ok_or(missing)?, 1)?;
             let d = w.vdst(&i.vdst.ok_or(missing)?, 1)?;
             let mut src = [0u32; LANES];
             for lane in lanes(exec) {
