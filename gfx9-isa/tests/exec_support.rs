@@ -256,6 +256,7 @@ pub fn launch(mem: &mut Mem, co: &Loaded, l: &Launch<'_>) -> u64 {
     let mut cache = CodeCache::new();
     let clock = Ticks::default();
     let mut total = 0;
+    let started = std::time::Instant::now();
     for z in 0..counts[2] {
         for y in 0..counts[1] {
             for x in 0..counts[0] {
@@ -273,6 +274,14 @@ pub fn launch(mem: &mut Mem, co: &Loaded, l: &Launch<'_>) -> u64 {
             }
         }
     }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "{} on {}: {total} wave-instructions in {:.3} s ({:.1} M/s)",
+        l.kernel,
+        co.target,
+        secs,
+        total as f64 / secs / 1e6
+    );
     total
 }
 

@@ -115,7 +115,8 @@ impl Wave {
                 Special::Scc => self.scc as u64,
                 Special::PopsExitingWaveId => 0,
                 Special::LdsDirect => return Err(Fail::Unimplemented("src_lds_direct operand")),
-                _ => unreachable!("register specials resolved above"),
+                // The register specials were read through `sreg_index`.
+                _ => return Err(Fail::Unimplemented("special register operand")),
             }),
             _ => Err(Fail::Unimplemented("vector register as a scalar operand")),
         }

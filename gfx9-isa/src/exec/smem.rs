@@ -8,7 +8,6 @@ use super::wave::Wave;
 use super::{Exec, Fail};
 use crate::inst::{Smem, SmemOffset};
 use crate::opcodes::Opcode as O;
-use crate::operand::Operand;
 
 fn dwords(op: O) -> usize {
     let name = op.name();
@@ -63,12 +62,9 @@ fn address(w: &Wave, i: &Smem, buffer: bool) -> Exec<Option<u64>> {
         SmemOffset::Sgpr(op) => w.read_scalar(&op, Ty::B32)?,
     };
     if buffer {
-        let Some(Operand::Sgpr(r)) = Some(*sbase) else {
-            unreachable!()
-        };
-        let at = w
-            .sreg_index(&Operand::Sgpr(r))?
-            .ok_or(Fail::Unimplemented("buffer resource"))?;
+        let at = w.sreg_index(sbase)?.ok_or(Fail::Unimplemented(
+            "buffer resource outside the scalar file",
+        ))?;
         let base = w.sreg64(at) & 0xffff_ffff_ffff;
         let num_records = w.sregs[at + 2] as u64;
         let len = dwords(i.op.opcode) as u64 * 4;

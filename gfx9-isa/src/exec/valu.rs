@@ -651,7 +651,7 @@ fn special(w: &mut Wave, v: &Vop, reader: Option<LaneReader>, write_lanes: u64) 
     match op {
         O::VNop => Ok(()),
         O::VCndmaskB32 => {
-            let r = reader.expect("reader");
+            let r = reader.ok_or(Fail::Unimplemented("sources"))?;
             let sel = read_mask(w, v)?;
             let d = w.vdst(&v.vdst.ok_or(Fail::Unimplemented("no destination"))?, 1)?;
             for lane in lanes(write_lanes) {
@@ -668,7 +668,7 @@ fn special(w: &mut Wave, v: &Vop, reader: Option<LaneReader>, write_lanes: u64) 
         O::VMbcntLoU32B32 | O::VMbcntHiU32B32 => {
             // D = popcount(S0 & lanes below this one, in the low or high
             // half) + S1 (Vega ISA 12.10).
-            let r = reader.expect("reader");
+            let r = reader.ok_or(Fail::Unimplemented("sources"))?;
             let d = w.vdst(&v.vdst.ok_or(Fail::Unimplemented("no destination"))?, 1)?;
             for lane in lanes(write_lanes) {
                 let s = r.read(w, lane);
@@ -733,7 +733,12 @@ fn special(w: &mut Wave, v: &Vop, reader: Option<LaneReader>, write_lanes: u64) 
             Ok(())
         }
         O::VDivScaleF32 | O::VDivScaleF64 | O::VDivFmasF32 | O::VDivFmasF64 => {
-            valu_float::div_special(w, v, reader.expect("reader"), write_lanes)
+            valu_float::div_special(
+                w,
+                v,
+                reader.ok_or(Fail::Unimplemented("sources"))?,
+                write_lanes,
+            )
         }
         O::VMadU64U32 | O::VMadI64I32 => valu_int::mad64(w, v, write_lanes),
         _ => Err(Fail::Unimplemented("VALU opcode")),

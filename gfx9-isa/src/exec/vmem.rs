@@ -167,7 +167,8 @@ fn pieces(
             }
             Ok(())
         }
-        Space::Lds(_) | Space::Discard => unreachable!("handled by the caller"),
+        // The callers serve LDS and discarded accesses themselves.
+        Space::Lds(_) | Space::Discard => Err(Fail::Unimplemented("address space")),
     }
 }
 
