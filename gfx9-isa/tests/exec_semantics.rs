@@ -569,3 +569,150 @@ fn dispatch_sets_user_and_system_sgprs_and_ids() {
     assert_eq!(w.vgprs[0][47], 7 | 2 << 10 | 1 << 20);
     assert!(d(Target::Gfx900).wave([5, 0, 0], 0, 0).is_err());
 }
+
+#[test]
+fn flat_addresses_reach_lds_and_scratch_by_aperture() {
+    let mut mem = Mem::new();
+    let scratch = mem.alloc(64 * 64);
+    let ap = gfx9_isa::exec::Apertures::default();
+    let (w, r) = run_on(
+        Target::Gfx90a,
+        &[
+            &[0x00, 0x00, 0x70, 0xdc, 0x00, 0x02, 0x00, 0x00], // flat_store_dword v[0:1], v2
+            &[0x00, 0x00, 0x50, 0xdc, 0x00, 0x00, 0x00, 0x03], // flat_load_dword v3, v[0:1]
+        ],
+        &mut mem,
+        |w| {
+            w.apertures = ap;
+            w.set_sreg64(102, scratch);
+            for l in 0..64 {
+                // Lanes 0-31 address LDS dword 63 - l, lanes 32-63 their
+                // own private dword 1.
+                let addr = if l < 32 {
+                    ap.shared_base + 4 * (63 - l as u64)
+                } else {
+                    ap.private_base + 4
+                };
+                w.vgprs[0][l] = addr as u32;
+                w.vgprs[1][l] = (addr >> 32) as u32;
+                w.vgprs[2][l] = 9000 + l as u32;
+            }
+        },
+    );
+    assert_eq!(r, Ok(Stop::Endpgm));
+    for l in 0..64 {
+        assert_eq!(w.vgprs[3][l], 9000 + l as u32, "lane {l}");
+    }
+    // Private dword 1 of lane l is at base + 256 + 4 * l.
+    assert_eq!(mem.get_u32s(scratch + 256 + 4 * 40, 1)[0], 9040);
+}
+
+#[test]
+fn global_atomic_returns_the_old_value_in_lane_order() {
+    let mut mem = Mem::new();
+    let counter = mem.alloc(8);
+    mem.put(counter, &100u32.to_le_bytes());
+    let (w, r) = run_on(
+        Target::Gfx90a,
+        &[&[0x00, 0x80, 0x09, 0xdd, 0x06, 0x08, 0x7f, 0x04]], // global_atomic_add v4, v[6:7], v8, off glc
+        &mut mem,
+        |w| {
+            w.set_exec(0b1011);
+            for l in 0..64 {
+                w.vgprs[6][l] = counter as u32;
+                w.vgprs[7][l] = (counter >> 32) as u32;
+                w.vgprs[8][l] = 1 << (l % 16);
+            }
+        },
+    );
+    assert_eq!(r, Ok(Stop::Endpgm));
+    assert_eq!(w.vgprs[4][0], 100);
+    assert_eq!(w.vgprs[4][1], 101);
+    assert_eq!(w.vgprs[4][3], 103);
+    assert_eq!(w.vgprs[4][2], 0, "inactive lane untouched");
+    assert_eq!(mem.get_u32s(counter, 1)[0], 100 + 0b1011);
+}
+
+#[test]
+fn scalar_loads_and_the_clock() {
+    let mut mem = Mem::new();
+    let data = mem.alloc(64);
+    mem.put(data + 8, &0x1122_3344_5566_7788u64.to_le_bytes());
+    let (w, r) = run_on(
+        Target::Gfx90a,
+        &[
+            &[0x01, 0x00, 0x06, 0xc0, 0x08, 0x00, 0x00, 0x00], // s_load_dwordx2 s[0:1], s[2:3], 0x8
+            &[0x00, 0x01, 0x90, 0xc0, 0x00, 0x00, 0x00, 0x00], // s_memtime s[4:5]
+            &[0x70, 0x00, 0x8c, 0xbf],                         // s_waitcnt vmcnt(0) lgkmcnt(0)
+        ],
+        &mut mem,
+        |w| w.set_sreg64(2, data),
+    );
+    assert_eq!(r, Ok(Stop::Endpgm));
+    assert_eq!(w.sreg64(0), 0x1122_3344_5566_7788);
+    assert_eq!(w.sreg64(4), 1, "the first tick of the caller's clock");
+}
+
+#[test]
+fn class_compare_and_conversions() {
+    let w = run(
+        &[
+            &[0x06, 0x00, 0x10, 0xd0, 0x0a, 0x17, 0x02, 0x00], // v_cmp_class_f32_e64 s[6:7], v10, v11
+            &[0x09, 0x0d, 0x10, 0x7e],                         // v_cvt_f32_u32_e32 v8, v9
+        ],
+        |w| {
+            let vals = [
+                f32::NAN,
+                f32::NEG_INFINITY,
+                -1.5,
+                -1e-40,
+                -0.0,
+                0.0,
+                1e-40,
+                2.0,
+                f32::INFINITY,
+            ];
+            for (l, v) in vals.iter().enumerate() {
+                w.vgprs[10][l] = v.to_bits();
+                // Ask each lane for its own class (quiet NaN is bit 1).
+                w.vgprs[11][l] = 1 << (l + 1);
+                w.vgprs[10][l + 16] = v.to_bits();
+                w.vgprs[11][l + 16] = !(1 << (l + 1)) & 0x3ff;
+            }
+            w.vgprs[9][0] = u32::MAX;
+            w.vgprs[9][1] = 16_777_217;
+        },
+    );
+    assert_eq!(w.sreg64(6) & 0x1ff, 0x1ff, "each value in its own class");
+    assert_eq!(w.sreg64(6) >> 16 & 0x1ff, 0, "and in no other");
+    assert_eq!(f32::from_bits(w.vgprs[8][0]), 4294967296.0);
+    assert_eq!(f32::from_bits(w.vgprs[8][1]), 16_777_216.0, "ties to even");
+}
+
+#[test]
+fn div_scale_passes_operands_in_range_and_stops_outside() {
+    let code: &[&[u8]] = &[&[0x0c, 0x6a, 0xe0, 0xd1, 0x0d, 0x1d, 0x36, 0x04]]; // v_div_scale_f32 v12, vcc, v13, v14, v13
+    let w = run(code, |w| {
+        w.set_exec(1);
+        w.vgprs[13][0] = 3.0f32.to_bits();
+        w.vgprs[14][0] = 7.0f32.to_bits();
+    });
+    assert_eq!(f32::from_bits(w.vgprs[12][0]), 3.0);
+    assert_eq!(w.vcc(), 0);
+    let mut mem = Mem::new();
+    let (_, r) = run_on(Target::Gfx90a, code, &mut mem, |w| {
+        w.set_exec(1);
+        w.vgprs[13][0] = 1e30f32.to_bits();
+        w.vgprs[14][0] = 1e-30f32.to_bits();
+    });
+    assert!(
+        matches!(
+            r,
+            Err(ExecError::Unimplemented {
+                opcode: "v_div_scale_f32",
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+}

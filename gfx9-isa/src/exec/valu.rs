@@ -10,13 +10,15 @@ use super::operands::{lanes, Src, Ty};
 use super::wave::{Wave, LANES};
 use super::{valu_cmp, valu_float, valu_int, Exec, Fail};
 use crate::inst::{Dpp, DstUnused, Sdwa, SdwaSel, SrcMods, Vop1, Vop2, Vop3, Vop3p, VopExt, Vopc};
-use crate::opcodes::{OpDesc, Opcode as O};
+use crate::opcodes::{Format, OpDesc, Opcode as O};
 use crate::operand::{Half, Operand, Special};
+use std::sync::OnceLock;
 
 /// A lane function of up to three sources.
 pub(crate) type LaneFn = fn(&[u64; 3]) -> u64;
 
 /// How an opcode executes.
+#[derive(Clone, Copy)]
 pub(crate) enum Kind {
     /// `dst = f(srcs)` per active lane. `float` says OMOD and CLAMP apply
     /// as for a float of the destination's type.
@@ -59,10 +61,26 @@ pub(crate) struct Vop {
     pub vop3: bool,
 }
 
-fn kind(op: O) -> Option<Kind> {
+fn compute_kind(op: O) -> Option<Kind> {
     valu_int::kind(op)
         .or_else(|| valu_float::kind(op))
         .or_else(|| valu_cmp::kind(op))
+}
+
+/// How `op` executes, from a table built once over every opcode of the
+/// encoding tables (the compares are found by name).
+fn kind(op: O) -> Option<Kind> {
+    static KINDS: OnceLock<Vec<Option<Kind>>> = OnceLock::new();
+    let table = KINDS.get_or_init(|| {
+        let rows = || Format::ALL.iter().flat_map(|f| f.table().iter());
+        let len = rows().map(|r| r.opcode as usize + 1).max().unwrap_or(0);
+        let mut t = vec![None; len];
+        for r in rows() {
+            t[r.opcode as usize] = compute_kind(r.opcode);
+        }
+        t
+    });
+    table.get(op as usize).copied().flatten()
 }
 
 /// The VOP1 encoding.

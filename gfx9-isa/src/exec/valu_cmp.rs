@@ -5,7 +5,7 @@
 use super::float::{f16_to_f32, quiet32};
 use super::operands::Ty;
 use super::valu::Kind;
-use super::valu_float::class_of;
+use super::valu_float::{class_by, class_of};
 use crate::opcodes::Opcode;
 
 /// Float conditions in opcode order (Vega ISA 12.9): F, LT, EQ, LE, GT,
@@ -80,7 +80,7 @@ fn u64c<const C: u8>(a: u64, b: u64) -> bool {
 fn class32(a: u64, mask: u64) -> bool {
     let x = f32::from_bits(a as u32);
     let snan = x.is_nan() && quiet32(a as u32) != a as u32;
-    class_of(x as f64, snan) as u64 & mask != 0
+    class_by(x.classify(), x.is_sign_negative(), snan) as u64 & mask != 0
 }
 fn class64(a: u64, mask: u64) -> bool {
     let x = f64::from_bits(a);

@@ -130,9 +130,15 @@ fn med3f(a: f32, b: f32, c: f32) -> f32 {
 /// mask (Vega ISA 12.9: bit 0 signaling NaN, 1 quiet NaN, 2 -inf, 3
 /// -normal, 4 -denormal, 5 -0, 6 +0, 7 +denormal, 8 +normal, 9 +inf).
 pub(crate) fn class_of(x: f64, is_snan: bool) -> u32 {
+    class_by(x.classify(), x.is_sign_negative(), is_snan)
+}
+
+/// The class bit of a value of category `cat` (Vega ISA 12.9, see
+/// [`class_of`]); the category of the operand's own type, so an f32
+/// denormal is a denormal.
+pub(crate) fn class_by(cat: std::num::FpCategory, neg: bool, is_snan: bool) -> u32 {
     use std::num::FpCategory::*;
-    let neg = x.is_sign_negative();
-    let bit = match x.classify() {
+    let bit = match cat {
         Nan => {
             if is_snan {
                 0
