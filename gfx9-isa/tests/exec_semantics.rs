@@ -716,3 +716,25 @@ fn div_scale_passes_operands_in_range_and_stops_outside() {
         "{r:?}"
     );
 }
+
+#[test]
+fn dot4_pkrtz_and_f16_reciprocal() {
+    let w = run(
+        &[
+            &[0x01, 0x40, 0xa8, 0xd3, 0x02, 0x07, 0x12, 0x1c], // v_dot4_i32_i8 v1, v2, v3, v4
+            &[0x05, 0x00, 0x96, 0xd2, 0x06, 0x0f, 0x02, 0x00], // v_cvt_pkrtz_f16_f32 v5, v6, v7
+            &[0x09, 0x7b, 0x10, 0x7e],                         // v_rcp_f16_e32 v8, v9
+        ],
+        |w| {
+            w.vgprs[2][0] = u32::from_le_bytes([1, 0xff, 3, 0x80]); // 1, -1, 3, -128
+            w.vgprs[3][0] = u32::from_le_bytes([5, 6, 0xfe, 2]); // 5, 6, -2, 2
+            w.vgprs[4][0] = 1000;
+            w.vgprs[6][0] = (1.0f32 + 3.0 * 2f32.powi(-11)).to_bits();
+            w.vgprs[7][0] = (-1e6f32).to_bits();
+            w.vgprs[9][0] = 0x4400; // 4.0
+        },
+    );
+    assert_eq!(w.vgprs[1][0] as i32, 1000 + 5 - 6 - 6 - 256);
+    assert_eq!(w.vgprs[5][0], 0x3c01 | 0xfbff << 16);
+    assert_eq!(w.vgprs[8][0], 0x3400, "1/4 in f16");
+}

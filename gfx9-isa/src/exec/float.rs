@@ -83,6 +83,25 @@ pub(crate) fn f32_to_f16(x: f32) -> u16 {
     f64_to_f16_sticky(x as f64, 0)
 }
 
+/// An f32 rounded toward zero to f16 (`v_cvt_pkrtz_f16_f32`): overflow
+/// gives the largest finite f16, NaN stays NaN.
+pub(crate) fn f32_to_f16_rtz(x: f32) -> u16 {
+    let h = f32_to_f16(x);
+    if x.is_nan() {
+        return h;
+    }
+    if x.is_infinite() {
+        return h;
+    }
+    // Nearest-even went away from zero: step back one ulp toward zero
+    // (the bit pattern's magnitude is monotonic).
+    if f16_to_f32(h).abs() > x.abs() {
+        h - 1
+    } else {
+        h
+    }
+}
+
 /// `fma(a, b, c)` in f16: exact product in f64, the sum's rounding error
 /// kept as a sticky direction so the single rounding to f16 is right.
 pub(crate) fn fma_f16(a: u16, b: u16, c: u16) -> u16 {
@@ -255,6 +274,17 @@ mod tests {
         assert_eq!(first, f64::from_bits(0x3fe4_5f30_6dc9_c882)); // 2/pi
         let second = trig_preop(1.0, 1);
         assert!(second > 0.0 && second < first * 2f64.powi(-52));
+    }
+
+    #[test]
+    fn f16_toward_zero() {
+        // 1 + 3 * 2^-11 is a tie that nearest-even rounds up; toward zero
+        // keeps 1 + 2^-10.
+        assert_eq!(f32_to_f16_rtz(1.0 + 3.0 * 2f32.powi(-11)), 0x3c01);
+        assert_eq!(f32_to_f16_rtz(-(1.0 + 3.0 * 2f32.powi(-11))), 0xbc01);
+        assert_eq!(f32_to_f16_rtz(1e6), 0x7bff);
+        assert_eq!(f32_to_f16_rtz(-1e6), 0xfbff);
+        assert_eq!(f32_to_f16_rtz(0.5), 0x3800);
     }
 
     #[test]

@@ -335,6 +335,68 @@ pub(crate) fn kind(op: O) -> Option<Kind> {
         O::VCeilF16 => h1(|s| rh(h(s[0]).ceil())),
         O::VFloorF16 => h1(|s| rh(h(s[0]).floor())),
         O::VRndneF16 => h1(|s| rh(h(s[0]).round_ties_even())),
+        O::VFractF16 => h1(|s| {
+            let x = h(s[0]);
+            if !x.is_finite() {
+                return rh(if x.is_nan() { x } else { f32::NAN });
+            }
+            // The largest f16 below 1 is 0x3bff.
+            rh((x - x.floor()).min(f16_to_f32(0x3bff)))
+        }),
+        O::VRcpF16 => h1(|s| rh((1.0 / h(s[0]) as f64) as f32)),
+        O::VRsqF16 => h1(|s| rh((1.0 / (h(s[0]) as f64).sqrt()) as f32)),
+        O::VExpF16 => h1(|s| rh((h(s[0]) as f64).exp2() as f32)),
+        O::VLogF16 => h1(|s| rh((h(s[0]) as f64).log2() as f32)),
+        O::VSinF16 => h1(|s| rh(((h(s[0]) as f64) * std::f64::consts::TAU).sin() as f32)),
+        O::VCosF16 => h1(|s| rh(((h(s[0]) as f64) * std::f64::consts::TAU).cos() as f32)),
+        O::VFrexpMantF16 => h1(|s| {
+            let x = h(s[0]);
+            rh(if x.is_finite() {
+                frexp(x as f64).0 as f32
+            } else {
+                x
+            })
+        }),
+        O::VFrexpExpI16F16 => map([H; 3], 1, Ty::B16, |s| {
+            let x = h(s[0]);
+            if x.is_finite() {
+                frexp(x as f64).1 as i16 as u16 as u64
+            } else {
+                0
+            }
+        }),
+        // V_LDEXP_F16: S1 is a signed 16-bit exponent (Vega ISA 12.7).
+        O::VLdexpF16 => map([H, Ty::B16, U], 2, H, |s| {
+            rh((h(s[0]) as f64 * 2f64.powi((s[1] as u16 as i16).clamp(-64, 64) as i32)) as f32)
+        }),
+        O::VMin3F16 => map([H; 3], 3, H, |s| {
+            rh(min32(min32(h(s[0]), h(s[1])), h(s[2])))
+        }),
+        O::VMax3F16 => map([H; 3], 3, H, |s| {
+            rh(max32(max32(h(s[0]), h(s[1])), h(s[2])))
+        }),
+        O::VMed3F16 => map([H; 3], 3, H, |s| rh(med3f(h(s[0]), h(s[1]), h(s[2])))),
+        O::VCvtI16F16 => map([H; 3], 1, Ty::B16, |s| {
+            let x = h(s[0]);
+            if x.is_nan() {
+                0
+            } else {
+                x.trunc().clamp(i16::MIN as f32, i16::MAX as f32) as i16 as u16 as u64
+            }
+        }),
+        O::VCvtU16F16 => map([H; 3], 1, Ty::B16, |s| {
+            let x = h(s[0]);
+            if x.is_nan() {
+                0
+            } else {
+                x.trunc().clamp(0.0, u16::MAX as f32) as u16 as u64
+            }
+        }),
+        // Round toward zero, two f32s into the halves (Vega ISA 12.10).
+        O::VCvtPkrtzF16F32 => map([F; 3], 2, U, |s| {
+            super::float::f32_to_f16_rtz(f(s[0])) as u64
+                | (super::float::f32_to_f16_rtz(f(s[1])) as u64) << 16
+        }),
         // Conversions (Vega ISA 12.8).
         O::VCvtF32I32 => map([U; 3], 1, F, |s| rf(s[0] as u32 as i32 as f32)),
         O::VCvtF32U32 => map([U; 3], 1, F, |s| rf(s[0] as u32 as f32)),
@@ -484,6 +546,9 @@ pub(crate) fn vop3p(w: &mut Wave, i: &Vop3p) -> Exec {
         }
         _ => {}
     }
+    if let Some(dot) = int_dot(op) {
+        return dot_product(w, i, dot);
+    }
     // (width of a half in bits, number of sources, float, lane op on
     // halves as u64 bits)
     type HalfFn = fn(u64, u64, u64) -> u64;
@@ -613,6 +678,62 @@ pub(crate) fn vop3p(w: &mut Wave, i: &Vop3p) -> Exec {
         } else {
             w.set_lane(dst, lane, (rlo | rhi << 16) as u32);
         }
+    }
+    Ok(())
+}
+
+/// The integer dot products (Vega 7nm ISA 12.11 "V_DOT*"): element width in
+/// bits and whether elements are signed.
+fn int_dot(op: O) -> Option<(u32, bool)> {
+    Some(match op {
+        O::VDot2I32I16 => (16, true),
+        O::VDot2U32U16 => (16, false),
+        O::VDot4I32I8 => (8, true),
+        O::VDot4U32U8 => (8, false),
+        O::VDot8I32I4 => (4, true),
+        O::VDot8U32U4 => (4, false),
+        _ => return None,
+    })
+}
+
+/// D = sum over the elements of S0 * S1, plus S2, wrapping; CLAMP
+/// (saturation) and non-default OP_SEL/NEG stop by name.
+fn dot_product(w: &mut Wave, i: &Vop3p, (bits, signed): (u32, bool)) -> Exec {
+    if i.clamp || i.op_sel != 0 || i.op_sel_hi & 3 != 3 || i.neg_lo != 0 || i.neg_hi != 0 {
+        return Err(Fail::Unimplemented("dot product modifiers"));
+    }
+    let mut srcs = [Src::Uniform(0); 3];
+    for k in 0..3 {
+        let o = i.src[k].ok_or(Fail::Unimplemented("missing source"))?;
+        srcs[k] = w.src(&o, Ty::B32)?;
+    }
+    let dst = w.vdst(&i.vdst, 1)?;
+    let n = 32 / bits;
+    let mask = (1u64 << bits) - 1;
+    let elem = |v: u64, k: u32| -> i64 {
+        let e = (v >> (k * bits)) & mask;
+        if signed {
+            let sh = 64 - bits;
+            ((e << sh) as i64) >> sh
+        } else {
+            e as i64
+        }
+    };
+    for lane in lanes(w.exec()) {
+        let (a, b, c) = (
+            w.lane(srcs[0], lane, false),
+            w.lane(srcs[1], lane, false),
+            w.lane(srcs[2], lane, false),
+        );
+        let mut acc = if signed {
+            c as u32 as i32 as i64
+        } else {
+            c as i64
+        };
+        for k in 0..n {
+            acc = acc.wrapping_add(elem(a, k) * elem(b, k));
+        }
+        w.set_lane(dst, lane, acc as u32);
     }
     Ok(())
 }
