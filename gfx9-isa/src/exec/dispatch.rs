@@ -216,7 +216,7 @@ impl Dispatch {
         let mut e = [0; 3];
         for d in 0..3 {
             let w = self.workgroup[d] as u32;
-            e[d] = w.min(self.grid[d].saturating_sub(id[d] * w));
+            e[d] = w.min(self.grid[d].saturating_sub(id[d].saturating_mul(w)));
         }
         e
     }
@@ -281,7 +281,7 @@ impl Dispatch {
             w.sregs[*s] = v;
             *s += 1;
         };
-        let wave_offset = scratch_slot * self.scratch_wave_bytes;
+        let wave_offset = scratch_slot.wrapping_mul(self.scratch_wave_bytes);
         for (bit, _, _) in USER_SGPRS {
             if props & bit == 0 {
                 continue;
@@ -334,10 +334,11 @@ impl Dispatch {
         let packed = matches!(self.target, Target::Gfx90a | Target::Gfx940);
         let mut exec = 0u64;
         for lane in 0..LANES {
-            let flat = wave * LANES as u32 + lane as u32;
-            if flat >= items {
+            let flat = wave as u64 * LANES as u64 + lane as u64;
+            if flat >= items as u64 {
                 continue;
             }
+            let flat = flat as u32;
             exec |= 1 << lane;
             let x = flat % e[0];
             let y = (flat / e[0]) % e[1];

@@ -91,15 +91,34 @@ impl Wave {
         }))
     }
 
+    /// Scalar-file entry `at`; past the file is an error (a malformed
+    /// tuple such as a 64-bit EXEC_HI), never a panic.
+    pub(crate) fn sreg_at(&self, at: usize) -> Exec<u32> {
+        self.sregs.get(at).copied().ok_or(Fail::Register {
+            reg: at as u32,
+            file: "sgprs",
+        })
+    }
+
+    /// Sets scalar-file entry `at` (see [`Wave::sreg_at`]).
+    pub(crate) fn set_sreg_at(&mut self, at: usize, v: u32) -> Exec {
+        let slot = self.sregs.get_mut(at).ok_or(Fail::Register {
+            reg: at as u32,
+            file: "sgprs",
+        })?;
+        *slot = v;
+        Ok(())
+    }
+
     /// A scalar source of `ty` (32 or 64 bits).
     pub(crate) fn read_scalar(&self, op: &Operand, ty: Ty) -> Exec<u64> {
         if let Some(v) = constant(op, ty) {
             return Ok(v);
         }
         if let Some(at) = self.sreg_index(op)? {
-            let lo = self.sregs[at] as u64;
+            let lo = self.sreg_at(at)? as u64;
             return Ok(if ty.is64() {
-                lo | (self.sregs[at + 1] as u64) << 32
+                lo | (self.sreg_at(at + 1)? as u64) << 32
             } else {
                 lo
             });
@@ -127,9 +146,12 @@ impl Wave {
         let Some(at) = self.sreg_index(op)? else {
             return Err(Fail::Unimplemented("scalar destination"));
         };
-        self.sregs[at] = v as u32;
         if is64 {
-            self.sregs[at + 1] = (v >> 32) as u32;
+            self.sreg_at(at + 1)?;
+        }
+        self.set_sreg_at(at, v as u32)?;
+        if is64 {
+            self.set_sreg_at(at + 1, (v >> 32) as u32)?;
         }
         Ok(())
     }

@@ -65,8 +65,8 @@ fn address(w: &Wave, i: &Smem, buffer: bool) -> Exec<Option<u64>> {
         let at = w.sreg_index(sbase)?.ok_or(Fail::Unimplemented(
             "buffer resource outside the scalar file",
         ))?;
-        let base = w.sreg64(at) & 0xffff_ffff_ffff;
-        let num_records = w.sregs[at + 2] as u64;
+        let base = (w.sreg_at(at)? as u64 | (w.sreg_at(at + 1)? as u64) << 32) & 0xffff_ffff_ffff;
+        let num_records = w.sreg_at(at + 2)? as u64;
         let len = dwords(i.op.opcode) as u64 * 4;
         if offset + len > num_records {
             return Ok(None);
@@ -108,14 +108,11 @@ pub(crate) fn smem(w: &mut Wave, i: &Smem, ctx: &mut Ctx<'_>) -> Exec {
         if let Some(addr) = addr {
             ctx.mem.read(addr, &mut buf[..n * 4])?;
         }
-        if at + n > 128 {
-            return Err(Fail::Register {
-                reg: (at + n) as u32,
-                file: "sgprs",
-            });
-        }
+        w.sreg_at(at + n - 1)?;
         for k in 0..n {
-            w.sregs[at + k] = u32::from_le_bytes(buf[k * 4..k * 4 + 4].try_into().unwrap());
+            let v =
+                u32::from_le_bytes([buf[k * 4], buf[k * 4 + 1], buf[k * 4 + 2], buf[k * 4 + 3]]);
+            w.set_sreg_at(at + k, v)?;
         }
         return Ok(());
     }
@@ -125,7 +122,7 @@ pub(crate) fn smem(w: &mut Wave, i: &Smem, ctx: &mut Ctx<'_>) -> Exec {
         };
         let mut buf = [0u8; 16];
         for k in 0..n {
-            buf[k * 4..k * 4 + 4].copy_from_slice(&w.sregs[at + k].to_le_bytes());
+            buf[k * 4..k * 4 + 4].copy_from_slice(&w.sreg_at(at + k)?.to_le_bytes());
         }
         ctx.mem.write(addr, &buf[..n * 4])?;
         return Ok(());
@@ -136,18 +133,21 @@ pub(crate) fn smem(w: &mut Wave, i: &Smem, ctx: &mut Ctx<'_>) -> Exec {
             return Ok(());
         };
         let wide = name.ends_with("_x2");
+        let q = |w: &Wave, k: usize| -> Exec<u64> {
+            Ok(w.sreg_at(k)? as u64 | (w.sreg_at(k + 1)? as u64) << 32)
+        };
         let old = if wide {
-            let (src, cmp) = (w.sreg64(at), w.sreg64(at + 2));
+            let (src, cmp) = (q(w, at)?, q(w, at + 2)?);
             ctx.mem.atomic64(addr & !7, aop, src, cmp)?
         } else {
-            let (src, cmp) = (w.sregs[at], w.sregs[at + 1]);
+            let (src, cmp) = (w.sreg_at(at)?, w.sreg_at(at + 1)?);
             ctx.mem.atomic32(addr, aop, src, cmp)? as u64
         };
         // GLC returns the old value in SDATA (Vega ISA 12.6).
         if i.glc {
-            w.sregs[at] = old as u32;
+            w.set_sreg_at(at, old as u32)?;
             if wide {
-                w.sregs[at + 1] = (old >> 32) as u32;
+                w.set_sreg_at(at + 1, (old >> 32) as u32)?;
             }
         }
         return Ok(());

@@ -447,10 +447,10 @@ pub(crate) fn mubuf(w: &mut Wave, i: &Mubuf, ctx: &mut Ctx<'_>) -> Exec {
         .sreg_index(&srsrc)?
         .ok_or(Fail::Unimplemented("buffer resource not in SGPRs"))?;
     let rsrc = [
-        w.sregs[at],
-        w.sregs[at + 1],
-        w.sregs[at + 2],
-        w.sregs[at + 3],
+        w.sreg_at(at)?,
+        w.sreg_at(at + 1)?,
+        w.sreg_at(at + 2)?,
+        w.sreg_at(at + 3)?,
     ];
     let base = rsrc[0] as u64 | ((rsrc[1] & 0xffff) as u64) << 32;
     let stride = ((rsrc[1] >> 16) & 0x3fff) as u64;
