@@ -10,7 +10,7 @@
 //!
 //! Layout, one job per file: [`wave`] the state, `operands` reading and
 //! writing operands, `step` fetch/decode/dispatch, `scalar` and `smem` the
-//! scalar unit, `valu*` the vector ALU, `lds` DS, `vmem` FLAT/GLOBAL/SCRATCH
+//! scalar unit, `valu*` the vector ALU (`valu_packed` VOP3P), `lds` DS, `vmem` FLAT/GLOBAL/SCRATCH
 //! and MUBUF, `float` the floating-point helpers, [`workgroup`] the runner
 //! and [`dispatch`] the AMDHSA setup.
 
@@ -28,6 +28,7 @@ mod valu;
 mod valu_cmp;
 mod valu_float;
 mod valu_int;
+mod valu_packed;
 mod vmem;
 
 pub mod dispatch;

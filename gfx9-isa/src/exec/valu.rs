@@ -8,7 +8,7 @@
 
 use super::operands::{lanes, Src, Ty};
 use super::wave::{Wave, LANES};
-use super::{valu_cmp, valu_float, valu_int, Exec, Fail};
+use super::{valu_cmp, valu_float, valu_int, valu_packed, Exec, Fail};
 use crate::inst::{Dpp, DstUnused, Sdwa, SdwaSel, SrcMods, Vop1, Vop2, Vop3, Vop3p, VopExt, Vopc};
 use crate::opcodes::{Format, OpDesc, Opcode as O};
 use crate::operand::{Half, Operand, Special};
@@ -168,9 +168,9 @@ pub(crate) fn vop3(w: &mut Wave, i: &Vop3) -> Exec {
     exec(w, &v)
 }
 
-/// VOP3P: packed math (`valu_float::vop3p`).
+/// VOP3P: packed math (`valu_packed`).
 pub(crate) fn vop3p(w: &mut Wave, i: &Vop3p) -> Exec {
-    valu_float::vop3p(w, i)
+    valu_packed::vop3p(w, i)
 }
 
 fn ext_mods(ext: &VopExt) -> [SrcMods; 3] {
