@@ -10,7 +10,8 @@ mod exec_support;
 
 use exec_support::{Mem, Ticks};
 use gfx9_isa::exec::{
-    run_waves, CodeCache, Dispatch, ExecError, KernelDescriptor, Lds, Stop, Wave, WorkgroupOutcome,
+    run_waves, AqlDispatch, CodeCache, Dispatch, DispatchError, ExecError, KernelDescriptor, Lds,
+    Stop, Wave, WorkgroupOutcome,
 };
 use gfx9_isa::Target;
 
@@ -568,6 +569,23 @@ fn dispatch_sets_user_and_system_sgprs_and_ids() {
     let w = d(Target::Gfx90a).wave([0, 0, 0], 0, 0).unwrap();
     assert_eq!(w.vgprs[0][47], 7 | 2 << 10 | 1 << 20);
     assert!(d(Target::Gfx900).wave([5, 0, 0], 0, 0).is_err());
+    // The packet the dispatch describes parses back to its fields.
+    let p = AqlDispatch::parse(&dispatch.packet_bytes(0x77)).unwrap();
+    assert_eq!((p.grid, p.workgroup), (dispatch.grid, dispatch.workgroup));
+    assert_eq!(
+        (p.kernel_object, p.kernarg_address),
+        (0x5000, 0xaaaa_0000_1111)
+    );
+    assert_eq!(
+        (p.group_segment_size, p.completion_signal, p.setup),
+        (256, 0x77, 3)
+    );
+    let mut barrier_and = dispatch.packet_bytes(0);
+    barrier_and[0] = 3;
+    assert_eq!(
+        AqlDispatch::parse(&barrier_and),
+        Err(DispatchError::NotKernelDispatch { packet_type: 3 })
+    );
 }
 
 #[test]

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 
 use gfx9_isa::exec::Access;
 use gfx9_isa::exec::{
-    run_workgroup, AtomicOp, Clock, CodeCache, Dispatch, KernelDescriptor, MemFault, Memory,
-    WorkgroupOutcome,
+    run_workgroup, AqlDispatch, AtomicOp, Clock, CodeCache, Dispatch, KernelDescriptor, MemFault,
+    Memory, WorkgroupOutcome,
 };
 use gfx9_isa::Target;
 
@@ -253,6 +253,11 @@ pub fn launch(mem: &mut Mem, co: &Loaded, l: &Launch<'_>) -> u64 {
         d.private_segment_buffer = Dispatch::scratch_descriptor(d.scratch_base);
     }
     mem.put(packet, &d.packet_bytes(0));
+    // As a queue engine does: the dispatch from the packet in memory.
+    let aql = AqlDispatch::parse(&mem.get(packet, 64)).expect("aql packet");
+    assert_eq!((aql.grid, aql.workgroup), (d.grid, d.workgroup));
+    d.group_segment_size = aql.group_segment_size;
+    d.kernarg_address = aql.kernarg_address;
     let mut cache = CodeCache::new();
     let clock = Ticks::default();
     let mut total = 0;

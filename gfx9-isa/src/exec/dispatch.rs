@@ -65,6 +65,18 @@ pub enum DispatchError {
         /// Workgroups per dimension.
         count: [u32; 3],
     },
+    /// An AQL packet is not 64 bytes.
+    #[error("aql packet has {len} bytes, 64 expected")]
+    PacketSize {
+        /// Bytes given.
+        len: usize,
+    },
+    /// The AQL packet's header type is not KERNEL_DISPATCH (2).
+    #[error("aql packet type {packet_type} is not a kernel dispatch (2)")]
+    NotKernelDispatch {
+        /// The header's type field.
+        packet_type: u8,
+    },
     /// USER_SGPR_COUNT disagrees with the enabled user SGPRs.
     #[error("USER_SGPR_COUNT is {count} but the enabled user SGPRs take {enabled}")]
     UserSgprCount {
@@ -126,6 +138,58 @@ impl KernelDescriptor {
             Target::Gfx908 => (g * 4, 256),
             _ => (g * 4, 0),
         }
+    }
+}
+
+/// The fields of an AQL kernel dispatch packet (`hsa_kernel_dispatch_packet_t`,
+/// HSA Platform System Architecture 2.9.6) a dispatch is made from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AqlDispatch {
+    /// The packet header (type in bits [7:0]).
+    pub header: u16,
+    /// The setup field: dimensions in bits [1:0].
+    pub setup: u16,
+    /// Workgroup size in work-items.
+    pub workgroup: [u16; 3],
+    /// Grid size in work-items.
+    pub grid: [u32; 3],
+    /// Scratch bytes per work-item the dispatch asks for.
+    pub private_segment_size: u32,
+    /// LDS bytes per workgroup, static plus dynamic.
+    pub group_segment_size: u32,
+    /// The kernel descriptor's address.
+    pub kernel_object: u64,
+    /// The kernel argument block.
+    pub kernarg_address: u64,
+    /// The completion signal handle.
+    pub completion_signal: u64,
+}
+
+impl AqlDispatch {
+    /// Parses the 64 bytes of a kernel dispatch packet.
+    pub fn parse(bytes: &[u8]) -> Result<AqlDispatch, DispatchError> {
+        if bytes.len() != 64 {
+            return Err(DispatchError::PacketSize { len: bytes.len() });
+        }
+        let u16_at = |at: usize| u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+        let u64_at = |at: usize| u32_at(bytes, at) as u64 | (u32_at(bytes, at + 4) as u64) << 32;
+        let header = u16_at(0);
+        if header & 0xff != 2 {
+            return Err(DispatchError::NotKernelDispatch {
+                packet_type: header as u8,
+            });
+        }
+        Ok(AqlDispatch {
+            header,
+            setup: u16_at(2),
+            workgroup: [u16_at(4), u16_at(6), u16_at(8)],
+            grid: [u32_at(bytes, 12), u32_at(bytes, 16), u32_at(bytes, 20)],
+            private_segment_size: u32_at(bytes, 24),
+            group_segment_size: u32_at(bytes, 28),
+            kernel_object: u64_at(32),
+            kernarg_address: u64_at(40),
+            completion_signal: u64_at(56),
+        })
     }
 }
 

@@ -35,7 +35,7 @@ pub mod dispatch;
 pub mod wave;
 pub mod workgroup;
 
-pub use dispatch::{Dispatch, DispatchError, KernelDescriptor};
+pub use dispatch::{AqlDispatch, Dispatch, DispatchError, KernelDescriptor};
 pub use memory::Access;
 pub use memory::{AtomicOp, MemFault, Memory};
 pub use step::{Clock, CodeCache, Stop};
