@@ -756,3 +756,30 @@ fn dot4_pkrtz_and_f16_reciprocal() {
     assert_eq!(w.vgprs[5][0], 0x3c01 | 0xfbff << 16);
     assert_eq!(w.vgprs[8][0], 0x3400, "1/4 in f16");
 }
+
+#[test]
+fn ieee_mode_min_max_quiet_a_signaling_nan() {
+    let snan32 = 0x7f80_0001u32;
+    let snan64 = 0x7ff0_0000_0000_0001u64;
+    let w = run(
+        &[
+            &[0x02, 0x07, 0x02, 0x16], // v_max_f32_e32 v1, v2, v3
+            &[0x04, 0x00, 0x82, 0xd2, 0x06, 0x11, 0x02, 0x00], // v_min_f64 v[4:5], v[6:7], v[8:9]
+        ],
+        |w| {
+            // lane 0: sNaN and 1.0 -> qNaN; lane 1: qNaN and 1.0 -> 1.0
+            w.vgprs[2][0] = snan32;
+            w.vgprs[3][0] = 1.0f32.to_bits();
+            w.vgprs[2][1] = f32::NAN.to_bits();
+            w.vgprs[3][1] = 1.0f32.to_bits();
+            w.vgprs[6][0] = snan64 as u32;
+            w.vgprs[7][0] = (snan64 >> 32) as u32;
+            w.vgprs[8][0] = 0;
+            w.vgprs[9][0] = 2.0f64.to_bits().wrapping_shr(32) as u32;
+        },
+    );
+    assert_eq!(w.vgprs[1][0], snan32 | 0x0040_0000);
+    assert_eq!(f32::from_bits(w.vgprs[1][1]), 1.0);
+    let r = w.vgprs[4][0] as u64 | (w.vgprs[5][0] as u64) << 32;
+    assert_eq!(r, snan64 | 0x0008_0000_0000_0000);
+}

@@ -15,7 +15,8 @@ pub(crate) fn f16_to_f32(h: u16) -> f32 {
             return if sign != 0 { -v } else { v };
         }
         (31, 0) => sign | 0x7f80_0000,
-        (31, m) => sign | 0x7fc0_0000 | m << 13,
+        // NaN payload and quiet bit (bit 9 -> bit 22) kept.
+        (31, m) => sign | 0x7f80_0000 | m << 13,
         (e, m) => sign | ((e as u32 + 112) << 23) | m << 13,
     };
     f32::from_bits(bits)

@@ -196,12 +196,18 @@ fn ext_omod(ext: &VopExt) -> u8 {
 /// denormals kept (MODE[7:0] = 0xf0, what HIP kernels run with); other
 /// modes stop the wave by name rather than round or flush wrongly.
 pub(crate) fn check_float_mode(w: &Wave) -> Exec {
-    if w.mode & 0xff != 0xf0 {
+    // FP_ROUND 0, FP_DENORM 0xf, IEEE (bit 9) set; DX10_CLAMP either way.
+    if w.mode & 0x2ff != 0x2f0 {
         return Err(Fail::Unimplemented(
-            "float MODE other than round to nearest even with denormals kept",
+            "float MODE other than IEEE, round to nearest even, denormals kept",
         ));
     }
     Ok(())
+}
+
+/// MODE.DX10_CLAMP: CLAMP turns NaN into 0 (Vega ISA 3.6).
+fn dx10_clamp(w: &Wave) -> bool {
+    w.mode >> 8 & 1 == 1
 }
 
 fn is_float(ty: Ty) -> bool {
@@ -410,7 +416,7 @@ impl LaneReader {
 
 /// OMOD then CLAMP on a float result (Vega ISA 6.2.3 "Output modifiers":
 /// OMOD 1 = *2, 2 = *4, 3 = /2; CLAMP to [0, 1], NaN to 0 in DX10 mode).
-fn out_mods(v: u64, ty: Ty, omod: u8, clamp: bool) -> u64 {
+fn out_mods(v: u64, ty: Ty, omod: u8, clamp: bool, dx10: bool) -> u64 {
     if omod == 0 && !clamp {
         return v;
     }
@@ -424,7 +430,11 @@ fn out_mods(v: u64, ty: Ty, omod: u8, clamp: bool) -> u64 {
         if !clamp {
             x
         } else if x.is_nan() {
-            0.0
+            if dx10 {
+                0.0
+            } else {
+                x
+            }
         } else {
             x.clamp(0.0, 1.0)
         }
@@ -493,6 +503,7 @@ fn exec(w: &mut Wave, v: &Vop) -> Exec {
             if (v.clamp || v.omod != 0) && !float {
                 return Err(Fail::Unimplemented("CLAMP/OMOD on an integer result"));
             }
+            let dx10 = dx10_clamp(w);
             let mut tys = src;
             let mut n = n;
             // v_madmk/v_madak/v_fmamk/v_fmaak: K as a third source in the
@@ -545,7 +556,7 @@ fn exec(w: &mut Wave, v: &Vop) -> Exec {
                 }
                 let mut r = f(&s);
                 if float {
-                    r = out_mods(r, dst, v.omod, v.clamp);
+                    r = out_mods(r, dst, v.omod, v.clamp, dx10);
                 }
                 match dst {
                     Ty::B64 | Ty::F64 => {

@@ -112,10 +112,52 @@ fn fract64(x: f64) -> f64 {
 /// IEEE minNum/maxNum as the ISA's IEEE mode has them (a quiet NaN
 /// operand loses).
 pub(crate) fn min32(a: f32, b: f32) -> f32 {
+    if let Some(q) = snan32(a, b) {
+        return q;
+    }
     a.min(b)
 }
 pub(crate) fn max32(a: f32, b: f32) -> f32 {
+    if let Some(q) = snan32(a, b) {
+        return q;
+    }
     a.max(b)
+}
+/// IEEE mode's min/max return a quiet NaN when an operand is a
+/// signaling NaN (Vega ISA 6.2.4 "IEEE mode": minNum/maxNum of IEEE
+/// 754-2008).
+fn snan32(a: f32, b: f32) -> Option<f32> {
+    let sn = |x: f32| x.is_nan() && x.to_bits() & 0x0040_0000 == 0;
+    if sn(a) {
+        Some(f32::from_bits(a.to_bits() | 0x0040_0000))
+    } else if sn(b) {
+        Some(f32::from_bits(b.to_bits() | 0x0040_0000))
+    } else {
+        None
+    }
+}
+fn min64(a: f64, b: f64) -> f64 {
+    if let Some(q) = snan64(a, b) {
+        return q;
+    }
+    a.min(b)
+}
+fn max64(a: f64, b: f64) -> f64 {
+    if let Some(q) = snan64(a, b) {
+        return q;
+    }
+    a.max(b)
+}
+fn snan64(a: f64, b: f64) -> Option<f64> {
+    let quiet = 0x0008_0000_0000_0000u64;
+    let sn = |x: f64| x.is_nan() && x.to_bits() & quiet == 0;
+    if sn(a) {
+        Some(f64::from_bits(a.to_bits() | quiet))
+    } else if sn(b) {
+        Some(f64::from_bits(b.to_bits() | quiet))
+    } else {
+        None
+    }
 }
 fn med3f(a: f32, b: f32, c: f32) -> f32 {
     if a.is_nan() || b.is_nan() || c.is_nan() {
@@ -283,8 +325,8 @@ pub(crate) fn kind(op: O) -> Option<Kind> {
         // f64 arithmetic.
         O::VAddF64 => d2(|s| rd(d(s[0]) + d(s[1]))),
         O::VMulF64 => d2(|s| rd(d(s[0]) * d(s[1]))),
-        O::VMinF64 => d2(|s| rd(d(s[0]).min(d(s[1])))),
-        O::VMaxF64 => d2(|s| rd(d(s[0]).max(d(s[1])))),
+        O::VMinF64 => d2(|s| rd(min64(d(s[0]), d(s[1])))),
+        O::VMaxF64 => d2(|s| rd(max64(d(s[0]), d(s[1])))),
         O::VFmaF64 | O::VFmacF64 => d3(|s| rd(d(s[0]).mul_add(d(s[1]), d(s[2])))),
         O::VLdexpF64 => map([D, U, U], 2, D, |s| {
             rd(fl::ldexp64(d(s[0]), s[1] as u32 as i32))
