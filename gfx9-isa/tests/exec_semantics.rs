@@ -783,3 +783,29 @@ fn ieee_mode_min_max_quiet_a_signaling_nan() {
     let r = w.vgprs[4][0] as u64 | (w.vgprs[5][0] as u64) << 32;
     assert_eq!(r, snan64 | 0x0008_0000_0000_0000);
 }
+
+#[test]
+fn scalar_buffer_load_range_checks_per_dword() {
+    let mut mem = Mem::new();
+    let data = mem.alloc(64);
+    mem.put(
+        data,
+        &(1..=16u32)
+            .flat_map(|v| v.to_le_bytes())
+            .collect::<Vec<_>>(),
+    );
+    let (w, r) = run_on(
+        Target::Gfx90a,
+        &[&[0x02, 0x02, 0x2a, 0xc0, 0x08, 0x00, 0x00, 0x00]], // s_buffer_load_dwordx4 s[8:11], s[4:7], 0x8
+        &mut mem,
+        |w| {
+            // NUM_RECORDS 16 bytes: of dwords 2-5 only 2 and 3 are in range.
+            w.sregs[4] = data as u32;
+            w.sregs[5] = (data >> 32) as u32;
+            w.sregs[6] = 16;
+            w.sregs[8..12].copy_from_slice(&[9, 9, 9, 9]);
+        },
+    );
+    assert_eq!(r, Ok(Stop::Endpgm));
+    assert_eq!(&w.sregs[8..12], &[3, 4, 0, 0]);
+}

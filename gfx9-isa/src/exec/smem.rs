@@ -46,10 +46,12 @@ fn atomic_op(name: &str) -> Option<AtomicOp> {
 }
 
 /// The address of an SMEM access: SBASE plus the offset, dword aligned
-/// (Vega ISA 4.3: the two low bits are ignored). A buffer resource's
-/// base is its low 48 bits; `None` when the offset lies past
-/// NUM_RECORDS (the access is out of range: loads return zero).
-fn address(w: &Wave, i: &Smem, buffer: bool) -> Exec<Option<u64>> {
+/// (Vega ISA 4.3: the two low bits are ignored), and how many of the
+/// access's `n` dwords lie in range. A buffer resource's base is its low
+/// 48 bits and its range NUM_RECORDS bytes (times STRIDE when set);
+/// dwords past it read zero and are not written (Vega ISA 4.3 "Scalar
+/// buffer" range checking, per dword).
+fn address(w: &Wave, i: &Smem, buffer: bool, n: usize) -> Exec<(u64, usize)> {
     let sbase = i
         .sbase
         .as_ref()
@@ -65,16 +67,18 @@ fn address(w: &Wave, i: &Smem, buffer: bool) -> Exec<Option<u64>> {
         let at = w.sreg_index(sbase)?.ok_or(Fail::Unimplemented(
             "buffer resource outside the scalar file",
         ))?;
-        let base = (w.sreg_at(at)? as u64 | (w.sreg_at(at + 1)? as u64) << 32) & 0xffff_ffff_ffff;
-        let num_records = w.sreg_at(at + 2)? as u64;
-        let len = dwords(i.op.opcode) as u64 * 4;
-        if offset + len > num_records {
-            return Ok(None);
-        }
-        return Ok(Some(base.wrapping_add(offset) & !3));
+        let dw1 = w.sreg_at(at + 1)? as u64;
+        let base = (w.sreg_at(at)? as u64 | (dw1 & 0xffff) << 32) & 0xffff_ffff_ffff;
+        let stride = (dw1 >> 16) & 0x3fff;
+        let range = w.sreg_at(at + 2)? as u64 * stride.max(1);
+        let offset = offset & !3;
+        let in_range = (0..n)
+            .take_while(|&k| offset + 4 * k as u64 + 4 <= range)
+            .count();
+        return Ok((base.wrapping_add(offset), in_range));
     }
     let base = w.read_scalar(sbase, Ty::B64)?;
-    Ok(Some(base.wrapping_add(offset) & !3))
+    Ok((base.wrapping_add(offset) & !3, n))
 }
 
 /// SMEM (Vega ISA 12.6).
@@ -103,10 +107,10 @@ pub(crate) fn smem(w: &mut Wave, i: &Smem, ctx: &mut Ctx<'_>) -> Exec {
         .ok_or(Fail::Unimplemented("SMEM data not in the scalar file"))?;
     let n = dwords(op);
     if name.starts_with("s_load") || name.starts_with("s_buffer_load") {
-        let addr = address(w, i, name.starts_with("s_buffer"))?;
+        let (addr, valid) = address(w, i, name.starts_with("s_buffer"), n)?;
         let mut buf = [0u8; 64];
-        if let Some(addr) = addr {
-            ctx.mem.read(addr, &mut buf[..n * 4])?;
+        if valid > 0 {
+            ctx.mem.read(addr, &mut buf[..valid * 4])?;
         }
         w.sreg_at(at + n - 1)?;
         for k in 0..n {
@@ -117,22 +121,23 @@ pub(crate) fn smem(w: &mut Wave, i: &Smem, ctx: &mut Ctx<'_>) -> Exec {
         return Ok(());
     }
     if name.starts_with("s_store") || name.starts_with("s_buffer_store") {
-        let Some(addr) = address(w, i, name.starts_with("s_buffer"))? else {
-            return Ok(());
-        };
+        let (addr, valid) = address(w, i, name.starts_with("s_buffer"), n)?;
         let mut buf = [0u8; 16];
         for k in 0..n {
             buf[k * 4..k * 4 + 4].copy_from_slice(&w.sreg_at(at + k)?.to_le_bytes());
         }
-        ctx.mem.write(addr, &buf[..n * 4])?;
+        if valid > 0 {
+            ctx.mem.write(addr, &buf[..valid * 4])?;
+        }
         return Ok(());
     }
     if name.starts_with("s_atomic") || name.starts_with("s_buffer_atomic") {
         let aop = atomic_op(name).ok_or(Fail::Unimplemented("scalar atomic"))?;
-        let Some(addr) = address(w, i, name.starts_with("s_buffer"))? else {
-            return Ok(());
-        };
         let wide = name.ends_with("_x2");
+        let (addr, valid) = address(w, i, name.starts_with("s_buffer"), 1 + wide as usize)?;
+        if valid < 1 + wide as usize {
+            return Ok(());
+        }
         let q = |w: &Wave, k: usize| -> Exec<u64> {
             Ok(w.sreg_at(k)? as u64 | (w.sreg_at(k + 1)? as u64) << 32)
         };
