@@ -809,3 +809,39 @@ fn scalar_buffer_load_range_checks_per_dword() {
     assert_eq!(r, Ok(Stop::Endpgm));
     assert_eq!(&w.sregs[8..12], &[3, 4, 0, 0]);
 }
+
+#[test]
+fn raw_buffer_load_range_checks_per_dword() {
+    let mut mem = Mem::new();
+    let data = mem.alloc(64);
+    mem.put(
+        data,
+        &(1..=16u32)
+            .flat_map(|v| v.to_le_bytes())
+            .collect::<Vec<_>>(),
+    );
+    let (w, r) = run_on(
+        Target::Gfx90a,
+        &[&[0x00, 0x10, 0x5c, 0xe0, 0x04, 0x00, 0x01, 0x80]], // buffer_load_dwordx4 v[0:3], v4, s[4:7], 0 offen
+        &mut mem,
+        |w| {
+            // A raw buffer of 24 bytes; lane 0 reads from byte 0 (all in
+            // range), lane 1 from byte 16 (two dwords in), lane 2 from 32.
+            w.sregs[4] = data as u32;
+            w.sregs[5] = (data >> 32) as u32;
+            w.sregs[6] = 24;
+            w.set_exec(0b111);
+            w.vgprs[4][0] = 0;
+            w.vgprs[4][1] = 16;
+            w.vgprs[4][2] = 32;
+            for v in 0..4 {
+                w.vgprs[v][..3].copy_from_slice(&[9, 9, 9]);
+            }
+        },
+    );
+    assert_eq!(r, Ok(Stop::Endpgm));
+    let lane = |l: usize| [w.vgprs[0][l], w.vgprs[1][l], w.vgprs[2][l], w.vgprs[3][l]];
+    assert_eq!(lane(0), [1, 2, 3, 4]);
+    assert_eq!(lane(1), [5, 6, 0, 0]);
+    assert_eq!(lane(2), [0, 0, 0, 0]);
+}

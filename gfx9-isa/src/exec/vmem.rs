@@ -117,6 +117,10 @@ enum Space {
     /// Out of the buffer's range: loads read 0, stores are dropped (Vega
     /// ISA 8.1.8 "Range checking").
     Discard,
+    /// Global memory of which only the first `valid` bytes are in the
+    /// buffer's range (checked per dword): the rest read 0 and are not
+    /// written.
+    Bounded { addr: u64, valid: usize },
 }
 
 /// The global address of `len` bytes at `at` within a swizzled space,
@@ -168,7 +172,9 @@ fn pieces(
             Ok(())
         }
         // The callers serve LDS and discarded accesses themselves.
-        Space::Lds(_) | Space::Discard => Err(Fail::Unimplemented("address space")),
+        Space::Lds(_) | Space::Discard | Space::Bounded { .. } => {
+            Err(Fail::Unimplemented("address space"))
+        }
     }
 }
 
@@ -181,6 +187,11 @@ fn read(ctx: &mut Ctx<'_>, space: Space, lane: usize, buf: &mut [u8]) -> Exec {
         Space::Lds(a) => {
             super::lds::lds_read(ctx.lds, a, buf);
             Ok(())
+        }
+        Space::Bounded { addr, valid } => {
+            let (inside, outside) = buf.split_at_mut(valid.min(buf.len()));
+            outside.fill(0);
+            ctx.mem.read(addr, inside).map_err(Fail::from)
         }
         _ => {
             let len = buf.len();
@@ -200,6 +211,10 @@ fn write(ctx: &mut Ctx<'_>, space: Space, lane: usize, data: &[u8]) -> Exec {
             super::lds::lds_write(ctx.lds, a, data);
             Ok(())
         }
+        Space::Bounded { addr, valid } => ctx
+            .mem
+            .write(addr, &data[..valid.min(data.len())])
+            .map_err(Fail::from),
         _ => pieces(space, lane, data.len(), |addr, start, n| {
             ctx.mem
                 .write(addr, &data[start..start + n])
@@ -218,7 +233,8 @@ fn atomic(
     cmp: u64,
 ) -> Exec<u64> {
     match space {
-        Space::Discard => Ok(0),
+        // An atomic partly out of range is out of range.
+        Space::Discard | Space::Bounded { .. } => Ok(0),
         Space::Lds(a) => Ok(super::lds::lds_atomic(ctx.lds, a, op, wide, src, cmp)),
         _ => {
             let mut out = 0;
@@ -496,21 +512,38 @@ pub(crate) fn mubuf(w: &mut Wave, i: &Mubuf, ctx: &mut Ctx<'_>) -> Exec {
                 index_stride,
             });
         }
-        // Range check (Vega ISA 8.1.8): raw buffers by offset, structured
-        // ones by index.
-        let out = if stride == 0 {
-            offset + bytes > num_records
-        } else {
-            index >= num_records
-        };
-        if out {
-            return Ok(Space::Discard);
+        // Range check (Vega ISA 8.1.8): raw buffers by offset, per dword,
+        // structured ones by index.
+        let addr = base
+            .wrapping_add(soffset)
+            .wrapping_add(index * stride)
+            .wrapping_add(offset);
+        if stride != 0 {
+            return Ok(if index >= num_records {
+                Space::Discard
+            } else {
+                Space::Global(addr)
+            });
         }
-        Ok(Space::Global(
-            base.wrapping_add(soffset)
-                .wrapping_add(index * stride)
-                .wrapping_add(offset),
-        ))
+        let valid = if bytes < 4 {
+            if offset + bytes <= num_records {
+                bytes
+            } else {
+                0
+            }
+        } else {
+            4 * (0..bytes / 4)
+                .take_while(|k| offset + 4 * k + 4 <= num_records)
+                .count() as u64
+        };
+        Ok(match valid {
+            0 => Space::Discard,
+            v if v == bytes => Space::Global(addr),
+            v => Space::Bounded {
+                addr,
+                valid: v as usize,
+            },
+        })
     };
     lanes_do(w, ctx, op, i.vdata, i.vdata, i.cache.glc_sc0, &space_of)
 }
