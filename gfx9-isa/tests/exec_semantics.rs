@@ -845,3 +845,42 @@ fn raw_buffer_load_range_checks_per_dword() {
     assert_eq!(lane(1), [5, 6, 0, 0]);
     assert_eq!(lane(2), [0, 0, 0, 0]);
 }
+
+#[test]
+fn f32_denormal_flush_mode_and_unfused_mad() {
+    let tiny = f32::from_bits(0x0000_0100); // an f32 denormal
+    let code: &[&[u8]] = &[
+        &[0x01, 0x00, 0xc1, 0xd1, 0x02, 0x07, 0x12, 0x04], // v_mad_f32 v1, v2, v3, v4
+        &[0x06, 0x0f, 0x0a, 0x02],                         // v_add_f32_e32 v5, v6, v7
+        &[0x80, 0x0c, 0x84, 0x7c],                         // v_cmp_eq_f32_e32 vcc, 0, v6
+    ];
+    let setup = |flush: bool| {
+        move |w: &mut Wave| {
+            if flush {
+                w.mode &= !0x30; // FP_DENORM f32 = 0
+            }
+            w.set_exec(0b11);
+            // lane 0: mad rounds the product first: (1 + 2^-12)^2 - (1 +
+            // 2^-11) is 2^-24 fused, 0 unfused.
+            let x = 1.0f32 + 2f32.powi(-12);
+            w.vgprs[2][0] = x.to_bits();
+            w.vgprs[3][0] = x.to_bits();
+            w.vgprs[4][0] = (-(1.0f32 + 2f32.powi(-11))).to_bits();
+            // lane 1: a denormal input.
+            w.vgprs[2][1] = tiny.to_bits();
+            w.vgprs[3][1] = 1.0f32.to_bits();
+            w.vgprs[6][1] = tiny.to_bits();
+        }
+    };
+    let kept = run(code, setup(false));
+    assert_eq!(kept.vgprs[1][0], 0, "v_mad_f32 rounds the product");
+    assert_eq!(
+        kept.vgprs[1][1], 0,
+        "v_mad_f32 flushes denormals in any mode"
+    );
+    assert_eq!(kept.vgprs[5][1], tiny.to_bits(), "v_add_f32 keeps them");
+    assert_eq!(kept.vcc() & 0b10, 0);
+    let flushed = run(code, setup(true));
+    assert_eq!(flushed.vgprs[5][1], 0, "flushed on input");
+    assert_eq!(flushed.vcc() & 0b10, 0b10, "compares see the flushed zero");
+}

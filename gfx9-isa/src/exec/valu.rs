@@ -192,17 +192,41 @@ fn ext_omod(ext: &VopExt) -> u8 {
     }
 }
 
-/// The float semantics implemented are MODE's round to nearest even with
-/// denormals kept (MODE[7:0] = 0xf0, what HIP kernels run with); other
-/// modes stop the wave by name rather than round or flush wrongly.
-pub(crate) fn check_float_mode(w: &Wave) -> Exec {
-    // FP_ROUND 0, FP_DENORM 0xf, IEEE (bit 9) set; DX10_CLAMP either way.
-    if w.mode & 0x2ff != 0x2f0 {
+/// The float semantics implemented: IEEE mode, round to nearest even,
+/// f64/f16 denormals kept, f32 denormals kept (FP_DENORM[1:0] = 3) or
+/// flushed on input and output (0) (Vega ISA 3.6 "Mode Register").
+/// Returns whether f32 denormals flush; other modes stop the wave by name
+/// rather than round or flush wrongly.
+pub(crate) fn float_mode(w: &Wave) -> Exec<bool> {
+    let m = w.mode;
+    let f32_denorm = (m >> 4) & 3;
+    if m & 0xf != 0 || (m >> 6) & 3 != 3 || m >> 9 & 1 != 1 || !matches!(f32_denorm, 0 | 3) {
         return Err(Fail::Unimplemented(
-            "float MODE other than IEEE, round to nearest even, denormals kept",
+            "float MODE other than IEEE, round to nearest even, denormals kept or f32 flushed",
+        ));
+    }
+    Ok(f32_denorm == 0)
+}
+
+/// [`float_mode`] for the instructions implemented with denormals kept
+/// only (the division helpers, packed math).
+pub(crate) fn check_float_mode(w: &Wave) -> Exec {
+    if float_mode(w)? {
+        return Err(Fail::Unimplemented(
+            "f32 denormal flushing for this instruction",
         ));
     }
     Ok(())
+}
+
+/// An f32 denormal becomes a zero of its sign.
+#[inline]
+pub(crate) fn ftz32(bits: u64) -> u64 {
+    if bits & 0x7f80_0000 == 0 {
+        bits & 0x8000_0000
+    } else {
+        bits
+    }
 }
 
 /// MODE.DX10_CLAMP: CLAMP turns NaN into 0 (Vega ISA 3.6).
@@ -378,6 +402,8 @@ pub(crate) struct LaneReader {
     n: usize,
     sdwa: Option<Sdwa>,
     dpp_from: Option<[Option<usize>; LANES]>,
+    /// Flush f32 denormal inputs (MODE.FP_DENORM f32 = 0).
+    flush: bool,
 }
 
 impl LaneReader {
@@ -409,6 +435,9 @@ impl LaneReader {
             } else {
                 raw
             };
+            if self.flush && ty == Ty::F32 {
+                out[k] = ftz32(out[k]);
+            }
         }
         out
     }
@@ -497,9 +526,11 @@ fn exec(w: &mut Wave, v: &Vop) -> Exec {
             f,
             float,
         } => {
-            if float || src[..n].iter().any(|&t| is_float(t)) {
-                check_float_mode(w)?;
-            }
+            let flush = if float || src[..n].iter().any(|&t| is_float(t)) {
+                float_mode(w)?
+            } else {
+                false
+            };
             if (v.clamp || v.omod != 0) && !float {
                 return Err(Fail::Unimplemented("CLAMP/OMOD on an integer result"));
             }
@@ -539,6 +570,7 @@ fn exec(w: &mut Wave, v: &Vop) -> Exec {
                 n,
                 sdwa,
                 dpp_from,
+                flush,
             };
             let dop = v.vdst.ok_or(Fail::Unimplemented("no destination"))?;
             let dwords = if dst.is64() { 2 } else { 1 };
@@ -553,10 +585,16 @@ fn exec(w: &mut Wave, v: &Vop) -> Exec {
                         } else {
                             0
                         };
+                    if flush && tys[0] == Ty::F32 {
+                        s[2] = ftz32(s[2]);
+                    }
                 }
                 let mut r = f(&s);
                 if float {
                     r = out_mods(r, dst, v.omod, v.clamp, dx10);
+                }
+                if flush && dst == Ty::F32 {
+                    r = ftz32(r);
                 }
                 match dst {
                     Ty::B64 | Ty::F64 => {
@@ -584,9 +622,7 @@ fn exec(w: &mut Wave, v: &Vop) -> Exec {
             Ok(())
         }
         Kind::Cmp { ty, src1, f, x } => {
-            if is_float(ty) {
-                check_float_mode(w)?;
-            }
+            let flush = is_float(ty) && float_mode(w)?;
             let tys = [ty, src1, Ty::B32];
             let resolved = resolve(w, v, &tys, 2)?;
             let reader = LaneReader {
@@ -596,6 +632,7 @@ fn exec(w: &mut Wave, v: &Vop) -> Exec {
                 n: 2,
                 sdwa,
                 dpp_from,
+                flush,
             };
             let mut mask = 0u64;
             for lane in lanes(write_lanes) {
@@ -625,6 +662,7 @@ fn exec(w: &mut Wave, v: &Vop) -> Exec {
                 n: 2,
                 sdwa,
                 dpp_from,
+                flush: false,
             };
             let cin = if carry_in { read_mask(w, v)? } else { 0 };
             let dop = v.vdst.ok_or(Fail::Unimplemented("no destination"))?;
@@ -664,6 +702,7 @@ fn reader_for(
         _ => 3,
     };
     let srcs = resolve(w, v, &tys, n)?;
+    // v_cndmask moves bits; the division helpers require denormals kept.
     Ok(Some(LaneReader {
         srcs,
         tys,
@@ -671,6 +710,7 @@ fn reader_for(
         n,
         sdwa,
         dpp_from,
+        flush: false,
     }))
 }
 

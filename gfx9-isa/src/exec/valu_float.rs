@@ -292,6 +292,14 @@ pub(crate) fn kind(op: O) -> Option<Kind> {
         O::VMin3F32 => f3(|s| rf(min32(min32(f(s[0]), f(s[1])), f(s[2])))),
         O::VMax3F32 => f3(|s| rf(max32(max32(f(s[0]), f(s[1])), f(s[2])))),
         O::VMed3F32 => f3(|s| rf(med3f(f(s[0]), f(s[1]), f(s[2])))),
+        // V_MAD_F32 and its forms do not support denormals (LLVM
+        // SIISelLowering: selected only with f32 denormals off): inputs,
+        // the rounded product and the result flush, whatever MODE says.
+        O::VMadF32 | O::VMacF32 | O::VMadmkF32 | O::VMadakF32 => f3(|s| {
+            let z = |x: u64| f(super::valu::ftz32(x));
+            let p = super::valu::ftz32(rf(z(s[0]) * z(s[1])));
+            super::valu::ftz32(rf(f(p) + z(s[2])))
+        }),
         O::VFmaF32 | O::VFmacF32 => f3(|s| rf(f(s[0]).mul_add(f(s[1]), f(s[2])))),
         O::VFmamkF32 | O::VFmaakF32 => f3(|s| rf(f(s[0]).mul_add(f(s[1]), f(s[2])))),
         O::VLdexpF32 => map([F, U, U], 2, F, |s| {
