@@ -884,3 +884,26 @@ fn f32_denormal_flush_mode_and_unfused_mad() {
     assert_eq!(flushed.vgprs[5][1], 0, "flushed on input");
     assert_eq!(flushed.vcc() & 0b10, 0b10, "compares see the flushed zero");
 }
+
+#[test]
+fn mixed_precision_fma() {
+    let w = run(
+        &[
+            &[0x01, 0x08, 0xa0, 0xd3, 0x02, 0x07, 0x12, 0x1c], // v_fma_mix_f32 v1, v2, v3, v4 op_sel:[1,0,0] op_sel_hi:[1,1,0]
+            &[0x05, 0x40, 0xa1, 0xd3, 0x02, 0x07, 0x12, 0x1c], // v_fma_mixlo_f16 v5, v2, v3, v4 op_sel_hi:[1,1,1]
+            &[0x05, 0x42, 0xa2, 0xd3, 0x02, 0x07, 0x12, 0x3c], // v_fma_mixhi_f16 v5, -v2, |v3|, v4 op_sel_hi:[1,1,1]
+        ],
+        |w| {
+            // v2 = {lo 2.0, hi 3.0} as f16, v3 = {lo -0.5} f16,
+            // v4 = 1.0 as f32 for the first, {lo 0.25} as f16 after.
+            w.vgprs[2][0] = 0x4000 | 0x4200 << 16;
+            w.vgprs[3][0] = 0xb800;
+            w.vgprs[4][0] = 1.0f32.to_bits();
+        },
+    );
+    // 3.0 * -0.5 + 1.0
+    assert_eq!(f32::from_bits(w.vgprs[1][0]), -0.5);
+    // lo: 2.0 * -0.5 + f16(low half of 1.0f32 = 0x0000) = -1.0 (0xbc00);
+    // hi: -2.0 * |-0.5| + 0.0 = -1.0.
+    assert_eq!(w.vgprs[5][0], 0xbc00 | 0xbc00 << 16);
+}

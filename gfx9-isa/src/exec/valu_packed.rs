@@ -53,6 +53,9 @@ pub(crate) fn vop3p(w: &mut Wave, i: &Vop3p) -> Exec {
         }
         _ => {}
     }
+    if matches!(op, O::VFmaMixF32 | O::VFmaMixloF16 | O::VFmaMixhiF16) {
+        return fma_mix(w, i);
+    }
     if let Some(dot) = int_dot(op) {
         return dot_product(w, i, dot);
     }
@@ -241,6 +244,63 @@ fn dot_product(w: &mut Wave, i: &Vop3p, (bits, signed): (u32, bool)) -> Exec {
             acc = acc.wrapping_add(elem(a, k) * elem(b, k));
         }
         w.set_lane(dst, lane, acc as u32);
+    }
+    Ok(())
+}
+
+/// `v_fma_mix_f32` and `v_fma_mixlo/hi_f16` (Vega 7nm ISA 12.11, LLVM
+/// `VOP3PInstructions.td`): each source is an f32, or with OP_SEL_HI an
+/// f16 from the half OP_SEL picks; NEG_LO negates and NEG_HI takes the
+/// absolute value; the FMA is an f32 one, and the f16 forms convert its
+/// result into one half of VDST, keeping the other (LLVM selects them for
+/// `fptrunc(fma(fpext a, fpext b, fpext c))`).
+fn fma_mix(w: &mut Wave, i: &Vop3p) -> Exec {
+    check_float_mode(w)?;
+    if i.clamp {
+        return Err(Fail::Unimplemented("CLAMP on a mixed-precision FMA"));
+    }
+    let op = i.op.opcode;
+    let mut srcs = [Src::Uniform(0); 3];
+    for k in 0..3 {
+        let o = i.src[k].ok_or(Fail::Unimplemented("missing source"))?;
+        let is_f16 = (i.op_sel_hi >> k) & 1 != 0;
+        if is_f16 && (i.op_sel >> k) & 1 != 0 && !matches!(o, Operand::Vgpr(_) | Operand::Sgpr(_)) {
+            return Err(Fail::Unimplemented(
+                "constant in the high half of a packed operand",
+            ));
+        }
+        srcs[k] = w.src(&o, if is_f16 { Ty::F16 } else { Ty::F32 })?;
+    }
+    let dst = w.vdst(&i.vdst, 1)?;
+    for lane in lanes(w.exec()) {
+        let mut v = [0f32; 3];
+        for k in 0..3 {
+            let raw = w.lane(srcs[k], lane, false);
+            let mut x = if (i.op_sel_hi >> k) & 1 != 0 {
+                let half = if (i.op_sel >> k) & 1 != 0 {
+                    raw >> 16
+                } else {
+                    raw
+                };
+                h(half & 0xffff)
+            } else {
+                f(raw)
+            };
+            if (i.neg_hi >> k) & 1 != 0 {
+                x = x.abs();
+            }
+            if (i.neg_lo >> k) & 1 != 0 {
+                x = -x;
+            }
+            v[k] = x;
+        }
+        let r = v[0].mul_add(v[1], v[2]);
+        let out = match op {
+            O::VFmaMixF32 => rf(r) as u32,
+            O::VFmaMixloF16 => (w.get_lane(dst, lane) & 0xffff_0000) | rh(r) as u32,
+            _ => (w.get_lane(dst, lane) & 0xffff) | (rh(r) as u32) << 16,
+        };
+        w.set_lane(dst, lane, out);
     }
     Ok(())
 }
