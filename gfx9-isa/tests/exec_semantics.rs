@@ -569,6 +569,10 @@ fn dispatch_sets_user_and_system_sgprs_and_ids() {
     let w = d(Target::Gfx90a).wave([0, 0, 0], 0, 0).unwrap();
     assert_eq!(w.vgprs[0][47], 7 | 2 << 10 | 1 << 20);
     assert!(d(Target::Gfx900).wave([5, 0, 0], 0, 0).is_err());
+    // gfx940's architected flat scratch: FLAT_SCRATCH is the wave's own.
+    assert_eq!(w.flat_scratch(), 0, "set by the prologue before gfx940");
+    let w = d(Target::Gfx940).wave([1, 0, 0], 0, 2).unwrap();
+    assert_eq!(w.flat_scratch(), 0xcc_0000_0000 + 2 * 1024);
     // The packet the dispatch describes parses back to its fields.
     let p = AqlDispatch::parse(&dispatch.packet_bytes(0x77)).unwrap();
     assert_eq!((p.grid, p.workgroup), (dispatch.grid, dispatch.workgroup));

@@ -391,6 +391,16 @@ impl Dispatch {
         if rsrc2 & 1 == 1 {
             push(&mut w, &mut s, wave_offset as u32);
         }
+        // gfx940 has architected flat scratch: the hardware sets
+        // FLAT_SCRATCH to the wave's scratch (AMDGPUUsage "Flat Scratch",
+        // GFX940), where earlier targets' prologues add the wave offset to
+        // the flat scratch init SGPRs.
+        if self.target == Target::Gfx940 {
+            w.set_sreg64(
+                super::wave::FLAT_SCRATCH,
+                self.scratch_base.wrapping_add(wave_offset),
+            );
+        }
         // Work-item ids and EXEC.
         let e = self.workgroup_extent(id);
         let items = e[0] * e[1] * e[2];
