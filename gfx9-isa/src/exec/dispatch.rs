@@ -17,7 +17,7 @@ pub struct KernelDescriptor {
     pub kernarg_size: u32,
     /// The entry point relative to the descriptor's own address.
     pub kernel_code_entry_byte_offset: i64,
-    /// COMPUTE_PGM_RSRC3 (gfx90a: ACCUM_OFFSET [5:0]).
+    /// COMPUTE_PGM_RSRC3 (gfx90a: ACCUM_OFFSET (bits 5:0)).
     pub compute_pgm_rsrc3: u32,
     /// COMPUTE_PGM_RSRC1: register counts, float mode.
     pub compute_pgm_rsrc1: u32,
@@ -112,9 +112,9 @@ impl KernelDescriptor {
     }
 
     /// The MODE register the wave starts with, from COMPUTE_PGM_RSRC1's
-    /// FLOAT_ROUND_MODE_32 [13:12], FLOAT_ROUND_MODE_16_64 [15:14],
-    /// FLOAT_DENORM_MODE_32 [17:16], FLOAT_DENORM_MODE_16_64 [19:18],
-    /// ENABLE_DX10_CLAMP [21] and ENABLE_IEEE_MODE [23].
+    /// FLOAT_ROUND_MODE_32 (bits 13:12), FLOAT_ROUND_MODE_16_64 (bits 15:14),
+    /// FLOAT_DENORM_MODE_32 (bits 17:16), FLOAT_DENORM_MODE_16_64 (bits 19:18),
+    /// ENABLE_DX10_CLAMP (bit 21) and ENABLE_IEEE_MODE (bit 23).
     pub fn mode(&self) -> u32 {
         let r = self.compute_pgm_rsrc1;
         let round = (r >> 12) & 0xf;
@@ -145,9 +145,9 @@ impl KernelDescriptor {
 /// HSA Platform System Architecture 2.9.6) a dispatch is made from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AqlDispatch {
-    /// The packet header (type in bits [7:0]).
+    /// The packet header (type in bits (bits 7:0)).
     pub header: u16,
-    /// The setup field: dimensions in bits [1:0].
+    /// The setup field: dimensions in bits (bits 1:0).
     pub setup: u16,
     /// Workgroup size in work-items.
     pub workgroup: [u16; 3],

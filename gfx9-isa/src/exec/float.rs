@@ -211,7 +211,7 @@ fn two_over_pi_bit(i: i64) -> u64 {
     (TWO_OVER_PI[37 - i / 32] >> (i % 32)) as u64 & 1
 }
 
-/// `v_trig_preop_f64` (Vega ISA 12.10): segment S1[4:0] of 2/pi as 53
+/// `v_trig_preop_f64` (Vega ISA 12.10): segment S1(bits 4:0) of 2/pi as 53
 /// bits, scaled so the segments add up to 2/pi; for large S0 the window
 /// moves down by exponent(S0) - 1077 bits (and the scale up by 128 from
 /// exponent 1968).

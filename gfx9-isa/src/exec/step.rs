@@ -20,8 +20,8 @@ pub enum Stop {
     /// `s_trap` with its 8-bit trap id (Vega ISA 4.5 "Trap and Exception
     /// Registers"); the PC is past the trap.
     Trap(u8),
-    /// `s_sleep`, `s_sethalt`-free yield points a scheduler may use; the
-    /// wave can continue at once.
+    /// `s_sleep`, or `Wave::run`'s instruction budget ran out: a point
+    /// where a scheduler may switch waves; the wave can continue at once.
     Yield,
 }
 

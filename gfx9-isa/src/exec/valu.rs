@@ -193,7 +193,7 @@ fn ext_omod(ext: &VopExt) -> u8 {
 }
 
 /// The float semantics implemented: IEEE mode, round to nearest even,
-/// f64/f16 denormals kept, f32 denormals kept (FP_DENORM[1:0] = 3) or
+/// f64/f16 denormals kept, f32 denormals kept (FP_DENORM(bits 1:0) = 3) or
 /// flushed on input and output (0) (Vega ISA 3.6 "Mode Register").
 /// Returns whether f32 denormals flush; other modes stop the wave by name
 /// rather than round or flush wrongly.

@@ -18,8 +18,8 @@ pub(crate) const M0: usize = 124;
 /// Scalar-file index of EXEC_LO (operand code 126).
 pub(crate) const EXEC: usize = 126;
 /// MODE with rounding to nearest even, denormals kept, DX10 clamp and
-/// IEEE mode (Vega ISA 3.6 "Mode Register": FP_ROUND [3:0], FP_DENORM
-/// [7:4], DX10_CLAMP 8, IEEE 9).
+/// IEEE mode (Vega ISA 3.6 "Mode Register": FP_ROUND (bits 3:0), FP_DENORM
+/// (bits 7:4), DX10_CLAMP 8, IEEE 9).
 pub const MODE_DEFAULT: u32 = 0x3f0;
 /// How many general SGPRs a gfx9 wave addresses (Vega ISA 3.3.1: 102).
 pub const SGPRS: usize = 102;
