@@ -10,6 +10,7 @@
 //! every rocSPARSE instruction is still decoded.
 
 mod code_objects;
+mod hip;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -270,43 +271,6 @@ fn bundle_index(name: &str) -> usize {
         .unwrap_or(0)
 }
 
-/// Compiles a HIP program of `test-programs/` for gfx90a and gfx900.
-fn compile(dir: &Path, source: &str) -> Option<PathBuf> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("test-programs")
-        .join(source);
-    let exe = dir.join(source.trim_end_matches(".hip"));
-    let out = match Command::new("hipcc")
-        .args([
-            "--offload-arch=gfx90a",
-            "--offload-arch=gfx900",
-            "-O2",
-            "-o",
-        ])
-        .arg(&exe)
-        .arg(&src)
-        // clang's offload driver leaves an empty directory per target in
-        // TMPDIR (`kernels-` and six random characters): keep them in the
-        // test's own directory, removed with it.
-        .env("TMPDIR", dir)
-        .output()
-    {
-        Ok(out) => out,
-        Err(e) => {
-            test_env::skip(format!(
-                "hipcc cannot run ({e}): apt-get install hipcc libamdhip64-dev rocm-device-libs"
-            ));
-            return None;
-        }
-    };
-    assert!(
-        out.status.success(),
-        "hipcc {source} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(exe)
-}
-
 #[test]
 fn hip_test_programs() {
     if !have_objdump() {
@@ -322,7 +286,7 @@ fn hip_test_programs() {
             .collect();
     sources.sort();
     for source in &sources {
-        let Some(exe) = compile(dir.path(), source) else {
+        let Some(exe) = hip::compile(dir.path(), source) else {
             return;
         };
         let found = code_objects::from_fatbin(&exe, |_, _| true).expect("read the HIP program");
