@@ -6,14 +6,11 @@
 
 #![allow(clippy::needless_range_loop)]
 
-#[allow(dead_code)]
-mod code_objects;
-mod exec_support;
-mod hip;
+mod support;
 
 use std::sync::OnceLock;
 
-use exec_support::{launch, load, Args, Launch, Loaded, Mem};
+use support::exec::{launch, load, Args, Launch, Loaded, Mem};
 
 /// The gfx9 code objects of kernels.hip, built once per test binary;
 /// `None` when hipcc is missing (the skip is reported by each test).
@@ -22,8 +19,9 @@ fn code_objects() -> Option<&'static Vec<Vec<u8>>> {
     OBJECTS
         .get_or_init(|| {
             let dir = tempfile::tempdir().expect("temp dir");
-            let exe = hip::compile(dir.path(), "kernels.hip")?;
-            let found = code_objects::from_fatbin(&exe, |_, _| true).expect("read the fat binary");
+            let exe = support::hip::compile(dir.path(), "kernels.hip")?;
+            let found =
+                support::code_objects::from_fatbin(&exe, |_, _| true).expect("read the fat binary");
             assert!(found.len() >= 2, "expected gfx90a and gfx900 code objects");
             Some(found.into_iter().map(|c| c.elf).collect())
         })

@@ -2,11 +2,11 @@
 //! executed on waves with random registers over a memory where most
 //! addresses fault; each must end in `Ok` or an error value.
 
-mod exec_support;
+mod support;
 
-use exec_support::{Mem, Ticks};
 use gfx9_isa::exec::{CodeCache, Lds, Wave};
 use gfx9_isa::{decode, Target};
+use support::exec::{Mem, Ticks};
 
 struct Rng(u64);
 

@@ -6,14 +6,14 @@
 
 #![allow(clippy::needless_range_loop)]
 
-mod exec_support;
+mod support;
 
-use exec_support::{Mem, Ticks};
 use gfx9_isa::exec::{
     run_waves, AqlDispatch, CodeCache, Dispatch, DispatchError, ExecError, KernelDescriptor, Lds,
     Stop, Wave, WorkgroupOutcome,
 };
 use gfx9_isa::Target;
+use support::exec::{Mem, Ticks};
 
 const CODE: u64 = 0x10_0000_0000;
 const END: [u8; 4] = [0x00, 0x00, 0x81, 0xbf]; // s_endpgm

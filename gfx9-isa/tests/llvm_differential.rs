@@ -9,15 +9,14 @@
 //! runs on one bundle in 16 (rocSPARSE holds about 900 MiB of gfx9 code):
 //! every rocSPARSE instruction is still decoded.
 
-mod code_objects;
-mod hip;
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use code_objects::{processor, section, CodeObject};
 use gfx9_isa::{decode, Target};
+use support::code_objects::{processor, section, CodeObject};
 
 const OBJDUMP: &str = "llvm-objdump-15";
 const LIBDIR: &str = "/usr/lib/x86_64-linux-gnu";
@@ -210,7 +209,7 @@ fn rocr_blit_kernels() {
     let Some(lib) = library("libhsa-runtime64.so.1", "libhsa-runtime64-1") else {
         return;
     };
-    let objects: Vec<CodeObject> = code_objects::embedded(&lib)
+    let objects: Vec<CodeObject> = support::code_objects::embedded(&lib)
         .expect("read ROCr")
         .into_iter()
         .filter(|co| processor(&co.elf).is_some())
@@ -226,7 +225,7 @@ fn rocrand() {
     let Some(lib) = library("librocrand.so.1", "librocrand1") else {
         return;
     };
-    let objects = code_objects::from_fatbin(&lib, |_, _| true).expect("read rocRAND");
+    let objects = support::code_objects::from_fatbin(&lib, |_, _| true).expect("read rocRAND");
     run("rocRAND", &objects);
 }
 
@@ -244,7 +243,7 @@ fn rocsparse() {
     let mut first = 0;
     loop {
         let mut last_seen = 0;
-        let objects = code_objects::from_fatbin(&lib, |_, bundle| {
+        let objects = support::code_objects::from_fatbin(&lib, |_, bundle| {
             last_seen = last_seen.max(bundle);
             (first..first + CHUNK).contains(&bundle)
         })
@@ -286,10 +285,11 @@ fn hip_test_programs() {
             .collect();
     sources.sort();
     for source in &sources {
-        let Some(exe) = hip::compile(dir.path(), source) else {
+        let Some(exe) = support::hip::compile(dir.path(), source) else {
             return;
         };
-        let found = code_objects::from_fatbin(&exe, |_, _| true).expect("read the HIP program");
+        let found =
+            support::code_objects::from_fatbin(&exe, |_, _| true).expect("read the HIP program");
         assert!(
             found.len() >= 2,
             "{source}: expected gfx90a and gfx900 code objects, found {}",

@@ -3,8 +3,6 @@
 //! into it, and a launcher that sets up a dispatch and runs its
 //! workgroups one after another with the interpreter's runner.
 
-#![allow(dead_code)]
-
 use std::collections::HashMap;
 
 use gfx9_isa::exec::Access;
