@@ -113,7 +113,7 @@ pub(crate) struct Machine {
     pub(crate) trace: bool,
     /// Every routed ioctl's answer, for the report.
     pub(crate) tally: crate::report::Tally,
-    /// CPU mappings the simulator made through [`crate::hooks::mmap`]
+    /// CPU mappings the simulator made through [`crate::hooks::device::mmap`]
     /// (start, length): only an `munmap` that touches one of these goes to
     /// the simulator (and takes its lock), so other threads' unmaps never
     /// wait on it.
