@@ -56,8 +56,12 @@ pub trait CriuHost {
     }
 
     /// The task and its fd number that hold the file CRIU passed to
-    /// `DUMP_EXT_FILE` as `fd` (a copy CRIU drained from the task), for log
-    /// lines; `None` when the host cannot tell.
+    /// `DUMP_EXT_FILE` as `fd` (a copy CRIU drained from the task), when
+    /// the host knows (a host that drives the dump itself). `None` (the
+    /// default, CRIU tells plugins nothing of the kind): the plugin finds
+    /// the task among those this process traces. Asked once per file; the
+    /// answer names the file in log lines and tells the dump which process
+    /// the file's `/dev/kfd` belongs to.
     fn task_fd(&self, fd: BorrowedFd<'_>) -> Option<TaskFd> {
         let _ = fd;
         None
@@ -141,11 +145,7 @@ pub trait CriuHost {
     }
 }
 
-/// A file as its task holds it: the task's pid and the fd number there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TaskFd {
-    /// The task's pid (as CRIU's dumper sees it).
-    pub pid: u32,
-    /// The fd number in that task.
-    pub fd: i32,
-}
+/// A file as its task holds it: the task's pid (as CRIU's dumper sees it)
+/// and the fd number there; the engine's [`Holder`], which the dump of the
+/// file is handed.
+pub use amdgpu_checkpoint::identify::Holder as TaskFd;
