@@ -1,7 +1,9 @@
 //! The restore's hooks: `RESTORE_INIT` (the buffer handle table the
 //! restored tasks share), `POST_FORKING` (the parallel restore worker),
-//! `RESTORE_EXT_FILE` (the engine's [`Restorer`], its answers mapped to
-//! CRIU's retry flag), `UPDATE_VMA_MAP` and `RESUME_DEVICES_LATE`.
+//! `RESTORE_EXT_FILE` (the engine's [`Restorer`], which waits for buffers
+//! other tasks re-create and wakes the tasks waiting for its own, the way
+//! the host allows; its answers mapped to CRIU's retry flag here),
+//! `UPDATE_VMA_MAP` and `RESUME_DEVICES_LATE`.
 
 use std::ffi::c_int;
 use std::os::fd::{BorrowedFd, IntoRawFd};
@@ -12,14 +14,15 @@ use kfd::Driver;
 use amdgpu_checkpoint::handles::HandleTable;
 use amdgpu_checkpoint::parallel::ParallelRestore;
 use amdgpu_checkpoint::restore::{
-    resume, shared_buffer_count, RestoreConfig, Restored, Restorer, Resume, Sharing, TaskIdentity,
+    resume, shared_buffer_count, BufferWait, RestoreConfig, Restored, Restorer, Resume, Sharing,
+    TaskIdentity,
 };
 use amdgpu_checkpoint::vma::VmaAnswer;
 use amdgpu_checkpoint::Error;
 
 use super::{fail, log_parallel_outcome, CriuHost, Plugin, NOT_MINE};
 use crate::host::Stage;
-use crate::{log_debug, log_error, log_info, log_warn};
+use crate::{log_debug, log_error, log_info};
 
 /// What `UPDATE_VMA_MAP` answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,52 +165,30 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
         let find_unused_fd = |pid: u32| host.find_unused_fd(pid);
         let fdstore_add = |fd: BorrowedFd<'_>| host.fdstore_add(fd);
         let fdstore_get = |store_id: i32| host.fdstore_get(store_id);
+        let wake_task = |pid: u32| host.wake_task(pid);
+        // CRIU puts a task whose file asks for a retry to sleep until
+        // another task sends it a file; the buffer's creator wakes it
+        // instead (`wake_task`).
+        let wait = if self.config.has_restore_retry {
+            BufferWait::Retry
+        } else {
+            host.buffer_wait()
+                .map_or(BufferWait::Never, BufferWait::Poll)
+        };
         let sharing = Sharing {
             table: self.handles.as_deref(),
             fdstore_add: &fdstore_add,
             fdstore_get: &fdstore_get,
+            wait,
+            wake_task: &wake_task,
         };
         let task = TaskIdentity {
             pid: host.current_pid(),
             find_unused_fd: &find_unused_fd,
         };
-        let mut result = restorer.restore_file(&store, id as u32, &task, &sharing);
-        if matches!(result, Ok(Restored::WaitForBuffer)) {
-            if self.config.has_restore_retry {
-                // CRIU puts this task to sleep until another task sends it
-                // a file; the buffer's creator wakes it instead
-                // (`wake_task`). Registered first, then looked up once more:
-                // a creator that publishes in between has woken it already.
-                if let (Some(table), Some(pid)) = (sharing.table, host.current_pid()) {
-                    if !table.add_waiter(pid) {
-                        log_warn!(
-                            "RESTORE_EXT_FILE: {name}: no room to wait for its buffer's \
-                             creator; CRIU wakes the task with its next file"
-                        );
-                    }
-                    result = restorer.restore_file(&store, id as u32, &task, &sharing);
-                }
-            } else if let Some(limit) = host.buffer_wait() {
-                let deadline = std::time::Instant::now() + limit;
-                while matches!(result, Ok(Restored::WaitForBuffer))
-                    && std::time::Instant::now() < deadline
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                    result = restorer.restore_file(&store, id as u32, &task, &sharing);
-                }
-            }
-        }
-        match result {
+        match restorer.restore_file(&store, id as u32, &task, &sharing) {
             Ok(Restored::File(fd)) => {
                 log_info!("{name}: restored");
-                // What this file re-created may be what other tasks wait for.
-                if let Some(table) = sharing.table {
-                    for waiter in table.waiters() {
-                        if Some(waiter) != host.current_pid() {
-                            host.wake_task(waiter);
-                        }
-                    }
-                }
                 Ok(Restored::File(fd))
             }
             Ok(Restored::WaitForKfd) if !self.config.has_restore_retry => {
@@ -221,9 +202,9 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
                 log_error!(
                     "RESTORE_EXT_FILE: {name} imports a buffer whose creator {}, which \
                      this CRIU cannot retry (needs CRIU after v4.2)",
-                    match host.buffer_wait() {
-                        Some(limit) => format!("did not restore it within {limit:?}"),
-                        None => "was not restored yet".to_owned(),
+                    match wait {
+                        BufferWait::Poll(limit) => format!("did not restore it within {limit:?}"),
+                        _ => "was not restored yet".to_owned(),
                     }
                 );
                 Err(-libc::EINVAL)
