@@ -326,7 +326,9 @@ pub(crate) fn get() -> Result<&'static Machine, &'static str> {
     let m = MACHINE.get_or_init(|| {
         let built = Machine::build();
         match &built {
-            Ok(_) => crate::fork::register(),
+            Ok(_) => crate::fork::register(|| {
+                existing().map(|m| Box::new(m.hold_for_fork()) as crate::fork::Locks)
+            }),
             Err(e) => eprintln!("kfd-sim-preload: no simulated machine: {e}"),
         }
         built
