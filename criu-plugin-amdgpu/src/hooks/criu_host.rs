@@ -146,6 +146,7 @@ pub trait CriuHost {
 }
 
 /// A file as its task holds it: the task's pid (as CRIU's dumper sees it)
-/// and the fd number there; the engine's [`Holder`], which the dump of the
+/// and the fd number there; the engine's
+/// [`Holder`](amdgpu_checkpoint::identify::Holder), which the dump of the
 /// file is handed.
 pub use amdgpu_checkpoint::identify::Holder as TaskFd;
