@@ -134,8 +134,9 @@ impl<D: Driver + Clone + 'static, H: CriuHost> Plugin<D, H> {
         }
     }
 
-    /// [`Plugin::restore_ext_file`] with the fd as an [`OwnedFd`]; `Err`
-    /// carries the errno of a failure (logged). [`Restored::WaitForKfd`] and
+    /// [`Plugin::restore_ext_file`] with the fd as an
+    /// [`OwnedFd`](std::os::fd::OwnedFd); `Err` carries the errno of a
+    /// failure (logged). [`Restored::WaitForKfd`] and
     /// [`Restored::WaitForBuffer`] are only answered when the host has the
     /// retry protocol.
     pub fn restore_file(&mut self, id: c_int) -> Result<Restored, c_int> {
