@@ -19,7 +19,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
 use amdgpu_checkpoint::dump::{DumpConfig, Dumper};
-use amdgpu_checkpoint::identify::{Devices, FdClass};
+use amdgpu_checkpoint::identify::{Devices, DrainedFile, FdClass};
 use amdgpu_checkpoint::restore::{
     resume, RestoreConfig, Restored, Restorer, Resume, Sharing, TaskIdentity,
 };
@@ -95,7 +95,8 @@ fn checkpoint_and_restore(keep: Option<&std::ffi::OsStr>) -> Result<(), Box<dyn 
             let id = i as u32 + 1;
             match devices.classify_fd(&driver, fd.as_fd())? {
                 FdClass::Kfd => {
-                    let dump = dumper.dump_kfd(&store, fd.as_fd(), id)?;
+                    let file = DrainedFile::identify(&driver, fd.as_fd());
+                    let dump = dumper.dump_kfd(&store, file, id)?;
                     println!(
                         "dumped /dev/kfd of pid {}: {} GPUs, {} BOs, {} content bytes",
                         dump.pid, dump.gpus, dump.bos, dump.content_bytes

@@ -20,15 +20,16 @@
 //! would block the others) and a key is never published twice.
 //!
 //! After the slots come [`WAITER_SLOTS`] words of tasks waiting for a key
-//! (their pids, [`HandleTable::add_waiter`]): under real CRIU a task whose
-//! file asked for a retry sleeps until another task sends it a file, which
-//! a plugin publishing a buffer never does, so the publisher wakes the
-//! waiters itself.
+//! (their pids): under real CRIU a task whose file asked for a retry sleeps
+//! until another task sends it a file, which a plugin publishing a buffer
+//! never does, so the publisher wakes the waiters itself (the restore's
+//! waiting and waking, `restore/wait.rs`).
 //!
 //! This module never talks to CRIU or to the kernel beyond the mapping
 //! ([`kfd::AnonymousMapping`]). What the engine's restore does with the
-//! table (looking buffers up, publishing them) is its own; a host only
-//! makes the table and hands it over ([`crate::restore::Sharing`]):
+//! table (looking buffers up, publishing them, waiting for them and waking
+//! the tasks that wait) is its own; a host only makes the table and hands
+//! it over ([`crate::restore::Sharing`]):
 //!
 //! ```
 //! use amdgpu_checkpoint::handles::HandleTable;
@@ -42,6 +43,12 @@
 //! // Publishing and looking up are the restore's own.
 //! let table = amdgpu_checkpoint::handles::HandleTable::private(4);
 //! let _ = table.publish(1, 1);
+//! ```
+//!
+//! ```compile_fail
+//! // So are waiting and waking.
+//! let table = amdgpu_checkpoint::handles::HandleTable::private(4);
+//! let _ = table.add_waiter(1000);
 //! ```
 
 #![allow(unsafe_code)]
@@ -189,7 +196,7 @@ impl HandleTable {
 
     /// Records that task `pid` waits for a key; `false` when every waiter
     /// slot holds another task.
-    pub fn add_waiter(&self, pid: u32) -> bool {
+    pub(crate) fn add_waiter(&self, pid: u32) -> bool {
         let mine = u64::from(pid) + 1;
         for slot in self.waiter_slots() {
             match slot.compare_exchange(0, mine, Ordering::AcqRel, Ordering::Acquire) {
@@ -203,7 +210,7 @@ impl HandleTable {
 
     /// The tasks that waited for a key so far (a task stays listed: waking
     /// one that no longer waits only makes it look again).
-    pub fn waiters(&self) -> Vec<u32> {
+    pub(crate) fn waiters(&self) -> Vec<u32> {
         self.waiter_slots()
             .iter()
             .map(|s| s.load(Ordering::Acquire))

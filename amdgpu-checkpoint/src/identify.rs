@@ -5,8 +5,9 @@
 //! "not mine" (`-ENOTSUP`) so other plugins get their chance. This module
 //! decides that, through [`Driver`] only (so the simulator answers the same
 //! questions as the kernel), and names the traced process that holds a
-//! file ([`traced_holder`]); it never changes anything (the only files it
-//! opens are its own duplicates of the candidates, closed again).
+//! file ([`traced_holder`]), once per file: a [`DrainedFile`] carries the
+//! answer to the dump. It never changes anything (the only files it opens
+//! are its own duplicates of the candidates, closed again).
 
 use std::io;
 use std::os::fd::{BorrowedFd, RawFd};
@@ -111,6 +112,30 @@ pub struct Holder {
     pub fd: RawFd,
 }
 
+/// A file CRIU drained from a task for `DUMP_EXT_FILE`, with the traced
+/// process that holds it: identified once (a search of every traced
+/// process's fds costs a `pidfd_getfd` per fd) and handed down.
+#[derive(Debug, Clone, Copy)]
+pub struct DrainedFile<'fd> {
+    /// CRIU's copy of the task's file.
+    pub fd: BorrowedFd<'fd>,
+    /// The process holding it and its fd number there; `None` when it
+    /// could not be named (then the dump tells a second `/dev/kfd` file of
+    /// one process only after `PROCESS_INFO` paused it).
+    pub holder: Option<Holder>,
+}
+
+impl<'fd> DrainedFile<'fd> {
+    /// `fd` and its holder among the processes the caller traces
+    /// ([`traced_holder`]).
+    pub fn identify<D: Driver + ?Sized>(driver: &D, fd: BorrowedFd<'fd>) -> Self {
+        DrainedFile {
+            fd,
+            holder: traced_holder(driver, fd),
+        }
+    }
+}
+
 /// The process the caller traces (CRIU traces the whole tree it dumps)
 /// that holds the very open file `fd` (CRIU's drained copy of one of its
 /// fds), and its fd number there (the lowest when it holds the file
@@ -198,5 +223,110 @@ mod tests {
             devices.classify_device(&HostDriver, kfd_like),
             FdClass::Foreign
         );
+    }
+}
+
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod real_kernel_tests {
+    use super::*;
+    use kfd::HostDriver;
+    use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+
+    /// Forks a child that holds the open files it has and waits to be
+    /// killed; its pid.
+    fn holder() -> libc::pid_t {
+        // SAFETY: the child only calls pause (async-signal-safe) until it
+        // is killed; it never returns into the caller.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            loop {
+                // SAFETY: pause takes no arguments.
+                unsafe { libc::pause() };
+            }
+        }
+        pid
+    }
+
+    fn open_null() -> OwnedFd {
+        // SAFETY: a NUL-terminated literal path; a new fd on success.
+        let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        assert!(fd >= 0);
+        // SAFETY: open succeeded: the fd is new and ours.
+        unsafe { OwnedFd::from_raw_fd(fd) }
+    }
+
+    /// In a single-threaded process (the kernel names the tracer by
+    /// thread): two traced children, each holding its own open file of
+    /// one device node (as two GPU processes hold /dev/kfd); the drained
+    /// copy of the second child's file must name the second child.
+    fn dumper_side() -> [i64; 3] {
+        let first_file = open_null();
+        let first = holder();
+        drop(first_file);
+        let second_file = open_null();
+        let second = holder();
+        let mut named = [-1i64, -1, i64::from(second)];
+        let seized = [first, second]
+            .iter()
+            .all(|&pid| HostDriver.ptrace_seize(pid as u32).is_ok());
+        if seized {
+            if let Some(task) = traced_holder(&HostDriver, second_file.as_fd()) {
+                named[0] = i64::from(task.pid);
+                named[1] = i64::from(task.fd);
+            }
+        }
+        for pid in [first, second] {
+            // SAFETY: kill and waitpid of the children forked above.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+        }
+        named[1] = if named[1] == i64::from(second_file.as_raw_fd()) {
+            1
+        } else {
+            named[1]
+        };
+        named
+    }
+
+    #[test]
+    fn the_holder_named_is_the_process_holding_that_very_file() {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two ints.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: pipe2 succeeded: both fds are ours.
+        let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: the child runs `dumper_side` (open, fork, ptrace, reads of
+        // /proc; glibc's malloc works after fork) and ends with _exit.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            drop(r);
+            let named = std::panic::catch_unwind(dumper_side).unwrap_or([-2, -2, -2]);
+            let bytes: Vec<u8> = named.iter().flat_map(|v| v.to_ne_bytes()).collect();
+            // SAFETY: writes from a live buffer, then ends the child.
+            unsafe {
+                libc::write(w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+                libc::_exit(0);
+            }
+        }
+        drop(w);
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::fs::File::from(r), &mut bytes).unwrap();
+        // SAFETY: waits for the child forked above.
+        unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
+        assert_eq!(bytes.len(), 24, "the dumper's side failed");
+        let v: Vec<i64> = bytes
+            .chunks(8)
+            .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(
+            v[0], v[2],
+            "named pid {} instead of the second holder {}",
+            v[0], v[2]
+        );
+        assert_eq!(v[1], 1, "named the wrong fd number ({})", v[1]);
     }
 }

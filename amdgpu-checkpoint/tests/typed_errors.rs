@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use amdgpu_checkpoint::dump::{DumpConfig, Dumper};
 use amdgpu_checkpoint::error::Incompatibility;
-use amdgpu_checkpoint::identify::{Devices, FdClass};
+use amdgpu_checkpoint::identify::{Devices, DrainedFile, FdClass};
 use amdgpu_checkpoint::restore::{RestoreConfig, Restorer, Sharing, TaskIdentity};
 use amdgpu_checkpoint::{Error, Options};
 use amdgpu_image::DirStore;
@@ -41,7 +41,8 @@ fn dump_kfd(gpus: usize, store: &DirStore, shm: &std::path::Path) -> u32 {
         },
     );
     let id = 1;
-    let dumped = dumper.dump_kfd(store, kfd.as_fd(), id);
+    let file = DrainedFile::identify(&driver, kfd.as_fd());
+    let dumped = dumper.dump_kfd(store, file, id);
     dumper.unpause_all().unwrap();
     sim.ptrace_detach(app.pid()).unwrap();
     dumped.unwrap();

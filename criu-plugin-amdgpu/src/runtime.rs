@@ -23,7 +23,7 @@ use amdgpu_topology::parse::DEFAULT_ROOT;
 use kfd::{DeviceNumber, HostDriver};
 
 use crate::criu::services;
-use crate::hooks::{CriuHost, InventoryGate, Plugin, PluginConfig, TaskFd};
+use crate::hooks::{CriuHost, InventoryGate, Plugin, PluginConfig};
 pub use crate::hooks::{VmaUpdate, NOT_MINE};
 use crate::host::{host_profile, ProfileBasis, Stage, PLUGIN_NAME};
 use crate::store::{open_stream, HostStore, StreamOpen};
@@ -80,12 +80,6 @@ impl CriuHost for CriuServices {
             ProfileBasis::NoCriu => "no CRIU found".to_owned(),
         };
         Some(format!("max_hooks {}: {basis}", profile.max_hooks))
-    }
-
-    /// The first fd, among the tasks this CRIU process traces (the tree it
-    /// is dumping), that refers to the same file as `fd`.
-    fn task_fd(&self, fd: BorrowedFd<'_>) -> Option<TaskFd> {
-        traced_task_fd(fd)
     }
 
     fn find_unused_fd(&self, pid: u32) -> Option<i32> {
@@ -160,18 +154,6 @@ impl CriuHost for CriuServices {
             }
         }
     }
-}
-
-/// Finds the task fd behind CRIU's drained copy `fd`: CRIU's dumper traces
-/// every task of the tree while it dumps, so the candidates are the
-/// processes whose tracer is this process; among their fds, the one that
-/// is the same open file (`kcmp`; every `/dev/kfd` open shares one inode,
-/// so the inode would name the first GPU process of the tree for all).
-fn traced_task_fd(fd: BorrowedFd<'_>) -> Option<TaskFd> {
-    amdgpu_checkpoint::identify::traced_holder(&HostDriver, fd).map(|holder| TaskFd {
-        pid: holder.pid,
-        fd: holder.fd,
-    })
 }
 
 static RUNTIME: Mutex<Option<Plugin<HostDriver, CriuServices>>> = Mutex::new(None);
@@ -301,109 +283,4 @@ pub fn resume_devices_late(pid: c_int) -> c_int {
     with_plugin("RESUME_DEVICES_LATE", NOT_MINE, |p| {
         p.resume_devices_late(pid)
     })
-}
-
-#[cfg(test)]
-#[allow(unsafe_code)]
-mod tests {
-    use super::*;
-    use kfd::Driver as _;
-    use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-
-    /// Forks a child that holds the open files it has and waits to be
-    /// killed; its pid.
-    fn holder() -> libc::pid_t {
-        // SAFETY: the child only calls pause (async-signal-safe) until it
-        // is killed; it never returns into the caller.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            loop {
-                // SAFETY: pause takes no arguments.
-                unsafe { libc::pause() };
-            }
-        }
-        pid
-    }
-
-    fn open_null() -> OwnedFd {
-        // SAFETY: a NUL-terminated literal path; a new fd on success.
-        let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-        assert!(fd >= 0);
-        // SAFETY: open succeeded: the fd is new and ours.
-        unsafe { OwnedFd::from_raw_fd(fd) }
-    }
-
-    /// In a single-threaded process (the kernel names the tracer by
-    /// thread): two traced children, each holding its own open file of
-    /// one device node (as two GPU processes hold /dev/kfd); the drained
-    /// copy of the second child's file must name the second child.
-    fn dumper_side() -> [i64; 3] {
-        let first_file = open_null();
-        let first = holder();
-        drop(first_file);
-        let second_file = open_null();
-        let second = holder();
-        let mut named = [-1i64, -1, i64::from(second)];
-        let seized = [first, second]
-            .iter()
-            .all(|&pid| HostDriver.ptrace_seize(pid as u32).is_ok());
-        if seized {
-            if let Some(task) = traced_task_fd(second_file.as_fd()) {
-                named[0] = i64::from(task.pid);
-                named[1] = i64::from(task.fd);
-            }
-        }
-        for pid in [first, second] {
-            // SAFETY: kill and waitpid of the children forked above.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
-            }
-        }
-        named[1] = if named[1] == i64::from(second_file.as_raw_fd()) {
-            1
-        } else {
-            named[1]
-        };
-        named
-    }
-
-    #[test]
-    fn the_task_fd_names_the_process_holding_that_very_file() {
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 fills two ints.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-        // SAFETY: pipe2 succeeded: both fds are ours.
-        let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        // SAFETY: the child runs `dumper_side` (open, fork, ptrace, reads of
-        // /proc; glibc's malloc works after fork) and ends with _exit.
-        let child = unsafe { libc::fork() };
-        assert!(child >= 0);
-        if child == 0 {
-            drop(r);
-            let named = std::panic::catch_unwind(dumper_side).unwrap_or([-2, -2, -2]);
-            let bytes: Vec<u8> = named.iter().flat_map(|v| v.to_ne_bytes()).collect();
-            // SAFETY: writes from a live buffer, then ends the child.
-            unsafe {
-                libc::write(w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
-                libc::_exit(0);
-            }
-        }
-        drop(w);
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut std::fs::File::from(r), &mut bytes).unwrap();
-        // SAFETY: waits for the child forked above.
-        unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
-        assert_eq!(bytes.len(), 24, "the dumper's side failed");
-        let v: Vec<i64> = bytes
-            .chunks(8)
-            .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
-            .collect();
-        assert_eq!(
-            v[0], v[2],
-            "named pid {} instead of the second holder {}",
-            v[0], v[2]
-        );
-        assert_eq!(v[1], 1, "named the wrong fd number ({})", v[1]);
-    }
 }

@@ -1,5 +1,6 @@
 //! The machine across the process's own `fork(2)`: `pthread_atfork`
-//! handlers, registered when the machine is built.
+//! handlers, registered when the machine is built ([`register`], given how
+//! to take the machine's locks).
 //!
 //! A forked child holds a copy of the parent's memory, the machine
 //! included, but only the thread that forked. Any other thread, the
@@ -18,16 +19,26 @@
 //! `posix_spawn` and `vfork` run no fork handlers and need none: their
 //! child runs no code of this library before it execs.
 //!
-//! This module never calls into the machine; it only holds its locks.
+//! This module never calls into the machine and knows nothing of it: it
+//! holds what the function the machine registered takes.
 
+use std::any::Any;
 use std::cell::RefCell;
-use std::sync::Once;
+use std::sync::{Once, OnceLock};
 
-use crate::machine::{self, Machine, MachineHold};
+/// Locks taken for a fork, released when dropped; never looked into.
+pub(crate) type Locks = Box<dyn Any>;
+
+/// Takes the machine's locks, waiting for the calls in progress to end;
+/// `None` while there is no machine.
+pub(crate) type TakeLocks = fn() -> Option<Locks>;
+
+/// How [`prepare`] takes the machine's locks, set by [`register`].
+static TAKE_MACHINE: OnceLock<TakeLocks> = OnceLock::new();
 
 /// The locks the prepare handler took, held across the fork.
 struct Held {
-    _machine: MachineHold<'static>,
+    _machine: Locks,
     _shm: crate::shm::ShmHold,
 }
 
@@ -38,16 +49,12 @@ thread_local! {
 }
 
 extern "C" fn prepare() {
-    if let Some(machine) = machine::existing() {
-        let held = hold(machine);
+    if let Some(machine) = TAKE_MACHINE.get().and_then(|take| take()) {
+        let held = Held {
+            _machine: machine,
+            _shm: crate::shm::hold(),
+        };
         HELD.with(|h| *h.borrow_mut() = Some(held));
-    }
-}
-
-fn hold(machine: &'static Machine) -> Held {
-    Held {
-        _machine: machine.hold_for_fork(),
-        _shm: crate::shm::hold(),
     }
 }
 
@@ -57,10 +64,12 @@ extern "C" fn release() {
 }
 
 /// Registers the handlers, once per process (a forked child inherits
-/// them).
-pub(crate) fn register() {
+/// them); `take_machine` takes the machine's locks
+/// ([`Machine::hold_for_fork`](crate::machine::Machine::hold_for_fork)).
+pub(crate) fn register(take_machine: TakeLocks) {
     static REGISTERED: Once = Once::new();
     REGISTERED.call_once(|| {
+        let _ = TAKE_MACHINE.set(take_machine);
         // SAFETY: the handlers are `extern "C"` functions without
         // arguments that never unwind (they take and drop lock guards,
         // which do not panic on poisoned locks here), as pthread_atfork

@@ -113,7 +113,7 @@ pub(crate) struct Machine {
     pub(crate) trace: bool,
     /// Every routed ioctl's answer, for the report.
     pub(crate) tally: crate::report::Tally,
-    /// CPU mappings the simulator made through [`crate::hooks::mmap`]
+    /// CPU mappings the simulator made through [`crate::hooks::device::mmap`]
     /// (start, length): only an `munmap` that touches one of these goes to
     /// the simulator (and takes its lock), so other threads' unmaps never
     /// wait on it.
@@ -326,7 +326,9 @@ pub(crate) fn get() -> Result<&'static Machine, &'static str> {
     let m = MACHINE.get_or_init(|| {
         let built = Machine::build();
         match &built {
-            Ok(_) => crate::fork::register(),
+            Ok(_) => crate::fork::register(|| {
+                existing().map(|m| Box::new(m.hold_for_fork()) as crate::fork::Locks)
+            }),
             Err(e) => eprintln!("kfd-sim-preload: no simulated machine: {e}"),
         }
         built

@@ -8,7 +8,7 @@
 //! dumper's thread or on one of its own.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use ::kfd::{Driver, Kfd, ProcessInfo};
@@ -21,6 +21,7 @@ use super::paused::{mark_in_progress, Paused};
 use super::topology::{local_topology, process_view};
 use super::{Dumper, KfdDump};
 use crate::error::Error;
+use crate::identify::DrainedFile;
 use crate::transfer;
 
 /// A process as the KFD-file bookkeeping names it.
@@ -35,16 +36,17 @@ pub(super) enum KfdOwner {
 }
 
 impl<D: Driver + Clone> Dumper<D> {
-    /// Dumps the KFD state behind `fd` (the target's `/dev/kfd`, drained
-    /// into the dumper) as CRIU file `id`: its BO contents and image are
-    /// written before this returns.
+    /// Dumps the KFD state behind `file` (the target's `/dev/kfd`, drained
+    /// into the dumper, with the process holding it as the caller
+    /// identified it, [`DrainedFile::identify`] or the host) as CRIU file
+    /// `id`: its BO contents and image are written before this returns.
     pub fn dump_kfd<S: ImageStore + Sync>(
         &mut self,
         store: &S,
-        fd: BorrowedFd<'_>,
+        file: DrainedFile<'_>,
         id: u32,
     ) -> Result<KfdDump, Error> {
-        self.dump_kfd_then(store, fd, id, |dumper, prepared| {
+        self.dump_kfd_then(store, file, id, |dumper, prepared| {
             let copied = finish_kfd(
                 prepared,
                 &dumper.driver,
@@ -75,7 +77,7 @@ impl<D: Driver + Clone> Dumper<D> {
     pub fn dump_kfd_background<S: ImageStore + Sync>(
         &mut self,
         store: &S,
-        fd: BorrowedFd<'_>,
+        file: DrainedFile<'_>,
         id: u32,
     ) -> Result<KfdDump, Error>
     where
@@ -83,9 +85,9 @@ impl<D: Driver + Clone> Dumper<D> {
     {
         let dir = match store.as_dir() {
             Some(dir) if !self.config.unpause_early => dir,
-            _ => return self.dump_kfd(store, fd, id),
+            _ => return self.dump_kfd(store, file, id),
         };
-        self.dump_kfd_then(store, fd, id, |dumper, prepared| {
+        self.dump_kfd_then(store, file, id, |dumper, prepared| {
             let own = dir.try_clone().map_err(Error::image(
                 "holding the images directory for the transfer",
             ))?;
@@ -115,12 +117,13 @@ impl<D: Driver + Clone> Dumper<D> {
     fn dump_kfd_then<S: ImageStore>(
         &mut self,
         store: &S,
-        fd: BorrowedFd<'_>,
+        file: DrainedFile<'_>,
         id: u32,
         finish: impl FnOnce(&mut Self, PreparedKfd) -> Result<Option<u64>, Error>,
     ) -> Result<KfdDump, Error> {
         self.kfd_version()?;
-        let own = fd
+        let own = file
+            .fd
             .try_clone_to_owned()
             .map_err(Error::io("duplicating the KFD fd"))?;
         let target = Kfd::from_fd(self.driver.clone(), own);
@@ -128,7 +131,7 @@ impl<D: Driver + Clone> Dumper<D> {
         // of a process paused already is refused before PROCESS_INFO nests
         // a second pause (KFD counts pauses, but its UNPAUSE answers EINVAL
         // once unpaused, so the second level would stay for good).
-        let holder = crate::identify::traced_holder(&self.driver, fd).map(|h| h.pid);
+        let holder = file.holder.map(|h| h.pid);
         if let Some(holder) = holder {
             self.refuse_second_file_of(KfdOwner::Holder(holder), id)?;
         }
@@ -245,21 +248,11 @@ impl<D: Driver + Clone> Dumper<D> {
         Ok(version)
     }
 
-    /// Refuses the `/dev/kfd` file `id` of process `pid` when the process's
-    /// other KFD file was dumped already and the KFD is 1.19 or later, where
-    /// either file may carry a second KFD context
+    /// Refuses the `/dev/kfd` file `id` of process `owner` when the
+    /// process's other KFD file was dumped already and the KFD is 1.19 or
+    /// later, where either file may carry a second KFD context
     /// (`AMDKFD_IOC_CREATE_PROCESS`) no CRIU can save (see
-    /// [`crate::kfd_version`]); records the file otherwise. `pid` is the
-    /// process holding the file as the dumper's driver names processes (the
-    /// host's pid). [`Dumper::dump_kfd`] names the holder itself among the
-    /// processes the dumper traces, before the pause; a host that knows it
-    /// may call this first.
-    pub fn refuse_second_kfd_file(&mut self, pid: u32, id: u32) -> Result<(), Error> {
-        self.refuse_second_file_of(KfdOwner::Holder(pid), id)
-    }
-
-    /// [`refuse_second_kfd_file`](Self::refuse_second_kfd_file) of the
-    /// process `owner`.
+    /// [`crate::kfd_version`]); records the file otherwise.
     fn refuse_second_file_of(&mut self, owner: KfdOwner, id: u32) -> Result<(), Error> {
         let version = self.kfd_version()?;
         let (KfdOwner::Holder(pid) | KfdOwner::Kfd(pid)) = owner;
@@ -467,13 +460,15 @@ mod tests {
     use crate::guardian::GuardianDriver;
     use crate::options::Options;
     use kfd_sim::workload::{Profile, Workload};
+    use std::os::fd::BorrowedFd;
 
     #[test]
     fn a_second_kfd_file_is_refused_before_its_process_is_paused_again() {
-        // A host that cannot name a file's process (no task_fd): the engine
-        // must tell the second /dev/kfd file of a process it paused already
-        // before PROCESS_INFO pauses it a second time (KFD nests pauses, and
-        // one UNPAUSE would then leave its queues evicted for good).
+        // Files whose process the caller named (DrainedFile::identify): the
+        // engine must tell the second /dev/kfd file of a process it paused
+        // already before PROCESS_INFO pauses it a second time (KFD nests
+        // pauses, and one UNPAUSE would then leave its queues evicted for
+        // good).
         let sim = kfd_sim::Sim::synthetic(1, kfd_sim::SimConfig::default()).unwrap();
         sim.set_kfd_minor_version(19);
         let mut app = Workload::launch(&sim, &Profile::Basic).unwrap();
@@ -507,9 +502,11 @@ mod tests {
         let images = tempfile::tempdir().unwrap();
         let store = amdgpu_image::DirStore::open_dir(images.path()).unwrap();
         let mut dumper = Dumper::new(driver.clone(), config);
-        dumper.dump_kfd(&store, first.as_fd(), 1).unwrap();
+        let file = DrainedFile::identify(&driver, first.as_fd());
+        dumper.dump_kfd(&store, file, 1).unwrap();
         assert_eq!(sim.kfd_state(app.pid()).unwrap().eviction_levels, [1]);
-        let err = dumper.dump_kfd(&store, second.as_fd(), 2).unwrap_err();
+        let file = DrainedFile::identify(&driver, second.as_fd());
+        let err = dumper.dump_kfd(&store, file, 2).unwrap_err();
         assert!(
             err.to_string().contains("holds a second /dev/kfd file"),
             "{err}"

@@ -199,7 +199,8 @@ mod tests {
                 errno: kfd_sim::Errno(libc::EIO),
             });
         }
-        let err = dumper.dump_kfd(&store, fd.as_fd(), 1).unwrap_err();
+        let file = crate::identify::DrainedFile::identify(&dumper.driver, fd.as_fd());
+        let err = dumper.dump_kfd(&store, file, 1).unwrap_err();
         assert!(err.to_string().contains("unpausing"), "{err}");
         // Recorded, so the dump's end tries again; still guarded.
         assert_eq!(dumper.paused(), 1);

@@ -56,7 +56,8 @@
 //!
 //! Inside: `kfd` restores a KFD image, `render` render-node files (also of
 //! render-only processes), `sharing` dma-buf files and the buffers files
-//! and tasks share, `resume` restarts the queues; this module holds the
+//! and tasks share, `wait` waits for a buffer another task re-creates and
+//! wakes the tasks waiting, `resume` restarts the queues; this module holds the
 //! [`Restorer`] that dispatches each file to them. Everything public is
 //! re-exported here.
 
@@ -64,6 +65,7 @@ mod kfd;
 mod render;
 mod resume;
 mod sharing;
+mod wait;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -82,6 +84,7 @@ pub use self::kfd::HSAKMT_SEMAPHORE;
 pub use self::render::{gem_va_flags, render_only_candidates};
 pub use self::resume::{resume, Resume};
 pub use self::sharing::{shared_buffer_count, Sharing};
+pub use self::wait::BufferWait;
 
 /// Where and how a restore runs.
 #[derive(Debug, Clone)]
@@ -220,11 +223,9 @@ impl<D: Driver + Clone> Restorer<D> {
         &self.restored
     }
 
-    /// `RESTORE_EXT_FILE(id)`. `task` names the restored task and carries
-    /// CRIU's `find_unused_fd_pid` (a pid in, a free fd number above all
-    /// that task's fds out); `sharing` is what buffers shared between tasks
-    /// go through.
-    pub fn restore_file<S: ImageStore + Sync>(
+    /// One look at file `id` ([`Restorer::restore_file`] without waiting
+    /// or waking).
+    fn restore_once<S: ImageStore + Sync>(
         &mut self,
         store: &S,
         id: u32,

@@ -13,7 +13,7 @@ use amdgpu_image::{
 };
 use kfd::Driver;
 
-use super::{Restored, Restorer};
+use super::{BufferWait, Restored, Restorer};
 use crate::error::Error;
 use crate::handles::HandleTable;
 
@@ -27,6 +27,13 @@ pub struct Sharing<'a> {
     pub fdstore_add: &'a dyn Fn(BorrowedFd<'_>) -> std::io::Result<i32>,
     /// `fdstore_get(id)`: a new fd of the file parked under `id`.
     pub fdstore_get: &'a dyn Fn(i32) -> std::io::Result<OwnedFd>,
+    /// How the task waits for a buffer another task re-creates.
+    pub wait: BufferWait,
+    /// CRIU's `set_fds_event(pid)`: wakes restored task `pid` (as
+    /// [`TaskIdentity::pid`](super::TaskIdentity) names it) if it sleeps
+    /// waiting for a file, for a task that waits for a buffer
+    /// ([`BufferWait::Retry`]).
+    pub wake_task: &'a dyn Fn(u32),
 }
 
 fn no_fd_store_add(_: BorrowedFd<'_>) -> std::io::Result<i32> {
@@ -37,15 +44,20 @@ fn no_fd_store_get(_: i32) -> std::io::Result<OwnedFd> {
     Err(std::io::Error::from_raw_os_error(libc::ENOSYS))
 }
 
+fn no_other_task(_: u32) {}
+
 impl Sharing<'static> {
     /// Buffers shared between the files of one process only: no table
-    /// shared with other restored processes, no fd store (a tool that
-    /// restores one process at a time, without CRIU).
+    /// shared with other restored processes, no fd store, no waiting (a
+    /// tool that restores one process at a time, without CRIU, and asks
+    /// again itself).
     pub fn within_process() -> Self {
         Sharing {
             table: None,
             fdstore_add: &no_fd_store_add,
             fdstore_get: &no_fd_store_get,
+            wait: BufferWait::Never,
+            wake_task: &no_other_task,
         }
     }
 }
@@ -54,6 +66,7 @@ impl std::fmt::Debug for Sharing<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sharing")
             .field("table", &self.table)
+            .field("wait", &self.wait)
             .finish_non_exhaustive()
     }
 }
