@@ -6,8 +6,8 @@
 //! give the C plugin's lines:
 //!
 //! ```text
-//! Error (criu-plugin-amdgpu/src/hooks.rs:412): amdgpu_plugin: DUMP_EXT_FILE: ...
-//! Warn  (amdgpu-checkpoint/src/dump.rs:88): amdgpu_plugin: ...
+//! Error (criu-plugin-amdgpu/src/hooks/mod.rs:133): amdgpu_plugin: DUMP_EXT_FILE: ...
+//! Warn  (amdgpu-checkpoint/src/dump/kfd.rs:153): amdgpu_plugin: ...
 //! amdgpu_plugin: initialized for Dump ...
 //! ```
 //!
@@ -44,7 +44,7 @@ pub struct Origin<'a> {
 
 impl Origin<'_> {
     /// The file as the tag shows it: from the crate directory on
-    /// (`criu-plugin-amdgpu/src/hooks.rs`), whatever directory the crate
+    /// (`criu-plugin-amdgpu/src/hooks/mod.rs`), whatever directory the crate
     /// was built in (a registry checkout has long absolute paths).
     fn short_file(&self) -> &str {
         let file = self.file;
