@@ -9,7 +9,7 @@
 //! Slots hold `UNSIGNALED_EVENT_SLOT` (all ones) until a signal writes them.
 //!
 //! Events fire as `kfd_events.c` fires them: SET_EVENT (CPU, signal events
-//! only) and interrupts from the queue engines (`crate::exec`): an SDMA
+//! only) and interrupts from the queue engines (`crate::hw::queues`): an SDMA
 //! TRAP or a CP end-of-pipe carries an event id, and the kernel sets the
 //! event only if its slot was written (the fence before the trap),
 //! acknowledging the slot back to unsignaled; an id that names no written
@@ -27,9 +27,9 @@ use kfd_sys::*;
 use super::memory::split_handle;
 use super::process::{Event, KfdProcess, SignalPage};
 use super::{bind, proc_mut};
-use crate::bo::{Backing, Memfd};
-use crate::exec::interrupt::Interrupt;
-use crate::sim::{typed, Ctx, Pid, State};
+use crate::hw::bo::{Backing, Memfd};
+use crate::hw::queues::interrupt::Interrupt;
+use crate::kernel::{typed, Ctx, Pid, State};
 use crate::Errno;
 
 /// Value of a slot no signal has written.

@@ -26,7 +26,7 @@ use kfd_sys::*;
 
 use super::proc_mut;
 use super::process::KfdProcess;
-use crate::sim::{copy_from_user, copy_to_user, typed, Ctx, Pid, Shared, State};
+use crate::kernel::{copy_from_user, copy_to_user, typed, Ctx, Pid, Shared, State};
 use crate::Errno;
 
 /// Size of `struct kfd_event_data`; the event id is at byte 40.

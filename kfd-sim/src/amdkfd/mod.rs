@@ -29,8 +29,8 @@ use std::sync::Arc;
 
 use kfd_sys::*;
 
-use crate::bo::{Memfd, PAGE_SIZE};
-use crate::sim::{marshal, typed, Ctx, FileKey, OpenFile, Pid, Shared, State};
+use crate::hw::bo::{Memfd, PAGE_SIZE};
+use crate::kernel::{marshal, typed, Ctx, FileKey, OpenFile, Pid, Shared, State};
 use crate::Errno;
 
 /// One past the last ioctl number the simulated kernel implements.
@@ -258,7 +258,7 @@ pub(crate) unsafe fn ioctl(
         marshal(arg, user_size, kernel_size, copy_in, copy_out, |buf| {
             // A WAIT_EVENTS woken from its sleep is the same call.
             if ctx.wait.is_none() {
-                crate::fault::check(ctx.st, name)?;
+                crate::kernel::fault::check(ctx.st, name)?;
             }
             if ctx.st.kfd(owner).is_none() {
                 // The owner exited: its kfd_process is gone.
@@ -343,7 +343,7 @@ fn acquire_vm(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errn
     let a: kfd_ioctl_acquire_vm_args = typed(buf, |a: &mut kfd_ioctl_acquire_vm_args| *a);
     let drm = {
         let fd = i32::try_from(a.drm_fd).map_err(|_| Errno(libc::EINVAL))?;
-        crate::sim::user_fd(fd).map_err(|_| Errno(libc::EINVAL))?
+        crate::kernel::user_fd(fd).map_err(|_| Errno(libc::EINVAL))?
     };
     let key = FileKey::of_raw(drm.raw()).map_err(|_| Errno(libc::EINVAL))?;
     let p = proc_mut(ctx.st, pid)?;
@@ -410,7 +410,7 @@ fn get_process_apertures_new(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Res
             .flat_map(|e| zerocopy::IntoBytes::as_bytes(e).to_vec())
             .collect();
         a.num_of_nodes = n as u32;
-        crate::sim::copy_to_user(a.kfd_process_device_apertures_ptr, &bytes)?;
+        crate::kernel::copy_to_user(a.kfd_process_device_apertures_ptr, &bytes)?;
         Ok(0)
     })
 }

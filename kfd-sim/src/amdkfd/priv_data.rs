@@ -23,7 +23,7 @@
 
 use kfd_sys::KFD_CRIU_PRIV_VERSION;
 
-use crate::sim::copy_from_user;
+use crate::kernel::copy_from_user;
 use crate::Errno;
 
 /// Process record size.

@@ -19,7 +19,7 @@ use std::ffi::c_int;
 use kfd_sys::*;
 
 use super::proc_mut;
-use crate::sim::{copy_to_user, typed, Ctx, Pid};
+use crate::kernel::{copy_to_user, typed, Ctx, Pid};
 use crate::Errno;
 
 /// `ARRAY_SIZE(adev->gfx.config.tile_mode_array)`.

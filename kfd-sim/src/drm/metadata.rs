@@ -16,7 +16,7 @@
 use kfd_sys as k;
 
 use super::{read_arg, write_arg, Call, Step};
-use crate::bo::BoMetadata;
+use crate::hw::bo::BoMetadata;
 use crate::Errno;
 
 /// `AMDGPU_TILING_TILE_SPLIT` (shift 9, 3 bits).

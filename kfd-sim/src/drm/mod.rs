@@ -10,7 +10,7 @@
 //! Per GPU there is a [`DrmDevice`] (SDMA engines, the GEM creation facts of
 //! BOs, the reset counter); per open render file a [`DrmFile`] (the GEM
 //! handle table, the file's GPU VM, contexts and BO lists). BOs themselves
-//! live in the store shared with the KFD half (`crate::bo`): a KFD VRAM/GTT
+//! live in the store shared with the KFD half (`crate::hw::bo`): a KFD VRAM/GTT
 //! allocation *is* a GEM object, so importing its dma-buf here resolves to
 //! the same BO.
 //!
@@ -43,9 +43,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use amdgpu_topology::{GpuId, Node};
 use kfd_sys::{_IOC_DIR, _IOC_NR, _IOC_READ, _IOC_SIZE, _IOC_TYPE, _IOC_WRITE, DRM_IOCTL_BASE};
 
-use crate::bo::{BoId, BoStore};
-use crate::sdma::{Deadline, Fence, GpuGeneration, JobError, SdmaEngine, SdmaStats};
-use crate::sim::{FileKey, OpenFile, Pid, Shared, State};
+use crate::hw::bo::{BoId, BoStore};
+use crate::hw::sdma::{Deadline, Fence, GpuGeneration, JobError, SdmaEngine, SdmaStats};
+use crate::kernel::{FileKey, OpenFile, Pid, Shared, State};
 use crate::{Errno, Sim};
 
 use self::va::VaSpace;
@@ -122,7 +122,7 @@ impl DrmDevice {
             .iter()
             .filter(|(_, info)| info.userptr_flags.is_some())
             .filter_map(|(id, _)| bos.get(*id))
-            .map(|bo| bo.pinned_pages() * crate::bo::PAGE_SIZE)
+            .map(|bo| bo.pinned_pages() * crate::hw::bo::PAGE_SIZE)
             .sum();
         self.userptr_peak
             .fetch_max(pinned, std::sync::atomic::Ordering::Relaxed);
@@ -133,7 +133,7 @@ impl DrmDevice {
     }
 
     /// The GEM facts of `bo`.
-    pub(crate) fn gem_info(&self, bo: &crate::bo::Bo) -> GemInfo {
+    pub(crate) fn gem_info(&self, bo: &crate::hw::bo::Bo) -> GemInfo {
         if let Some(info) = self.gem_table().get(&bo.id) {
             return *info;
         }
@@ -584,7 +584,7 @@ pub(crate) unsafe fn ioctl<'a>(
     let mut buf = input.clone();
     // An injected failure happens inside the handler: the argument is
     // still copied back.
-    let injected = crate::fault::check(&mut st, name);
+    let injected = crate::kernel::fault::check(&mut st, name);
     let result = loop {
         if let Err(e) = injected {
             break Err(e);

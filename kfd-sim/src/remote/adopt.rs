@@ -24,10 +24,10 @@ use std::sync::Arc;
 
 use kfd_sys::{KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP, KFD_IOC_ALLOC_MEM_FLAGS_USERPTR};
 
-use crate::bo::{Backing, Memfd};
+use crate::hw::bo::{Backing, Memfd};
 use std::os::fd::AsRawFd;
 
-use crate::sim::{CpuMapping, FileKey, State};
+use crate::kernel::{CpuMapping, FileKey, State};
 use crate::{Errno, Pid};
 
 /// One line of `/proc/PID/maps` backed by one of the simulator's memfds

@@ -21,7 +21,8 @@
 //! of the simulator's memory but none of its threads: a lock one of them
 //! held at the fork would stay taken in the child for good.
 
-use super::{Pid, Process, Sim, SimError};
+use super::Sim;
+use crate::kernel::{Pid, Process, SimError};
 
 /// A held lock guard, whatever it guards (see [`ForkHold`]).
 pub(crate) trait Held {}

@@ -21,9 +21,9 @@ pub(crate) struct GpuGeneration {
 
 impl GpuGeneration {
     /// The generation of a GPU whose topology reports `gfx_target_version`
-    /// (its family from [`crate::family::simulated_family`]).
+    /// (its family from [`crate::hw::family::simulated_family`]).
     pub(crate) fn from_gfx_target_version(gfx_target_version: u64) -> Self {
-        let family = crate::family::simulated_family(gfx_target_version);
+        let family = crate::hw::family::simulated_family(gfx_target_version);
         GpuGeneration {
             gfx_target_version,
             family,

@@ -10,8 +10,9 @@
 //! which the kernel marks `VM_IO | VM_PFNMAP` (TTM's and KFD's mmap
 //! handlers). This module never changes a mapping.
 
-use super::{Pid, Sim};
+use super::Pid;
 use crate::Errno;
+use crate::Sim;
 
 /// The name prefix of every memfd the simulator creates, as `/proc/*/maps`
 /// shows it (`/memfd:kfd-sim-vram (deleted)`).

@@ -177,7 +177,7 @@ pub enum SimError {
     #[error("gpu_id {0} is not a gpu of this simulator")]
     NoSuchGpu(GpuId),
     /// Host memory could not be mapped back at a fixed address
-    /// ([`Sim::restore_host_memory`](super::Sim::restore_host_memory)): `EEXIST` when the range is taken,
+    /// ([`Sim::restore_host_memory`](crate::Sim::restore_host_memory)): `EEXIST` when the range is taken,
     /// `EINVAL` for an address that is not page aligned or an empty range.
     #[error("mapping {len} bytes of host memory at {addr:#x}: {errno}")]
     HostMemoryAt {
@@ -190,7 +190,7 @@ pub enum SimError {
     },
 }
 
-/// The CRIU-relevant state of one KFD process (see [`Sim::kfd_state`](super::Sim::kfd_state)).
+/// The CRIU-relevant state of one KFD process (see [`Sim::kfd_state`](crate::Sim::kfd_state)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KfdState {
     /// Per device, in topology order: (user gpu_id, actual gpu_id).

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::bo::Memfd;
+use crate::hw::bo::Memfd;
 use crate::Errno;
 
 use super::lock;

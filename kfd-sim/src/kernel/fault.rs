@@ -27,7 +27,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::sim::State;
+use crate::kernel::State;
 use crate::Errno;
 
 /// What kind of operation a fault targets (derived from its name).

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use super::lock;
 use super::runner::Config;
-use crate::sim::Pid;
+use crate::kernel::Pid;
 
 /// Most packets kept.
 const CAPACITY: usize = 16384;

@@ -173,15 +173,15 @@ pub(crate) struct MemoryError {
     pub(crate) len: usize,
 }
 
-impl DeviceMemory for crate::bo::Memfd {
+impl DeviceMemory for crate::hw::bo::Memfd {
     fn size(&self) -> u64 {
-        crate::bo::Memfd::size(self)
+        crate::hw::bo::Memfd::size(self)
     }
     fn fetch_add_u64(&self, offset: u64, delta: u64) -> Result<u64, MemoryError> {
         let err = MemoryError { offset, len: 8 };
         if offset
             .checked_add(8)
-            .is_none_or(|end| end > crate::bo::Memfd::size(self))
+            .is_none_or(|end| end > crate::hw::bo::Memfd::size(self))
         {
             return Err(err);
         }
@@ -195,9 +195,9 @@ impl DeviceMemory for crate::bo::Memfd {
         let page = u64::try_from(host_page)
             .ok()
             .filter(|p| p.is_power_of_two())
-            .unwrap_or(crate::bo::PAGE_SIZE);
+            .unwrap_or(crate::hw::bo::PAGE_SIZE);
         let start = offset & !(page - 1);
-        let len = page.min(crate::bo::Memfd::size(self) - start) as usize;
+        let len = page.min(crate::hw::bo::Memfd::size(self) - start) as usize;
         let fd = std::os::fd::AsRawFd::as_raw_fd(self.file());
         // SAFETY: a new shared mapping of the page of our own file that
         // holds the word, at an address the kernel picks; no existing
@@ -230,13 +230,13 @@ impl DeviceMemory for crate::bo::Memfd {
         Ok(old)
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
-        crate::bo::Memfd::read_at(self, offset, buf).map_err(|_| MemoryError {
+        crate::hw::bo::Memfd::read_at(self, offset, buf).map_err(|_| MemoryError {
             offset,
             len: buf.len(),
         })
     }
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), MemoryError> {
-        crate::bo::Memfd::write_at(self, offset, data).map_err(|_| MemoryError {
+        crate::hw::bo::Memfd::write_at(self, offset, data).map_err(|_| MemoryError {
             offset,
             len: data.len(),
         })
@@ -260,7 +260,7 @@ impl DeviceMemory for crate::bo::Memfd {
         let fd = std::os::fd::AsRawFd::as_raw_fd(self.file());
         // One kernel copy from the memfd's pages into the destination.
         whole_range(
-            crate::bo::Memfd::size(self),
+            crate::hw::bo::Memfd::size(self),
             offset,
             len,
             |done, left, at| {
@@ -279,7 +279,7 @@ impl DeviceMemory for crate::bo::Memfd {
     ) -> Result<(), MemoryError> {
         let fd = std::os::fd::AsRawFd::as_raw_fd(self.file());
         whole_range(
-            crate::bo::Memfd::size(self),
+            crate::hw::bo::Memfd::size(self),
             offset,
             len,
             |done, left, at| {
@@ -357,7 +357,7 @@ impl UserMemory {
             buf.fill(0);
             return Ok(());
         }
-        match crate::sim::remote_read(pid, (self.addr + start) as u64, buf) {
+        match crate::kernel::remote_read(pid, (self.addr + start) as u64, buf) {
             Ok(()) => Ok(()),
             Err(crate::Errno(libc::ESRCH)) => {
                 buf.fill(0);
@@ -374,7 +374,7 @@ impl UserMemory {
         if !self.own && !crate::remote::client_alive(pid) {
             return Ok(());
         }
-        match crate::sim::remote_write(pid, (self.addr + start) as u64, data) {
+        match crate::kernel::remote_write(pid, (self.addr + start) as u64, data) {
             Ok(()) | Err(crate::Errno(libc::ESRCH)) => Ok(()),
             Err(_) => Err(MemoryError {
                 offset: start as u64,

@@ -22,8 +22,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::sdma::{CopyUnit, EnginePort, SdmaRules, VmFault, VmView};
-use crate::sim::{FileKey, Pid, Shared};
+use crate::hw::sdma::{CopyUnit, EnginePort, SdmaRules, VmFault, VmView};
+use crate::kernel::{FileKey, Pid, Shared};
 
 use super::doorbell::DoorbellMap;
 use super::interrupt::Interrupt;
@@ -714,7 +714,7 @@ fn snapshot(shared: &Shared, cfg: &Config) -> Option<Arc<VmView>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bo::Memfd;
+    use crate::hw::bo::Memfd;
 
     /// A parked SDMA engine on a doorbell page of its own (no machine: its
     /// thread, once told to run, finds none and ends).

@@ -62,7 +62,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::amdkfd::queue::{is_sdma, KFD_QUEUE_FORMAT_PM4};
-use crate::sim::{Pid, Shared, State};
+use crate::kernel::{Pid, Shared, State};
 use crate::Errno;
 
 use self::doorbell::{DoorbellMap, Watcher};
@@ -227,7 +227,7 @@ fn desired(
     st: &mut State,
     pid: Pid,
     q_id: u32,
-) -> Option<(Config, Arc<crate::bo::Memfd>, bool)> {
+) -> Option<(Config, Arc<crate::hw::bo::Memfd>, bool)> {
     let p = st.kfd_mut(pid)?;
     let q = p.queues.get(&q_id)?.clone();
     let pdd = q.pdd;

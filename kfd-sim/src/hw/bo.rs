@@ -23,7 +23,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use crate::sim::FileKey;
+use crate::kernel::FileKey;
 use crate::Errno;
 
 /// Page size the simulator uses for every aperture and offset (4 KiB, as on x86-64).
@@ -34,9 +34,9 @@ fn offset_span(size: u64) -> u64 {
     size.div_ceil(PAGE_SIZE).max(1) * PAGE_SIZE
 }
 
-use crate::offset_space::OffsetSpace;
+use crate::hw::offset_space::OffsetSpace;
 #[cfg(test)]
-use crate::offset_space::DRM_FILE_PAGE_OFFSET_START;
+use crate::hw::offset_space::DRM_FILE_PAGE_OFFSET_START;
 
 /// Identity of a BO in the store; never reused within one simulator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -348,7 +348,7 @@ pub(crate) enum Backing {
         valid: bool,
         /// Whose memory `addr` is: the process that created the BO, as
         /// the kernel pins pages of `current->mm`.
-        space: crate::sim::Space,
+        space: crate::kernel::Space,
     },
     /// DOORBELL / MMIO_REMAP: an aperture page shared with the process or GPU.
     Aperture(Arc<Memfd>),
@@ -601,7 +601,7 @@ impl BoStore {
             Backing::UserPtr {
                 addr,
                 valid,
-                space: crate::sim::current_space(),
+                space: crate::kernel::current_space(),
             },
         )
     }
@@ -719,7 +719,7 @@ impl BoStore {
     /// The BO the caller's dma-buf fd refers to: `EBADF` when `fd` is not
     /// open, `EINVAL` when it is not a dma-buf of this simulator.
     pub(crate) fn lookup_dmabuf(&self, fd: i32) -> Result<BoId, Errno> {
-        let key = FileKey::of_raw(crate::sim::user_fd(fd)?.raw())?;
+        let key = FileKey::of_raw(crate::kernel::user_fd(fd)?.raw())?;
         self.by_inode.get(&key).copied().ok_or(Errno(libc::EINVAL))
     }
 

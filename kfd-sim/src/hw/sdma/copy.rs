@@ -1,6 +1,6 @@
 //! Moving bytes through a VM snapshot: the copy loop every SDMA stream
 //! shares (the kernel rings' jobs and the user-mode queues of
-//! `crate::exec`), piece by piece through a bounded bounce buffer, paced
+//! `crate::hw::queues`), piece by piece through a bounded bounce buffer, paced
 //! by the engine's [`EngineClock`], with the engine's VM-fault and byte
 //! accounting.
 //!

@@ -35,8 +35,9 @@ use kfd_sys::{
     KFD_IOC_ALLOC_MEM_FLAGS_GTT, KFD_IOC_ALLOC_MEM_FLAGS_USERPTR, KFD_IOC_ALLOC_MEM_FLAGS_VRAM,
 };
 
-use crate::bo::Domain;
-use crate::sim::{OpenFile, Sim};
+use crate::hw::bo::Domain;
+use crate::kernel::OpenFile;
+use crate::Sim;
 
 /// A written snapshot; the files go away when it is dropped.
 #[derive(Debug)]
@@ -67,7 +68,7 @@ impl Sim {
     /// Writes the per-process KFD sysfs and the `/proc` files of every
     /// simulated process that has opened `/dev/kfd` or a render node.
     pub fn write_proc_files(&self) -> io::Result<ProcFiles> {
-        let dir = crate::scratch::run_dir()
+        let dir = crate::kernel::scratch::run_dir()
             .and_then(|run| tempfile::Builder::new().prefix("proc").tempdir_in(run))?;
         let files = ProcFiles { dir };
         let kfd_proc = files.kfd_root().join("proc");

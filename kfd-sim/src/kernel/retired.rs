@@ -44,7 +44,7 @@ fn lock() -> std::sync::MutexGuard<'static, Retired> {
 
 /// Retires `map`, the memory of a process that exited: its pages are freed
 /// and the range stays reserved until [`take`] hands it to a restore.
-pub(super) fn keep(map: AnonymousMapping) {
+pub(crate) fn keep(map: AnonymousMapping) {
     let (addr, len) = (map.addr(), map.len());
     // SAFETY: `addr..addr+len` is exactly the mapping `map` owns, and nothing
     // refers to its bytes any more: the simulator reaches host memory only
@@ -75,7 +75,7 @@ pub(super) fn keep(map: AnonymousMapping) {
 /// writable and zero-filled again, for a restore to fill. Retired ranges that
 /// only overlap it are given back to the host (unmapped), so the caller's
 /// `MAP_FIXED_NOREPLACE` finds them free.
-pub(super) fn take(addr: usize, len: usize) -> Option<AnonymousMapping> {
+pub(crate) fn take(addr: usize, len: usize) -> Option<AnonymousMapping> {
     let mut retired = lock();
     let end = addr.checked_add(len)?;
     if retired.ranges.get(&addr).is_some_and(|m| m.len() == len) {

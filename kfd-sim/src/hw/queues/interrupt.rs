@@ -14,8 +14,8 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-use crate::sdma::VmFault;
-use crate::sim::{Pid, State};
+use crate::hw::sdma::VmFault;
+use crate::kernel::{Pid, State};
 
 use super::lock;
 

@@ -120,7 +120,7 @@ fn memory_range(va: u64, memory: Arc<dyn DeviceMemory>) -> VmRange {
 fn direct_copies_between_memfds_and_host_memory() {
     let ai = GpuGeneration::from_gfx_target_version(90008).sdma_rules();
     let len = 3 * BOUNCE_BYTES as usize + 123;
-    let memfd = Arc::new(crate::bo::Memfd::new("sdma-test", len as u64 + 4096).unwrap());
+    let memfd = Arc::new(crate::hw::bo::Memfd::new("sdma-test", len as u64 + 4096).unwrap());
     let pattern: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8 + 1).collect();
     memfd.write_at(5, &pattern).unwrap();
     let mut host = vec![0u8; 2 * len + 4096];
@@ -182,7 +182,7 @@ fn memfd_reads_map_resident_pages_only_and_leave_holes_unallocated() {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::MetadataExt;
     const MIB: usize = 1 << 20;
-    let memfd = crate::bo::Memfd::new("sdma-resident", 4 * MIB as u64).unwrap();
+    let memfd = crate::hw::bo::Memfd::new("sdma-resident", 4 * MIB as u64).unwrap();
     let pattern: Vec<u8> = (0..MIB).map(|i| (i * 13 % 251) as u8 + 1).collect();
     memfd.write_at(MIB as u64, &pattern).unwrap();
     let blocks = || memfd.file().metadata().unwrap().blocks();

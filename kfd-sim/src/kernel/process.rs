@@ -116,11 +116,11 @@ pub(crate) struct HostRegion {
     map: AnonymousMapping,
     /// The process whose memory this is (`None`: the simulator's, kept
     /// until the simulator is dropped).
-    pub(super) owner: Option<Pid>,
+    pub(crate) owner: Option<Pid>,
 }
 
 /// One region of a process's host memory with its contents, as CRIU's
-/// pages dump captures it (see [`Sim::host_memory_of`](super::Sim::host_memory_of)).
+/// pages dump captures it (see [`Sim::host_memory_of`](crate::Sim::host_memory_of)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostMemorySnapshot {
     /// Address of the first byte (page aligned).
@@ -130,7 +130,7 @@ pub struct HostMemorySnapshot {
 }
 
 impl HostRegion {
-    pub(super) fn new(len: usize, owner: Option<Pid>) -> Result<HostRegion, Errno> {
+    pub(crate) fn new(len: usize, owner: Option<Pid>) -> Result<HostRegion, Errno> {
         let map = AnonymousMapping::private(len).map_err(|e| io_errno(&e))?;
         Ok(HostRegion { map, owner })
     }
@@ -139,7 +139,7 @@ impl HostRegion {
     /// number of pages); `EEXIST` when anything in the host process is
     /// mapped there already. A range an exited process's memory left
     /// reserved ([`retired`](super::retired)) is taken back.
-    pub(super) fn new_at(addr: usize, len: usize, owner: Pid) -> Result<HostRegion, Errno> {
+    pub(crate) fn new_at(addr: usize, len: usize, owner: Pid) -> Result<HostRegion, Errno> {
         if let Some(map) = super::retired::take(addr, len) {
             return Ok(HostRegion {
                 map,
@@ -158,23 +158,23 @@ impl HostRegion {
 
     /// Ends the region with its process's exit: the pages are freed, the
     /// range stays reserved for a restore ([`retired`](super::retired)).
-    pub(super) fn retire(self) {
+    pub(crate) fn retire(self) {
         super::retired::keep(self.map);
     }
 
-    pub(super) fn addr(&self) -> usize {
+    pub(crate) fn addr(&self) -> usize {
         self.map.addr()
     }
 
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
 
-    pub(super) fn overlaps(&self, addr: usize, len: usize) -> bool {
+    pub(crate) fn overlaps(&self, addr: usize, len: usize) -> bool {
         addr < self.addr() + self.len() && self.addr() < addr.saturating_add(len)
     }
 
-    pub(super) fn contains(&self, addr: u64, len: usize) -> bool {
+    pub(crate) fn contains(&self, addr: u64, len: usize) -> bool {
         let Ok(addr) = usize::try_from(addr) else {
             return false;
         };

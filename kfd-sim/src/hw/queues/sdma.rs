@@ -26,7 +26,9 @@
 
 use kfd_sys::sdma::*;
 
-use crate::sdma::{copy_bytes, FaultTrack, COPY_ENDIAN_SWAP_BITS, COPY_UNSUPPORTED_HEADER_BITS};
+use crate::hw::sdma::{
+    copy_bytes, FaultTrack, COPY_ENDIAN_SWAP_BITS, COPY_UNSUPPORTED_HEADER_BITS,
+};
 
 use super::interrupt::Interrupt;
 use super::runner::{Engine, Step};
@@ -170,7 +172,7 @@ pub(crate) fn step(e: &mut Engine<'_>) -> Step {
     outcome
 }
 
-fn execute(e: &mut Engine<'_>, p: &[u32], rules: crate::sdma::SdmaRules) -> Step {
+fn execute(e: &mut Engine<'_>, p: &[u32], rules: crate::hw::sdma::SdmaRules) -> Step {
     let header = p[0];
     let op = header & SDMA_PKT_HEADER_op_mask;
     let sub_op = (header >> SDMA_PKT_HEADER_sub_op_shift) & SDMA_PKT_HEADER_sub_op_mask;
@@ -322,7 +324,7 @@ fn poll(e: &mut Engine<'_>, p: &[u32]) -> Step {
     }
 }
 
-fn fill(e: &mut Engine<'_>, p: &[u32], rules: crate::sdma::SdmaRules) -> Step {
+fn fill(e: &mut Engine<'_>, p: &[u32], rules: crate::hw::sdma::SdmaRules) -> Step {
     let header = p[0];
     let fillsize = header >> 30;
     let count = u64::from(p[4] & SDMA_PKT_COPY_LINEAR_COUNT_count_mask);

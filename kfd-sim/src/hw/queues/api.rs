@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use amdgpu_topology::GpuId;
 
-use crate::sim::Pid;
+use crate::kernel::Pid;
 use crate::{Sim, SimError};
 
 use super::{lock, sync_process, PacketRecord, QueueStatus};

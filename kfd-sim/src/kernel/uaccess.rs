@@ -15,7 +15,7 @@
 //! (`fd_install` of a new file) and [`close_user_fd`] (the rollback of an
 //! install within the same call).
 //!
-//! [`SimDriver`]: super::SimDriver
+//! [`SimDriver`]: crate::SimDriver
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};

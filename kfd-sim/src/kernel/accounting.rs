@@ -5,7 +5,7 @@
 //! Numbers are gathered by [`crate::Sim::accounting`] after closed files and
 //! fd-only BOs were collected. This module only counts; it never frees.
 
-use crate::sim::{FileKey, OpenFile, Shared, State};
+use crate::kernel::{FileKey, OpenFile, Shared, State};
 
 /// A snapshot of live simulator resources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -29,7 +29,7 @@
 //! Pure arithmetic plus reads and writes through a [`VmView`]: this module
 //! never decides what a packet means.
 
-use crate::sdma::{VmFault, VmView};
+use crate::hw::sdma::{VmFault, VmView};
 
 /// How a queue's packets are framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
