@@ -427,18 +427,6 @@ fn available_memory(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int
     })
 }
 
-pub(crate) fn now_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-}
-
 fn get_clock_counters(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
     let gpu_id = typed(buf, |a: &mut kfd_ioctl_get_clock_counters_args| a.gpu_id);
     let has_gpu = proc_mut(ctx.st, pid)?.pdd_by_user_id(gpu_id).is_some();
@@ -446,12 +434,12 @@ fn get_clock_counters(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_i
         // The GPU clock runs at 100 MHz on GFX9 (one tick per 10 ns); 0 when
         // the gpu_id is unknown, as the kernel does.
         a.gpu_clock_counter = if has_gpu {
-            now_ns(libc::CLOCK_MONOTONIC_RAW) / 10
+            crate::hw::clock::now_ns(libc::CLOCK_MONOTONIC_RAW) / 10
         } else {
             0
         };
-        a.cpu_clock_counter = now_ns(libc::CLOCK_MONOTONIC_RAW);
-        a.system_clock_counter = now_ns(libc::CLOCK_BOOTTIME);
+        a.cpu_clock_counter = crate::hw::clock::now_ns(libc::CLOCK_MONOTONIC_RAW);
+        a.system_clock_counter = crate::hw::clock::now_ns(libc::CLOCK_BOOTTIME);
         a.system_clock_freq = 1_000_000_000;
         Ok(0)
     })

@@ -80,7 +80,7 @@ fn addr(lo: u32, hi: u32) -> u64 {
 
 /// The GPU clock (100 MHz on GFX9, as GET_CLOCK_COUNTERS reports it).
 pub(crate) fn gpu_clock() -> u64 {
-    crate::amdkfd::now_ns(libc::CLOCK_MONOTONIC_RAW) / 10
+    crate::hw::clock::now_ns(libc::CLOCK_MONOTONIC_RAW) / 10
 }
 
 /// Executes the packet at the read pointer.
