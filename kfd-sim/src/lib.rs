@@ -11,7 +11,8 @@ pub mod workload;
 pub use hw::{family, sdma};
 pub use kernel::{accounting, fault, module_params, proc_files, scratch};
 
-pub use hw::queues::{saved_queues, PacketRecord, QueueState, QueueStatus, SavedQueue};
+pub use amdkfd::saved::{saved_queues, SavedQueue};
+pub use hw::queues::{PacketRecord, QueueState, QueueStatus};
 pub use kernel::accounting::Accounting;
 pub use kernel::fault::{FaultKind, FaultParseError, FaultSpec};
 pub use kernel::sysfs::{

@@ -20,6 +20,7 @@ pub(crate) mod memory;
 pub(crate) mod priv_data;
 pub(crate) mod process;
 pub(crate) mod queue;
+pub(crate) mod saved;
 pub(crate) mod svm;
 pub(crate) mod tile_config;
 

@@ -51,7 +51,6 @@ pub(crate) mod interrupt;
 mod pm4;
 pub(crate) mod ring;
 mod runner;
-mod saved;
 mod sdma;
 mod trace;
 
@@ -71,7 +70,6 @@ use self::ring::{Format, Geometry, Regs};
 use self::runner::{Config, QueueHw, Want};
 use self::trace::Trace;
 
-pub use self::saved::{saved_queues, SavedQueue};
 pub use self::trace::PacketRecord;
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

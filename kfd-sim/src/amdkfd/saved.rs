@@ -13,7 +13,7 @@ use crate::amdkfd::priv_data::{
     OBJ_QUEUE, OBJ_SVM, PROCESS_RECORD, QUEUE_HEADER,
 };
 
-use super::ring::Regs;
+use crate::hw::queues::ring::Regs;
 
 /// One queue as a checkpoint saved it.
 #[derive(Debug, Clone, PartialEq, Eq)]
