@@ -9,12 +9,12 @@ mod sim;
 pub mod workload;
 
 pub use hw::{family, sdma};
-pub use kernel::{accounting, fault, module_params, proc_files, scratch};
+pub use kernel::{accounting, module_params, proc_files, scratch};
+pub use sim::fault;
 
 pub use amdkfd::saved::{saved_queues, SavedQueue};
 pub use hw::queues::{PacketRecord, QueueState, QueueStatus};
 pub use kernel::accounting::Accounting;
-pub use kernel::fault::{FaultKind, FaultParseError, FaultSpec};
 pub use kernel::sysfs::{
     complete_cpu_memory, complete_gpu_caches, complete_kernel_properties,
     complete_system_properties, match_entry_counts, synthetic_system,
@@ -23,6 +23,7 @@ pub use kernel::{
     DevDriNode, GpuInfo, HostMemorySnapshot, KfdState, Pid, ProcessConfig, RenderBuffer, SimConfig,
     SimError, DRM_MAJOR, KFD_MAJOR,
 };
+pub use sim::fault::{FaultKind, FaultParseError, FaultSpec};
 pub use sim::{ForkHold, Sim, SimDriver};
 
 /// A kernel error number, as the simulated kernel returns it: the `kfd`

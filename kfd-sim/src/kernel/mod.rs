@@ -10,7 +10,7 @@
 pub mod accounting;
 pub(crate) mod address_space;
 mod config;
-pub mod fault;
+pub(crate) mod fault;
 pub mod module_params;
 pub mod proc_files;
 mod process;

@@ -19,6 +19,7 @@
 //! state itself lives in [`crate::kernel`].
 
 mod driver;
+pub mod fault;
 mod fork;
 mod host_memory;
 mod machine;
