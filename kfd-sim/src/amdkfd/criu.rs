@@ -100,9 +100,9 @@ pub(crate) fn criu_op(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_i
     typed(buf, |out: &mut kfd_ioctl_criu_args| *out = a);
     // Evictions changed: queues stop at a packet boundary (their registers
     // into their MQDs before CHECKPOINT reads them) or run again.
-    crate::hw::queues::sync_process(ctx.sim, ctx.st, pid);
+    crate::amdkfd::scheduling::sync_process(ctx.sim, ctx.st, pid);
     if a.op == KFD_CRIU_OP_RESUME && Pid(a.pid) != pid {
-        crate::hw::queues::sync_process(ctx.sim, ctx.st, Pid(a.pid));
+        crate::amdkfd::scheduling::sync_process(ctx.sim, ctx.st, Pid(a.pid));
     }
     r.map(|()| 0)
 }
@@ -132,15 +132,17 @@ fn evict_all(ctx: &mut Ctx<'_>, pid: Pid) -> Result<(), Errno> {
             Err(e) => Err(e),
             Ok(()) => {
                 proc_mut(ctx.st, pid)?.pdds[i].eviction += 1;
-                crate::hw::queues::preempt_device(ctx.sim, ctx.st, pid, i).inspect_err(|_| {
-                    // The kernel keeps this device's raised level and its
-                    // error path's queue restore takes it back: the same
-                    // end, as the device was at level 0 (else nothing of it
-                    // ran to preempt).
-                    if let Ok(p) = proc_mut(ctx.st, pid) {
-                        p.pdds[i].eviction = p.pdds[i].eviction.saturating_sub(1);
-                    }
-                })
+                crate::amdkfd::scheduling::preempt_device(ctx.sim, ctx.st, pid, i).inspect_err(
+                    |_| {
+                        // The kernel keeps this device's raised level and its
+                        // error path's queue restore takes it back: the same
+                        // end, as the device was at level 0 (else nothing of it
+                        // ran to preempt).
+                        if let Ok(p) = proc_mut(ctx.st, pid) {
+                            p.pdds[i].eviction = p.pdds[i].eviction.saturating_sub(1);
+                        }
+                    },
+                )
             }
         };
         if let Err(e) = evicted {

@@ -151,7 +151,7 @@ fn copy_data(p: &KfdProcess, slots: &[WaitSlot], events_ptr: u64) -> Result<(), 
 
 pub(crate) fn wait_events(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
     let a = typed(buf, |a: &mut kfd_ioctl_wait_events_args| *a);
-    ctx.sim.exec.interrupts.drain(ctx.st, pid);
+    super::event::drain_interrupts(ctx.sim, ctx.st, pid);
     let result = pass(ctx, pid, &a);
     let wait_result = match &result {
         Ok(Some(r)) => *r,

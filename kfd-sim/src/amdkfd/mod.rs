@@ -21,6 +21,7 @@ pub(crate) mod priv_data;
 pub(crate) mod process;
 pub(crate) mod queue;
 pub(crate) mod saved;
+pub(crate) mod scheduling;
 pub(crate) mod svm;
 pub(crate) mod tile_config;
 

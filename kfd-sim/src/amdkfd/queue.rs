@@ -228,7 +228,7 @@ pub(crate) fn create_queue(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Resul
         0
     };
     insert_queue(p, q);
-    crate::hw::queues::sync_process(sim, ctx.st, pid);
+    crate::amdkfd::scheduling::sync_process(sim, ctx.st, pid);
     typed(buf, |out: &mut kfd_ioctl_create_queue_args| {
         out.queue_id = q_id;
         out.ring_size = ring_size;
@@ -252,7 +252,7 @@ pub(crate) fn destroy_queue(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Resu
     let q_id = typed(buf, |a: &mut kfd_ioctl_destroy_queue_args| a.queue_id);
     remove_queue(proc_mut(ctx.st, pid)?, q_id)?;
     // The queue is preempted and its engine stops before the call returns.
-    crate::hw::queues::sync_process(ctx.sim, ctx.st, pid);
+    crate::amdkfd::scheduling::sync_process(ctx.sim, ctx.st, pid);
     Ok(0)
 }
 
@@ -280,7 +280,7 @@ pub(crate) fn update_queue(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Resul
         COMPUTE_MQD_SIZE
     };
     q.write_mqd(xcc);
-    crate::hw::queues::sync_process(ctx.sim, ctx.st, pid);
+    crate::amdkfd::scheduling::sync_process(ctx.sim, ctx.st, pid);
     Ok(0)
 }
 

@@ -406,7 +406,7 @@ impl Sim {
         if let Some(kfd) = proc_.kfd {
             kfd.teardown(&mut st, pid);
         }
-        crate::hw::queues::sync_process(&self.shared, &mut st, pid);
+        crate::amdkfd::scheduling::sync_process(&self.shared, &mut st, pid);
         // The kernel's exit_ptrace(): every tracee is detached and a
         // stopped one runs on.
         for p in st.processes.values_mut() {

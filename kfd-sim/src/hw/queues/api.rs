@@ -12,7 +12,8 @@ use amdgpu_topology::GpuId;
 use crate::kernel::Pid;
 use crate::{Sim, SimError};
 
-use super::{lock, sync_process, PacketRecord, QueueStatus};
+use super::{lock, PacketRecord, QueueStatus};
+use crate::amdkfd::scheduling::sync_process;
 
 impl Sim {
     /// What the engine of queue `q_id` of process `pid` is doing (`None`:

@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use crate::hw::sdma::VmFault;
-use crate::kernel::{Pid, State};
+use crate::kernel::Pid;
 
 use super::lock;
 
@@ -55,20 +55,14 @@ impl InterruptRing {
         lock(&self.pending).push_back((pid, irq));
     }
 
-    /// Delivers every pending interrupt of `pid` in order (the caller holds
-    /// the simulator's lock: `st`). Interrupts of a process that is gone
-    /// are dropped, as `kfd_lookup_process_by_pasid` finds nothing.
-    pub(crate) fn drain(&self, st: &mut State, pid: Pid) {
-        let mine: Vec<Interrupt> = {
-            let mut pending = lock(&self.pending);
-            let (mine, rest): (VecDeque<_>, VecDeque<_>) =
-                pending.drain(..).partition(|(p, _)| *p == pid);
-            *pending = rest;
-            mine.into_iter().map(|(_, irq)| irq).collect()
-        };
-        for irq in mine {
-            crate::amdkfd::event::deliver(st, pid, &irq);
-        }
+    /// Takes every pending interrupt of `pid`, oldest first, for the event
+    /// code to deliver (`crate::amdkfd::event::drain_interrupts`).
+    pub(crate) fn take(&self, pid: Pid) -> Vec<Interrupt> {
+        let mut pending = lock(&self.pending);
+        let (mine, rest): (VecDeque<_>, VecDeque<_>) =
+            pending.drain(..).partition(|(p, _)| *p == pid);
+        *pending = rest;
+        mine.into_iter().map(|(_, irq)| irq).collect()
     }
 
     /// Holds the pending interrupts, which engine threads push (see

@@ -10,14 +10,15 @@
 //!   simulator's memfds in either case.
 //! * Doorbells are noticed without the application's help: the engine
 //!   watches its slot of the process's doorbell page ([`doorbell`]).
-//! * The kernel's queue scheduling is [`sync_process`]: after every change
+//! * The kernel's queue scheduling (`crate::amdkfd::scheduling`) calls
+//!   [`sync`] with what it wants of each queue ([`QueueSpec`]): after every change
 //!   of a process's queues or eviction levels (CREATE/DESTROY/UPDATE_QUEUE,
 //!   the CRIU ops, the kernel's own evictions, exit) each queue runs when
 //!   its device's eviction level is 0 and it is active, and is otherwise
 //!   preempted: its engine finishes the packet it is in (the wait is
 //!   bounded by `queue_preemption_timeout_ms`, 9 s by default; a queue
 //!   that misses it fails CRIU's PROCESS_INFO with `ETIME` and runs on
-//!   ([`preempt_device`]), and is reset as hung on the other paths) and
+//!   ([`preempt`]), and is reset as hung on the other paths) and
 //!   its registers (read
 //!   pointer, latched write pointer, the IB position, a hang) go into the
 //!   MQD, which CRIU's checkpoint carries. A queue made to run again, on
@@ -29,9 +30,10 @@
 //! * Copies take time: SDMA queues share their engine's schedule and
 //!   bandwidth with the kernel rings of the DRM half
 //!   ([`Sim::set_sdma_bandwidth`]).
-//! * Interrupts (SDMA TRAP, CP end-of-pipe, VM faults, hangs) go through
-//!   [`interrupt::InterruptRing`] to the event code, which fires events and
-//!   wakes WAIT_EVENTS.
+//! * Interrupts (SDMA TRAP, CP end-of-pipe, VM faults, hangs) wait in
+//!   [`interrupt::InterruptRing`] until the event code takes them
+//!   ([`interrupt::InterruptRing::take`]), fires events and wakes
+//!   WAIT_EVENTS.
 //! * A packet an engine cannot execute, a kernel dispatch among them (the
 //!   simulator has no shader cores), stops the queue: the reason is logged
 //!   on stderr, kept in [`crate::Sim::queue_status`], and the process's
@@ -41,8 +43,9 @@
 //! (the engine thread and its control), `sdma`, `pm4`, `aql` (the packet
 //! sets), `doorbell`, `interrupt`, `trace`.
 //!
-//! This module never decides an ioctl's answer: the ioctl handlers do,
-//! then call [`sync_process`].
+//! This module never decides an ioctl's answer, nor reads the kernel's
+//! queue state: the ioctl handlers decide, and the scheduling code hands
+//! down what the engines need ([`QueueSpec`], [`Mqds`]).
 
 mod api;
 mod aql;
@@ -60,16 +63,17 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::amdkfd::queue::{is_sdma, KFD_QUEUE_FORMAT_PM4};
-use crate::kernel::{Pid, Shared, State};
+use crate::hw::sdma::EnginePort;
+use crate::kernel::{Pid, Shared};
 use crate::Errno;
 
 use self::doorbell::{DoorbellMap, Watcher};
 use self::interrupt::{Interrupt, InterruptRing};
-use self::ring::{Format, Geometry, Regs};
-use self::runner::{Config, QueueHw, Want};
+use self::ring::Regs;
+use self::runner::{QueueHw, Want};
 use self::trace::Trace;
 
+pub(crate) use self::runner::Config;
 pub use self::trace::PacketRecord;
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -217,84 +221,41 @@ impl Drop for QueueEngines {
     }
 }
 
-/// The engine configuration of queue `q_id` of `pid` as the kernel state
-/// says now, and whether it may run; `None` when it cannot have an engine
-/// (no VM).
-fn desired(
-    sim: &Shared,
-    st: &mut State,
-    pid: Pid,
-    q_id: u32,
-) -> Option<(Config, Arc<crate::hw::bo::Memfd>, bool)> {
-    let p = st.kfd_mut(pid)?;
-    let q = p.queues.get(&q_id)?.clone();
-    let pdd = q.pdd;
-    let drm_file = p.pdds.get(pdd)?.drm_file?;
-    let page = crate::amdkfd::doorbell_page(sim, p, pdd).ok()?;
-    let p = st.kfd(pid)?;
-    let gpu_idx = p.pdds[pdd].gpu;
-    let gpu = &sim.gpus[gpu_idx];
-    let soc15 = gpu.is_soc15();
-    let format = if is_sdma(q.ktype) {
-        Format::Sdma
-    } else if q.format == KFD_QUEUE_FORMAT_PM4 {
-        Format::Pm4
-    } else {
-        Format::Aql
-    };
-    let (slot, width) = if soc15 {
-        (u64::from(q.doorbell_id) * 8, 8)
-    } else {
-        (u64::from(q.q_id) * 4, 4)
-    };
-    let sdma = (format == Format::Sdma).then(|| {
-        (
-            gpu.drm.generation.sdma_rules(),
-            q.sdma_id % gpu.sdma_engines.max(1),
-        )
-    });
-    let cfg = Config {
-        pid,
-        q_id,
-        gpu: gpu_idx,
-        user_gpu_id: p.pdds[pdd].user_gpu_id,
-        geometry: Geometry {
-            format,
-            base: q.ring_base,
-            bytes: q.ring_size,
-            rptr_addr: q.read_ptr,
-            wptr_addr: q.write_ptr,
-            soc15,
-        },
-        sdma,
-        family: gpu.info.family,
-        drm_file,
-        doorbell_page: page.key(),
-        doorbell_slot: slot,
-        doorbell_width: width,
-    };
-    let runnable = p.queues_running(pdd) && q.is_active() && q.ring_size.is_power_of_two();
-    Some((cfg, page, runnable))
+/// What the kernel wants of one queue's engine, as its scheduling code
+/// computes it from the process's state (`crate::amdkfd::scheduling`).
+pub(crate) struct QueueSpec {
+    /// The engine's configuration.
+    pub(crate) cfg: Config,
+    /// The doorbell page the engine watches.
+    pub(crate) page: Arc<crate::hw::bo::Memfd>,
+    /// The SDMA engine's port, for an SDMA queue.
+    pub(crate) port: Option<EnginePort>,
+    /// Whether the queue may run.
+    pub(crate) runnable: bool,
 }
 
-/// Brings the engines of `pid`'s queues in line with the kernel state
-/// (see the module docs): spawns engines for new queues, stops those of
-/// destroyed ones, preempts queues that may not run (saving their
-/// registers in their MQDs) and loads and runs those that may. Then
-/// delivers the process's pending interrupts. The caller holds the
-/// simulator's lock (`st`); engines never wait for it.
-pub(crate) fn sync_process(sim: &Shared, st: &mut State, pid: Pid) {
-    let exec = &sim.exec;
-    let q_ids: Vec<u32> = st
-        .kfd(pid)
-        .map(|p| p.queues.keys().copied().collect())
-        .unwrap_or_default();
-    let mut wanted = BTreeMap::new();
-    for &q_id in &q_ids {
-        if let Some(d) = desired(sim, st, pid, q_id) {
-            wanted.insert(q_id, d);
-        }
-    }
+/// The MQDs of one process's queues, where an engine's registers are saved
+/// at a preemption and loaded from when it runs again. The kernel state
+/// holds them; the engines reach them only through this.
+pub(crate) trait Mqds {
+    /// Saves `regs` into the MQD of queue `q_id` if it still exists.
+    fn save(&mut self, q_id: u32, regs: &Regs);
+    /// The registers in the MQD of queue `q_id` (the defaults when there
+    /// is none).
+    fn load(&self, q_id: u32) -> Regs;
+}
+
+/// Brings the engines of `pid`'s queues in line with `wanted` (see the
+/// module docs): spawns engines for new queues, stops those of destroyed
+/// ones, preempts queues that may not run (saving their registers in their
+/// MQDs) and loads and runs those that may. The caller holds the
+/// simulator's lock; engines never wait for it.
+pub(crate) fn sync(
+    exec: &QueueEngines,
+    pid: Pid,
+    wanted: &BTreeMap<u32, QueueSpec>,
+    mqds: &mut dyn Mqds,
+) {
     let mut engines = lock(&exec.engines);
     // Engines of queues that are gone or changed shape stop first (their
     // registers saved if the queue is still there and the engine loaded
@@ -302,7 +263,7 @@ pub(crate) fn sync_process(sim: &Shared, st: &mut State, pid: Pid) {
     // RESUME, leaves the MQD the restore wrote for the next engine).
     let stale: Vec<(Pid, u32)> = engines
         .range((pid, 0)..=(pid, u32::MAX))
-        .filter(|((_, q), e)| wanted.get(q).is_none_or(|(cfg, _, _)| *cfg != e.hw.cfg))
+        .filter(|((_, q), e)| wanted.get(q).is_none_or(|spec| spec.cfg != e.hw.cfg))
         .map(|(k, _)| *k)
         .collect();
     for key in &stale {
@@ -316,17 +277,18 @@ pub(crate) fn sync_process(sim: &Shared, st: &mut State, pid: Pid) {
             continue;
         };
         if let (Some(regs), _) = e.hw.halt(Want::Stop, timeout) {
-            save_regs(st, key, &regs);
+            mqds.save(key.1, &regs);
         }
         if let Some(t) = e.thread.take() {
             let _ = t.join();
         }
     }
     // New engines start parked.
-    for (&q_id, (cfg, page, _)) in &wanted {
+    for (&q_id, spec) in wanted {
         if engines.contains_key(&(pid, q_id)) {
             continue;
         }
+        let (cfg, page) = (&spec.cfg, &spec.page);
         // A doorbell write is an event, not a value: the slot starts at a
         // value no producer writes first (ROCr's first AQL doorbell is
         // packet index 0), so the engine sees the first write change it.
@@ -335,10 +297,7 @@ pub(crate) fn sync_process(sim: &Shared, st: &mut State, pid: Pid) {
             continue;
         };
         let hw = QueueHw::new(cfg.clone(), map);
-        let port = cfg
-            .sdma
-            .map(|(_, engine)| sim.gpus[cfg.gpu].drm.sdma.port(engine));
-        let thread = runner::spawn(&hw, exec.me.clone(), port).ok();
+        let thread = runner::spawn(&hw, exec.me.clone(), spec.port.clone()).ok();
         if thread.is_none() {
             continue;
         }
@@ -349,12 +308,12 @@ pub(crate) fn sync_process(sim: &Shared, st: &mut State, pid: Pid) {
     // as hung (with its last registers).
     let park: Vec<u32> = wanted
         .iter()
-        .filter(|(q, (_, _, runnable))| {
-            !runnable && engines.get(&(pid, **q)).is_some_and(|e| !e.hw.parked())
+        .filter(|(q, spec)| {
+            !spec.runnable && engines.get(&(pid, **q)).is_some_and(|e| !e.hw.parked())
         })
         .map(|(q, _)| *q)
         .collect();
-    for (q, regs) in park_all(&engines, st, pid, &park, timeout) {
+    for (q, regs) in park_all(&engines, mqds, pid, &park, timeout) {
         let Some(mut regs) = regs else {
             continue;
         };
@@ -368,29 +327,17 @@ pub(crate) fn sync_process(sim: &Shared, st: &mut State, pid: Pid) {
                 ),
             });
         }
-        save_regs(st, (pid, q), &regs);
+        mqds.save(q, &regs);
     }
     // Run what may run, from the registers in its MQD.
-    for (q_id, (_, _, runnable)) in &wanted {
+    for (q_id, spec) in wanted {
         let Some(e) = engines.get(&(pid, *q_id)) else {
             continue;
         };
-        if *runnable && e.hw.parked() {
-            let regs = st
-                .kfd(pid)
-                .and_then(|p| p.queues.get(q_id))
-                .map(|q| Regs::from_mqd(&q.mqd))
-                .unwrap_or_default();
-            e.hw.run_from(regs);
+        if spec.runnable && e.hw.parked() {
+            e.hw.run_from(mqds.load(*q_id));
         }
     }
-    drop(engines);
-    if st.kfd(pid).is_some() {
-        exec.interrupts.drain(st, pid);
-    } else {
-        exec.interrupts.forget(pid);
-    }
-    exec.events.notify_all();
 }
 
 /// Asks the engines of `queues` of `pid` to park, all at once, then waits
@@ -400,7 +347,7 @@ pub(crate) fn sync_process(sim: &Shared, st: &mut State, pid: Pid) {
 /// (`None`: the engine never held any).
 fn park_all(
     engines: &BTreeMap<(Pid, u32), Engine>,
-    st: &mut State,
+    mqds: &mut dyn Mqds,
     pid: Pid,
     queues: &[u32],
     timeout: Duration,
@@ -420,48 +367,27 @@ fn park_all(
         match e.hw.halt(Want::Park, left) {
             // An engine without registers of its own was parked already.
             (None, true) => {}
-            (Some(regs), true) => save_regs(st, (pid, *q), &regs),
+            (Some(regs), true) => mqds.save(*q, &regs),
             (regs, false) => late.push((*q, regs)),
         }
     }
     late
 }
 
-/// The preemption step of an eviction of device `pdd` of `pid`
-/// (`evict_process_queues_cpsch`, whose runlist update waits for the
-/// unmap in `unmap_queues_cpsch`): the caller raised the device's eviction
-/// level; its queues that may no longer run are preempted, their
-/// registers saved into their MQDs. A queue that does not reach a packet
-/// boundary within the preemption timeout fails the eviction with
-/// `ETIME` (`amdkfd_fence_wait_timeout`) and is told to run on from where
-/// it is: its MQD keeps what it held, and the caller's error path takes
-/// the eviction level back. The real kernel also marks the scheduler hung
-/// and schedules a GPU reset; the simulator does not model the reset.
-pub(crate) fn preempt_device(
-    sim: &Shared,
-    st: &mut State,
+/// Preempts the queues of `pid` among `queues` whose engine runs and may
+/// not run on as it is (`None`: the queue may not run; `Some(cfg)`: it may
+/// run with `cfg`), saving their registers into their MQDs. A queue that
+/// does not reach a packet boundary within the preemption timeout is told
+/// to run on from where it is (its MQD keeps what it held) and the call
+/// fails with `ETIME` (see `crate::amdkfd::scheduling::preempt_device`).
+pub(crate) fn preempt(
+    exec: &QueueEngines,
     pid: Pid,
-    pdd: usize,
+    queues: Vec<(u32, Option<Config>)>,
+    mqds: &mut dyn Mqds,
 ) -> Result<(), Errno> {
-    let q_ids: Vec<u32> = st
-        .kfd(pid)
-        .map(|p| {
-            p.queues
-                .iter()
-                .filter(|(_, q)| q.pdd == pdd)
-                .map(|(id, _)| *id)
-                .collect()
-        })
-        .unwrap_or_default();
-    let wanted: Vec<(u32, Option<Config>)> = q_ids
-        .into_iter()
-        .map(|q_id| {
-            let runs = desired(sim, st, pid, q_id).and_then(|(cfg, _, run)| run.then_some(cfg));
-            (q_id, runs)
-        })
-        .collect();
-    let engines = lock(&sim.exec.engines);
-    let park: Vec<u32> = wanted
+    let engines = lock(&exec.engines);
+    let park: Vec<u32> = queues
         .into_iter()
         .filter(|(q_id, runs)| {
             engines
@@ -470,8 +396,8 @@ pub(crate) fn preempt_device(
         })
         .map(|(q_id, _)| q_id)
         .collect();
-    let timeout = sim.exec.preemption_timeout();
-    let late = park_all(&engines, st, pid, &park, timeout);
+    let timeout = exec.preemption_timeout();
+    let late = park_all(&engines, mqds, pid, &park, timeout);
     for (q_id, _) in &late {
         let e = &engines[&(pid, *q_id)];
         e.hw.run_on();
@@ -489,12 +415,5 @@ pub(crate) fn preempt_device(
         Ok(())
     } else {
         Err(Errno(libc::ETIME))
-    }
-}
-
-/// Saves `regs` into the MQD of queue `key` if it still exists.
-fn save_regs(st: &mut State, (pid, q_id): (Pid, u32), regs: &Regs) {
-    if let Some(q) = st.kfd_mut(pid).and_then(|p| p.queues.get_mut(&q_id)) {
-        regs.to_mqd(&mut q.mqd);
     }
 }
