@@ -33,7 +33,9 @@ mod submit;
 pub(crate) mod va;
 mod vm_snapshot;
 
-pub(crate) use vm_snapshot::{bo_memory, kfd_ranges, userptr_owner, vm_view, UserptrAccess};
+pub(crate) use vm_snapshot::{
+    bo_memory, engine_vm_view, kfd_ranges, userptr_owner, vm_view, UserptrAccess,
+};
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_int, c_void};

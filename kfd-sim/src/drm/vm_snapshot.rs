@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::hw::bo::{Backing, BoId, Domain};
 use crate::hw::sdma::{RangeBacking, UserMemory, VmRange, VmView};
-use crate::kernel::{FileKey, Pid, State};
+use crate::kernel::{FileKey, Pid, Shared, State};
 
 use super::{DrmDevice, DrmFile, VmTarget};
 
@@ -180,6 +180,25 @@ fn svm_ranges(st: &State, key: FileKey) -> Vec<VmRange> {
         }
     }
     out
+}
+
+/// The snapshot a queue engine reads memory through
+/// ([`crate::hw::queues::VmViewOf`]): render file `key`'s VM on GPU `gpu`,
+/// userptr pages checked; `None` when the file is gone.
+pub(crate) fn engine_vm_view(
+    shared: &Shared,
+    st: &State,
+    gpu: usize,
+    key: FileKey,
+) -> Option<VmView> {
+    let render = st.render(key)?;
+    Some(vm_view(
+        st,
+        &shared.gpus[gpu].drm,
+        &render.drm,
+        key,
+        UserptrAccess::Checked,
+    ))
 }
 
 /// Snapshot of render file `key`'s VM for an engine: its GEM_VA mappings

@@ -142,7 +142,7 @@ impl Sim {
             crate::kernel::sysfs::system_memory_of(&system, config.system_memory_bytes);
         Ok(Sim {
             shared: Arc::new_cyclic(|me| Shared {
-                exec: crate::hw::queues::QueueEngines::new(me.clone()),
+                exec: crate::hw::queues::QueueEngines::new(me.clone(), crate::drm::engine_vm_view),
                 gpus,
                 system_memory,
                 kfd_minor: std::sync::atomic::AtomicU32::new(config.kfd_minor_version),

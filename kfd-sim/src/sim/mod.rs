@@ -24,6 +24,7 @@ mod fork;
 mod host_memory;
 mod machine;
 mod ptrace;
+mod queues;
 
 pub use driver::SimDriver;
 pub use machine::Sim;

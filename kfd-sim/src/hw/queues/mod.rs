@@ -47,7 +47,6 @@
 //! queue state: the ioctl handlers decide, and the scheduling code hands
 //! down what the engines need ([`QueueSpec`], [`Mqds`]).
 
-mod api;
 mod aql;
 mod doorbell;
 pub(crate) mod interrupt;
@@ -64,7 +63,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::hw::sdma::EnginePort;
-use crate::kernel::{Pid, Shared};
+use crate::hw::sdma::VmView;
+use crate::kernel::{FileKey, Pid, Shared, State};
 use crate::Errno;
 
 use self::doorbell::{DoorbellMap, Watcher};
@@ -129,14 +129,33 @@ impl QueueStatus {
     }
 }
 
+impl std::fmt::Display for QueueStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} at {:#x} of {:#x} ({} packets)",
+            self.state, self.read_pointer, self.write_pointer, self.packets
+        )
+    }
+}
+
 struct Engine {
     hw: Arc<QueueHw>,
     thread: Option<JoinHandle<()>>,
 }
 
+/// How the engines get a snapshot of a compute VM: `(shared, st, gpu,
+/// file)` gives the VM of render file `file` on GPU `gpu`, `None` when the
+/// file is gone. The VM's mappings (GEM_VA, KFD allocations) are the
+/// handlers' state; the layer that builds the machine passes the builder
+/// (`crate::drm::engine_vm_view`).
+pub(crate) type VmViewOf = fn(&Shared, &State, usize, FileKey) -> Option<VmView>;
+
 /// The engines of one simulated machine (held by its shared state).
 pub(crate) struct QueueEngines {
     me: Weak<Shared>,
+    /// Builds the VM snapshots the engines read memory through.
+    pub(crate) vm_view_of: VmViewOf,
     engines: Mutex<BTreeMap<(Pid, u32), Engine>>,
     watcher: Arc<Watcher>,
     pub(crate) interrupts: InterruptRing,
@@ -156,10 +175,12 @@ impl std::fmt::Debug for QueueEngines {
 }
 
 impl QueueEngines {
-    /// The engines of the machine whose shared state `me` will be.
-    pub(crate) fn new(me: Weak<Shared>) -> Self {
+    /// The engines of the machine whose shared state `me` will be, reading
+    /// memory through the VM snapshots `vm_view_of` builds.
+    pub(crate) fn new(me: Weak<Shared>, vm_view_of: VmViewOf) -> Self {
         QueueEngines {
             me,
+            vm_view_of,
             engines: Mutex::new(BTreeMap::new()),
             watcher: Arc::default(),
             interrupts: InterruptRing::default(),
@@ -196,6 +217,19 @@ impl QueueEngines {
     /// parent's thread (see [`Watcher::forget_after_fork`]).
     pub(crate) fn after_host_fork(&self) {
         self.watcher.forget_after_fork();
+    }
+
+    /// The state of the engine of queue `q_id` of `pid`, if it has one.
+    pub(crate) fn status(&self, pid: Pid, q_id: u32) -> Option<QueueStatus> {
+        lock(&self.engines).get(&(pid, q_id)).map(|e| e.hw.status())
+    }
+
+    /// The engine state of every queue of `pid`, by queue id.
+    pub(crate) fn statuses(&self, pid: Pid) -> Vec<(u32, QueueStatus)> {
+        lock(&self.engines)
+            .range((pid, 0)..=(pid, u32::MAX))
+            .map(|((_, q), e)| (*q, e.hw.status()))
+            .collect()
     }
 
     /// An engine raised an interrupt of process `pid`.

@@ -701,14 +701,7 @@ fn snapshot(shared: &Shared, cfg: &Config) -> Option<Arc<VmView>> {
         Err(TryLockError::Poisoned(p)) => p.into_inner(),
         Err(TryLockError::WouldBlock) => return None,
     };
-    let render = st.render(cfg.drm_file)?;
-    Some(Arc::new(crate::drm::vm_view(
-        &st,
-        &shared.gpus[cfg.gpu].drm,
-        &render.drm,
-        cfg.drm_file,
-        crate::drm::UserptrAccess::Checked,
-    )))
+    (shared.exec.vm_view_of)(shared, &st, cfg.gpu, cfg.drm_file).map(Arc::new)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
-//! What tests and tools see of the queue engines: a queue's state, waiting
-//! for a process's queues to settle, the packet trace, reading GPU memory
-//! through a process's VM, and the kernel's own queue evictions.
+//! What tests and tools see of the queue engines (`crate::hw::queues`): a
+//! queue's state, waiting for a process's queues to settle, the packet
+//! trace, reading GPU memory through a process's VM, and the kernel's own
+//! queue evictions.
 //!
 //! Observation and the kernel's eviction path only: this module never
 //! executes a packet.
@@ -9,27 +10,21 @@ use std::time::{Duration, Instant};
 
 use amdgpu_topology::GpuId;
 
-use crate::kernel::Pid;
-use crate::{Sim, SimError};
-
-use super::{lock, PacketRecord, QueueStatus};
+use super::Sim;
 use crate::amdkfd::scheduling::sync_process;
+use crate::hw::queues::{PacketRecord, QueueStatus};
+use crate::kernel::{Pid, SimError};
 
 impl Sim {
     /// What the engine of queue `q_id` of process `pid` is doing (`None`:
     /// no such queue, or one that cannot run at all: no VM on its GPU).
     pub fn queue_status(&self, pid: Pid, q_id: u32) -> Option<QueueStatus> {
-        let engines = lock(&self.shared.exec.engines);
-        engines.get(&(pid, q_id)).map(|e| e.hw.status())
+        self.shared.exec.status(pid, q_id)
     }
 
     /// The engine state of every queue of `pid`, by queue id.
     pub fn queue_statuses(&self, pid: Pid) -> Vec<(u32, QueueStatus)> {
-        let engines = lock(&self.shared.exec.engines);
-        engines
-            .range((pid, 0)..=(pid, u32::MAX))
-            .map(|((_, q), e)| (*q, e.hw.status()))
-            .collect()
+        self.shared.exec.statuses(pid)
     }
 
     /// Waits until every queue of `pid` has settled (consumed its ring up to
@@ -128,15 +123,5 @@ impl Sim {
         }
         sync_process(&self.shared, &mut st, pid);
         Ok(())
-    }
-}
-
-impl std::fmt::Display for QueueStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{:?} at {:#x} of {:#x} ({} packets)",
-            self.state, self.read_pointer, self.write_pointer, self.packets
-        )
     }
 }
