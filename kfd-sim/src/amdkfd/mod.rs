@@ -24,6 +24,7 @@ pub(crate) mod saved;
 pub(crate) mod scheduling;
 pub(crate) mod svm;
 pub(crate) mod tile_config;
+pub(crate) mod waits;
 
 use std::ffi::{c_int, c_void};
 use std::os::fd::OwnedFd;

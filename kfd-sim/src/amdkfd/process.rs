@@ -190,7 +190,7 @@ pub(crate) struct KfdProcess {
     /// Number of times RESUME ran (for observation).
     pub(crate) resumed: u32,
     /// WAIT_EVENTS calls blocked on this process's events.
-    pub(crate) waits: super::event_wait::Waits,
+    pub(crate) waits: super::waits::Waits,
     /// The address space its user addresses name (the caller's when it
     /// opened `/dev/kfd`): where a GPU reaches the memory of its SVM
     /// ranges.
