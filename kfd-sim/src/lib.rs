@@ -9,8 +9,8 @@ mod sim;
 pub mod workload;
 
 pub use hw::{family, sdma};
-pub use kernel::{accounting, module_params, proc_files, scratch};
-pub use sim::fault;
+pub use kernel::{accounting, module_params, scratch};
+pub use sim::{fault, proc_files};
 
 pub use amdkfd::saved::{saved_queues, SavedQueue};
 pub use hw::queues::{PacketRecord, QueueState, QueueStatus};
@@ -27,6 +27,6 @@ pub use sim::fault::{FaultKind, FaultParseError, FaultSpec};
 pub use sim::{ForkHold, Sim, SimDriver};
 
 /// A kernel error number, as the simulated kernel returns it: the `kfd`
-/// crate's [`kfd::Errno`], so the two crates share one type and one table
+/// crate's [`::kfd::Errno`], so the two crates share one type and one table
 /// of errno names.
-pub use kfd::Errno;
+pub use ::kfd::Errno;

@@ -32,7 +32,7 @@ use super::{init_vm, proc_mut, GPUVM_BASE};
 use crate::hw::bo::{Domain, PAGE_SIZE};
 use crate::kernel::fault::CRIU_OP_NAMES;
 use crate::kernel::{copy_from_user, copy_to_user, typed, Ctx, FileKey, Pid, State};
-use crate::Errno;
+use ::kfd::Errno;
 
 /// Counts PROCESS_INFO reports and CHECKPOINT re-checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,7 +30,7 @@ use super::{bind, proc_mut};
 use crate::hw::bo::{Backing, Memfd};
 use crate::hw::queues::interrupt::Interrupt;
 use crate::kernel::{typed, Ctx, Pid, Shared, State};
-use crate::Errno;
+use ::kfd::Errno;
 
 /// Value of a slot no signal has written.
 pub(crate) const UNSIGNALED_EVENT_SLOT: u64 = u64::MAX;

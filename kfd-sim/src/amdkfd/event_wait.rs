@@ -27,7 +27,7 @@ use super::proc_mut;
 use super::process::KfdProcess;
 use super::waits::WaitSlot;
 use crate::kernel::{copy_from_user, copy_to_user, typed, Ctx, Pid, Shared, State};
-use crate::Errno;
+use ::kfd::Errno;
 
 /// Size of `struct kfd_event_data`; the event id is at byte 40.
 const EVENT_DATA_SIZE: usize = 48;

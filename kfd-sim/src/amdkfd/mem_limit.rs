@@ -26,7 +26,7 @@
 
 use crate::hw::bo::{BoStore, Domain};
 use crate::kernel::Shared;
-use crate::Errno;
+use ::kfd::Errno;
 
 /// `VRAM_AVAILABLITY_ALIGN`: availability is reported in 2 MiB steps (and
 /// KFD VRAM use counted in them, `crate::hw::bo::KfdUsage`).

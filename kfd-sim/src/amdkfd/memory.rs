@@ -11,7 +11,7 @@ use super::process::{KfdMem, KfdProcess};
 use super::{bind, proc_mut};
 use crate::hw::bo::{BoId, Domain, PAGE_SIZE};
 use crate::kernel::{copy_from_user, typed, Ctx, Pid, State};
-use crate::Errno;
+use ::kfd::Errno;
 
 /// `MAKE_HANDLE(gpu_id, idr)`.
 pub(crate) fn make_handle(gpu_id: u32, slot: u32) -> u64 {

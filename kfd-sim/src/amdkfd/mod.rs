@@ -34,7 +34,7 @@ use kfd_sys::*;
 
 use crate::hw::bo::{Memfd, PAGE_SIZE};
 use crate::kernel::{marshal, typed, Ctx, FileKey, OpenFile, Pid, Shared, State};
-use crate::Errno;
+use ::kfd::Errno;
 
 /// One past the last ioctl number the simulated kernel implements.
 pub(crate) const SIM_COMMAND_END: u32 = 0x25;

@@ -24,7 +24,7 @@
 use kfd_sys::KFD_CRIU_PRIV_VERSION;
 
 use crate::kernel::copy_from_user;
-use crate::Errno;
+use ::kfd::Errno;
 
 /// Process record size.
 pub(crate) const PROCESS_RECORD: u64 = 8;

@@ -20,7 +20,7 @@ use kfd_sys::*;
 use super::process::{KfdProcess, Queue};
 use super::{bind, proc_mut};
 use crate::kernel::{copy_from_user, copy_to_user, typed, Ctx, Gpu, Pid};
-use crate::Errno;
+use ::kfd::Errno;
 
 /// Kernel queue types (`enum kfd_queue_type`).
 pub(crate) const KFD_QUEUE_TYPE_COMPUTE: u32 = 0;

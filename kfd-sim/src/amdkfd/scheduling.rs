@@ -15,7 +15,7 @@ use super::queue::{is_sdma, KFD_QUEUE_FORMAT_PM4};
 use crate::hw::queues::ring::{Format, Geometry, Regs};
 use crate::hw::queues::{Config, Mqds, QueueSpec};
 use crate::kernel::{Pid, Shared, State};
-use crate::Errno;
+use ::kfd::Errno;
 
 /// The MQDs of process `pid`'s queues in the kernel state.
 struct ProcessMqds<'a> {

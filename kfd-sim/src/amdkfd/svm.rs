@@ -20,7 +20,7 @@ use super::proc_mut;
 use super::process::{KfdProcess, SvmRange};
 use crate::hw::bo::PAGE_SIZE;
 use crate::kernel::{Ctx, Pid};
-use crate::Errno;
+use ::kfd::Errno;
 
 /// Default granularity (2^9 pages = 2 MiB).
 pub(crate) const DEFAULT_GRANULARITY: u32 = 9;

@@ -20,7 +20,7 @@ use kfd_sys::*;
 
 use super::proc_mut;
 use crate::kernel::{copy_to_user, typed, Ctx, Pid};
-use crate::Errno;
+use ::kfd::Errno;
 
 /// `ARRAY_SIZE(adev->gfx.config.tile_mode_array)`.
 const TILE_CONFIGS: u32 = 32;

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::hw::bo::{Bo, BoId, Domain};
 use crate::kernel::{copy_to_user, FileKey};
-use crate::Errno;
+use ::kfd::Errno;
 
 /// `AMDGPU_GEM_CREATE_DISCARDABLE` (newer than the installed header).
 const GEM_CREATE_DISCARDABLE: u64 = 1 << 12;

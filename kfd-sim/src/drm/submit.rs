@@ -18,7 +18,7 @@ use super::{read_arg, vm_view, write_arg, Call, Context, Entity, Step, SCHED_JOB
 use crate::hw::bo::BoId;
 use crate::hw::sdma::{Deadline, Fence, Ib, Job, JobError, ShortDma};
 use crate::kernel::copy_from_user;
-use crate::Errno;
+use ::kfd::Errno;
 
 /// `AMDGPU_VM_MAX_NUM_CTX`: context ids are below this.
 const MAX_CTX: u32 = 4096;

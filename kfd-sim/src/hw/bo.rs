@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::kernel::FileKey;
-use crate::Errno;
+use ::kfd::Errno;
 
 /// Page size the simulator uses for every aperture and offset (4 KiB, as on x86-64).
 pub(crate) const PAGE_SIZE: u64 = 4096;

@@ -9,3 +9,8 @@ pub mod family;
 pub(crate) mod offset_space;
 pub(crate) mod queues;
 pub mod sdma;
+
+/// A held lock guard, whatever it guards: the engines hand theirs to
+/// `crate::Sim::hold_for_fork` this way.
+pub(crate) trait Held {}
+impl<T> Held for T {}

@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::Errno;
+use ::kfd::Errno;
 
 /// First DRM fake mmap offset in bytes: `DRM_FILE_PAGE_OFFSET_START`
 /// (`(0xFFFFFFFF >> PAGE_SHIFT) + 1` pages) on 64-bit.

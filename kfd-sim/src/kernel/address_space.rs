@@ -2,7 +2,7 @@
 //! processes whose user addresses are real CPU mappings (a host process
 //! served remotely, or one created with `ProcessConfig::host_address_space`):
 //! the VMA walk of `svm_range_is_valid` and the MMU notifier that ends SVM
-//! ranges when their memory is unmapped ([`Sim::cpu_unmapped`]).
+//! ranges when their memory is unmapped (`crate::Sim::cpu_unmapped`).
 //!
 //! The mappings are read from `/proc/<pid>/maps` of the caller's address
 //! space ([`super::maps_path`]). A mapping of one of the simulator's own
@@ -10,9 +10,7 @@
 //! which the kernel marks `VM_IO | VM_PFNMAP` (TTM's and KFD's mmap
 //! handlers). This module never changes a mapping.
 
-use super::Pid;
-use crate::Errno;
-use crate::Sim;
+use ::kfd::Errno;
 
 /// The name prefix of every memfd the simulator creates, as `/proc/*/maps`
 /// shows it (`/memfd:kfd-sim-vram (deleted)`).
@@ -53,25 +51,6 @@ pub(crate) fn check_mapped(maps: &str, start: u64, size: u64) -> Result<(), Errn
 pub(crate) fn check_caller_mapped(start: u64, size: u64) -> Result<(), Errno> {
     let maps = std::fs::read_to_string(super::maps_path()).map_err(|_| Errno(libc::EFAULT))?;
     check_mapped(&maps, start, size)
-}
-
-impl Sim {
-    /// Process `pid` unmapped `[start, start+len)` of its CPU address
-    /// space (`munmap`, or a `MAP_FIXED` mapping over it): the kernel's MMU
-    /// notifier (`svm_range_cpu_invalidate_pagetables` with
-    /// `MMU_NOTIFY_UNMAP`, then `svm_range_unmap_from_cpu` in `kfd_svm.c`)
-    /// removes that part of every SVM range, splitting ranges it cuts.
-    /// Nothing happens for a process without real CPU mappings
-    /// (`ProcessConfig::host_address_space`) or without a KFD process.
-    pub fn cpu_unmapped(&self, pid: Pid, start: u64, len: u64) {
-        let mut st = self.lock();
-        if !st.processes.get(&pid).is_some_and(|p| p.real_mm) {
-            return;
-        }
-        if let Some(kfd) = st.kfd_mut(pid) {
-            crate::amdkfd::svm::unmap_from_cpu(kfd, start, start.saturating_add(len));
-        }
-    }
 }
 
 #[cfg(test)]

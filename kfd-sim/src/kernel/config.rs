@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use amdgpu_topology::{GpuId, RenderMinor};
 
-use crate::Errno;
+use ::kfd::Errno;
 
 /// Character-device major the simulator reports for `/dev/kfd`. The real
 /// major is assigned dynamically at boot (often 234–511); the simulator uses

@@ -9,7 +9,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::kernel::State;
-use crate::Errno;
+use ::kfd::Errno;
 
 /// What kind of operation a fault targets (derived from its name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

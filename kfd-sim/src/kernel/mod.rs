@@ -5,14 +5,13 @@
 //! by [`FileKey`]), simulated processes and their host memory, the caller's
 //! CPU address space, copying ioctl arguments from and to user memory
 //! (`uaccess`), fault injection, accounting, the sysfs tree, module
-//! parameters, scratch directories and `/proc` files.
+//! parameters and scratch directories.
 
 pub mod accounting;
 pub(crate) mod address_space;
 mod config;
 pub(crate) mod fault;
 pub mod module_params;
-pub mod proc_files;
 mod process;
 mod retired;
 pub mod scratch;

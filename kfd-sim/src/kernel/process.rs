@@ -11,7 +11,7 @@ use std::io;
 use kfd::{AnonymousMapping, AnonymousOptions, Sharing};
 
 use crate::amdkfd::process::KfdProcess;
-use crate::Errno;
+use ::kfd::Errno;
 
 use super::Pid;
 

@@ -14,7 +14,7 @@ use tempfile::TempDir;
 use crate::amdkfd::process::KfdProcess;
 use crate::hw::bo::{BoStore, Memfd};
 use crate::kernel::fault::FaultTable;
-use crate::Errno;
+use ::kfd::Errno;
 
 use super::{CpuMapping, GpuInfo, HostRegion, Pid, Process, SimConfig};
 

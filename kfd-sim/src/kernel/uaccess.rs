@@ -21,7 +21,7 @@ use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
 
-use crate::Errno;
+use ::kfd::Errno;
 
 /// The address space user pointers of the current call refer to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

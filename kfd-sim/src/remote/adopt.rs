@@ -28,7 +28,8 @@ use crate::hw::bo::{Backing, Memfd};
 use std::os::fd::AsRawFd;
 
 use crate::kernel::{CpuMapping, FileKey, State};
-use crate::{Errno, Pid};
+use crate::Pid;
+use ::kfd::Errno;
 
 /// One line of `/proc/PID/maps` backed by one of the simulator's memfds
 /// (as CRIU restores it: a memfd of the same name).

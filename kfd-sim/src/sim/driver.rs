@@ -17,7 +17,7 @@ use kfd::{DeviceNumber, Driver, FdKind, FrozenCgroup, HostDriver, ProcessStatus}
 
 use crate::amdkfd::process::KfdProcess;
 use crate::hw::bo::{memfd_create, Memfd};
-use crate::Errno;
+use ::kfd::Errno;
 
 use super::Sim;
 use crate::kernel::{

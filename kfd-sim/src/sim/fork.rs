@@ -24,9 +24,7 @@
 use super::Sim;
 use crate::kernel::{Pid, Process, SimError};
 
-/// A held lock guard, whatever it guards (see [`ForkHold`]).
-pub(crate) trait Held {}
-impl<T> Held for T {}
+use crate::hw::Held;
 
 /// Every lock of a simulator that its own threads (queue engines, the
 /// doorbell watcher, SDMA workers) or a caller outside the simulator's

@@ -7,7 +7,7 @@
 
 use std::ffi::c_int;
 
-use crate::Errno;
+use ::kfd::Errno;
 
 use super::Sim;
 use crate::kernel::{HostMemorySnapshot, HostRegion, Pid, SimError};

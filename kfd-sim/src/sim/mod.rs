@@ -18,16 +18,18 @@
 //! applications' host memory) and `ptrace` (process control syscalls). The
 //! state itself lives in [`crate::kernel`].
 
+mod address_space;
 mod driver;
 pub mod fault;
 mod fork;
 mod host_memory;
 mod machine;
+pub mod proc_files;
 mod ptrace;
 mod queues;
+mod sdma;
 
 pub use driver::SimDriver;
 pub use machine::Sim;
 
 pub use fork::ForkHold;
-pub(crate) use fork::Held;

@@ -30,7 +30,7 @@ use kfd::{FrozenCgroup, ProcessStatus};
 
 use crate::hw::bo::memfd_create;
 use crate::kernel::SimError;
-use crate::Errno;
+use ::kfd::Errno;
 
 use super::{Sim, SimDriver};
 use crate::kernel::{FileKey, Pid, Process, State};

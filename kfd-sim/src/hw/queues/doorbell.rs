@@ -22,7 +22,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::hw::bo::Memfd;
-use crate::Errno;
+use ::kfd::Errno;
 
 use super::lock;
 use super::runner::QueueHw;

@@ -65,7 +65,7 @@ use std::time::{Duration, Instant};
 use crate::hw::sdma::EnginePort;
 use crate::hw::sdma::VmView;
 use crate::kernel::{FileKey, Pid, Shared, State};
-use crate::Errno;
+use ::kfd::Errno;
 
 use self::doorbell::{DoorbellMap, Watcher};
 use self::interrupt::{Interrupt, InterruptRing};
@@ -206,7 +206,7 @@ impl QueueEngines {
 
     /// Holds the locks the engine and watcher threads take, and the engine
     /// table, until `held` is dropped (see [`crate::Sim::hold_for_fork`]).
-    pub(crate) fn hold_for_fork<'a>(&'a self, held: &mut Vec<Box<dyn crate::sim::Held + 'a>>) {
+    pub(crate) fn hold_for_fork<'a>(&'a self, held: &mut Vec<Box<dyn crate::hw::Held + 'a>>) {
         held.push(Box::new(lock(&self.engines)));
         held.push(Box::new(self.watcher.hold()));
         held.push(Box::new(self.interrupts.hold()));

@@ -418,7 +418,7 @@ impl SdmaEngine {
     /// Holds the locks the engine's threads take (the engines' and the
     /// GPU's schedules, the statistics) until `held` is dropped (see
     /// [`crate::Sim::hold_for_fork`]).
-    pub(crate) fn hold_for_fork<'a>(&'a self, held: &mut Vec<Box<dyn crate::sim::Held + 'a>>) {
+    pub(crate) fn hold_for_fork<'a>(&'a self, held: &mut Vec<Box<dyn crate::hw::Held + 'a>>) {
         for clock in &self.clocks {
             held.push(Box::new(clock.hold()));
         }

@@ -359,7 +359,7 @@ impl UserMemory {
         }
         match crate::kernel::remote_read(pid, (self.addr + start) as u64, buf) {
             Ok(()) => Ok(()),
-            Err(crate::Errno(libc::ESRCH)) => {
+            Err(::kfd::Errno(libc::ESRCH)) => {
                 buf.fill(0);
                 Ok(())
             }
@@ -375,7 +375,7 @@ impl UserMemory {
             return Ok(());
         }
         match crate::kernel::remote_write(pid, (self.addr + start) as u64, data) {
-            Ok(()) | Err(crate::Errno(libc::ESRCH)) => Ok(()),
+            Ok(()) | Err(::kfd::Errno(libc::ESRCH)) => Ok(()),
             Err(_) => Err(MemoryError {
                 offset: start as u64,
                 len: data.len(),

@@ -35,9 +35,9 @@ use kfd_sys::{
     KFD_IOC_ALLOC_MEM_FLAGS_GTT, KFD_IOC_ALLOC_MEM_FLAGS_USERPTR, KFD_IOC_ALLOC_MEM_FLAGS_VRAM,
 };
 
+use super::Sim;
 use crate::hw::bo::Domain;
 use crate::kernel::OpenFile;
-use crate::Sim;
 
 /// A written snapshot; the files go away when it is dropped.
 #[derive(Debug)]
