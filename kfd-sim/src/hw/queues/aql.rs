@@ -24,10 +24,10 @@
 //!
 //! This module never touches memory outside the queue's VM snapshot.
 
+use super::engine::{Engine, Step};
 use super::interrupt::Interrupt;
 use super::pm4::{ib_step, IbStep};
 use super::ring::IbPosition;
-use super::runner::{Engine, Step};
 
 /// `hsa_packet_type_t`.
 const TYPE_VENDOR_SPECIFIC: u16 = 0;

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use crate::hw::bo::Memfd;
 use ::kfd::Errno;
 
+use super::engine::QueueHw;
 use super::lock;
-use super::runner::QueueHw;
 
 /// A read-only shared mapping of a doorbell page, unmapped on drop.
 #[derive(Debug)]

@@ -49,6 +49,7 @@
 
 mod aql;
 mod doorbell;
+mod engine;
 pub(crate) mod interrupt;
 mod pm4;
 pub(crate) mod ring;
@@ -68,12 +69,12 @@ use crate::kernel::{FileKey, Pid, Shared, State};
 use ::kfd::Errno;
 
 use self::doorbell::{DoorbellMap, Watcher};
+use self::engine::{QueueHw, Want};
 use self::interrupt::{Interrupt, InterruptRing};
 use self::ring::Regs;
-use self::runner::{QueueHw, Want};
 use self::trace::Trace;
 
-pub(crate) use self::runner::Config;
+pub(crate) use self::engine::Config;
 pub use self::trace::PacketRecord;
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -24,9 +24,9 @@
 
 use kfd_sys::pm4::*;
 
+use super::engine::{Engine, Step};
 use super::interrupt::Interrupt;
 use super::ring::IbPosition;
-use super::runner::{Engine, Step};
 use super::sdma::{compare, gpu_clock};
 
 /// `AMDGPU_FAMILY_AI`: RELEASE_MEM grew an `int_ctxid` dword.

@@ -30,8 +30,8 @@ use crate::hw::sdma::{
     copy_bytes, FaultTrack, COPY_ENDIAN_SWAP_BITS, COPY_UNSUPPORTED_HEADER_BITS,
 };
 
+use super::engine::{Engine, Step};
 use super::interrupt::Interrupt;
-use super::runner::{Engine, Step};
 
 /// The name of SDMA opcode `op` for errors and traces.
 pub(crate) fn op_name(op: u32) -> &'static str {

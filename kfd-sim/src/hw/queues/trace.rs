@@ -8,8 +8,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use super::engine::Config;
 use super::lock;
-use super::runner::Config;
 use crate::kernel::Pid;
 
 /// Most packets kept.
