@@ -29,6 +29,6 @@ pub(crate) use address_space::check_caller_mapped;
 pub(crate) use process::{on_caller_thread, CpuMapping, HostRegion, Process};
 pub(crate) use state::{Ctx, FileKey, Gpu, KfdFile, OpenFile, RenderFile, Shared, State};
 pub(crate) use uaccess::{
-    close_user_fd, copy_from_user, copy_to_user, current_space, in_remote_space, install_fd,
-    maps_path, marshal, remote_read, remote_write, typed, user_fd, Space,
+    client_alive, close_user_fd, copy_from_user, copy_to_user, current_space, in_remote_space,
+    install_fd, maps_path, marshal, remote_read, remote_write, typed, user_fd, Space, LIVE_CLIENTS,
 };

@@ -18,8 +18,10 @@
 //! [`SimDriver`]: crate::SimDriver
 
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::sync::{Mutex, PoisonError};
 
 use ::kfd::Errno;
 
@@ -116,6 +118,20 @@ pub(crate) fn maps_path() -> String {
         Space::Local => "/proc/self/maps".to_owned(),
         Space::Remote(pid) => format!("/proc/{pid}/maps"),
     }
+}
+
+/// Host pids whose memory the device may still reach (live clients of
+/// `crate::remote`), with the number of holds on each (one per live host
+/// instance, one per other connection); `crate::remote` keeps the count.
+pub(crate) static LIVE_CLIENTS: Mutex<BTreeMap<libc::pid_t, usize>> = Mutex::new(BTreeMap::new());
+
+/// Whether host process `pid` is a client being served (its userptr pages
+/// still its memory).
+pub(crate) fn client_alive(pid: libc::pid_t) -> bool {
+    LIVE_CLIENTS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .contains_key(&pid)
 }
 
 /// Reads `buf.len()` bytes at `addr` of process `pid`: `EFAULT` unless all

@@ -110,7 +110,6 @@ mod wire;
 
 pub(crate) use adopt::adopt_restored_mappings;
 pub use client::{is_connection, RemoteDriver};
-pub(crate) use hosts::client_alive;
 pub use hosts::HostService;
 pub use probe::child_memory_reachable;
 pub(crate) use server::{client_close, client_fd, client_install};

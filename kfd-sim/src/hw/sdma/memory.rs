@@ -353,7 +353,7 @@ impl UserMemory {
         start: usize,
         buf: &mut [u8],
     ) -> Result<(), MemoryError> {
-        if !self.own && !crate::remote::client_alive(pid) {
+        if !self.own && !crate::kernel::client_alive(pid) {
             buf.fill(0);
             return Ok(());
         }
@@ -371,7 +371,7 @@ impl UserMemory {
     }
 
     fn remote_write(&self, pid: libc::pid_t, start: usize, data: &[u8]) -> Result<(), MemoryError> {
-        if !self.own && !crate::remote::client_alive(pid) {
+        if !self.own && !crate::kernel::client_alive(pid) {
             return Ok(());
         }
         match crate::kernel::remote_write(pid, (self.addr + start) as u64, data) {
