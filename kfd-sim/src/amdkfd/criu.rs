@@ -761,7 +761,7 @@ fn resume(ctx: &mut Ctx<'_>, a: &kfd_ioctl_criu_args) -> Result<(), Errno> {
     // A host process restored by real CRIU maps CRIU's copies of its BOs'
     // memory: they become the BOs' memory (see crate::remote).
     if ctx.st.processes.get(&target).is_some_and(|p| p.host) {
-        crate::remote::adopt_restored_mappings(ctx.st, target)?;
+        super::adopt::adopt_restored_mappings(ctx.st, target)?;
     }
     Ok(())
 }

@@ -12,6 +12,7 @@
 //! `ENOTTY` like a kernel without them. This module never touches DRM state
 //! beyond the "VM owned by a KFD process" marker of a render file.
 
+pub(crate) mod adopt;
 pub(crate) mod criu;
 pub(crate) mod event;
 pub(crate) mod event_wait;

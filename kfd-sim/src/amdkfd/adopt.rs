@@ -27,8 +27,8 @@ use kfd_sys::{KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP, KFD_IOC_ALLOC_MEM_FLAGS_USERPT
 use crate::hw::bo::{Backing, Memfd};
 use std::os::fd::AsRawFd;
 
+use crate::kernel::Pid;
 use crate::kernel::{CpuMapping, FileKey, State};
-use crate::Pid;
 use ::kfd::Errno;
 
 /// One line of `/proc/PID/maps` backed by one of the simulator's memfds
