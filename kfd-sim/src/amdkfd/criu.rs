@@ -29,10 +29,10 @@ use super::queue::{
     SDMA_DOORBELL_BASE,
 };
 use super::{init_vm, proc_mut, GPUVM_BASE};
-use crate::bo::{Domain, PAGE_SIZE};
-use crate::fault::CRIU_OP_NAMES;
-use crate::sim::{copy_from_user, copy_to_user, typed, Ctx, FileKey, Pid, State};
-use crate::Errno;
+use crate::hw::bo::{Domain, PAGE_SIZE};
+use crate::kernel::fault::CRIU_OP_NAMES;
+use crate::kernel::{copy_from_user, copy_to_user, typed, Ctx, FileKey, Pid, State};
+use ::kfd::Errno;
 
 /// Counts PROCESS_INFO reports and CHECKPOINT re-checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,21 +86,23 @@ pub(crate) fn criu_op(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_i
     let r = match CRIU_OP_NAMES.get(a.op as usize) {
         None => Err(Errno(libc::EINVAL)),
         Some(name) => {
-            crate::fault::check(ctx.st, &format!("CRIU_OP:{name}")).and_then(|()| match a.op {
-                KFD_CRIU_OP_PROCESS_INFO => process_info(ctx, pid, &mut a),
-                KFD_CRIU_OP_CHECKPOINT => checkpoint(ctx, pid, &mut a),
-                KFD_CRIU_OP_UNPAUSE => unpause(ctx, pid),
-                KFD_CRIU_OP_RESTORE => restore(ctx, pid, &mut a),
-                _ => resume(ctx, &a),
+            crate::kernel::fault::check(ctx.st, &format!("CRIU_OP:{name}")).and_then(|()| {
+                match a.op {
+                    KFD_CRIU_OP_PROCESS_INFO => process_info(ctx, pid, &mut a),
+                    KFD_CRIU_OP_CHECKPOINT => checkpoint(ctx, pid, &mut a),
+                    KFD_CRIU_OP_UNPAUSE => unpause(ctx, pid),
+                    KFD_CRIU_OP_RESTORE => restore(ctx, pid, &mut a),
+                    _ => resume(ctx, &a),
+                }
             })
         }
     };
     typed(buf, |out: &mut kfd_ioctl_criu_args| *out = a);
     // Evictions changed: queues stop at a packet boundary (their registers
     // into their MQDs before CHECKPOINT reads them) or run again.
-    crate::exec::sync_process(ctx.sim, ctx.st, pid);
+    crate::amdkfd::scheduling::sync_process(ctx.sim, ctx.st, pid);
     if a.op == KFD_CRIU_OP_RESUME && Pid(a.pid) != pid {
-        crate::exec::sync_process(ctx.sim, ctx.st, Pid(a.pid));
+        crate::amdkfd::scheduling::sync_process(ctx.sim, ctx.st, Pid(a.pid));
     }
     r.map(|()| 0)
 }
@@ -114,7 +116,7 @@ fn restore_once(p: &mut KfdProcess) {
 
 /// Evicts the queues of every pdd one level (`kfd_process_evict_queues`),
 /// preempting each device's queues once its level is raised
-/// ([`crate::exec::preempt_device`]: a queue that misses the preemption
+/// ([`crate::hw::queues::preempt_device`]: a queue that misses the preemption
 /// timeout fails the device's eviction with `ETIME`). Each device's
 /// eviction is also a fault point `EVICT`: an injected `EIO` is tolerated
 /// (the device counts as evicted, as after a GPU hang); any other error
@@ -122,7 +124,7 @@ fn restore_once(p: &mut KfdProcess) {
 fn evict_all(ctx: &mut Ctx<'_>, pid: Pid) -> Result<(), Errno> {
     let n = proc_mut(ctx.st, pid)?.pdds.len();
     for i in 0..n {
-        let evicted = match crate::fault::check(ctx.st, "EVICT") {
+        let evicted = match crate::kernel::fault::check(ctx.st, "EVICT") {
             Err(e) if e.0 == libc::EIO => {
                 proc_mut(ctx.st, pid)?.pdds[i].eviction += 1;
                 Ok(())
@@ -130,15 +132,17 @@ fn evict_all(ctx: &mut Ctx<'_>, pid: Pid) -> Result<(), Errno> {
             Err(e) => Err(e),
             Ok(()) => {
                 proc_mut(ctx.st, pid)?.pdds[i].eviction += 1;
-                crate::exec::preempt_device(ctx.sim, ctx.st, pid, i).inspect_err(|_| {
-                    // The kernel keeps this device's raised level and its
-                    // error path's queue restore takes it back: the same
-                    // end, as the device was at level 0 (else nothing of it
-                    // ran to preempt).
-                    if let Ok(p) = proc_mut(ctx.st, pid) {
-                        p.pdds[i].eviction = p.pdds[i].eviction.saturating_sub(1);
-                    }
-                })
+                crate::amdkfd::scheduling::preempt_device(ctx.sim, ctx.st, pid, i).inspect_err(
+                    |_| {
+                        // The kernel keeps this device's raised level and its
+                        // error path's queue restore takes it back: the same
+                        // end, as the device was at level 0 (else nothing of it
+                        // ran to preempt).
+                        if let Ok(p) = proc_mut(ctx.st, pid) {
+                            p.pdds[i].eviction = p.pdds[i].eviction.saturating_sub(1);
+                        }
+                    },
+                )
             }
         };
         if let Err(e) = evicted {
@@ -156,7 +160,7 @@ fn evict_all(ctx: &mut Ctx<'_>, pid: Pid) -> Result<(), Errno> {
 /// fault point `RESTORE_QUEUES`: an injected error leaves every level as it
 /// was and is returned.
 fn restore_all(st: &mut State, pid: Pid) -> Result<(), Errno> {
-    crate::fault::check(st, "RESTORE_QUEUES")?;
+    crate::kernel::fault::check(st, "RESTORE_QUEUES")?;
     restore_once(proc_mut(st, pid)?);
     Ok(())
 }
@@ -203,7 +207,7 @@ fn process_info(ctx: &mut Ctx<'_>, pid: Pid, a: &mut kfd_ioctl_criu_args) -> Res
 fn release_fds(fds: &[i32]) {
     for &fd in fds {
         // Created by this operation, never handed out.
-        crate::sim::close_user_fd(fd);
+        crate::kernel::close_user_fd(fd);
     }
 }
 
@@ -472,7 +476,7 @@ fn restore_devices(
         }
         let drm = i32::try_from(b.drm_fd)
             .ok()
-            .and_then(|fd| crate::sim::user_fd(fd).ok())
+            .and_then(|fd| crate::kernel::user_fd(fd).ok())
             .ok_or(Errno(libc::EINVAL))?;
         let key = FileKey::of_raw(drm.raw()).map_err(|_| Errno(libc::EINVAL))?;
         init_vm(ctx, pid, pdd, key, drm.raw()).map_err(|_| Errno(libc::EINVAL))?;
@@ -749,7 +753,7 @@ fn resume(ctx: &mut Ctx<'_>, a: &kfd_ioctl_criu_args) -> Result<(), Errno> {
         .collect();
     for id in bos {
         if let Some(bo) = ctx.st.bos.get_mut(id) {
-            if let crate::bo::Backing::UserPtr { valid, .. } = &mut bo.backing {
+            if let crate::hw::bo::Backing::UserPtr { valid, .. } = &mut bo.backing {
                 *valid = true;
             }
         }
@@ -757,7 +761,7 @@ fn resume(ctx: &mut Ctx<'_>, a: &kfd_ioctl_criu_args) -> Result<(), Errno> {
     // A host process restored by real CRIU maps CRIU's copies of its BOs'
     // memory: they become the BOs' memory (see crate::remote).
     if ctx.st.processes.get(&target).is_some_and(|p| p.host) {
-        crate::remote::adopt_restored_mappings(ctx.st, target)?;
+        super::adopt::adopt_restored_mappings(ctx.st, target)?;
     }
     Ok(())
 }

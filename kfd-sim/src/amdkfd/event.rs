@@ -9,7 +9,7 @@
 //! Slots hold `UNSIGNALED_EVENT_SLOT` (all ones) until a signal writes them.
 //!
 //! Events fire as `kfd_events.c` fires them: SET_EVENT (CPU, signal events
-//! only) and interrupts from the queue engines (`crate::exec`): an SDMA
+//! only) and interrupts from the queue engines (`crate::hw::queues`): an SDMA
 //! TRAP or a CP end-of-pipe carries an event id, and the kernel sets the
 //! event only if its slot was written (the fence before the trap),
 //! acknowledging the slot back to unsignaled; an id that names no written
@@ -27,10 +27,10 @@ use kfd_sys::*;
 use super::memory::split_handle;
 use super::process::{Event, KfdProcess, SignalPage};
 use super::{bind, proc_mut};
-use crate::bo::{Backing, Memfd};
-use crate::exec::interrupt::Interrupt;
-use crate::sim::{typed, Ctx, Pid, State};
-use crate::Errno;
+use crate::hw::bo::{Backing, Memfd};
+use crate::hw::queues::interrupt::Interrupt;
+use crate::kernel::{typed, Ctx, Pid, Shared, State};
+use ::kfd::Errno;
 
 /// Value of a slot no signal has written.
 pub(crate) const UNSIGNALED_EVENT_SLOT: u64 = u64::MAX;
@@ -152,7 +152,7 @@ pub(crate) fn create_event(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Resul
 
 pub(crate) fn destroy_event(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
     let id = typed(buf, |a: &mut kfd_ioctl_destroy_event_args| a.event_id);
-    ctx.sim.exec.interrupts.drain(ctx.st, pid);
+    drain_interrupts(ctx.sim, ctx.st, pid);
     let p = proc_mut(ctx.st, pid)?;
     p.events.remove(&id).ok_or(Errno(libc::EINVAL))?;
     // Its waiters wake and fail (`destroy_event`).
@@ -184,7 +184,7 @@ pub(crate) fn signal(st: &mut State, pid: Pid, id: u32) -> Result<(), Errno> {
 
 pub(crate) fn set_event(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
     let id = typed(buf, |a: &mut kfd_ioctl_set_event_args| a.event_id);
-    ctx.sim.exec.interrupts.drain(ctx.st, pid);
+    drain_interrupts(ctx.sim, ctx.st, pid);
     signal(ctx.st, pid, id)?;
     ctx.sim.exec.events.notify_all();
     Ok(0)
@@ -192,7 +192,7 @@ pub(crate) fn set_event(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c
 
 pub(crate) fn reset_event(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
     let id = typed(buf, |a: &mut kfd_ioctl_reset_event_args| a.event_id);
-    ctx.sim.exec.interrupts.drain(ctx.st, pid);
+    drain_interrupts(ctx.sim, ctx.st, pid);
     let ev = proc_mut(ctx.st, pid)?
         .events
         .get_mut(&id)
@@ -281,8 +281,17 @@ fn signal_interrupt(st: &mut State, pid: Pid, partial_id: u32, valid_bits: u32) 
     }
 }
 
+/// Delivers every pending interrupt of `pid` in order (the caller holds
+/// the simulator's lock: `st`). Interrupts of a process that is gone
+/// are dropped, as `kfd_lookup_process_by_pasid` finds nothing.
+pub(crate) fn drain_interrupts(sim: &Shared, st: &mut State, pid: Pid) {
+    for irq in sim.exec.interrupts.take(pid) {
+        deliver(st, pid, &irq);
+    }
+}
+
 /// Applies one interrupt of process `pid` (see the module docs).
-pub(crate) fn deliver(st: &mut State, pid: Pid, irq: &Interrupt) {
+fn deliver(st: &mut State, pid: Pid, irq: &Interrupt) {
     match *irq {
         Interrupt::Signal {
             partial_id,

@@ -9,7 +9,7 @@
 //! unreadable array `EFAULT`; both leave the consumed signals consumed.
 //!
 //! Blocking: the handler registers its waiters in the process
-//! ([`Waits`]) and asks the dispatcher to sleep ([`EventWait`]); the
+//! ([`Waits`](super::waits::Waits)) and asks the dispatcher to sleep ([`EventWait`]); the
 //! dispatcher releases the simulator's lock while it sleeps ([`sleep`]) and
 //! calls the handler again, which finds its waiters where it left them.
 //! A remote client's waits are cut into slices so its connection is never
@@ -17,7 +17,6 @@
 //!
 //! This module never fires an event: `event` does.
 
-use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
@@ -26,8 +25,9 @@ use kfd_sys::*;
 
 use super::proc_mut;
 use super::process::KfdProcess;
-use crate::sim::{copy_from_user, copy_to_user, typed, Ctx, Pid, Shared, State};
-use crate::Errno;
+use super::waits::WaitSlot;
+use crate::kernel::{copy_from_user, copy_to_user, typed, Ctx, Pid, Shared, State};
+use ::kfd::Errno;
 
 /// Size of `struct kfd_event_data`; the event id is at byte 40.
 const EVENT_DATA_SIZE: usize = 48;
@@ -37,48 +37,6 @@ const TIMEOUT_IMMEDIATE: u32 = 0;
 /// Longest sleep between looks (a wake-up from an engine may race the
 /// sleeper's last look; this bounds what such a race costs).
 const SLEEP_SLICE: Duration = Duration::from_millis(2);
-
-#[derive(Debug, Clone, Copy)]
-struct WaitSlot {
-    event: u32,
-    /// The event fired for this waiter.
-    activated: bool,
-    /// The waiter is on the event's wait queue (was not activated at once).
-    queued: bool,
-    /// The event was destroyed.
-    destroyed: bool,
-}
-
-/// The WAIT_EVENTS calls blocked in one process.
-#[derive(Debug, Default)]
-pub(crate) struct Waits {
-    next: u64,
-    waiters: BTreeMap<u64, Vec<WaitSlot>>,
-}
-
-impl Waits {
-    /// Activates every queued waiter of event `id`; whether there was one
-    /// (`waitqueue_active`).
-    pub(crate) fn activate(&mut self, id: u32) -> bool {
-        let mut any = false;
-        for slot in self.waiters.values_mut().flatten() {
-            if slot.event == id && slot.queued {
-                slot.activated = true;
-                any = true;
-            }
-        }
-        any
-    }
-
-    /// Event `id` is gone: its waiters fail.
-    pub(crate) fn destroyed(&mut self, id: u32) {
-        for slot in self.waiters.values_mut().flatten() {
-            if slot.event == id {
-                slot.destroyed = true;
-            }
-        }
-    }
-}
 
 /// A WAIT_EVENTS between two of its passes (the dispatcher keeps it while
 /// the call sleeps).
@@ -151,7 +109,7 @@ fn copy_data(p: &KfdProcess, slots: &[WaitSlot], events_ptr: u64) -> Result<(), 
 
 pub(crate) fn wait_events(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
     let a = typed(buf, |a: &mut kfd_ioctl_wait_events_args| *a);
-    ctx.sim.exec.interrupts.drain(ctx.st, pid);
+    super::event::drain_interrupts(ctx.sim, ctx.st, pid);
     let result = pass(ctx, pid, &a);
     let wait_result = match &result {
         Ok(Some(r)) => *r,

@@ -24,12 +24,12 @@
 //! memory banks), never the host's. This module only checks and counts;
 //! it never allocates.
 
-use crate::bo::{BoStore, Domain};
-use crate::sim::Shared;
-use crate::Errno;
+use crate::hw::bo::{BoStore, Domain};
+use crate::kernel::Shared;
+use ::kfd::Errno;
 
 /// `VRAM_AVAILABLITY_ALIGN`: availability is reported in 2 MiB steps (and
-/// KFD VRAM use counted in them, `crate::bo::KfdUsage`).
+/// KFD VRAM use counted in them, `crate::hw::bo::KfdUsage`).
 const VRAM_ALIGN: u64 = 2 << 20;
 /// `AMDGPU_VM_RESERVED_VRAM`.
 const VM_RESERVED_VRAM: u64 = 8 << 20;

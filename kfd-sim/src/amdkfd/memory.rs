@@ -9,9 +9,9 @@ use kfd_sys::*;
 
 use super::process::{KfdMem, KfdProcess};
 use super::{bind, proc_mut};
-use crate::bo::{BoId, Domain, PAGE_SIZE};
-use crate::sim::{copy_from_user, typed, Ctx, Pid, State};
-use crate::Errno;
+use crate::hw::bo::{BoId, Domain, PAGE_SIZE};
+use crate::kernel::{copy_from_user, typed, Ctx, Pid, State};
+use ::kfd::Errno;
 
 /// `MAKE_HANDLE(gpu_id, idr)`.
 pub(crate) fn make_handle(gpu_id: u32, slot: u32) -> u64 {
@@ -370,8 +370,8 @@ pub(crate) fn export_fd(
     writable: bool,
     cloexec: bool,
 ) -> Result<i32, Errno> {
-    crate::fault::check(st, "DMABUF_EXPORT")?;
-    crate::sim::install_fd(st.bos.export_dmabuf(bo, writable, cloexec)?)
+    crate::kernel::fault::check(st, "DMABUF_EXPORT")?;
+    crate::kernel::install_fd(st.bos.export_dmabuf(bo, writable, cloexec)?)
 }
 
 pub(crate) fn get_dmabuf_info(
@@ -405,7 +405,7 @@ pub(crate) fn get_dmabuf_info(
             result = Err(Errno(libc::EINVAL));
         } else {
             metadata_size = data.len() as u32;
-            if crate::sim::copy_to_user(a.metadata_ptr, data).is_err() {
+            if crate::kernel::copy_to_user(a.metadata_ptr, data).is_err() {
                 result = Err(Errno(libc::EFAULT));
             }
         }

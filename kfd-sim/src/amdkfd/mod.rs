@@ -12,6 +12,7 @@
 //! `ENOTTY` like a kernel without them. This module never touches DRM state
 //! beyond the "VM owned by a KFD process" marker of a render file.
 
+pub(crate) mod adopt;
 pub(crate) mod criu;
 pub(crate) mod event;
 pub(crate) mod event_wait;
@@ -20,8 +21,11 @@ pub(crate) mod memory;
 pub(crate) mod priv_data;
 pub(crate) mod process;
 pub(crate) mod queue;
+pub(crate) mod saved;
+pub(crate) mod scheduling;
 pub(crate) mod svm;
 pub(crate) mod tile_config;
+pub(crate) mod waits;
 
 use std::ffi::{c_int, c_void};
 use std::os::fd::OwnedFd;
@@ -29,9 +33,9 @@ use std::sync::Arc;
 
 use kfd_sys::*;
 
-use crate::bo::{Memfd, PAGE_SIZE};
-use crate::sim::{marshal, typed, Ctx, FileKey, OpenFile, Pid, Shared, State};
-use crate::Errno;
+use crate::hw::bo::{Memfd, PAGE_SIZE};
+use crate::kernel::{marshal, typed, Ctx, FileKey, OpenFile, Pid, Shared, State};
+use ::kfd::Errno;
 
 /// One past the last ioctl number the simulated kernel implements.
 pub(crate) const SIM_COMMAND_END: u32 = 0x25;
@@ -258,7 +262,7 @@ pub(crate) unsafe fn ioctl(
         marshal(arg, user_size, kernel_size, copy_in, copy_out, |buf| {
             // A WAIT_EVENTS woken from its sleep is the same call.
             if ctx.wait.is_none() {
-                crate::fault::check(ctx.st, name)?;
+                crate::kernel::fault::check(ctx.st, name)?;
             }
             if ctx.st.kfd(owner).is_none() {
                 // The owner exited: its kfd_process is gone.
@@ -343,7 +347,7 @@ fn acquire_vm(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errn
     let a: kfd_ioctl_acquire_vm_args = typed(buf, |a: &mut kfd_ioctl_acquire_vm_args| *a);
     let drm = {
         let fd = i32::try_from(a.drm_fd).map_err(|_| Errno(libc::EINVAL))?;
-        crate::sim::user_fd(fd).map_err(|_| Errno(libc::EINVAL))?
+        crate::kernel::user_fd(fd).map_err(|_| Errno(libc::EINVAL))?
     };
     let key = FileKey::of_raw(drm.raw()).map_err(|_| Errno(libc::EINVAL))?;
     let p = proc_mut(ctx.st, pid)?;
@@ -410,7 +414,7 @@ fn get_process_apertures_new(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Res
             .flat_map(|e| zerocopy::IntoBytes::as_bytes(e).to_vec())
             .collect();
         a.num_of_nodes = n as u32;
-        crate::sim::copy_to_user(a.kfd_process_device_apertures_ptr, &bytes)?;
+        crate::kernel::copy_to_user(a.kfd_process_device_apertures_ptr, &bytes)?;
         Ok(0)
     })
 }
@@ -427,18 +431,6 @@ fn available_memory(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int
     })
 }
 
-pub(crate) fn now_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-}
-
 fn get_clock_counters(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errno> {
     let gpu_id = typed(buf, |a: &mut kfd_ioctl_get_clock_counters_args| a.gpu_id);
     let has_gpu = proc_mut(ctx.st, pid)?.pdd_by_user_id(gpu_id).is_some();
@@ -446,12 +438,12 @@ fn get_clock_counters(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_i
         // The GPU clock runs at 100 MHz on GFX9 (one tick per 10 ns); 0 when
         // the gpu_id is unknown, as the kernel does.
         a.gpu_clock_counter = if has_gpu {
-            now_ns(libc::CLOCK_MONOTONIC_RAW) / 10
+            crate::hw::clock::now_ns(libc::CLOCK_MONOTONIC_RAW) / 10
         } else {
             0
         };
-        a.cpu_clock_counter = now_ns(libc::CLOCK_MONOTONIC_RAW);
-        a.system_clock_counter = now_ns(libc::CLOCK_BOOTTIME);
+        a.cpu_clock_counter = crate::hw::clock::now_ns(libc::CLOCK_MONOTONIC_RAW);
+        a.system_clock_counter = crate::hw::clock::now_ns(libc::CLOCK_BOOTTIME);
         a.system_clock_freq = 1_000_000_000;
         Ok(0)
     })

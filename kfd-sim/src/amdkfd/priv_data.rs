@@ -23,8 +23,8 @@
 
 use kfd_sys::KFD_CRIU_PRIV_VERSION;
 
-use crate::sim::copy_from_user;
-use crate::Errno;
+use crate::kernel::copy_from_user;
+use ::kfd::Errno;
 
 /// Process record size.
 pub(crate) const PROCESS_RECORD: u64 = 8;

@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 
-use crate::bo::{BoId, Memfd};
-use crate::sim::{FileKey, Gpu, Pid, State};
+use crate::hw::bo::{BoId, Memfd};
+use crate::kernel::{FileKey, Gpu, Pid, State};
 
 /// One allocation in a pdd's IDR (`struct kgd_mem`).
 #[derive(Debug, Clone)]
@@ -190,11 +190,11 @@ pub(crate) struct KfdProcess {
     /// Number of times RESUME ran (for observation).
     pub(crate) resumed: u32,
     /// WAIT_EVENTS calls blocked on this process's events.
-    pub(crate) waits: super::event_wait::Waits,
+    pub(crate) waits: super::waits::Waits,
     /// The address space its user addresses name (the caller's when it
     /// opened `/dev/kfd`): where a GPU reaches the memory of its SVM
     /// ranges.
-    pub(crate) space: crate::sim::Space,
+    pub(crate) space: crate::kernel::Space,
 }
 
 impl KfdProcess {
@@ -230,7 +230,7 @@ impl KfdProcess {
             userptr_blocked: false,
             resumed: 0,
             waits: Default::default(),
-            space: crate::sim::current_space(),
+            space: crate::kernel::current_space(),
         }
     }
 

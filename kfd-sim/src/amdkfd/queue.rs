@@ -6,12 +6,12 @@
 //! compute, 512 B for SDMA, the v9 sizes) whose first 64 bytes hold the
 //! simulator's own queue descriptor: magic, q_id, type, ring, pointers,
 //! doorbell and a dispatch counter the workload advances; the engine
-//! registers a preemption saves follow it (`crate::exec::ring`). A restored
+//! registers a preemption saves follow it (`crate::hw::queues::ring`). A restored
 //! queue continues from the counter and the registers in its restored MQD.
 //! Doorbell ids follow SOC15 rules: compute queues take the lowest free id
 //! below 0x100, SDMA queues the id their SDMA slot dictates (0x100 + 2 ×
 //! sdma_id). This module never executes queue contents: after each change
-//! it lets `crate::exec` schedule the process's queues.
+//! it lets `crate::hw::queues` schedule the process's queues.
 
 use std::ffi::c_int;
 
@@ -19,8 +19,8 @@ use kfd_sys::*;
 
 use super::process::{KfdProcess, Queue};
 use super::{bind, proc_mut};
-use crate::sim::{copy_from_user, copy_to_user, typed, Ctx, Gpu, Pid};
-use crate::Errno;
+use crate::kernel::{copy_from_user, copy_to_user, typed, Ctx, Gpu, Pid};
+use ::kfd::Errno;
 
 /// Kernel queue types (`enum kfd_queue_type`).
 pub(crate) const KFD_QUEUE_TYPE_COMPUTE: u32 = 0;
@@ -228,7 +228,7 @@ pub(crate) fn create_queue(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Resul
         0
     };
     insert_queue(p, q);
-    crate::exec::sync_process(sim, ctx.st, pid);
+    crate::amdkfd::scheduling::sync_process(sim, ctx.st, pid);
     typed(buf, |out: &mut kfd_ioctl_create_queue_args| {
         out.queue_id = q_id;
         out.ring_size = ring_size;
@@ -252,7 +252,7 @@ pub(crate) fn destroy_queue(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Resu
     let q_id = typed(buf, |a: &mut kfd_ioctl_destroy_queue_args| a.queue_id);
     remove_queue(proc_mut(ctx.st, pid)?, q_id)?;
     // The queue is preempted and its engine stops before the call returns.
-    crate::exec::sync_process(ctx.sim, ctx.st, pid);
+    crate::amdkfd::scheduling::sync_process(ctx.sim, ctx.st, pid);
     Ok(0)
 }
 
@@ -280,7 +280,7 @@ pub(crate) fn update_queue(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Resul
         COMPUTE_MQD_SIZE
     };
     q.write_mqd(xcc);
-    crate::exec::sync_process(ctx.sim, ctx.st, pid);
+    crate::amdkfd::scheduling::sync_process(ctx.sim, ctx.st, pid);
     Ok(0)
 }
 

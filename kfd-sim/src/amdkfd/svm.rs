@@ -8,7 +8,7 @@
 //! first check the range as `svm_range_is_valid` does (`kfd_svm.c`): it
 //! must lie in CPU mappings that are not device mappings (`EFAULT`; made
 //! only for processes whose addresses are real CPU mappings, see
-//! `crate::sim::address_space`) and must not overlap a KFD allocation
+//! `crate::kernel::address_space`) and must not overlap a KFD allocation
 //! (`EADDRINUSE`). Unmapping CPU memory ends the SVM ranges there
 //! ([`unmap_from_cpu`]). This module never migrates memory.
 
@@ -18,9 +18,9 @@ use kfd_sys::*;
 
 use super::proc_mut;
 use super::process::{KfdProcess, SvmRange};
-use crate::bo::PAGE_SIZE;
-use crate::sim::{Ctx, Pid};
-use crate::Errno;
+use crate::hw::bo::PAGE_SIZE;
+use crate::kernel::{Ctx, Pid};
+use ::kfd::Errno;
 
 /// Default granularity (2^9 pages = 2 MiB).
 pub(crate) const DEFAULT_GRANULARITY: u32 = 9;
@@ -269,7 +269,7 @@ pub(crate) fn svm(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, 
     }
     // svm_range_is_valid.
     if real_mm {
-        crate::sim::check_caller_mapped(start, size)?;
+        crate::kernel::check_caller_mapped(start, size)?;
     }
     if overlaps_bo(p, start, start + size) {
         return Err(Errno(libc::EADDRINUSE));

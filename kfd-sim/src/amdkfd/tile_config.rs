@@ -19,8 +19,8 @@ use std::ffi::c_int;
 use kfd_sys::*;
 
 use super::proc_mut;
-use crate::sim::{copy_to_user, typed, Ctx, Pid};
-use crate::Errno;
+use crate::kernel::{copy_to_user, typed, Ctx, Pid};
+use ::kfd::Errno;
 
 /// `ARRAY_SIZE(adev->gfx.config.tile_mode_array)`.
 const TILE_CONFIGS: u32 = 32;

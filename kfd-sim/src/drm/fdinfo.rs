@@ -19,8 +19,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::bo::{BoId, Domain};
-use crate::sim::{FileKey, RenderFile, State};
+use crate::hw::bo::{BoId, Domain};
+use crate::kernel::{FileKey, RenderFile, State};
 
 use super::{kfd_ranges, VmTarget};
 

@@ -11,9 +11,9 @@ use super::va::GPU_PAGE;
 use super::{
     create_handle, delete_handle, kfd_ranges, read_arg, write_arg, Call, GemInfo, Step, VmTarget,
 };
-use crate::bo::{Bo, BoId, Domain};
-use crate::sim::{copy_to_user, FileKey};
-use crate::Errno;
+use crate::hw::bo::{Bo, BoId, Domain};
+use crate::kernel::{copy_to_user, FileKey};
+use ::kfd::Errno;
 
 /// `AMDGPU_GEM_CREATE_DISCARDABLE` (newer than the installed header).
 const GEM_CREATE_DISCARDABLE: u64 = 1 << 12;
@@ -243,7 +243,8 @@ pub(super) fn gem_mmap(call: &mut Call<'_>, buf: &mut [u8]) -> Result<Step, Errn
 /// Whether `[addr, addr+size)` is fully covered by mappings of this process,
 /// and whether any of them is file-backed (`/proc/self/maps`).
 fn host_range_mapping(addr: u64, size: u64) -> Result<(bool, bool), Errno> {
-    let maps = std::fs::read_to_string(crate::sim::maps_path()).map_err(|_| Errno(libc::EFAULT))?;
+    let maps =
+        std::fs::read_to_string(crate::kernel::maps_path()).map_err(|_| Errno(libc::EFAULT))?;
     let end = addr.checked_add(size).ok_or(Errno(libc::EFAULT))?;
     let mut vmas: Vec<(u64, u64, bool)> = Vec::new();
     for line in maps.lines() {
@@ -521,11 +522,11 @@ pub(super) fn prime_handle_to_fd(call: &mut Call<'_>, buf: &mut [u8]) -> Result<
     if bo.domain == Domain::UserPtr || info.flags & k::AMDGPU_GEM_CREATE_VM_ALWAYS_VALID != 0 {
         return Err(Errno(libc::EPERM));
     }
-    crate::fault::check(call.st, "DMABUF_EXPORT")?;
+    crate::kernel::fault::check(call.st, "DMABUF_EXPORT")?;
     let writable = args.flags & k::DRM_RDWR != 0;
     let cloexec = args.flags & k::DRM_CLOEXEC != 0;
     let fd = call.st.bos.export_dmabuf(gem.bo, writable, cloexec)?;
-    args.fd = crate::sim::install_fd(fd)?;
+    args.fd = crate::kernel::install_fd(fd)?;
     write_arg(buf, 0, &args);
     done()
 }

@@ -13,8 +13,8 @@ use kfd_sys as k;
 
 use super::va::{GPU_PAGE, HOLE_END, HOLE_START, VA_RESERVED_BOTTOM, VA_RESERVED_TOP};
 use super::{read_arg, write_arg, Call, DrmDevice, Step};
-use crate::sim::copy_to_user;
-use crate::Errno;
+use crate::kernel::copy_to_user;
+use ::kfd::Errno;
 
 /// amdgpu's DRM driver version: major 3, KMS minor 58.
 pub(crate) const DRIVER_MAJOR: i32 = 3;

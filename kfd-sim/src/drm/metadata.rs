@@ -16,8 +16,8 @@
 use kfd_sys as k;
 
 use super::{read_arg, write_arg, Call, Step};
-use crate::bo::BoMetadata;
-use crate::Errno;
+use crate::hw::bo::BoMetadata;
+use ::kfd::Errno;
 
 /// `AMDGPU_TILING_TILE_SPLIT` (shift 9, 3 bits).
 fn tile_split(tiling: u64) -> u64 {

@@ -10,7 +10,7 @@
 //! Per GPU there is a [`DrmDevice`] (SDMA engines, the GEM creation facts of
 //! BOs, the reset counter); per open render file a [`DrmFile`] (the GEM
 //! handle table, the file's GPU VM, contexts and BO lists). BOs themselves
-//! live in the store shared with the KFD half (`crate::bo`): a KFD VRAM/GTT
+//! live in the store shared with the KFD half (`crate::hw::bo`): a KFD VRAM/GTT
 //! allocation *is* a GEM object, so importing its dma-buf here resolves to
 //! the same BO.
 //!
@@ -33,20 +33,22 @@ mod submit;
 pub(crate) mod va;
 mod vm_snapshot;
 
-pub(crate) use vm_snapshot::{bo_memory, kfd_ranges, userptr_owner, vm_view, UserptrAccess};
+pub(crate) use vm_snapshot::{
+    bo_memory, engine_vm_view, kfd_ranges, userptr_owner, vm_view, UserptrAccess,
+};
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use amdgpu_topology::{GpuId, Node};
+use amdgpu_topology::Node;
 use kfd_sys::{_IOC_DIR, _IOC_NR, _IOC_READ, _IOC_SIZE, _IOC_TYPE, _IOC_WRITE, DRM_IOCTL_BASE};
 
-use crate::bo::{BoId, BoStore};
-use crate::sdma::{Deadline, Fence, GpuGeneration, JobError, SdmaEngine, SdmaStats};
-use crate::sim::{FileKey, OpenFile, Pid, Shared, State};
-use crate::{Errno, Sim};
+use crate::hw::bo::{BoId, BoStore};
+use crate::hw::sdma::{Deadline, Fence, GpuGeneration, JobError, SdmaEngine};
+use crate::kernel::{FileKey, OpenFile, Pid, Shared, State};
+use ::kfd::Errno;
 
 use self::va::VaSpace;
 
@@ -91,7 +93,7 @@ pub(crate) struct DrmDevice {
     reset_counter: Arc<AtomicU64>,
     /// The most host memory live GEM userptr BOs of this device pinned at
     /// once (bytes): the high-water mark of SDMA staging memory.
-    userptr_peak: AtomicU64,
+    pub(crate) userptr_peak: AtomicU64,
 }
 
 impl DrmDevice {
@@ -122,7 +124,7 @@ impl DrmDevice {
             .iter()
             .filter(|(_, info)| info.userptr_flags.is_some())
             .filter_map(|(id, _)| bos.get(*id))
-            .map(|bo| bo.pinned_pages() * crate::bo::PAGE_SIZE)
+            .map(|bo| bo.pinned_pages() * crate::hw::bo::PAGE_SIZE)
             .sum();
         self.userptr_peak
             .fetch_max(pinned, std::sync::atomic::Ordering::Relaxed);
@@ -133,7 +135,7 @@ impl DrmDevice {
     }
 
     /// The GEM facts of `bo`.
-    pub(crate) fn gem_info(&self, bo: &crate::bo::Bo) -> GemInfo {
+    pub(crate) fn gem_info(&self, bo: &crate::hw::bo::Bo) -> GemInfo {
         if let Some(info) = self.gem_table().get(&bo.id) {
             return *info;
         }
@@ -584,7 +586,7 @@ pub(crate) unsafe fn ioctl<'a>(
     let mut buf = input.clone();
     // An injected failure happens inside the handler: the argument is
     // still copied back.
-    let injected = crate::fault::check(&mut st, name);
+    let injected = crate::kernel::fault::check(&mut st, name);
     let result = loop {
         if let Err(e) = injected {
             break Err(e);
@@ -648,49 +650,6 @@ pub(crate) fn write_arg<T: zerocopy::IntoBytes + zerocopy::Immutable>(
     let bytes = value.as_bytes();
     if let Some(dst) = buf.get_mut(offset..offset + bytes.len()) {
         dst.copy_from_slice(bytes);
-    }
-}
-
-impl Sim {
-    /// What the SDMA engines of the GPU with (actual) `gpu_id` did so far:
-    /// jobs, failed jobs, bytes copied and GPU VM faults (count, first and
-    /// last faulting address). `None` for an unknown gpu_id.
-    pub fn sdma_stats(&self, gpu_id: GpuId) -> Option<SdmaStats> {
-        let gpu = self.shared.gpus.iter().find(|g| g.id() == gpu_id)?;
-        Some(gpu.drm.sdma.stats())
-    }
-
-    /// The most host memory that GEM userptr BOs on the render node of the
-    /// GPU with (actual) `gpu_id` pinned at once since the simulator started,
-    /// in bytes: the peak staging memory of SDMA copy engines (KFD userptr
-    /// allocations are not counted). `None` for an unknown gpu_id.
-    pub fn gem_userptr_peak_bytes(&self, gpu_id: GpuId) -> Option<u64> {
-        let gpu = self.shared.gpus.iter().find(|g| g.id() == gpu_id)?;
-        Some(
-            gpu.drm
-                .userptr_peak
-                .load(std::sync::atomic::Ordering::Relaxed),
-        )
-    }
-
-    /// Limits every SDMA ring of every GPU to `bytes_per_second` (`None`:
-    /// unlimited, the default): a GPU copying on two rings moves twice the
-    /// rate. For benchmarks of copy pipelines.
-    pub fn set_sdma_bandwidth(&self, bytes_per_second: Option<u64>) {
-        for gpu in &self.shared.gpus {
-            gpu.drm.sdma.set_bandwidth(bytes_per_second);
-        }
-    }
-
-    /// Limits the SDMA rings of each GPU together to `bytes_per_second`
-    /// (`None`: unlimited, the default), whatever number of rings its copies
-    /// use; the per-ring limit ([`Sim::set_sdma_bandwidth`]) applies as
-    /// well. For benchmarks that compare copy strategies using different
-    /// numbers of rings at one GPU rate.
-    pub fn set_sdma_gpu_bandwidth(&self, bytes_per_second: Option<u64>) {
-        for gpu in &self.shared.gpus {
-            gpu.drm.sdma.set_gpu_bandwidth(bytes_per_second);
-        }
     }
 }
 

@@ -15,10 +15,10 @@ use std::sync::Arc;
 use kfd_sys as k;
 
 use super::{read_arg, vm_view, write_arg, Call, Context, Entity, Step, SCHED_JOBS};
-use crate::bo::BoId;
-use crate::sdma::{Deadline, Fence, Ib, Job, JobError, ShortDma};
-use crate::sim::copy_from_user;
-use crate::Errno;
+use crate::hw::bo::BoId;
+use crate::hw::sdma::{Deadline, Fence, Ib, Job, JobError, ShortDma};
+use crate::kernel::copy_from_user;
+use ::kfd::Errno;
 
 /// `AMDGPU_VM_MAX_NUM_CTX`: context ids are below this.
 const MAX_CTX: u32 = 4096;
@@ -329,7 +329,7 @@ fn parse_chunks(call: &mut Call<'_>, args: &k::drm_amdgpu_cs_in) -> Result<Chunk
                 if bo.size != super::va::GPU_PAGE || u64::from(f.offset) > bo.size - 8 {
                     return Err(Errno(libc::EINVAL));
                 }
-                if bo.domain == crate::bo::Domain::UserPtr {
+                if bo.domain == crate::hw::bo::Domain::UserPtr {
                     return Err(Errno(libc::EINVAL));
                 }
                 out.user_fence = Some((gem.bo, u64::from(f.offset)));
@@ -430,12 +430,12 @@ pub(super) fn cs(call: &mut Call<'_>, buf: &mut [u8]) -> Result<Step, Errno> {
         }
         None => None,
     };
-    let short_dma = crate::fault::short_dma(call.st).map(|e| ShortDma { errno: e.0 });
+    let short_dma = crate::kernel::fault::short_dma(call.st).map(|e| ShortDma { errno: e.0 });
     let key = call.key;
     let view = {
-        let st: &crate::sim::State = call.st;
+        let st: &crate::kernel::State = call.st;
         let file = match st.files.get(&key) {
-            Some(crate::sim::OpenFile::Render(r)) => &r.drm,
+            Some(crate::kernel::OpenFile::Render(r)) => &r.drm,
             _ => return Err(Errno(libc::EBADF)),
         };
         vm_view(

@@ -7,9 +7,9 @@
 
 use std::sync::Arc;
 
-use crate::bo::{Backing, BoId, Domain};
-use crate::sdma::{RangeBacking, UserMemory, VmRange, VmView};
-use crate::sim::{FileKey, Pid, State};
+use crate::hw::bo::{Backing, BoId, Domain};
+use crate::hw::sdma::{RangeBacking, UserMemory, VmRange, VmView};
+use crate::kernel::{FileKey, Pid, Shared, State};
 
 use super::{DrmDevice, DrmFile, VmTarget};
 
@@ -69,7 +69,7 @@ fn compute_vm_of(
 
 /// The process whose memory userptr BO `bo` wraps: the creator of a GEM
 /// userptr, or the KFD process holding a KFD userptr allocation.
-pub(crate) fn userptr_owner(st: &State, device: &DrmDevice, bo: &crate::bo::Bo) -> Option<Pid> {
+pub(crate) fn userptr_owner(st: &State, device: &DrmDevice, bo: &crate::hw::bo::Bo) -> Option<Pid> {
     if bo.domain != Domain::UserPtr {
         return None;
     }
@@ -102,12 +102,12 @@ pub(crate) enum UserptrAccess {
 
 /// The memory a BO shows to the engine, if it has any right now.
 pub(crate) fn bo_memory(
-    bo: &crate::bo::Bo,
+    bo: &crate::hw::bo::Bo,
     access: UserptrAccess,
-) -> Option<Arc<dyn crate::sdma::DeviceMemory>> {
+) -> Option<Arc<dyn crate::hw::sdma::DeviceMemory>> {
     match &bo.backing {
         Backing::Memory(m) | Backing::Aperture(m) => {
-            Some(m.clone() as Arc<dyn crate::sdma::DeviceMemory>)
+            Some(m.clone() as Arc<dyn crate::hw::sdma::DeviceMemory>)
         }
         Backing::UserPtr {
             addr,
@@ -121,24 +121,24 @@ pub(crate) fn bo_memory(
 /// `len` bytes of host memory at `addr` of `space`, as an engine reaches
 /// them (a userptr BO's pages, an SVM range's).
 fn host_memory(
-    space: crate::sim::Space,
+    space: crate::kernel::Space,
     addr: u64,
     len: u64,
     access: UserptrAccess,
-) -> Option<Arc<dyn crate::sdma::DeviceMemory>> {
+) -> Option<Arc<dyn crate::hw::sdma::DeviceMemory>> {
     let len = usize::try_from(len).ok()?;
     Some(match space {
-        crate::sim::Space::Local if access == UserptrAccess::Checked => {
+        crate::kernel::Space::Local if access == UserptrAccess::Checked => {
             Arc::new(UserMemory::checked(addr, len))
         }
-        crate::sim::Space::Local => {
+        crate::kernel::Space::Local => {
             let addr = usize::try_from(addr).ok()?;
             // SAFETY: the host range is the application's memory, which the
             // kfd::Driver::ioctl contract keeps valid until the device is
             // done with it (the submission that uses this view).
             Arc::new(unsafe { UserMemory::new(addr, len) })
         }
-        crate::sim::Space::Remote(pid) => Arc::new(UserMemory::remote(pid, addr, len)),
+        crate::kernel::Space::Remote(pid) => Arc::new(UserMemory::remote(pid, addr, len)),
     })
 }
 
@@ -180,6 +180,25 @@ fn svm_ranges(st: &State, key: FileKey) -> Vec<VmRange> {
         }
     }
     out
+}
+
+/// The snapshot a queue engine reads memory through
+/// ([`crate::hw::queues::VmViewOf`]): render file `key`'s VM on GPU `gpu`,
+/// userptr pages checked; `None` when the file is gone.
+pub(crate) fn engine_vm_view(
+    shared: &Shared,
+    st: &State,
+    gpu: usize,
+    key: FileKey,
+) -> Option<VmView> {
+    let render = st.render(key)?;
+    Some(vm_view(
+        st,
+        &shared.gpus[gpu].drm,
+        &render.drm,
+        key,
+        UserptrAccess::Checked,
+    ))
 }
 
 /// Snapshot of render file `key`'s VM for an engine: its GEM_VA mappings

@@ -33,24 +33,14 @@ use rustix::event::{PollFd, PollFlags};
 use super::server::{serve, unpoison, Observer, Server};
 use super::socket::{self, Inbox};
 use super::wire::{errno, op, Reader, Writer};
+use crate::kernel::LIVE_CLIENTS;
 use crate::{Pid, Sim};
-
-/// Host pids whose memory the device may still reach (live clients), with
-/// the number of holds on each (one per live host instance, one per other
-/// connection).
-static LIVE: Mutex<BTreeMap<libc::pid_t, usize>> = Mutex::new(BTreeMap::new());
-
-/// Whether host process `pid` is a client being served (its userptr pages
-/// still its memory).
-pub(crate) fn client_alive(pid: libc::pid_t) -> bool {
-    unpoison(LIVE.lock()).contains_key(&pid)
-}
 
 /// Counts one more hold on `peer` as a live client.
 pub(super) fn hold(sim: &Sim, peer: libc::pid_t) {
     let mut st = sim.lock();
     *st.remote_peers.entry(peer).or_insert(0) += 1;
-    *unpoison(LIVE.lock()).entry(peer).or_insert(0) += 1;
+    *unpoison(LIVE_CLIENTS.lock()).entry(peer).or_insert(0) += 1;
 }
 
 /// Drops one hold on `peer`; `true` when it was the last (the process is
@@ -66,7 +56,7 @@ pub(super) fn release(sim: &Sim, peer: libc::pid_t) -> bool {
         st.remote_peers.remove(&peer);
         st.remote_maps.retain(|&(p, _), _| p != peer);
     }
-    let mut live = unpoison(LIVE.lock());
+    let mut live = unpoison(LIVE_CLIENTS.lock());
     if let Some(n) = live.get_mut(&peer) {
         *n = n.saturating_sub(1);
         if *n == 0 {

@@ -9,7 +9,6 @@
 //! | `socket` | the sockets, messages with fds (`SCM_RIGHTS`, rustix) |
 //! | `server` | [`Server`], one serving thread per connection |
 //! | `hosts` | host processes as clients: identity, lifetime, stand-in files |
-//! | `adopt` | a restored process's mappings become its BOs' memory again |
 //! | `view` | the GPUs and render nodes a host client's mount namespace shows |
 //! | `client` | [`RemoteDriver`] |
 //!
@@ -92,14 +91,13 @@
 //!   which real CRIU dumps and restores as shared memory. A restored
 //!   process's mappings are CRIU's new memfds; when `CRIU_OP RESUME`
 //!   resumes a host process, the served machine fills each of them with
-//!   what the BO holds and makes it the BO's memory (`adopt`), so the
+//!   what the BO holds and makes it the BO's memory (`crate::amdkfd::adopt`), so the
 //!   process and the device share memory again, as a restored device
 //!   mapping does on a real GPU.
 //!
 //! This module never interprets ioctl arguments: [`crate::SimDriver`]
 //! does, in the client's address space.
 
-mod adopt;
 mod client;
 mod hosts;
 mod probe;
@@ -108,9 +106,7 @@ mod socket;
 mod view;
 mod wire;
 
-pub(crate) use adopt::adopt_restored_mappings;
 pub use client::{is_connection, RemoteDriver};
-pub(crate) use hosts::client_alive;
 pub use hosts::HostService;
 pub use probe::child_memory_reachable;
 pub(crate) use server::{client_close, client_fd, client_install};

@@ -24,7 +24,7 @@ pub fn child_memory_reachable() -> Result<(), String> {
             .and_then(|a| u64::from_str_radix(a, 16).ok())
             .ok_or("no readable mapping in a child")?;
         let pid = libc::pid_t::try_from(child.id()).map_err(|e| e.to_string())?;
-        crate::sim::remote_read(pid, start, &mut [0u8; 1])
+        crate::kernel::remote_read(pid, start, &mut [0u8; 1])
             .map_err(|e| format!("process_vm_readv of a child: {e}"))
     })();
     let _ = child.kill();

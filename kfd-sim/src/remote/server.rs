@@ -15,8 +15,9 @@ use kfd::{DeviceNumber, Driver, FdKind, FrozenCgroup};
 use super::hosts::{self, StandIn};
 use super::socket::{self, Inbox};
 use super::wire::{errno, ioc_size, op, Reader, Writer, MAX_SYSFS_READ};
-use crate::sim::{in_remote_space, on_caller_thread, CpuMapping, FileKey};
-use crate::{Errno, Pid, Sim, SimDriver};
+use crate::kernel::{in_remote_space, on_caller_thread, CpuMapping, FileKey};
+use crate::{Pid, Sim, SimDriver};
+use ::kfd::Errno;
 
 /// What a client asked for, as the [`Server`]'s observer sees it before the
 /// call runs (the calls that reach the device; `munmap`, `fd_kind`, sysfs

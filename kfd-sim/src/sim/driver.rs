@@ -16,18 +16,19 @@ use std::time::Duration;
 use kfd::{DeviceNumber, Driver, FdKind, FrozenCgroup, HostDriver, ProcessStatus};
 
 use crate::amdkfd::process::KfdProcess;
-use crate::bo::{memfd_create, Memfd};
-use crate::Errno;
+use crate::hw::bo::{memfd_create, Memfd};
+use ::kfd::Errno;
 
-use super::{
-    CpuMapping, Ctx, FileKey, KfdFile, OpenFile, Pid, RenderFile, Sim, State, DRM_MAJOR, KFD_MAJOR,
+use super::Sim;
+use crate::kernel::{
+    CpuMapping, Ctx, FileKey, KfdFile, OpenFile, Pid, RenderFile, State, DRM_MAJOR, KFD_MAJOR,
 };
 
 /// One simulated process's [`kfd::Driver`]. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct SimDriver {
-    pub(super) sim: Sim,
-    pub(super) pid: Pid,
+    pub(crate) sim: Sim,
+    pub(crate) pid: Pid,
 }
 
 impl SimDriver {
@@ -53,7 +54,7 @@ impl SimDriver {
         let shared = &self.sim.shared;
         let mut st = self.sim.lock();
         self.alive(&st)?;
-        crate::fault::check(&mut st, "OPEN")?;
+        crate::kernel::fault::check(&mut st, "OPEN")?;
         let cloexec = flags & libc::O_CLOEXEC != 0;
         let path_str = path.to_str().ok_or(Errno(libc::ENOENT))?;
         if path_str == "/dev/kfd" {
@@ -218,8 +219,10 @@ impl SimDriver {
                     return Err(Errno(libc::EACCES));
                 }
                 let memfd = match &bo.backing {
-                    crate::bo::Backing::Memory(m) | crate::bo::Backing::Aperture(m) => m.clone(),
-                    crate::bo::Backing::UserPtr { .. } => return Err(Errno(libc::EPERM)),
+                    crate::hw::bo::Backing::Memory(m) | crate::hw::bo::Backing::Aperture(m) => {
+                        m.clone()
+                    }
+                    crate::hw::bo::Backing::UserPtr { .. } => return Err(Errno(libc::EPERM)),
                 };
                 Ok(Some((memfd, offset - base)))
             }
@@ -242,8 +245,8 @@ impl SimDriver {
         let key = FileKey::of_raw(fd.as_raw_fd())?;
         let mut st = self.sim.lock();
         self.alive(&st)?;
-        crate::fault::check(&mut st, "MMAP")?;
-        if len == 0 || !offset.is_multiple_of(crate::bo::PAGE_SIZE) {
+        crate::kernel::fault::check(&mut st, "MMAP")?;
+        if len == 0 || !offset.is_multiple_of(crate::hw::bo::PAGE_SIZE) {
             return Err(Errno(libc::EINVAL));
         }
         self.mmap_source(&mut st, key, len, offset)
@@ -277,8 +280,8 @@ impl Driver for SimDriver {
         let key = FileKey::of_raw(fd.as_raw_fd())?;
         let mut st = self.sim.lock();
         self.alive(&st)?;
-        crate::fault::check(&mut st, "MMAP")?;
-        if len == 0 || !offset.is_multiple_of(crate::bo::PAGE_SIZE) {
+        crate::kernel::fault::check(&mut st, "MMAP")?;
+        if len == 0 || !offset.is_multiple_of(crate::hw::bo::PAGE_SIZE) {
             return Err(Errno(libc::EINVAL).into());
         }
         let source = self.mmap_source(&mut st, key, len, offset)?;

@@ -21,11 +21,10 @@
 //! of the simulator's memory but none of its threads: a lock one of them
 //! held at the fork would stay taken in the child for good.
 
-use super::{Pid, Process, Sim, SimError};
+use super::Sim;
+use crate::kernel::{Pid, Process, SimError};
 
-/// A held lock guard, whatever it guards (see [`ForkHold`]).
-pub(crate) trait Held {}
-impl<T> Held for T {}
+use crate::hw::Held;
 
 /// Every lock of a simulator that its own threads (queue engines, the
 /// doorbell watcher, SDMA workers) or a caller outside the simulator's

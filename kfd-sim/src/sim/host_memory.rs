@@ -7,9 +7,10 @@
 
 use std::ffi::c_int;
 
-use crate::Errno;
+use ::kfd::Errno;
 
-use super::{HostMemorySnapshot, HostRegion, Pid, Sim, SimError};
+use super::Sim;
+use crate::kernel::{HostMemorySnapshot, HostRegion, Pid, SimError};
 
 impl Sim {
     /// Allocates `len` bytes (rounded up to pages) of zeroed host memory that

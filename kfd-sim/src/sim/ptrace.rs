@@ -28,24 +28,25 @@ use std::time::Duration;
 
 use kfd::{FrozenCgroup, ProcessStatus};
 
-use super::SimError;
-use crate::bo::memfd_create;
-use crate::Errno;
+use crate::hw::bo::memfd_create;
+use crate::kernel::SimError;
+use ::kfd::Errno;
 
-use super::{FileKey, Pid, Sim, SimDriver, State};
+use super::{Sim, SimDriver};
+use crate::kernel::{FileKey, Pid, Process, State};
 
 fn errno(e: i32) -> io::Error {
     io::Error::from_raw_os_error(e)
 }
 
 impl SimDriver {
-    fn target(st: &State, pid: u32) -> io::Result<&super::process::Process> {
+    fn target(st: &State, pid: u32) -> io::Result<&Process> {
         st.processes
             .get(&Pid(pid))
             .ok_or_else(|| errno(libc::ESRCH))
     }
 
-    pub(super) fn sim_pidfd_open(&self, pid: u32) -> io::Result<OwnedFd> {
+    pub(crate) fn sim_pidfd_open(&self, pid: u32) -> io::Result<OwnedFd> {
         let mut st = self.sim.lock();
         self.alive_io(&st)?;
         let instance = Self::target(&st, pid)?.instance;
@@ -55,7 +56,7 @@ impl SimDriver {
         Ok(fd)
     }
 
-    pub(super) fn sim_pidfd_getfd(
+    pub(crate) fn sim_pidfd_getfd(
         &self,
         pidfd: BorrowedFd<'_>,
         target_fd: RawFd,
@@ -91,7 +92,7 @@ impl SimDriver {
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
-    pub(super) fn sim_ptrace_seize(&self, pid: u32) -> io::Result<()> {
+    pub(crate) fn sim_ptrace_seize(&self, pid: u32) -> io::Result<()> {
         let mut st = self.sim.lock();
         self.alive_io(&st)?;
         let me = self.pid;
@@ -106,7 +107,7 @@ impl SimDriver {
         Ok(())
     }
 
-    pub(super) fn sim_ptrace_interrupt(&self, pid: u32, timeout: Duration) -> io::Result<()> {
+    pub(crate) fn sim_ptrace_interrupt(&self, pid: u32, timeout: Duration) -> io::Result<()> {
         let mut st = self.sim.lock();
         self.alive_io(&st)?;
         let me = self.pid;
@@ -128,7 +129,7 @@ impl SimDriver {
         Ok(())
     }
 
-    pub(super) fn sim_ptrace_detach(&self, pid: u32) -> io::Result<()> {
+    pub(crate) fn sim_ptrace_detach(&self, pid: u32) -> io::Result<()> {
         let mut st = self.sim.lock();
         self.alive_io(&st)?;
         let me = self.pid;
@@ -144,7 +145,7 @@ impl SimDriver {
         Ok(())
     }
 
-    pub(super) fn sim_process_status(&self, pid: u32) -> io::Result<ProcessStatus> {
+    pub(crate) fn sim_process_status(&self, pid: u32) -> io::Result<ProcessStatus> {
         let st = self.sim.lock();
         let target = Self::target(&st, pid).map_err(|_| not_found(pid))?;
         Ok(ProcessStatus {
@@ -157,12 +158,12 @@ impl SimDriver {
     }
 
     /// The pids of the live processes, as `/proc` lists them.
-    pub(super) fn sim_pids(&self) -> Vec<String> {
+    pub(crate) fn sim_pids(&self) -> Vec<String> {
         let st = self.sim.lock();
         st.processes.keys().map(|pid| pid.0.to_string()).collect()
     }
 
-    pub(super) fn sim_process_fds(&self, pid: u32) -> io::Result<Vec<RawFd>> {
+    pub(crate) fn sim_process_fds(&self, pid: u32) -> io::Result<Vec<RawFd>> {
         let st = self.sim.lock();
         let target = Self::target(&st, pid).map_err(|_| not_found(pid))?;
         Ok(target
@@ -173,7 +174,7 @@ impl SimDriver {
             .collect())
     }
 
-    pub(super) fn sim_frozen_cgroup(&self, pid: u32) -> io::Result<Option<FrozenCgroup>> {
+    pub(crate) fn sim_frozen_cgroup(&self, pid: u32) -> io::Result<Option<FrozenCgroup>> {
         let st = self.sim.lock();
         let target = Self::target(&st, pid).map_err(|_| not_found(pid))?;
         Ok(target.frozen.clone())

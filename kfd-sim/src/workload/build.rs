@@ -4,7 +4,7 @@
 
 use super::state::{allocs, control_alloc, find, splitmix, write8, KIB, MIB};
 use super::*;
-use crate::bo::Backing;
+use crate::hw::bo::Backing;
 
 impl Workload {
     pub(super) fn ioctl<T>(
@@ -466,10 +466,10 @@ impl Workload {
             Some(Backing::UserPtr { addr, space, .. }) => {
                 let written = offset.saturating_add(data.len() as u64) <= a.size
                     && match *space {
-                        crate::sim::Space::Local => st.write_host(addr + offset, data),
+                        crate::kernel::Space::Local => st.write_host(addr + offset, data),
                         // A remote client's own memory.
-                        crate::sim::Space::Remote(pid) => {
-                            crate::sim::remote_write(pid, addr + offset, data).is_ok()
+                        crate::kernel::Space::Remote(pid) => {
+                            crate::kernel::remote_write(pid, addr + offset, data).is_ok()
                         }
                     };
                 if !written {
@@ -500,11 +500,11 @@ impl Workload {
                 if offset.saturating_add(len as u64) <= a.size =>
             {
                 match *space {
-                    crate::sim::Space::Local => st.read_host(addr + offset, len),
+                    crate::kernel::Space::Local => st.read_host(addr + offset, len),
                     // A remote client's own memory.
-                    crate::sim::Space::Remote(pid) => {
+                    crate::kernel::Space::Remote(pid) => {
                         let mut buf = vec![0u8; len];
-                        crate::sim::remote_read(pid, addr + offset, &mut buf)
+                        crate::kernel::remote_read(pid, addr + offset, &mut buf)
                             .ok()
                             .map(|()| buf)
                     }

@@ -32,8 +32,8 @@ use amdgpu_topology::GpuId;
 use kfd_sys::*;
 
 use super::{kioctl, open_device, open_render, Hasher, WorkloadError};
-use crate::sim::{Pid, Sim, SimDriver};
-use crate::Errno;
+use crate::{Pid, Sim, SimDriver};
+use ::kfd::Errno;
 
 /// The first word of the stream's memory.
 const MAGIC: u64 = u64::from_le_bytes(*b"KFDSIMCS");

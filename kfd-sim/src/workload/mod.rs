@@ -51,8 +51,8 @@ use amdgpu_topology::GpuId;
 use kfd_sys::*;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use crate::sim::{Pid, Sim, SimDriver, SimError};
-use crate::Errno;
+use crate::{Pid, Sim, SimDriver, SimError};
+use ::kfd::Errno;
 
 mod build;
 pub mod copy_stream;

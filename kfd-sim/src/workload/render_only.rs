@@ -22,8 +22,8 @@ use kfd_sys::{
 };
 
 use super::WorkloadError;
-use crate::sim::{Pid, Sim, SimDriver};
-use crate::Errno;
+use crate::{Pid, Sim, SimDriver};
+use ::kfd::Errno;
 
 /// Size unit of the BOs (GEM rounds sizes to pages).
 const UNIT: u64 = 16 << 10;

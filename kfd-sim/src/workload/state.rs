@@ -5,8 +5,8 @@
 
 use super::*;
 use crate::amdkfd::event::is_signal_type;
-use crate::bo::{Backing, Domain};
-use crate::sim::State;
+use crate::hw::bo::{Backing, Domain};
+use crate::kernel::State;
 
 /// One allocation as the application sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,7 +152,7 @@ pub(super) struct Alloc {
     pub(super) flags: u32,
     pub(super) user_addr: u64,
     pub(super) mapped_on: Vec<GpuId>,
-    pub(super) bo: crate::bo::BoId,
+    pub(super) bo: crate::hw::bo::BoId,
 }
 
 pub(super) fn allocs(st: &State, pid: Pid) -> Result<Vec<Alloc>, WorkloadError> {
