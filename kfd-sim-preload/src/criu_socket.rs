@@ -6,7 +6,7 @@
 //! (`RESTORE_UNIX_SK`, in the restored task).
 //!
 //! The plugin is a few lines of C beside the test that loads it
-//! (`tests/real_criu_restore/remote_sk_plugin.c`), and the same as a Rust
+//! (`real-criu-harness/c/remote_sk_plugin.c`), and the same as a Rust
 //! cdylib, `kfd-sim-remote-plugin`, which `amdgpu-criu sim` gives CRIU:
 //! this library exports
 //! no `CR_PLUGIN_DESC` of its own (see `build.rs`), so the plugin finds

@@ -53,7 +53,7 @@
 //!
 //! Through real CRIU a process's connection is a unix socket whose peer is
 //! outside the dumped tree: a CRIU plugin of the tests
-//! (`tests/real_criu_restore/remote_sk_plugin.c`) claims it at dump
+//! (`real-criu-harness/c/remote_sk_plugin.c`) claims it at dump
 //! (`DUMP_UNIX_SK`, with `kfd_sim_preload_is_connection`) and gives the
 //! restored task a connection of its own in its place (`RESTORE_UNIX_SK`,
 //! with `kfd_sim_preload_connection`). The restored process's memory holds

@@ -42,8 +42,7 @@
 //! says why and skips; with `CI` set a skip is a failure.
 
 mod common;
-#[path = "real_criu_restore/driver.rs"]
-mod driver;
+use real_criu_harness::driver;
 #[path = "containers/engine.rs"]
 mod engine;
 #[path = "containers/gpu.rs"]

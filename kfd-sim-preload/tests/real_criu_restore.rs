@@ -6,10 +6,10 @@
 //! ([`kfd_sim::remote::Server::serve_host_processes`]). In private mount
 //! namespaces, `/dev/kfd` and the render nodes are stand-in nodes with
 //! `/dev/fuse`'s numbers (see `real_criu_guardian.rs`); the application
-//! (AMD's thunk, `libhsakmt`, in `real_criu_restore/app.c`) and CRIU run
+//! (AMD's thunk, `libhsakmt`, in `real-criu-harness/c/app.c`) and CRIU run
 //! with the interposer in its `KFD_SIM_REMOTE` mode. CRIU's plugin
 //! directory holds the shipped plugin and a small test plugin
-//! (`real_criu_restore/remote_sk_plugin.c`) that carries the
+//! (`real-criu-harness/c/remote_sk_plugin.c`) that carries the
 //! application's connection to the served machine through the dump and
 //! the restore (`DUMP_UNIX_SK`, `RESTORE_UNIX_SK`).
 //!
@@ -43,9 +43,8 @@
 //! `CI` set a skip is a failure.
 
 mod common;
-#[path = "real_criu_restore/driver.rs"]
-mod driver;
 use real_criu_harness as harness;
+use real_criu_harness::driver;
 
 use std::fs;
 use std::path::Path;

@@ -3,8 +3,12 @@
 //! kfd-sim-preload's real-CRIU and container tests, `benches`'
 //! `real_criu_peer`): the CRIU builds of `build.sh`, the shipped plugin
 //! installed as users get it, the workload tree, and CRIU runs with their
-//! logs. See `criu-plugin-amdgpu/tests/real_criu.rs` for what the tests need
-//! and how they skip.
+//! logs; and [`driver`], a simulated machine served to real CRIU with the
+//! application of `c/app.c` dumped and restored on it and checked. See
+//! `criu-plugin-amdgpu/tests/real_criu.rs` for what the tests need and how
+//! they skip.
+
+pub mod driver;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -31,9 +31,8 @@
 //! clients) is counted apart, over this process's threads. Figures are
 //! `name=value` lines on stdout; progress goes to stderr.
 
-#[path = "../../../kfd-sim-preload/tests/real_criu_restore/driver.rs"]
-mod driver;
 use real_criu_harness as harness;
+use real_criu_harness::driver;
 
 use std::collections::BTreeMap;
 use std::fs;

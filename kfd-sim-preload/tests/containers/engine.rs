@@ -116,11 +116,11 @@ set -eu
 s=$1 plugins=$2 nofile=$3 nproc=$4 major=$5 minor=$6 renders=$7 runc_log=$8
 scratch=$s step=engine
 "#,
-    crate::fake_dev!(),
+    real_criu_harness::fake_dev!(),
     r#"mount -t tmpfs -o mode=1777 engine-shm /dev/shm
 mknod -m 666 /dev/fuse c "$major" "$minor"
 "#,
-    crate::stand_in_nodes!(),
+    real_criu_harness::stand_in_nodes!(),
     r#"mkdir -p "$s/ov/etc.up" "$s/ov/etc.work" "$s/ov/var.up" "$s/ov/var.work" "$s/storage"
 mount -t overlay engine-etc -o "lowerdir=/etc,upperdir=$s/ov/etc.up,workdir=$s/ov/etc.work" /etc
 mount -t overlay engine-var -o "lowerdir=/var,upperdir=$s/ov/var.up,workdir=$s/ov/var.work" /var
