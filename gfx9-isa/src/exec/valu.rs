@@ -356,7 +356,7 @@ fn dpp_source(ctrl: u16, lane: usize) -> Option<usize> {
 /// Per lane: where the lane's source 0 comes from, and whether the lane
 /// writes at all (DPP row and bank masks, out-of-range sources without
 /// BOUND_CTRL). `None` source: read zero.
-fn dpp_route(d: &Dpp, exec: u64) -> Exec<([Option<usize>; LANES], u64)> {
+fn dpp_route(d: &Dpp, exec: u64) -> Exec<([Option<u8>; LANES], u64)> {
     if !matches!(d.ctrl, 0x000..=0x0ff | 0x101..=0x10f | 0x111..=0x11f | 0x121..=0x12f | 0x130 | 0x134 | 0x138 | 0x13c | 0x140..=0x143)
     {
         return Err(Fail::Unimplemented("DPP control"));
@@ -369,7 +369,7 @@ fn dpp_route(d: &Dpp, exec: u64) -> Exec<([Option<usize>; LANES], u64)> {
         }
         match dpp_source(d.ctrl, lane) {
             Some(s) if exec >> s & 1 == 1 => {
-                from[lane] = Some(s);
+                from[lane] = Some(s as u8);
                 write |= 1 << lane;
             }
             _ if d.bound_ctrl => write |= 1 << lane,
@@ -401,12 +401,86 @@ pub(crate) struct LaneReader {
     mods: [SrcMods; 3],
     n: usize,
     sdwa: Option<Sdwa>,
-    dpp_from: Option<[Option<usize>; LANES]>,
+    dpp_from: Option<[Option<u8>; LANES]>,
     /// Flush f32 denormal inputs (MODE.FP_DENORM f32 = 0).
     flush: bool,
 }
 
+/// Every lane's sources, one array per source (`Columns::get` gives a
+/// lane's three, as `LaneReader::read` does).
+pub(crate) struct Columns([[u64; LANES]; 3]);
+
+impl Columns {
+    #[inline]
+    fn get(&self, lane: usize) -> [u64; 3] {
+        [self.0[0][lane], self.0[1][lane], self.0[2][lane]]
+    }
+}
+
 impl LaneReader {
+    /// The sources of every lane at once, when each lane reads only its
+    /// own lane (no DPP routing, no SDWA selection): what `read` gives for
+    /// each lane, gathered one source at a time, so the per-lane work of
+    /// an instruction is its operation alone. `None` for DPP and SDWA
+    /// (read lane by lane).
+    #[inline]
+    fn columns<'c>(&self, w: &Wave, out: &'c mut Columns) -> Option<&'c Columns> {
+        if self.sdwa.is_some() || self.dpp_from.is_some() {
+            return None;
+        }
+        self.gather(w, out);
+        Some(out)
+    }
+
+    /// `columns` into `out` (zeroed).
+    fn gather(&self, w: &Wave, out: &mut Columns) {
+        for k in 0..self.n {
+            let ty = self.tys[k];
+            let col = &mut out.0[k];
+            let regs = match self.srcs[k] {
+                Src::Uniform(v) => {
+                    *col = [v; LANES];
+                    None
+                }
+                Src::Vgpr(r) => Some((&w.vgprs, r)),
+                Src::Agpr(r) => Some((&w.agprs, r)),
+            };
+            if let Some((regs, r)) = regs {
+                let lo = &regs[r];
+                if ty.is64() {
+                    let hi = &regs[r + 1];
+                    for l in 0..LANES {
+                        col[l] = lo[l] as u64 | (hi[l] as u64) << 32;
+                    }
+                } else {
+                    for l in 0..LANES {
+                        col[l] = lo[l] as u64;
+                    }
+                }
+            }
+            let m = self.mods[k];
+            if is_float(ty) && (m.abs || m.neg) {
+                for v in col.iter_mut() {
+                    *v = apply_mods(*v, ty, m);
+                }
+            }
+            if self.flush && ty == Ty::F32 {
+                for v in col.iter_mut() {
+                    *v = ftz32(*v);
+                }
+            }
+        }
+    }
+
+    /// A lane's sources: from `cols` when gathered, else read.
+    #[inline]
+    fn at(&self, cols: Option<&Columns>, w: &Wave, lane: usize) -> [u64; 3] {
+        match cols {
+            Some(c) => c.get(lane),
+            None => self.read(w, lane),
+        }
+    }
+
     #[inline]
     fn read(&self, w: &Wave, lane: usize) -> [u64; 3] {
         let mut out = [0u64; 3];
@@ -414,7 +488,7 @@ impl LaneReader {
             let ty = self.tys[k];
             let src_lane = match (&self.dpp_from, k) {
                 (Some(from), 0) => match from[lane] {
-                    Some(l) => l,
+                    Some(l) => l as usize,
                     None => {
                         out[k] = apply_mods(0, ty, self.mods[k]);
                         continue;
@@ -575,8 +649,42 @@ fn exec(w: &mut Wave, v: &Vop) -> Exec {
             let dop = v.vdst.ok_or(Fail::Unimplemented("no destination"))?;
             let dwords = if dst.is64() { 2 } else { 1 };
             let d = w.vdst(&dop, dwords)?;
+            let mut buf = Columns([[0; LANES]; 3]);
+            let cols = reader.columns(w, &mut buf);
+            if let Some(cols) = cols {
+                map_columns(
+                    w,
+                    cols,
+                    write_lanes,
+                    d,
+                    f,
+                    dst,
+                    mac && flush && tys[0] == Ty::F32,
+                    mac,
+                );
+                if float && (v.omod != 0 || v.clamp) {
+                    let regs = if d.1 { &mut w.agprs } else { &mut w.vgprs };
+                    for lane in lanes(write_lanes) {
+                        let r = regs[d.0][lane] as u64
+                            | if dst.is64() {
+                                (regs[d.0 + 1][lane] as u64) << 32
+                            } else {
+                                0
+                            };
+                        let r = out_mods(r, dst, v.omod, v.clamp, dx10);
+                        let r = if flush && dst == Ty::F32 { ftz32(r) } else { r };
+                        store(regs, d.0, lane, r, dst);
+                    }
+                } else if flush && dst == Ty::F32 {
+                    let regs = if d.1 { &mut w.agprs } else { &mut w.vgprs };
+                    for lane in lanes(write_lanes) {
+                        regs[d.0][lane] = ftz32(regs[d.0][lane] as u64) as u32;
+                    }
+                }
+                return Ok(());
+            }
             for lane in lanes(write_lanes) {
-                let mut s = reader.read(w, lane);
+                let mut s = reader.at(cols, w, lane);
                 if mac {
                     // D = S0 * S1 + D (Vega ISA 12.7 "V_MAC_F32").
                     s[2] = w.get_lane(d, lane) as u64
@@ -635,10 +743,18 @@ fn exec(w: &mut Wave, v: &Vop) -> Exec {
                 flush,
             };
             let mut mask = 0u64;
-            for lane in lanes(write_lanes) {
-                let s = reader.read(w, lane);
-                if f(s[0], s[1]) {
-                    mask |= 1 << lane;
+            let mut buf = Columns([[0; LANES]; 3]);
+            let cols = reader.columns(w, &mut buf);
+            if let Some(cols) = cols {
+                for lane in lanes(write_lanes) {
+                    mask |= (f(cols.0[0][lane], cols.0[1][lane]) as u64) << lane;
+                }
+            } else {
+                for lane in lanes(write_lanes) {
+                    let s = reader.read(w, lane);
+                    if f(s[0], s[1]) {
+                        mask |= 1 << lane;
+                    }
                 }
             }
             // Inactive lanes read 0 in the result (Vega ISA 6.4 "Vector
@@ -668,8 +784,21 @@ fn exec(w: &mut Wave, v: &Vop) -> Exec {
             let dop = v.vdst.ok_or(Fail::Unimplemented("no destination"))?;
             let d = w.vdst(&dop, 1)?;
             let mut cout = 0u64;
+            let mut buf = Columns([[0; LANES]; 3]);
+            let cols = reader.columns(w, &mut buf);
+            if let Some(cols) = cols {
+                let regs = if d.1 { &mut w.agprs } else { &mut w.vgprs };
+                let out = &mut regs[d.0];
+                for lane in lanes(write_lanes) {
+                    let (a, b) = (cols.0[0][lane] as u32, cols.0[1][lane] as u32);
+                    let (r, c) = f(a, b, cin >> lane & 1 == 1);
+                    out[lane] = r;
+                    cout |= (c as u64) << lane;
+                }
+                return write_mask(w, v.sdst.as_ref(), cout);
+            }
             for lane in lanes(write_lanes) {
-                let s = reader.read(w, lane);
+                let s = reader.at(cols, w, lane);
                 let (r, c) = f(s[0] as u32, s[1] as u32, cin >> lane & 1 == 1);
                 let r = match &sdwa {
                     Some(sd) => sdwa_dst(r, w.get_lane(d, lane), sd),
@@ -684,11 +813,78 @@ fn exec(w: &mut Wave, v: &Vop) -> Exec {
     }
 }
 
+/// Stores a lane's result of type `dst` in register `r` (and `r + 1` for
+/// 64 bits); 16-bit results zero the high half on gfx9 (LLVM
+/// SIInstrInfo `zeroesHigh16BitsOfDest`).
+#[inline]
+fn store(regs: &mut [[u32; LANES]], r: usize, lane: usize, v: u64, dst: Ty) {
+    match dst {
+        Ty::B64 | Ty::F64 => {
+            regs[r][lane] = v as u32;
+            regs[r + 1][lane] = (v >> 32) as u32;
+        }
+        Ty::B32 | Ty::F32 => regs[r][lane] = v as u32,
+        Ty::B16 | Ty::F16 => regs[r][lane] = v as u32 & 0xffff,
+    }
+}
+
+/// `Kind::Map` without DPP or SDWA, sources gathered: the operation per
+/// active lane, each result stored as the lane-by-lane path stores it
+/// before output modifiers (each lane reads and writes only its own
+/// lane, so the order does not matter). `mac`: the destination is the
+/// third source (`flush_acc`: its f32 denormal flushed).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn map_columns(
+    w: &mut Wave,
+    cols: &Columns,
+    write_lanes: u64,
+    d: (usize, bool),
+    f: LaneFn,
+    dst: Ty,
+    flush_acc: bool,
+    mac: bool,
+) {
+    let regs = if d.1 { &mut w.agprs } else { &mut w.vgprs };
+    let wide = dst.is64();
+    let Some(tuple) = regs.get_mut(d.0..d.0 + 1 + wide as usize) else {
+        return;
+    };
+    let (lo, hi) = tuple.split_at_mut(1);
+    let lo = &mut lo[0];
+    let mut hi = hi.first_mut();
+    let mut m = write_lanes;
+    while m != 0 {
+        let lane = m.trailing_zeros() as usize;
+        m &= m - 1;
+        let mut s = cols.get(lane);
+        if mac {
+            s[2] = lo[lane] as u64 | hi.as_ref().map_or(0, |h| (h[lane] as u64) << 32);
+            if flush_acc {
+                s[2] = ftz32(s[2]);
+            }
+        }
+        let r = f(&s);
+        match &mut hi {
+            Some(h) => {
+                lo[lane] = r as u32;
+                h[lane] = (r >> 32) as u32;
+            }
+            None => {
+                lo[lane] = match dst {
+                    Ty::B16 | Ty::F16 => r as u32 & 0xffff,
+                    _ => r as u32,
+                }
+            }
+        }
+    }
+}
+
 fn reader_for(
     w: &Wave,
     v: &Vop,
     sdwa: Option<Sdwa>,
-    dpp_from: Option<[Option<usize>; LANES]>,
+    dpp_from: Option<[Option<u8>; LANES]>,
 ) -> Exec<Option<LaneReader>> {
     let tys = match v.op.opcode {
         O::VCndmaskB32 => [Ty::F32, Ty::F32, Ty::B32],
@@ -723,6 +919,16 @@ fn special(w: &mut Wave, v: &Vop, reader: Option<LaneReader>, write_lanes: u64) 
             let r = reader.ok_or(Fail::Unimplemented("sources"))?;
             let sel = read_mask(w, v)?;
             let d = w.vdst(&v.vdst.ok_or(Fail::Unimplemented("no destination"))?, 1)?;
+            let mut buf = Columns([[0; LANES]; 3]);
+            if let Some(cols) = r.columns(w, &mut buf) {
+                let regs = if d.1 { &mut w.agprs } else { &mut w.vgprs };
+                let out = &mut regs[d.0];
+                for lane in lanes(write_lanes) {
+                    let k = (sel >> lane & 1) as usize;
+                    out[lane] = cols.0[k][lane] as u32;
+                }
+                return Ok(());
+            }
             for lane in lanes(write_lanes) {
                 let s = r.read(w, lane);
                 let x = if sel >> lane & 1 == 1 { s[1] } else { s[0] } as u32;
