@@ -45,6 +45,7 @@
 
 mod common;
 use real_criu_harness as harness;
+use real_criu_harness::driver::wait_for;
 
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -176,34 +177,17 @@ fn setup(releases: &[harness::Release]) -> Option<Setup> {
 /// In a private mount namespace: a /dev of its own with the stand-in
 /// nodes, the application started with the interposer, then CRIU (with
 /// the interposer too) dumping it; CRIU's exit status in `dump.status`.
-const SCRIPT: &str = r#"
+const SCRIPT: &str = concat!(
+    r#"
 set -eu
 scratch=$1 criu=$2 plugins=$3 app=$4 major=$5 minor=$6 render=$7 mode=$8
 preload=$9 machine=${10} address=${11}
-# Device nodes made in the tmpfs, not bind mounts of the host's: CRIU
-# finds no mount of its own for a file bind-mounted into a namespace.
-mkdir "$scratch/hostdev"
-mount --rbind /dev "$scratch/hostdev"
-mount -t tmpfs -o mode=755 fakedev /dev
-mkdir /dev/pts /dev/net
-mount --bind "$scratch/hostdev/pts" /dev/pts
-if [ -e "$scratch/hostdev/net/tun" ]; then
-    touch /dev/net/tun
-    mount --bind "$scratch/hostdev/net/tun" /dev/net/tun
-fi
-umount -l "$scratch/hostdev"
-rmdir "$scratch/hostdev"
-mknod -m 666 /dev/null c 1 3
-mknod -m 666 /dev/zero c 1 5
-mknod -m 666 /dev/full c 1 7
-mknod -m 666 /dev/random c 1 8
-mknod -m 666 /dev/urandom c 1 9
-mknod -m 666 /dev/tty c 5 0
-mkdir /dev/shm /dev/dri
-mount -t tmpfs shm /dev/shm
-mknod /dev/kfd c "$major" "$minor"
-mknod "/dev/dri/renderD$render" c "$major" "$minor"
-chmod 666 /dev/kfd "/dev/dri/renderD$render"
+step=$mode renders=$render
+"#,
+    harness::fake_dev!(),
+    "mount -t tmpfs shm /dev/shm\n",
+    harness::stand_in_nodes!(),
+    r#"
 sim="LD_PRELOAD=$preload KFD_SIM_MACHINE=$machine KFD_SIM_REMOTE=$address"
 # A session of its own (CRIU before 4.3 refuses to dump a root process
 # that leads none); setsid (not a group leader here, so it does not fork)
@@ -242,7 +226,8 @@ else
     dump unguarded 0 --leave-running
     dump images 1 --leave-running
 fi
-"#;
+"#
+);
 
 /// What the observer saw and did.
 #[derive(Debug, Default)]
@@ -521,20 +506,6 @@ fn render_minor(sim: &Sim) -> u32 {
     let gpus = sim.gpus();
     assert_eq!(gpus.len(), 1, "{MACHINE} has one GPU");
     gpus[0].render_minor
-}
-
-/// Waits for `what` at most `limit`.
-fn wait_for(limit: Duration, mut what: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        if what() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 /// Runs the namespace script in `mode` once per vendored CRIU release, each
