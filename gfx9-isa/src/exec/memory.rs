@@ -71,15 +71,19 @@ pub enum AtomicOp {
     FMax,
 }
 
-impl AtomicOp {
-    /// The new 32-bit value from the old one, the data and the compare
-    /// value.
-    pub fn apply32(self, old: u32, src: u32, cmp: u32) -> u32 {
-        let f = |op: fn(f32, f32) -> f32| op(f32::from_bits(old), f32::from_bits(src)).to_bits();
-        match self {
+/// The new value of an atomic from the old one, the data and the compare
+/// value, on words of one width: `$signed` and `$float` are that width's
+/// signed integer and float types (the ISA guides' `ATOMIC_*` tables).
+macro_rules! atomic_result {
+    ($op:expr, $old:expr, $src:expr, $cmp:expr, $signed:ty, $float:ty) => {{
+        let (old, src) = ($old, $src);
+        let float = |f: fn($float, $float) -> $float| {
+            f(<$float>::from_bits(old), <$float>::from_bits(src)).to_bits()
+        };
+        match $op {
             AtomicOp::Swap => src,
             AtomicOp::CmpSwap => {
-                if old == cmp {
+                if old == $cmp {
                     src
                 } else {
                     old
@@ -87,9 +91,9 @@ impl AtomicOp {
             }
             AtomicOp::Add => old.wrapping_add(src),
             AtomicOp::Sub => old.wrapping_sub(src),
-            AtomicOp::Smin => (old as i32).min(src as i32) as u32,
+            AtomicOp::Smin => (old as $signed).min(src as $signed) as _,
             AtomicOp::Umin => old.min(src),
-            AtomicOp::Smax => (old as i32).max(src as i32) as u32,
+            AtomicOp::Smax => (old as $signed).max(src as $signed) as _,
             AtomicOp::Umax => old.max(src),
             AtomicOp::And => old & src,
             AtomicOp::Or => old | src,
@@ -108,52 +112,24 @@ impl AtomicOp {
                     old - 1
                 }
             }
-            AtomicOp::FAdd => f(|a, b| a + b),
-            AtomicOp::FMin => f(f32::min),
-            AtomicOp::FMax => f(f32::max),
+            AtomicOp::FAdd => float(|a, b| a + b),
+            AtomicOp::FMin => float(<$float>::min),
+            AtomicOp::FMax => float(<$float>::max),
         }
+    }};
+}
+
+impl AtomicOp {
+    /// The new 32-bit value from the old one, the data and the compare
+    /// value.
+    pub fn apply32(self, old: u32, src: u32, cmp: u32) -> u32 {
+        atomic_result!(self, old, src, cmp, i32, f32)
     }
 
     /// The new 64-bit value from the old one, the data and the compare
     /// value.
     pub fn apply64(self, old: u64, src: u64, cmp: u64) -> u64 {
-        let f = |op: fn(f64, f64) -> f64| op(f64::from_bits(old), f64::from_bits(src)).to_bits();
-        match self {
-            AtomicOp::Swap => src,
-            AtomicOp::CmpSwap => {
-                if old == cmp {
-                    src
-                } else {
-                    old
-                }
-            }
-            AtomicOp::Add => old.wrapping_add(src),
-            AtomicOp::Sub => old.wrapping_sub(src),
-            AtomicOp::Smin => (old as i64).min(src as i64) as u64,
-            AtomicOp::Umin => old.min(src),
-            AtomicOp::Smax => (old as i64).max(src as i64) as u64,
-            AtomicOp::Umax => old.max(src),
-            AtomicOp::And => old & src,
-            AtomicOp::Or => old | src,
-            AtomicOp::Xor => old ^ src,
-            AtomicOp::Inc => {
-                if old >= src {
-                    0
-                } else {
-                    old + 1
-                }
-            }
-            AtomicOp::Dec => {
-                if old == 0 || old > src {
-                    src
-                } else {
-                    old - 1
-                }
-            }
-            AtomicOp::FAdd => f(|a, b| a + b),
-            AtomicOp::FMin => f(f64::min),
-            AtomicOp::FMax => f(f64::max),
-        }
+        atomic_result!(self, old, src, cmp, i64, f64)
     }
 }
 
