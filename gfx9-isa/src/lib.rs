@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
+pub mod code_object;
 mod decode;
 mod disasm;
 pub mod exec;

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use gfx9_isa::code_object::CodeObject;
 use gfx9_isa::exec::Access;
 use gfx9_isa::exec::{
     run_workgroup, AqlDispatch, AtomicOp, Clock, CodeCache, Dispatch, KernelDescriptor, MemFault,
@@ -130,16 +131,6 @@ impl Clock for Ticks {
     }
 }
 
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes(b[at..at + 2].try_into().unwrap())
-}
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
-}
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
-}
-
 /// A code object loaded into memory.
 pub struct Loaded {
     /// The code object's target.
@@ -148,60 +139,20 @@ pub struct Loaded {
     pub symbols: HashMap<String, (u64, u64)>,
 }
 
-/// Loads the PT_LOAD segments of an AMDGPU ELF at `base` + p_vaddr.
+/// Loads an AMDGPU code object's image at `base`.
 pub fn load(mem: &mut Mem, elf: &[u8], base: u64) -> Loaded {
-    let mach = u32_at(elf, 0x30) as u8;
-    let target = Target::from_elf_mach(mach).expect("a gfx9 code object");
-    let phoff = u64_at(elf, 0x20) as usize;
-    let phentsize = u16_at(elf, 0x36) as usize;
-    let phnum = u16_at(elf, 0x38) as usize;
-    let mut end = 0;
-    for k in 0..phnum {
-        let p = phoff + k * phentsize;
-        if u32_at(elf, p) == 1 {
-            end = end.max(u64_at(elf, p + 0x10) + u64_at(elf, p + 0x28));
-        }
+    let co = CodeObject::parse(elf).expect("a gfx9 code object");
+    mem.map(base, co.image().expect("the code object's image"));
+    let symbols = co
+        .symbols()
+        .expect("the code object's symbols")
+        .into_iter()
+        .map(|s| (s.name, (base + s.value, s.size)))
+        .collect();
+    Loaded {
+        target: co.target(),
+        symbols,
     }
-    let mut image = vec![0u8; end as usize];
-    for k in 0..phnum {
-        let p = phoff + k * phentsize;
-        if u32_at(elf, p) != 1 {
-            continue;
-        }
-        let (off, vaddr, filesz) = (
-            u64_at(elf, p + 8) as usize,
-            u64_at(elf, p + 0x10) as usize,
-            u64_at(elf, p + 0x20) as usize,
-        );
-        image[vaddr..vaddr + filesz].copy_from_slice(&elf[off..off + filesz]);
-    }
-    mem.map(base, image);
-    // Symbols from .symtab.
-    let shoff = u64_at(elf, 0x28) as usize;
-    let shentsize = u16_at(elf, 0x3a) as usize;
-    let shnum = u16_at(elf, 0x3c) as usize;
-    let mut symbols = HashMap::new();
-    for k in 0..shnum {
-        let sh = shoff + k * shentsize;
-        if u32_at(elf, sh + 4) != 2 {
-            continue;
-        }
-        let (off, size, link, entsize) = (
-            u64_at(elf, sh + 0x18) as usize,
-            u64_at(elf, sh + 0x20) as usize,
-            u32_at(elf, sh + 0x28) as usize,
-            u64_at(elf, sh + 0x38) as usize,
-        );
-        let strsh = shoff + link * shentsize;
-        let stroff = u64_at(elf, strsh + 0x18) as usize;
-        for e in (off..off + size).step_by(entsize) {
-            let name_off = stroff + u32_at(elf, e) as usize;
-            let name_end = elf[name_off..].iter().position(|&c| c == 0).unwrap();
-            let name = String::from_utf8_lossy(&elf[name_off..name_off + name_end]).into_owned();
-            symbols.insert(name, (base + u64_at(elf, e + 8), u64_at(elf, e + 16)));
-        }
-    }
-    Loaded { target, symbols }
 }
 
 /// One kernel launch's parameters.
