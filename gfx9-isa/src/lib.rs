@@ -3,6 +3,7 @@
 
 mod decode;
 mod disasm;
+pub mod exec;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz_support;
 pub mod inst;

@@ -9,14 +9,14 @@
 //! runs on one bundle in 16 (rocSPARSE holds about 900 MiB of gfx9 code):
 //! every rocSPARSE instruction is still decoded.
 
-mod code_objects;
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use code_objects::{processor, section, CodeObject};
 use gfx9_isa::{decode, Target};
+use support::code_objects::{processor, section, CodeObject};
 
 const OBJDUMP: &str = "llvm-objdump-15";
 const LIBDIR: &str = "/usr/lib/x86_64-linux-gnu";
@@ -209,7 +209,7 @@ fn rocr_blit_kernels() {
     let Some(lib) = library("libhsa-runtime64.so.1", "libhsa-runtime64-1") else {
         return;
     };
-    let objects: Vec<CodeObject> = code_objects::embedded(&lib)
+    let objects: Vec<CodeObject> = support::code_objects::embedded(&lib)
         .expect("read ROCr")
         .into_iter()
         .filter(|co| processor(&co.elf).is_some())
@@ -225,7 +225,7 @@ fn rocrand() {
     let Some(lib) = library("librocrand.so.1", "librocrand1") else {
         return;
     };
-    let objects = code_objects::from_fatbin(&lib, |_, _| true).expect("read rocRAND");
+    let objects = support::code_objects::from_fatbin(&lib, |_, _| true).expect("read rocRAND");
     run("rocRAND", &objects);
 }
 
@@ -243,7 +243,7 @@ fn rocsparse() {
     let mut first = 0;
     loop {
         let mut last_seen = 0;
-        let objects = code_objects::from_fatbin(&lib, |_, bundle| {
+        let objects = support::code_objects::from_fatbin(&lib, |_, bundle| {
             last_seen = last_seen.max(bundle);
             (first..first + CHUNK).contains(&bundle)
         })
@@ -270,43 +270,6 @@ fn bundle_index(name: &str) -> usize {
         .unwrap_or(0)
 }
 
-/// Compiles a HIP program of `test-programs/` for gfx90a and gfx900.
-fn compile(dir: &Path, source: &str) -> Option<PathBuf> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("test-programs")
-        .join(source);
-    let exe = dir.join(source.trim_end_matches(".hip"));
-    let out = match Command::new("hipcc")
-        .args([
-            "--offload-arch=gfx90a",
-            "--offload-arch=gfx900",
-            "-O2",
-            "-o",
-        ])
-        .arg(&exe)
-        .arg(&src)
-        // clang's offload driver leaves an empty directory per target in
-        // TMPDIR (`kernels-` and six random characters): keep them in the
-        // test's own directory, removed with it.
-        .env("TMPDIR", dir)
-        .output()
-    {
-        Ok(out) => out,
-        Err(e) => {
-            test_env::skip(format!(
-                "hipcc cannot run ({e}): apt-get install hipcc libamdhip64-dev rocm-device-libs"
-            ));
-            return None;
-        }
-    };
-    assert!(
-        out.status.success(),
-        "hipcc {source} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(exe)
-}
-
 #[test]
 fn hip_test_programs() {
     if !have_objdump() {
@@ -322,10 +285,11 @@ fn hip_test_programs() {
             .collect();
     sources.sort();
     for source in &sources {
-        let Some(exe) = compile(dir.path(), source) else {
+        let Some(exe) = support::hip::compile(dir.path(), source) else {
             return;
         };
-        let found = code_objects::from_fatbin(&exe, |_, _| true).expect("read the HIP program");
+        let found =
+            support::code_objects::from_fatbin(&exe, |_, _| true).expect("read the HIP program");
         assert!(
             found.len() >= 2,
             "{source}: expected gfx90a and gfx900 code objects, found {}",

@@ -226,6 +226,77 @@ fn the_c_plugins_images_restore_with_ours_and_ours_with_the_c_plugin() {
     println!("  refused: {reason}");
 }
 
+/// A process on four GPUs of an XGMI hive whose VRAM BOs are unmapped
+/// from the CPU once filled (the `gpu-only` mode of the benches'
+/// `real_criu_peer`, as a compute job's device memory is), dumped and
+/// restored by each plugin under criu-dev, every byte of every BO
+/// compared. Ours restores them all. The C plugin's parallel restore
+/// (criu-dev 2cf8f13) reads every GPU's pages file at an offset that
+/// counts the BOs of the GPUs before it in its image, runs past the end
+/// of the files and drops the read errors: CRIU reports success, the
+/// process runs, and the BOs of those GPUs are left as the restore
+/// allocated them, zero (benches/README.md, `real_criu_peer`). The test
+/// says so when that changes.
+#[test]
+fn gpu_only_process_on_four_gpus_restores_every_byte() {
+    let _serial = harness::SERIAL
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let Some(setup) = setup(&[harness::HEAD], true) else {
+        return;
+    };
+    let (_, criu) = &setup.criu[0];
+    let c_plugins = setup.c_plugins.as_ref().expect("the C plugin").path();
+    for (plugins, what) in [(setup.plugins.path(), "ours"), (c_plugins, "the C plugin")] {
+        println!("{what}:");
+        let served = Served::builtin("mi210-8gpu-2hive");
+        let step = Step {
+            setup: &setup,
+            plugins,
+            criu,
+            served: &served,
+            gpus: 4,
+            mib: 4,
+            env: "",
+            parent: false,
+            netns: false,
+            mode: AppMode::GpuOnly,
+            args: &[],
+        };
+        let mut app = dumped(&step, &served, what);
+        if plugins == c_plugins {
+            list_c_plugin_in_inventory(&app);
+        }
+        restore(&mut app, "restore", &step).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let vram = app.procs[0].bos.iter().filter(|b| b.kind == "vram").count();
+        assert_eq!(vram, 4, "{what}: a VRAM BO on each GPU");
+        if plugins == c_plugins {
+            let wrong = bo_mismatches(&served, &app.procs[0]).expect("the restored process");
+            assert!(
+                !wrong.is_empty()
+                    && wrong.iter().all(|w| matches!(
+                        w.found,
+                        Found::Differs { first: 0, words, zero } if words == w.size / 8 && zero == words
+                    )),
+                "{what}: the BOs it leaves without their bytes, all zero: {wrong:?}"
+            );
+            let log = app.read("restore.log");
+            assert!(
+                log.contains("Unable to read file (read:0"),
+                "{what}: it read past the end of a pages file"
+            );
+            println!("  {} BOs left zero:", wrong.len());
+            for w in &wrong {
+                println!("    {w}");
+            }
+        } else {
+            check_restored(&served, &app, what);
+            println!("  every byte restored");
+        }
+        finish(&served, &mut app, what);
+    }
+}
+
 /// One process on both GPUs of a PCIe machine, restored by every release on
 /// a machine whose GPUs are numbered differently (gpu_ids, render minors,
 /// node order): as the plugin maps them, then pinned the other way round

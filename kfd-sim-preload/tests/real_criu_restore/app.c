@@ -23,7 +23,8 @@
  * on the render nodes.)
  *
  * With "gpu-only", the VRAM BOs are unmapped from the CPU once filled, as
- * a compute job's device memory is: their bytes stay the simulator's (the
+ * a compute job's device memory is (their address ranges stay reserved,
+ * PROT_NONE): their bytes stay the simulator's (the
  * process no longer checks them), and CRIU does not dump them as process
  * memory (the benches' setting: only the plugin moves GPU memory, as on a
  * GPU).
@@ -805,8 +806,15 @@ int main(int argc, char **argv)
         void *vram = alloc(gpus[g], gpus[g], vram_size, 1, 0);
         filled("vram", gpus[g], vram, vram_size);
         if (gpu_only) {
-            /* The bytes stay the BO's; the process no longer sees them. */
-            if (munmap(vram, vram_size) != 0)
+            /* The bytes stay the BO's; the process no longer sees them.
+             * The address range stays reserved, as the thunk keeps a BO's
+             * range while the BO lives: this thunk takes a new BO's
+             * address from mmap(NULL), and a plain munmap would hand the
+             * range out again, to the next BO, whose MAP_MEMORY_TO_GPU
+             * then overlaps this one's GPU mapping (EINVAL, the kernel's
+             * amdgpu_vm_bo_map). */
+            if (mmap(vram, vram_size, PROT_NONE,
+                     MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) != vram)
                 return 2;
             bos[nbos - 1].size = 0;
         }

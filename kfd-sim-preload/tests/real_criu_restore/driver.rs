@@ -414,6 +414,8 @@ impl Served {
 #[derive(Debug, Clone)]
 pub struct FilledBo {
     pub kind: String,
+    /// The GPU node the application allocated it on.
+    pub node: u32,
     pub va: u64,
     pub size: u64,
     pub seed: u64,
@@ -430,6 +432,110 @@ pub fn pattern(seed: u64, size: u64) -> Vec<u8> {
         out.extend_from_slice(&x.to_le_bytes());
     }
     out
+}
+
+/// What a restored BO holds where it differs from what the application
+/// wrote ([`bo_mismatches`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// The restored process has no BO at the address.
+    Missing,
+    /// The simulator could not read the BO.
+    Unreadable(String),
+    /// `words` of its 8-byte words differ, the first at byte `first`;
+    /// `zero` of those are zero.
+    Differs { first: u64, words: u64, zero: u64 },
+}
+
+/// A BO of a restored process that does not hold what the application
+/// wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoMismatch {
+    pub kind: String,
+    pub node: u32,
+    pub va: u64,
+    pub size: u64,
+    pub found: Found,
+}
+
+impl std::fmt::Display for BoMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (kind, node, va, size) = (&self.kind, self.node, self.va, self.size);
+        write!(f, "the {kind} BO of node {node} at {va:#x} ({size} bytes)")?;
+        match &self.found {
+            Found::Missing => write!(f, " is missing"),
+            Found::Unreadable(e) => write!(f, " cannot be read: {e}"),
+            Found::Differs { first, words, zero } => write!(
+                f,
+                " differs from what the application wrote in {words} of its {} words \
+                 (the first at byte {first}; {zero} of them zero)",
+                size / 8
+            ),
+        }
+    }
+}
+
+/// The BOs of `p` (as the simulator reads them, every byte) that do not
+/// hold what the application wrote; the libdrm mapping of a shared buffer
+/// is no KFD address and is left to [`check_sharing`]. `Err` when the
+/// simulator has no such process.
+pub fn bo_mismatches(served: &Served, p: &Proc) -> Result<Vec<BoMismatch>, String> {
+    // Compared a slice at a time: a BO may be GiBs.
+    const SLICE: u64 = 16 << 20;
+    let workload = Workload::attach(&served.sim, Pid(p.pid));
+    let described = workload
+        .describe()
+        .map_err(|e| format!("pid {}: {e}", p.pid))?;
+    let mut wrong = Vec::new();
+    for bo in p.bos.iter().filter(|b| b.kind != "shared-cpu") {
+        let mismatch = |found| BoMismatch {
+            kind: bo.kind.clone(),
+            node: bo.node,
+            va: bo.va,
+            size: bo.size,
+            found,
+        };
+        let Some(d) = described
+            .bos
+            .iter()
+            .find(|d| d.va == bo.va || (d.user_addr == bo.va && d.user_addr != 0))
+        else {
+            wrong.push(mismatch(Found::Missing));
+            continue;
+        };
+        let mut x = bo.seed;
+        let (mut first, mut words, mut zero) = (None, 0u64, 0u64);
+        let mut at = 0;
+        let mut unreadable = None;
+        while at < bo.size / 8 * 8 {
+            let len = SLICE.min(bo.size / 8 * 8 - at);
+            let bytes = match workload.read_bo(d.handle, at, len as usize) {
+                Ok(b) => b,
+                Err(e) => {
+                    unreadable = Some(e.to_string());
+                    break;
+                }
+            };
+            for (i, w) in bytes.chunks_exact(8).enumerate() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let w = u64::from_le_bytes(w.try_into().unwrap());
+                if w != x {
+                    first.get_or_insert(at + 8 * i as u64);
+                    words += 1;
+                    zero += u64::from(w == 0);
+                }
+            }
+            at += len;
+        }
+        if let Some(e) = unreadable {
+            wrong.push(mismatch(Found::Unreadable(e)));
+        } else if let Some(first) = first {
+            wrong.push(mismatch(Found::Differs { first, words, zero }));
+        }
+    }
+    Ok(wrong)
 }
 
 pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
@@ -495,6 +601,7 @@ impl Proc {
                 .filter(|l| l.starts_with("bo "))
                 .map(|l| FilledBo {
                     kind: field(l, "kind").unwrap().to_owned(),
+                    node: field(l, "node").unwrap().parse().unwrap(),
                     va: hex(field(l, "va").unwrap()),
                     size: field(l, "size").unwrap().parse().unwrap(),
                     seed: hex(field(l, "seed").unwrap()),
@@ -995,26 +1102,19 @@ pub fn check_process(served: &Served, p: &Proc, what: &str) {
         state.events, p.events,
         "{what}: its events restored: {state:?}"
     );
-    // Every filled BO holds its bytes, as the simulator reads them (the
-    // libdrm mapping of a shared buffer is no KFD address: checked below).
+    // Every filled BO holds its bytes, as the simulator reads them.
+    let wrong = bo_mismatches(served, p).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        wrong.is_empty(),
+        "{what}: {}",
+        wrong
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
     let workload = Workload::attach(&served.sim, pid);
     let described = workload.describe().expect("describe the restored process");
-    for bo in p.bos.iter().filter(|b| b.kind != "shared-cpu") {
-        let d = described
-            .bos
-            .iter()
-            .find(|d| d.va == bo.va || (d.user_addr == bo.va && d.user_addr != 0))
-            .unwrap_or_else(|| panic!("{what}: no BO at {:#x} ({})", bo.va, bo.kind));
-        let bytes = workload
-            .read_bo(d.handle, 0, bo.size as usize)
-            .expect("read the BO");
-        assert!(
-            bytes == pattern(bo.seed, bo.size),
-            "{what}: the {} BO at {:#x} differs from what the application wrote",
-            bo.kind,
-            bo.va
-        );
-    }
     // The mailbox: the process's writes reach the simulator...
     let mailbox = described
         .bos
