@@ -681,3 +681,77 @@ fn aql_kernel_atomics_and_cpu_atomics_on_one_word_lose_no_update() {
     // SAFETY: the mapping made above; `word` is not used past this point.
     unsafe { ::kfd::Driver::munmap(&q.p.drv, map, 4096) }.unwrap();
 }
+
+/// A kernel of one instruction before its end: `{body}` names it.
+fn one_instruction_kernel(name: &str, body: &str, private_bytes: u32) -> String {
+    format!(
+        r#"
+.amdgcn_target "amdgcn-amd-amdhsa--gfx90a"
+.text
+.globl {name}
+.p2align 8
+.type {name},@function
+{name}:
+  {body}
+  s_endpgm
+.size {name}, .-{name}
+
+.rodata
+.p2align 6
+.amdhsa_kernel {name}
+  .amdhsa_private_segment_fixed_size {private_bytes}
+  .amdhsa_next_free_vgpr 1
+  .amdhsa_next_free_sgpr 1
+  .amdhsa_accum_offset 4
+.end_amdhsa_kernel
+"#
+    )
+}
+
+/// Dispatches `kernel` of `source` (one 64-wide workgroup) and waits until
+/// the queue settles: its status and the completion signal's value.
+fn dispatch_and_settle(source: &str, kernel: &str) -> Option<(kfd_sim::QueueStatus, i64)> {
+    let sim = sim();
+    let mut q = QueueProc::new(&sim, Kind::Aql);
+    let co = assemble(source)?;
+    let kd = load(&q, &co, CODE, &format!("{kernel}.kd"));
+    let done = signal(&q, MISC, 1, 0, 0);
+    q.place(&kernel_dispatch(64, 64, kd, q.mem + KERNARG, done));
+    q.submit();
+    Some((q.settle(), signal_value(&q, done)))
+}
+
+#[test]
+fn aql_kernel_that_traps_stops_the_queue() {
+    let Some((s, signal)) =
+        dispatch_and_settle(&one_instruction_kernel("trap", "s_trap 2", 0), "trap")
+    else {
+        return;
+    };
+    let QueueState::Hung(reason) = &s.state else {
+        panic!("not stopped: {s}")
+    };
+    assert!(
+        reason.contains("wave 0 of workgroup [0, 0, 0] executed s_trap 2 at pc"),
+        "{reason}"
+    );
+    assert_eq!((s.read_pointer, signal), (0, 1));
+}
+
+#[test]
+fn aql_kernel_with_a_private_segment_stops_the_queue_naming_scratch() {
+    let Some((s, signal)) =
+        dispatch_and_settle(&one_instruction_kernel("private", "s_nop 0", 16), "private")
+    else {
+        return;
+    };
+    let QueueState::Hung(reason) = &s.state else {
+        panic!("not stopped: {s}")
+    };
+    assert!(
+        reason.contains("needs a private segment of 16 bytes per work-item")
+            && reason.contains("scratch"),
+        "{reason}"
+    );
+    assert_eq!((s.read_pointer, signal), (0, 1));
+}
