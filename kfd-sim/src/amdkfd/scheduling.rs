@@ -89,6 +89,8 @@ fn desired(sim: &Shared, st: &mut State, pid: Pid, q_id: u32) -> Option<QueueSpe
         },
         sdma,
         family: gpu.info.family,
+        gfx_target_version: gpu.info.gfx_target_version,
+        target: crate::hw::queues::shader::target_of(gpu.info.gfx_target_version),
         drm_file,
         doorbell_page: page.key(),
         doorbell_slot: slot,

@@ -19,8 +19,10 @@
 //!   always honoured;
 //! * a vendor-specific packet of format `AMD_AQL_FORMAT_PM4_IB` runs the
 //!   PM4 INDIRECT_BUFFER command it carries (ROCr's cache invalidations);
-//! * KERNEL_DISPATCH needs a shader: the queue stops with an error naming
-//!   the dispatch. AGENT_DISPATCH is for agents, not a GPU.
+//! * KERNEL_DISPATCH runs the kernel on the wavefront interpreter
+//!   (`super::shader`), a slice of its instructions per step, and completes
+//!   like any packet once its last workgroup ended; a fault or trap in it
+//!   stops the queue. AGENT_DISPATCH is for agents, not a GPU.
 //!
 //! This module never touches memory outside the queue's VM snapshot.
 
@@ -28,6 +30,7 @@ use super::engine::{Engine, Step};
 use super::interrupt::Interrupt;
 use super::pm4::{ib_step, IbStep};
 use super::ring::IbPosition;
+use super::shader::Ran;
 
 /// `hsa_packet_type_t`.
 const TYPE_VENDOR_SPECIFIC: u16 = 0;
@@ -145,18 +148,14 @@ pub(crate) fn step(e: &mut Engine<'_>) -> Step {
                 IbStep::Finished => complete(e, &slot),
             }
         }
-        TYPE_KERNEL_DISPATCH => {
-            let grid = (u32_at(&slot, 12), u32_at(&slot, 16), u32_at(&slot, 20));
-            let group = (u16_at(&slot, 4), u16_at(&slot, 6), u16_at(&slot, 8));
-            let object = u64_at(&slot, 32);
-            e.hang(
-                u32::from(header),
-                format!(
-                    "aql KERNEL_DISPATCH of a {}x{}x{} grid in {}x{}x{} workgroups (kernel object {object:#x}) needs a shader, which the simulated gpu cannot run",
-                    grid.0, grid.1, grid.2, group.0, group.1, group.2
-                ),
-            )
-        }
+        TYPE_KERNEL_DISPATCH => match super::shader::run(e, &slot, u32::from(header)) {
+            Ran::Done => {
+                e.trace(type_name(ty), e.regs.rptr, &words);
+                complete(e, &slot)
+            }
+            Ran::Yield => Step::Yield,
+            Ran::Stop(step) => step,
+        },
         other => e.hang(
             u32::from(header),
             format!(

@@ -32,6 +32,10 @@ pub(crate) struct Config {
     pub(crate) sdma: Option<(SdmaRules, u32)>,
     /// `AMDGPU_FAMILY_*` of the GPU.
     pub(crate) family: u32,
+    /// `gfx_target_version` of the GPU, and the instruction set its
+    /// shaders run when the interpreter has it.
+    pub(crate) gfx_target_version: u32,
+    pub(crate) target: Option<gfx9_isa::Target>,
     /// The render file whose VM is the process's compute VM on this GPU.
     pub(crate) drm_file: FileKey,
     /// The doorbell page and the slot's offset and width in it.
@@ -285,6 +289,9 @@ pub(crate) enum Step {
     Wait,
     /// Nothing executable yet (a partly written packet, an INVALID header).
     Idle,
+    /// The packet ran for a while and goes on at the next step (a kernel
+    /// dispatch between two slices of its waves' instructions).
+    Yield,
     /// An access outside the VM: the packet, named.
     Fault(VmFault, String),
     /// The packet cannot be executed.
@@ -305,6 +312,8 @@ pub(crate) struct Engine<'a> {
     pub(crate) irqs: Vec<Interrupt>,
     /// What the engine fetched of its ring ([`Engine::ring_read`]).
     pub(crate) window: &'a mut RingWindow,
+    /// The kernel dispatch the queue is inside of.
+    pub(crate) shader: &'a mut Option<super::shader::InFlight>,
 }
 
 impl Engine<'_> {

@@ -34,14 +34,20 @@
 //!   [`interrupt::InterruptRing`] until the event code takes them
 //!   ([`interrupt::InterruptRing::take`]), fires events and wakes
 //!   WAIT_EVENTS.
-//! * A packet an engine cannot execute, a kernel dispatch among them (the
-//!   simulator has no shader cores), stops the queue: the reason is logged
-//!   on stderr, kept in [`crate::Sim::queue_status`], and the process's
-//!   HW_EXCEPTION events fire as after a GPU hang.
+//! * An AQL kernel dispatch runs on the wavefront interpreter of
+//!   `gfx9_isa` ([`shader`]: code, kernel arguments and data in the
+//!   process's GPU VM, atomics atomic against the host, a slice of
+//!   instructions per step so a preemption parks the queue inside a long
+//!   dispatch). A PM4 dispatch (DISPATCH_DIRECT/INDIRECT) does not run
+//!   yet, and neither does a kernel with a private segment (scratch).
+//! * A packet an engine cannot execute stops the queue: the reason is
+//!   logged on stderr, kept in [`crate::Sim::queue_status`], and the
+//!   process's HW_EXCEPTION events fire as after a GPU hang.
 //!
 //! Layout: `ring` (pointer rules and the registers in the MQD), `runner`
 //! (the engine thread and its control), `sdma`, `pm4`, `aql` (the packet
-//! sets), `doorbell`, `interrupt`, `trace`.
+//! sets), `shader` (an AQL kernel dispatch), `doorbell`, `interrupt`,
+//! `trace`.
 //!
 //! This module never decides an ioctl's answer, nor reads the kernel's
 //! queue state: the ioctl handlers decide, and the scheduling code hands
@@ -55,6 +61,7 @@ mod pm4;
 pub(crate) mod ring;
 mod runner;
 mod sdma;
+pub(crate) mod shader;
 mod trace;
 
 use std::collections::BTreeMap;

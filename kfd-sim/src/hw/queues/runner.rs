@@ -50,6 +50,7 @@ pub(crate) fn spawn(
                 view: None,
                 sh: [0; 2],
                 window: RingWindow::default(),
+                shader: None,
             };
             // A bug in an executor must not leave the kernel half waiting
             // for a preemption that never comes: the queue hangs instead.
@@ -85,6 +86,8 @@ struct Thread<'a> {
     view: Option<Arc<VmView>>,
     sh: [u32; 2],
     window: RingWindow,
+    /// The kernel dispatch the queue is inside of (kept across parks).
+    shader: Option<super::shader::InFlight>,
 }
 
 impl Thread<'_> {
@@ -170,6 +173,7 @@ impl Thread<'_> {
                     sh: &mut self.sh,
                     irqs: Vec::new(),
                     window: &mut self.window,
+                    shader: &mut self.shader,
                 };
                 let step = match g.format {
                     Format::Sdma => super::sdma::step(&mut engine),
@@ -187,6 +191,12 @@ impl Thread<'_> {
             }
             match step {
                 Step::Progress => {
+                    retried_fault = false;
+                    poll = POLL_MIN;
+                }
+                // Back to the top: a park or stop request is taken up
+                // between two slices of a dispatch.
+                Step::Yield => {
                     retried_fault = false;
                     poll = POLL_MIN;
                 }
@@ -368,6 +378,8 @@ mod tests {
             },
             sdma: None,
             family: 0,
+            gfx_target_version: 0,
+            target: None,
             drm_file: page.key(),
             doorbell_page: page.key(),
             doorbell_slot: 0,

@@ -2,20 +2,21 @@
 //! memory behind [`DeviceMemory`], and the job's snapshot of its GPU VM
 //! ([`VmView`]) that turns GPU virtual addresses into those backings.
 //!
-//! Atomic packets (SDMA ATOMIC, an AQL completion signal's decrement) use
-//! [`VmView::fetch_add_u64`]: a real atomic instruction on the word where
-//! the memory is mapped shared in this process (a BO's memfd, this
-//! process's own pinned pages), so an update by the CPU or another engine
-//! is never lost; memory reached only by copying (another process's, or
-//! pages reached through `process_vm_readv`) is updated under one
-//! process-wide lock, atomic with respect to every engine but not to the
-//! CPU of the process owning it.
+//! Atomic packets (SDMA ATOMIC, an AQL completion signal's decrement) and
+//! a shader's atomics use [`VmView::update`] (a read-modify-write of a 4- or
+//! 8-byte word; [`VmView::fetch_add_u64`] is its add): a real atomic
+//! instruction on the word where the memory is mapped shared in this
+//! process (a BO's memfd, this process's own pinned pages), so an update by
+//! the CPU or another engine is never lost; memory reached only by copying
+//! (another process's, or pages reached through `process_vm_readv`) is
+//! updated under one process-wide lock, atomic with respect to every engine
+//! but not to the CPU of the process owning it.
 //!
 //! This module never touches memory outside the ranges a [`VmView`] maps,
 //! and never decodes packets or schedules jobs.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Serializes the read-modify-write of atomic packets on memory reached
@@ -31,37 +32,83 @@ fn copied_atomic<T>(rmw: impl FnOnce() -> T) -> T {
     rmw()
 }
 
-/// The read-modify-write of an atomic add on `memory` by copies, under
+/// A read-modify-write of a word: its width and the new value from the old.
+#[derive(Clone, Copy)]
+pub(crate) struct Rmw<'a> {
+    /// 4 or 8 bytes.
+    pub(crate) wide: bool,
+    /// The new value from the old one (called again when another writer
+    /// got in between; zero-extended for a 4-byte word, whose new value is
+    /// truncated).
+    pub(crate) f: &'a dyn Fn(u64) -> u64,
+}
+
+impl Rmw<'_> {
+    /// Bytes of the word.
+    pub(crate) fn len(self) -> usize {
+        if self.wide {
+            8
+        } else {
+            4
+        }
+    }
+
+    /// The new bytes of a word holding `old` (little-endian); returns the
+    /// old value.
+    fn apply(self, bytes: &mut [u8; 8]) -> u64 {
+        let n = self.len();
+        let mut w = [0u8; 8];
+        w[..n].copy_from_slice(&bytes[..n]);
+        let old = u64::from_le_bytes(w);
+        let new = (self.f)(old);
+        bytes[..n].copy_from_slice(&new.to_le_bytes()[..n]);
+        old
+    }
+}
+
+/// The read-modify-write `rmw` on `memory` by copies, under
 /// [`COPIED_ATOMICS`]; the previous value.
-fn copied_fetch_add<M: DeviceMemory + ?Sized>(
+fn copied_update<M: DeviceMemory + ?Sized>(
     memory: &M,
     offset: u64,
-    delta: u64,
+    rmw: Rmw<'_>,
 ) -> Result<u64, MemoryError> {
     copied_atomic(|| {
-        let mut old = [0u8; 8];
-        memory.read_at(offset, &mut old)?;
-        let old = u64::from_le_bytes(old);
-        memory.write_at(offset, &old.wrapping_add(delta).to_le_bytes())?;
+        let n = rmw.len();
+        let mut word = [0u8; 8];
+        memory.read_at(offset, &mut word[..n])?;
+        let old = rmw.apply(&mut word);
+        memory.write_at(offset, &word[..n])?;
         Ok(old)
     })
 }
 
-/// Adds `delta` to the 64-bit word at host address `addr`, atomically, and
-/// returns its previous value.
+/// Applies `rmw` to the word at host address `addr`, atomically (a
+/// compare-and-swap loop), and returns its previous value.
 ///
 /// # Safety
-/// `addr` must be 8-byte aligned and valid for reads and writes of 8 bytes
-/// for the duration of the call.
-unsafe fn host_fetch_add(addr: usize, delta: u64) -> u64 {
-    // SAFETY: the caller guarantees alignment and validity for the call's
-    // duration, which is the only time the reference lives. The word is
-    // shared memory that others (the application, other engines) access
-    // with atomic instructions of the same size, as they must for the
-    // device's atomics; a non-atomic access of theirs is their race, as
-    // it is with a real GPU's.
-    let word = unsafe { AtomicU64::from_ptr(addr as *mut u64) };
-    word.fetch_add(delta, Ordering::SeqCst)
+/// `addr` must be aligned to the word's size and valid for reads and
+/// writes of it for the duration of the call.
+unsafe fn host_update(addr: usize, rmw: Rmw<'_>) -> u64 {
+    if rmw.wide {
+        // SAFETY: the caller guarantees alignment and validity for the
+        // call's duration, which is the only time the reference lives. The
+        // word is shared memory that others (the application, other
+        // engines) access with atomic instructions of the same size, as
+        // they must for the device's atomics; a non-atomic access of theirs
+        // is their race, as it is with a real GPU's.
+        let word = unsafe { AtomicU64::from_ptr(addr as *mut u64) };
+        match word.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| Some((rmw.f)(v))) {
+            Ok(old) | Err(old) => old,
+        }
+    } else {
+        // SAFETY: as for the 8-byte word, for a 4-byte one.
+        let word = unsafe { AtomicU32::from_ptr(addr as *mut u32) };
+        let f = |v: u32| Some((rmw.f)(u64::from(v)) as u32);
+        match word.fetch_update(Ordering::SeqCst, Ordering::SeqCst, f) {
+            Ok(old) | Err(old) => u64::from(old),
+        }
+    }
 }
 
 /// Memory the engine can reach through a VM mapping: a BO's backing memfd
@@ -75,12 +122,12 @@ pub(crate) trait DeviceMemory: Send + Sync + fmt::Debug {
     /// Write `data` at `offset` (inside `size`).
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), MemoryError>;
 
-    /// Adds `delta` to the little-endian 64-bit word at `offset` (inside
-    /// `size`) and returns its previous value, atomically with respect to
-    /// every engine (see the module docs; memory mapped in this process
-    /// also with respect to the CPU).
-    fn fetch_add_u64(&self, offset: u64, delta: u64) -> Result<u64, MemoryError> {
-        copied_fetch_add(self, offset, delta)
+    /// Applies `rmw` to the little-endian word at `offset` (inside `size`)
+    /// and returns its previous value, atomically with respect to every
+    /// engine (see the module docs; memory mapped in this process also with
+    /// respect to the CPU).
+    fn update(&self, offset: u64, rmw: Rmw<'_>) -> Result<u64, MemoryError> {
+        copied_update(self, offset, rmw)
     }
 
     /// The host address of byte 0 when this memory is host memory of this
@@ -177,18 +224,22 @@ impl DeviceMemory for crate::hw::bo::Memfd {
     fn size(&self) -> u64 {
         crate::hw::bo::Memfd::size(self)
     }
-    fn fetch_add_u64(&self, offset: u64, delta: u64) -> Result<u64, MemoryError> {
-        let err = MemoryError { offset, len: 8 };
+    fn update(&self, offset: u64, rmw: Rmw<'_>) -> Result<u64, MemoryError> {
+        let n = rmw.len() as u64;
+        let err = MemoryError {
+            offset,
+            len: rmw.len(),
+        };
         if offset
-            .checked_add(8)
+            .checked_add(n)
             .is_none_or(|end| end > crate::hw::bo::Memfd::size(self))
         {
             return Err(err);
         }
-        if !offset.is_multiple_of(8) {
+        if !offset.is_multiple_of(n) {
             // No instruction updates a word across its alignment; the
             // hardware's atomics need it aligned too.
-            return copied_fetch_add(self, offset, delta);
+            return copied_update(self, offset, rmw);
         }
         // SAFETY: sysconf has no preconditions.
         let host_page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -215,15 +266,15 @@ impl DeviceMemory for crate::hw::bo::Memfd {
         if map == libc::MAP_FAILED {
             // No mapping to be had (a read-only memfd, the map count):
             // atomic with respect to the engines only.
-            return copied_fetch_add(self, offset, delta);
+            return copied_update(self, offset, rmw);
         }
         // SAFETY: the mapping is page aligned and `offset - start` is a
-        // multiple of 8 below `len - 7` (the word lies inside the file,
+        // multiple of the word's size below `len - size + 1` (the word lies inside the file,
         // whose size is sealed), so the word is aligned and mapped,
         // readable and writable, until the munmap below. Every other
         // mapping of the memfd (the application's, a dma-buf's) shows the
         // same page, so the CPU's atomics and this one exclude each other.
-        let old = unsafe { host_fetch_add(map as usize + (offset - start) as usize, delta) };
+        let old = unsafe { host_update(map as usize + (offset - start) as usize, rmw) };
         // SAFETY: the mapping made above, unmapped once; nothing refers to
         // it any more.
         unsafe { libc::munmap(map, len) };
@@ -428,18 +479,18 @@ impl DeviceMemory for UserMemory {
         };
         Ok(())
     }
-    fn fetch_add_u64(&self, offset: u64, delta: u64) -> Result<u64, MemoryError> {
-        let start = self.check(offset, 8)?;
+    fn update(&self, offset: u64, rmw: Rmw<'_>) -> Result<u64, MemoryError> {
+        let start = self.check(offset, rmw.len())?;
         let addr = self.addr + start;
-        if self.remote.is_some() || !addr.is_multiple_of(8) {
+        if self.remote.is_some() || !addr.is_multiple_of(rmw.len()) {
             // Reached by copying (or not a word the hardware updates
             // atomically): serialized with every engine's.
-            return copied_fetch_add(self, offset, delta);
+            return copied_update(self, offset, rmw);
         }
         // SAFETY: `check` keeps the word inside `addr..addr+len`, which
         // `UserMemory::new`'s contract keeps valid for reads and writes
-        // while `self` lives; it is 8-byte aligned (checked above).
-        Ok(unsafe { host_fetch_add(addr, delta) })
+        // while `self` lives; it is aligned to its size (checked above).
+        Ok(unsafe { host_update(addr, rmw) })
     }
     fn host_address(&self) -> Option<usize> {
         // Another process's memory is never this process's address.
@@ -601,26 +652,40 @@ impl VmView {
     }
 
     /// Adds `delta` to the little-endian 64-bit word at GPU VA `va` and
-    /// returns its previous value, atomically as [`DeviceMemory::fetch_add_u64`]
-    /// makes it (a PRT range reads zero and swallows the update); `Err`
-    /// names the first VA that is not readable and writable.
+    /// returns its previous value, atomically ([`VmView::update`]).
     pub(crate) fn fetch_add_u64(&self, va: u64, delta: u64) -> Result<u64, super::VmFault> {
-        let (landing, n) = self.resolve(va, 8, Access::Write);
-        let readable = self.resolve(va, 8, Access::Read);
+        let add = move |old: u64| old.wrapping_add(delta);
+        self.update(
+            va,
+            Rmw {
+                wide: true,
+                f: &add,
+            },
+        )
+    }
+
+    /// Applies `rmw` to the little-endian word at GPU VA `va` and returns
+    /// its previous value, atomically as [`DeviceMemory::update`] makes it
+    /// (a PRT range reads zero and swallows the update); `Err` names the
+    /// first VA that is not readable and writable.
+    pub(crate) fn update(&self, va: u64, rmw: Rmw<'_>) -> Result<u64, super::VmFault> {
+        let len = rmw.len() as u64;
+        let (landing, n) = self.resolve(va, len, Access::Write);
+        let readable = self.resolve(va, len, Access::Read);
         let fault = |write| super::VmFault { va, write };
         match (landing, readable.0) {
             (_, Landing::Fault) => Err(fault(false)),
             (Landing::Fault, _) => Err(fault(true)),
-            (Landing::Prt, _) if n == 8 => Ok(0),
-            (Landing::Memory(memory, offset), _) if n == 8 => {
-                memory.fetch_add_u64(offset, delta).map_err(|_| fault(true))
+            (Landing::Prt, _) if n == len => Ok(0),
+            (Landing::Memory(memory, offset), _) if n == len => {
+                memory.update(offset, rmw).map_err(|_| fault(true))
             }
             // Across two ranges: no one instruction reaches both.
             _ => copied_atomic(|| {
-                let mut old = [0u8; 8];
-                self.read(va, &mut old)?;
-                let old = u64::from_le_bytes(old);
-                self.write(va, &old.wrapping_add(delta).to_le_bytes())?;
+                let mut word = [0u8; 8];
+                self.read(va, &mut word[..rmw.len()])?;
+                let old = rmw.apply(&mut word);
+                self.write(va, &word[..rmw.len()])?;
                 Ok(old)
             }),
         }

@@ -54,7 +54,7 @@ pub(crate) use copy::{CopyUnit, EnginePort, FaultTrack};
 pub(crate) use engine::{Deadline, Fence, Ib, Job, JobError, SdmaEngine, ShortDma};
 pub use engine::{SdmaStats, VmFault, VmFaultLog};
 pub(crate) use generation::{GpuGeneration, SdmaRules};
-pub(crate) use memory::{DeviceMemory, RangeBacking, UserMemory, VmRange, VmView};
+pub(crate) use memory::{DeviceMemory, RangeBacking, Rmw, UserMemory, VmRange, VmView};
 pub(crate) use packet::{
     copy_bytes, decode_packet, Malformed, Packet, COPY_ENDIAN_SWAP_BITS,
     COPY_UNSUPPORTED_HEADER_BITS, IB_ADDRESS_ALIGNMENT,
