@@ -34,6 +34,7 @@ use std::sync::Arc;
 use kfd_sys::*;
 
 use crate::hw::bo::{Memfd, PAGE_SIZE};
+use crate::hw::{LDS_BASE, SCRATCH_BASE};
 use crate::kernel::{marshal, typed, Ctx, FileKey, OpenFile, Pid, Shared, State};
 use ::kfd::Errno;
 
@@ -366,10 +367,10 @@ fn acquire_vm(ctx: &mut Ctx<'_>, pid: Pid, buf: &mut [u8]) -> Result<c_int, Errn
     Ok(0)
 }
 
-/// GFX9 apertures (`kfd_init_apertures_v9`): LDS at 1<<48, scratch at 2<<48,
-/// GPUVM from 16 KiB (after the kernel's CWSR and IB pages) to 2^47 - 1.
-pub(crate) const LDS_BASE: u64 = 1 << 48;
-pub(crate) const SCRATCH_BASE: u64 = 2 << 48;
+// GFX9 apertures (`kfd_init_apertures_v9`): LDS and scratch where the
+// hardware puts them (`crate::hw::LDS_BASE`, `SCRATCH_BASE`), GPUVM from
+// 16 KiB (after the kernel's CWSR and IB pages) to 2^47 - 1.
+
 /// `pdd->gpuvm_base` on GFX9 dGPUs.
 pub(crate) const GPUVM_BASE: u64 = 16 << 10;
 pub(crate) const GPUVM_LIMIT: u64 = (1 << 47) - 1;

@@ -14,3 +14,11 @@ pub mod sdma;
 /// `crate::Sim::hold_for_fork` this way.
 pub(crate) trait Held {}
 impl<T> Held for T {}
+
+/// The LDS aperture of GFX9 (`SH_MEM_BASES`' shared base, as
+/// `kfd_init_apertures_v9` sets it): flat addresses from here reach a
+/// workgroup's LDS.
+pub(crate) const LDS_BASE: u64 = 1 << 48;
+/// The scratch aperture of GFX9 (`SH_MEM_BASES`' private base): flat
+/// addresses from here reach a work-item's private memory.
+pub(crate) const SCRATCH_BASE: u64 = 2 << 48;

@@ -275,8 +275,8 @@ fn start(e: &Engine<'_>, slot: &[u8], header: u32) -> Result<InFlight, Step> {
         scratch_base: 0,
         scratch_wave_bytes: 0,
         apertures: gfx9_isa::exec::Apertures {
-            shared_base: crate::amdkfd::LDS_BASE,
-            private_base: crate::amdkfd::SCRATCH_BASE,
+            shared_base: crate::hw::LDS_BASE,
+            private_base: crate::hw::SCRATCH_BASE,
         },
     };
     dispatch
