@@ -3,9 +3,9 @@
 //! 12.13). Addresses beyond the workgroup's LDS read 0 and drop writes
 //! (Vega ISA 11.1: out-of-range LDS accesses).
 
+use super::ctx::Ctx;
 use super::memory::AtomicOp;
 use super::operands::lanes;
-use super::step::Ctx;
 use super::wave::{Lds, Wave, LANES};
 use super::{Exec, Fail};
 use crate::inst::Ds;

@@ -17,6 +17,7 @@
 // Lanes and register tuples are indexed the way the ISA guides write them.
 #![allow(clippy::needless_range_loop)]
 
+mod ctx;
 mod float;
 mod lds;
 mod memory;
@@ -35,10 +36,11 @@ pub mod dispatch;
 pub mod wave;
 pub mod workgroup;
 
+pub use ctx::{Clock, Stop};
 pub use dispatch::{AqlDispatch, Dispatch, DispatchError, KernelDescriptor};
 pub use memory::Access;
 pub use memory::{AtomicOp, MemFault, Memory};
-pub use step::{Clock, CodeCache, Stop};
+pub use step::CodeCache;
 pub use wave::{Apertures, Lds, Wave};
 pub use workgroup::{run_waves, run_workgroup, WorkgroupOutcome};
 

@@ -1,8 +1,8 @@
 //! The scalar ALU and program control: SOP2, SOP1, SOPC, SOPK and SOPP
 //! (Vega ISA 12.1-12.5, MI200 ISA 12.1-12.5).
 
+use super::ctx::{Ctx, Stop};
 use super::operands::Ty;
-use super::step::{Ctx, Stop};
 use super::wave::Wave;
 use super::{Exec, Fail};
 use crate::inst::{Sop1, Sop2, Sopc, Sopk, Sopp};

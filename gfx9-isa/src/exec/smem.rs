@@ -1,9 +1,9 @@
 //! Scalar memory: SMEM loads, stores, atomics, the clocks and cache
 //! controls (Vega ISA 4 "Scalar Memory Operations", 12.6).
 
+use super::ctx::Ctx;
 use super::memory::AtomicOp;
 use super::operands::Ty;
-use super::step::Ctx;
 use super::wave::Wave;
 use super::{Exec, Fail};
 use crate::inst::{Smem, SmemOffset};

@@ -4,7 +4,7 @@
 
 use super::float::{f16_to_f32, quiet32};
 use super::operands::Ty;
-use super::valu::Kind;
+use super::valu::shape::Kind;
 use super::valu_float::{class_by, class_of};
 use crate::opcodes::Opcode;
 

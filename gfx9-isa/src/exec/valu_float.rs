@@ -9,7 +9,8 @@
 
 use super::float::{self as fl, exp32, exp64, f16_to_f32, f32_to_f16, fma_f16, frexp};
 use super::operands::{lanes, Ty};
-use super::valu::{check_float_mode, Kind, LaneFn, LaneReader, Vop};
+use super::valu::lanes::LaneReader;
+use super::valu::shape::{check_float_mode, ftz32, Kind, LaneFn, Vop};
 use super::wave::Wave;
 use super::{Exec, Fail};
 use crate::opcodes::Opcode as O;
@@ -296,9 +297,9 @@ pub(crate) fn kind(op: O) -> Option<Kind> {
         // SIISelLowering: selected only with f32 denormals off): inputs,
         // the rounded product and the result flush, whatever MODE says.
         O::VMadF32 | O::VMacF32 | O::VMadmkF32 | O::VMadakF32 => f3(|s| {
-            let z = |x: u64| f(super::valu::ftz32(x));
-            let p = super::valu::ftz32(rf(z(s[0]) * z(s[1])));
-            super::valu::ftz32(rf(f(p) + z(s[2])))
+            let z = |x: u64| f(ftz32(x));
+            let p = ftz32(rf(z(s[0]) * z(s[1])));
+            ftz32(rf(f(p) + z(s[2])))
         }),
         O::VFmaF32 | O::VFmacF32 => f3(|s| rf(f(s[0]).mul_add(f(s[1]), f(s[2])))),
         O::VFmamkF32 | O::VFmaakF32 => f3(|s| rf(f(s[0]).mul_add(f(s[1]), f(s[2])))),

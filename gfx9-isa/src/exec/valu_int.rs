@@ -3,7 +3,7 @@
 
 use super::operands::{lanes, Ty};
 use super::scalar::bfe_signed;
-use super::valu::{Kind, LaneFn, Vop};
+use super::valu::shape::{Kind, LaneFn, Vop};
 use super::wave::Wave;
 use super::{Exec, Fail};
 use crate::opcodes::Opcode as O;

@@ -4,7 +4,7 @@
 
 use super::float::{f16_to_f32, f32_to_f16, fma_f16};
 use super::operands::{lanes, Src, Ty};
-use super::valu::{apply_mods, check_float_mode};
+use super::valu::shape::{apply_mods, check_float_mode};
 use super::valu_float::{max32, min32};
 use super::wave::Wave;
 use super::{Exec, Fail};

@@ -4,9 +4,9 @@
 //! through [`Memory`](super::Memory), the LDS, or the wave's swizzled
 //! scratch.
 
+use super::ctx::Ctx;
 use super::memory::AtomicOp;
 use super::operands::{lanes, Ty};
-use super::step::Ctx;
 use super::wave::Wave;
 use super::{Exec, Fail};
 use crate::inst::{Flat, Mubuf, Segment};

@@ -2,9 +2,10 @@
 //! at `s_barrier` (Vega ISA 4.5 "S_BARRIER": a wave waits until every wave
 //! of its workgroup that has not ended reaches the barrier).
 
+use super::ctx::{Clock, Stop};
 use super::dispatch::{Dispatch, DispatchError};
 use super::memory::Memory;
-use super::step::{Clock, CodeCache, Stop};
+use super::step::CodeCache;
 use super::wave::{Lds, Wave};
 use super::ExecError;
 
