@@ -241,6 +241,40 @@ const USER_SGPRS: [(u16, u32, &str); 7] = [
 ];
 
 impl Dispatch {
+    /// A dispatch of the kernel whose descriptor is `descriptor` at
+    /// `kernel_object` over `grid` in `workgroup`s: LDS the descriptor's
+    /// static size plus `dynamic_lds`, scratch per wave as the descriptor
+    /// asks, the default apertures, and every address (kernarg block,
+    /// packet, queue, scratch) and the dispatch id zero, for the caller to
+    /// place.
+    pub fn of_kernel(
+        target: Target,
+        descriptor: KernelDescriptor,
+        kernel_object: u64,
+        grid: [u32; 3],
+        workgroup: [u16; 3],
+        dynamic_lds: u32,
+    ) -> Dispatch {
+        Dispatch {
+            target,
+            descriptor,
+            kernel_object,
+            grid,
+            workgroup,
+            group_segment_size: descriptor
+                .group_segment_fixed_size
+                .saturating_add(dynamic_lds),
+            kernarg_address: 0,
+            dispatch_packet: 0,
+            queue: 0,
+            dispatch_id: 0,
+            private_segment_buffer: [0; 4],
+            scratch_base: 0,
+            scratch_wave_bytes: Dispatch::scratch_bytes_per_wave(&descriptor),
+            apertures: Apertures::default(),
+        }
+    }
+
     /// The private segment buffer descriptor ROCr builds for gfx9 over
     /// scratch at `base`: swizzled (SWIZZLE_ENABLE, ADD_TID_ENABLE,
     /// INDEX_STRIDE 64, ELEMENT_SIZE 4), stride 0, NUM_RECORDS all ones.

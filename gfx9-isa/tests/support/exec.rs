@@ -178,22 +178,11 @@ pub fn launch(mem: &mut Mem, co: &Loaded, l: &Launch<'_>) -> u64 {
     mem.put(kernarg, l.kernargs);
     let packet = mem.alloc(64);
     let queue = mem.alloc(256);
-    let mut d = Dispatch {
-        target: co.target,
-        descriptor: kd,
-        kernel_object: kd_addr,
-        grid: l.grid,
-        workgroup: l.workgroup,
-        group_segment_size: kd.group_segment_fixed_size + l.dynamic_lds,
-        kernarg_address: kernarg,
-        dispatch_packet: packet,
-        queue,
-        dispatch_id: 1,
-        private_segment_buffer: [0; 4],
-        scratch_base: 0,
-        scratch_wave_bytes: Dispatch::scratch_bytes_per_wave(&kd),
-        apertures: Default::default(),
-    };
+    let mut d = Dispatch::of_kernel(co.target, kd, kd_addr, l.grid, l.workgroup, l.dynamic_lds);
+    d.kernarg_address = kernarg;
+    d.dispatch_packet = packet;
+    d.queue = queue;
+    d.dispatch_id = 1;
     let counts = d.workgroups();
     let waves_per_group = d.waves_in([0, 0, 0]) as u64;
     if d.scratch_wave_bytes > 0 {
